@@ -1,0 +1,373 @@
+package factor
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// TransitionError reports an observed transition to which the model gives
+// probability zero (possible only with sparsity masks); EM cannot explain it.
+type TransitionError struct {
+	Action   int
+	From, To int
+	Count    float64
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("factor: observed transition %d --%d--> %d (count %v) has probability 0 under the model: the sparsity mask excludes it",
+		e.From, e.Action, e.To, e.Count)
+}
+
+// Partial holds the sufficient statistics of one Block under one model: the
+// numerators of the D and K updates for the rows and columns the block
+// touches. Partials of different blocks are merged by Accumulator.Merge.
+type Partial struct {
+	Action int
+	// Rows are the block's rows; Dh[r*m:(r+1)*m] and X[r] belong to Rows[r].
+	Rows []int32
+	Dh   []float64
+	X    []float64
+	// Cols are the columns the block touches, ascending; KhT[c*m:(c+1)*m]
+	// belongs to Cols[c].
+	Cols []int32
+	KhT  []float64
+	// Y[l] = Σ of all posterior weights of hidden state l.
+	Y []float64
+	// SumX is Σ X, which must equal the block's Σc.
+	SumX float64
+	// LogLik is Σ c·log g, or NaN when it was not computed.
+	LogLik float64
+	NNZ    int
+}
+
+// Scratch is the per-goroutine working memory of Compute: a dense n×m KhT
+// and a column marker, reused across blocks. The zero value is ready; it is
+// not safe for concurrent use.
+type Scratch struct {
+	khT  []float64
+	mark []bool
+	cols []int32
+}
+
+func (s *Scratch) reset(n, m int) {
+	if len(s.khT) != n*m {
+		s.khT = make([]float64, n*m)
+		s.mark = make([]bool, n)
+	}
+}
+
+// Compute fills p with the statistics of block b under model md: one fused
+// pass over the nonzeros, no allocation per nonzero (p's slices are reused
+// when large enough). When withLogLik is false the logarithms are skipped
+// and p.LogLik is NaN.
+func Compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool) error {
+	n, m := md.N, md.M
+	if err := b.CheckShape(n, md.U); err != nil {
+		return err
+	}
+	s.reset(n, m)
+	d := md.D[md.DBlock(b.Action)]
+	kt := md.KT[md.KBlock(b.Action)]
+	nr := len(b.Rows)
+
+	p.Action = b.Action
+	p.Rows = append(p.Rows[:0], b.Rows...)
+	p.Dh = resize(p.Dh, nr*m)
+	p.X = resize(p.X, nr)
+	p.Y = resize(p.Y, m)
+	p.NNZ = b.NNZ()
+	s.cols = s.cols[:0]
+
+	t := make([]float64, m)
+	ll := 0.0
+	for r, i := range b.Rows {
+		drow := d[int(i)*m : int(i)*m+m]
+		dh := p.Dh[r*m : r*m+m]
+		x := 0.0
+		for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+			j, c := int(b.Cols[q]), b.Vals[q]
+			krow := kt[j*m : j*m+m]
+			g := prodSum(t, drow, krow)
+			if !(g > 0) {
+				return &TransitionError{Action: b.Action, From: int(i), To: j, Count: c}
+			}
+			if withLogLik {
+				ll += c * math.Log(g)
+			}
+			if !s.mark[j] {
+				s.mark[j] = true
+				s.cols = append(s.cols, int32(j))
+			}
+			scatter(c/g, t, dh, s.khT[j*m:j*m+m])
+			x += c
+		}
+		p.X[r] = x
+	}
+
+	// Y from the rows of Dh (Σ over all w), SumX from X: both in row order.
+	clear(p.Y)
+	p.SumX = 0
+	for r := range b.Rows {
+		for l, v := range p.Dh[r*m : r*m+m] {
+			p.Y[l] += v
+		}
+		p.SumX += p.X[r]
+	}
+
+	// Move the touched columns out of the dense scratch, leaving it zero.
+	slices.Sort(s.cols)
+	p.Cols = append(p.Cols[:0], s.cols...)
+	p.KhT = resize(p.KhT, len(s.cols)*m)
+	for c, j := range s.cols {
+		src := s.khT[int(j)*m : int(j)*m+m]
+		copy(p.KhT[c*m:c*m+m], src)
+		clear(src)
+		s.mark[j] = false
+	}
+	if withLogLik {
+		p.LogLik = ll
+	} else {
+		p.LogLik = math.NaN()
+	}
+	return nil
+}
+
+// prodSum sets t_l = d_l·k_l and returns Σ t_l. Four partial sums break the
+// dependency chain; the order is fixed, so the result is deterministic.
+// float64(...) conversions forbid fused multiply-add (bitwise reproducibility
+// across machines).
+func prodSum(t, d, k []float64) float64 {
+	m := len(t)
+	d, k = d[:m], k[:m]
+	var g0, g1, g2, g3 float64
+	l := 0
+	for ; l+4 <= m; l += 4 {
+		t0 := float64(d[l] * k[l])
+		t1 := float64(d[l+1] * k[l+1])
+		t2 := float64(d[l+2] * k[l+2])
+		t3 := float64(d[l+3] * k[l+3])
+		t[l], t[l+1], t[l+2], t[l+3] = t0, t1, t2, t3
+		g0 += t0
+		g1 += t1
+		g2 += t2
+		g3 += t3
+	}
+	for ; l < m; l++ {
+		t[l] = float64(d[l] * k[l])
+		g0 += t[l]
+	}
+	return (g0 + g1) + (g2 + g3)
+}
+
+// scatter adds w_l = s·t_l to dh_l and kh_l.
+func scatter(s float64, t, dh, kh []float64) {
+	m := len(t)
+	dh, kh = dh[:m], kh[:m]
+	l := 0
+	for ; l+4 <= m; l += 4 {
+		w0 := float64(s * t[l])
+		w1 := float64(s * t[l+1])
+		w2 := float64(s * t[l+2])
+		w3 := float64(s * t[l+3])
+		dh[l] += w0
+		dh[l+1] += w1
+		dh[l+2] += w2
+		dh[l+3] += w3
+		kh[l] += w0
+		kh[l+1] += w1
+		kh[l+2] += w2
+		kh[l+3] += w3
+	}
+	for ; l < m; l++ {
+		w := float64(s * t[l])
+		dh[l] += w
+		kh[l] += w
+	}
+}
+
+func resize(x []float64, n int) []float64 {
+	if cap(x) < n {
+		return make([]float64, n)
+	}
+	x = x[:n]
+	clear(x)
+	return x
+}
+
+// Accumulator sums Partials over all blocks of a pass, per D and K block of
+// the model: Dh and X per D block (n×m and n), KhT and Y per K block (n×m
+// and m). Merge partials in a fixed (shard) order for bitwise-reproducible
+// results; Commit turns the sums into the next model.
+type Accumulator struct {
+	N, M, U int
+	Tie     Tie
+	Dh, X   [][]float64
+	KhT, Y  [][]float64
+	// LogLik is Σ of the partials' LogLik; NaN if any partial skipped it.
+	LogLik float64
+	// SumX is Σ of the partials' SumX: the total count seen this pass.
+	SumX float64
+	NNZ  int
+}
+
+// NewAccumulator returns an empty accumulator for models of md's shape.
+func NewAccumulator(md *Model) *Accumulator {
+	a := &Accumulator{N: md.N, M: md.M, U: md.U, Tie: md.Tie}
+	n, m := md.N, md.M
+	for range NumD(md.U, md.Tie) {
+		a.Dh = append(a.Dh, make([]float64, n*m))
+		a.X = append(a.X, make([]float64, n))
+	}
+	for range NumK(md.U, md.Tie) {
+		a.KhT = append(a.KhT, make([]float64, n*m))
+		a.Y = append(a.Y, make([]float64, m))
+	}
+	return a
+}
+
+// Reset zeroes all sums.
+func (a *Accumulator) Reset() {
+	for b := range a.Dh {
+		clear(a.Dh[b])
+		clear(a.X[b])
+	}
+	for b := range a.KhT {
+		clear(a.KhT[b])
+		clear(a.Y[b])
+	}
+	a.LogLik, a.SumX, a.NNZ = 0, 0, 0
+}
+
+// Merge adds a partial. It checks the partial's dimensions, indices and
+// values (finite, non-negative) and that Σ X = SumX, returning an error
+// before changing anything if one fails.
+func (a *Accumulator) Merge(p *Partial) error {
+	if err := a.check(p); err != nil {
+		return err
+	}
+	m := a.M
+	db, kb := p.Action, p.Action
+	if a.Tie == TieSharedD {
+		db = 0
+	}
+	if a.Tie == TieSharedK {
+		kb = 0
+	}
+	dh, x := a.Dh[db], a.X[db]
+	for r, i := range p.Rows {
+		dst := dh[int(i)*m : int(i)*m+m]
+		for l, v := range p.Dh[r*m : r*m+m] {
+			dst[l] += v
+		}
+		x[i] += p.X[r]
+	}
+	kh := a.KhT[kb]
+	for c, j := range p.Cols {
+		dst := kh[int(j)*m : int(j)*m+m]
+		for l, v := range p.KhT[c*m : c*m+m] {
+			dst[l] += v
+		}
+	}
+	for l, v := range p.Y {
+		a.Y[kb][l] += v
+	}
+	a.LogLik += p.LogLik
+	a.SumX += p.SumX
+	a.NNZ += p.NNZ
+	return nil
+}
+
+func (a *Accumulator) check(p *Partial) error {
+	m, n := a.M, a.N
+	if p.Action < 0 || p.Action >= a.U {
+		return fmt.Errorf("factor: partial action %d out of range [0, %d)", p.Action, a.U)
+	}
+	if len(p.Dh) != len(p.Rows)*m || len(p.X) != len(p.Rows) || len(p.KhT) != len(p.Cols)*m || len(p.Y) != m {
+		return fmt.Errorf("factor: partial of action %d has inconsistent dimensions (rows %d, Dh %d, X %d, cols %d, KhT %d, Y %d, m %d)",
+			p.Action, len(p.Rows), len(p.Dh), len(p.X), len(p.Cols), len(p.KhT), len(p.Y), m)
+	}
+	for k, i := range p.Rows {
+		if i < 0 || int(i) >= n || (k > 0 && i <= p.Rows[k-1]) {
+			return fmt.Errorf("factor: partial of action %d: row %d at position %d is out of range or out of order", p.Action, i, k)
+		}
+	}
+	for k, j := range p.Cols {
+		if j < 0 || int(j) >= n || (k > 0 && j <= p.Cols[k-1]) {
+			return fmt.Errorf("factor: partial of action %d: column %d at position %d is out of range or out of order", p.Action, j, k)
+		}
+	}
+	for name, xs := range map[string][]float64{"Dh": p.Dh, "X": p.X, "KhT": p.KhT, "Y": p.Y} {
+		for k, v := range xs {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return fmt.Errorf("factor: partial of action %d: %s[%d] = %v is not finite and non-negative", p.Action, name, k, v)
+			}
+		}
+	}
+	sx := 0.0
+	for _, v := range p.X {
+		sx += v
+	}
+	if sx != p.SumX {
+		return fmt.Errorf("factor: partial of action %d: Σx = %v but SumX says %v", p.Action, sx, p.SumX)
+	}
+	if math.IsInf(p.LogLik, 0) {
+		return fmt.Errorf("factor: partial of action %d: loglik is %v", p.Action, p.LogLik)
+	}
+	return nil
+}
+
+// Commit writes the next model into md (incremental-emsf eq. 13 with
+// learning rate alpha; alpha = 1 is plain EM):
+//
+//	D[i,:] = (1-α)·D[i,:] + α·Dh[i,:]/x[i]     where x[i] > 0
+//	K[l,:] = (1-α)·K[l,:] + α·KhT[:,l]/y[l]    where y[l] > 0
+//
+// Rows without data keep their values. It records the accumulated loglik
+// and WKL (with dataTerm = Σ c·log(c/x_i), see Block.DataTerm) in md and
+// increments md.Iteration.
+func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
+	if md.N != a.N || md.M != a.M || md.U != a.U || md.Tie != a.Tie {
+		panic("factor: Commit: accumulator and model differ in shape")
+	}
+	n, m := a.N, a.M
+	keep := 1 - alpha
+	for b, d := range md.D {
+		dh, x := a.Dh[b], a.X[b]
+		for i := 0; i < n; i++ {
+			if x[i] <= 0 {
+				continue
+			}
+			f := alpha / x[i]
+			row, src := d[i*m:i*m+m], dh[i*m:i*m+m]
+			for l := range row {
+				row[l] = float64(keep*row[l]) + float64(f*src[l])
+			}
+		}
+	}
+	f := make([]float64, m)
+	for b, kt := range md.KT {
+		y := a.Y[b]
+		for l := range f {
+			f[l] = 0
+			if y[l] > 0 {
+				f[l] = alpha / y[l]
+			}
+		}
+		kh := a.KhT[b]
+		for j := 0; j < n; j++ {
+			row, src := kt[j*m:j*m+m], kh[j*m:j*m+m]
+			for l := range row {
+				if f[l] != 0 {
+					row[l] = float64(keep*row[l]) + float64(f[l]*src[l])
+				}
+			}
+		}
+	}
+	md.Iteration++
+	md.LogLik = a.LogLik
+	md.WKL = math.NaN()
+	if !math.IsNaN(a.LogLik) && a.SumX > 0 {
+		md.WKL = (dataTerm - a.LogLik) / a.SumX
+	}
+}
