@@ -1,0 +1,228 @@
+// Package shard turns logged transitions into the sparse count matrices
+// C^a of an MDP and splits them into shards: the units of work that local
+// goroutines and cluster workers compute statistics for.
+//
+// Counting sums duplicate (state, action, next_state) triples, in the order
+// they arrive (so the same transitions in the same order give bitwise the
+// same counts, whatever file format they came from). A shard holds the
+// nonzeros of one action for a contiguous range of rows, sorted by (row,
+// col); a row is never split across shards, so the statistics of D's rows
+// are complete in one shard. The layout depends only on the data and the
+// target shard size, never on the number of workers, which is what makes
+// fits bitwise reproducible across worker counts.
+//
+// The package is pure: no files, no logging, no networking.
+package shard
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/emsf/emsf/factor"
+)
+
+// Info is one line of the shard manifest.
+type Info struct {
+	ID     int
+	Action int
+	// Rows [RowLo, RowHi) and columns [ColLo, ColHi) the shard covers.
+	RowLo, RowHi int
+	ColLo, ColHi int
+	NNZ          int
+	// Sum is Σ count over the shard, summed in storage order.
+	Sum float64
+	// Checksum is the hex SHA-256 of the shard's (row, col, count) triples
+	// in little-endian binary, in storage order.
+	Checksum string
+}
+
+// Shard is one shard: its manifest line and its nonzeros.
+type Shard struct {
+	Info
+	Block *factor.Block
+}
+
+// Manifest describes a data set split into shards.
+type Manifest struct {
+	N, U   int
+	NNZ    int
+	Total  float64
+	Shards []Info
+}
+
+// Checksum returns the checksum of a block as recorded in Info.Checksum.
+func Checksum(b *factor.Block) string {
+	h := sha256.New()
+	var buf [16]byte
+	for r, i := range b.Rows {
+		for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+			binary.LittleEndian.PutUint32(buf[0:], uint32(i))
+			binary.LittleEndian.PutUint32(buf[4:], uint32(b.Cols[q]))
+			binary.LittleEndian.PutUint64(buf[8:], math.Float64bits(b.Vals[q]))
+			h.Write(buf[:])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Counter counts transitions into per-action sparse matrices. The zero
+// value is ready to use.
+type Counter struct {
+	entries []entry
+	maxS    int
+	maxA    int
+	total   int
+}
+
+type entry struct {
+	a, i, j int32
+	c       float64
+}
+
+// Add records count c of the transition i --a--> j. It returns an error for
+// negative indices or a count that is not finite and > 0.
+func (ct *Counter) Add(i, a, j int, c float64) error {
+	if i < 0 || a < 0 || j < 0 || i > math.MaxInt32 || a > math.MaxInt32 || j > math.MaxInt32 {
+		return fmt.Errorf("shard: transition %d --%d--> %d: indices must be in [0, %d]", i, a, j, math.MaxInt32)
+	}
+	if !(c > 0) || math.IsInf(c, 0) {
+		return fmt.Errorf("shard: transition %d --%d--> %d: count %v must be finite and > 0", i, a, j, c)
+	}
+	ct.entries = append(ct.entries, entry{int32(a), int32(i), int32(j), c})
+	ct.maxS = max(ct.maxS, i+1, j+1)
+	ct.maxA = max(ct.maxA, a+1)
+	ct.total++
+	return nil
+}
+
+// Len returns the number of transitions added.
+func (ct *Counter) Len() int { return ct.total }
+
+// Dims returns the smallest n and u that hold every transition added.
+func (ct *Counter) Dims() (n, u int) { return ct.maxS, ct.maxA }
+
+// Matrices returns the count matrix of every action a < u as one Block each
+// (an action without data gives an empty Block), duplicates summed in
+// arrival order. It consumes the counter.
+func (ct *Counter) Matrices(u int) []*factor.Block {
+	es := ct.entries
+	ct.entries = nil
+	slices.SortStableFunc(es, func(x, y entry) int {
+		return cmp.Or(cmp.Compare(x.a, y.a), cmp.Compare(x.i, y.i), cmp.Compare(x.j, y.j))
+	})
+	out := make([]*factor.Block, u)
+	k := 0
+	for a := range u {
+		b := &factor.Block{Action: a, Ptr: []int64{0}}
+		for k < len(es) && int(es[k].a) == a {
+			e := es[k]
+			k++
+			if n := len(b.Cols); n > 0 && b.Rows[len(b.Rows)-1] == e.i && b.Cols[n-1] == e.j {
+				b.Vals[n-1] += e.c
+				continue
+			}
+			if len(b.Rows) == 0 || b.Rows[len(b.Rows)-1] != e.i {
+				if len(b.Rows) > 0 {
+					b.Ptr = append(b.Ptr, int64(len(b.Cols)))
+				}
+				b.Rows = append(b.Rows, e.i)
+			}
+			b.Cols = append(b.Cols, e.j)
+			b.Vals = append(b.Vals, e.c)
+		}
+		if len(b.Rows) > 0 {
+			b.Ptr = append(b.Ptr, int64(len(b.Cols)))
+		} else {
+			b.Ptr = []int64{0}
+		}
+		out[a] = b
+	}
+	return out
+}
+
+// DefaultTargetNNZ is the default number of nonzeros per shard.
+const DefaultTargetNNZ = 1 << 17
+
+// Split cuts each action's matrix into shards of whole rows with about
+// target nonzeros each (a row with more than target nonzeros is a shard of
+// its own). Shards are numbered in (action, row) order; that order is the
+// reduce order. n is the number of states (the column range).
+func Split(mats []*factor.Block, n, target int) ([]*Shard, *Manifest) {
+	if target < 1 {
+		target = DefaultTargetNNZ
+	}
+	man := &Manifest{N: n, U: len(mats)}
+	var out []*Shard
+	for a, mat := range mats {
+		r := 0
+		for r < len(mat.Rows) {
+			start := r
+			lo := mat.Ptr[r]
+			for r < len(mat.Rows) && (r == start || mat.Ptr[r+1]-lo <= int64(target)) {
+				r++
+			}
+			hi := mat.Ptr[r]
+			b := &factor.Block{
+				Action: a,
+				Rows:   mat.Rows[start:r],
+				Ptr:    make([]int64, r-start+1),
+				Cols:   mat.Cols[lo:hi],
+				Vals:   mat.Vals[lo:hi],
+			}
+			for q := start; q <= r; q++ {
+				b.Ptr[q-start] = mat.Ptr[q] - lo
+			}
+			rowHi := n
+			if r < len(mat.Rows) {
+				rowHi = int(mat.Rows[r])
+			}
+			rowLo := 0
+			if len(out) > 0 && out[len(out)-1].Action == a {
+				rowLo = out[len(out)-1].RowHi
+			}
+			sh := &Shard{Info: Info{ID: len(out), Action: a, RowLo: rowLo, RowHi: rowHi,
+				ColLo: 0, ColHi: n, NNZ: b.NNZ(), Sum: b.Sum(), Checksum: Checksum(b)}, Block: b}
+			out = append(out, sh)
+			man.Shards = append(man.Shards, sh.Info)
+			man.NNZ += sh.NNZ
+			man.Total += sh.Sum
+		}
+	}
+	return out, man
+}
+
+// Blocks returns the blocks of shards, in shard order.
+func Blocks(shards []*Shard) []*factor.Block {
+	out := make([]*factor.Block, len(shards))
+	for k, s := range shards {
+		out[k] = s.Block
+	}
+	return out
+}
+
+// Verify checks a shard's block against its manifest line: action, row
+// range, nnz, Σcount and checksum.
+func (s *Shard) Verify() error {
+	b := s.Block
+	if b.Action != s.Action {
+		return fmt.Errorf("shard: shard %d: block is of action %d, manifest says %d", s.ID, b.Action, s.Action)
+	}
+	if len(b.Rows) > 0 && (int(b.Rows[0]) < s.RowLo || int(b.Rows[len(b.Rows)-1]) >= s.RowHi) {
+		return fmt.Errorf("shard: shard %d: rows [%d, %d] outside [%d, %d)", s.ID, b.Rows[0], b.Rows[len(b.Rows)-1], s.RowLo, s.RowHi)
+	}
+	if b.NNZ() != s.NNZ {
+		return fmt.Errorf("shard: shard %d: %d nonzeros, manifest says %d", s.ID, b.NNZ(), s.NNZ)
+	}
+	if sum := b.Sum(); sum != s.Sum {
+		return fmt.Errorf("shard: shard %d: Σcount %v, manifest says %v", s.ID, sum, s.Sum)
+	}
+	if c := Checksum(b); c != s.Checksum {
+		return fmt.Errorf("shard: shard %d: checksum %s, manifest says %s", s.ID, c, s.Checksum)
+	}
+	return nil
+}
