@@ -1,6 +1,6 @@
 module github.com/emsf/emsf
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/apache/arrow/go/v15 v15.0.2

@@ -1,0 +1,197 @@
+package arrowio
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/ipc"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+	"github.com/apache/arrow/go/v15/parquet"
+	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+)
+
+// TransitionSchema is the schema of transition files written by
+// TransitionWriter: state, action, next_state (int32), count (float64),
+// episode and step (int64).
+var transitionFields = []arrow.Field{
+	{Name: "state", Type: arrow.PrimitiveTypes.Int32},
+	{Name: "action", Type: arrow.PrimitiveTypes.Int32},
+	{Name: "next_state", Type: arrow.PrimitiveTypes.Int32},
+	{Name: "count", Type: arrow.PrimitiveTypes.Float64},
+	{Name: "episode", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "step", Type: arrow.PrimitiveTypes.Int64},
+}
+
+// transitionBatchRows is how many rows a TransitionWriter buffers per
+// record batch (Arrow and Parquet).
+const transitionBatchRows = 1 << 16
+
+// TransitionWriter writes transitions to a CSV, Arrow IPC file or Parquet
+// file. The file appears at its path only when Close succeeds; Abort (or a
+// failed Close) removes the temporary file, so no half-written file is left.
+type TransitionWriter struct {
+	path, tmp string
+	f         *os.File
+	format    string
+
+	csv *bufio.Writer
+
+	b    *array.RecordBuilder
+	rows int
+	ipcw *ipc.FileWriter
+	pqw  *pqarrow.FileWriter
+}
+
+// FormatFromPath returns the format implied by a file name's extension:
+// "csv", "arrow" or "parquet" ("" if unknown).
+func FormatFromPath(path string) string {
+	switch filepath.Ext(path) {
+	case ".csv":
+		return "csv"
+	case ".arrow", ".feather", ".ipc":
+		return "arrow"
+	case ".parquet", ".pq":
+		return "parquet"
+	}
+	return ""
+}
+
+// NewTransitionWriter starts writing path in format "csv", "arrow" or
+// "parquet" ("" = from the extension).
+func NewTransitionWriter(path, format string) (*TransitionWriter, error) {
+	if format == "" {
+		format = FormatFromPath(path)
+	}
+	if format != "csv" && format != "arrow" && format != "parquet" {
+		return nil, fmt.Errorf("arrowio: %s: unknown transitions format %q (want csv, arrow or parquet)", path, format)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: create %s: %w", path, err)
+	}
+	w := &TransitionWriter{path: path, tmp: f.Name(), f: f, format: format}
+	schema := arrow.NewSchema(transitionFields, nil)
+	mem := memory.NewGoAllocator()
+	switch format {
+	case "csv":
+		w.csv = bufio.NewWriterSize(f, 1<<16)
+		_, err = w.csv.WriteString("state,action,next_state,count,episode,step\n")
+	case "arrow":
+		w.b = array.NewRecordBuilder(mem, schema)
+		w.ipcw, err = ipc.NewFileWriter(f, ipc.WithSchema(schema), ipc.WithAllocator(mem))
+	case "parquet":
+		w.b = array.NewRecordBuilder(mem, schema)
+		w.pqw, err = pqarrow.NewFileWriter(schema, struct{ io.Writer }{f}, parquet.NewWriterProperties(parquet.WithAllocator(mem)),
+			pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(mem)))
+	}
+	if err != nil {
+		w.Abort()
+		return nil, fmt.Errorf("arrowio: write %s: %w", path, err)
+	}
+	return w, nil
+}
+
+// Write appends one transition s --a--> s2 with weight c; episode and step
+// identify its place in a trajectory (use -1 when unknown).
+func (w *TransitionWriter) Write(s, a, s2 int, c float64, episode, step int64) error {
+	if w.csv != nil {
+		var buf [96]byte
+		line := strconv.AppendInt(buf[:0], int64(s), 10)
+		line = append(line, ',')
+		line = strconv.AppendInt(line, int64(a), 10)
+		line = append(line, ',')
+		line = strconv.AppendInt(line, int64(s2), 10)
+		line = append(line, ',')
+		line = strconv.AppendFloat(line, c, 'g', -1, 64)
+		line = append(line, ',')
+		line = strconv.AppendInt(line, episode, 10)
+		line = append(line, ',')
+		line = strconv.AppendInt(line, step, 10)
+		line = append(line, '\n')
+		if _, err := w.csv.Write(line); err != nil {
+			return fmt.Errorf("arrowio: write %s: %w", w.path, err)
+		}
+		return nil
+	}
+	w.b.Field(0).(*array.Int32Builder).Append(int32(s))
+	w.b.Field(1).(*array.Int32Builder).Append(int32(a))
+	w.b.Field(2).(*array.Int32Builder).Append(int32(s2))
+	w.b.Field(3).(*array.Float64Builder).Append(c)
+	w.b.Field(4).(*array.Int64Builder).Append(episode)
+	w.b.Field(5).(*array.Int64Builder).Append(step)
+	w.rows++
+	if w.rows >= transitionBatchRows {
+		return w.flush()
+	}
+	return nil
+}
+
+func (w *TransitionWriter) flush() error {
+	if w.rows == 0 {
+		return nil
+	}
+	rec := w.b.NewRecord()
+	defer rec.Release()
+	w.rows = 0
+	var err error
+	if w.ipcw != nil {
+		err = w.ipcw.Write(rec)
+	} else {
+		err = w.pqw.WriteBuffered(rec)
+	}
+	if err != nil {
+		return fmt.Errorf("arrowio: write %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// Close finishes the file and moves it into place.
+func (w *TransitionWriter) Close() error {
+	err := w.finish()
+	// The Parquet writer closes the file itself; ErrClosed is expected then.
+	if serr := w.f.Sync(); err == nil && serr != nil && !errors.Is(serr, os.ErrClosed) {
+		err = serr
+	}
+	if cerr := w.f.Close(); err == nil && cerr != nil && !errors.Is(cerr, os.ErrClosed) {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(w.tmp, w.path)
+	}
+	if err != nil {
+		os.Remove(w.tmp)
+		return fmt.Errorf("arrowio: write %s: %w", w.path, err)
+	}
+	return nil
+}
+
+func (w *TransitionWriter) finish() error {
+	if w.csv != nil {
+		return w.csv.Flush()
+	}
+	defer w.b.Release()
+	if err := w.flush(); err != nil {
+		return err
+	}
+	if w.ipcw != nil {
+		return w.ipcw.Close()
+	}
+	return w.pqw.Close()
+}
+
+// Abort discards everything written and removes the temporary file.
+func (w *TransitionWriter) Abort() {
+	if w.b != nil {
+		w.b.Release()
+		w.b = nil
+	}
+	w.f.Close()
+	os.Remove(w.tmp)
+}
