@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
+
+	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
+)
+
+// natsFlags are the connection flags shared by emsf fit (cluster mode) and
+// emsf worker.
+type natsFlags struct {
+	url                    string
+	creds, nkey            string
+	user, password, token  string
+	tlsCA, tlsCert, tlsKey string
+	prefix                 string
+}
+
+func (n *natsFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&n.url, "nats", os.Getenv("NATS_URL"), "NATS server URL(s), comma-separated (default $NATS_URL)")
+	fs.StringVar(&n.creds, "creds", "", "NATS user credentials file (JWT)")
+	fs.StringVar(&n.nkey, "nkey", "", "NATS NKey seed file")
+	fs.StringVar(&n.user, "user", "", "NATS user name")
+	fs.StringVar(&n.password, "password", "", "NATS password")
+	fs.StringVar(&n.token, "token", "", "NATS authentication token")
+	fs.StringVar(&n.tlsCA, "tls-ca", "", "CA certificates file to verify the NATS server with")
+	fs.StringVar(&n.tlsCert, "tls-cert", "", "TLS client certificate file")
+	fs.StringVar(&n.tlsKey, "tls-key", "", "TLS client key file")
+	fs.StringVar(&n.prefix, "subject-prefix", worker.DefaultPrefix, "prefix of every NATS subject emsf uses")
+}
+
+func (n *natsFlags) validate() error {
+	if (n.tlsCert == "") != (n.tlsKey == "") {
+		return usagef("--tls-cert and --tls-key must be given together")
+	}
+	if n.password != "" && n.user == "" {
+		return usagef("--password needs --user")
+	}
+	if err := worker.CheckPrefix(n.prefix); err != nil {
+		return usagef("--subject-prefix %q: want dot-separated tokens of letters, digits, '-' and '_'", n.prefix)
+	}
+	return nil
+}
+
+func (n *natsFlags) conn(name string) *worker.ConnConfig {
+	return &worker.ConnConfig{URL: n.url, Name: name, Creds: n.creds, NKey: n.nkey, User: n.user, Password: n.password,
+		Token: n.token, TLSCA: n.tlsCA, TLSCert: n.tlsCert, TLSKey: n.tlsKey}
+}
+
+// clusterFlags are the flags of emsf fit that turn on cluster mode.
+type clusterFlags struct {
+	natsFlags
+	embedded      bool
+	store         string
+	minWorkers    int
+	waitWorkers   time.Duration
+	workerTimeout time.Duration
+	objectBucket  string
+	kvBucket      string
+	replicas      int
+	job           string
+}
+
+func (c *clusterFlags) register(fs *flag.FlagSet) {
+	c.natsFlags.register(fs)
+	fs.BoolVar(&c.embedded, "embedded", false, "cluster mode on this machine: start an embedded NATS server (127.0.0.1, random port) and --workers in-process workers")
+	fs.StringVar(&c.store, "store", "", "with --embedded: JetStream store directory (default: a temporary directory, removed at exit)")
+	fs.IntVar(&c.minWorkers, "min-workers", 1, "cluster mode: wait for this many workers before the first iteration")
+	fs.DurationVar(&c.waitWorkers, "wait-workers", 30*time.Second, "cluster mode: how long to wait for --min-workers")
+	fs.DurationVar(&c.workerTimeout, "worker-timeout", 30*time.Second, "cluster mode: a task not answered within this is handed to another worker")
+	fs.StringVar(&c.objectBucket, "bucket-objects", worker.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and large partials")
+	fs.StringVar(&c.kvBucket, "bucket-jobs", worker.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
+	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
+	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
+}
+
+// enabled reports whether cluster mode was asked for.
+func (c *clusterFlags) enabled() bool { return c.url != "" || c.embedded }
+
+func (c *clusterFlags) validate() error {
+	if !c.enabled() {
+		return nil
+	}
+	if c.embedded && c.url != "" {
+		return usagef("--embedded starts its own server: it cannot be combined with --nats %s (or NATS_URL)", c.url)
+	}
+	if c.store != "" && !c.embedded {
+		return usagef("--store is the embedded server's store: it needs --embedded")
+	}
+	if c.minWorkers < 0 {
+		return usagef("--min-workers %d: must be >= 0", c.minWorkers)
+	}
+	if c.waitWorkers <= 0 {
+		return usagef("--wait-workers %v: must be > 0", c.waitWorkers)
+	}
+	if c.workerTimeout <= 0 {
+		return usagef("--worker-timeout %v: must be > 0", c.workerTimeout)
+	}
+	if worker.CheckBucket(c.objectBucket) != nil {
+		return usagef("--bucket-objects %q: want letters, digits, '-' and '_'", c.objectBucket)
+	}
+	if worker.CheckBucket(c.kvBucket) != nil {
+		return usagef("--bucket-jobs %q: want letters, digits, '-' and '_'", c.kvBucket)
+	}
+	if c.replicas < 1 || c.replicas > 5 {
+		return usagef("--replicas %d: must be in [1, 5]", c.replicas)
+	}
+	if c.job != "" && worker.CheckBucket(c.job) != nil {
+		return usagef("--job %q: want letters, digits, '-' and '_'", c.job)
+	}
+	return c.natsFlags.validate()
+}
+
+// jobName returns --job, or a name derived from the data and the fit.
+func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts factor.FitOptions) string {
+	if c.job != "" {
+		return c.job
+	}
+	h := sha256.New()
+	for _, s := range man.Shards {
+		h.Write([]byte(s.Checksum))
+	}
+	fmt.Fprintf(h, "|%d|%d|%d|%s|%d|%d|%v|%v|%d", md.N, md.M, md.U, md.Tie, md.Seed, md.Iteration, opts.Alpha,
+		opts.Converger.Tol, opts.Converger.MaxIter)
+	return "fit-" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// fitCluster fits md in place like factor.Fit(ctx, md, shard.Blocks(shards),
+// opts), bitwise, with the statistics computed by NATS workers: in-process
+// ones behind an embedded server with --embedded (workers of them), or
+// whatever workers serve --nats.
+func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts factor.FitOptions, workers int) (factor.FitResult, error) {
+	log := logger.Named("cluster")
+	var nc *nats.Conn
+	minWorkers := c.minWorkers
+	if c.embedded {
+		dir := c.store
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "emsf-nats-")
+			if err != nil {
+				return factor.FitResult{}, fmt.Errorf("cluster: store directory: %w", err)
+			}
+			defer os.RemoveAll(tmp)
+			dir = tmp
+		}
+		srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: dir})
+		if err != nil {
+			return factor.FitResult{}, err
+		}
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}()
+		log.Info("embedded NATS server", "url", srv.ClientURL(), "store", dir)
+		workers = max(workers, 1)
+		for k := range workers {
+			wnc, err := nats.Connect("", nats.InProcessServer(srv), nats.Name(fmt.Sprintf("emsf-worker-%d", k)))
+			if err != nil {
+				return factor.FitResult{}, fmt.Errorf("cluster: connect worker %d: %w", k, err)
+			}
+			w, err := worker.Start(ctx, wnc, worker.Config{Prefix: c.prefix, Logger: logger})
+			if err != nil {
+				wnc.Close()
+				return factor.FitResult{}, err
+			}
+			defer func() {
+				_ = w.Stop()
+				_ = wnc.Drain()
+				waitClosed(wnc, 10*time.Second)
+			}()
+		}
+		minWorkers = max(minWorkers, workers)
+		if nc, err = nats.Connect("", nats.InProcessServer(srv), nats.Name("emsf-coordinator")); err != nil {
+			return factor.FitResult{}, fmt.Errorf("cluster: connect: %w", err)
+		}
+	} else {
+		var err error
+		if nc, err = c.conn("emsf-coordinator").Connect(); err != nil {
+			return factor.FitResult{}, err
+		}
+		log.Info("connected", "url", nc.ConnectedUrlRedacted(), "max_payload", nc.MaxPayload())
+	}
+	defer nc.Close()
+
+	exec, err := natsexec.New(ctx, nc, natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket,
+		Replicas: c.replicas, Logger: logger})
+	if err != nil {
+		return factor.FitResult{}, err
+	}
+	defer exec.Close()
+	job := c.jobName(man, md, opts)
+	return coordinator.Fit(ctx, exec, shards, man, md, coordinator.Options{
+		Job:         job,
+		Params:      map[string]string{"m": strconv.Itoa(md.M), "tie": md.Tie.String(), "seed": strconv.FormatUint(md.Seed, 10)},
+		Alpha:       opts.Alpha,
+		Converger:   opts.Converger,
+		Progress:    opts.Progress,
+		TaskTimeout: c.workerTimeout,
+		MinWorkers:  minWorkers,
+		WaitWorkers: c.waitWorkers,
+		Checkpoint:  exec,
+		Logger:      log,
+		Report: func(r coordinator.IterReport) {
+			log.Info("cluster iteration", "job", job, "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
+				"compute", r.Compute.Round(time.Microsecond), "transfer", r.Transfer.Round(time.Microsecond),
+				"reduce", r.Reduce.Round(time.Microsecond), "commit", r.Commit.Round(time.Microsecond),
+				"bytes", r.Bytes, "tasks", r.Tasks, "retried", r.Retried, "dropped", r.Dropped,
+				"rejected", r.Rejected, "workers", r.Workers, "sum_x", r.SumX)
+		},
+	})
+}
+
+// waitClosed waits until nc is closed (after Drain), at most d.
+func waitClosed(nc *nats.Conn, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for !nc.IsClosed() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	nc.Close()
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
+
+	"github.com/emsf/emsf/worker"
+)
+
+// runWorker is emsf worker: a NATS micro service computing shard
+// statistics until SIGINT/SIGTERM (ctx), after which it drains and exits 0.
+func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		nf        natsFlags
+		name      string
+		level     string
+		jsonLog   bool
+		maxShards int
+		delay     time.Duration
+	)
+	nf.register(fs)
+	fs.StringVar(&name, "name", "emsf-worker", "client name shown by the NATS server")
+	fs.StringVar(&level, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.BoolVar(&jsonLog, "log-json", false, "log as JSON lines")
+	fs.IntVar(&maxShards, "max-cached-shards", 0, "shards kept in memory across iterations (0: all)")
+	fs.DurationVar(&delay, "task-delay", 0, "testing: wait this long before computing each task")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: emsf worker --nats URL [flags]\n\n"+
+			"Runs a cluster worker: a NATS micro service (%q, see 'nats micro ls') that computes the\n"+
+			"statistics of shards for 'emsf fit --nats URL'. Start as many as you like, anywhere;\n"+
+			"SIGINT or SIGTERM finishes the task at hand and exits.\n\nFlags:\n", worker.ServiceName)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "emsf worker: "+format+"\n", a...)
+		return code
+	}
+	if fs.NArg() > 0 {
+		return fail(2, "unexpected argument %q", fs.Arg(0))
+	}
+	if nf.url == "" {
+		return fail(2, "--nats is required (or set NATS_URL)")
+	}
+	if err := nf.validate(); err != nil {
+		return fail(2, "%v", err)
+	}
+	lvl := hclog.LevelFromString(level)
+	if lvl == hclog.NoLevel {
+		return fail(2, "--log-level %q: want trace, debug, info, warn or error", level)
+	}
+	if maxShards < 0 {
+		return fail(2, "--max-cached-shards %d: must be >= 0", maxShards)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "emsf", Level: lvl, Output: stderr, JSONFormat: jsonLog, Color: hclog.ColorOff})
+
+	closed := make(chan struct{})
+	nc, err := nf.conn(name).Connect(
+		nats.RetryOnFailedConnect(true),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected", "error", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected", "url", c.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	w, err := worker.Start(ctx, nc, worker.Config{Prefix: nf.prefix, Logger: log, MaxCachedShards: maxShards, Delay: delay})
+	if err != nil {
+		nc.Close()
+		return fail(1, "%v", err)
+	}
+	fmt.Fprintf(stdout, "worker %s ready on %s\n", w.ID(), worker.TaskSubject(nf.prefix))
+	select {
+	case <-ctx.Done():
+	case <-closed:
+		return fail(1, "connection to NATS closed")
+	}
+	log.Info("draining")
+	if err := w.Stop(); err != nil {
+		log.Warn("stop", "error", err)
+	}
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return 0
+	}
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		nc.Close()
+	}
+	return 0
+}

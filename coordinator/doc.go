@@ -1,0 +1,43 @@
+// Package coordinator runs a fit as a map-reduce: it plans one task per
+// shard and iteration, hands tasks to an Executor with a deadline (a
+// lease), gathers one factor.Partial per shard, checks it, reduces in shard
+// order, commits, checkpoints and announces.
+//
+// The Executor is the coordinator's only view of the workers, so the same
+// loop runs against goroutines in this process (worker.Local) and against
+// NATS workers (coordinator/natsexec); the tests run one body against
+// both.
+//
+// # How tasks travel
+//
+// Tasks are requests to the workers' queue group with coordinator-owned
+// deadlines, not a JetStream work queue. The coordinator already has to
+// own leases and reassignment (it knows which shards are missing and when
+// to give up on a worker), and the data behind a task (shard, model) lives
+// in the Object Store anyway, so a durable task queue would add a second
+// copy of the lease state (AckWait, MaxDeliver) that can disagree with the
+// coordinator's. A request is answered by exactly one live member of the
+// queue group; a worker that dies leaves its requests unanswered, the lease
+// runs out, and the task is handed out again (to whichever worker the
+// server picks; a task that failed on a worker carries that worker in its
+// Avoid list so that it is recomputed elsewhere when possible). At most a
+// window of tasks is outstanding (2 per live worker), so tasks do not wait
+// in worker buffers until their deadline passes.
+//
+// # Invariants
+//
+//   - Partials are merged in shard order, whatever order they arrive in, so
+//     the committed model is bitwise identical to factor.Fit on the same
+//     shards, for any number of workers and any failures.
+//   - Each (job, iteration, shard) is reduced at most once: a partial for
+//     another iteration, for a shard already merged or already held is
+//     dropped (counted in IterReport.Dropped).
+//   - A partial is checked before it is held: action and nonzero count as
+//     in the manifest, Σx equal to the shard's Σcount (to 1e-12 relative,
+//     as factor.CheckSumX); and when merged, by factor.Accumulator.Merge
+//     (dimensions, indices, finite and non-negative values). A failed check
+//     is an error naming worker and shard; the shard is handed out again
+//     (IterReport.Rejected) and the pass goes on.
+//   - After each commit a Checkpointer (optional) records the job state;
+//     the NATS one commits with compare-and-set on the KV revision.
+package coordinator

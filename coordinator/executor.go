@@ -1,0 +1,57 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
+)
+
+// Executor runs tasks on workers. Implementations: worker.Local (in this
+// process) and natsexec.Executor (NATS workers).
+type Executor interface {
+	// Load makes the shards of a job available to the workers, once per
+	// job. It returns the bytes it moved.
+	Load(ctx context.Context, job string, shards []*shard.Shard) (int64, error)
+	// Publish makes md the model that tasks of the given iteration run on.
+	// The executor must not keep a reference to md past the call (the
+	// coordinator commits into it). It returns the bytes it moved.
+	Publish(ctx context.Context, job string, iteration int, md *factor.Model) (int64, error)
+	// Submit hands a task out and returns at once; deliver is called with
+	// its result, or with an error result when ctx ends first (ctx carries
+	// the task's deadline). deliver may be called late; the coordinator
+	// drops what it no longer needs.
+	Submit(ctx context.Context, t worker.Task, deliver func(worker.Result))
+	// Workers returns the number of workers alive now.
+	Workers(ctx context.Context) (int, error)
+}
+
+// JobState is what a Checkpointer records after each commit.
+type JobState struct {
+	Job      string            `json:"job"`
+	Params   map[string]string `json:"params,omitempty"`
+	Manifest *shard.Manifest   `json:"manifest"`
+	// Iteration is the last committed iteration of the job.
+	Iteration int `json:"iteration"`
+	// ModelIteration is md.Iteration after that commit (it includes
+	// iterations of a warm start).
+	ModelIteration int `json:"model_iteration"`
+	// ModelObject and ModelDigest name the committed model.
+	ModelObject string    `json:"model_object,omitempty"`
+	ModelDigest string    `json:"model_digest,omitempty"`
+	LogLik      *float64  `json:"loglik,omitempty"` // nil when not computed
+	SumX        float64   `json:"sum_x"`
+	Status      string    `json:"status"`
+	Updated     time.Time `json:"updated"`
+}
+
+// Checkpointer records job state durably. Begin is called once before the
+// first iteration, Commit after every committed iteration (md is the new
+// model; st.Iteration says which). Commit must fail when another
+// coordinator committed the job since this one's last call.
+type Checkpointer interface {
+	Begin(ctx context.Context, st *JobState) error
+	Commit(ctx context.Context, st *JobState, md *factor.Model) error
+}

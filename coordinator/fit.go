@@ -1,0 +1,445 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
+)
+
+// Options configure Fit.
+type Options struct {
+	// Job names the job (subjects, object names, the KV key); required.
+	Job string
+	// Params are recorded in the job state.
+	Params map[string]string
+	// Alpha is the learning rate of each commit; 0 means 1 (plain EM).
+	Alpha     float64
+	Converger factor.Converger
+	// Progress, if set, is called after every committed iteration with the
+	// same values factor.Fit reports.
+	Progress func(factor.IterStats)
+	// Report, if set, is called after every committed iteration with the
+	// cluster's view of it.
+	Report func(IterReport)
+	// TaskTimeout is the lease of a task: how long the coordinator waits
+	// for its partial before handing it to another worker (default 30s).
+	TaskTimeout time.Duration
+	// MaxAttempts bounds how often one shard is handed out in one
+	// iteration before the fit fails (default 8).
+	MaxAttempts int
+	// Window bounds the tasks outstanding at once (default 2 per live
+	// worker, at least 2).
+	Window int
+	// MinWorkers is how many workers must be alive before the first
+	// iteration (default 1); WaitWorkers how long to wait for them
+	// (default 30s).
+	MinWorkers  int
+	WaitWorkers time.Duration
+	// Checkpoint, if set, records the job state after every commit.
+	Checkpoint Checkpointer
+	// Logger receives the coordinator's logs (default: none).
+	Logger hclog.Logger
+}
+
+// IterReport is the cluster's view of one committed iteration. Compute is
+// the sum over accepted tasks of the workers' compute time; Transfer is the
+// model publication plus, summed over accepted tasks, the time from
+// hand-out to delivery minus compute (queueing, fetches, the wire); Reduce
+// is the time spent checking and merging partials; Commit the commit and
+// checkpoint; Wall the whole iteration.
+type IterReport struct {
+	Iteration                               int
+	Wall, Compute, Transfer, Reduce, Commit time.Duration
+	// Bytes moved: model publication plus every task's request, reply and
+	// object fetches.
+	Bytes int64
+	// Tasks handed out (including retries); Retried the hand-outs after
+	// the first of a shard; Dropped the late or duplicate partials;
+	// Rejected the partials that failed a check.
+	Tasks, Retried, Dropped, Rejected int
+	// Workers alive at the start of the iteration.
+	Workers int
+	SumX    float64
+}
+
+// ErrNoWorkers is returned when fewer than MinWorkers workers answer.
+var ErrNoWorkers = errors.New("coordinator: not enough workers")
+
+// Fit runs batch EMSF on md in place with the shards computed by exec, and
+// stops when opts.Converger says so. The result (the model, the progress
+// values, the FitResult) is bitwise the same as factor.Fit(ctx, md,
+// shard.Blocks(shards), factor.FitOptions{...}) with the same options.
+func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts Options) (factor.FitResult, error) {
+	conv := opts.Converger
+	if err := conv.Validate(); err != nil {
+		return factor.FitResult{}, err
+	}
+	alpha := opts.Alpha
+	if alpha == 0 {
+		alpha = 1
+	}
+	if !(alpha > 0 && alpha <= 1) {
+		return factor.FitResult{}, fmt.Errorf("coordinator: learning rate %v must be in (0, 1]", alpha)
+	}
+	if opts.Job == "" {
+		return factor.FitResult{}, fmt.Errorf("coordinator: job name is empty")
+	}
+	if len(man.Shards) != len(shards) {
+		return factor.FitResult{}, fmt.Errorf("coordinator: manifest lists %d shards, got %d", len(man.Shards), len(shards))
+	}
+	for k, s := range shards {
+		if s.Info != man.Shards[k] {
+			return factor.FitResult{}, fmt.Errorf("coordinator: shard %d differs from its manifest line", k)
+		}
+		if err := s.Block.CheckShape(md.N, md.U); err != nil {
+			return factor.FitResult{}, fmt.Errorf("factor: block %d: %w", k, err)
+		}
+	}
+	blocks := shard.Blocks(shards)
+	total := factor.TotalCount(blocks)
+	if !(total > 0) {
+		return factor.FitResult{}, fmt.Errorf("factor: no data: the total count is %v", total)
+	}
+	dataTerm := factor.DataTerm(blocks)
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	log = log.With("job", opts.Job)
+	if opts.TaskTimeout <= 0 {
+		opts.TaskTimeout = 30 * time.Second
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 8
+	}
+
+	alive, err := waitWorkers(ctx, exec, opts, log)
+	if err != nil {
+		return factor.FitResult{}, err
+	}
+	loadBytes, err := exec.Load(ctx, opts.Job, shards)
+	if err != nil {
+		return factor.FitResult{}, fmt.Errorf("coordinator: load shards: %w", err)
+	}
+	log.Info("shards loaded", "shards", len(shards), "nnz", man.NNZ, "bytes", loadBytes, "workers", alive)
+	st := &JobState{Job: opts.Job, Params: opts.Params, Manifest: man, ModelIteration: md.Iteration, Status: "running"}
+	if opts.Checkpoint != nil {
+		if err := opts.Checkpoint.Begin(ctx, st); err != nil {
+			return factor.FitResult{}, err
+		}
+	}
+
+	p := &pass{exec: exec, opts: &opts, log: log, man: man, acc: factor.NewAccumulator(md)}
+	start := time.Now()
+	prev := math.NaN()
+	res := factor.FitResult{LogLik: math.NaN()}
+	for iter := 1; ; iter++ {
+		t0 := time.Now()
+		rep := IterReport{Iteration: iter}
+		if iter > 1 {
+			if alive, err = exec.Workers(ctx); err != nil {
+				return res, fmt.Errorf("coordinator: count workers: %w", err)
+			}
+		}
+		rep.Workers = alive
+		withLL := conv.NeedsLogLik(iter)
+		b, err := exec.Publish(ctx, opts.Job, iter, md)
+		if err != nil {
+			return res, fmt.Errorf("coordinator: publish model for iteration %d: %w", iter, err)
+		}
+		rep.Bytes += b
+		rep.Transfer += time.Since(t0)
+		if err := p.run(ctx, iter, withLL, alive, &rep); err != nil {
+			return res, err
+		}
+		acc := p.acc
+		if err := factor.CheckSumX(acc.SumX, total); err != nil {
+			return res, err
+		}
+		tc := time.Now()
+		acc.Commit(md, alpha, dataTerm)
+		now := time.Now()
+		is := factor.IterStats{Iteration: iter, LogLik: acc.LogLik, RelChange: math.NaN(),
+			IterTime: now.Sub(t0), Elapsed: now.Sub(start), NNZ: acc.NNZ, SumX: acc.SumX}
+		if withLL {
+			if !math.IsNaN(prev) {
+				is.RelChange = (acc.LogLik - prev) / math.Abs(acc.LogLik)
+			}
+			prev = acc.LogLik
+			res.LogLik = acc.LogLik
+		}
+		res.Iterations = iter
+		res.Elapsed = is.Elapsed
+		status := conv.Check(iter, acc.LogLik, is.Elapsed)
+		if opts.Checkpoint != nil {
+			st.Iteration, st.ModelIteration, st.SumX, st.Updated = iter, md.Iteration, acc.SumX, now
+			st.LogLik = nil
+			if ll := acc.LogLik; !math.IsNaN(ll) {
+				st.LogLik = &ll
+			}
+			if status != factor.NotTerminated {
+				st.Status = status.String()
+			}
+			if err := opts.Checkpoint.Commit(ctx, st, md); err != nil {
+				return res, fmt.Errorf("coordinator: checkpoint iteration %d: %w", iter, err)
+			}
+		}
+		rep.Commit = time.Since(tc)
+		rep.Wall = time.Since(t0)
+		rep.SumX = acc.SumX
+		log.Debug("iteration committed", "iter", iter, "wall", rep.Wall, "compute", rep.Compute,
+			"transfer", rep.Transfer, "reduce", rep.Reduce, "commit", rep.Commit, "bytes", rep.Bytes,
+			"tasks", rep.Tasks, "retried", rep.Retried, "dropped", rep.Dropped, "rejected", rep.Rejected,
+			"workers", rep.Workers)
+		if opts.Progress != nil {
+			opts.Progress(is)
+		}
+		if opts.Report != nil {
+			opts.Report(rep)
+		}
+		if status != factor.NotTerminated {
+			res.Status = status
+			return res, nil
+		}
+	}
+}
+
+// waitWorkers polls exec until MinWorkers workers are alive.
+func waitWorkers(ctx context.Context, exec Executor, opts Options, log hclog.Logger) (int, error) {
+	want := max(opts.MinWorkers, 1)
+	wait := opts.WaitWorkers
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	logged := false
+	for {
+		n, err := exec.Workers(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("coordinator: count workers: %w", err)
+		}
+		if n >= want {
+			return n, nil
+		}
+		if time.Now().After(deadline) {
+			return n, fmt.Errorf("%w: %d alive after %v, want at least %d (start workers with 'emsf worker --nats URL')",
+				ErrNoWorkers, n, wait, want)
+		}
+		if !logged {
+			log.Info("waiting for workers", "alive", n, "want", want)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// pass is the gather-and-reduce state of the fit, reused across
+// iterations.
+type pass struct {
+	exec Executor
+	opts *Options
+	log  hclog.Logger
+	man  *shard.Manifest
+	acc  *factor.Accumulator
+}
+
+type lease struct {
+	attempt  int
+	deadline time.Time
+	avoid    []string
+	cancel   context.CancelFunc
+	sent     time.Time
+}
+
+// run computes one pass: every shard handed out, checked and merged in
+// shard order into p.acc.
+func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *IterReport) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p.acc.Reset()
+	ns := len(p.man.Shards)
+	window := p.opts.Window
+	if window <= 0 {
+		window = max(2*alive, 2)
+	}
+	results := make(chan worker.Result, window)
+	deliver := func(r worker.Result) {
+		select {
+		case results <- r:
+		case <-ctx.Done():
+		}
+	}
+	leases := make(map[int]*lease)
+	attempts := make([]int, ns)
+	held := make(map[int]worker.Result)
+	next, sent := 0, 0
+	defer func() {
+		for _, l := range leases {
+			l.cancel()
+		}
+	}()
+
+	handOut := func(k int, avoid []string) error {
+		if attempts[k] >= p.opts.MaxAttempts {
+			return fmt.Errorf("coordinator: iteration %d: shard %d failed %d times", iter, k, attempts[k])
+		}
+		if old := leases[k]; old != nil {
+			old.cancel()
+		}
+		attempts[k]++
+		if attempts[k] > 1 {
+			rep.Retried++
+		}
+		rep.Tasks++
+		if len(avoid) > 0 && len(avoid) >= alive {
+			avoid = nil // nowhere else to go: let any worker take it
+		}
+		now := time.Now()
+		tctx, tcancel := context.WithDeadline(ctx, now.Add(p.opts.TaskTimeout))
+		leases[k] = &lease{attempt: attempts[k], deadline: now.Add(p.opts.TaskTimeout), avoid: avoid, cancel: tcancel, sent: now}
+		t := worker.Task{Job: p.opts.Job, Iteration: iter, Shard: k, WithLogLik: withLL, Attempt: attempts[k], Avoid: avoid}
+		p.exec.Submit(tctx, t, deliver)
+		return nil
+	}
+	fill := func() error {
+		for sent < ns && sent < next+window {
+			if err := handOut(sent, nil); err != nil {
+				return err
+			}
+			sent++
+		}
+		return nil
+	}
+	retry := func(k int, w string, why error) error {
+		l := leases[k]
+		var avoid []string
+		if l != nil {
+			avoid = l.avoid
+		}
+		if w != "" && !slices.Contains(avoid, w) {
+			avoid = append(slices.Clone(avoid), w)
+		}
+		p.log.Warn("task handed out again", "iter", iter, "shard", k, "worker", w, "reason", why)
+		return handOut(k, avoid)
+	}
+	if err := fill(); err != nil {
+		return err
+	}
+
+	tick := time.NewTicker(max(p.opts.TaskTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for next < ns {
+		var r worker.Result
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case now := <-tick.C:
+			// Safety net for executors that miss their own deadline.
+			for k, l := range leases {
+				if now.After(l.deadline.Add(time.Second)) {
+					if err := retry(k, "", fmt.Errorf("lease expired")); err != nil {
+						return err
+					}
+				}
+			}
+			continue
+		case r = <-results:
+		}
+		k := r.Task.Shard
+		if r.Task.Job != p.opts.Job || r.Task.Iteration != iter || k < next || k >= sent {
+			rep.Dropped++
+			p.log.Debug("late partial dropped", "iter", iter, "task_iter", r.Task.Iteration, "shard", k, "worker", r.Worker)
+			continue
+		}
+		if _, ok := held[k]; ok {
+			rep.Dropped++
+			p.log.Debug("duplicate partial dropped", "iter", iter, "shard", k, "worker", r.Worker)
+			continue
+		}
+		l := leases[k]
+		if r.Err != nil {
+			if l != nil && l.attempt == r.Task.Attempt {
+				if err := retry(k, r.Worker, r.Err); err != nil {
+					return fmt.Errorf("%w; last error from worker %s: %w", err, r.Worker, r.Err)
+				}
+			}
+			continue
+		}
+		if err := checkPartial(r.Partial, p.man.Shards[k]); err != nil {
+			rep.Rejected++
+			err = fmt.Errorf("coordinator: iteration %d: partial of shard %d from worker %s rejected: %w", iter, k, r.Worker, err)
+			p.log.Error("partial rejected", "iter", iter, "shard", k, "worker", r.Worker, "error", err)
+			if rerr := retry(k, r.Worker, err); rerr != nil {
+				return fmt.Errorf("%w; last: %w", rerr, err)
+			}
+			continue
+		}
+		held[k] = r
+		if l != nil {
+			l.cancel()
+			rep.Compute += r.Compute
+			rep.Transfer += max(time.Since(l.sent)-r.Compute, 0)
+			delete(leases, k)
+		}
+		rep.Bytes += r.Bytes
+		tr := time.Now()
+		for {
+			h, ok := held[next]
+			if !ok {
+				break
+			}
+			delete(held, next)
+			if err := p.acc.Merge(h.Partial); err != nil {
+				rep.Rejected++
+				err = fmt.Errorf("coordinator: iteration %d: partial of shard %d from worker %s rejected: %w", iter, next, h.Worker, err)
+				p.log.Error("partial rejected", "iter", iter, "shard", next, "worker", h.Worker, "error", err)
+				if rerr := retry(next, h.Worker, err); rerr != nil {
+					return fmt.Errorf("%w; last: %w", rerr, err)
+				}
+				break
+			}
+			next++
+		}
+		rep.Reduce += time.Since(tr)
+		if err := fill(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkPartial checks a partial against its shard's manifest line: action,
+// nonzeros, and Σx equal to the shard's Σcount (to the rounding that
+// factor.CheckSumX allows: X is summed per row, the manifest over all
+// nonzeros).
+func checkPartial(pt *factor.Partial, in shard.Info) error {
+	switch {
+	case pt == nil:
+		return fmt.Errorf("no partial")
+	case pt.Action != in.Action:
+		return fmt.Errorf("action %d, manifest says %d", pt.Action, in.Action)
+	case pt.NNZ != in.NNZ:
+		return fmt.Errorf("%d nonzeros, manifest says %d", pt.NNZ, in.NNZ)
+	}
+	sx := 0.0
+	for _, v := range pt.X {
+		sx += v
+	}
+	if math.Abs(sx-in.Sum) > 1e-12*math.Abs(in.Sum) || math.Abs(pt.SumX-in.Sum) > 1e-12*math.Abs(in.Sum) {
+		return fmt.Errorf("Σx = %v (SumX %v), manifest Σcount = %v", sx, pt.SumX, in.Sum)
+	}
+	return nil
+}

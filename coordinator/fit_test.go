@@ -1,0 +1,184 @@
+package coordinator_test
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
+)
+
+// testData returns a small random data set: n states, u actions, about
+// nnz nonzeros with integer and fractional counts, split into shards of
+// about target nonzeros.
+func testData(t testing.TB, n, u, nnz, target int) ([]*shard.Shard, *shard.Manifest) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(7, 11))
+	var ct shard.Counter
+	for range nnz {
+		i, a := rng.IntN(n), rng.IntN(u)
+		// Locality: most next states near i, so shards touch few columns.
+		j := (i + rng.IntN(20)) % n
+		c := 1.0
+		if rng.IntN(4) == 0 {
+			c = 0.25 + rng.Float64()
+		}
+		if err := ct.Add(i, a, j, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shards, man := shard.Split(ct.Matrices(u), n, target)
+	if len(shards) < 6 {
+		t.Fatalf("test data has %d shards, want several", len(shards))
+	}
+	return shards, man
+}
+
+// fitCase is one fit configuration and its local reference.
+type fitCase struct {
+	shards []*shard.Shard
+	man    *shard.Manifest
+	init   *factor.Model
+	conv   factor.Converger
+	want   *factor.Model
+	wantR  factor.FitResult
+	wantS  []factor.IterStats
+}
+
+func newFitCase(t testing.TB) *fitCase {
+	shards, man := testData(t, 200, 2, 3000, 300)
+	fc := &fitCase{shards: shards, man: man, init: factor.NewRandom(man.N, 4, man.U, factor.TieNone, 3),
+		conv: factor.Converger{Tol: 1e-12, MaxIter: 5}}
+	fc.want = fc.init.Clone()
+	opts := factor.FitOptions{Workers: 3, Converger: fc.conv, Progress: func(s factor.IterStats) { fc.wantS = append(fc.wantS, s) }}
+	var err error
+	if fc.wantR, err = factor.Fit(context.Background(), fc.want, shard.Blocks(shards), opts); err != nil {
+		t.Fatal(err)
+	}
+	return fc
+}
+
+// run fits with exec and checks that model, progress and result are
+// bitwise those of factor.Fit.
+func (fc *fitCase) run(t *testing.T, exec coordinator.Executor, ck coordinator.Checkpointer) []coordinator.IterReport {
+	t.Helper()
+	md := fc.init.Clone()
+	var stats []factor.IterStats
+	var reps []coordinator.IterReport
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
+		Job: "test-job", Converger: fc.conv, TaskTimeout: 5 * time.Second, Checkpoint: ck,
+		Progress: func(s factor.IterStats) { stats = append(stats, s) },
+		Report:   func(r coordinator.IterReport) { reps = append(reps, r) },
+		Logger:   hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !md.Equal(fc.want) {
+		t.Fatal("model differs from factor.Fit's")
+	}
+	same := func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
+	if res.Status != fc.wantR.Status || res.Iterations != fc.wantR.Iterations || !same(res.LogLik, fc.wantR.LogLik) ||
+		md.Iteration != fc.want.Iteration || !same(md.LogLik, fc.want.LogLik) || !same(md.WKL, fc.want.WKL) {
+		t.Fatalf("result %+v (model iter %d loglik %v WKL %v), want %+v (%d, %v, %v)", res, md.Iteration, md.LogLik, md.WKL,
+			fc.wantR, fc.want.Iteration, fc.want.LogLik, fc.want.WKL)
+	}
+	if len(stats) != len(fc.wantS) {
+		t.Fatalf("%d progress calls, want %d", len(stats), len(fc.wantS))
+	}
+	for k, s := range stats {
+		w := fc.wantS[k]
+		if s.Iteration != w.Iteration || !same(s.LogLik, w.LogLik) || !same(s.RelChange, w.RelChange) || s.NNZ != w.NNZ || !same(s.SumX, w.SumX) {
+			t.Fatalf("progress %d = %+v, want %+v", k, s, w)
+		}
+		if err := factor.CheckSumX(s.SumX, fc.man.Total); err != nil {
+			t.Fatalf("iteration %d: %v", s.Iteration, err)
+		}
+	}
+	return reps
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// faulty wraps an executor: it delivers the result of (dupIter, dupShard)
+// twice, and corrupts the first result of (badIter, badShard) so that its
+// Σx no longer matches the manifest.
+type faulty struct {
+	coordinator.Executor
+	dupIter, dupShard int
+	badIter, badShard int
+
+	mu       sync.Mutex
+	badDone  bool
+	injected int
+}
+
+func (f *faulty) Submit(ctx context.Context, t worker.Task, deliver func(worker.Result)) {
+	f.Executor.Submit(ctx, t, func(r worker.Result) {
+		f.mu.Lock()
+		bad := t.Iteration == f.badIter && t.Shard == f.badShard && r.Err == nil && !f.badDone
+		if bad {
+			f.badDone = true
+			f.injected++
+		}
+		dup := t.Iteration == f.dupIter && t.Shard == f.dupShard && r.Err == nil
+		if dup {
+			f.injected++
+		}
+		f.mu.Unlock()
+		if bad {
+			p := *r.Partial
+			p.X = slices.Clone(p.X)
+			p.X[0] += 1
+			p.SumX += 1
+			r.Partial = &p
+		}
+		deliver(r)
+		if dup {
+			deliver(r)
+		}
+	})
+}
+
+func checkFaults(t *testing.T, f *faulty, reps []coordinator.IterReport) {
+	t.Helper()
+	var dropped, rejected, retried int
+	for _, r := range reps {
+		dropped += r.Dropped
+		rejected += r.Rejected
+		retried += r.Retried
+	}
+	if f.injected < 2 || dropped < 1 || rejected != 1 || retried < 1 {
+		t.Fatalf("injected %d faults; coordinator dropped %d, rejected %d, retried %d partials", f.injected, dropped, rejected, retried)
+	}
+}
+
+func TestFitLocal(t *testing.T) {
+	fc := newFitCase(t)
+	for _, n := range []int{1, 3} {
+		exec := worker.NewLocal(n)
+		fc.run(t, exec, nil)
+		exec.Close()
+	}
+}
+
+func TestFitLocalFaults(t *testing.T) {
+	fc := newFitCase(t)
+	exec := worker.NewLocal(2)
+	defer exec.Close()
+	f := &faulty{Executor: exec, dupIter: 1, dupShard: 2, badIter: 2, badShard: 3}
+	checkFaults(t, f, fc.run(t, f, nil))
+}

@@ -1,0 +1,462 @@
+package natsexec
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
+)
+
+// Config configures an Executor.
+type Config struct {
+	// Prefix is the subject prefix (default worker.DefaultPrefix).
+	Prefix string
+	// ObjectBucket and KVBucket name the buckets (defaults
+	// worker.DefaultObjectBucket and worker.DefaultKVBucket); they are
+	// created when missing, with file storage and Replicas replicas
+	// (default 1; 3 on a 3-node cluster).
+	ObjectBucket, KVBucket string
+	Replicas               int
+	// PingWait is how long a worker census waits for PING replies
+	// (default 250ms); PingEvery how old a census may be before Workers
+	// refreshes it in the background (default 5s).
+	PingWait, PingEvery time.Duration
+	// Logger receives the executor's logs (default: none).
+	Logger hclog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Prefix == "" {
+		c.Prefix = worker.DefaultPrefix
+	}
+	if c.ObjectBucket == "" {
+		c.ObjectBucket = worker.DefaultObjectBucket
+	}
+	if c.KVBucket == "" {
+		c.KVBucket = worker.DefaultKVBucket
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.PingWait <= 0 {
+		c.PingWait = 250 * time.Millisecond
+	}
+	if c.PingEvery <= 0 {
+		c.PingEvery = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if err := worker.CheckPrefix(c.Prefix); err != nil {
+		return fmt.Errorf("natsexec: %w", err)
+	}
+	for _, b := range []string{c.ObjectBucket, c.KVBucket} {
+		if err := worker.CheckBucket(b); err != nil {
+			return fmt.Errorf("natsexec: %w", err)
+		}
+	}
+	return nil
+}
+
+// Executor hands tasks to NATS workers; it implements
+// coordinator.Executor and coordinator.Checkpointer. Close waits for the
+// requests it started.
+type Executor struct {
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	obs jetstream.ObjectStore
+	kv  jetstream.KeyValue
+	cfg Config
+	log hclog.Logger
+
+	mu      sync.Mutex
+	shards  map[string][]objRef // by job, in shard order
+	models  map[string]objRef   // by job: the latest stored version
+	kvRev   map[string]uint64
+	census  censusState
+	wg      sync.WaitGroup
+	closing bool
+}
+
+type objRef struct {
+	name, digest string
+	version      int
+	size         int64
+}
+
+type censusState struct {
+	alive   int
+	at      time.Time
+	running bool
+}
+
+var _ coordinator.Executor = (*Executor)(nil)
+var _ coordinator.Checkpointer = (*Executor)(nil)
+
+// New returns an executor on nc, creating the buckets when missing. The
+// caller keeps nc: Close the executor, then close nc.
+func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: jetstream: %w", err)
+	}
+	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: cfg.ObjectBucket, Description: "emsf shards, models and large partials",
+		Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: object store %s: %w", cfg.ObjectBucket, err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: cfg.KVBucket, Description: "emsf job state", History: 8,
+		Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: key-value store %s: %w", cfg.KVBucket, err)
+	}
+	return &Executor{nc: nc, js: js, obs: obs, kv: kv, cfg: cfg, log: cfg.Logger.Named("natsexec"),
+		shards: map[string][]objRef{}, models: map[string]objRef{}, kvRev: map[string]uint64{}}, nil
+}
+
+// Close waits for the outstanding requests (they end at their deadlines).
+func (e *Executor) Close() {
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+	e.wg.Wait()
+}
+
+// Load uploads the shards of a job that the Object Store lacks.
+func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) (int64, error) {
+	refs := make([]objRef, len(shards))
+	var moved int64
+	for k, s := range shards {
+		name := worker.ShardObject(s.Checksum)
+		refs[k] = objRef{name: name, digest: s.Checksum}
+		data, err := arrowio.EncodeShard(s)
+		if err != nil {
+			return moved, fmt.Errorf("natsexec: encode shard %d: %w", k, err)
+		}
+		if info, err := e.obs.GetInfo(ctx, name); err == nil && info.Size == uint64(len(data)) {
+			continue
+		} else if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return moved, fmt.Errorf("natsexec: shard %d: %w", k, err)
+		}
+		if _, err := e.obs.PutBytes(ctx, name, data); err != nil {
+			return moved, fmt.Errorf("natsexec: upload shard %d: %w", k, err)
+		}
+		moved += int64(len(data))
+	}
+	e.mu.Lock()
+	e.shards[job] = refs
+	e.mu.Unlock()
+	e.log.Debug("shards uploaded", "job", job, "shards", len(shards), "bytes", moved)
+	return moved, nil
+}
+
+// Publish stores md as the model version iteration-1 of the job, unless
+// Commit stored that version already.
+func (e *Executor) Publish(ctx context.Context, job string, iteration int, md *factor.Model) (int64, error) {
+	v := iteration - 1
+	e.mu.Lock()
+	ref, ok := e.models[job]
+	e.mu.Unlock()
+	if ok && ref.version == v {
+		return 0, nil
+	}
+	return e.storeModel(ctx, job, v, md, nil)
+}
+
+func (e *Executor) storeModel(ctx context.Context, job string, v int, md *factor.Model, params map[string]string) (int64, error) {
+	data, err := arrowio.EncodeModel(&arrowio.ModelFile{Model: md, Params: params})
+	if err != nil {
+		return 0, fmt.Errorf("natsexec: encode model: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	ref := objRef{name: worker.ModelObject(job, v), digest: hex.EncodeToString(sum[:]), version: v, size: int64(len(data))}
+	if _, err := e.obs.PutBytes(ctx, ref.name, data); err != nil {
+		return 0, fmt.Errorf("natsexec: store model %s: %w", ref.name, err)
+	}
+	e.mu.Lock()
+	e.models[job] = ref
+	e.mu.Unlock()
+	if v >= 2 {
+		// Keep the previous version for stragglers; older ones go.
+		if err := e.obs.Delete(ctx, worker.ModelObject(job, v-2)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			e.log.Warn("delete old model", "object", worker.ModelObject(job, v-2), "error", err)
+		}
+	}
+	return int64(len(data)), nil
+}
+
+// Workers returns the number of workers under this prefix that answered
+// the last $SRV.PING census. The first call waits for a census; later
+// ones refresh it in the background when older than PingEvery, or wait
+// for a new one when the last found none.
+func (e *Executor) Workers(ctx context.Context) (int, error) {
+	e.mu.Lock()
+	c := e.census
+	stale := time.Since(c.at) > e.cfg.PingEvery
+	if c.at.IsZero() || c.alive == 0 {
+		e.mu.Unlock()
+		n, err := e.ping(ctx)
+		if err != nil {
+			return 0, err
+		}
+		e.mu.Lock()
+		e.census.alive, e.census.at = n, time.Now()
+		e.mu.Unlock()
+		return n, nil
+	}
+	if stale && !c.running && !e.closing {
+		e.census.running = true
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			pctx, cancel := context.WithTimeout(context.Background(), 2*e.cfg.PingWait+time.Second)
+			defer cancel()
+			n, err := e.ping(pctx)
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.census.running = false
+			if err == nil {
+				e.census.alive, e.census.at = n, time.Now()
+			}
+		}()
+	}
+	e.mu.Unlock()
+	return c.alive, nil
+}
+
+// Census lists the ids of the workers under this prefix that answer a
+// $SRV.PING within the executor's PingWait.
+func (e *Executor) Census(ctx context.Context) ([]string, error) {
+	inbox := e.nc.NewRespInbox()
+	sub, err := e.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: ping: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	subj, err := micro.ControlSubject(micro.PingVerb, worker.ServiceName, "")
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: ping: %w", err)
+	}
+	if err := e.nc.PublishRequest(subj, inbox, nil); err != nil {
+		return nil, fmt.Errorf("natsexec: ping: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.PingWait)
+	defer cancel()
+	seen := map[string]bool{}
+	var ids []string
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			break
+		}
+		var p micro.Ping
+		if json.Unmarshal(m.Data, &p) != nil || p.Metadata["prefix"] != e.cfg.Prefix || seen[p.ID] {
+			continue
+		}
+		seen[p.ID] = true
+		ids = append(ids, p.ID)
+	}
+	return ids, nil
+}
+
+func (e *Executor) ping(ctx context.Context) (int, error) {
+	ids, err := e.Census(ctx)
+	return len(ids), err
+}
+
+// Submit sends t to the workers' queue group and delivers the answer. A
+// worker that declines (it failed this task before) is skipped by asking
+// again, up to a bound, after which any worker may take it.
+func (e *Executor) Submit(ctx context.Context, t worker.Task, deliver func(worker.Result)) {
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		deliver(worker.Result{Task: t, Err: errors.New("natsexec: executor closed")})
+		return
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		start := time.Now()
+		r := e.do(ctx, t)
+		r.Elapsed = time.Since(start)
+		deliver(r)
+	}()
+}
+
+func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
+	r := worker.Result{Task: t}
+	e.mu.Lock()
+	refs, md := e.shards[t.Job], e.models[t.Job]
+	e.mu.Unlock()
+	switch {
+	case t.Shard < 0 || t.Shard >= len(refs):
+		r.Err = fmt.Errorf("natsexec: job %s has no shard %d loaded", t.Job, t.Shard)
+		return r
+	case md.version != t.Iteration-1:
+		r.Err = fmt.Errorf("natsexec: job %s: no model published for iteration %d", t.Job, t.Iteration)
+		return r
+	}
+	req := worker.TaskRequest{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, Attempt: t.Attempt,
+		WithLogLik: t.WithLogLik, Avoid: t.Avoid, Bucket: e.cfg.ObjectBucket,
+		ShardObject: refs[t.Shard].name, ShardChecksum: refs[t.Shard].digest,
+		ModelObject: md.name, ModelDigest: md.digest}
+	if dl, ok := ctx.Deadline(); ok {
+		req.Deadline = dl.UnixNano()
+	}
+	const maxDeclines = 16
+	for declines := 0; ; declines++ {
+		if declines == maxDeclines {
+			req.Avoid = nil
+		}
+		body, err := json.Marshal(&req)
+		if err != nil {
+			r.Err = fmt.Errorf("natsexec: %w", err)
+			return r
+		}
+		r.Bytes += int64(len(body))
+		reply, err := e.nc.RequestWithContext(ctx, worker.TaskSubject(e.cfg.Prefix), body)
+		if err != nil {
+			r.Err = fmt.Errorf("natsexec: shard %d: request: %w", t.Shard, err)
+			return r
+		}
+		r.Bytes += int64(len(reply.Data))
+		r.Worker = reply.Header.Get(worker.HeaderWorker)
+		if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+			if code == worker.CodeDeclined && declines < maxDeclines {
+				continue
+			}
+			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %s (code %s)", t.Shard, r.Worker, reply.Header.Get(micro.ErrorHeader), code)
+			return r
+		}
+		e.decode(ctx, reply, &r)
+		return r
+	}
+}
+
+func (e *Executor) decode(ctx context.Context, reply *nats.Msg, r *worker.Result) {
+	t := r.Task
+	if ns, err := strconv.ParseInt(reply.Header.Get(worker.HeaderComputeNanos), 10, 64); err == nil {
+		r.Compute = time.Duration(ns)
+	}
+	if nb, err := strconv.ParseInt(reply.Header.Get(worker.HeaderFetchBytes), 10, 64); err == nil {
+		r.Bytes += nb
+	}
+	data := reply.Data
+	if obj := reply.Header.Get(worker.HeaderObject); obj != "" {
+		var err error
+		if data, err = e.obs.GetBytes(ctx, obj); err != nil {
+			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: fetch partial %s: %w", t.Shard, r.Worker, obj, err)
+			return
+		}
+		r.Bytes += int64(len(data))
+		if err := e.obs.Delete(ctx, obj); err != nil {
+			e.log.Warn("delete partial object", "object", obj, "error", err)
+		}
+	}
+	p, meta, err := arrowio.DecodePartial(data)
+	if err != nil {
+		r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %w", t.Shard, r.Worker, err)
+		return
+	}
+	if meta.Job != t.Job || meta.Iteration != t.Iteration || meta.Shard != t.Shard {
+		r.Err = fmt.Errorf("natsexec: worker %s answered task (%s, %d, %d) with a partial of (%s, %d, %d)",
+			r.Worker, t.Job, t.Iteration, t.Shard, meta.Job, meta.Iteration, meta.Shard)
+		return
+	}
+	if meta.Worker != "" {
+		r.Worker = meta.Worker
+	}
+	r.Partial = p
+}
+
+// Begin records a new run of a job in the KV bucket, replacing an older
+// run's state, and remembers the revision for the first Commit.
+func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
+	body, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("natsexec: job state: %w", err)
+	}
+	var rev uint64
+	old, err := e.kv.Get(ctx, st.Job)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		rev, err = e.kv.Create(ctx, st.Job, body)
+	case err != nil:
+	default:
+		rev, err = e.kv.Update(ctx, st.Job, body, old.Revision())
+	}
+	if err != nil {
+		return fmt.Errorf("natsexec: begin job %s: %w", st.Job, err)
+	}
+	e.mu.Lock()
+	e.kvRev[st.Job] = rev
+	e.mu.Unlock()
+	return nil
+}
+
+// Commit stores md as the model version st.Iteration, then updates the
+// job's state with compare-and-set on the revision of this executor's
+// last write, then announces the commit.
+func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *factor.Model) error {
+	if _, err := e.storeModel(ctx, st.Job, st.Iteration, md, st.Params); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	ref, rev := e.models[st.Job], e.kvRev[st.Job]
+	e.mu.Unlock()
+	st.ModelObject, st.ModelDigest = ref.name, ref.digest
+	body, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("natsexec: job state: %w", err)
+	}
+	nrev, err := e.kv.Update(ctx, st.Job, body, rev)
+	if err != nil {
+		return fmt.Errorf("natsexec: commit job %s iteration %d on revision %d (did another coordinator take the job over?): %w",
+			st.Job, st.Iteration, rev, err)
+	}
+	e.mu.Lock()
+	e.kvRev[st.Job] = nrev
+	e.mu.Unlock()
+	if err := e.nc.Publish(worker.CommittedSubject(e.cfg.Prefix, st.Job), body); err != nil {
+		e.log.Warn("announce commit", "job", st.Job, "iteration", st.Iteration, "error", err)
+	}
+	return nil
+}
+
+// State returns the job state stored in the KV bucket.
+func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState, uint64, error) {
+	ent, err := e.kv.Get(ctx, job)
+	if err != nil {
+		return nil, 0, fmt.Errorf("natsexec: job %s: %w", job, err)
+	}
+	var st coordinator.JobState
+	if err := json.Unmarshal(ent.Value(), &st); err != nil {
+		return nil, 0, fmt.Errorf("natsexec: job %s: %w", job, err)
+	}
+	return &st, ent.Revision(), nil
+}

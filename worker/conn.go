@@ -1,0 +1,73 @@
+package worker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ConnConfig is how to reach and authenticate to a NATS server; the fields
+// mirror the flags and the nats CLI's (--creds, --nkey, --user, ...).
+type ConnConfig struct {
+	// URL is a comma-separated list of server URLs.
+	URL string
+	// Name is the client name the server shows.
+	Name string
+	// Creds is a JWT credentials file; NKey a file holding an NKey seed.
+	Creds, NKey string
+	// User and Password, or Token.
+	User, Password, Token string
+	// TLSCA is a CA bundle to verify the server with; TLSCert and TLSKey a
+	// client certificate.
+	TLSCA, TLSCert, TLSKey string
+}
+
+// Options returns the nats.Options of c (without the URL).
+func (c *ConnConfig) Options() ([]nats.Option, error) {
+	opts := []nats.Option{
+		nats.Name(c.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectBufSize(64 << 20),
+	}
+	if c.Creds != "" {
+		opts = append(opts, nats.UserCredentials(c.Creds))
+	}
+	if c.NKey != "" {
+		o, err := nats.NkeyOptionFromSeed(c.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("worker: nkey %s: %w", c.NKey, err)
+		}
+		opts = append(opts, o)
+	}
+	if c.User != "" || c.Password != "" {
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.Token != "" {
+		opts = append(opts, nats.Token(c.Token))
+	}
+	if c.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.TLSCA))
+	}
+	if c.TLSCert != "" || c.TLSKey != "" {
+		if c.TLSCert == "" || c.TLSKey == "" {
+			return nil, fmt.Errorf("worker: a TLS client certificate needs both a certificate and a key file")
+		}
+		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
+	}
+	return opts, nil
+}
+
+// Connect connects to c.URL with c's options plus extra.
+func (c *ConnConfig) Connect(extra ...nats.Option) (*nats.Conn, error) {
+	opts, err := c.Options()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(c.URL, append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("worker: connect to %s: %w", c.URL, err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,24 @@
+// Package worker executes tasks of a fit: the statistics of one shard under
+// one model version (factor.Compute), returned as a factor.Partial.
+//
+// It holds the two sides a coordinator can talk to:
+//
+//   - Local, an in-process pool of goroutines that computes tasks on shards
+//     and models held in memory (the executor of `emsf fit` without NATS
+//     and of the coordinator's tests);
+//   - Worker, a NATS micro service ("emsf-worker", discoverable with
+//     $SRV.PING/INFO/STATS) whose "task" endpoint listens on
+//     <prefix>.task in the queue group <prefix>-workers. A task message is
+//     a small JSON TaskRequest naming a shard and a model version by Object
+//     Store name and digest; the worker fetches both from the JetStream
+//     Object Store once and caches them (shards by checksum for the life of
+//     the process, the model of the current version only), computes, and
+//     replies with the Partial in Arrow IPC (arrowio.EncodePartial), inline
+//     when it fits in the server's max payload, else through the Object
+//     Store with only its name in the reply.
+//
+// The protocol types (TaskRequest, header names, subjects, bucket names)
+// live here because both sides import this package: the coordinator's
+// NATS executor (coordinator/natsexec) is the client of this protocol.
+// Wire schemas of shards, partials and models live in arrowio.
+package worker

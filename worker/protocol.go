@@ -1,0 +1,153 @@
+package worker
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/emsf/emsf/factor"
+)
+
+// Defaults of the cluster protocol.
+const (
+	// DefaultPrefix is the subject prefix of every emsf subject.
+	DefaultPrefix = "emsf"
+	// DefaultObjectBucket is the Object Store bucket of shards, models and
+	// large partials.
+	DefaultObjectBucket = "emsf-blobs"
+	// DefaultKVBucket is the KV bucket of job state.
+	DefaultKVBucket = "emsf-jobs"
+	// ServiceName is the micro service name of workers.
+	ServiceName = "emsf-worker"
+	// ServiceVersion is the protocol version workers announce.
+	ServiceVersion = "1.0.0"
+)
+
+// Reply headers.
+const (
+	// HeaderWorker names the worker that answered.
+	HeaderWorker = "Emsf-Worker"
+	// HeaderObject names the Object Store object holding a partial too
+	// large for a message; the reply body is then empty.
+	HeaderObject = "Emsf-Object"
+	// HeaderComputeNanos is the time the worker spent computing.
+	HeaderComputeNanos = "Emsf-Compute-Ns"
+	// HeaderFetchBytes is how many bytes the worker fetched from the Object
+	// Store for this task (0 when the shard and model were cached).
+	HeaderFetchBytes = "Emsf-Fetch-Bytes"
+)
+
+// Error codes of a worker's error reply (micro's Nats-Service-Error-Code).
+const (
+	// CodeDeclined: the task asked this worker not to take it (Avoid).
+	CodeDeclined = "409"
+	// CodeExpired: the task's deadline passed before it started.
+	CodeExpired = "408"
+	// CodeFailed: the task failed (bad shard, model, data).
+	CodeFailed = "500"
+)
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// CheckPrefix returns an error unless p is a valid subject prefix: tokens
+// of letters, digits, '-' and '_' separated by dots.
+func CheckPrefix(p string) error {
+	if p == "" {
+		return fmt.Errorf("worker: empty subject prefix")
+	}
+	tok := regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+	if !tok.MatchString(p) {
+		return fmt.Errorf("worker: subject prefix %q: want dot-separated tokens of letters, digits, '-' and '_'", p)
+	}
+	return nil
+}
+
+// CheckBucket returns an error unless b is a valid bucket name.
+func CheckBucket(b string) error {
+	if !namePattern.MatchString(b) {
+		return fmt.Errorf("worker: bucket name %q: want letters, digits, '-' and '_'", b)
+	}
+	return nil
+}
+
+// TaskSubject is the subject tasks are requested on.
+func TaskSubject(prefix string) string { return prefix + ".task" }
+
+// QueueGroup is the queue group of the workers of a prefix.
+func QueueGroup(prefix string) string {
+	return regexp.MustCompile(`[^A-Za-z0-9_-]`).ReplaceAllString(prefix, "_") + "-workers"
+}
+
+// CommittedSubject is where the coordinator announces committed iterations
+// of a job.
+func CommittedSubject(prefix, job string) string { return prefix + ".jobs." + job + ".committed" }
+
+// ShardObject is the Object Store name of a shard, by checksum.
+func ShardObject(checksum string) string { return "shards/" + checksum }
+
+// ModelObject is the Object Store name of model version v (v committed
+// iterations) of a job.
+func ModelObject(job string, v int) string { return fmt.Sprintf("models/%s/%d", job, v) }
+
+// PartialObject is the Object Store name of a large partial.
+func PartialObject(job string, iter, shard int, worker string) string {
+	return fmt.Sprintf("partials/%s/%d/%d/%s", job, iter, shard, worker)
+}
+
+// Task asks for the statistics of one shard under the model of one
+// iteration. Iteration is the iteration the pass produces (1-based within
+// the job): it runs on the model version published for it.
+type Task struct {
+	Job        string
+	Iteration  int
+	Shard      int
+	WithLogLik bool
+	// Attempt counts the hand-outs of this (job, iteration, shard), from 1.
+	Attempt int
+	// Avoid lists workers that failed this shard in this iteration; a
+	// worker in the list declines the task when others are available.
+	Avoid []string
+}
+
+// Avoids reports whether the task asks worker id not to take it.
+func (t Task) Avoids(id string) bool { return slices.Contains(t.Avoid, id) }
+
+// Result is the answer to a task: a Partial, or an error.
+type Result struct {
+	Task    Task
+	Worker  string
+	Partial *factor.Partial
+	Err     error
+	// Compute is the time the worker spent computing; Elapsed the time from
+	// hand-out to delivery.
+	Compute, Elapsed time.Duration
+	// Bytes counts the bytes this task moved (request, reply, objects).
+	Bytes int64
+}
+
+// TaskRequest is the JSON body of a task message.
+type TaskRequest struct {
+	Job        string   `json:"job"`
+	Iteration  int      `json:"iteration"`
+	Shard      int      `json:"shard"`
+	Attempt    int      `json:"attempt"`
+	WithLogLik bool     `json:"with_loglik"`
+	Avoid      []string `json:"avoid,omitempty"`
+	// Deadline is when the coordinator stops waiting (Unix nanoseconds).
+	Deadline int64 `json:"deadline"`
+	// Bucket is the Object Store bucket of the objects below.
+	Bucket string `json:"bucket"`
+	// ShardObject and ShardChecksum name the shard (its manifest checksum).
+	ShardObject   string `json:"shard_object"`
+	ShardChecksum string `json:"shard_checksum"`
+	// ModelObject and ModelDigest name the model version (hex SHA-256 of
+	// the object's bytes).
+	ModelObject string `json:"model_object"`
+	ModelDigest string `json:"model_digest"`
+}
+
+// Task returns the task of a request.
+func (r *TaskRequest) Task() Task {
+	return Task{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, WithLogLik: r.WithLogLik, Attempt: r.Attempt, Avoid: r.Avoid}
+}

@@ -1,0 +1,322 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+)
+
+// Config configures a NATS worker.
+type Config struct {
+	// Prefix is the subject prefix (default DefaultPrefix).
+	Prefix string
+	// Logger receives the worker's logs (default: none).
+	Logger hclog.Logger
+	// MaxCachedShards bounds the shard cache (0: no bound). When full, the
+	// cache is emptied (shards are fetched again on demand).
+	MaxCachedShards int
+	// Delay is added to every task before it computes: a test hook that
+	// widens the window in which a worker can be killed mid-task.
+	Delay time.Duration
+}
+
+// Stats are a worker's counters, served as the data of $SRV.STATS.
+type Stats struct {
+	Tasks    int64 `json:"tasks"`
+	Failed   int64 `json:"failed"`
+	Declined int64 `json:"declined"`
+	Expired  int64 `json:"expired"`
+	NNZ      int64 `json:"nnz"`
+	// ComputeSeconds is the time spent in factor.Compute; NNZPerSecond the
+	// rate over it.
+	ComputeSeconds float64 `json:"compute_seconds"`
+	NNZPerSecond   float64 `json:"nnz_per_second"`
+	ShardsCached   int     `json:"shards_cached"`
+	ShardFetches   int64   `json:"shard_fetches"`
+	ModelFetches   int64   `json:"model_fetches"`
+	BytesFetched   int64   `json:"bytes_fetched"`
+	BytesSent      int64   `json:"bytes_sent"`
+	// LargePartials counts partials sent through the Object Store.
+	LargePartials int64 `json:"large_partials"`
+}
+
+// Worker is a running NATS worker: a micro service whose task endpoint
+// computes partials. Its handler runs one task at a time; run several
+// workers to use several cores.
+type Worker struct {
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	cfg Config
+	svc micro.Service
+	id  string
+	log hclog.Logger
+
+	// Guarded by mu: the handler's state (it runs serially, but Stats
+	// reads it from other goroutines).
+	mu      sync.Mutex
+	stores  map[string]jetstream.ObjectStore
+	shards  map[string]*shard.Shard
+	mdDig   string
+	md      *factor.Model
+	scratch factor.Scratch
+	partial factor.Partial
+	stats   Stats
+}
+
+// Start registers a worker on nc. The caller keeps nc: Stop the worker,
+// then drain or close nc.
+func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if err := CheckPrefix(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	w := &Worker{nc: nc, js: js, cfg: cfg, stores: map[string]jetstream.ObjectStore{}, shards: map[string]*shard.Shard{}}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:         ServiceName,
+		Version:      ServiceVersion,
+		Description:  "emsf worker: statistics of shards under model versions",
+		Metadata:     map[string]string{"prefix": cfg.Prefix},
+		QueueGroup:   QueueGroup(cfg.Prefix),
+		StatsHandler: func(*micro.Endpoint) any { return w.Stats() },
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			w.log.Error("service error", "subject", e.Subject, "error", e.Description)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: add service: %w", err)
+	}
+	w.svc = svc
+	w.id = svc.Info().ID
+	w.log = cfg.Logger.Named("worker").With("worker_id", w.id)
+	if err := svc.AddEndpoint("task", micro.HandlerFunc(w.handle), micro.WithEndpointSubject(TaskSubject(cfg.Prefix))); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("worker: add endpoint: %w", err)
+	}
+	w.log.Info("worker started", "subject", TaskSubject(cfg.Prefix), "queue_group", QueueGroup(cfg.Prefix))
+	return w, nil
+}
+
+// ID returns the worker's service instance id.
+func (w *Worker) ID() string { return w.id }
+
+// Stop stops taking tasks; the task running finishes when the caller
+// drains the connection.
+func (w *Worker) Stop() error {
+	if err := w.svc.Stop(); err != nil {
+		return fmt.Errorf("worker: stop: %w", err)
+	}
+	w.log.Info("worker stopped", "tasks", w.Stats().Tasks)
+	return nil
+}
+
+// Stats returns a snapshot of the worker's counters.
+func (w *Worker) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.stats
+	s.ShardsCached = len(w.shards)
+	if s.ComputeSeconds > 0 {
+		s.NNZPerSecond = float64(s.NNZ) / s.ComputeSeconds
+	}
+	return s
+}
+
+func (w *Worker) handle(req micro.Request) {
+	hdr := micro.Headers{HeaderWorker: []string{w.id}}
+	var tr TaskRequest
+	if err := json.Unmarshal(req.Data(), &tr); err != nil {
+		w.fail(req, hdr, CodeFailed, fmt.Errorf("worker: bad task: %w", err))
+		return
+	}
+	log := w.log.With("job", tr.Job, "iter", tr.Iteration, "shard", tr.Shard, "attempt", tr.Attempt)
+	if tr.Task().Avoids(w.id) {
+		w.mu.Lock()
+		w.stats.Declined++
+		w.mu.Unlock()
+		_ = req.Error(CodeDeclined, "declined: this worker failed the task before", nil, micro.WithHeaders(hdr))
+		return
+	}
+	deadline := time.Unix(0, tr.Deadline)
+	if tr.Deadline != 0 && time.Now().After(deadline) {
+		w.mu.Lock()
+		w.stats.Expired++
+		w.mu.Unlock()
+		_ = req.Error(CodeExpired, "expired before it started", nil, micro.WithHeaders(hdr))
+		return
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if tr.Deadline != 0 {
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	}
+	defer cancel()
+	data, obj, fetched, compute, err := w.run(ctx, &tr)
+	if err != nil {
+		log.Warn("task failed", "error", err)
+		w.fail(req, hdr, CodeFailed, err)
+		return
+	}
+	hdr[HeaderComputeNanos] = []string{strconv.FormatInt(int64(compute), 10)}
+	hdr[HeaderFetchBytes] = []string{strconv.FormatInt(fetched, 10)}
+	if obj != "" {
+		hdr[HeaderObject] = []string{obj}
+	}
+	if err := req.Respond(data, micro.WithHeaders(hdr)); err != nil {
+		log.Warn("reply failed", "error", err)
+		return
+	}
+	log.Trace("task done", "compute", compute, "bytes", len(data), "via_object", obj != "")
+}
+
+func (w *Worker) fail(req micro.Request, hdr micro.Headers, code string, err error) {
+	w.mu.Lock()
+	w.stats.Failed++
+	w.mu.Unlock()
+	_ = req.Error(code, err.Error(), nil, micro.WithHeaders(hdr))
+}
+
+// run computes a task: it returns the encoded partial (or the name of the
+// object holding it), the bytes fetched and the compute time.
+func (w *Worker) run(ctx context.Context, tr *TaskRequest) (data []byte, obj string, fetched int64, compute time.Duration, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	obs, err := w.store(ctx, tr.Bucket)
+	if err != nil {
+		return nil, "", 0, 0, err
+	}
+	s, nb, err := w.shard(ctx, obs, tr)
+	fetched += nb
+	if err != nil {
+		return nil, "", fetched, 0, err
+	}
+	md, nb, err := w.model(ctx, obs, tr)
+	fetched += nb
+	if err != nil {
+		return nil, "", fetched, 0, err
+	}
+	if w.cfg.Delay > 0 {
+		w.mu.Unlock()
+		select {
+		case <-time.After(w.cfg.Delay):
+		case <-ctx.Done():
+		}
+		w.mu.Lock()
+	}
+	t0 := time.Now()
+	if err := factor.Compute(md, s.Block, &w.scratch, &w.partial, tr.WithLogLik); err != nil {
+		return nil, "", fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
+	}
+	compute = time.Since(t0)
+	data, err = arrowio.EncodePartial(&w.partial, arrowio.PartialMeta{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, Worker: w.id})
+	if err != nil {
+		return nil, "", fetched, 0, fmt.Errorf("worker: encode partial of shard %d: %w", tr.Shard, err)
+	}
+	w.stats.Tasks++
+	w.stats.NNZ += int64(s.NNZ)
+	w.stats.ComputeSeconds += compute.Seconds()
+	w.stats.BytesSent += int64(len(data))
+	// Headers and protocol overhead ride along with the body: keep a
+	// margin below the server's limit.
+	if int64(len(data)) > w.nc.MaxPayload()-8<<10 {
+		obj = PartialObject(tr.Job, tr.Iteration, tr.Shard, w.id)
+		if _, err := obs.PutBytes(ctx, obj, data); err != nil {
+			return nil, "", fetched, 0, fmt.Errorf("worker: store partial of shard %d: %w", tr.Shard, err)
+		}
+		w.stats.LargePartials++
+		data = nil
+	}
+	return data, obj, fetched, compute, nil
+}
+
+func (w *Worker) store(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
+	if bucket == "" {
+		bucket = DefaultObjectBucket
+	}
+	if obs, ok := w.stores[bucket]; ok {
+		return obs, nil
+	}
+	obs, err := w.js.ObjectStore(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("worker: object store %s: %w", bucket, err)
+	}
+	w.stores[bucket] = obs
+	return obs, nil
+}
+
+// shard returns the task's shard from the cache or the Object Store.
+func (w *Worker) shard(ctx context.Context, obs jetstream.ObjectStore, tr *TaskRequest) (*shard.Shard, int64, error) {
+	if s, ok := w.shards[tr.ShardChecksum]; ok {
+		return s, 0, nil
+	}
+	data, err := obs.GetBytes(ctx, tr.ShardObject)
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: fetch shard %d (%s): %w", tr.Shard, tr.ShardObject, err)
+	}
+	s, err := arrowio.DecodeShard(data)
+	if err != nil {
+		return nil, int64(len(data)), fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
+	}
+	if err := s.Verify(); err != nil {
+		return nil, int64(len(data)), fmt.Errorf("worker: %w", err)
+	}
+	if s.Checksum != tr.ShardChecksum {
+		return nil, int64(len(data)), fmt.Errorf("worker: shard %d: checksum %s, task says %s", tr.Shard, s.Checksum, tr.ShardChecksum)
+	}
+	if w.cfg.MaxCachedShards > 0 && len(w.shards) >= w.cfg.MaxCachedShards {
+		clear(w.shards)
+	}
+	w.shards[tr.ShardChecksum] = s
+	w.stats.ShardFetches++
+	w.stats.BytesFetched += int64(len(data))
+	return s, int64(len(data)), nil
+}
+
+// model returns the task's model version, fetching it when it is not the
+// one cached.
+func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *TaskRequest) (*factor.Model, int64, error) {
+	if w.md != nil && w.mdDig == tr.ModelDigest {
+		return w.md, 0, nil
+	}
+	data, err := obs.GetBytes(ctx, tr.ModelObject)
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: fetch model %s: %w", tr.ModelObject, err)
+	}
+	sum := sha256.Sum256(data)
+	if d := hex.EncodeToString(sum[:]); d != tr.ModelDigest {
+		return nil, int64(len(data)), fmt.Errorf("worker: model %s has digest %s, task says %s", tr.ModelObject, d, tr.ModelDigest)
+	}
+	mf, err := arrowio.DecodeModel(data)
+	if err != nil {
+		return nil, int64(len(data)), fmt.Errorf("worker: model %s: %w", tr.ModelObject, err)
+	}
+	if mf.Model == nil {
+		return nil, int64(len(data)), errors.New("worker: model file without a model")
+	}
+	w.md, w.mdDig = mf.Model, tr.ModelDigest
+	w.stats.ModelFetches++
+	w.stats.BytesFetched += int64(len(data))
+	return w.md, int64(len(data)), nil
+}
