@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+)
+
+func runBench(ctx context.Context, e *env, args []string) error {
+	var n, perRow, m, u, iters, shardNNZ int
+	var workersList, tieS string
+	var seed uint64
+	var cluster clusterFlags
+	fs := newFlagSet(e, "bench", "bench [flags]")
+	fs.IntVar(&n, "states", 20000, "number of states n")
+	fs.IntVar(&perRow, "per-row", 100, "nonzeros per row of each count matrix (nnz = n·per-row·u)")
+	fs.IntVar(&m, "order", 32, "order m")
+	fs.IntVar(&u, "actions", 1, "number of actions u")
+	fs.IntVar(&iters, "iters", 5, "iterations to time (the median is reported)")
+	fs.StringVar(&workersList, "workers", "1,2", "comma-separated goroutine counts to time")
+	fs.StringVar(&tieS, "tie", "none", "tie mode")
+	fs.IntVar(&shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard")
+	fs.Uint64Var(&seed, "seed", 1, "seed of the data and the model")
+	cluster.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	workers, err := intList("workers", workersList)
+	if err != nil {
+		return err
+	}
+	tie, err := factor.ParseTie(tieS)
+	switch {
+	case err != nil:
+		return usagef("--tie %q: want none, shared-k or shared-d", tieS)
+	case n < 1:
+		return usagef("--states %d: must be >= 1", n)
+	case perRow < 1 || perRow > n:
+		return usagef("--per-row %d: must be in [1, --states]", perRow)
+	case m < 1 || m > n:
+		return usagef("--order %d: must be in [1, --states]", m)
+	case u < 1:
+		return usagef("--actions %d: must be >= 1", u)
+	case iters < 1:
+		return usagef("--iters %d: must be >= 1", iters)
+	}
+	for _, w := range workers {
+		if w < 1 {
+			return usagef("--workers %d: must be >= 1", w)
+		}
+	}
+
+	mats := factor.RandomCounts(n, u, perRow, 5, seed)
+	shards, _ := shard.Split(mats, n, shardNNZ)
+	blocks := shard.Blocks(shards)
+	nz := nnz(blocks)
+	fmt.Fprintf(e.stdout, "emsf bench: n=%d m=%d u=%d nnz=%d shards=%d GOMAXPROCS=%d %s/%s\n",
+		n, m, u, nz, len(blocks), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(e.stdout, "%-8s %-8s %12s %12s %12s\n", "workers", "loglik", "s/iter", "ns/nonzero", "iter/s")
+	for _, w := range workers {
+		for _, withLL := range []bool{false, true} {
+			md := factor.NewRandom(n, m, u, tie, seed)
+			acc := factor.NewAccumulator(md)
+			times := make([]time.Duration, 0, iters)
+			for range iters {
+				t0 := time.Now()
+				if err := factor.Pass(ctx, md, blocks, acc, w, withLL); err != nil {
+					return err
+				}
+				acc.Commit(md, 1, 0)
+				times = append(times, time.Since(t0))
+			}
+			med := median(times).Seconds()
+			fmt.Fprintf(e.stdout, "%-8d %-8v %12.4f %12.1f %12.2f\n", w, withLL, med, med*1e9/float64(nz), 1/med)
+		}
+	}
+	return nil
+}
+
+func median(ts []time.Duration) time.Duration {
+	s := slices.Clone(ts)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

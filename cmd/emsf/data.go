@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+)
+
+// inputFlags are the flags that say where transitions come from.
+type inputFlags struct {
+	input   string
+	format  string
+	state   string
+	action  string
+	next    string
+	count   string
+	states  int
+	actions int
+}
+
+func (f *inputFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.input, "input", "", "transitions file: CSV with a header, Arrow IPC file or stream, or Parquet (required)")
+	fs.StringVar(&f.format, "input-format", "", "input format: csv, arrow, arrows (stream) or parquet (default: from the extension or the file's magic bytes)")
+	fs.StringVar(&f.state, "col-state", "state", "name of the state column")
+	fs.StringVar(&f.action, "col-action", "action", "name of the action column")
+	fs.StringVar(&f.next, "col-next", "next_state", "name of the next-state column")
+	fs.StringVar(&f.count, "col-count", "", "name of the count column (default: a column named count if there is one, else every row counts 1)")
+	fs.IntVar(&f.states, "states", 0, "number of states n (default: inferred as 1 + the largest state seen)")
+	fs.IntVar(&f.actions, "actions", 0, "number of actions u (default: inferred as 1 + the largest action seen)")
+}
+
+func (f *inputFlags) validate() error {
+	if f.input == "" {
+		return usagef("--input is required")
+	}
+	if f.states < 0 {
+		return usagef("--states %d: must be >= 1", f.states)
+	}
+	if f.actions < 0 {
+		return usagef("--actions %d: must be >= 1", f.actions)
+	}
+	return nil
+}
+
+func (f *inputFlags) readOptions() arrowio.ReadOptions {
+	return arrowio.ReadOptions{
+		Format: f.format, StateCol: f.state, ActionCol: f.action, NextCol: f.next, CountCol: f.count,
+		States: f.states, Actions: f.actions,
+	}
+}
+
+// dataset is the counted transitions of one input, optionally with a
+// held-out part.
+type dataset struct {
+	n, u        int
+	transitions int
+	train       []*factor.Block // one per action
+	holdout     []*factor.Block // nil without a holdout
+	fingerprint string
+}
+
+// loadData reads the transitions of f into per-action count matrices.
+// With holdout > 0 each transition goes to the held-out set with that
+// probability, drawn from a generator seeded by seed (so the split is
+// reproducible and independent of the file format).
+func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) (*dataset, error) {
+	var train, held shard.Counter
+	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
+	h := sha256.New()
+	var buf [20]byte
+	err := arrowio.ScanTransitions(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+		for k := range b.State {
+			s, a, s2, c := int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]
+			binary.LittleEndian.PutUint32(buf[0:], uint32(s))
+			binary.LittleEndian.PutUint32(buf[4:], uint32(a))
+			binary.LittleEndian.PutUint32(buf[8:], uint32(s2))
+			binary.LittleEndian.PutUint64(buf[12:], math.Float64bits(c))
+			h.Write(buf[:])
+			ct := &train
+			if holdout > 0 && rng.Float64() < holdout {
+				ct = &held
+			}
+			if err := ct.Add(s, a, s2, c); err != nil {
+				return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	n1, u1 := train.Dims()
+	n2, u2 := held.Dims()
+	d := &dataset{n: max(n1, n2), u: max(u1, u2), transitions: train.Len() + held.Len(),
+		fingerprint: hex.EncodeToString(h.Sum(nil))[:16]}
+	if d.transitions == 0 {
+		return nil, fmt.Errorf("%s: no transitions: the input has no data rows", f.input)
+	}
+	if f.states > 0 {
+		d.n = f.states
+	}
+	if f.actions > 0 {
+		d.u = f.actions
+	}
+	if train.Len() == 0 {
+		return nil, usagef("--holdout %v left no training transitions out of %d", holdout, d.transitions)
+	}
+	d.train = train.Matrices(d.u)
+	if holdout > 0 {
+		if held.Len() == 0 {
+			return nil, usagef("--holdout %v drew no held-out transitions out of %d: use a larger fraction", holdout, d.transitions)
+		}
+		d.holdout = held.Matrices(d.u)
+	}
+	return d, nil
+}
+
+// all returns the training and held-out counts together, as one matrix per
+// action, by adding the held-out nonzeros to the training ones.
+func (d *dataset) all() []*factor.Block {
+	if d.holdout == nil {
+		return d.train
+	}
+	var ct shard.Counter
+	for _, set := range [][]*factor.Block{d.train, d.holdout} {
+		for _, b := range set {
+			for r, i := range b.Rows {
+				for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+					// Counts were validated when read; Add cannot fail here.
+					_ = ct.Add(int(i), b.Action, int(b.Cols[q]), b.Vals[q])
+				}
+			}
+		}
+	}
+	return ct.Matrices(d.u)
+}

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+)
+
+// fitFlags are the flags of emsf fit.
+type fitFlags struct {
+	in        inputFlags
+	logs      logFlags
+	cluster   clusterFlags
+	order     string
+	tie       string
+	iters     int
+	tol       float64
+	timeLimit time.Duration
+	seed      uint64
+	restarts  int
+	workers   int
+	alpha     float64
+	initModel string
+	holdout   float64
+	out       string
+	format    string
+	shardNNZ  int
+
+	orders []int
+	tieV   factor.Tie
+}
+
+func runFit(ctx context.Context, e *env, args []string) error {
+	var f fitFlags
+	fs := newFlagSet(e, "fit", "fit --input FILE --order M [flags]")
+	f.in.register(fs)
+	f.logs.register(fs)
+	f.cluster.register(fs)
+	fs.StringVar(&f.order, "order", "", "order m of the factorization (number of hidden states); a list like 5,10,20 with --holdout picks the best (required)")
+	fs.StringVar(&f.tie, "tie", "none", "tie mode: none (D^a, K^a per action), shared-k (one K), shared-d (one D)")
+	fs.IntVar(&f.iters, "iters", 200, "maximum number of EM iterations (0: no limit)")
+	fs.Float64Var(&f.tol, "tol", 1e-6, "stop when the relative change of the log-likelihood is at most this (0: never)")
+	fs.DurationVar(&f.timeLimit, "time-limit", 0, "stop after this long, e.g. 10m (0: no limit)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the random initialisation and of the held-out split")
+	fs.IntVar(&f.restarts, "restarts", 1, "fit from this many random seeds (seed, seed+1, ...) and keep the best log-likelihood")
+	fs.IntVar(&f.workers, "workers", 2, "goroutines computing statistics in parallel (the result does not depend on it)")
+	fs.Float64Var(&f.alpha, "alpha", 1, "learning rate of each commit, in (0, 1]; 1 is plain EM")
+	fs.StringVar(&f.initModel, "init", "", "warm-start from this model file instead of a random initialisation")
+	fs.Float64Var(&f.holdout, "holdout", 0, "fraction of transitions held out to score each --order (0: none)")
+	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model")
+	fs.StringVar(&f.format, "format", "arrow", "model file format: arrow (Arrow IPC file) or parquet")
+	fs.IntVar(&f.shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (the reduce order, hence the exact result, depends on it)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := f.validate(); err != nil {
+		return err
+	}
+	log, err := f.logs.logger(e, "emsf.fit")
+	if err != nil {
+		return err
+	}
+
+	var warm *arrowio.ModelFile
+	if f.initModel != "" {
+		if warm, err = arrowio.ReadModel(f.initModel); err != nil {
+			return fmt.Errorf("--init: %w", err)
+		}
+	}
+	data, err := loadData(ctx, &f.in, f.holdout, f.seed)
+	if err != nil {
+		return err
+	}
+	for _, m := range f.orders {
+		if m > data.n {
+			return usagef("--order %d: must be at most the number of states n = %d", m, data.n)
+		}
+	}
+	if warm != nil {
+		if err := warm.Model.CheckCompatible(data.n, f.orders[0], data.u, f.tieV); err != nil {
+			return fmt.Errorf("--init %s: %w", f.initModel, err)
+		}
+	}
+	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
+		"nonzeros", nnz(data.train), "held_out", f.holdout > 0)
+
+	best, bestM := (*factor.Model)(nil), 0
+	if len(f.orders) > 1 || f.holdout > 0 {
+		bestHO := math.Inf(-1)
+		for _, m := range f.orders {
+			md, err := f.fitOrder(ctx, log, data.train, data.n, m, data.u, warm)
+			if err != nil {
+				return err
+			}
+			ho, err := factor.HeldOut(md, data.holdout)
+			if err != nil {
+				return fmt.Errorf("held-out evaluation of order %d: %w", m, err)
+			}
+			fmt.Fprintf(e.stdout, "order %d: held-out log-likelihood %.6f per transition\n", m, ho)
+			if ho > bestHO {
+				bestHO, bestM = ho, m
+			}
+		}
+		fmt.Fprintf(e.stdout, "best order: %d; refitting it on all %d transitions\n", bestM, data.transitions)
+	} else {
+		bestM = f.orders[0]
+	}
+	best, err = f.fitOrder(ctx, log, data.all(), data.n, bestM, data.u, warm)
+	if err != nil {
+		return err
+	}
+	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: f.params(bestM)}
+	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations, log-likelihood %.6g, WKL %.6g\nwrote %s\n",
+		best.N, best.M, best.U, best.Tie, best.Iteration, best.LogLik, best.WKL, f.out)
+	return nil
+}
+
+func (f *fitFlags) validate() error {
+	if err := f.in.validate(); err != nil {
+		return err
+	}
+	if f.order == "" {
+		return usagef("--order is required (the number of hidden states m, e.g. --order 10)")
+	}
+	orders, err := intList("order", f.order)
+	if err != nil {
+		return err
+	}
+	for _, m := range orders {
+		if m < 1 {
+			return usagef("--order %d: must be >= 1", m)
+		}
+	}
+	f.orders = orders
+	if len(orders) > 1 && f.holdout == 0 {
+		return usagef("--order %q lists several orders: give --holdout FRACTION to choose among them", f.order)
+	}
+	if f.tieV, err = factor.ParseTie(f.tie); err != nil {
+		return usagef("--tie %q: want none, shared-k or shared-d", f.tie)
+	}
+	if f.iters < 0 {
+		return usagef("--iters %d: must be >= 0", f.iters)
+	}
+	if !(f.tol >= 0) {
+		return usagef("--tol %v: must be >= 0", f.tol)
+	}
+	if f.iters == 0 && f.tol == 0 && f.timeLimit == 0 {
+		return usagef("--iters 0 and --tol 0 with no --time-limit would never stop")
+	}
+	if f.restarts < 1 {
+		return usagef("--restarts %d: must be >= 1", f.restarts)
+	}
+	if f.workers < 1 {
+		return usagef("--workers %d: must be >= 1", f.workers)
+	}
+	if !(f.alpha > 0 && f.alpha <= 1) {
+		return usagef("--alpha %v: must be in (0, 1]", f.alpha)
+	}
+	if !(f.holdout >= 0 && f.holdout < 1) {
+		return usagef("--holdout %v: must be in [0, 1)", f.holdout)
+	}
+	if f.format != "arrow" && f.format != "parquet" {
+		return usagef("--format %q: want arrow or parquet", f.format)
+	}
+	if f.out == "" {
+		return usagef("--out must name a file")
+	}
+	if f.shardNNZ < 1 {
+		return usagef("--shard-nnz %d: must be >= 1", f.shardNNZ)
+	}
+	if f.initModel != "" && (len(orders) > 1 || f.restarts > 1) {
+		return usagef("--init warm-starts one model: it cannot be combined with several --order values or --restarts")
+	}
+	return f.cluster.validate()
+}
+
+// fitOrder fits order m from each restart's seed (or from the warm model)
+// and returns the model with the best log-likelihood.
+func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*factor.Block, n, m, u int, warm *arrowio.ModelFile) (*factor.Model, error) {
+	shards, man := shard.Split(mats, n, f.shardNNZ)
+	blocks := shard.Blocks(shards)
+	var best *factor.Model
+	for r := range f.restarts {
+		var md *factor.Model
+		if warm != nil {
+			md = warm.Model.Clone()
+		} else {
+			md = factor.NewRandom(n, m, u, f.tieV, f.seed+uint64(r))
+		}
+		opts := factor.FitOptions{
+			Alpha:     f.alpha,
+			Workers:   f.workers,
+			Converger: factor.Converger{Tol: f.tol, MaxIter: f.iters, TimeLimit: f.timeLimit},
+			Progress:  progress(log.With("order", m, "seed", md.Seed)),
+		}
+		var res factor.FitResult
+		var err error
+		if f.cluster.enabled() {
+			res, err = fitCluster(ctx, &f.cluster, log, shards, man, md, opts, f.workers)
+		} else {
+			res, err = factor.Fit(ctx, md, blocks, opts)
+		}
+		if err != nil {
+			return nil, err
+		}
+		log.Info("fit done", "order", m, "seed", md.Seed, "status", res.Status, "iterations", res.Iterations,
+			"loglik", res.LogLik, "elapsed", res.Elapsed.Round(time.Millisecond))
+		if best == nil || md.LogLik > best.LogLik {
+			best = md
+		}
+	}
+	return best, nil
+}
+
+// progress returns the per-iteration progress line.
+func progress(log hclog.Logger) func(factor.IterStats) {
+	return func(s factor.IterStats) {
+		args := []any{"iter", s.Iteration}
+		if !math.IsNaN(s.LogLik) {
+			args = append(args, "loglik", fmt.Sprintf("%.8g", s.LogLik))
+		}
+		if !math.IsNaN(s.RelChange) {
+			args = append(args, "delta", fmt.Sprintf("%.3g", s.RelChange))
+		}
+		rate := float64(s.NNZ) / s.IterTime.Seconds()
+		args = append(args, "elapsed", s.Elapsed.Round(time.Millisecond), "nnz_per_s", fmt.Sprintf("%.3g", rate))
+		log.Info("iteration", args...)
+	}
+}
+
+func (f *fitFlags) params(m int) map[string]string {
+	return map[string]string{
+		"input":     f.in.input,
+		"order":     strconv.Itoa(m),
+		"tie":       f.tieV.String(),
+		"iters":     strconv.Itoa(f.iters),
+		"tol":       strconv.FormatFloat(f.tol, 'g', -1, 64),
+		"seed":      strconv.FormatUint(f.seed, 10),
+		"restarts":  strconv.Itoa(f.restarts),
+		"alpha":     strconv.FormatFloat(f.alpha, 'g', -1, 64),
+		"holdout":   strconv.FormatFloat(f.holdout, 'g', -1, 64),
+		"shard_nnz": strconv.Itoa(f.shardNNZ),
+		"init":      f.initModel,
+	}
+}
+
+func nnz(bs []*factor.Block) int {
+	n := 0
+	for _, b := range bs {
+		n += b.NNZ()
+	}
+	return n
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/emsf/emsf/arrowio"
+)
+
+func runInspect(ctx context.Context, e *env, args []string) error {
+	var path string
+	fs := newFlagSet(e, "inspect", "inspect --model FILE")
+	fs.StringVar(&path, "model", "", "model file (required)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if path == "" {
+		return usagef("--model is required")
+	}
+	mf, err := arrowio.ReadModel(path)
+	if err != nil {
+		return err
+	}
+	md := mf.Model
+	w := e.stdout
+	fmt.Fprintf(w, "model %s\n", path)
+	fmt.Fprintf(w, "  states n     %d\n  order m      %d\n  actions u    %d\n  tie          %s\n", md.N, md.M, md.U, md.Tie)
+	fmt.Fprintf(w, "  iterations   %d\n  loglik       %.10g\n  WKL          %.10g\n  seed         %d\n", md.Iteration, md.LogLik, md.WKL, md.Seed)
+	if mf.Fingerprint != "" {
+		fmt.Fprintf(w, "  data         %s\n", mf.Fingerprint)
+	}
+	zeros, total := 0, 0
+	for _, blocks := range [][][]float64{md.D, md.KT} {
+		for _, b := range blocks {
+			for _, v := range b {
+				if v == 0 {
+					zeros++
+				}
+			}
+			total += len(b)
+		}
+	}
+	fmt.Fprintf(w, "  blocks       %d D, %d K (%d entries, %d exactly zero)\n", len(md.D), len(md.KT), total, zeros)
+	if err := md.Validate(); err != nil {
+		fmt.Fprintf(w, "  stochastic   NO: %v\n", err)
+	} else {
+		fmt.Fprintf(w, "  stochastic   yes (every row of D and K sums to 1)\n")
+	}
+	if len(mf.Params) > 0 {
+		keys := make([]string, 0, len(mf.Params))
+		for k := range mf.Params {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Fprintln(w, "  parameters")
+		for _, k := range keys {
+			fmt.Fprintf(w, "    %-12s %s\n", k, mf.Params[k])
+		}
+	}
+	return nil
+}

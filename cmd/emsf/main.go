@@ -1,0 +1,187 @@
+// Command emsf learns compact models of Markov decision processes from
+// logged transitions: for every action a stochastic factorization
+// P^a ≈ D^a K^a fitted by EMSF, and the tools that use it.
+//
+// This file is the thin entry point: subcommand dispatch and the shared
+// logging setup. Each subcommand lives in a file of its own with its own
+// flag.FlagSet; the math is in package factor, formats in arrowio, the job
+// in coordinator.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+// env is what every subcommand gets: its output streams.
+type env struct {
+	stdout, stderr io.Writer
+}
+
+func commands() []command {
+	return []command{
+		{"demo", "generate an MDP, fit it, and compare with counting (start here)", runDemo},
+		{"fit", "fit a stochastic factorization to transitions", runFit},
+		{"gen", "generate a synthetic MDP and sample transitions from it", runGen},
+		{"eval", "evaluate a model against data and against a true model", runEval},
+		{"inspect", "print a model's summary", runInspect},
+		{"trick", "reduced chains K^a D^a and the stationary distribution", runTrick},
+		{"bench", "time one EM iteration on generated data", runBench},
+		{"worker", "run a cluster worker (NATS micro service)", func(ctx context.Context, e *env, args []string) error {
+			if rc := runWorker(ctx, args, e.stdout, e.stderr); rc != 0 {
+				return exitCode(rc)
+			}
+			return nil
+		}},
+	}
+}
+
+// exitCode is an error that carries an exit status already reported.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := &env{stdout: stdout, stderr: stderr}
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) > 1 {
+			return run([]string{args[1], "-h"}, stdout, stderr)
+		}
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, e, args[1:])
+		var ec exitCode
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &ec):
+			return int(ec)
+		case errors.As(err, new(usageError)):
+			fmt.Fprintf(stderr, "emsf %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "emsf %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "emsf: unknown command %q; run 'emsf help' for the list\n", args[0])
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "emsf learns stochastic factorizations P^a ≈ D^a K^a of MDPs from transitions.")
+	fmt.Fprintln(w, "\nUsage: emsf <command> [flags]\n\nCommands:")
+	cs := commands()
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	for _, c := range cs {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'emsf help <command>' or 'emsf <command> -h' for a command's flags.")
+}
+
+// usageError is a bad flag or argument; it exits with status 2.
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+// newFlagSet returns a flag set that prints its usage to e.stderr with a
+// one-line summary, and returns errors instead of exiting.
+func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: emsf %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args and turns flag errors into usage errors.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// logFlags are the logging flags every long-running command shares.
+type logFlags struct {
+	quiet bool
+	json  bool
+	level string
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&l.quiet, "quiet", false, "print only warnings and errors")
+	fs.BoolVar(&l.json, "log-json", false, "log as JSON lines")
+	fs.StringVar(&l.level, "log-level", "info", "log level: trace, debug, info, warn, error")
+}
+
+func (l *logFlags) logger(e *env, name string) (hclog.Logger, error) {
+	lvl := hclog.LevelFromString(l.level)
+	if lvl == hclog.NoLevel {
+		return nil, usagef("--log-level %q: want trace, debug, info, warn or error", l.level)
+	}
+	if l.quiet {
+		lvl = hclog.Warn
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       name,
+		Level:      lvl,
+		Output:     e.stderr,
+		JSONFormat: l.json,
+		Color:      hclog.ColorOff,
+	}), nil
+}
+
+// intList parses "5,10,20".
+func intList(flagName, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		var v int
+		if _, err := fmt.Sscanf(f, "%d", &v); err != nil || fmt.Sprint(v) != f {
+			return nil, usagef("--%s %q: %q is not an integer", flagName, s, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

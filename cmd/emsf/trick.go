@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
+)
+
+// runTrick prints the reduced chains K^a D^a (the SF trick) and the
+// stationary distribution of a policy's chain computed through them.
+func runTrick(ctx context.Context, e *env, args []string) error {
+	var path, policyS, out string
+	var top int
+	fs := newFlagSet(e, "trick", "trick --model FILE [--policy uniform|A|a0,a1,...] [--top K] [--out mu.csv]")
+	fs.StringVar(&path, "model", "", "model file (required)")
+	fs.StringVar(&policyS, "policy", "uniform", "policy whose stationary distribution to compute: uniform (every action equally likely), one action A for every state, or a comma-separated action per state")
+	fs.IntVar(&top, "top", 10, "print the K most probable states of the stationary distribution")
+	fs.StringVar(&out, "out", "", "also write the whole stationary distribution over states to this CSV (state,probability)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if path == "" {
+		return usagef("--model is required")
+	}
+	if top < 0 {
+		return usagef("--top %d: must be >= 0", top)
+	}
+	mf, err := arrowio.ReadModel(path)
+	if err != nil {
+		return err
+	}
+	md := mf.Model
+	policy, err := parsePolicy(policyS, md.N, md.U)
+	if err != nil {
+		return err
+	}
+	w := e.stdout
+	for a, r := range factor.Reduced(md) {
+		fmt.Fprintf(w, "K^%d D^%d (%d×%d, row-stochastic):\n", a, a, md.M, md.M)
+		rows, cols := r.Dims()
+		for l := 0; l < rows; l++ {
+			fmt.Fprint(w, " ")
+			for k := 0; k < cols; k++ {
+				fmt.Fprintf(w, " %.4f", r.At(l, k))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	mu, nu, err := factor.Stationary(md, policy)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "stationary distribution of the reduced chain (%d hidden states) under policy %s:\n ", len(nu), policyS)
+	for _, v := range nu {
+		fmt.Fprintf(w, " %.4f", v)
+	}
+	fmt.Fprintln(w)
+	idx := make([]int, len(mu))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(x, y int) bool { return mu[idx[x]] > mu[idx[y]] })
+	fmt.Fprintf(w, "mapped back to the %d states (μ = ν K), the %d most probable:\n", md.N, min(top, md.N))
+	for _, i := range idx[:min(top, md.N)] {
+		fmt.Fprintf(w, "  state %-6d %.6f\n", i, mu[i])
+	}
+	if out != "" {
+		var b strings.Builder
+		b.WriteString("state,probability\n")
+		for i, v := range mu {
+			fmt.Fprintf(&b, "%d,%s\n", i, strconv.FormatFloat(v, 'g', -1, 64))
+		}
+		if err := arrowio.WriteFileAtomic(out, []byte(b.String())); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "wrote %s\n", out)
+	}
+	return nil
+}
+
+func parsePolicy(s string, n, u int) ([][]float64, error) {
+	if s == "uniform" {
+		p := make([][]float64, n)
+		for i := range p {
+			p[i] = make([]float64, u)
+			for a := range p[i] {
+				p[i][a] = 1 / float64(u)
+			}
+		}
+		return p, nil
+	}
+	acts, err := intList("policy", s)
+	if err != nil {
+		return nil, err
+	}
+	if len(acts) == 1 {
+		a := acts[0]
+		acts = make([]int, n)
+		for i := range acts {
+			acts[i] = a
+		}
+	}
+	if len(acts) != n {
+		return nil, usagef("--policy lists %d actions; want 1 or one per state (n = %d)", len(acts), n)
+	}
+	for i, a := range acts {
+		if a < 0 || a >= u {
+			return nil, usagef("--policy: action %d for state %d is out of range [0, %d)", a, i, u)
+		}
+	}
+	return factor.DeterministicPolicy(acts, u)
+}
