@@ -1,10 +1,14 @@
 package worker
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"regexp"
 	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/factor"
 )
@@ -150,4 +154,15 @@ type TaskRequest struct {
 // Task returns the task of a request.
 func (r *TaskRequest) Task() Task {
 	return Task{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, WithLogLik: r.WithLogLik, Attempt: r.Attempt, Avoid: r.Avoid}
+}
+
+// PutObject stores data as object name in chunks small enough for the
+// server's max payload (at most 128 KiB, the Object Store's default), so
+// that no message exceeds it.
+func PutObject(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, name string, data []byte) (*jetstream.ObjectInfo, error) {
+	chunk := int64(128 << 10)
+	if m := maxPayload - 4<<10; m > 0 && m < chunk {
+		chunk = m
+	}
+	return obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(chunk)}}, bytes.NewReader(data))
 }

@@ -242,7 +242,7 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest) (data []byte, obj str
 	// margin below the server's limit.
 	if int64(len(data)) > w.nc.MaxPayload()-8<<10 {
 		obj = PartialObject(tr.Job, tr.Iteration, tr.Shard, w.id)
-		if _, err := obs.PutBytes(ctx, obj, data); err != nil {
+		if _, err := PutObject(ctx, obs, w.nc.MaxPayload(), obj, data); err != nil {
 			return nil, "", fetched, 0, fmt.Errorf("worker: store partial of shard %d: %w", tr.Shard, err)
 		}
 		w.stats.LargePartials++

@@ -161,7 +161,7 @@ func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) 
 		} else if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			return moved, fmt.Errorf("natsexec: shard %d: %w", k, err)
 		}
-		if _, err := e.obs.PutBytes(ctx, name, data); err != nil {
+		if _, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data); err != nil {
 			return moved, fmt.Errorf("natsexec: upload shard %d: %w", k, err)
 		}
 		moved += int64(len(data))
@@ -193,7 +193,7 @@ func (e *Executor) storeModel(ctx context.Context, job string, v int, md *factor
 	}
 	sum := sha256.Sum256(data)
 	ref := objRef{name: worker.ModelObject(job, v), digest: hex.EncodeToString(sum[:]), version: v, size: int64(len(data))}
-	if _, err := e.obs.PutBytes(ctx, ref.name, data); err != nil {
+	if _, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), ref.name, data); err != nil {
 		return 0, fmt.Errorf("natsexec: store model %s: %w", ref.name, err)
 	}
 	e.mu.Lock()

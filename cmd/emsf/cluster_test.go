@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/worker"
+)
+
+// buildBinary builds emsf into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "emsf")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// writeTransitions writes a small CSV of random transitions with locality.
+func writeTransitions(t *testing.T, path string, n, u, count int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var b bytes.Buffer
+	b.WriteString("state,action,next_state\n")
+	for range count {
+		i := rng.IntN(n)
+		fmt.Fprintf(&b, "%d,%d,%d\n", i, rng.IntN(u), (i+rng.IntN(15))%n)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestClusterKillWorker runs a NATS server (embedded in the test, on
+// 127.0.0.1), three `emsf worker` processes and an `emsf fit --nats`
+// coordinator process; one worker gets SIGKILL while iteration 3 runs. The
+// model must be bitwise the one of a plain local `emsf fit`, and every
+// iteration must have seen Σx = N.
+func TestClusterKillWorker(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data.csv")
+	writeTransitions(t, data, 200, 2, 5000)
+	fitArgs := []string{"fit", "--input", data, "--order", "4", "--iters", "8", "--tol", "0", "--seed", "3", "--shard-nnz", "150"}
+
+	local := filepath.Join(dir, "local.arrow")
+	if out, err := exec.Command(bin, append(fitArgs, "--out", local, "--quiet")...).CombinedOutput(); err != nil {
+		t.Fatalf("local fit: %v\n%s", err, out)
+	}
+
+	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	url := srv.ClientURL()
+
+	var workers []*exec.Cmd
+	for k := range 3 {
+		cmd := exec.Command(bin, "worker", "--nats", url, "--task-delay", "40ms", "--log-level", "warn")
+		var out syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, cmd)
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("worker %d output:\n%s", k, out.String())
+			}
+		})
+	}
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	out := filepath.Join(dir, "cluster.arrow")
+	coord := exec.Command(bin, append(fitArgs, "--out", out, "--nats", url, "--min-workers", "3",
+		"--worker-timeout", "2s", "--job", "killtest")...)
+	var coordOut syncBuffer
+	coord.Stdout, coord.Stderr = &coordOut, &coordOut
+	if err := coord.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- coord.Wait() }()
+
+	// Kill a worker once iteration 2 is committed, i.e. while iteration 3
+	// runs (each task takes at least --task-delay, so the workers are busy).
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	for !killed {
+		select {
+		case err := <-done:
+			t.Fatalf("coordinator exited (%v) before the kill:\n%s", err, coordOut.String())
+		case <-ctx.Done():
+			t.Fatalf("no iteration 2 commit seen:\n%s", coordOut.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		kv, err := js.KeyValue(ctx, worker.DefaultKVBucket)
+		if err != nil {
+			continue
+		}
+		e, err := kv.Get(ctx, "killtest")
+		if err != nil {
+			continue
+		}
+		var st coordinator.JobState
+		if json.Unmarshal(e.Value(), &st) == nil && st.Iteration >= 2 {
+			if st.Iteration != 2 {
+				t.Fatalf("iteration %d already committed when the kill was due", st.Iteration)
+			}
+			if err := workers[0].Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("coordinator: %v\n%s", err, coordOut.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("coordinator did not finish:\n%s", coordOut.String())
+	}
+
+	// Every iteration saw the same Σx (the coordinator fails a pass whose
+	// Σx differs from N), and some task was handed out again.
+	re := regexp.MustCompile(`cluster iteration: .*iter=(\d+) .*retried=(\d+) .*sum_x=(\S+)`)
+	var iters, retried int
+	sumX := ""
+	sc := bufio.NewScanner(strings.NewReader(coordOut.String()))
+	for sc.Scan() {
+		m := re.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		iters++
+		var r int
+		fmt.Sscan(m[2], &r)
+		retried += r
+		if sumX == "" {
+			sumX = m[3]
+		} else if m[3] != sumX {
+			t.Errorf("iteration %s saw Σx = %s, iteration 1 saw %s", m[1], m[3], sumX)
+		}
+	}
+	if iters != 8 {
+		t.Errorf("coordinator logged %d iterations, want 8:\n%s", iters, coordOut.String())
+	}
+	if retried == 0 {
+		t.Errorf("no task was handed out again after the kill:\n%s", coordOut.String())
+	}
+
+	want, err := arrowio.ReadModel(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := arrowio.ReadModel(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Model.Equal(want.Model) {
+		t.Fatalf("cluster model with a killed worker differs from the local fit's\n%s", coordOut.String())
+	}
+	t.Logf("%d tasks handed out again after the kill", retried)
+}

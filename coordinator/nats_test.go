@@ -1,0 +1,188 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/worker"
+)
+
+// startServer starts an embedded NATS server with JetStream on
+// 127.0.0.1 and a random port, its store in a temporary directory.
+func startServer(t *testing.T, maxPayload int32) *server.Server {
+	t.Helper()
+	s, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir(), MaxPayload: maxPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+func connect(t *testing.T, s *server.Server, name string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL(), nats.Name(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// startWorkers starts n NATS workers, each on its own connection.
+func startWorkers(t *testing.T, s *server.Server, n int) []*worker.Worker {
+	t.Helper()
+	var ws []*worker.Worker
+	for k := range n {
+		nc := connect(t, s, fmt.Sprintf("worker-%d", k))
+		w, err := worker.Start(context.Background(), nc, worker.Config{
+			Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Stop() })
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+func newNATSExec(t *testing.T, s *server.Server) *natsexec.Executor {
+	t.Helper()
+	exec, err := natsexec.New(context.Background(), connect(t, s, "coordinator"), natsexec.Config{PingWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(exec.Close)
+	return exec
+}
+
+// checkFor polls f until it returns nil or d passes.
+func checkFor(t *testing.T, d time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestFitNATS(t *testing.T) {
+	fc := newFitCase(t)
+	for _, n := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("workers=%d", n), func(t *testing.T) {
+			s := startServer(t, 0)
+			ws := startWorkers(t, s, n)
+			exec := newNATSExec(t, s)
+			checkFor(t, 5*time.Second, func() error {
+				if ids, _ := exec.Census(context.Background()); len(ids) != n {
+					return fmt.Errorf("census found %d workers, want %d", len(ids), n)
+				}
+				return nil
+			})
+			fc.run(t, exec, exec)
+
+			// Shards were fetched once per worker and cached across iterations.
+			var tasks, fetches int64
+			for _, w := range ws {
+				st := w.Stats()
+				tasks += st.Tasks
+				fetches += st.ShardFetches
+			}
+			if want := int64(len(fc.shards) * fc.conv.MaxIter); tasks != want {
+				t.Errorf("workers computed %d tasks, want %d", tasks, want)
+			}
+			if fetches > int64(len(fc.shards)*n) {
+				t.Errorf("workers fetched shards %d times, want at most %d", fetches, len(fc.shards)*n)
+			}
+
+			st, _, err := exec.State(context.Background(), "test-job")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Iteration != fc.conv.MaxIter || st.ModelDigest == "" || st.Status != factor.IterationLimit.String() {
+				t.Errorf("job state %+v", st)
+			}
+		})
+	}
+}
+
+func TestFitNATSFaults(t *testing.T) {
+	fc := newFitCase(t)
+	s := startServer(t, 0)
+	startWorkers(t, s, 2)
+	exec := newNATSExec(t, s)
+	f := &faulty{Executor: exec, dupIter: 1, dupShard: 2, badIter: 2, badShard: 3}
+	checkFaults(t, f, fc.run(t, f, exec))
+}
+
+// A small max payload sends every partial (and every object chunk) in
+// pieces below it.
+func TestFitNATSSmallPayload(t *testing.T) {
+	fc := newFitCase(t)
+	s := startServer(t, 8<<10)
+	ws := startWorkers(t, s, 2)
+	exec := newNATSExec(t, s)
+	fc.run(t, exec, exec)
+	var large int64
+	for _, w := range ws {
+		large += w.Stats().LargePartials
+	}
+	if large == 0 {
+		t.Error("no partial went through the Object Store")
+	}
+}
+
+// A second coordinator taking over a job makes the first one's next
+// commit fail (compare-and-set on the KV revision).
+func TestCheckpointCAS(t *testing.T) {
+	s := startServer(t, 0)
+	a, b := newNATSExec(t, s), newNATSExec(t, s)
+	ctx := context.Background()
+	md := factor.NewRandom(10, 2, 1, factor.TieNone, 1)
+	st := &coordinator.JobState{Job: "cas", Status: "running"}
+	if err := a.Begin(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	st.Iteration = 1
+	if err := a.Commit(ctx, st, md); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Begin(ctx, &coordinator.JobState{Job: "cas", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	st.Iteration = 2
+	err := a.Commit(ctx, st, md)
+	if err == nil || !strings.Contains(err.Error(), "another coordinator") {
+		t.Fatalf("stale commit: err = %v, want a compare-and-set failure", err)
+	}
+}
+
+func TestNoWorkers(t *testing.T) {
+	fc := newFitCase(t)
+	s := startServer(t, 0)
+	exec := newNATSExec(t, s)
+	_, err := coordinator.Fit(context.Background(), exec, fc.shards, fc.man, fc.init.Clone(), coordinator.Options{
+		Job: "none", Converger: fc.conv, WaitWorkers: 300 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "not enough workers") {
+		t.Fatalf("err = %v, want ErrNoWorkers", err)
+	}
+}
