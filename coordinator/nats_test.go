@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
@@ -184,5 +186,44 @@ func TestNoWorkers(t *testing.T) {
 		Job: "none", Converger: fc.conv, WaitWorkers: 300 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "not enough workers") {
 		t.Fatalf("err = %v, want ErrNoWorkers", err)
+	}
+}
+
+// Workers answer $SRV.PING/INFO/STATS as the micro service emsf-worker,
+// with their counters in the STATS data.
+func TestWorkerDiscovery(t *testing.T) {
+	s := startServer(t, 0)
+	startWorkers(t, s, 2)
+	nc := connect(t, s, "probe")
+	for _, verb := range []micro.Verb{micro.PingVerb, micro.InfoVerb, micro.StatsVerb} {
+		subj, err := micro.ControlSubject(verb, worker.ServiceName, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		inbox := nats.NewInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.PublishRequest(subj, inbox, nil); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 2 {
+			m, err := sub.NextMsg(5 * time.Second)
+			if err != nil {
+				t.Fatalf("%s reply %d: %v", verb, k, err)
+			}
+			if verb == micro.StatsVerb {
+				var st micro.Stats
+				if err := json.Unmarshal(m.Data, &st); err != nil {
+					t.Fatal(err)
+				}
+				if len(st.Endpoints) != 1 || st.Endpoints[0].Subject != worker.TaskSubject(worker.DefaultPrefix) ||
+					!strings.Contains(string(st.Endpoints[0].Data), `"nnz_per_second"`) {
+					t.Fatalf("stats %s", m.Data)
+				}
+			}
+		}
+		_ = sub.Unsubscribe()
 	}
 }

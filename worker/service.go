@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -53,6 +54,8 @@ type Stats struct {
 	BytesSent      int64   `json:"bytes_sent"`
 	// LargePartials counts partials sent through the Object Store.
 	LargePartials int64 `json:"large_partials"`
+	// Running is 1 while a task is being computed.
+	Running int32 `json:"running"`
 }
 
 // Worker is a running NATS worker: a micro service whose task endpoint
@@ -76,6 +79,7 @@ type Worker struct {
 	scratch factor.Scratch
 	partial factor.Partial
 	stats   Stats
+	running atomic.Int32
 }
 
 // Start registers a worker on nc. The caller keeps nc: Stop the worker,
@@ -139,6 +143,7 @@ func (w *Worker) Stats() Stats {
 	defer w.mu.Unlock()
 	s := w.stats
 	s.ShardsCached = len(w.shards)
+	s.Running = w.running.Load()
 	if s.ComputeSeconds > 0 {
 		s.NNZPerSecond = float64(s.NNZ) / s.ComputeSeconds
 	}
@@ -173,7 +178,9 @@ func (w *Worker) handle(req micro.Request) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 	}
 	defer cancel()
+	w.running.Add(1)
 	data, obj, fetched, compute, err := w.run(ctx, &tr)
+	w.running.Add(-1)
 	if err != nil {
 		log.Warn("task failed", "error", err)
 		w.fail(req, hdr, CodeFailed, err)

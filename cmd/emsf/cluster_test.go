@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator"
@@ -49,6 +50,22 @@ func writeTransitions(t *testing.T, path string, n, u, count int) {
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkFor polls f until it returns nil or d passes.
+func checkFor(t *testing.T, d time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -98,10 +115,12 @@ func TestClusterKillWorker(t *testing.T) {
 	url := srv.ClientURL()
 
 	var workers []*exec.Cmd
+	workerOut := make([]*syncBuffer, 3)
 	for k := range 3 {
 		cmd := exec.Command(bin, "worker", "--nats", url, "--task-delay", "40ms", "--log-level", "warn")
-		var out syncBuffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		out := new(syncBuffer)
+		workerOut[k] = out
+		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -134,34 +153,62 @@ func TestClusterKillWorker(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- coord.Wait() }()
 
-	// Kill a worker once iteration 2 is committed, i.e. while iteration 3
-	// runs (each task takes at least --task-delay, so the workers are busy).
+	// Kill worker 0 while it computes a task of iteration 3: once
+	// iteration 2 is committed, poll its $SRV.STATS until it reports a
+	// running task (each task takes at least --task-delay).
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	killed := false
-	for !killed {
+	id := ""
+	checkFor(t, 10*time.Second, func() error {
+		if f := strings.Fields(workerOut[0].String()); len(f) > 1 && f[0] == "worker" {
+			id = f[1]
+			return nil
+		}
+		return fmt.Errorf("worker 0 did not print its id")
+	})
+	statsSubj, err := micro.ControlSubject(micro.StatsVerb, worker.ServiceName, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed2 := false
+	for killed := false; !killed; {
 		select {
 		case err := <-done:
 			t.Fatalf("coordinator exited (%v) before the kill:\n%s", err, coordOut.String())
 		case <-ctx.Done():
-			t.Fatalf("no iteration 2 commit seen:\n%s", coordOut.String())
-		case <-time.After(5 * time.Millisecond):
+			t.Fatalf("no kill point seen:\n%s", coordOut.String())
+		case <-time.After(2 * time.Millisecond):
 		}
-		kv, err := js.KeyValue(ctx, worker.DefaultKVBucket)
-		if err != nil {
-			continue
-		}
-		e, err := kv.Get(ctx, "killtest")
-		if err != nil {
-			continue
-		}
-		var st coordinator.JobState
-		if json.Unmarshal(e.Value(), &st) == nil && st.Iteration >= 2 {
+		if !committed2 {
+			kv, err := js.KeyValue(ctx, worker.DefaultKVBucket)
+			if err != nil {
+				continue
+			}
+			e, err := kv.Get(ctx, "killtest")
+			if err != nil {
+				continue
+			}
+			var st coordinator.JobState
+			if json.Unmarshal(e.Value(), &st) != nil || st.Iteration < 2 {
+				continue
+			}
 			if st.Iteration != 2 {
 				t.Fatalf("iteration %d already committed when the kill was due", st.Iteration)
 			}
+			committed2 = true
+		}
+		m, err := nc.Request(statsSubj, nil, time.Second)
+		if err != nil {
+			continue
+		}
+		var ms micro.Stats
+		if json.Unmarshal(m.Data, &ms) != nil || len(ms.Endpoints) != 1 {
+			continue
+		}
+		var ws worker.Stats
+		if json.Unmarshal(ms.Endpoints[0].Data, &ws) == nil && ws.Running > 0 {
 			if err := workers[0].Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
