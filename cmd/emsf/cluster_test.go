@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -24,6 +27,8 @@ import (
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
 )
 
@@ -264,4 +269,69 @@ func TestClusterKillWorker(t *testing.T) {
 		t.Fatalf("cluster model with a killed worker differs from the local fit's\n%s", coordOut.String())
 	}
 	t.Logf("%d tasks handed out again after the kill", retried)
+}
+
+// fitCluster --embedded (server and workers in this process) gives
+// bitwise factor.Fit's model.
+func TestFitClusterEmbedded(t *testing.T) {
+	var c clusterFlags
+	fs := flag.NewFlagSet("fit", flag.ContinueOnError)
+	c.register(fs)
+	if err := fs.Parse([]string{"--embedded", "--store", t.TempDir(), "--nats", ""}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.enabled() {
+		t.Fatal("cluster mode not enabled by --embedded")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var ct shard.Counter
+	for range 3000 {
+		i := rng.IntN(150)
+		if err := ct.Add(i, rng.IntN(2), (i+rng.IntN(10))%150, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shards, man := shard.Split(ct.Matrices(2), 150, 200)
+	want := factor.NewRandom(150, 3, 2, factor.TieSharedK, 9)
+	got := want.Clone()
+	opts := factor.FitOptions{Converger: factor.Converger{Tol: 1e-9, MaxIter: 4}}
+	if _, err := factor.Fit(context.Background(), want, shard.Blocks(shards), opts); err != nil {
+		t.Fatal(err)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.Discard})
+	res, err := fitCluster(context.Background(), &c, log, shards, man, got, opts, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Iterations != 4 || !got.Equal(want) {
+		t.Fatalf("embedded cluster fit (%d iterations) differs from factor.Fit", res.Iterations)
+	}
+}
+
+func TestClusterFlagsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--embedded", "--nats", "nats://x:4222"}, "--embedded"},
+		{[]string{"--nats", "nats://x:4222", "--store", "/tmp/x"}, "--store"},
+		{[]string{"--nats", "nats://x:4222", "--tls-cert", "c.pem"}, "--tls-cert"},
+		{[]string{"--nats", "nats://x:4222", "--subject-prefix", "a b"}, "--subject-prefix"},
+		{[]string{"--nats", "nats://x:4222", "--bucket-objects", "a.b"}, "--bucket-objects"},
+		{[]string{"--nats", "nats://x:4222", "--worker-timeout", "0s"}, "--worker-timeout"},
+	} {
+		var c clusterFlags
+		fs := flag.NewFlagSet("fit", flag.ContinueOnError)
+		c.register(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := c.validate()
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%v: err = %v, want one naming %s", tc.args, err, tc.flag)
+		}
+	}
 }
