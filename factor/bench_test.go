@@ -1,0 +1,237 @@
+package factor
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Benchmarks of one EM iteration (Pass + Commit) on generated count
+// matrices, DESIGN §7-8. Run them with
+//
+//	go test -run NONE -bench BenchmarkIteration -benchtime 20x ./factor/
+//
+// and compare with scikit-learn's KL-NMF on the same data with
+// scripts/bench_compare.sh (see docs/benchmarks.md).
+
+// benchSize is one family of benchmark data: n states, u = 1 action, each
+// row with perRow distinct random columns.
+type benchSize struct {
+	name      string
+	n, perRow int
+}
+
+var benchSizes = []benchSize{
+	{"small", 2000, 100},   // 200 000 nonzeros; K and K̂ fit in L2 at m = 8
+	{"medium", 20000, 100}, // 2 000 000 nonzeros: the target size, K and K̂ in L3
+}
+
+// benchSeed fixes the data of every family.
+const benchSeed = 20150725
+
+// benchBlockNNZ is the target block size, as shard.DefaultTargetNNZ.
+const benchBlockNNZ = 1 << 17
+
+var benchCache = map[string][]*Block{}
+
+// benchBlocks returns the deterministic count matrix of a size: row i gets
+// perRow distinct columns drawn uniformly from [0, n) (sorted) with counts
+// drawn uniformly from {1, 2, 3, 4}, split into blocks of whole rows of
+// about benchBlockNNZ nonzeros each, as shard.Split does (factor may not
+// import shard). Random columns make every nonzero a random gather of a
+// row of K: the unfavourable case for the kernel's memory access.
+func benchBlocks(sz benchSize) []*Block {
+	if bs, ok := benchCache[sz.name]; ok {
+		return bs
+	}
+	n, per := sz.n, sz.perRow
+	rng := rand.New(rand.NewPCG(benchSeed, uint64(n)))
+	rows := make([]int32, 0, n*per)
+	cols := make([]int32, 0, n*per)
+	vals := make([]float64, 0, n*per)
+	mark := make([]bool, n)
+	row := make([]int32, 0, per)
+	for i := range n {
+		row = row[:0]
+		for len(row) < per {
+			j := rng.IntN(n)
+			if !mark[j] {
+				mark[j] = true
+				row = append(row, int32(j))
+			}
+		}
+		slices.Sort(row)
+		for _, j := range row {
+			mark[j] = false
+			rows = append(rows, int32(i))
+			cols = append(cols, j)
+			vals = append(vals, float64(1+rng.IntN(4)))
+		}
+	}
+	whole, err := NewBlock(0, rows, cols, vals)
+	if err != nil {
+		panic(err)
+	}
+	bs := splitBlock(whole, benchBlockNNZ)
+	benchCache[sz.name] = bs
+	return bs
+}
+
+// splitBlock cuts b into blocks of whole rows with about target nonzeros
+// each (views into b), like shard.Split.
+func splitBlock(b *Block, target int) []*Block {
+	var out []*Block
+	r := 0
+	for r < len(b.Rows) {
+		start, lo := r, b.Ptr[r]
+		for r < len(b.Rows) && (r == start || b.Ptr[r+1]-lo <= int64(target)) {
+			r++
+		}
+		hi := b.Ptr[r]
+		part := &Block{Action: b.Action, Rows: b.Rows[start:r], Ptr: make([]int64, r-start+1),
+			Cols: b.Cols[lo:hi], Vals: b.Vals[lo:hi]}
+		for q := start; q <= r; q++ {
+			part.Ptr[q-start] = b.Ptr[q] - lo
+		}
+		out = append(out, part)
+	}
+	return out
+}
+
+func BenchmarkIteration(b *testing.B) {
+	for _, sz := range benchSizes {
+		for _, m := range []int{8, 32} {
+			for _, workers := range []int{1, 2} {
+				for _, ll := range []bool{false, true} {
+					name := fmt.Sprintf("%s/m=%d/workers=%d/loglik=%v", sz.name, m, workers, ll)
+					b.Run(name, func(b *testing.B) { benchIteration(b, sz, m, workers, ll) })
+				}
+			}
+		}
+	}
+}
+
+func benchIteration(b *testing.B, sz benchSize, m, workers int, withLL bool) {
+	blocks := benchBlocks(sz)
+	nnz := 0
+	for _, bl := range blocks {
+		nnz += bl.NNZ()
+	}
+	dataTerm := DataTerm(blocks)
+	md := NewRandom(sz.n, m, 1, TieNone, 1)
+	acc := NewAccumulator(md)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		if err := Pass(ctx, md, blocks, acc, workers, withLL); err != nil {
+			b.Fatal(err)
+		}
+		acc.Commit(md, 1, dataTerm)
+	}
+	el := time.Since(start)
+	b.ReportMetric(float64(el.Nanoseconds())/float64(b.N)/float64(nnz), "ns/nnz")
+	b.ReportMetric(float64(b.N)/el.Seconds(), "iter/s")
+}
+
+// BenchmarkReferenceIteration times the forward-backward oracle on
+// trajectories, beside the kernel on the same transitions: the cost the
+// simplified update removes.
+func BenchmarkReferenceIteration(b *testing.B) {
+	rng := rand.New(rand.NewPCG(benchSeed, 1))
+	truth, err := TrueModel(2000, 20, 1, RowsDirichlet, 0.5, rng)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const count = 200000
+	eps, err := SampleEpisodes(truth, count, 100, rng)
+	if err != nil {
+		b.Fatal(err)
+	}
+	md := NewRandom(2000, 32, 1, TieNone, 1)
+	b.Run("fb", func(b *testing.B) {
+		for range b.N {
+			if _, _, err := ReferenceIteration(md, eps, ReferenceOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/count, "ns/transition")
+	})
+	b.Run("kernel", func(b *testing.B) {
+		blocks, err := EpisodeBlocks(eps, 2000, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		acc := NewAccumulator(md)
+		next := md.Clone()
+		b.ResetTimer()
+		for range b.N {
+			if err := Pass(context.Background(), next, blocks, acc, 1, true); err != nil {
+				b.Fatal(err)
+			}
+			acc.Commit(next, 1, 0)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/count, "ns/transition")
+	})
+}
+
+var benchDump = flag.String("emsf.benchdump", "", "write the medium benchmark data set to this file (for scripts/bench_compare.sh)")
+var benchDumpSize = flag.String("emsf.benchsize", "medium", "which benchmark data set -emsf.benchdump writes (small or medium)")
+
+// TestBenchDataDump writes the data of one BenchmarkIteration family so a
+// peer (scripts/sklearn_bench.py) can run on exactly the same nonzeros.
+// Format, little-endian: the 8 bytes "EMSFCOO1", int64 n, int64 nnz, then
+// int32 rows[nnz], int32 cols[nnz], float64 counts[nnz], sorted by (row,
+// col). It does nothing unless -emsf.benchdump is given.
+func TestBenchDataDump(t *testing.T) {
+	if *benchDump == "" {
+		t.Skip("pass -emsf.benchdump=FILE to write the benchmark data (scripts/bench_compare.sh does)")
+	}
+	i := slices.IndexFunc(benchSizes, func(s benchSize) bool { return s.name == *benchDumpSize })
+	if i < 0 {
+		t.Fatalf("-emsf.benchsize=%q: want small or medium", *benchDumpSize)
+	}
+	sz := benchSizes[i]
+	blocks := benchBlocks(sz)
+	f, err := os.Create(*benchDump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := bufio.NewWriterSize(f, 1<<20)
+	nnz := 0
+	for _, bl := range blocks {
+		nnz += bl.NNZ()
+	}
+	le := binary.LittleEndian
+	w.WriteString("EMSFCOO1")
+	binary.Write(w, le, [2]int64{int64(sz.n), int64(nnz)})
+	for _, bl := range blocks {
+		for r, row := range bl.Rows {
+			for q := bl.Ptr[r]; q < bl.Ptr[r+1]; q++ {
+				binary.Write(w, le, row)
+			}
+		}
+	}
+	for _, bl := range blocks {
+		binary.Write(w, le, bl.Cols)
+	}
+	for _, bl := range blocks {
+		binary.Write(w, le, bl.Vals)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s: n=%d nnz=%d Σc=%v", *benchDump, sz.n, nnz, TotalCount(blocks))
+}
