@@ -227,3 +227,14 @@ func TestWorkerDiscovery(t *testing.T) {
 		_ = sub.Unsubscribe()
 	}
 }
+
+func TestBench(t *testing.T) {
+	fc := newFitCase(t)
+	res, err := natsexec.Bench(context.Background(), t.TempDir(), 2, 3, fc.shards, fc.man, fc.init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Reports) != 3 || !(res.SecondsPerIter > 0) || !(res.BytesPerIter > 0) {
+		t.Fatalf("bench result %+v", res)
+	}
+}

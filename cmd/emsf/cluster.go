@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/nats-io/nats.go"
 
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
@@ -145,7 +144,9 @@ func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts facto
 // whatever workers serve --nats.
 func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts factor.FitOptions, workers int) (factor.FitResult, error) {
 	log := logger.Named("cluster")
-	var nc *nats.Conn
+	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket,
+		Replicas: c.replicas, Logger: logger}
+	var exec *natsexec.Executor
 	minWorkers := c.minWorkers
 	if c.embedded {
 		dir := c.store
@@ -157,51 +158,31 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			defer os.RemoveAll(tmp)
 			dir = tmp
 		}
-		srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: dir})
+		lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: dir, Workers: workers,
+			InProcess: true, Exec: ecfg, Logger: logger})
 		if err != nil {
 			return factor.FitResult{}, err
 		}
 		defer func() {
-			srv.Shutdown()
-			srv.WaitForShutdown()
+			if err := lc.Close(); err != nil {
+				log.Warn("stopping the embedded cluster", "error", err)
+			}
 		}()
-		log.Info("embedded NATS server", "url", srv.ClientURL(), "store", dir)
-		workers = max(workers, 1)
-		for k := range workers {
-			wnc, err := nats.Connect("", nats.InProcessServer(srv), nats.Name(fmt.Sprintf("emsf-worker-%d", k)))
-			if err != nil {
-				return factor.FitResult{}, fmt.Errorf("cluster: connect worker %d: %w", k, err)
-			}
-			w, err := worker.Start(ctx, wnc, worker.Config{Prefix: c.prefix, Logger: logger})
-			if err != nil {
-				wnc.Close()
-				return factor.FitResult{}, err
-			}
-			defer func() {
-				_ = w.Stop()
-				_ = wnc.Drain()
-				waitClosed(wnc, 10*time.Second)
-			}()
-		}
-		minWorkers = max(minWorkers, workers)
-		if nc, err = nats.Connect("", nats.InProcessServer(srv), nats.Name("emsf-coordinator")); err != nil {
-			return factor.FitResult{}, fmt.Errorf("cluster: connect: %w", err)
-		}
+		log.Info("embedded NATS server", "url", lc.URL(), "store", dir, "workers", len(lc.Workers))
+		exec = lc.Exec
+		minWorkers = max(minWorkers, len(lc.Workers))
 	} else {
-		var err error
-		if nc, err = c.conn("emsf-coordinator").Connect(); err != nil {
+		nc, err := c.conn("emsf-coordinator").Connect()
+		if err != nil {
 			return factor.FitResult{}, err
 		}
+		defer nc.Close()
 		log.Info("connected", "url", nc.ConnectedUrlRedacted(), "max_payload", nc.MaxPayload())
+		if exec, err = natsexec.New(ctx, nc, ecfg); err != nil {
+			return factor.FitResult{}, err
+		}
+		defer exec.Close()
 	}
-	defer nc.Close()
-
-	exec, err := natsexec.New(ctx, nc, natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket,
-		Replicas: c.replicas, Logger: logger})
-	if err != nil {
-		return factor.FitResult{}, err
-	}
-	defer exec.Close()
 	job := c.jobName(man, md, opts)
 	return coordinator.Fit(ctx, exec, shards, man, md, coordinator.Options{
 		Job:         job,
@@ -222,13 +203,4 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 				"rejected", r.Rejected, "workers", r.Workers, "sum_x", r.SumX)
 		},
 	})
-}
-
-// waitClosed waits until nc is closed (after Drain), at most d.
-func waitClosed(nc *nats.Conn, d time.Duration) {
-	deadline := time.Now().Add(d)
-	for !nc.IsClosed() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	nc.Close()
 }
