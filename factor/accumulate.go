@@ -50,6 +50,16 @@ type Scratch struct {
 	cols []int32
 }
 
+// clean zeroes the rows of khT touched so far and their marks, leaving the
+// scratch ready for the next block after a failed Compute.
+func (s *Scratch) clean(m int) {
+	for _, j := range s.cols {
+		clear(s.khT[int(j)*m : int(j)*m+m])
+		s.mark[j] = false
+	}
+	s.cols = s.cols[:0]
+}
+
 func (s *Scratch) reset(n, m int) {
 	if len(s.khT) != n*m {
 		s.khT = make([]float64, n*m)
@@ -90,6 +100,7 @@ func Compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool) error
 			krow := kt[j*m : j*m+m]
 			g := prodSum(t, drow, krow)
 			if !(g > 0) {
+				s.clean(m)
 				return &TransitionError{Action: b.Action, From: int(i), To: j, Count: c}
 			}
 			if withLogLik {
@@ -297,8 +308,12 @@ func (a *Accumulator) check(p *Partial) error {
 			return fmt.Errorf("factor: partial of action %d: column %d at position %d is out of range or out of order", p.Action, j, k)
 		}
 	}
-	for name, xs := range map[string][]float64{"Dh": p.Dh, "X": p.X, "KhT": p.KhT, "Y": p.Y} {
-		for k, v := range xs {
+	for _, f := range [...]struct {
+		name string
+		xs   []float64
+	}{{"Dh", p.Dh}, {"X", p.X}, {"KhT", p.KhT}, {"Y", p.Y}} {
+		name := f.name
+		for k, v := range f.xs {
 			if !(v >= 0) || math.IsInf(v, 0) {
 				return fmt.Errorf("factor: partial of action %d: %s[%d] = %v is not finite and non-negative", p.Action, name, k, v)
 			}

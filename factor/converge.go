@@ -63,10 +63,11 @@ func (c *Converger) Validate() error {
 }
 
 // NeedsLogLik reports whether the pass that produces iteration iter (1-based)
-// must compute the log-likelihood: always when Tol > 0, and for the last
+// must compute the log-likelihood: always when Tol > 0 or when there is no
+// iteration limit (any pass may be the last), otherwise for the last
 // iteration so the final model carries its value.
 func (c *Converger) NeedsLogLik(iter int) bool {
-	return c.Tol > 0 || iter == c.MaxIter
+	return c.Tol > 0 || c.MaxIter == 0 || iter == c.MaxIter
 }
 
 // Check is called after iteration iter (1-based) was committed; loglik is

@@ -77,7 +77,9 @@ func Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, wor
 			}
 		}()
 	}
-	defer wg.Wait()
+	// Deferred calls run last-in-first-out: cancel before waiting, or
+	// workers blocked on a free slot would never return.
+	defer func() { cancel(); wg.Wait() }()
 
 	for k := range blocks {
 		var r result

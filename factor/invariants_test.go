@@ -475,12 +475,16 @@ func TestInvariantTransitionError(t *testing.T) {
 			ts = append(ts, ivTriple{0, i, j, 1})
 		}
 	}
-	// Workers 2 runs on a single block: with more blocks than Pass's
-	// window, an early error return from Pass deadlocks (its deferred
-	// wg.Wait runs before its deferred cancel; reported, fit.go).
-	for _, tc := range []struct{ workers, rowsPerBlock int }{{1, 1}, {1, 4}, {2, 4}} {
+	// {2, 1} has more blocks than Pass's window of 2·workers partials: an
+	// early error return must cancel the workers waiting for a slot.
+	for _, tc := range []struct{ workers, rowsPerBlock int }{{1, 1}, {1, 4}, {2, 4}, {2, 1}} {
 		w := tc.workers
 		blocks := ivBlocks(t, 1, ts, tc.rowsPerBlock)
+		if tc.rowsPerBlock == 1 {
+			for range 3 {
+				blocks = append(blocks, blocks[1:4]...)
+			}
+		}
 		fit := md.Clone()
 		_, err := Fit(context.Background(), fit, blocks, FitOptions{Workers: w, Converger: Converger{MaxIter: 3}})
 		var te *TransitionError
@@ -606,4 +610,32 @@ func ivAccEqual(a, b *Accumulator) bool {
 	}
 	return eq(a.Dh, b.Dh) && eq(a.X, b.X) && eq(a.KhT, b.KhT) && eq(a.Y, b.Y) &&
 		math.Float64bits(a.LogLik) == math.Float64bits(b.LogLik) && a.SumX == b.SumX && a.NNZ == b.NNZ
+}
+
+// TestComputeAfterTransitionErrorLeavesScratchClean: a Scratch reused after
+// a failed Compute gives the same partial as a fresh one.
+func TestComputeAfterTransitionErrorLeavesScratchClean(t *testing.T) {
+	md := NewModel(3, 2, 1, TieNone)
+	copy(md.D[0], []float64{1, 0, 0.5, 0.5, 0, 1})
+	copy(md.KT[0], []float64{0.5, 0.2, 0.5, 0.3, 0, 0.5})
+	if err := md.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := ivBlocks(t, 1, []ivTriple{{0, 0, 1, 1}, {0, 0, 2, 1}}, 1)[0] // 0 → 2 has probability 0
+	good := ivBlocks(t, 1, []ivTriple{{0, 1, 1, 2}, {0, 1, 2, 1}}, 1)[0]
+	var s Scratch
+	var p, want Partial
+	var te *TransitionError
+	if err := Compute(md, bad, &s, &p, true); !errors.As(err, &te) {
+		t.Fatalf("Compute on the masked transition: %v, want *TransitionError", err)
+	}
+	if err := Compute(md, good, &s, &p, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := Compute(md, good, new(Scratch), &want, true); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Cols, want.Cols) || !slices.Equal(p.KhT, want.KhT) {
+		t.Fatalf("reused scratch: cols %v KhT %v; fresh: cols %v KhT %v", p.Cols, p.KhT, want.Cols, want.KhT)
+	}
 }

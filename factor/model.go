@@ -123,7 +123,7 @@ func NewModel(n, m, u int, tie Tie) *Model {
 
 // NewRandom returns a model whose rows of D and K are drawn uniformly and
 // normalized (the initialisation of emsf-ijcai2015 Alg. 1, lines 5-6),
-// using src for all randomness. seed is recorded in the model.
+// drawn from a PCG generator seeded by seed, which is recorded in the model.
 func NewRandom(n, m, u int, tie Tie, seed uint64) *Model {
 	md := NewModel(n, m, u, tie)
 	md.Seed = seed
