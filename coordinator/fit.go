@@ -46,6 +46,12 @@ type Options struct {
 	WaitWorkers time.Duration
 	// Checkpoint, if set, records the job state after every commit.
 	Checkpoint Checkpointer
+	// Resume continues the job from its last checkpoint (Checkpoint must
+	// be a Resumer) when one exists for the same shards and model shape:
+	// md is overwritten with the checkpointed model and the fit goes on
+	// from the next iteration. The result is bitwise that of an
+	// uninterrupted fit (the elapsed time restarts from zero).
+	Resume bool
 	// Logger receives the coordinator's logs (default: none).
 	Logger hclog.Logger
 }
@@ -132,6 +138,12 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 	}
 	log.Info("shards loaded", "shards", len(shards), "nnz", man.NNZ, "bytes", loadBytes, "workers", alive)
 	st := &JobState{Job: opts.Job, Params: opts.Params, Manifest: man, ModelIteration: md.Iteration, Status: "running"}
+	first := 1
+	if opts.Resume {
+		if first, err = resume(ctx, opts, man, md, st, log); err != nil {
+			return factor.FitResult{}, err
+		}
+	}
 	if opts.Checkpoint != nil {
 		if err := opts.Checkpoint.Begin(ctx, st); err != nil {
 			return factor.FitResult{}, err
@@ -142,7 +154,16 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 	start := time.Now()
 	prev := math.NaN()
 	res := factor.FitResult{LogLik: math.NaN()}
-	for iter := 1; ; iter++ {
+	if first > 1 {
+		// The converger and the relative change go on from the last
+		// evaluation (md.LogLik, the loglik the last pass computed); a
+		// resumed job that reached its limit already stops at once.
+		prev = md.LogLik
+		if status := conv.Check(first-1, md.LogLik, 0); status == factor.IterationLimit {
+			return factor.FitResult{Status: status, Iterations: first - 1, LogLik: md.LogLik}, nil
+		}
+	}
+	for iter := first; ; iter++ {
 		t0 := time.Now()
 		rep := IterReport{Iteration: iter}
 		if iter > 1 {
@@ -442,4 +463,50 @@ func checkPartial(pt *factor.Partial, in shard.Info) error {
 		return fmt.Errorf("Σx = %v (SumX %v), manifest Σcount = %v", sx, pt.SumX, in.Sum)
 	}
 	return nil
+}
+
+// Resumer is a Checkpointer that can load a job's last checkpoint.
+type Resumer interface {
+	Checkpointer
+	// Resume returns the job's state and committed model, or a nil state
+	// when the job has no checkpoint.
+	Resume(ctx context.Context, job string) (*JobState, *factor.Model, error)
+}
+
+// resume loads the job's checkpoint into md and st and returns the first
+// iteration to run.
+func resume(ctx context.Context, opts Options, man *shard.Manifest, md *factor.Model, st *JobState, log hclog.Logger) (int, error) {
+	r, ok := opts.Checkpoint.(Resumer)
+	if !ok {
+		return 0, fmt.Errorf("coordinator: resume needs a checkpointer that can load checkpoints")
+	}
+	old, m0, err := r.Resume(ctx, opts.Job)
+	if err != nil {
+		return 0, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
+	}
+	if old == nil || old.Iteration == 0 || m0 == nil {
+		log.Info("no checkpoint to resume from: starting afresh")
+		return 1, nil
+	}
+	if old.Manifest == nil || len(old.Manifest.Shards) != len(man.Shards) {
+		return 0, fmt.Errorf("coordinator: resume job %s: its checkpoint is of other shards", opts.Job)
+	}
+	for k, in := range man.Shards {
+		if old.Manifest.Shards[k].Checksum != in.Checksum {
+			return 0, fmt.Errorf("coordinator: resume job %s: shard %d differs from the checkpoint's", opts.Job, k)
+		}
+	}
+	if err := m0.CheckCompatible(md.N, md.M, md.U, md.Tie); err != nil {
+		return 0, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
+	}
+	for b := range md.D {
+		copy(md.D[b], m0.D[b])
+	}
+	for b := range md.KT {
+		copy(md.KT[b], m0.KT[b])
+	}
+	md.Iteration, md.LogLik, md.WKL, md.Seed = m0.Iteration, m0.LogLik, m0.WKL, m0.Seed
+	st.Iteration, st.ModelIteration = old.Iteration, md.Iteration
+	log.Info("resuming", "from_iteration", old.Iteration, "model", old.ModelObject)
+	return old.Iteration + 1, nil
 }

@@ -238,3 +238,39 @@ func TestBench(t *testing.T) {
 		t.Fatalf("bench result %+v", res)
 	}
 }
+
+// A job stopped after 2 iterations and resumed to 5 ends bitwise where an
+// uninterrupted 5-iteration fit does.
+func TestResume(t *testing.T) {
+	fc := newFitCase(t)
+	s := startServer(t, 0)
+	startWorkers(t, s, 2)
+	ctx := context.Background()
+	fit := func(conv factor.Converger, stats *[]factor.IterStats) (*factor.Model, factor.FitResult) {
+		exec := newNATSExec(t, s)
+		md := fc.init.Clone()
+		res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
+			Job: "resume", Converger: conv, Checkpoint: exec, Resume: true,
+			Progress: func(s factor.IterStats) { *stats = append(*stats, s) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return md, res
+	}
+	var first, second []factor.IterStats
+	conv := fc.conv
+	conv.MaxIter = 2
+	fit(conv, &first)
+	md, res := fit(fc.conv, &second)
+	if len(first) != 2 || len(second) != 3 || second[0].Iteration != 3 {
+		t.Fatalf("ran iterations %v then %v, want 1-2 then 3-5", first, second)
+	}
+	if !md.Equal(fc.want) || res.Iterations != fc.wantR.Iterations || res.LogLik != fc.wantR.LogLik || md.Iteration != fc.want.Iteration {
+		t.Fatalf("resumed fit (%+v, model iteration %d) differs from the uninterrupted one (%+v)", res, md.Iteration, fc.wantR)
+	}
+	for k, s := range second {
+		if w := fc.wantS[k+2]; s.LogLik != w.LogLik || !(s.RelChange == w.RelChange) {
+			t.Fatalf("resumed progress %+v, want %+v", s, w)
+		}
+	}
+}

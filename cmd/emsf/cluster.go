@@ -72,6 +72,7 @@ type clusterFlags struct {
 	kvBucket      string
 	replicas      int
 	job           string
+	resume        bool
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -85,6 +86,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kvBucket, "bucket-jobs", worker.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
 	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
+	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket (same data and parameters)")
 }
 
 // enabled reports whether cluster mode was asked for.
@@ -194,6 +196,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		MinWorkers:  minWorkers,
 		WaitWorkers: c.waitWorkers,
 		Checkpoint:  exec,
+		Resume:      c.resume,
 		Logger:      log,
 		Report: func(r coordinator.IterReport) {
 			log.Info("cluster iteration", "job", job, "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),

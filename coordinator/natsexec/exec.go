@@ -107,7 +107,7 @@ type censusState struct {
 }
 
 var _ coordinator.Executor = (*Executor)(nil)
-var _ coordinator.Checkpointer = (*Executor)(nil)
+var _ coordinator.Resumer = (*Executor)(nil)
 
 // New returns an executor on nc, creating the buckets when missing. The
 // caller keeps nc: Close the executor, then close nc.
@@ -459,4 +459,36 @@ func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState
 		return nil, 0, fmt.Errorf("natsexec: job %s: %w", job, err)
 	}
 	return &st, ent.Revision(), nil
+}
+
+// Resume returns the job's state and its committed model from the
+// buckets, or a nil state when the job has none.
+func (e *Executor) Resume(ctx context.Context, job string) (*coordinator.JobState, *factor.Model, error) {
+	st, _, err := e.State(ctx, job)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.ModelObject == "" {
+		return st, nil, nil
+	}
+	data, err := e.obs.GetBytes(ctx, st.ModelObject)
+	if err != nil {
+		return nil, nil, fmt.Errorf("natsexec: job %s: model %s: %w", job, st.ModelObject, err)
+	}
+	sum := sha256.Sum256(data)
+	if d := hex.EncodeToString(sum[:]); d != st.ModelDigest {
+		return nil, nil, fmt.Errorf("natsexec: job %s: model %s has digest %s, state says %s", job, st.ModelObject, d, st.ModelDigest)
+	}
+	mf, err := arrowio.DecodeModel(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("natsexec: job %s: %w", job, err)
+	}
+	// The next iteration runs on this version: no need to store it again.
+	e.mu.Lock()
+	e.models[job] = objRef{name: st.ModelObject, digest: st.ModelDigest, version: st.Iteration, size: int64(len(data))}
+	e.mu.Unlock()
+	return st, mf.Model, nil
 }
