@@ -56,15 +56,18 @@ type Options struct {
 	Logger hclog.Logger
 }
 
-// IterReport is the cluster's view of one committed iteration. Compute is
-// the sum over accepted tasks of the workers' compute time; Transfer is the
-// model publication plus, summed over accepted tasks, the time from
-// hand-out to delivery minus compute (queueing, fetches, the wire); Reduce
-// is the time spent checking and merging partials; Commit the commit and
-// checkpoint; Wall the whole iteration.
+// IterReport is the cluster's view of one committed iteration. Its wall
+// time is split as Wall ≈ Compute + Transfer + Reduce + Commit: Reduce is
+// the coordinator's time checking and merging partials, Commit the commit
+// and checkpoint, Compute the workers' compute time per worker
+// (ComputeTotal / Workers, at most the time spent waiting for partials),
+// and Transfer the rest: model publication, task and partial messages,
+// object fetches, queueing.
 type IterReport struct {
 	Iteration                               int
 	Wall, Compute, Transfer, Reduce, Commit time.Duration
+	// ComputeTotal is the sum of the accepted tasks' compute times.
+	ComputeTotal time.Duration
 	// Bytes moved: model publication plus every task's request, reply and
 	// object fetches.
 	Bytes int64
@@ -178,10 +181,13 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 			return res, fmt.Errorf("coordinator: publish model for iteration %d: %w", iter, err)
 		}
 		rep.Bytes += b
-		rep.Transfer += time.Since(t0)
+		tg := time.Now()
 		if err := p.run(ctx, iter, withLL, alive, &rep); err != nil {
 			return res, err
 		}
+		wait := time.Since(tg) - rep.Reduce
+		rep.Compute = min(rep.ComputeTotal/time.Duration(max(alive, 1)), max(wait, 0))
+		rep.Transfer = time.Since(t0) - rep.Reduce - rep.Compute
 		acc := p.acc
 		if err := factor.CheckSumX(acc.SumX, total); err != nil {
 			return res, err
@@ -282,7 +288,6 @@ type lease struct {
 	deadline time.Time
 	avoid    []string
 	cancel   context.CancelFunc
-	sent     time.Time
 }
 
 // run computes one pass: every shard handed out, checked and merged in
@@ -330,7 +335,7 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 		}
 		now := time.Now()
 		tctx, tcancel := context.WithDeadline(ctx, now.Add(p.opts.TaskTimeout))
-		leases[k] = &lease{attempt: attempts[k], deadline: now.Add(p.opts.TaskTimeout), avoid: avoid, cancel: tcancel, sent: now}
+		leases[k] = &lease{attempt: attempts[k], deadline: now.Add(p.opts.TaskTimeout), avoid: avoid, cancel: tcancel}
 		t := worker.Task{Job: p.opts.Job, Iteration: iter, Shard: k, WithLogLik: withLL, Attempt: attempts[k], Avoid: avoid}
 		p.exec.Submit(tctx, t, deliver)
 		return nil
@@ -411,8 +416,7 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 		held[k] = r
 		if l != nil {
 			l.cancel()
-			rep.Compute += r.Compute
-			rep.Transfer += max(time.Since(l.sent)-r.Compute, 0)
+			rep.ComputeTotal += r.Compute
 			delete(leases, k)
 		}
 		rep.Bytes += r.Bytes

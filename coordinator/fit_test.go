@@ -114,8 +114,10 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 // faulty wraps an executor: it delivers the result of (dupIter, dupShard)
-// twice, and corrupts the first result of (badIter, badShard) so that its
-// Σx no longer matches the manifest.
+// a second time just before the result of shard dupShard+1 (which the
+// coordinator needs, so it must read the duplicate), and corrupts the
+// first result of (badIter, badShard) so that its Σx no longer matches
+// the manifest.
 type faulty struct {
 	coordinator.Executor
 	dupIter, dupShard int
@@ -123,10 +125,18 @@ type faulty struct {
 
 	mu       sync.Mutex
 	badDone  bool
+	dupDone  bool
+	dupSent  bool
+	saved    chan worker.Result
 	injected int
 }
 
 func (f *faulty) Submit(ctx context.Context, t worker.Task, deliver func(worker.Result)) {
+	f.mu.Lock()
+	if f.saved == nil {
+		f.saved = make(chan worker.Result, 1)
+	}
+	f.mu.Unlock()
 	f.Executor.Submit(ctx, t, func(r worker.Result) {
 		f.mu.Lock()
 		bad := t.Iteration == f.badIter && t.Shard == f.badShard && r.Err == nil && !f.badDone
@@ -134,9 +144,13 @@ func (f *faulty) Submit(ctx context.Context, t worker.Task, deliver func(worker.
 			f.badDone = true
 			f.injected++
 		}
-		dup := t.Iteration == f.dupIter && t.Shard == f.dupShard && r.Err == nil
-		if dup {
-			f.injected++
+		keep := t.Iteration == f.dupIter && t.Shard == f.dupShard && r.Err == nil && !f.dupDone
+		if keep {
+			f.dupDone = true
+		}
+		dupBefore := t.Iteration == f.dupIter && t.Shard == f.dupShard+1 && r.Err == nil && !f.dupSent
+		if dupBefore {
+			f.dupSent = true
 		}
 		f.mu.Unlock()
 		if bad {
@@ -146,9 +160,19 @@ func (f *faulty) Submit(ctx context.Context, t worker.Task, deliver func(worker.
 			p.SumX += 1
 			r.Partial = &p
 		}
+		if dupBefore {
+			select {
+			case d := <-f.saved:
+				deliver(d)
+				f.mu.Lock()
+				f.injected++
+				f.mu.Unlock()
+			case <-ctx.Done():
+			}
+		}
 		deliver(r)
-		if dup {
-			deliver(r)
+		if keep {
+			f.saved <- r
 		}
 	})
 }

@@ -69,8 +69,8 @@ type Worker struct {
 	id  string
 	log hclog.Logger
 
-	// Guarded by mu: the handler's state (it runs serially, but Stats
-	// reads it from other goroutines).
+	// Guarded by mu: the handler's state (the handler runs serially; the
+	// lock makes that explicit).
 	mu      sync.Mutex
 	stores  map[string]jetstream.ObjectStore
 	shards  map[string]*shard.Shard
@@ -78,6 +78,9 @@ type Worker struct {
 	md      *factor.Model
 	scratch factor.Scratch
 	partial factor.Partial
+
+	// Guarded by smu, so that $SRV.STATS answers while a task runs.
+	smu     sync.Mutex
 	stats   Stats
 	running atomic.Int32
 }
@@ -139,15 +142,21 @@ func (w *Worker) Stop() error {
 
 // Stats returns a snapshot of the worker's counters.
 func (w *Worker) Stats() Stats {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.smu.Lock()
+	defer w.smu.Unlock()
 	s := w.stats
-	s.ShardsCached = len(w.shards)
 	s.Running = w.running.Load()
 	if s.ComputeSeconds > 0 {
 		s.NNZPerSecond = float64(s.NNZ) / s.ComputeSeconds
 	}
 	return s
+}
+
+// count updates the counters.
+func (w *Worker) count(f func(*Stats)) {
+	w.smu.Lock()
+	f(&w.stats)
+	w.smu.Unlock()
 }
 
 func (w *Worker) handle(req micro.Request) {
@@ -159,17 +168,13 @@ func (w *Worker) handle(req micro.Request) {
 	}
 	log := w.log.With("job", tr.Job, "iter", tr.Iteration, "shard", tr.Shard, "attempt", tr.Attempt)
 	if tr.Task().Avoids(w.id) {
-		w.mu.Lock()
-		w.stats.Declined++
-		w.mu.Unlock()
+		w.count(func(s *Stats) { s.Declined++ })
 		_ = req.Error(CodeDeclined, "declined: this worker failed the task before", nil, micro.WithHeaders(hdr))
 		return
 	}
 	deadline := time.Unix(0, tr.Deadline)
 	if tr.Deadline != 0 && time.Now().After(deadline) {
-		w.mu.Lock()
-		w.stats.Expired++
-		w.mu.Unlock()
+		w.count(func(s *Stats) { s.Expired++ })
 		_ = req.Error(CodeExpired, "expired before it started", nil, micro.WithHeaders(hdr))
 		return
 	}
@@ -199,9 +204,7 @@ func (w *Worker) handle(req micro.Request) {
 }
 
 func (w *Worker) fail(req micro.Request, hdr micro.Headers, code string, err error) {
-	w.mu.Lock()
-	w.stats.Failed++
-	w.mu.Unlock()
+	w.count(func(s *Stats) { s.Failed++ })
 	_ = req.Error(code, err.Error(), nil, micro.WithHeaders(hdr))
 }
 
@@ -225,12 +228,10 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest) (data []byte, obj str
 		return nil, "", fetched, 0, err
 	}
 	if w.cfg.Delay > 0 {
-		w.mu.Unlock()
 		select {
 		case <-time.After(w.cfg.Delay):
 		case <-ctx.Done():
 		}
-		w.mu.Lock()
 	}
 	t0 := time.Now()
 	if err := factor.Compute(md, s.Block, &w.scratch, &w.partial, tr.WithLogLik); err != nil {
@@ -241,10 +242,12 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest) (data []byte, obj str
 	if err != nil {
 		return nil, "", fetched, 0, fmt.Errorf("worker: encode partial of shard %d: %w", tr.Shard, err)
 	}
-	w.stats.Tasks++
-	w.stats.NNZ += int64(s.NNZ)
-	w.stats.ComputeSeconds += compute.Seconds()
-	w.stats.BytesSent += int64(len(data))
+	w.count(func(st *Stats) {
+		st.Tasks++
+		st.NNZ += int64(s.NNZ)
+		st.ComputeSeconds += compute.Seconds()
+		st.BytesSent += int64(len(data))
+	})
 	// Headers and protocol overhead ride along with the body: keep a
 	// margin below the server's limit.
 	if int64(len(data)) > w.nc.MaxPayload()-8<<10 {
@@ -252,7 +255,7 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest) (data []byte, obj str
 		if _, err := PutObject(ctx, obs, w.nc.MaxPayload(), obj, data); err != nil {
 			return nil, "", fetched, 0, fmt.Errorf("worker: store partial of shard %d: %w", tr.Shard, err)
 		}
-		w.stats.LargePartials++
+		w.count(func(s *Stats) { s.LargePartials++ })
 		data = nil
 	}
 	return data, obj, fetched, compute, nil
@@ -296,8 +299,12 @@ func (w *Worker) shard(ctx context.Context, obs jetstream.ObjectStore, tr *TaskR
 		clear(w.shards)
 	}
 	w.shards[tr.ShardChecksum] = s
-	w.stats.ShardFetches++
-	w.stats.BytesFetched += int64(len(data))
+	n := len(w.shards)
+	w.count(func(st *Stats) {
+		st.ShardFetches++
+		st.BytesFetched += int64(len(data))
+		st.ShardsCached = n
+	})
 	return s, int64(len(data)), nil
 }
 
@@ -323,7 +330,9 @@ func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *TaskR
 		return nil, int64(len(data)), errors.New("worker: model file without a model")
 	}
 	w.md, w.mdDig = mf.Model, tr.ModelDigest
-	w.stats.ModelFetches++
-	w.stats.BytesFetched += int64(len(data))
+	w.count(func(s *Stats) {
+		s.ModelFetches++
+		s.BytesFetched += int64(len(data))
+	})
 	return w.md, int64(len(data)), nil
 }

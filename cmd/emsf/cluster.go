@@ -161,7 +161,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			dir = tmp
 		}
 		lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: dir, Workers: workers,
-			InProcess: true, Exec: ecfg, Logger: logger})
+			InProcess: true, Exec: ecfg, Logger: logger, Sync: c.store != ""})
 		if err != nil {
 			return factor.FitResult{}, err
 		}

@@ -26,6 +26,9 @@ type LocalClusterConfig struct {
 	Exec Config
 	// Logger receives the workers' logs (default: none).
 	Logger hclog.Logger
+	// Sync makes the server fsync every write (see EmbeddedConfig.NoSync);
+	// worth it only when StoreDir outlives the process.
+	Sync bool
 }
 
 // LocalCluster is a whole cluster in this process: an embedded NATS
@@ -42,7 +45,7 @@ type LocalCluster struct {
 // StartLocalCluster starts an embedded server and the workers, and waits
 // until the executor's census finds them all.
 func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (lc *LocalCluster, err error) {
-	s, err := StartEmbedded(EmbeddedConfig{StoreDir: cfg.StoreDir})
+	s, err := StartEmbedded(EmbeddedConfig{StoreDir: cfg.StoreDir, NoSync: !cfg.Sync})
 	if err != nil {
 		return nil, err
 	}
