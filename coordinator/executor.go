@@ -32,7 +32,10 @@ type Executor interface {
 type JobState struct {
 	Job      string            `json:"job"`
 	Params   map[string]string `json:"params,omitempty"`
-	Manifest *shard.Manifest   `json:"manifest"`
+	Manifest *shard.Manifest   `json:"manifest,omitempty"`
+	// ManifestObject names where a Checkpointer keeps the manifest when it
+	// is too large to keep inline.
+	ManifestObject string `json:"manifest_object,omitempty"`
 	// Iteration is the last committed iteration of the job.
 	Iteration int `json:"iteration"`
 	// ModelIteration is md.Iteration after that commit (it includes

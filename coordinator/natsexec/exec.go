@@ -397,9 +397,21 @@ func (e *Executor) decode(ctx context.Context, reply *nats.Msg, r *worker.Result
 // Begin records a new run of a job in the KV bucket, replacing an older
 // run's state, and remembers the revision for the first Commit.
 func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
-	body, err := json.Marshal(st)
+	if st.Manifest != nil {
+		// The manifest grows with the shards: it goes to the Object Store,
+		// the KV value only names it (values stay below max payload).
+		data, err := json.Marshal(st.Manifest)
+		if err != nil {
+			return fmt.Errorf("natsexec: manifest: %w", err)
+		}
+		st.ManifestObject = "manifests/" + st.Job
+		if _, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), st.ManifestObject, data); err != nil {
+			return fmt.Errorf("natsexec: store manifest of job %s: %w", st.Job, err)
+		}
+	}
+	body, err := stateJSON(st)
 	if err != nil {
-		return fmt.Errorf("natsexec: job state: %w", err)
+		return err
 	}
 	var rev uint64
 	old, err := e.kv.Get(ctx, st.Job)
@@ -430,9 +442,9 @@ func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *fac
 	ref, rev := e.models[st.Job], e.kvRev[st.Job]
 	e.mu.Unlock()
 	st.ModelObject, st.ModelDigest = ref.name, ref.digest
-	body, err := json.Marshal(st)
+	body, err := stateJSON(st)
 	if err != nil {
-		return fmt.Errorf("natsexec: job state: %w", err)
+		return err
 	}
 	nrev, err := e.kv.Update(ctx, st.Job, body, rev)
 	if err != nil {
@@ -457,6 +469,15 @@ func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState
 	var st coordinator.JobState
 	if err := json.Unmarshal(ent.Value(), &st); err != nil {
 		return nil, 0, fmt.Errorf("natsexec: job %s: %w", job, err)
+	}
+	if st.ManifestObject != "" && st.Manifest == nil {
+		data, err := e.obs.GetBytes(ctx, st.ManifestObject)
+		if err != nil {
+			return nil, 0, fmt.Errorf("natsexec: job %s: manifest: %w", job, err)
+		}
+		if err := json.Unmarshal(data, &st.Manifest); err != nil {
+			return nil, 0, fmt.Errorf("natsexec: job %s: manifest: %w", job, err)
+		}
 	}
 	return &st, ent.Revision(), nil
 }
@@ -491,4 +512,18 @@ func (e *Executor) Resume(ctx context.Context, job string) (*coordinator.JobStat
 	e.models[job] = objRef{name: st.ModelObject, digest: st.ModelDigest, version: st.Iteration, size: int64(len(data))}
 	e.mu.Unlock()
 	return st, mf.Model, nil
+}
+
+// stateJSON is the KV value of a job state: without the manifest when it
+// is kept as an object.
+func stateJSON(st *coordinator.JobState) ([]byte, error) {
+	v := *st
+	if v.ManifestObject != "" {
+		v.Manifest = nil
+	}
+	body, err := json.Marshal(&v)
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: job state: %w", err)
+	}
+	return body, nil
 }
