@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 )
+
+// prefetchAhead is how many nonzeros ahead Compute prefetches rows of K and
+// K̂.
+const prefetchAhead = 8
 
 // TransitionError reports an observed transition to which the model gives
 // probability zero (possible only with sparsity masks); EM cannot explain it.
@@ -48,6 +53,9 @@ type Scratch struct {
 	khT  []float64
 	mark []bool
 	cols []int32
+	gs   []float64
+	// pureGo forces the pure-Go kernel (tests compare it with AVX2).
+	pureGo bool
 }
 
 // clean zeroes the rows of khT touched so far and their marks, leaving the
@@ -91,17 +99,55 @@ func Compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool) error
 
 	t := make([]float64, m)
 	ll := 0.0
-	for r, i := range b.Rows {
-		drow := d[int(i)*m : int(i)*m+m]
+	clear(p.X)
+	runs := b.tiles(tileWidth(m))
+	fast := m%4 == 0 && !s.pureGo && useAVX2()
+	for _, rn := range runs {
+		r := int(rn.row)
+		i := int(b.Rows[r])
+		drow := d[i*m : i*m+m]
 		dh := p.Dh[r*m : r*m+m]
 		x := 0.0
-		for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+		if fast {
+			// The AVX2 kernel computes the run; the checks, logarithms and
+			// row sums follow in the same order as in the Go loop below.
+			cols, vals := b.Cols[rn.lo:rn.hi], b.Vals[rn.lo:rn.hi]
+			for _, j := range cols {
+				if !s.mark[j] {
+					s.mark[j] = true
+					s.cols = append(s.cols, j)
+				}
+			}
+			if cap(s.gs) < len(cols) {
+				s.gs = make([]float64, len(cols))
+			}
+			gs := s.gs[:len(cols)]
+			runAVX2(&drow[0], &dh[0], &kt[0], &s.khT[0], &t[0], &cols[0], &vals[0], &gs[0], len(cols), m*8)
+			for q, g := range gs {
+				c := vals[q]
+				if !(g > 0) {
+					s.clean(m)
+					return &TransitionError{Action: b.Action, From: i, To: int(cols[q]), Count: c}
+				}
+				if withLogLik {
+					ll += c * math.Log(g)
+				}
+				x += c
+			}
+			p.X[r] += x
+			continue
+		}
+		for q := rn.lo; q < rn.hi; q++ {
+			if f := q + prefetchAhead; f < rn.hi {
+				jf := int(b.Cols[f]) * m
+				prefetch2(unsafe.Pointer(&kt[jf]), unsafe.Pointer(&s.khT[jf]), m*8)
+			}
 			j, c := int(b.Cols[q]), b.Vals[q]
 			krow := kt[j*m : j*m+m]
 			g := prodSum(t, drow, krow)
 			if !(g > 0) {
 				s.clean(m)
-				return &TransitionError{Action: b.Action, From: int(i), To: j, Count: c}
+				return &TransitionError{Action: b.Action, From: i, To: j, Count: c}
 			}
 			if withLogLik {
 				ll += c * math.Log(g)
@@ -113,7 +159,7 @@ func Compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool) error
 			scatter(c/g, t, dh, s.khT[j*m:j*m+m])
 			x += c
 		}
-		p.X[r] = x
+		p.X[r] += x
 	}
 
 	// Y from the rows of Dh (Σ over all w), SumX from X: both in row order.
@@ -153,12 +199,13 @@ func prodSum(t, d, k []float64) float64 {
 	d, k = d[:m], k[:m]
 	var g0, g1, g2, g3 float64
 	l := 0
-	for ; l+4 <= m; l += 4 {
-		t0 := float64(d[l] * k[l])
-		t1 := float64(d[l+1] * k[l+1])
-		t2 := float64(d[l+2] * k[l+2])
-		t3 := float64(d[l+3] * k[l+3])
-		t[l], t[l+1], t[l+2], t[l+3] = t0, t1, t2, t3
+	for ; l <= m-4; l += 4 {
+		tt, dd, kk := (*[4]float64)(t[l:]), (*[4]float64)(d[l:]), (*[4]float64)(k[l:])
+		t0 := float64(dd[0] * kk[0])
+		t1 := float64(dd[1] * kk[1])
+		t2 := float64(dd[2] * kk[2])
+		t3 := float64(dd[3] * kk[3])
+		tt[0], tt[1], tt[2], tt[3] = t0, t1, t2, t3
 		g0 += t0
 		g1 += t1
 		g2 += t2
@@ -173,25 +220,9 @@ func prodSum(t, d, k []float64) float64 {
 
 // scatter adds w_l = s·t_l to dh_l and kh_l.
 func scatter(s float64, t, dh, kh []float64) {
-	m := len(t)
-	dh, kh = dh[:m], kh[:m]
-	l := 0
-	for ; l+4 <= m; l += 4 {
-		w0 := float64(s * t[l])
-		w1 := float64(s * t[l+1])
-		w2 := float64(s * t[l+2])
-		w3 := float64(s * t[l+3])
-		dh[l] += w0
-		dh[l+1] += w1
-		dh[l+2] += w2
-		dh[l+3] += w3
-		kh[l] += w0
-		kh[l+1] += w1
-		kh[l+2] += w2
-		kh[l+3] += w3
-	}
-	for ; l < m; l++ {
-		w := float64(s * t[l])
+	dh, kh = dh[:len(t)], kh[:len(t)]
+	for l, v := range t {
+		w := float64(s * v)
 		dh[l] += w
 		kh[l] += w
 	}

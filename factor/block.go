@@ -3,6 +3,7 @@ package factor
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 )
 
 // Block is a set of nonzero counts of one action in compressed sparse row
@@ -15,6 +16,9 @@ type Block struct {
 	Ptr    []int64
 	Cols   []int32
 	Vals   []float64
+
+	// plan caches the kernel's visiting order (see tiles.go).
+	plan atomic.Pointer[tilePlan]
 }
 
 // NewBlock builds a Block from nonzeros sorted by (row, col) with distinct

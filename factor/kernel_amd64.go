@@ -1,0 +1,15 @@
+//go:build amd64 && !purego
+
+package factor
+
+import "golang.org/x/sys/cpu"
+
+// useAVX2 says whether runAVX2 may be used. Build with -tags purego to
+// use the pure-Go kernel only.
+func useAVX2() bool { return cpu.X86.HasAVX2 }
+
+// runAVX2 is the AVX2 version of the inner loop of Compute over one run;
+// see kernel_amd64.s. It computes bitwise what prodSum and scatter compute.
+//
+//go:noescape
+func runAVX2(d, dh, kt, kh, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)

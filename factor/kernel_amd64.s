@@ -1,0 +1,92 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func runAVX2(d, dh, kt, kh, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
+//
+// The kernel of Compute for one run of nonzeros of one row (see
+// kernel_amd64.go): for q in [0, n), with j = cols[q], c = vals[q],
+//
+//	t     = d ⊙ kt[j]                  (VMULPD, no FMA)
+//	gs[q]  = (Σ t_{l≡0} + Σ t_{l≡1}) + (Σ t_{l≡2} + Σ t_{l≡3})  (mod 4 lanes)
+//	dh   += (c/gs[q])·t;  kh[j] += (c/gs[q])·t
+//
+// exactly the operations, in exactly the order, of prodSum and scatter,
+// so results are bitwise those of the pure-Go path. mbytes = 8·m with m a
+// multiple of 4. Rows of kt and kh 8 nonzeros ahead are prefetched.
+TEXT ·runAVX2(SB), NOSPLIT, $0-80
+	MOVQ d+0(FP), DI
+	MOVQ dh+8(FP), SI
+	MOVQ kt+16(FP), R8
+	MOVQ kh+24(FP), R9
+	MOVQ t+32(FP), R13
+	MOVQ cols+40(FP), R10
+	MOVQ vals+48(FP), R11
+	MOVQ gs+56(FP), R12
+	MOVQ n+64(FP), CX
+	MOVQ mbytes+72(FP), DX
+	TESTQ CX, CX
+	JLE done
+
+nonzero:
+	CMPQ CX, $9
+	JLT rows
+	MOVLQSX 32(R10), AX
+	IMULQ DX, AX
+	LEAQ (R8)(AX*1), BX
+	LEAQ (R9)(AX*1), R14
+	MOVQ DX, AX
+prefetch:
+	PREFETCHT0 (BX)
+	PREFETCHT0 (R14)
+	ADDQ $64, BX
+	ADDQ $64, R14
+	SUBQ $64, AX
+	JG prefetch
+
+rows:
+	MOVLQSX (R10), AX
+	IMULQ DX, AX
+	LEAQ (R8)(AX*1), BX
+	LEAQ (R9)(AX*1), R14
+
+	VXORPD Y0, Y0, Y0
+	XORQ AX, AX
+dot:
+	VMOVUPD (DI)(AX*1), Y1
+	VMULPD (BX)(AX*1), Y1, Y1
+	VMOVUPD Y1, (R13)(AX*1)
+	VADDPD Y1, Y0, Y0
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JLT dot
+
+	VEXTRACTF128 $1, Y0, X2
+	VHADDPD X0, X0, X0
+	VHADDPD X2, X2, X2
+	VADDSD X2, X0, X0
+	VMOVSD X0, (R12)
+	VMOVSD (R11), X1
+	VDIVSD X0, X1, X1
+	VBROADCASTSD X1, Y1
+
+	XORQ AX, AX
+scatter:
+	VMULPD (R13)(AX*1), Y1, Y2
+	VADDPD (SI)(AX*1), Y2, Y3
+	VMOVUPD Y3, (SI)(AX*1)
+	VADDPD (R14)(AX*1), Y2, Y4
+	VMOVUPD Y4, (R14)(AX*1)
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JLT scatter
+
+	ADDQ $4, R10
+	ADDQ $8, R11
+	ADDQ $8, R12
+	DECQ CX
+	JNZ nonzero
+
+done:
+	VZEROUPPER
+	RET
