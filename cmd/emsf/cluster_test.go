@@ -131,8 +131,10 @@ func TestClusterKillWorker(t *testing.T) {
 		}
 		workers = append(workers, cmd)
 		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
 			if t.Failed() {
 				t.Logf("worker %d output:\n%s", k, out.String())
 			}
@@ -269,6 +271,21 @@ func TestClusterKillWorker(t *testing.T) {
 		t.Fatalf("cluster model with a killed worker differs from the local fit's\n%s", coordOut.String())
 	}
 	t.Logf("%d tasks handed out again after the kill", retried)
+
+	// SIGTERM drains a worker, which then exits 0.
+	if err := workers[1].Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	werr := make(chan error, 1)
+	go func() { werr <- workers[1].Wait() }()
+	select {
+	case err := <-werr:
+		if err != nil {
+			t.Errorf("worker after SIGTERM: %v\n%s", err, workerOut[1].String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("worker did not exit within 30s of SIGTERM")
+	}
 }
 
 // fitCluster --embedded (server and workers in this process) gives
