@@ -408,6 +408,9 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 			rep.Rejected++
 			err = fmt.Errorf("coordinator: iteration %d: partial of shard %d from worker %s rejected: %w", iter, k, r.Worker, err)
 			p.log.Error("partial rejected", "iter", iter, "shard", k, "worker", r.Worker, "error", err)
+			if l != nil && l.attempt != r.Task.Attempt {
+				continue // a newer hand-out of the shard is under way
+			}
 			if rerr := retry(k, r.Worker, err); rerr != nil {
 				return fmt.Errorf("%w; last: %w", rerr, err)
 			}
