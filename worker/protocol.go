@@ -20,6 +20,9 @@ const (
 	// DefaultObjectBucket is the Object Store bucket of shards, models and
 	// large partials.
 	DefaultObjectBucket = "emsf-blobs"
+	// DefaultPartialBucket is the Object Store bucket of partials too
+	// large for a message: memory storage, they live for one iteration.
+	DefaultPartialBucket = "emsf-partials"
 	// DefaultKVBucket is the KV bucket of job state.
 	DefaultKVBucket = "emsf-jobs"
 	// ServiceName is the micro service name of workers.
@@ -140,8 +143,10 @@ type TaskRequest struct {
 	Avoid      []string `json:"avoid,omitempty"`
 	// Deadline is when the coordinator stops waiting (Unix nanoseconds).
 	Deadline int64 `json:"deadline"`
-	// Bucket is the Object Store bucket of the objects below.
-	Bucket string `json:"bucket"`
+	// Bucket is the Object Store bucket of the objects below;
+	// PartialBucket the one for a partial too large for the reply.
+	Bucket        string `json:"bucket"`
+	PartialBucket string `json:"partial_bucket,omitempty"`
 	// ShardObject and ShardChecksum name the shard (its manifest checksum).
 	ShardObject   string `json:"shard_object"`
 	ShardChecksum string `json:"shard_checksum"`

@@ -251,8 +251,14 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest) (data []byte, obj str
 	// Headers and protocol overhead ride along with the body: keep a
 	// margin below the server's limit.
 	if int64(len(data)) > w.nc.MaxPayload()-8<<10 {
+		pobs := obs
+		if tr.PartialBucket != "" {
+			if pobs, err = w.store(ctx, tr.PartialBucket); err != nil {
+				return nil, "", fetched, 0, err
+			}
+		}
 		obj = PartialObject(tr.Job, tr.Iteration, tr.Shard, w.id)
-		if _, err := PutObject(ctx, obs, w.nc.MaxPayload(), obj, data); err != nil {
+		if _, err := PutObject(ctx, pobs, w.nc.MaxPayload(), obj, data); err != nil {
 			return nil, "", fetched, 0, fmt.Errorf("worker: store partial of shard %d: %w", tr.Shard, err)
 		}
 		w.count(func(s *Stats) { s.LargePartials++ })

@@ -70,6 +70,7 @@ type clusterFlags struct {
 	workerTimeout time.Duration
 	objectBucket  string
 	kvBucket      string
+	partialBucket string
 	replicas      int
 	job           string
 	resume        bool
@@ -84,6 +85,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.workerTimeout, "worker-timeout", 30*time.Second, "cluster mode: a task not answered within this is handed to another worker")
 	fs.StringVar(&c.objectBucket, "bucket-objects", worker.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and large partials")
 	fs.StringVar(&c.kvBucket, "bucket-jobs", worker.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
+	fs.StringVar(&c.partialBucket, "bucket-partials", worker.DefaultPartialBucket, "cluster mode: JetStream Object Store bucket (memory storage) for partials too large for a message")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
 	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
 	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket (same data and parameters)")
@@ -113,6 +115,9 @@ func (c *clusterFlags) validate() error {
 	}
 	if worker.CheckBucket(c.objectBucket) != nil {
 		return usagef("--bucket-objects %q: want letters, digits, '-' and '_'", c.objectBucket)
+	}
+	if worker.CheckBucket(c.partialBucket) != nil {
+		return usagef("--bucket-partials %q: want letters, digits, '-' and '_'", c.partialBucket)
 	}
 	if worker.CheckBucket(c.kvBucket) != nil {
 		return usagef("--bucket-jobs %q: want letters, digits, '-' and '_'", c.kvBucket)
@@ -146,7 +151,7 @@ func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts facto
 // whatever workers serve --nats.
 func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts factor.FitOptions, workers int) (factor.FitResult, error) {
 	log := logger.Named("cluster")
-	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket,
+	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket, PartialBucket: c.partialBucket,
 		Replicas: c.replicas, Logger: logger}
 	var exec *natsexec.Executor
 	minWorkers := c.minWorkers

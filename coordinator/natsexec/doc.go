@@ -9,8 +9,10 @@
 // runs on is stored once as "models/<job>/<v>" (v = committed iterations
 // of the job; the object written by the checkpoint of iteration v is the
 // one iteration v+1 runs on) and named in every task with its SHA-256
-// digest; partials come back inline, or through "partials/..." objects
-// when they exceed the server's max payload. The Object Store chunks
+// digest; partials come back inline, or, when they exceed the server's
+// max payload, through "partials/..." objects in a separate bucket with
+// memory storage (they live for one iteration: the coordinator deletes each
+// after reading it, and a TTL removes what a crash left behind). The Object Store chunks
 // objects (128 KiB) and checks their digest; its Get uses an ordered
 // consumer with flow control, so large transfers are not dropped as slow
 // consumers. No message exceeds the server's max payload.

@@ -32,7 +32,11 @@ type Config struct {
 	// created when missing, with file storage and Replicas replicas
 	// (default 1; 3 on a 3-node cluster).
 	ObjectBucket, KVBucket string
-	Replicas               int
+	// PartialBucket holds partials too large for a message (default
+	// worker.DefaultPartialBucket): memory storage, objects expire after
+	// 15 minutes; they are deleted as soon as the coordinator read them.
+	PartialBucket string
+	Replicas      int
 	// PingWait is how long a worker census waits for PING replies
 	// (default 250ms); PingEvery how old a census may be before Workers
 	// refreshes it in the background (default 5s).
@@ -51,6 +55,9 @@ func (c *Config) defaults() error {
 	if c.KVBucket == "" {
 		c.KVBucket = worker.DefaultKVBucket
 	}
+	if c.PartialBucket == "" {
+		c.PartialBucket = worker.DefaultPartialBucket
+	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
@@ -66,7 +73,7 @@ func (c *Config) defaults() error {
 	if err := worker.CheckPrefix(c.Prefix); err != nil {
 		return fmt.Errorf("natsexec: %w", err)
 	}
-	for _, b := range []string{c.ObjectBucket, c.KVBucket} {
+	for _, b := range []string{c.ObjectBucket, c.KVBucket, c.PartialBucket} {
 		if err := worker.CheckBucket(b); err != nil {
 			return fmt.Errorf("natsexec: %w", err)
 		}
@@ -78,12 +85,13 @@ func (c *Config) defaults() error {
 // coordinator.Executor and coordinator.Checkpointer. Close waits for the
 // requests it started.
 type Executor struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	obs jetstream.ObjectStore
-	kv  jetstream.KeyValue
-	cfg Config
-	log hclog.Logger
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	obs  jetstream.ObjectStore
+	pobs jetstream.ObjectStore
+	kv   jetstream.KeyValue
+	cfg  Config
+	log  hclog.Logger
 
 	mu      sync.Mutex
 	shards  map[string][]objRef // by job, in shard order
@@ -126,6 +134,13 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: object store %s: %w", cfg.ObjectBucket, err)
 	}
+	pobs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: cfg.PartialBucket, Description: "emsf partials in transit",
+		Storage: jetstream.MemoryStorage, Replicas: cfg.Replicas, TTL: 15 * time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: object store %s: %w", cfg.PartialBucket, err)
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: cfg.KVBucket, Description: "emsf job state", History: 8,
 		Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
@@ -133,7 +148,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: key-value store %s: %w", cfg.KVBucket, err)
 	}
-	return &Executor{nc: nc, js: js, obs: obs, kv: kv, cfg: cfg, log: cfg.Logger.Named("natsexec"),
+	return &Executor{nc: nc, js: js, obs: obs, pobs: pobs, kv: kv, cfg: cfg, log: cfg.Logger.Named("natsexec"),
 		shards: map[string][]objRef{}, models: map[string]objRef{}, kvRev: map[string]uint64{}}, nil
 }
 
@@ -322,7 +337,7 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 		return r
 	}
 	req := worker.TaskRequest{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, Attempt: t.Attempt,
-		WithLogLik: t.WithLogLik, Avoid: t.Avoid, Bucket: e.cfg.ObjectBucket,
+		WithLogLik: t.WithLogLik, Avoid: t.Avoid, Bucket: e.cfg.ObjectBucket, PartialBucket: e.cfg.PartialBucket,
 		ShardObject: refs[t.Shard].name, ShardChecksum: refs[t.Shard].digest,
 		ModelObject: md.name, ModelDigest: md.digest}
 	if dl, ok := ctx.Deadline(); ok {
@@ -369,12 +384,12 @@ func (e *Executor) decode(ctx context.Context, reply *nats.Msg, r *worker.Result
 	data := reply.Data
 	if obj := reply.Header.Get(worker.HeaderObject); obj != "" {
 		var err error
-		if data, err = e.obs.GetBytes(ctx, obj); err != nil {
+		if data, err = e.pobs.GetBytes(ctx, obj); err != nil {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: fetch partial %s: %w", t.Shard, r.Worker, obj, err)
 			return
 		}
 		r.Bytes += int64(len(data))
-		if err := e.obs.Delete(ctx, obj); err != nil {
+		if err := e.pobs.Delete(ctx, obj); err != nil {
 			e.log.Warn("delete partial object", "object", obj, "error", err)
 		}
 	}
