@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -130,6 +132,7 @@ func benchIteration(b *testing.B, sz benchSize, m, workers int, withLL bool) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	for range b.N {
 		if err := Pass(ctx, md, blocks, acc, workers, withLL); err != nil {
@@ -138,8 +141,43 @@ func benchIteration(b *testing.B, sz benchSize, m, workers int, withLL bool) {
 		acc.Commit(md, 1, dataTerm)
 	}
 	el := time.Since(start)
+	cpu1, cpuOK1 := processCPU()
 	b.ReportMetric(float64(el.Nanoseconds())/float64(b.N)/float64(nnz), "ns/nnz")
 	b.ReportMetric(float64(b.N)/el.Seconds(), "iter/s")
+	if cpuOK && cpuOK1 {
+		// CPU time of the whole process (all threads, GC included) per
+		// iteration: unlike wall time, it does not grow when other
+		// processes share the cores, which makes runs on a busy machine
+		// comparable.
+		b.ReportMetric((cpu1-cpu0).Seconds()*1000/float64(b.N), "cpu-ms/iter")
+	}
+}
+
+// processCPU returns the user + system CPU time of this process from
+// /proc/self/stat (Linux; clock ticks of 10 ms), or false elsewhere.
+func processCPU() (time.Duration, bool) {
+	buf, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name (which is in parentheses and may hold
+	// spaces): state is field 3, utime 14, stime 15.
+	s := string(buf)
+	k := strings.LastIndexByte(s, ')')
+	if k < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[k+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	const tick = 10 * time.Millisecond // USER_HZ = 100 on Linux
+	return time.Duration(ut+st) * tick, true
 }
 
 // BenchmarkReferenceIteration times the forward-backward oracle on
