@@ -3,8 +3,8 @@ package arrowio
 import (
 	"bufio"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"

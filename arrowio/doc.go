@@ -1,0 +1,79 @@
+// Package arrowio holds every file and wire format of emsf, and their
+// schemas: transitions in (CSV, Arrow IPC file and stream, Parquet), shards,
+// partial results (worker → coordinator) and models. Everything is Arrow,
+// so any Arrow implementation reads it without this code; docs/formats.md
+// has the same schemas with a pyarrow example. The package is a library:
+// no logging, no global state. Buffers come from a memory.Allocator
+// (WithAllocator, ReadOptions.Alloc; default memory.NewGoAllocator()).
+//
+// # Transitions
+//
+// ScanTransitions streams a file of logged transitions, batch by batch:
+// columns state, action, next_state (any Arrow integer type, or floats that
+// hold exact integers; CSV fields likewise) and an optional count (any
+// numeric type, default 1); other columns such as episode and step are
+// ignored. Names can be remapped (ReadOptions). The format is detected by
+// extension, then by magic bytes. ScanTransitionsReader does the same for a
+// payload (a NATS message of CSV or an Arrow IPC stream). Bad input stops
+// the scan with one *InputError that names the file, the 1-based data row,
+// the column and the value: a missing file or column, a non-integer,
+// negative or out-of-range index, a null, a count that is not finite and
+// > 0, no data rows, a ragged CSV row, a truncated or corrupt Arrow or
+// Parquet file.
+//
+// Readers never trust a length read from the input: IPC metadata is
+// verified before the Arrow library decodes it (flatverify.go), declared
+// message and buffer sizes are checked against the input's size, and
+// panics of the Arrow and Parquet decoders on corrupt data become errors.
+// The fuzz tests (FuzzScanCSV, FuzzScanArrowStream) hold this line.
+//
+// # Shards
+//
+// A shard (EncodeShard, WriteShardFile) is an Arrow IPC file with columns
+//
+//	row int32, col int32, count float64     sorted by (row, col)
+//
+// and its manifest line in the schema metadata: emsf.format_version ("1"),
+// emsf.kind ("shard"), emsf.id, emsf.action, emsf.row_lo, emsf.row_hi,
+// emsf.col_lo, emsf.col_hi, emsf.nnz, emsf.sum (shortest decimal that
+// parses back to the same float64) and emsf.checksum (shard.Checksum).
+// DecodeShard builds the CSR block once and checks it (shard.Shard.Verify).
+//
+// # Partials
+//
+// A partial (EncodePartial) is an Arrow IPC stream of one schema
+//
+//	section int8, index int32, x float64, v fixed_size_list<float64>[m]
+//
+// in three record batches: section 0, the rows of D (index = state i, x =
+// X[i], v = Dh row); section 1, the columns of K touched (index = next
+// state j, x = 0, v = KhT row); section 2, one totals row (index = -1, x =
+// SumX, v = Y). The schema metadata holds emsf.format_version, emsf.kind
+// ("partial"), emsf.job, emsf.iteration, emsf.shard, emsf.worker,
+// emsf.action, emsf.m, emsf.nnz, emsf.rows, emsf.cols, emsf.loglik (text)
+// and emsf.loglik_bits (16 hex digits of the IEEE 754 bits, what
+// DecodePartial reads, so that a NaN round-trips). Every float round-trips
+// bitwise.
+//
+// # Models
+//
+// A model file (WriteModel, ReadModel; EncodeModel, DecodeModel for bytes)
+// is one table, as an Arrow IPC file (default) or Parquet:
+//
+//	factor  utf8                          "D" or "K"
+//	action  int32                         the block's action; -1 for a shared factor
+//	state   int32                         D: the state i; K: the next state j (K is stored transposed)
+//	values  fixed_size_list<float64>[m]   D[a][i, :] or K[a][:, j]
+//
+// Rows are all D blocks in block order, then all K blocks, states
+// ascending: (NumD + NumK)·n rows. The schema metadata holds
+// emsf.format_version ("1"), emsf.kind ("model"), emsf.n, emsf.m, emsf.u,
+// emsf.tie (factor.Tie.String), emsf.iteration, emsf.loglik, emsf.wkl
+// (shortest round-trip decimals; "NaN" when not computed), emsf.seed,
+// emsf.fingerprint and emsf.param.<key> for each parameter. In Parquet the
+// same metadata is in the file's key-value metadata, beside the stored
+// Arrow schema. Writes are atomic (temporary file, fsync, rename); reads
+// check the metadata, the shape, the tie mode, that each (factor, block,
+// state) row is present exactly once, and Model.Validate. Floats
+// round-trip bitwise.
+package arrowio

@@ -1,0 +1,87 @@
+package arrowio
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+)
+
+// checkFuzzScan reads data and checks that the scan either fails with an
+// arrowio error or delivers only valid rows.
+func checkFuzzScan(t *testing.T, data []byte, name, format string) {
+	opts := ReadOptions{BatchRows: 3, States: 1000, Actions: 50}
+	rows := 0
+	err := ScanTransitionsReader(context.Background(), bytes.NewReader(data), name, format, opts, func(b *TransitionBatch) error {
+		n := b.Len()
+		if len(b.Action) != n || len(b.Next) != n || len(b.Count) != n || n == 0 || n > opts.BatchRows {
+			t.Fatalf("batch of inconsistent lengths %d %d %d %d", n, len(b.Action), len(b.Next), len(b.Count))
+		}
+		if b.FirstRow != rows+1 {
+			t.Fatalf("batch starts at row %d after %d rows", b.FirstRow, rows)
+		}
+		for i := range n {
+			if b.State[i] < 0 || b.State[i] >= 1000 || b.Next[i] < 0 || b.Next[i] >= 1000 || b.Action[i] < 0 || b.Action[i] >= 50 {
+				t.Fatalf("row %d: index out of range", b.FirstRow+i)
+			}
+			if c := b.Count[i]; !(c > 0) || math.IsInf(c, 0) {
+				t.Fatalf("row %d: count %v", b.FirstRow+i, c)
+			}
+		}
+		rows += n
+		return nil
+	})
+	if err != nil {
+		var ie *InputError
+		if !errors.As(err, &ie) || !strings.HasPrefix(err.Error(), "arrowio: ") {
+			t.Fatalf("error %v (%T) is not an *InputError", err, err)
+		}
+		return
+	}
+	if rows == 0 {
+		t.Fatal("no rows and no error")
+	}
+}
+
+func FuzzScanCSV(f *testing.F) {
+	for _, s := range []string{
+		sampleCSV,
+		"state,action,next_state\n0,0,1\n",
+		"next_state,count,state,action\n1,2.5,0,0\n3,1e3,2,1\n",
+		"state,action,next_state\n1.5,0,1\n",
+		"state,action,next_state,count\n0,0,1,NaN\n",
+		"state,action,next_state\n\"0\",\"1\",\"2\"\n3,4\n",
+		"\uFEFFstate;action;next_state\n",
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkFuzzScan(t, data, "fuzz.csv", FormatCSV)
+	})
+}
+
+func FuzzScanArrowStream(f *testing.F) {
+	mem := memory.NewGoAllocator()
+	rec := sampleRecord(mem)
+	defer rec.Release()
+	f.Add(encodeRecords(f, FormatArrowStream, rec, rec))
+	nb := array.NewInt32Builder(mem)
+	nb.AppendValues([]int32{0, 1}, []bool{true, false})
+	withNull := record(col{"state", i32(mem, 0, 1)}, col{"action", i32(mem, 0, 0)}, col{"next_state", nb.NewArray()}, col{"count", f64(mem, 1, 2)})
+	nb.Release()
+	defer withNull.Release()
+	f.Add(encodeRecords(f, FormatArrowStream, withNull))
+	empty := record(col{"state", i32(mem)}, col{"action", i32(mem)}, col{"next_state", i32(mem)})
+	defer empty.Release()
+	f.Add(encodeRecords(f, FormatArrowStream, empty))
+	f.Add([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkFuzzScan(t, data, "fuzz.arrows", FormatArrowStream)
+	})
+}

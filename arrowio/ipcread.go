@@ -1,0 +1,283 @@
+package arrowio
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/ipc"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+)
+
+// The Arrow IPC framing (https://arrow.apache.org/docs/format/Columnar.html#encapsulated-message-format):
+// a message is <0xFFFFFFFF> <int32 metadata length> <flatbuffer metadata,
+// padded> <body>; the stream ends with <0xFFFFFFFF> <0x00000000>. A file
+// is "ARROW1\0\0", the same stream, a footer, the footer's int32 length
+// and "ARROW1".
+const (
+	contToken    = 0xFFFFFFFF
+	maxMetaBytes = 64 << 20 // one message's flatbuffer metadata
+	fileMagic    = "ARROW1"
+	fileHead     = 8  // "ARROW1" padded to 8 bytes
+	fileTail     = 10 // int32 footer length + "ARROW1"
+)
+
+var (
+	errNoEOS     = errors.New("stream ends without the end-of-stream marker (truncated?)")
+	errTruncated = errors.New("unexpected end of data (truncated?)")
+)
+
+// msgReader is an ipc.MessageReader that checks every declared length
+// against the bytes left in the input (when known) and reads bodies of
+// unknown-size inputs incrementally, so a corrupt or truncated input fails
+// with an error instead of a huge allocation. Arrow's own message reader
+// allocates whatever a length field says.
+type msgReader struct {
+	r       io.Reader
+	remain  int64 // bytes left in r, or -1 when unknown
+	needEOS bool  // a stream must end with the end-of-stream marker
+	refs    atomic.Int64
+	cur     *ipc.Message
+	batches int // record batch messages read so far
+}
+
+func newMsgReader(r io.Reader, size int64, needEOS bool) *msgReader {
+	m := &msgReader{r: r, remain: size, needEOS: needEOS}
+	m.refs.Store(1)
+	return m
+}
+
+func (m *msgReader) Retain() { m.refs.Add(1) }
+
+func (m *msgReader) Release() {
+	if m.refs.Add(-1) == 0 && m.cur != nil {
+		m.cur.Release()
+		m.cur = nil
+	}
+}
+
+// full reads len(p) bytes; running out of input is errTruncated (never
+// io.EOF, which the IPC reader would take for a clean end).
+func (m *msgReader) full(p []byte) error {
+	if m.remain >= 0 && int64(len(p)) > m.remain {
+		return errTruncated
+	}
+	n, err := io.ReadFull(m.r, p)
+	if m.remain >= 0 {
+		m.remain -= int64(n)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errTruncated
+	}
+	return err
+}
+
+func (m *msgReader) Message() (*ipc.Message, error) {
+	if m.cur != nil {
+		m.cur.Release()
+		m.cur = nil
+	}
+	var word [4]byte
+	if m.remain == 0 {
+		if m.needEOS {
+			return nil, errNoEOS
+		}
+		return nil, io.EOF
+	}
+	n, err := io.ReadFull(m.r, word[:])
+	if m.remain >= 0 {
+		m.remain -= int64(n)
+	}
+	switch {
+	case n == 0 && errors.Is(err, io.EOF):
+		if m.needEOS {
+			return nil, errNoEOS
+		}
+		return nil, io.EOF
+	case err != nil:
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, errTruncated
+		}
+		return nil, err
+	}
+	length := binary.LittleEndian.Uint32(word[:])
+	if length == contToken {
+		if err := m.full(word[:]); err != nil {
+			return nil, err
+		}
+		length = binary.LittleEndian.Uint32(word[:])
+	}
+	if length == 0 { // end-of-stream marker
+		return nil, io.EOF
+	}
+	if length > maxMetaBytes || (m.remain >= 0 && int64(length) > m.remain) {
+		return nil, fmt.Errorf("message metadata length %d exceeds the input (corrupt or truncated)", length)
+	}
+	meta := make([]byte, length)
+	if err := m.full(meta); err != nil {
+		return nil, err
+	}
+	if err := verifyMessage(meta); err != nil {
+		return nil, err
+	}
+	bodyLen, typ, err := peekMessage(meta)
+	if err != nil {
+		return nil, err
+	}
+	if bodyLen < 0 || (m.remain >= 0 && bodyLen > m.remain) || (m.remain < 0 && bodyLen > maxBufferCap) {
+		return nil, fmt.Errorf("message body length %d exceeds the input (corrupt or truncated)", bodyLen)
+	}
+	var body []byte
+	if m.remain >= 0 {
+		body = make([]byte, bodyLen)
+		if err := m.full(body); err != nil {
+			return nil, err
+		}
+	} else {
+		// Unknown size: let memory grow with the bytes that actually arrive.
+		var buf bytes.Buffer
+		if _, err := io.CopyN(&buf, m.r, bodyLen); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, errTruncated
+			}
+			return nil, err
+		}
+		body = buf.Bytes()
+	}
+	if typ == ipc.MessageRecordBatch {
+		m.batches++
+	}
+	mb, bb := memory.NewBufferBytes(meta), memory.NewBufferBytes(body)
+	m.cur = ipc.NewMessage(mb, bb)
+	mb.Release()
+	bb.Release()
+	return m.cur, nil
+}
+
+// peekMessage decodes the body length and type of a message from its
+// flatbuffer metadata, turning a panic on garbage into an error.
+func peekMessage(meta []byte) (bodyLen int64, typ ipc.MessageType, err error) {
+	if len(meta) < 8 {
+		return 0, 0, fmt.Errorf("message metadata of %d bytes is too short (corrupt)", len(meta))
+	}
+	defer catch(&err)
+	msg := ipc.NewMessage(memory.NewBufferBytes(meta), memory.NewBufferBytes(nil))
+	defer msg.Release()
+	return msg.BodyLen(), msg.Type(), nil
+}
+
+// ipcSource is Arrow IPC data to read: a stream (r, with size bytes or -1
+// when unknown) or a file (ra of size bytes).
+type ipcSource struct {
+	r    io.Reader
+	ra   io.ReaderAt
+	size int64
+	file bool
+}
+
+// readIPC calls onSchema once and then fn for every record batch of src, in
+// order. fn must Retain a record it keeps. Decoding errors come back as
+// *decodeError, errors of onSchema and fn unchanged. Files are read through their
+// embedded stream (so both formats share the checked message reader), after
+// checking the magic bytes, and the footer is cross-checked against the
+// batches read.
+func readIPC(src ipcSource, mem memory.Allocator, onSchema func(*arrow.Schema) error, fn func(arrow.Record) error) error {
+	mem = capAllocator(mem, src.size)
+	var mr *msgReader
+	footerBatches := -1
+	if src.file {
+		n, start, end, err := checkFile(src.ra, src.size)
+		if err != nil {
+			return &decodeError{err}
+		}
+		footerBatches = n
+		mr = newMsgReader(io.NewSectionReader(src.ra, start, end-start), end-start, false)
+	} else {
+		mr = newMsgReader(src.r, src.size, true)
+	}
+	rd, err := newIPCReader(mr, mem)
+	if err != nil {
+		mr.Release()
+		return &decodeError{err}
+	}
+	defer rd.Release()
+	if err := onSchema(rd.Schema()); err != nil {
+		return err
+	}
+	for {
+		rec, err := nextRecord(rd)
+		if err != nil {
+			return &decodeError{err}
+		}
+		if rec == nil {
+			break
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	if footerBatches >= 0 && footerBatches != mr.batches {
+		return &decodeError{fmt.Errorf("corrupt file: footer lists %d record batches, the data holds %d", footerBatches, mr.batches)}
+	}
+	return nil
+}
+
+func newIPCReader(mr *msgReader, mem memory.Allocator) (rd *ipc.Reader, err error) {
+	defer catch(&err)
+	rd, err = ipc.NewReaderFromMessageReader(mr, ipc.WithAllocator(mem))
+	if err != nil {
+		return nil, err
+	}
+	return rd, nil
+}
+
+// nextRecord returns the next record (owned by rd), nil at the end.
+func nextRecord(rd *ipc.Reader) (rec arrow.Record, err error) {
+	defer catch(&err)
+	if rd.Next() {
+		return rd.Record(), nil
+	}
+	return nil, rd.Err()
+}
+
+// checkFile checks the head and tail of an Arrow IPC file and verifies its
+// footer; it returns the number of record batches the footer lists and the
+// byte range of the embedded stream. The footer's index of blocks is not
+// used otherwise: the stream holds the same messages in order.
+func checkFile(ra io.ReaderAt, size int64) (batches int, start, end int64, err error) {
+	if size < fileHead+fileTail {
+		return 0, 0, 0, fmt.Errorf("not an Arrow IPC file: %d bytes is too short (truncated?)", size)
+	}
+	var head [fileHead]byte
+	var tail [fileTail]byte
+	if _, err := ra.ReadAt(head[:], 0); err != nil {
+		return 0, 0, 0, err
+	}
+	if _, err := ra.ReadAt(tail[:], size-fileTail); err != nil {
+		return 0, 0, 0, err
+	}
+	if string(head[:len(fileMagic)]) != fileMagic {
+		return 0, 0, 0, errors.New("not an Arrow IPC file: no ARROW1 magic at the start")
+	}
+	if string(tail[4:]) != fileMagic {
+		return 0, 0, 0, errors.New("corrupt Arrow IPC file: no ARROW1 magic at the end (truncated?)")
+	}
+	footer := int64(binary.LittleEndian.Uint32(tail[:4]))
+	end = size - fileTail - footer
+	if footer <= 0 || end < fileHead {
+		return 0, 0, 0, fmt.Errorf("corrupt Arrow IPC file: footer length %d does not fit in %d bytes", footer, size)
+	}
+	buf := make([]byte, footer)
+	if _, err := ra.ReadAt(buf, end); err != nil {
+		return 0, 0, 0, err
+	}
+	batches, err = verifyFooter(buf)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("corrupt Arrow IPC file footer: %w", err)
+	}
+	return batches, fileHead, end, nil
+}

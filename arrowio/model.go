@@ -1,0 +1,413 @@
+package arrowio
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+	"github.com/apache/arrow/go/v15/parquet"
+	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+
+	"github.com/emsf/emsf/factor"
+)
+
+// Model file formats, the format argument of WriteModel.
+const (
+	ModelArrow   = "arrow"   // Arrow IPC file (the default)
+	ModelParquet = "parquet" // Parquet
+)
+
+const kindModel = "model"
+
+// Model schema metadata keys.
+const (
+	keyN           = "emsf.n"
+	keyU           = "emsf.u"
+	keyTie         = "emsf.tie"
+	keyWKL         = "emsf.wkl"
+	keySeed        = "emsf.seed"
+	keyFingerprint = "emsf.fingerprint"
+	keyParamPrefix = "emsf.param."
+	// modelBatchBytes bounds the values of one record batch.
+	modelBatchBytes = 16 << 20
+)
+
+// ModelFile is a model with what is recorded beside it: a model file is
+// the unit of warm start, evaluation and publication.
+type ModelFile struct {
+	Model *factor.Model
+	// Fingerprint identifies the training data.
+	Fingerprint string
+	// Params are the fit's parameters (free-form key/value).
+	Params map[string]string
+}
+
+// modelFields is the model table. The fields are declared nullable (as
+// pyarrow does by default; they never hold nulls): the Parquet reader of
+// arrow-go v15 reads a non-nullable fixed-size list back as all nulls.
+func modelFields(m int) []arrow.Field {
+	return []arrow.Field{
+		{Name: "factor", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "action", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+		{Name: "state", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+		{Name: "values", Type: arrow.FixedSizeListOf(int32(m), arrow.PrimitiveTypes.Float64), Nullable: true},
+	}
+}
+
+// modelSchema returns the schema of a model file, metadata included.
+func modelSchema(mf *ModelFile) *arrow.Schema {
+	md := mf.Model
+	var mw metaWriter
+	mw.set(keyVersion, FormatVersion)
+	mw.set(keyKind, kindModel)
+	mw.int(keyN, md.N)
+	mw.int(keyM, md.M)
+	mw.int(keyU, md.U)
+	mw.set(keyTie, md.Tie.String())
+	mw.int(keyIteration, md.Iteration)
+	mw.set(keyLogLik, fmtFloat(md.LogLik))
+	mw.set(keyWKL, fmtFloat(md.WKL))
+	mw.set(keySeed, strconv.FormatUint(md.Seed, 10))
+	mw.set(keyFingerprint, mf.Fingerprint)
+	keys := make([]string, 0, len(mf.Params))
+	for k := range mf.Params {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		mw.set(keyParamPrefix+k, mf.Params[k])
+	}
+	return arrow.NewSchema(modelFields(md.M), mw.metadata())
+}
+
+// emitModel produces the record batches of a model: all D blocks in block
+// order, then all K blocks, states ascending, at most batchBytes of values
+// per batch (but at least one row).
+func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes int, write func(arrow.Record) error) error {
+	md := mf.Model
+	n, m := md.N, md.M
+	per := max(1, min(n, batchBytes/(8*m)))
+	rb := array.NewRecordBuilder(mem, sc)
+	defer rb.Release()
+	block := func(name string, b int, shared bool, vals []float64) error {
+		action := int32(b)
+		if shared {
+			action = -1
+		}
+		for lo := 0; lo < n; lo += per {
+			hi := min(n, lo+per)
+			fb := rb.Field(0).(*array.StringBuilder)
+			ab := rb.Field(1).(*array.Int32Builder)
+			sb := rb.Field(2).(*array.Int32Builder)
+			fb.Reserve(hi - lo)
+			ab.Reserve(hi - lo)
+			sb.Reserve(hi - lo)
+			for i := lo; i < hi; i++ {
+				fb.Append(name)
+				ab.UnsafeAppend(action)
+				sb.UnsafeAppend(int32(i))
+			}
+			appendRows(rb.Field(3).(*array.FixedSizeListBuilder), vals[lo*m:hi*m], hi-lo)
+			rec := rb.NewRecord()
+			err := write(rec)
+			rec.Release()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for b, d := range md.D {
+		if err := block("D", b, md.Tie == factor.TieSharedD, d); err != nil {
+			return err
+		}
+	}
+	for b, kt := range md.KT {
+		if err := block("K", b, md.Tie == factor.TieSharedK, kt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkWritable(mf *ModelFile) error {
+	if mf == nil || mf.Model == nil {
+		return fmt.Errorf("no model")
+	}
+	if mf.Model.N > math.MaxInt32 || mf.Model.M > math.MaxInt32 {
+		return fmt.Errorf("model shape n=%d m=%d does not fit int32", mf.Model.N, mf.Model.M)
+	}
+	return mf.Model.Validate()
+}
+
+// EncodeModel returns mf as an Arrow IPC file (see the package doc for the
+// schema).
+func EncodeModel(mf *ModelFile, opts ...Option) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := encodeModel(&buf, mf, ModelArrow, newConfig(opts).mem); err != nil {
+		return nil, fmt.Errorf("arrowio: encode model: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func encodeModel(w io.Writer, mf *ModelFile, format string, mem memory.Allocator) error {
+	if err := checkWritable(mf); err != nil {
+		return err
+	}
+	sc := modelSchema(mf)
+	emit := func(write func(arrow.Record) error) error { return emitModel(mf, sc, mem, modelBatchBytes, write) }
+	switch format {
+	case ModelArrow, "":
+		return writeIPCFile(w, sc, mem, emit)
+	case ModelParquet:
+		return writeParquet(w, sc, mem, emit)
+	}
+	return fmt.Errorf("unknown model format %q (want arrow or parquet)", format)
+}
+
+// writeParquet writes a Parquet file of the records emit produces, one row
+// group per record, with the Arrow schema (and so its metadata) stored in
+// the file's key-value metadata.
+func writeParquet(w io.Writer, sc *arrow.Schema, mem memory.Allocator, emit func(write func(arrow.Record) error) error) error {
+	props := parquet.NewWriterProperties(parquet.WithAllocator(mem), parquet.WithDictionaryDefault(false))
+	// struct{ io.Writer } hides any Close: the caller owns w.
+	fw, err := pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props,
+		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem)))
+	if err != nil {
+		return err
+	}
+	if err := emit(fw.Write); err != nil {
+		fw.Close()
+		return err
+	}
+	return fw.Close()
+}
+
+// WriteModel writes mf to path atomically (a temporary file in the same
+// directory, fsync, rename; on any error the temporary file is removed and
+// path is untouched). format is ModelArrow (also "") or ModelParquet. The
+// model must pass Model.Validate.
+func WriteModel(path string, mf *ModelFile, format string, opts ...Option) error {
+	if format != "" && format != ModelArrow && format != ModelParquet {
+		return fmt.Errorf("arrowio: write model %s: unknown format %q (want arrow or parquet)", path, format)
+	}
+	if err := checkWritable(mf); err != nil {
+		return fmt.Errorf("arrowio: write model %s: %w", path, err)
+	}
+	mem := newConfig(opts).mem
+	return writeAtomic(path, func(f *os.File) error {
+		w := bufio.NewWriterSize(f, 1<<20)
+		if err := encodeModel(w, mf, format, mem); err != nil {
+			return err
+		}
+		return w.Flush()
+	})
+}
+
+// DecodeModel reads a model from bytes (Arrow IPC file or Parquet,
+// detected by the magic bytes).
+func DecodeModel(data []byte, opts ...Option) (*ModelFile, error) {
+	mf, err := decodeModel(bytes.NewReader(data), int64(len(data)), newConfig(opts).mem)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: decode model: %w", err)
+	}
+	return mf, nil
+}
+
+// ReadModel reads a model file written by WriteModel, in either format
+// (detected by the magic bytes). It checks the metadata, the shape, that
+// every (factor, block, state) row is there exactly once, and
+// Model.Validate; errors name the file.
+func ReadModel(path string, opts ...Option) (*ModelFile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: read model: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: read model %s: %w", path, err)
+	}
+	mf, err := decodeModel(f, st.Size(), newConfig(opts).mem)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: read model %s: %w", path, err)
+	}
+	return mf, nil
+}
+
+func decodeModel(ra parquet.ReaderAtSeeker, size int64, mem memory.Allocator) (*ModelFile, error) {
+	var head [8]byte
+	n, _ := ra.ReadAt(head[:], 0)
+	var mr modelReader
+	defer mr.release()
+	switch formatFromMagic(head[:n]) {
+	case FormatArrowFile:
+		if err := readIPC(ipcSource{ra: ra, size: size, file: true}, mem, mr.schema, guard(mr.record)); err != nil {
+			return nil, err
+		}
+	case FormatParquet:
+		if err := mr.parquet(ra, size, mem); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("neither an Arrow IPC file nor Parquet")
+	}
+	return mr.model()
+}
+
+// modelReader collects the record batches of a model file and builds the
+// model once it has seen all rows, so nothing is allocated on the word of
+// the metadata alone.
+type modelReader struct {
+	mf      ModelFile
+	n, m, u int
+	tie     factor.Tie
+	want    int64 // rows expected
+	rows    int64
+	recs    []arrow.Record
+}
+
+func (r *modelReader) release() {
+	for _, rec := range r.recs {
+		rec.Release()
+	}
+	r.recs = nil
+}
+
+func (r *modelReader) schema(sc *arrow.Schema) error {
+	mr := metaReader{md: sc.Metadata()}
+	mr.header(kindModel)
+	r.n, r.m, r.u = mr.int(keyN), mr.int(keyM), mr.int(keyU)
+	tie := mr.str(keyTie)
+	md := &factor.Model{Iteration: mr.int(keyIteration), LogLik: mr.float(keyLogLik),
+		WKL: mr.float(keyWKL), Seed: mr.uint64(keySeed)}
+	r.mf.Fingerprint = mr.str(keyFingerprint)
+	if mr.err != nil {
+		return mr.err
+	}
+	var err error
+	if r.tie, err = factor.ParseTie(tie); err != nil || tie == "" {
+		return fmt.Errorf("schema metadata %s = %q is not a tie mode", keyTie, tie)
+	}
+	if r.n < 1 || r.m < 1 || r.u < 1 || r.n > math.MaxInt32 || r.m > math.MaxInt32 || r.u > math.MaxInt32 {
+		return fmt.Errorf("bad model shape n=%d m=%d u=%d", r.n, r.m, r.u)
+	}
+	r.want = int64(factor.NumD(r.u, r.tie)+factor.NumK(r.u, r.tie)) * int64(r.n)
+	r.mf.Model = md
+	for i, k := range sc.Metadata().Keys() {
+		if p, ok := strings.CutPrefix(k, keyParamPrefix); ok {
+			if r.mf.Params == nil {
+				r.mf.Params = map[string]string{}
+			}
+			r.mf.Params[p] = sc.Metadata().Values()[i]
+		}
+	}
+	return checkFields(sc, modelFields(r.m)...)
+}
+
+func (r *modelReader) record(rec arrow.Record) error {
+	if err := noNulls(rec); err != nil {
+		return err
+	}
+	r.rows += rec.NumRows()
+	if r.rows > r.want {
+		return fmt.Errorf("more than the %d rows of a model with n=%d u=%d tie=%s", r.want, r.n, r.u, r.tie)
+	}
+	rec.Retain()
+	r.recs = append(r.recs, rec)
+	return nil
+}
+
+func (r *modelReader) parquet(ra parquet.ReaderAtSeeker, size int64, mem memory.Allocator) error {
+	rr, _, md, err := openParquet(context.Background(), ra, capAllocator(mem, size), 1<<16, nil)
+	if err != nil {
+		return err
+	}
+	defer rr.Release()
+	// The schema metadata is in the file's key-value metadata.
+	if err := r.schema(arrow.NewSchema(rr.Schema().Fields(), &md)); err != nil {
+		return err
+	}
+	for {
+		rec, err := nextParquet(rr)
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			return nil
+		}
+		if err := guard(r.record)(rec); err != nil {
+			return err
+		}
+	}
+}
+
+// model builds the model from the collected records and validates it.
+func (r *modelReader) model() (_ *ModelFile, err error) {
+	defer catchDecode(&err)
+	if r.rows != r.want {
+		return nil, fmt.Errorf("%d rows, a model with n=%d u=%d tie=%s has %d", r.rows, r.n, r.u, r.tie, r.want)
+	}
+	md := factor.NewModel(r.n, r.m, r.u, r.tie)
+	md.Iteration, md.LogLik, md.WKL, md.Seed = r.mf.Model.Iteration, r.mf.Model.LogLik, r.mf.Model.WKL, r.mf.Model.Seed
+	seen := map[string][][]bool{"D": make([][]bool, len(md.D)), "K": make([][]bool, len(md.KT))}
+	blocks := map[string][][]float64{"D": md.D, "K": md.KT}
+	shared := map[string]bool{"D": r.tie == factor.TieSharedD, "K": r.tie == factor.TieSharedK}
+	m := r.m
+	for _, rec := range r.recs {
+		names, ok := rec.Column(0).(*array.String)
+		if !ok {
+			return nil, fmt.Errorf("factor column has type %s", rec.Column(0).DataType())
+		}
+		actions := rec.Column(1).(*array.Int32).Int32Values()
+		states := rec.Column(2).(*array.Int32).Int32Values()
+		vals, err := listRows(rec.Column(3), m)
+		if err != nil {
+			return nil, err
+		}
+		for i := range int(rec.NumRows()) {
+			f, a, s := names.Value(i), int(actions[i]), int(states[i])
+			bs, ok := blocks[f]
+			if !ok {
+				return nil, fmt.Errorf("row with factor %q (want D or K)", f)
+			}
+			b := a
+			if shared[f] {
+				if a != -1 {
+					return nil, fmt.Errorf("row %s action %d: the %s factor is shared (tie %s), its action must be -1", f, a, f, r.tie)
+				}
+				b = 0
+			} else if a < 0 || a >= r.u {
+				return nil, fmt.Errorf("row %s action %d: out of range [0, %d)", f, a, r.u)
+			}
+			if s < 0 || s >= r.n {
+				return nil, fmt.Errorf("row %s action %d state %d: out of range [0, %d)", f, a, s, r.n)
+			}
+			if seen[f][b] == nil {
+				seen[f][b] = make([]bool, r.n)
+			}
+			if seen[f][b][s] {
+				return nil, fmt.Errorf("row %s action %d state %d appears twice", f, a, s)
+			}
+			seen[f][b][s] = true
+			copy(bs[b][s*m:(s+1)*m], vals[i*m:(i+1)*m])
+		}
+	}
+	// rows == want and no duplicates: every row is there.
+	if err := md.Validate(); err != nil {
+		return nil, err
+	}
+	r.mf.Model = md
+	out := r.mf
+	return &out, nil
+}

@@ -1,0 +1,348 @@
+package arrowio
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/apache/arrow/go/v15/arrow/memory"
+)
+
+// Transition input formats, the values of ReadOptions.Format.
+const (
+	FormatCSV         = "csv"     // CSV with a header row
+	FormatArrowFile   = "arrow"   // Arrow IPC file (also "feather", "ipc")
+	FormatArrowStream = "arrows"  // Arrow IPC stream (also "stream")
+	FormatParquet     = "parquet" // Parquet (also "pq")
+)
+
+// Default column names of transitions input.
+const (
+	DefaultStateCol  = "state"
+	DefaultActionCol = "action"
+	DefaultNextCol   = "next_state"
+	DefaultCountCol  = "count"
+)
+
+// DefaultBatchRows is the default number of rows per TransitionBatch.
+const DefaultBatchRows = 1 << 16
+
+// ReadOptions configures ScanTransitions. The zero value reads the default
+// columns of a file whose format is detected.
+type ReadOptions struct {
+	// Format is one of the Format constants; "" (default) detects it: by
+	// extension (.csv; .arrow, .feather, .ipc: IPC file; .arrows, .stream:
+	// IPC stream; .parquet, .pq), else by the first bytes ("ARROW1": IPC
+	// file, "PAR1": Parquet, 0xFFFFFFFF: IPC stream), else CSV.
+	Format string
+	// Column names; "" means the default ("state", "action", "next_state",
+	// "count"). The count column is optional when CountCol is "" (each row
+	// then counts 1); a CountCol that is set must exist. Other columns
+	// (such as "episode" and "step") are ignored.
+	StateCol, ActionCol, NextCol, CountCol string
+	// States and Actions, when > 0 (default 0: no bound), are the number of
+	// states and actions: larger indices are an error. Indices must always
+	// fit in an int32.
+	States, Actions int
+	// BatchRows is the most rows per batch (default DefaultBatchRows).
+	BatchRows int
+	// Alloc allocates Arrow buffers (default memory.NewGoAllocator()).
+	Alloc memory.Allocator
+}
+
+// TransitionBatch is a run of consecutive rows of transitions input. The
+// slices have the same length. A scan reuses one batch: it is valid only
+// during the callback.
+type TransitionBatch struct {
+	State, Action, Next []int32
+	// Count is the count column, or 1 for every row when there is none.
+	Count []float64
+	// FirstRow is the 1-based data row number of the batch's first row
+	// (the header of a CSV file is not a data row).
+	FirstRow int
+}
+
+// Len returns the number of rows in the batch.
+func (b *TransitionBatch) Len() int { return len(b.State) }
+
+// NormalizeFormat returns the canonical name of a format name or alias, ""
+// for "" (detect), and an error for an unknown name.
+func NormalizeFormat(f string) (string, error) {
+	switch strings.ToLower(f) {
+	case "":
+		return "", nil
+	case "csv":
+		return FormatCSV, nil
+	case "arrow", "feather", "ipc", "file":
+		return FormatArrowFile, nil
+	case "arrows", "stream":
+		return FormatArrowStream, nil
+	case "parquet", "pq":
+		return FormatParquet, nil
+	}
+	return "", fmt.Errorf("arrowio: unknown format %q (want csv, arrow, arrows or parquet)", f)
+}
+
+// formatFromName detects a format by file extension, "" if unknown.
+func formatFromName(name string) string {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".csv":
+		return FormatCSV
+	case ".arrow", ".feather", ".ipc":
+		return FormatArrowFile
+	case ".arrows", ".stream":
+		return FormatArrowStream
+	case ".parquet", ".pq":
+		return FormatParquet
+	}
+	return ""
+}
+
+// formatFromMagic detects a format by the first bytes, CSV if unknown.
+func formatFromMagic(head []byte) string {
+	switch {
+	case bytes.HasPrefix(head, []byte(fileMagic)):
+		return FormatArrowFile
+	case bytes.HasPrefix(head, []byte("PAR1")):
+		return FormatParquet
+	case bytes.HasPrefix(head, []byte{0xFF, 0xFF, 0xFF, 0xFF}):
+		return FormatArrowStream
+	}
+	return FormatCSV
+}
+
+// ScanTransitions reads the transitions in the file at path and calls fn
+// for each batch of rows, in file order, without holding the whole file in
+// memory. Bad input stops the scan with an *InputError naming the file, row,
+// column and value; an error returned by fn stops it and is returned as is.
+// Batches already passed to fn stay passed: callers that must not act on
+// partial input collect first and commit after a nil return.
+func ScanTransitions(ctx context.Context, path string, opts ReadOptions, fn func(b *TransitionBatch) error) error {
+	s, err := newScan(path, opts, fn)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return &InputError{File: path, Reason: "cannot open", Err: err}
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return &InputError{File: path, Reason: "cannot stat", Err: err}
+	}
+	if st.IsDir() {
+		return &InputError{File: path, Reason: "is a directory"}
+	}
+	size := st.Size()
+	format := s.format
+	if format == "" {
+		format = formatFromName(path)
+	}
+	if format == "" {
+		var head [8]byte
+		n, _ := f.ReadAt(head[:], 0)
+		format = formatFromMagic(head[:n])
+	}
+	switch format {
+	case FormatCSV:
+		return s.csv(ctx, bufio.NewReaderSize(f, 1<<16))
+	case FormatArrowFile:
+		return s.ipc(ctx, ipcSource{ra: f, size: size, file: true})
+	case FormatArrowStream:
+		return s.ipc(ctx, ipcSource{r: bufio.NewReaderSize(f, 1<<16), size: size})
+	default:
+		return s.parquet(ctx, f, size)
+	}
+}
+
+// ScanTransitionsReader is ScanTransitions for a payload (for example a
+// NATS message holding CSV or an Arrow IPC stream). name is used in errors
+// and to detect the format by extension; format ("" = opts.Format, then
+// detect) overrides opts.Format. CSV and IPC streams are read as they
+// arrive; IPC files and Parquet (which need random access) are read into
+// memory first. When r has a Len() int method (bytes.Reader,
+// bytes.Buffer, strings.Reader), declared lengths are checked against it.
+func ScanTransitionsReader(ctx context.Context, r io.Reader, name, format string, opts ReadOptions, fn func(b *TransitionBatch) error) error {
+	if format != "" {
+		opts.Format = format
+	}
+	s, err := newScan(name, opts, fn)
+	if err != nil {
+		return err
+	}
+	size := int64(-1)
+	if l, ok := r.(interface{ Len() int }); ok {
+		size = int64(l.Len())
+	}
+	format = s.format
+	if format == "" {
+		format = formatFromName(name)
+	}
+	if format == "" {
+		br := bufio.NewReaderSize(r, 1<<16)
+		head, _ := br.Peek(8)
+		format = formatFromMagic(head)
+		r = br
+	}
+	switch format {
+	case FormatCSV:
+		return s.csv(ctx, r)
+	case FormatArrowStream:
+		return s.ipc(ctx, ipcSource{r: r, size: size})
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return &InputError{File: name, Reason: "cannot read", Err: err}
+	}
+	if format == FormatArrowFile {
+		return s.ipc(ctx, ipcSource{ra: bytes.NewReader(data), size: int64(len(data)), file: true})
+	}
+	return s.parquet(ctx, bytes.NewReader(data), int64(len(data)))
+}
+
+// Column slots of a scan.
+const (
+	colState = iota
+	colAction
+	colNext
+	colCount
+	numCols
+)
+
+// scan is the state of one ScanTransitions call, shared by all formats.
+type scan struct {
+	file      string
+	format    string
+	names     [numCols]string
+	countOpt  bool // the count column may be absent
+	limit     [colNext + 1]int64
+	bounded   [colNext + 1]bool
+	batchRows int
+	mem       memory.Allocator
+	fn        func(*TransitionBatch) error
+	b         TransitionBatch
+	rows      int // data rows delivered so far
+}
+
+func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan, error) {
+	format, err := NormalizeFormat(o.Format)
+	if err != nil {
+		return nil, err
+	}
+	s := &scan{file: file, format: format, fn: fn, batchRows: o.BatchRows, mem: o.Alloc}
+	if s.batchRows <= 0 {
+		s.batchRows = DefaultBatchRows
+	}
+	if s.mem == nil {
+		s.mem = memory.NewGoAllocator()
+	}
+	s.names = [numCols]string{
+		cmpOr(o.StateCol, DefaultStateCol), cmpOr(o.ActionCol, DefaultActionCol),
+		cmpOr(o.NextCol, DefaultNextCol), cmpOr(o.CountCol, DefaultCountCol),
+	}
+	s.countOpt = o.CountCol == ""
+	for k, n := range []int{o.States, o.Actions, o.States} {
+		s.limit[k] = 1 << 31 // indices are int32
+		if n > 0 {
+			s.limit[k] = int64(min(n, 1<<31))
+			s.bounded[k] = true
+		}
+	}
+	return s, nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// missingColumn is the error for a column the input does not have.
+func (s *scan) missingColumn(k int, present []string) *InputError {
+	q := make([]string, len(present))
+	for i, p := range present {
+		q[i] = fmt.Sprintf("%q", p)
+	}
+	list := strings.Join(q, ", ")
+	if list == "" {
+		list = "none"
+	}
+	return &InputError{File: s.file, Column: s.names[k],
+		Reason: fmt.Sprintf("no such column (columns present: %s)", list)}
+}
+
+// indexReason checks an index value (v < 0 for any negative value, v >
+// MaxInt32 for any larger value) and returns why it is bad, or "".
+func (s *scan) indexReason(k int, v int64) string {
+	switch {
+	case v < 0:
+		return "is negative (indices start at 0)"
+	case v >= s.limit[k] && s.bounded[k]:
+		what := "states"
+		if k == colAction {
+			what = "actions"
+		}
+		return fmt.Sprintf("is out of range: must be < %d (the number of %s)", s.limit[k], what)
+	case v >= s.limit[k]:
+		return "is too large for an index (at most 2147483647)"
+	}
+	return ""
+}
+
+const (
+	reasonNotInt   = "is not a non-negative integer"
+	reasonBadCount = "is not a finite positive number"
+	reasonNull     = "value is null"
+	reasonEmpty    = "value is empty"
+)
+
+func (s *scan) bad(row, k int, value, reason string) *InputError {
+	return &InputError{File: s.file, Row: row, Column: s.names[k], Value: value, Reason: reason}
+}
+
+// reset empties the batch, whose next row will be data row first.
+func (s *scan) reset(first int) {
+	b := &s.b
+	b.State, b.Action, b.Next, b.Count = b.State[:0], b.Action[:0], b.Next[:0], b.Count[:0]
+	b.FirstRow = first
+}
+
+// flush hands the batch to fn when it holds rows.
+func (s *scan) flush(ctx context.Context) error {
+	if s.b.Len() == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("arrowio: %s: %w", s.file, err)
+	}
+	s.rows += s.b.Len()
+	return s.fn(&s.b)
+}
+
+func (s *scan) noRows() error {
+	return &InputError{File: s.file, Reason: "no data rows"}
+}
+
+// decodeError marks an error of the decoder (as opposed to one of a
+// callback, which passes through unchanged).
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return e.err.Error() }
+func (e *decodeError) Unwrap() error { return e.err }
+
+func (s *scan) corrupt(what string, err error) error {
+	var de *decodeError
+	if !errors.As(err, &de) {
+		return err
+	}
+	return &InputError{File: s.file,
+		Reason: fmt.Sprintf("corrupt or truncated %s after %d good rows", what, s.rows), Err: de.err}
+}

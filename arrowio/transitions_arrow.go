@@ -1,0 +1,421 @@
+package arrowio
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+	"github.com/apache/arrow/go/v15/parquet"
+	"github.com/apache/arrow/go/v15/parquet/file"
+	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+)
+
+// ipc reads an Arrow IPC file or stream.
+func (s *scan) ipc(ctx context.Context, src ipcSource) error {
+	what := "Arrow IPC stream"
+	if src.file {
+		what = "Arrow IPC file"
+	}
+	var cols [numCols]int
+	err := readIPC(src, s.mem, func(sc *arrow.Schema) error {
+		var err error
+		cols, err = s.columns(sc)
+		return err
+	}, func(rec arrow.Record) error {
+		return s.record(ctx, rec, cols)
+	})
+	if err != nil {
+		return s.corrupt(what, err)
+	}
+	if s.rows == 0 {
+		return s.noRows()
+	}
+	return nil
+}
+
+// parquet reads a Parquet file of size bytes.
+func (s *scan) parquet(ctx context.Context, ra parquet.ReaderAtSeeker, size int64) error {
+	mem := capAllocator(s.mem, size)
+	rr, total, _, err := openParquet(ctx, ra, mem, s.batchRows, s.leaves)
+	if err != nil {
+		return s.corrupt("Parquet file", err)
+	}
+	defer rr.Release()
+	cols, err := s.columns(rr.Schema())
+	if err != nil {
+		return err
+	}
+	for {
+		rec, err := nextParquet(rr)
+		if err != nil {
+			return s.corrupt("Parquet file", &decodeError{err})
+		}
+		if rec == nil {
+			break
+		}
+		if err := s.record(ctx, rec, cols); err != nil {
+			return err
+		}
+	}
+	if int64(s.rows) != total {
+		return s.corrupt("Parquet file", &decodeError{fmt.Errorf("read %d rows, the metadata says %d", s.rows, total)})
+	}
+	if s.rows == 0 {
+		return s.noRows()
+	}
+	return nil
+}
+
+// leaves returns the Parquet leaf columns that hold the columns to read.
+func (s *scan) leaves(sm *pqarrow.SchemaManifest) ([]int, error) {
+	var present []string
+	for _, f := range sm.Fields {
+		present = append(present, f.Field.Name)
+	}
+	var out []int
+	for k := range numCols {
+		found := false
+		for _, f := range sm.Fields {
+			if f.Field.Name != s.names[k] {
+				continue
+			}
+			if !f.IsLeaf() {
+				return nil, &InputError{File: s.file, Column: s.names[k],
+					Reason: fmt.Sprintf("has type %s; want a numeric column", f.Field.Type)}
+			}
+			out = append(out, f.ColIndex)
+			found = true
+			break
+		}
+		if !found && !(k == colCount && s.countOpt) {
+			return nil, s.missingColumn(k, present)
+		}
+	}
+	return out, nil
+}
+
+// openParquet opens a Parquet file and a record reader of the leaf columns
+// that pick chooses (all when pick is nil); it also returns the number of
+// rows and the key-value metadata of the file (which holds the Arrow schema
+// metadata). Errors of pick come back unchanged, decoding errors as
+// *decodeError.
+func openParquet(ctx context.Context, ra parquet.ReaderAtSeeker, mem memory.Allocator, batchRows int,
+	pick func(*pqarrow.SchemaManifest) ([]int, error)) (rr pqarrow.RecordReader, total int64, md arrow.Metadata, err error) {
+	var pickErr error
+	err = func() (err error) {
+		defer catch(&err)
+		rdr, err := file.NewParquetReader(ra, file.WithReadProps(parquet.NewReaderProperties(mem)))
+		if err != nil {
+			return err
+		}
+		var keys, vals []string
+		for _, kv := range rdr.MetaData().KeyValueMetadata() {
+			if kv.Key == arrowSchemaKey {
+				if err := verifyStoredSchema(kv.Value); err != nil {
+					return err
+				}
+				continue
+			}
+			if kv.Value != nil {
+				keys, vals = append(keys, kv.Key), append(vals, *kv.Value)
+			}
+		}
+		md = arrow.NewMetadata(keys, vals)
+		fr, err := pqarrow.NewFileReader(rdr, pqarrow.ArrowReadProperties{BatchSize: int64(batchRows)}, mem)
+		if err != nil {
+			return err
+		}
+		var leaves []int
+		if pick != nil {
+			if leaves, pickErr = pick(fr.Manifest); pickErr != nil {
+				return nil
+			}
+		}
+		total = rdr.NumRows()
+		rr, err = fr.GetRecordReader(ctx, leaves, nil)
+		return err
+	}()
+	if pickErr != nil {
+		return nil, 0, md, pickErr
+	}
+	if err != nil {
+		return nil, 0, md, &decodeError{err}
+	}
+	return rr, total, md, nil
+}
+
+// arrowSchemaKey is where Parquet writers store the Arrow schema (an IPC
+// schema message, base64).
+const arrowSchemaKey = "ARROW:schema"
+
+// verifyStoredSchema checks the IPC message of a stored Arrow schema
+// before pqarrow decodes it (see fbVerifier).
+func verifyStoredSchema(v *string) error {
+	if v == nil {
+		return nil
+	}
+	b, err := base64.StdEncoding.DecodeString(*v)
+	if len(b) == 0 || err != nil {
+		if b, err = base64.RawStdEncoding.DecodeString(*v); err != nil {
+			return fmt.Errorf("%s is not base64: %w", arrowSchemaKey, err)
+		}
+	}
+	mr := newMsgReader(bytes.NewReader(b), int64(len(b)), false)
+	defer mr.Release()
+	if _, err := mr.Message(); err != nil {
+		return fmt.Errorf("%s: %w", arrowSchemaKey, err)
+	}
+	return nil
+}
+
+// nextParquet returns the next record (owned by rr), nil at the end.
+func nextParquet(rr pqarrow.RecordReader) (rec arrow.Record, err error) {
+	defer catch(&err)
+	if rr.Next() {
+		return rr.Record(), nil
+	}
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// columns finds the columns to read in an Arrow schema and checks their
+// types: integer or float for indices, any numeric type for counts.
+func (s *scan) columns(sc *arrow.Schema) (idx [numCols]int, err error) {
+	for k := range numCols {
+		is := sc.FieldIndices(s.names[k])
+		if len(is) == 0 {
+			if k == colCount && s.countOpt {
+				idx[k] = -1
+				continue
+			}
+			present := make([]string, sc.NumFields())
+			for i, f := range sc.Fields() {
+				present[i] = f.Name
+			}
+			return idx, s.missingColumn(k, present)
+		}
+		idx[k] = is[0]
+		if !numeric(sc.Field(is[0]).Type) {
+			return idx, &InputError{File: s.file, Column: s.names[k],
+				Reason: fmt.Sprintf("has type %s; want a numeric column", sc.Field(is[0]).Type)}
+		}
+	}
+	return idx, nil
+}
+
+func numeric(t arrow.DataType) bool {
+	switch t.ID() {
+	case arrow.INT8, arrow.INT16, arrow.INT32, arrow.INT64,
+		arrow.UINT8, arrow.UINT16, arrow.UINT32, arrow.UINT64,
+		arrow.FLOAT32, arrow.FLOAT64:
+		return true
+	}
+	return false
+}
+
+// record converts one record batch, in chunks of at most batchRows rows.
+func (s *scan) record(ctx context.Context, rec arrow.Record, cols [numCols]int) error {
+	n := int(rec.NumRows())
+	for lo := 0; lo < n; lo += s.batchRows {
+		if err := s.convert(rec, cols, lo, min(n, lo+s.batchRows)); err != nil {
+			return err
+		}
+		if err := s.flush(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// convert fills the batch with rows [lo, hi) of rec. The arrays come from
+// the input: a panic on an inconsistent buffer is a decoding error.
+func (s *scan) convert(rec arrow.Record, cols [numCols]int, lo, hi int) (err error) {
+	defer catchDecode(&err)
+	first := s.rows + 1
+	s.reset(first)
+	b := &s.b
+	dst := [colNext + 1]*[]int32{&b.State, &b.Action, &b.Next}
+	for k := range colNext + 1 {
+		*dst[k] = grow(*dst[k], hi-lo)
+		if err := s.indexColumn(rec.Column(cols[k]), lo, hi, *dst[k], k, first); err != nil {
+			return err
+		}
+	}
+	b.Count = growF(b.Count, hi-lo)
+	if cols[colCount] < 0 {
+		for i := range b.Count {
+			b.Count[i] = 1
+		}
+		return nil
+	}
+	return s.countColumn(rec.Column(cols[colCount]), lo, hi, b.Count, first)
+}
+
+func grow(x []int32, n int) []int32 {
+	if cap(x) < n {
+		return make([]int32, n)
+	}
+	return x[:n]
+}
+
+func growF(x []float64, n int) []float64 {
+	if cap(x) < n {
+		return make([]float64, n)
+	}
+	return x[:n]
+}
+
+type integer interface {
+	~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64
+}
+
+// indexColumn converts rows [lo, hi) of an index column into dst; first is
+// the data row number of row lo.
+func (s *scan) indexColumn(arr arrow.Array, lo, hi int, dst []int32, k, first int) error {
+	switch a := arr.(type) {
+	case *array.Int8:
+		return indexInts(s, a, a.Int8Values(), lo, hi, dst, k, first)
+	case *array.Int16:
+		return indexInts(s, a, a.Int16Values(), lo, hi, dst, k, first)
+	case *array.Int32:
+		return indexInts(s, a, a.Int32Values(), lo, hi, dst, k, first)
+	case *array.Int64:
+		return indexInts(s, a, a.Int64Values(), lo, hi, dst, k, first)
+	case *array.Uint8:
+		return indexInts(s, a, a.Uint8Values(), lo, hi, dst, k, first)
+	case *array.Uint16:
+		return indexInts(s, a, a.Uint16Values(), lo, hi, dst, k, first)
+	case *array.Uint32:
+		return indexInts(s, a, a.Uint32Values(), lo, hi, dst, k, first)
+	case *array.Uint64:
+		return indexInts(s, a, a.Uint64Values(), lo, hi, dst, k, first)
+	case *array.Float32:
+		return indexFloats(s, a, a.Float32Values(), 32, lo, hi, dst, k, first)
+	case *array.Float64:
+		return indexFloats(s, a, a.Float64Values(), 64, lo, hi, dst, k, first)
+	}
+	return &InputError{File: s.file, Column: s.names[k],
+		Reason: fmt.Sprintf("has type %s; want a numeric column", arr.DataType())}
+}
+
+func indexInts[T integer](s *scan, arr arrow.Array, vals []T, lo, hi int, dst []int32, k, first int) error {
+	if len(vals) < hi {
+		return s.shortColumn(k)
+	}
+	nulls := arr.NullN() > 0
+	for i := lo; i < hi; i++ {
+		if nulls && arr.IsNull(i) {
+			return s.bad(first+i-lo, k, "", reasonNull)
+		}
+		v := vals[i]
+		var x int64
+		switch {
+		case v < 0:
+			x = -1
+		case uint64(v) > math.MaxInt32:
+			x = math.MaxInt32 + 1
+		default:
+			x = int64(v)
+		}
+		if x < 0 || x >= s.limit[k] {
+			return s.bad(first+i-lo, k, fmt.Sprint(v), s.indexReason(k, x))
+		}
+		dst[i-lo] = int32(x)
+	}
+	return nil
+}
+
+func indexFloats[T float32 | float64](s *scan, arr arrow.Array, vals []T, bits, lo, hi int, dst []int32, k, first int) error {
+	if len(vals) < hi {
+		return s.shortColumn(k)
+	}
+	nulls := arr.NullN() > 0
+	for i := lo; i < hi; i++ {
+		if nulls && arr.IsNull(i) {
+			return s.bad(first+i-lo, k, "", reasonNull)
+		}
+		v := float64(vals[i])
+		var x int64
+		switch {
+		case v != math.Trunc(v) || math.IsNaN(v) || math.IsInf(v, 0):
+			return s.bad(first+i-lo, k, strconv.FormatFloat(v, 'g', -1, bits), reasonNotInt)
+		case v < 0:
+			x = -1
+		case v > math.MaxInt32:
+			x = math.MaxInt32 + 1
+		default:
+			x = int64(v)
+		}
+		if x < 0 || x >= s.limit[k] {
+			return s.bad(first+i-lo, k, strconv.FormatFloat(v, 'g', -1, bits), s.indexReason(k, x))
+		}
+		dst[i-lo] = int32(x)
+	}
+	return nil
+}
+
+// countColumn converts rows [lo, hi) of the count column into dst.
+func (s *scan) countColumn(arr arrow.Array, lo, hi int, dst []float64, first int) error {
+	switch a := arr.(type) {
+	case *array.Int8:
+		return counts(s, a, a.Int8Values(), 0, lo, hi, dst, first)
+	case *array.Int16:
+		return counts(s, a, a.Int16Values(), 0, lo, hi, dst, first)
+	case *array.Int32:
+		return counts(s, a, a.Int32Values(), 0, lo, hi, dst, first)
+	case *array.Int64:
+		return counts(s, a, a.Int64Values(), 0, lo, hi, dst, first)
+	case *array.Uint8:
+		return counts(s, a, a.Uint8Values(), 0, lo, hi, dst, first)
+	case *array.Uint16:
+		return counts(s, a, a.Uint16Values(), 0, lo, hi, dst, first)
+	case *array.Uint32:
+		return counts(s, a, a.Uint32Values(), 0, lo, hi, dst, first)
+	case *array.Uint64:
+		return counts(s, a, a.Uint64Values(), 0, lo, hi, dst, first)
+	case *array.Float32:
+		return counts(s, a, a.Float32Values(), 32, lo, hi, dst, first)
+	case *array.Float64:
+		return counts(s, a, a.Float64Values(), 64, lo, hi, dst, first)
+	}
+	return &InputError{File: s.file, Column: s.names[colCount],
+		Reason: fmt.Sprintf("has type %s; want a numeric column", arr.DataType())}
+}
+
+// counts converts a numeric column; bits is 32 or 64 for floats (to print
+// them as written), 0 for integers.
+func counts[T integer | float32 | float64](s *scan, arr arrow.Array, vals []T, bits, lo, hi int, dst []float64, first int) error {
+	if len(vals) < hi {
+		return s.shortColumn(colCount)
+	}
+	nulls := arr.NullN() > 0
+	for i := lo; i < hi; i++ {
+		if nulls && arr.IsNull(i) {
+			return s.bad(first+i-lo, colCount, "", reasonNull)
+		}
+		c := float64(vals[i])
+		if !(c > 0) || math.IsInf(c, 0) {
+			v := fmt.Sprint(vals[i])
+			if bits > 0 {
+				v = strconv.FormatFloat(c, 'g', -1, bits)
+			}
+			return s.bad(first+i-lo, colCount, v, reasonBadCount)
+		}
+		dst[i-lo] = c
+	}
+	return nil
+}
+
+func (s *scan) shortColumn(k int) error {
+	return &InputError{File: s.file, Column: s.names[k], Reason: "column data is shorter than the record batch (corrupt)"}
+}

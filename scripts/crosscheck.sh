@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Cross-reader proof for the model format: a model written by the Go code is
+# read by Arrow JS (npm apache-arrow), which knows nothing of emsf, and what
+# it reads (metadata, row counts, shapes, the first row of D bitwise) must
+# match what the writer says it wrote. Exits non-zero on any mismatch.
+#
+#   scripts/crosscheck.sh
+#
+# Environment: ARROW_JS_VERSION (default 21.1.0); EMSF_NODE_DIR, a folder
+# to install apache-arrow into and reuse across runs (default: a temporary
+# folder, removed at exit).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+version=${ARROW_JS_VERSION:-21.1.0}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+nodedir=${EMSF_NODE_DIR:-$work/node}
+mkdir -p "$nodedir"
+
+if [ ! -f "$nodedir/node_modules/apache-arrow/package.json" ] ||
+	[ "$(node -p "require('$nodedir/node_modules/apache-arrow/package.json').version")" != "$version" ]; then
+	npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$nodedir" "apache-arrow@$version" >&2
+fi
+
+go run ./arrowio/internal/mkmodel "$work/model.arrow" >"$work/want.txt"
+EMSF_NODE_MODULES="$nodedir/node_modules" node scripts/read_model.mjs "$work/model.arrow" >"$work/js.txt"
+grep -v '^d_first=' "$work/js.txt" >"$work/got.txt"
+
+if ! diff -u "$work/want.txt" "$work/got.txt"; then
+	echo "crosscheck: Arrow JS $version reads the model differently from what Go wrote (diff above: - Go, + JS)" >&2
+	exit 1
+fi
+echo "crosscheck: Arrow JS $version reads the Go model file: $(tr '\n' ' ' <"$work/got.txt")"
