@@ -58,6 +58,12 @@ func (f *inputFlags) readOptions() arrowio.ReadOptions {
 	}
 }
 
+// Limits on sizes inferred from the data (see loadData).
+const (
+	maxInferredStates  = 1 << 24
+	maxInferredActions = 1 << 12
+)
+
 // dataset is the counted transitions of one input, optionally with a
 // held-out part.
 type dataset struct {
@@ -105,11 +111,18 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	if d.transitions == 0 {
 		return nil, fmt.Errorf("%s: no transitions: the input has no data rows", f.input)
 	}
+	// An inferred size is a guess from the largest index seen: one stray
+	// huge index would make the model too big for memory, so past these
+	// limits the user must confirm the size with a flag.
 	if f.states > 0 {
 		d.n = f.states
+	} else if d.n > maxInferredStates {
+		return nil, usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", f.input, d.n-1, d.n, maxInferredStates)
 	}
 	if f.actions > 0 {
 		d.u = f.actions
+	} else if d.u > maxInferredActions {
+		return nil, usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", f.input, d.u-1, d.u, maxInferredActions)
 	}
 	if train.Len() == 0 {
 		return nil, usagef("--holdout %v left no training transitions out of %d", holdout, d.transitions)
