@@ -3,13 +3,9 @@ package factor
 import (
 	"fmt"
 	"math"
-	"slices"
-	"unsafe"
 )
 
-// prefetchAhead is how many nonzeros ahead Compute prefetches rows of K and
-// K̂.
-const prefetchAhead = 8
+
 
 // TransitionError reports an observed transition to which the model gives
 // probability zero (possible only with sparsity masks); EM cannot explain it.
@@ -46,141 +42,107 @@ type Partial struct {
 	NNZ    int
 }
 
-// Scratch is the per-goroutine working memory of Compute: a dense n×m KhT
-// and a column marker, reused across blocks. The zero value is ready; it is
-// not safe for concurrent use.
+// Scratch is the per-goroutine working memory of Compute, reused across
+// blocks. The zero value is ready; it is not safe for concurrent use.
 type Scratch struct {
-	khT  []float64
-	mark []bool
-	cols []int32
-	gs   []float64
+	dl []float64 // the block's rows of D, n_r×m
+	gs []float64 // g of every nonzero, in column order
+	t  []float64 // d ⊙ k of the current nonzero
 	// pureGo forces the pure-Go kernel (tests compare it with AVX2).
 	pureGo bool
-}
-
-// clean zeroes the rows of khT touched so far and their marks, leaving the
-// scratch ready for the next block after a failed Compute.
-func (s *Scratch) clean(m int) {
-	for _, j := range s.cols {
-		clear(s.khT[int(j)*m : int(j)*m+m])
-		s.mark[j] = false
-	}
-	s.cols = s.cols[:0]
-}
-
-func (s *Scratch) reset(n, m int) {
-	if len(s.khT) != n*m {
-		s.khT = make([]float64, n*m)
-		s.mark = make([]bool, n)
-	}
 }
 
 // Compute fills p with the statistics of block b under model md: one fused
 // pass over the nonzeros, no allocation per nonzero (p's slices are reused
 // when large enough). When withLogLik is false the logarithms are skipped
 // and p.LogLik is NaN.
+//
+// The pass runs column by column (see colindex.go): each touched row of K
+// is read once and its row of K̂ accumulated in place in p.KhT, while the
+// block's rows of D and D̂ (a few hundred KiB) stay in cache. Every sum
+// still receives its terms in the order of a row-major pass (rows
+// ascending, columns ascending within a row), so the result does not
+// depend on the traversal.
 func Compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool) error {
 	n, m := md.N, md.M
 	if err := b.CheckShape(n, md.U); err != nil {
 		return err
 	}
-	s.reset(n, m)
 	d := md.D[md.DBlock(b.Action)]
 	kt := md.KT[md.KBlock(b.Action)]
 	nr := len(b.Rows)
+	ci := b.columns()
 
 	p.Action = b.Action
 	p.Rows = append(p.Rows[:0], b.Rows...)
 	p.Dh = resize(p.Dh, nr*m)
 	p.X = resize(p.X, nr)
 	p.Y = resize(p.Y, m)
+	p.Cols = append(p.Cols[:0], ci.cols...)
+	p.KhT = resize(p.KhT, len(ci.cols)*m)
 	p.NNZ = b.NNZ()
-	s.cols = s.cols[:0]
 
-	t := make([]float64, m)
-	ll := 0.0
-	clear(p.X)
-	runs := b.tiles(tileWidth(m))
+	s.dl = resize(s.dl, nr*m)
+	for r, i := range b.Rows {
+		copy(s.dl[r*m:r*m+m], d[int(i)*m:int(i)*m+m])
+	}
+	if cap(s.gs) < len(ci.vals) {
+		s.gs = make([]float64, len(ci.vals))
+	}
+	gs := s.gs[:len(ci.vals)]
+	s.t = resize(s.t, m)
+	t := s.t
+
 	fast := m%4 == 0 && !s.pureGo && useAVX2()
-	for _, rn := range runs {
-		r := int(rn.row)
-		i := int(b.Rows[r])
-		drow := d[i*m : i*m+m]
-		dh := p.Dh[r*m : r*m+m]
-		x := 0.0
+	for c, j := range ci.cols {
+		lo, hi := ci.ptr[c], ci.ptr[c+1]
+		krow := kt[int(j)*m : int(j)*m+m]
+		kh := p.KhT[c*m : c*m+m]
 		if fast {
-			// The AVX2 kernel computes the run; the checks, logarithms and
-			// row sums follow in the same order as in the Go loop below.
-			cols, vals := b.Cols[rn.lo:rn.hi], b.Vals[rn.lo:rn.hi]
-			for _, j := range cols {
-				if !s.mark[j] {
-					s.mark[j] = true
-					s.cols = append(s.cols, j)
-				}
-			}
-			if cap(s.gs) < len(cols) {
-				s.gs = make([]float64, len(cols))
-			}
-			gs := s.gs[:len(cols)]
-			runAVX2(&drow[0], &dh[0], &kt[0], &s.khT[0], &t[0], &cols[0], &vals[0], &gs[0], len(cols), m*8)
-			for q, g := range gs {
-				c := vals[q]
-				if !(g > 0) {
-					s.clean(m)
-					return &TransitionError{Action: b.Action, From: i, To: int(cols[q]), Count: c}
-				}
-				if withLogLik {
-					ll += c * math.Log(g)
-				}
-				x += c
-			}
-			p.X[r] += x
+			// The roles of D and K swap: the fixed vector is row j of K,
+			// the gathered rows are the block's rows of D.
+			runAVX2(&krow[0], &kh[0], &s.dl[0], &p.Dh[0], &t[0], &ci.rows[lo], &ci.vals[lo], &gs[lo], int(hi-lo), m*8)
 			continue
 		}
-		for q := rn.lo; q < rn.hi; q++ {
-			if f := q + prefetchAhead; f < rn.hi {
-				jf := int(b.Cols[f]) * m
-				prefetch2(unsafe.Pointer(&kt[jf]), unsafe.Pointer(&s.khT[jf]), m*8)
-			}
-			j, c := int(b.Cols[q]), b.Vals[q]
-			krow := kt[j*m : j*m+m]
-			g := prodSum(t, drow, krow)
-			if !(g > 0) {
-				s.clean(m)
-				return &TransitionError{Action: b.Action, From: i, To: j, Count: c}
-			}
-			if withLogLik {
-				ll += c * math.Log(g)
-			}
-			if !s.mark[j] {
-				s.mark[j] = true
-				s.cols = append(s.cols, int32(j))
-			}
-			scatter(c/g, t, dh, s.khT[j*m:j*m+m])
-			x += c
+		for q := lo; q < hi; q++ {
+			r := int(ci.rows[q])
+			g := prodSum(t, s.dl[r*m:r*m+m], krow)
+			gs[q] = g
+			scatter(ci.vals[q]/g, t, p.Dh[r*m:r*m+m], kh)
 		}
-		p.X[r] += x
 	}
 
-	// Y from the rows of Dh (Σ over all w), SumX from X: both in row order.
-	clear(p.Y)
+	// Checks, logarithms and row sums in storage (row-major) order.
+	bad := false
+	for _, g := range gs {
+		if !(g > 0) {
+			bad = true
+			break
+		}
+	}
+	ll := 0.0
+	if bad || withLogLik {
+		for r, i := range b.Rows {
+			for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+				g, c := gs[ci.inv[q]], b.Vals[q]
+				if !(g > 0) {
+					return &TransitionError{Action: b.Action, From: int(i), To: int(b.Cols[q]), Count: c}
+				}
+				ll += c * math.Log(g)
+			}
+		}
+	}
 	p.SumX = 0
 	for r := range b.Rows {
+		x := 0.0
+		for _, c := range b.Vals[b.Ptr[r]:b.Ptr[r+1]] {
+			x += c
+		}
+		p.X[r] = x
+		p.SumX += x
 		for l, v := range p.Dh[r*m : r*m+m] {
 			p.Y[l] += v
 		}
-		p.SumX += p.X[r]
-	}
-
-	// Move the touched columns out of the dense scratch, leaving it zero.
-	slices.Sort(s.cols)
-	p.Cols = append(p.Cols[:0], s.cols...)
-	p.KhT = resize(p.KhT, len(s.cols)*m)
-	for c, j := range s.cols {
-		src := s.khT[int(j)*m : int(j)*m+m]
-		copy(p.KhT[c*m:c*m+m], src)
-		clear(src)
-		s.mark[j] = false
 	}
 	if withLogLik {
 		p.LogLik = ll
@@ -288,6 +250,28 @@ func (a *Accumulator) Merge(p *Partial) error {
 	if err := a.check(p); err != nil {
 		return err
 	}
+	a.add(p)
+	return nil
+}
+
+// mergeComputed merges a partial that Compute produced in this process
+// from a validated model. It skips the scan of every value: all posterior
+// weights are ≥ 0 by construction, and each weight w is added both to a
+// row of Dh and to a row of KhT, while Y is the sum of Dh's rows, so an
+// infinite or NaN weight anywhere makes Y non-finite. Checking Y (m values)
+// is therefore as strong as checking them all.
+func (a *Accumulator) mergeComputed(p *Partial) error {
+	for l, v := range p.Y {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("factor: partial of action %d: Y[%d] = %v is not finite and non-negative", p.Action, l, v)
+		}
+	}
+	a.add(p)
+	return nil
+}
+
+// add adds a checked partial.
+func (a *Accumulator) add(p *Partial) {
 	m := a.M
 	db, kb := p.Action, p.Action
 	if a.Tie == TieSharedD {
@@ -317,7 +301,6 @@ func (a *Accumulator) Merge(p *Partial) error {
 	a.LogLik += p.LogLik
 	a.SumX += p.SumX
 	a.NNZ += p.NNZ
-	return nil
 }
 
 func (a *Accumulator) check(p *Partial) error {

@@ -17,8 +17,8 @@ type Block struct {
 	Cols   []int32
 	Vals   []float64
 
-	// plan caches the kernel's visiting order (see tiles.go).
-	plan atomic.Pointer[tilePlan]
+	// colIdx caches the kernel's column-major index (see colindex.go).
+	colIdx atomic.Pointer[colIndex]
 }
 
 // NewBlock builds a Block from nonzeros sorted by (row, col) with distinct

@@ -29,7 +29,7 @@ func Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, wor
 			if err := Compute(md, b, &s, &p, withLogLik); err != nil {
 				return err
 			}
-			if err := acc.Merge(&p); err != nil {
+			if err := acc.mergeComputed(&p); err != nil {
 				return fmt.Errorf("factor: block %d: %w", k, err)
 			}
 		}
@@ -91,7 +91,7 @@ func Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, wor
 		if r.err != nil {
 			return r.err
 		}
-		if err := acc.Merge(r.p); err != nil {
+		if err := acc.mergeComputed(r.p); err != nil {
 			return fmt.Errorf("factor: block %d: %w", k, err)
 		}
 		select {

@@ -8,7 +8,7 @@ import "golang.org/x/sys/cpu"
 // use the pure-Go kernel only.
 func useAVX2() bool { return cpu.X86.HasAVX2 }
 
-// runAVX2 is the AVX2 version of the inner loop of Compute over one run;
+// runAVX2 is the AVX2 version of the inner loop of Compute over one column;
 // see kernel_amd64.s. It computes bitwise what prodSum and scatter compute.
 //
 //go:noescape

@@ -4,8 +4,9 @@
 
 // func runAVX2(d, dh, kt, kh, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
 //
-// The kernel of Compute for one run of nonzeros of one row (see
-// kernel_amd64.go): for q in [0, n), with j = cols[q], c = vals[q],
+// The kernel of Compute for one column of a block (see Compute, which
+// passes row j of K as d and its K̂ row as dh, the block's rows of D as kt
+// and of D̂ as kh): for q in [0, n), with j = cols[q], c = vals[q],
 //
 //	t     = d ⊙ kt[j]                  (VMULPD, no FMA)
 //	gs[q]  = (Σ t_{l≡0} + Σ t_{l≡1}) + (Σ t_{l≡2} + Σ t_{l≡3})  (mod 4 lanes)
@@ -14,6 +15,8 @@
 // exactly the operations, in exactly the order, of prodSum and scatter,
 // so results are bitwise those of the pure-Go path. mbytes = 8·m with m a
 // multiple of 4. Rows of kt and kh 8 nonzeros ahead are prefetched.
+// Multiplication and addition are commutative in IEEE arithmetic, so
+// swapping the roles of the two factors leaves every bit unchanged.
 TEXT ·runAVX2(SB), NOSPLIT, $0-80
 	MOVQ d+0(FP), DI
 	MOVQ dh+8(FP), SI

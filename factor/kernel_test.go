@@ -7,7 +7,7 @@ import (
 
 // TestKernelAVX2MatchesPureGo: the AVX2 kernel computes bitwise what the
 // pure-Go kernel computes, for orders that are and are not multiples of 4,
-// with and without the log-likelihood, over several column tiles.
+// with and without the log-likelihood.
 func TestKernelAVX2MatchesPureGo(t *testing.T) {
 	if !useAVX2() {
 		t.Log("no AVX2 on this machine (or -tags purego): both paths are the pure-Go kernel")
@@ -52,4 +52,25 @@ func bitsEqual(a, b []float64) bool {
 		}
 	}
 	return true
+}
+
+// TestMergeComputedRejectsNonFiniteY: the cheap check of locally computed
+// partials catches a non-finite weight through Y (see mergeComputed).
+func TestMergeComputedRejectsNonFiniteY(t *testing.T) {
+	md := NewRandom(20, 4, 1, TieNone, 3)
+	b := RandomCounts(20, 1, 5, 3, 3)[0]
+	var p Partial
+	if err := Compute(md, b, new(Scratch), &p, false); err != nil {
+		t.Fatal(err)
+	}
+	acc := NewAccumulator(md)
+	if err := acc.mergeComputed(&p); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []float64{math.Inf(1), math.NaN(), -1} {
+		p.Y[2] = bad
+		if err := acc.mergeComputed(&p); err == nil {
+			t.Errorf("mergeComputed accepted Y[2] = %v", bad)
+		}
+	}
 }
