@@ -5,8 +5,6 @@ import (
 	"math"
 )
 
-
-
 // TransitionError reports an observed transition to which the model gives
 // probability zero (possible only with sparsity masks); EM cannot explain it.
 type TransitionError struct {
