@@ -129,13 +129,14 @@ func benchIteration(b *testing.B, sz benchSize, m, workers int, withLL bool) {
 	dataTerm := DataTerm(blocks)
 	md := NewRandom(sz.n, m, 1, TieNone, 1)
 	acc := NewAccumulator(md)
+	var ps Passer // as Fit does: working memory kept across iterations
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	for range b.N {
-		if err := Pass(ctx, md, blocks, acc, workers, withLL); err != nil {
+		if err := ps.Pass(ctx, md, blocks, acc, workers, withLL); err != nil {
 			b.Fatal(err)
 		}
 		acc.Commit(md, 1, dataTerm)

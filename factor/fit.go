@@ -12,24 +12,42 @@ import (
 // Pass computes the statistics of all blocks under md into acc (which it
 // resets first), using up to workers goroutines. Partials are merged in
 // block order, so acc is bitwise the same for every number of workers. At
-// most 2·workers partials are held at once.
+// most 2·workers partials are held at once. Use a Passer to keep the
+// working memory across passes.
 func Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, workers int, withLogLik bool) error {
+	var ps Passer
+	return ps.Pass(ctx, md, blocks, acc, workers, withLogLik)
+}
+
+// Passer runs passes like Pass, keeping its scratch memory and partials
+// between calls (a pass at n = 20 000, m = 32 would otherwise allocate tens
+// of MB). The zero value is ready; a Passer runs one pass at a time.
+type Passer struct {
+	scratch []Scratch
+	pool    []*Partial
+}
+
+// Pass is the function Pass with p's memory.
+func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, workers int, withLogLik bool) error {
 	acc.Reset()
-	if workers < 1 {
-		workers = 1
+	workers = max(1, min(workers, len(blocks)))
+	for len(ps.scratch) < workers {
+		ps.scratch = append(ps.scratch, Scratch{})
 	}
-	workers = min(workers, len(blocks))
+	window := 2 * workers
+	for len(ps.pool) < window {
+		ps.pool = append(ps.pool, new(Partial))
+	}
 	if workers <= 1 {
-		var s Scratch
-		var p Partial
+		p := ps.pool[0]
 		for k, b := range blocks {
 			if k%16 == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if err := Compute(md, b, &s, &p, withLogLik); err != nil {
+			if err := Compute(md, b, &ps.scratch[0], p, withLogLik); err != nil {
 				return err
 			}
-			if err := acc.mergeComputed(&p); err != nil {
+			if err := acc.mergeComputed(p); err != nil {
 				return fmt.Errorf("factor: block %d: %w", k, err)
 			}
 		}
@@ -42,23 +60,26 @@ func Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, wor
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	window := 2 * workers
-	tokens := make(chan struct{}, window)
-	pool := make(chan *Partial, window)
+	// A worker takes a free partial before it takes a block, so at most
+	// window partials are in flight; the merger returns each after use.
+	free := make(chan *Partial, window)
+	for _, p := range ps.pool[:window] {
+		free <- p
+	}
 	ready := make([]chan result, len(blocks))
 	for k := range ready {
 		ready[k] = make(chan result, 1)
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	for w := range workers {
 		wg.Add(1)
-		go func() {
+		go func(s *Scratch) {
 			defer wg.Done()
-			var s Scratch
 			for {
+				var p *Partial
 				select {
-				case tokens <- struct{}{}:
+				case p = <-free:
 				case <-ctx.Done():
 					return
 				}
@@ -66,19 +87,13 @@ func Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, wor
 				if k >= len(blocks) {
 					return
 				}
-				var p *Partial
-				select {
-				case p = <-pool:
-				default:
-					p = new(Partial)
-				}
-				err := Compute(md, blocks[k], &s, p, withLogLik)
+				err := Compute(md, blocks[k], s, p, withLogLik)
 				ready[k] <- result{p, err}
 			}
-		}()
+		}(&ps.scratch[w])
 	}
 	// Deferred calls run last-in-first-out: cancel before waiting, or
-	// workers blocked on a free slot would never return.
+	// workers blocked on a free partial would never return.
 	defer func() { cancel(); wg.Wait() }()
 
 	for k := range blocks {
@@ -94,11 +109,7 @@ func Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, wor
 		if err := acc.mergeComputed(r.p); err != nil {
 			return fmt.Errorf("factor: block %d: %w", k, err)
 		}
-		select {
-		case pool <- r.p:
-		default:
-		}
-		<-tokens
+		free <- r.p
 	}
 	return nil
 }
@@ -179,13 +190,14 @@ func Fit(ctx context.Context, md *Model, blocks []*Block, opts FitOptions) (FitR
 	}
 	dataTerm := DataTerm(blocks)
 	acc := NewAccumulator(md)
+	var ps Passer
 	start := time.Now()
 	prev := math.NaN()
 	res := FitResult{LogLik: math.NaN()}
 	for iter := 1; ; iter++ {
 		t0 := time.Now()
 		withLL := conv.NeedsLogLik(iter)
-		if err := Pass(ctx, md, blocks, acc, opts.Workers, withLL); err != nil {
+		if err := ps.Pass(ctx, md, blocks, acc, opts.Workers, withLL); err != nil {
 			return res, err
 		}
 		if err := CheckSumX(acc.SumX, total); err != nil {

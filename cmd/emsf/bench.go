@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"time"
 
+	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 )
@@ -16,6 +18,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	var workersList, tieS string
 	var seed uint64
 	var cluster clusterFlags
+	var clusterBench bool
 	fs := newFlagSet(e, "bench", "bench [flags]")
 	fs.IntVar(&n, "states", 20000, "number of states n")
 	fs.IntVar(&perRow, "per-row", 100, "nonzeros per row of each count matrix (nnz = n·per-row·u)")
@@ -27,6 +30,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the data and the model")
 	cluster.register(fs)
+	fs.BoolVar(&clusterBench, "cluster", false, "also time cluster iterations over loopback NATS (embedded server, in-process workers, one per --workers entry) on the same shards and print their ratio to local")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -56,28 +60,55 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 
 	mats := factor.RandomCounts(n, u, perRow, 5, seed)
-	shards, _ := shard.Split(mats, n, shardNNZ)
+	shards, man := shard.Split(mats, n, shardNNZ)
 	blocks := shard.Blocks(shards)
 	nz := nnz(blocks)
 	fmt.Fprintf(e.stdout, "emsf bench: n=%d m=%d u=%d nnz=%d shards=%d GOMAXPROCS=%d %s/%s\n",
 		n, m, u, nz, len(blocks), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(e.stdout, "%-8s %-8s %12s %12s %12s\n", "workers", "loglik", "s/iter", "ns/nonzero", "iter/s")
+	local := map[int]float64{}
 	for _, w := range workers {
 		for _, withLL := range []bool{false, true} {
 			md := factor.NewRandom(n, m, u, tie, seed)
 			acc := factor.NewAccumulator(md)
+			var ps factor.Passer
 			times := make([]time.Duration, 0, iters)
 			for range iters {
 				t0 := time.Now()
-				if err := factor.Pass(ctx, md, blocks, acc, w, withLL); err != nil {
+				if err := ps.Pass(ctx, md, blocks, acc, w, withLL); err != nil {
 					return err
 				}
 				acc.Commit(md, 1, 0)
 				times = append(times, time.Since(t0))
 			}
 			med := median(times).Seconds()
+			if !withLL {
+				local[w] = med
+			}
 			fmt.Fprintf(e.stdout, "%-8d %-8v %12.4f %12.1f %12.2f\n", w, withLL, med, med*1e9/float64(nz), 1/med)
 		}
+	}
+	if !clusterBench {
+		return nil
+	}
+	// Cluster mode: the same shards and model, iters+1 iterations (the
+	// first uploads shards and fills the workers' caches and is not timed),
+	// loglik on the last one only, as a fit with a fixed iteration count.
+	fmt.Fprintf(e.stdout, "\ncluster (loopback NATS, embedded server, in-process workers; ratio = cluster s/iter / local s/iter, same workers)\n")
+	fmt.Fprintf(e.stdout, "%-8s %-8s %12s %12s %12s\n", "workers", "mode", "s/iter", "MB/iter", "ratio")
+	for _, w := range workers {
+		dir, err := os.MkdirTemp("", "emsf-bench-nats-")
+		if err != nil {
+			return fmt.Errorf("bench: store directory: %w", err)
+		}
+		md := factor.NewRandom(n, m, u, tie, seed)
+		res, err := natsexec.Bench(ctx, dir, w, iters+1, shards, man, md)
+		os.RemoveAll(dir)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%-8d %-8s %12.4f %12.1f %12.2f\n", w, "cluster", res.MedianSecondsPerIter,
+			res.BytesPerIter/1e6, res.MedianSecondsPerIter/local[w])
 	}
 	return nil
 }
