@@ -19,6 +19,7 @@ type fitFlags struct {
 	in        inputFlags
 	logs      logFlags
 	cluster   clusterFlags
+	inc       incrementalFlags
 	order     string
 	tie       string
 	iters     int
@@ -44,6 +45,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	f.in.register(fs)
 	f.logs.register(fs)
 	f.cluster.register(fs)
+	f.inc.register(fs)
 	fs.StringVar(&f.order, "order", "", "order m of the factorization (number of hidden states); a list like 5,10,20 with --holdout picks the best (required)")
 	fs.StringVar(&f.tie, "tie", "none", "tie mode: none (D^a, K^a per action), shared-k (one K), shared-d (one D)")
 	fs.IntVar(&f.iters, "iters", 200, "maximum number of EM iterations (0: no limit)")
@@ -67,6 +69,9 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	log, err := f.logs.logger(e, "emsf.fit")
 	if err != nil {
 		return err
+	}
+	if f.inc.enabled {
+		return fitIncremental(ctx, e, &f, log)
 	}
 
 	var warm *arrowio.ModelFile
@@ -181,6 +186,9 @@ func (f *fitFlags) validate() error {
 	}
 	if f.initModel != "" && (len(orders) > 1 || f.restarts > 1) {
 		return usagef("--init warm-starts one model: it cannot be combined with several --order values or --restarts")
+	}
+	if err := f.inc.validate(f); err != nil {
+		return err
 	}
 	return f.cluster.validate()
 }

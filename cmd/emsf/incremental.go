@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"hash"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
+)
+
+// incrementalFlags are the flags of `emsf fit --incremental`
+// (incremental-emsf Algorithm 1).
+type incrementalFlags struct {
+	enabled     bool
+	etaMax      int
+	commitEvery float64
+	passes      int
+}
+
+// defaultEtaMax is the default η_max of `emsf fit --incremental`.
+const defaultEtaMax = 1 << 20
+
+func (f *incrementalFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.enabled, "incremental", false, "incremental EMSF: stream the input (never holding all transitions; memory O(u(eta-max + n·m))) and commit every --commit-every transitions with --alpha; --iters, --tol, --time-limit, --workers and --shard-nnz do not apply")
+	fs.IntVar(&f.etaMax, "eta-max", defaultEtaMax, "with --incremental: buffered distinct nonzeros before their statistics are accumulated and the buffer freed (0: unlimited); changes memory and time, not the result")
+	fs.Float64Var(&f.commitEvery, "commit-every", 0, "with --incremental: commit the accumulated statistics every this many transitions (total count; 0: once per pass)")
+	fs.IntVar(&f.passes, "passes", 1, "with --incremental: passes over the input")
+}
+
+// validate checks the incremental flags against the rest of fit's flags.
+func (f *incrementalFlags) validate(ff *fitFlags) error {
+	if !f.enabled {
+		return nil
+	}
+	if f.etaMax < 0 {
+		return usagef("--eta-max %d: must be >= 0 (0: unlimited)", f.etaMax)
+	}
+	if !(f.commitEvery >= 0) || math.IsInf(f.commitEvery, 0) {
+		return usagef("--commit-every %v: must be a finite number of transitions >= 0 (0: once per pass)", f.commitEvery)
+	}
+	if f.passes < 1 {
+		return usagef("--passes %d: must be >= 1", f.passes)
+	}
+	switch {
+	case len(ff.orders) > 1 || ff.holdout != 0:
+		return usagef("--incremental fits one --order without --holdout")
+	case ff.restarts > 1:
+		return usagef("--incremental fits from one seed: it cannot be combined with --restarts %d", ff.restarts)
+	case ff.cluster.enabled():
+		return usagef("--incremental runs in this process: it cannot be combined with cluster mode (--nats, --embedded)")
+	}
+	return nil
+}
+
+// fitIncremental is `emsf fit --incremental`: incremental EMSF over the
+// input, streamed with arrowio.ScanTransitions once per pass, so that only
+// one batch of rows, the η_max buffer, the model and its accumulator are in
+// memory. The number of states n and of actions u come from --states and
+// --actions; when either is missing, a first streaming pass only finds the
+// largest indices (with the same limits as a batch fit).
+func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
+	in := &f.in
+	opts := in.readOptions()
+	n, u := in.states, in.actions
+	fingerprint := ""
+	if n == 0 || u == 0 {
+		t0 := time.Now()
+		var maxS, maxA int
+		rows := 0
+		h := newFingerprint()
+		err := arrowio.ScanTransitions(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+			for k := range b.State {
+				s, a, s2 := int(b.State[k]), int(b.Action[k]), int(b.Next[k])
+				maxS = max(maxS, s+1, s2+1)
+				maxA = max(maxA, a+1)
+				h.add(s, a, s2, b.Count[k])
+			}
+			rows += b.Len()
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if rows == 0 {
+			return fmt.Errorf("%s: no transitions: the input has no data rows", in.input)
+		}
+		fingerprint = h.sum()
+		if n == 0 {
+			if maxS > maxInferredStates {
+				return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", in.input, maxS-1, maxS, maxInferredStates)
+			}
+			n = maxS
+		}
+		if u == 0 {
+			if maxA > maxInferredActions {
+				return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", in.input, maxA-1, maxA, maxInferredActions)
+			}
+			u = maxA
+		}
+		log.Info("sizing pass", "transitions", rows, "states", n, "actions", u, "elapsed", time.Since(t0).Round(time.Millisecond))
+	}
+	// Bound the indices in the fit passes: the reader rejects larger ones.
+	opts.States, opts.Actions = n, u
+	m := f.orders[0]
+	if m > n {
+		return usagef("--order %d: must be at most the number of states n = %d", m, n)
+	}
+
+	var md *factor.Model
+	if f.initModel != "" {
+		warm, err := arrowio.ReadModel(f.initModel)
+		if err != nil {
+			return fmt.Errorf("--init: %w", err)
+		}
+		if err := warm.Model.CheckCompatible(n, m, u, f.tieV); err != nil {
+			return fmt.Errorf("--init %s: %w", f.initModel, err)
+		}
+		md = warm.Model
+	} else {
+		md = factor.NewRandom(n, m, u, f.tieV, f.seed)
+	}
+	inc, err := factor.NewIncremental(md, factor.IncrementalOptions{
+		EtaMax: f.inc.etaMax, CommitEvery: f.inc.commitEvery, Alpha: f.alpha})
+	if err != nil {
+		return err
+	}
+
+	start := time.Now()
+	for pass := 1; pass <= f.inc.passes; pass++ {
+		t0 := time.Now()
+		var h *fingerprintHash
+		if fingerprint == "" {
+			h = newFingerprint()
+		}
+		rows := 0
+		err := arrowio.ScanTransitions(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+			for k := range b.State {
+				s, a, s2, c := int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]
+				if h != nil {
+					h.add(s, a, s2, c)
+				}
+				if err := inc.Add(s, a, s2, c); err != nil {
+					return fmt.Errorf("%s: row %d: %w", in.input, b.FirstRow+k, err)
+				}
+			}
+			rows += b.Len()
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if rows == 0 {
+			return fmt.Errorf("%s: no transitions: the input has no data rows", in.input)
+		}
+		if h != nil {
+			fingerprint = h.sum()
+		}
+		if err := inc.EndPass(); err != nil {
+			return err
+		}
+		st := inc.Stats()
+		log.Info("pass", "pass", pass, "transitions", rows, "commits", st.Commits, "flushes", st.Flushes,
+			"peak_buffered", st.PeakBuffered, "loglik", fmt.Sprintf("%.8g", md.LogLik),
+			"elapsed", time.Since(t0).Round(time.Millisecond))
+	}
+	st := inc.Stats()
+	log.Info("fit done", "order", m, "seed", md.Seed, "passes", f.inc.passes, "commits", st.Commits,
+		"elapsed", time.Since(start).Round(time.Millisecond))
+
+	params := f.params(m)
+	params["incremental"] = "true"
+	params["eta_max"] = strconv.Itoa(f.inc.etaMax)
+	params["commit_every"] = strconv.FormatFloat(f.inc.commitEvery, 'g', -1, 64)
+	params["passes"] = strconv.Itoa(f.inc.passes)
+	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: params}
+	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d passes, %d commits, %d iterations, log-likelihood %.6g (of the last commit's counts, before it); peak buffered nonzeros %d\nwrote %s\n",
+		md.N, md.M, md.U, md.Tie, f.inc.passes, st.Commits, md.Iteration, md.LogLik, st.PeakBuffered, f.out)
+	return nil
+}
+
+// fingerprintHash is the training-data fingerprint of a batch fit
+// (loadData), computed while streaming.
+type fingerprintHash struct {
+	h   hash.Hash
+	buf [20]byte
+}
+
+func newFingerprint() *fingerprintHash { return &fingerprintHash{h: sha256.New()} }
+
+func (f *fingerprintHash) add(s, a, s2 int, c float64) {
+	binary.LittleEndian.PutUint32(f.buf[0:], uint32(s))
+	binary.LittleEndian.PutUint32(f.buf[4:], uint32(a))
+	binary.LittleEndian.PutUint32(f.buf[8:], uint32(s2))
+	binary.LittleEndian.PutUint64(f.buf[12:], math.Float64bits(c))
+	f.h.Write(f.buf[:])
+}
+
+func (f *fingerprintHash) sum() string { return hex.EncodeToString(f.h.Sum(nil))[:16] }
