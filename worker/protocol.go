@@ -40,6 +40,12 @@ const (
 	HeaderObject = "Emsf-Object"
 	// HeaderComputeNanos is the time the worker spent computing.
 	HeaderComputeNanos = "Emsf-Compute-Ns"
+	// HeaderBlob, HeaderBlobSize and HeaderBlobCRC name a partial too
+	// large for a message that the worker serves from memory (see
+	// FetchBlob); the reply body is then empty.
+	HeaderBlob     = "Emsf-Blob"
+	HeaderBlobSize = "Emsf-Blob-Size"
+	HeaderBlobCRC  = "Emsf-Blob-Crc"
 	// HeaderFetchBytes is how many bytes the worker fetched from the Object
 	// Store for this task (0 when the shard and model were cached).
 	HeaderFetchBytes = "Emsf-Fetch-Bytes"
@@ -154,20 +160,46 @@ type TaskRequest struct {
 	// the object's bytes).
 	ModelObject string `json:"model_object"`
 	ModelDigest string `json:"model_digest"`
+	// ModelBlob, when set, is where the coordinator serves the same model
+	// bytes from memory (ModelSize of them); a worker that cannot fetch it
+	// there reads ModelObject.
+	ModelBlob string `json:"model_blob,omitempty"`
+	ModelSize int    `json:"model_size,omitempty"`
+	// BlobPartials asks the worker to serve a partial too large for the
+	// reply from memory (HeaderBlob) instead of the Object Store.
+	BlobPartials bool `json:"blob_partials,omitempty"`
 }
+
+// DirectTaskSubject is the subject on which the worker with the given id
+// alone takes tasks (shard affinity: the coordinator sends a shard's first
+// hand-out to the same worker every iteration, so its cache holds it and
+// the workers share the shards evenly).
+func DirectTaskSubject(prefix, id string) string { return TaskSubject(prefix) + "." + id }
 
 // Task returns the task of a request.
 func (r *TaskRequest) Task() Task {
 	return Task{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, WithLogLik: r.WithLogLik, Attempt: r.Attempt, Avoid: r.Avoid}
 }
 
-// PutObject stores data as object name in chunks small enough for the
-// server's max payload (at most 128 KiB, the Object Store's default), so
-// that no message exceeds it.
-func PutObject(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, name string, data []byte) (*jetstream.ObjectInfo, error) {
-	chunk := int64(128 << 10)
-	if m := maxPayload - 4<<10; m > 0 && m < chunk {
-		chunk = m
+// chunkSize is the largest chunk under max payload: it leaves 8 KiB for
+// headers and protocol (half of a max payload below 16 KiB), at most
+// MaxChunk.
+func chunkSize(maxPayload int64) int {
+	head := int64(8 << 10)
+	if maxPayload < 16<<10 {
+		head = maxPayload / 2
 	}
+	return int(max(min(MaxChunk, maxPayload-head), 1))
+}
+
+// MaxChunk bounds the Object Store chunks PutObject writes.
+const MaxChunk = 1 << 20
+
+// PutObject stores data as object name in chunks as large as the server's
+// max payload allows (less 8 KiB for headers, at most MaxChunk), so that no
+// message exceeds it: large chunks cost far fewer acknowledgements than
+// the Object Store's default 128 KiB.
+func PutObject(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, name string, data []byte) (*jetstream.ObjectInfo, error) {
+	chunk := int64(chunkSize(maxPayload))
 	return obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(chunk)}}, bytes.NewReader(data))
 }

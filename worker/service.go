@@ -62,12 +62,14 @@ type Stats struct {
 // computes partials. Its handler runs one task at a time; run several
 // workers to use several cores.
 type Worker struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	cfg Config
-	svc micro.Service
-	id  string
-	log hclog.Logger
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	cfg   Config
+	svc   micro.Service
+	id    string
+	blobs *BlobServer
+	nblob atomic.Int64
+	log   hclog.Logger
 
 	// Guarded by mu: the handler's state (the handler runs serially; the
 	// lock makes that explicit).
@@ -78,6 +80,7 @@ type Worker struct {
 	md      *factor.Model
 	scratch factor.Scratch
 	partial factor.Partial
+	mdBuf   []byte
 
 	// Guarded by smu, so that $SRV.STATS answers while a task runs.
 	smu     sync.Mutex
@@ -123,6 +126,14 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("worker: add endpoint: %w", err)
 	}
+	if err := svc.AddEndpoint("task-direct", micro.HandlerFunc(w.handle), micro.WithEndpointSubject(DirectTaskSubject(cfg.Prefix, w.id))); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("worker: add endpoint: %w", err)
+	}
+	if w.blobs, err = ServeBlobs(nc, cfg.Prefix, w.id, 4); err != nil {
+		_ = svc.Stop()
+		return nil, err
+	}
 	w.log.Info("worker started", "subject", TaskSubject(cfg.Prefix), "queue_group", QueueGroup(cfg.Prefix))
 	return w, nil
 }
@@ -135,6 +146,9 @@ func (w *Worker) ID() string { return w.id }
 func (w *Worker) Stop() error {
 	if err := w.svc.Stop(); err != nil {
 		return fmt.Errorf("worker: stop: %w", err)
+	}
+	if err := w.blobs.Close(); err != nil {
+		return err
 	}
 	w.log.Info("worker stopped", "tasks", w.Stats().Tasks)
 	return nil
@@ -184,7 +198,7 @@ func (w *Worker) handle(req micro.Request) {
 	}
 	defer cancel()
 	w.running.Add(1)
-	data, obj, fetched, compute, err := w.run(ctx, &tr)
+	data, obj, fetched, compute, err := w.run(ctx, &tr, hdr)
 	w.running.Add(-1)
 	if err != nil {
 		log.Warn("task failed", "error", err)
@@ -210,7 +224,7 @@ func (w *Worker) fail(req micro.Request, hdr micro.Headers, code string, err err
 
 // run computes a task: it returns the encoded partial (or the name of the
 // object holding it), the bytes fetched and the compute time.
-func (w *Worker) run(ctx context.Context, tr *TaskRequest) (data []byte, obj string, fetched int64, compute time.Duration, err error) {
+func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (data []byte, obj string, fetched int64, compute time.Duration, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	obs, err := w.store(ctx, tr.Bucket)
@@ -250,6 +264,14 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest) (data []byte, obj str
 	})
 	// Headers and protocol overhead ride along with the body: keep a
 	// margin below the server's limit.
+	if int64(len(data)) > w.nc.MaxPayload()-8<<10 && tr.BlobPartials {
+		name := fmt.Sprintf("p%d", w.nblob.Add(1))
+		hdr[HeaderBlob] = []string{w.blobs.Put(name, data)}
+		hdr[HeaderBlobSize] = []string{strconv.Itoa(len(data))}
+		hdr[HeaderBlobCRC] = []string{CRC(data)}
+		w.count(func(s *Stats) { s.LargePartials++ })
+		return nil, "", fetched, compute, nil
+	}
 	if int64(len(data)) > w.nc.MaxPayload()-8<<10 {
 		pobs := obs
 		if tr.PartialBucket != "" {
@@ -320,9 +342,19 @@ func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *TaskR
 	if w.md != nil && w.mdDig == tr.ModelDigest {
 		return w.md, 0, nil
 	}
-	data, err := obs.GetBytes(ctx, tr.ModelObject)
-	if err != nil {
-		return nil, 0, fmt.Errorf("worker: fetch model %s: %w", tr.ModelObject, err)
+	var data []byte
+	var err error
+	if tr.ModelBlob != "" {
+		if data, err = FetchBlob(ctx, w.nc, tr.ModelBlob, tr.ModelSize, w.mdBuf); err != nil {
+			w.log.Debug("model blob unavailable: reading the Object Store", "blob", tr.ModelBlob, "error", err)
+		} else {
+			w.mdBuf = data
+		}
+	}
+	if data == nil {
+		if data, err = obs.GetBytes(ctx, tr.ModelObject); err != nil {
+			return nil, 0, fmt.Errorf("worker: fetch model %s: %w", tr.ModelObject, err)
+		}
 	}
 	sum := sha256.Sum256(data)
 	if d := hex.EncodeToString(sum[:]); d != tr.ModelDigest {

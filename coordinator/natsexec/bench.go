@@ -3,6 +3,7 @@ package natsexec
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/emsf/emsf/coordinator"
@@ -18,7 +19,10 @@ type BenchResult struct {
 	// but the first, which uploads shards and fills the workers' caches).
 	SecondsPerIter float64
 	BytesPerIter   float64
-	Reports        []coordinator.IterReport
+	// MedianSecondsPerIter is the median wall time of the timed
+	// iterations (robust to a noisy machine).
+	MedianSecondsPerIter float64
+	Reports              []coordinator.IterReport
 }
 
 // Bench fits a copy of md for iters iterations (at least 2) on a local
@@ -46,10 +50,14 @@ func Bench(ctx context.Context, storeDir string, workers, iters int, shards []*s
 	}
 	var wall time.Duration
 	var bytes int64
+	walls := make([]time.Duration, 0, len(res.Reports)-1)
 	for _, r := range res.Reports[1:] {
 		wall += r.Wall
 		bytes += r.Bytes
+		walls = append(walls, r.Wall)
 	}
+	slices.Sort(walls)
+	res.MedianSecondsPerIter = walls[len(walls)/2].Seconds()
 	n := float64(len(res.Reports) - 1)
 	res.SecondsPerIter = wall.Seconds() / n
 	res.BytesPerIter = float64(bytes) / n

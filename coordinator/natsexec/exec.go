@@ -2,11 +2,13 @@ package natsexec
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -93,23 +95,37 @@ type Executor struct {
 	cfg  Config
 	log  hclog.Logger
 
+	blobs *worker.BlobServer
+
 	mu      sync.Mutex
 	shards  map[string][]objRef // by job, in shard order
 	models  map[string]objRef   // by job: the latest stored version
 	kvRev   map[string]uint64
+	commits map[string]*pendingCommit // by job: the commit being stored
 	census  censusState
 	wg      sync.WaitGroup
 	closing bool
+}
+
+// pendingCommit is a commit whose model and state are being stored in the
+// background; err is set before done is closed.
+type pendingCommit struct {
+	done chan struct{}
+	err  error
 }
 
 type objRef struct {
 	name, digest string
 	version      int
 	size         int64
+	// blob is where the coordinator serves the bytes from memory ("" when
+	// it does not).
+	blob string
 }
 
 type censusState struct {
 	alive   int
+	ids     []string // sorted
 	at      time.Time
 	running bool
 }
@@ -148,8 +164,13 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: key-value store %s: %w", cfg.KVBucket, err)
 	}
-	return &Executor{nc: nc, js: js, obs: obs, pobs: pobs, kv: kv, cfg: cfg, log: cfg.Logger.Named("natsexec"),
-		shards: map[string][]objRef{}, models: map[string]objRef{}, kvRev: map[string]uint64{}}, nil
+	blobs, err := worker.ServeBlobs(nc, cfg.Prefix, "c"+rand.Text(), 4)
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: %w", err)
+	}
+	return &Executor{nc: nc, js: js, obs: obs, pobs: pobs, kv: kv, cfg: cfg, log: cfg.Logger.Named("natsexec"), blobs: blobs,
+		shards: map[string][]objRef{}, models: map[string]objRef{}, kvRev: map[string]uint64{},
+		commits: map[string]*pendingCommit{}}, nil
 }
 
 // Close waits for the outstanding requests (they end at their deadlines).
@@ -158,6 +179,9 @@ func (e *Executor) Close() {
 	e.closing = true
 	e.mu.Unlock()
 	e.wg.Wait()
+	if err := e.blobs.Close(); err != nil {
+		e.log.Warn("close", "error", err)
+	}
 }
 
 // Load uploads the shards of a job that the Object Store lacks.
@@ -202,25 +226,42 @@ func (e *Executor) Publish(ctx context.Context, job string, iteration int, md *f
 }
 
 func (e *Executor) storeModel(ctx context.Context, job string, v int, md *factor.Model, params map[string]string) (int64, error) {
+	ref, data, err := e.serveModel(job, v, md, params)
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(data)), e.persistModel(ctx, job, ref, data)
+}
+
+// serveModel encodes model version v of a job, serves it from memory to
+// the workers (a blob) and makes it the version tasks run on.
+func (e *Executor) serveModel(job string, v int, md *factor.Model, params map[string]string) (objRef, []byte, error) {
 	data, err := arrowio.EncodeModel(&arrowio.ModelFile{Model: md, Params: params})
 	if err != nil {
-		return 0, fmt.Errorf("natsexec: encode model: %w", err)
+		return objRef{}, nil, fmt.Errorf("natsexec: encode model: %w", err)
 	}
 	sum := sha256.Sum256(data)
 	ref := objRef{name: worker.ModelObject(job, v), digest: hex.EncodeToString(sum[:]), version: v, size: int64(len(data))}
-	if _, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), ref.name, data); err != nil {
-		return 0, fmt.Errorf("natsexec: store model %s: %w", ref.name, err)
-	}
+	ref.blob = e.blobs.Put(fmt.Sprintf("model-%s-%d", job, v), data)
 	e.mu.Lock()
 	e.models[job] = ref
 	e.mu.Unlock()
-	if v >= 2 {
+	return ref, data, nil
+}
+
+// persistModel stores a served model version in the Object Store (for
+// resume, and for workers that cannot reach the coordinator's blob).
+func (e *Executor) persistModel(ctx context.Context, job string, ref objRef, data []byte) error {
+	if _, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), ref.name, data); err != nil {
+		return fmt.Errorf("natsexec: store model %s: %w", ref.name, err)
+	}
+	if v := ref.version; v >= 2 {
 		// Keep the previous version for stragglers; older ones go.
 		if err := e.obs.Delete(ctx, worker.ModelObject(job, v-2)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			e.log.Warn("delete old model", "object", worker.ModelObject(job, v-2), "error", err)
 		}
 	}
-	return int64(len(data)), nil
+	return nil
 }
 
 // Workers returns the number of workers under this prefix that answered
@@ -233,14 +274,14 @@ func (e *Executor) Workers(ctx context.Context) (int, error) {
 	stale := time.Since(c.at) > e.cfg.PingEvery
 	if c.at.IsZero() || c.alive == 0 {
 		e.mu.Unlock()
-		n, err := e.ping(ctx)
+		ids, err := e.Census(ctx)
 		if err != nil {
 			return 0, err
 		}
 		e.mu.Lock()
-		e.census.alive, e.census.at = n, time.Now()
+		e.census.alive, e.census.ids, e.census.at = len(ids), ids, time.Now()
 		e.mu.Unlock()
-		return n, nil
+		return len(ids), nil
 	}
 	if stale && !c.running && !e.closing {
 		e.census.running = true
@@ -249,12 +290,12 @@ func (e *Executor) Workers(ctx context.Context) (int, error) {
 			defer e.wg.Done()
 			pctx, cancel := context.WithTimeout(context.Background(), 2*e.cfg.PingWait+time.Second)
 			defer cancel()
-			n, err := e.ping(pctx)
+			ids, err := e.Census(pctx)
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			e.census.running = false
 			if err == nil {
-				e.census.alive, e.census.at = n, time.Now()
+				e.census.alive, e.census.ids, e.census.at = len(ids), ids, time.Now()
 			}
 		}()
 	}
@@ -294,12 +335,8 @@ func (e *Executor) Census(ctx context.Context) ([]string, error) {
 		seen[p.ID] = true
 		ids = append(ids, p.ID)
 	}
+	slices.Sort(ids)
 	return ids, nil
-}
-
-func (e *Executor) ping(ctx context.Context) (int, error) {
-	ids, err := e.Census(ctx)
-	return len(ids), err
 }
 
 // Submit sends t to the workers' queue group and delivers the answer. A
@@ -326,7 +363,7 @@ func (e *Executor) Submit(ctx context.Context, t worker.Task, deliver func(worke
 func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 	r := worker.Result{Task: t}
 	e.mu.Lock()
-	refs, md := e.shards[t.Job], e.models[t.Job]
+	refs, md, ids := e.shards[t.Job], e.models[t.Job], e.census.ids
 	e.mu.Unlock()
 	switch {
 	case t.Shard < 0 || t.Shard >= len(refs):
@@ -339,9 +376,17 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 	req := worker.TaskRequest{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, Attempt: t.Attempt,
 		WithLogLik: t.WithLogLik, Avoid: t.Avoid, Bucket: e.cfg.ObjectBucket, PartialBucket: e.cfg.PartialBucket,
 		ShardObject: refs[t.Shard].name, ShardChecksum: refs[t.Shard].digest,
-		ModelObject: md.name, ModelDigest: md.digest}
+		ModelObject: md.name, ModelDigest: md.digest, ModelBlob: md.blob, ModelSize: int(md.size), BlobPartials: true}
 	if dl, ok := ctx.Deadline(); ok {
 		req.Deadline = dl.UnixNano()
+	}
+	// A first hand-out goes to the shard's worker (shard k to the k-th
+	// worker of the census, modulo), so that shards stay cached where they
+	// are and every worker gets its share; hand-outs after a failure, and
+	// any when that worker does not answer, go to the queue group.
+	subject := worker.TaskSubject(e.cfg.Prefix)
+	if t.Attempt <= 1 && len(t.Avoid) == 0 && len(ids) > 0 {
+		subject = worker.DirectTaskSubject(e.cfg.Prefix, ids[t.Shard%len(ids)])
 	}
 	const maxDeclines = 16
 	for declines := 0; ; declines++ {
@@ -354,7 +399,11 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 			return r
 		}
 		r.Bytes += int64(len(body))
-		reply, err := e.nc.RequestWithContext(ctx, worker.TaskSubject(e.cfg.Prefix), body)
+		reply, err := e.nc.RequestWithContext(ctx, subject, body)
+		if errors.Is(err, nats.ErrNoResponders) && subject != worker.TaskSubject(e.cfg.Prefix) {
+			subject = worker.TaskSubject(e.cfg.Prefix)
+			reply, err = e.nc.RequestWithContext(ctx, subject, body)
+		}
 		if err != nil {
 			r.Err = fmt.Errorf("natsexec: shard %d: request: %w", t.Shard, err)
 			return r
@@ -382,7 +431,23 @@ func (e *Executor) decode(ctx context.Context, reply *nats.Msg, r *worker.Result
 		r.Bytes += nb
 	}
 	data := reply.Data
-	if obj := reply.Header.Get(worker.HeaderObject); obj != "" {
+	if blob := reply.Header.Get(worker.HeaderBlob); blob != "" {
+		size, err := strconv.Atoi(reply.Header.Get(worker.HeaderBlobSize))
+		if err != nil {
+			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: bad blob size: %w", t.Shard, r.Worker, err)
+			return
+		}
+		if data, err = worker.FetchBlob(ctx, e.nc, blob, size, nil); err != nil {
+			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: fetch partial: %w", t.Shard, r.Worker, err)
+			return
+		}
+		worker.DropBlob(e.nc, blob)
+		if crc := worker.CRC(data); crc != reply.Header.Get(worker.HeaderBlobCRC) {
+			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: partial blob has CRC %s, reply says %s", t.Shard, r.Worker, crc, reply.Header.Get(worker.HeaderBlobCRC))
+			return
+		}
+		r.Bytes += int64(len(data))
+	} else if obj := reply.Header.Get(worker.HeaderObject); obj != "" {
 		var err error
 		if data, err = e.pobs.GetBytes(ctx, obj); err != nil {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: fetch partial %s: %w", t.Shard, r.Worker, obj, err)
@@ -449,28 +514,77 @@ func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
 // Commit stores md as the model version st.Iteration, then updates the
 // job's state with compare-and-set on the revision of this executor's
 // last write, then announces the commit.
+//
+// While the job is running (st.Status "running"), the model is served to
+// the workers from memory at once and the storing runs in the background,
+// overlapping the next iteration: Commit first waits for the previous
+// commit's storing and returns its error, and the last commit (any other
+// status) stores before it returns, so commits stay in order and the job
+// state never names a model that is not stored. A coordinator that dies
+// meanwhile resumes from the last stored commit.
 func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *factor.Model) error {
-	if _, err := e.storeModel(ctx, st.Job, st.Iteration, md, st.Params); err != nil {
+	if err := e.waitCommit(st.Job); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	ref, rev := e.models[st.Job], e.kvRev[st.Job]
-	e.mu.Unlock()
+	ref, data, err := e.serveModel(st.Job, st.Iteration, md, st.Params)
+	if err != nil {
+		return err
+	}
 	st.ModelObject, st.ModelDigest = ref.name, ref.digest
 	body, err := stateJSON(st)
 	if err != nil {
 		return err
 	}
-	nrev, err := e.kv.Update(ctx, st.Job, body, rev)
-	if err != nil {
-		return fmt.Errorf("natsexec: commit job %s iteration %d on revision %d (did another coordinator take the job over?): %w",
-			st.Job, st.Iteration, rev, err)
+	if st.Status != "running" {
+		return e.persistCommit(ctx, st.Job, st.Iteration, ref, data, body)
+	}
+	pc := &pendingCommit{done: make(chan struct{})}
+	e.mu.Lock()
+	e.commits[st.Job] = pc
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		pc.err = e.persistCommit(context.WithoutCancel(ctx), st.Job, st.Iteration, ref, data, body)
+		close(pc.done)
+	}()
+	return nil
+}
+
+// waitCommit waits for the job's commit being stored and returns its
+// error.
+func (e *Executor) waitCommit(job string) error {
+	e.mu.Lock()
+	pc := e.commits[job]
+	delete(e.commits, job)
+	e.mu.Unlock()
+	if pc == nil {
+		return nil
+	}
+	<-pc.done
+	return pc.err
+}
+
+// persistCommit stores a committed model, then the job state with
+// compare-and-set on the revision of this executor's last write, then
+// announces the commit.
+func (e *Executor) persistCommit(ctx context.Context, job string, iter int, ref objRef, data, body []byte) error {
+	if err := e.persistModel(ctx, job, ref, data); err != nil {
+		return err
 	}
 	e.mu.Lock()
-	e.kvRev[st.Job] = nrev
+	rev := e.kvRev[job]
 	e.mu.Unlock()
-	if err := e.nc.Publish(worker.CommittedSubject(e.cfg.Prefix, st.Job), body); err != nil {
-		e.log.Warn("announce commit", "job", st.Job, "iteration", st.Iteration, "error", err)
+	nrev, err := e.kv.Update(ctx, job, body, rev)
+	if err != nil {
+		return fmt.Errorf("natsexec: commit job %s iteration %d on revision %d (did another coordinator take the job over?): %w",
+			job, iter, rev, err)
+	}
+	e.mu.Lock()
+	e.kvRev[job] = nrev
+	e.mu.Unlock()
+	if err := e.nc.Publish(worker.CommittedSubject(e.cfg.Prefix, job), body); err != nil {
+		e.log.Warn("announce commit", "job", job, "iteration", iter, "error", err)
 	}
 	return nil
 }
