@@ -154,6 +154,11 @@ func checkWritable(mf *ModelFile) error {
 // schema).
 func EncodeModel(mf *ModelFile, opts ...Option) ([]byte, error) {
 	var buf bytes.Buffer
+	if md := mf.Model; md != nil {
+		// Room for the values and their row keys up front: growing a
+		// buffer of megabytes doubles it again and again.
+		buf.Grow((len(md.D)+len(md.KT))*md.N*(md.M*8+16) + 64<<10)
+	}
 	if err := encodeModel(&buf, mf, ModelArrow, newConfig(opts).mem); err != nil {
 		return nil, fmt.Errorf("arrowio: encode model: %w", err)
 	}

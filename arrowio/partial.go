@@ -90,6 +90,9 @@ func encodePartial(p *factor.Partial, meta PartialMeta, mem memory.Allocator) ([
 	mw.set(keyLogLikBits, fmtBits(p.LogLik))
 	sc := arrow.NewSchema(partialFields(m), mw.metadata())
 	var buf bytes.Buffer
+	// Room for the values up front: growing a buffer of megabytes doubles
+	// it again and again.
+	buf.Grow((len(p.Rows)+len(p.Cols)+1)*(m*8+24) + 16<<10)
 	err := writeIPCStream(&buf, sc, mem, func(write func(arrow.Record) error) error {
 		rb := array.NewRecordBuilder(mem, sc)
 		defer rb.Release()

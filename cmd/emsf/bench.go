@@ -27,7 +27,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&iters, "iters", 5, "iterations to time (the median is reported)")
 	fs.StringVar(&workersList, "workers", "1,2", "comma-separated goroutine counts to time")
 	fs.StringVar(&tieS, "tie", "none", "tie mode")
-	fs.IntVar(&shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard")
+	fs.IntVar(&shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (with --cluster: each shard's partial is ≈ (rows + columns touched)·m·8 bytes, so one or two shards per worker move least; a cluster fit equals a local fit bitwise only with the same --shard-nnz)")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the data and the model")
 	cluster.register(fs)
 	fs.BoolVar(&clusterBench, "cluster", false, "also time cluster iterations over loopback NATS (embedded server, in-process workers, one per --workers entry) on the same shards and print their ratio to local")
