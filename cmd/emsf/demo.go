@@ -73,7 +73,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		Workers:   workers,
 		Converger: factor.Converger{Tol: 1e-7, MaxIter: 1000},
 		Progress: func(s factor.IterStats) {
-			if s.Iteration%50 == 0 {
+			if s.Iteration%100 == 0 {
 				progress(log)(s)
 			}
 		},
