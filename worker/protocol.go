@@ -160,9 +160,10 @@ type TaskRequest struct {
 	// the object's bytes).
 	ModelObject string `json:"model_object"`
 	ModelDigest string `json:"model_digest"`
-	// ModelBlob, when set, is where the coordinator serves the same model
-	// bytes from memory (ModelSize of them); a worker that cannot fetch it
-	// there reads ModelObject.
+	// ModelBlob, when set, is where the coordinator serves the model from
+	// memory as a raw model (ModelSize bytes, see EncodeRawModel); then
+	// ModelDigest is its RawDigest and ModelObject only names the version
+	// (its Arrow file is stored in the background, for resume).
 	ModelBlob string `json:"model_blob,omitempty"`
 	ModelSize int    `json:"model_size,omitempty"`
 	// BlobPartials asks the worker to serve a partial too large for the

@@ -342,19 +342,12 @@ func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *TaskR
 	if w.md != nil && w.mdDig == tr.ModelDigest {
 		return w.md, 0, nil
 	}
-	var data []byte
-	var err error
 	if tr.ModelBlob != "" {
-		if data, err = FetchBlob(ctx, w.nc, tr.ModelBlob, tr.ModelSize, w.mdBuf); err != nil {
-			w.log.Debug("model blob unavailable: reading the Object Store", "blob", tr.ModelBlob, "error", err)
-		} else {
-			w.mdBuf = data
-		}
+		return w.rawModel(ctx, tr)
 	}
-	if data == nil {
-		if data, err = obs.GetBytes(ctx, tr.ModelObject); err != nil {
-			return nil, 0, fmt.Errorf("worker: fetch model %s: %w", tr.ModelObject, err)
-		}
+	data, err := obs.GetBytes(ctx, tr.ModelObject)
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: fetch model %s: %w", tr.ModelObject, err)
 	}
 	sum := sha256.Sum256(data)
 	if d := hex.EncodeToString(sum[:]); d != tr.ModelDigest {
@@ -373,4 +366,33 @@ func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *TaskR
 		s.BytesFetched += int64(len(data))
 	})
 	return w.md, int64(len(data)), nil
+}
+
+// rawModel fetches the task's model version from the coordinator's blob
+// (a raw model, see EncodeRawModel) into the model the worker keeps.
+func (w *Worker) rawModel(ctx context.Context, tr *TaskRequest) (*factor.Model, int64, error) {
+	data, err := FetchBlob(ctx, w.nc, tr.ModelBlob, tr.ModelSize, w.mdBuf)
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: fetch model %s: %w", tr.ModelObject, err)
+	}
+	w.mdBuf = data
+	if err := CheckRawDigest(data, tr.ModelDigest); err != nil {
+		return nil, int64(len(data)), err
+	}
+	// The kept model is overwritten: it is no longer the cached version.
+	w.mdDig = ""
+	md, err := DecodeRawModel(data, w.md)
+	if err != nil {
+		return nil, int64(len(data)), err
+	}
+	if err := md.Validate(); err != nil {
+		w.md = nil
+		return nil, int64(len(data)), fmt.Errorf("worker: model %s: %w", tr.ModelObject, err)
+	}
+	w.md, w.mdDig = md, tr.ModelDigest
+	w.count(func(s *Stats) {
+		s.ModelFetches++
+		s.BytesFetched += int64(len(data))
+	})
+	return md, int64(len(data)), nil
 }

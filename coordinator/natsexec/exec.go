@@ -226,42 +226,46 @@ func (e *Executor) Publish(ctx context.Context, job string, iteration int, md *f
 }
 
 func (e *Executor) storeModel(ctx context.Context, job string, v int, md *factor.Model, params map[string]string) (int64, error) {
-	ref, data, err := e.serveModel(job, v, md, params)
-	if err != nil {
-		return 0, err
-	}
-	return int64(len(data)), e.persistModel(ctx, job, ref, data)
+	snap := e.serveModel(job, v, md)
+	_, _, n, err := e.persistModel(ctx, job, v, snap, params)
+	return n, err
 }
 
-// serveModel encodes model version v of a job, serves it from memory to
-// the workers (a blob) and makes it the version tasks run on.
-func (e *Executor) serveModel(job string, v int, md *factor.Model, params map[string]string) (objRef, []byte, error) {
-	data, err := arrowio.EncodeModel(&arrowio.ModelFile{Model: md, Params: params})
-	if err != nil {
-		return objRef{}, nil, fmt.Errorf("natsexec: encode model: %w", err)
+// serveModel serves model version v of a job from memory to the workers
+// (a raw model blob) and makes it the version tasks run on. It returns a
+// snapshot of md that stays valid while the blob is held.
+func (e *Executor) serveModel(job string, v int, md *factor.Model) *factor.Model {
+	data, snap := worker.EncodeRawModel(md)
+	if snap == nil {
+		snap = md.Clone()
 	}
-	sum := sha256.Sum256(data)
-	ref := objRef{name: worker.ModelObject(job, v), digest: hex.EncodeToString(sum[:]), version: v, size: int64(len(data))}
+	ref := objRef{name: worker.ModelObject(job, v), digest: worker.RawDigest(data, rand.Text()[:12]), version: v, size: int64(len(data))}
 	ref.blob = e.blobs.Put(fmt.Sprintf("model-%s-%d", job, v), data)
 	e.mu.Lock()
 	e.models[job] = ref
 	e.mu.Unlock()
-	return ref, data, nil
+	return snap
 }
 
-// persistModel stores a served model version in the Object Store (for
-// resume, and for workers that cannot reach the coordinator's blob).
-func (e *Executor) persistModel(ctx context.Context, job string, ref objRef, data []byte) error {
-	if _, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), ref.name, data); err != nil {
-		return fmt.Errorf("natsexec: store model %s: %w", ref.name, err)
+// persistModel stores model version v of a job in the Object Store as an
+// Arrow model file (for resume) and returns its name, digest and size.
+func (e *Executor) persistModel(ctx context.Context, job string, v int, md *factor.Model, params map[string]string) (string, string, int64, error) {
+	data, err := arrowio.EncodeModel(&arrowio.ModelFile{Model: md, Params: params})
+	if err != nil {
+		return "", "", 0, fmt.Errorf("natsexec: encode model: %w", err)
 	}
-	if v := ref.version; v >= 2 {
+	sum := sha256.Sum256(data)
+	name := worker.ModelObject(job, v)
+	if _, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data); err != nil {
+		return "", "", 0, fmt.Errorf("natsexec: store model %s: %w", name, err)
+	}
+	if v >= 2 {
 		// Keep the previous version for stragglers; older ones go.
 		if err := e.obs.Delete(ctx, worker.ModelObject(job, v-2)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			e.log.Warn("delete old model", "object", worker.ModelObject(job, v-2), "error", err)
 		}
 	}
-	return nil
+	return name, hex.EncodeToString(sum[:]), int64(len(data)), nil
 }
 
 // Workers returns the number of workers under this prefix that answered
@@ -526,18 +530,12 @@ func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *fac
 	if err := e.waitCommit(st.Job); err != nil {
 		return err
 	}
-	ref, data, err := e.serveModel(st.Job, st.Iteration, md, st.Params)
-	if err != nil {
-		return err
-	}
-	st.ModelObject, st.ModelDigest = ref.name, ref.digest
-	body, err := stateJSON(st)
-	if err != nil {
-		return err
-	}
+	snap := e.serveModel(st.Job, st.Iteration, md)
 	if st.Status != "running" {
-		return e.persistCommit(ctx, st.Job, st.Iteration, ref, data, body)
+		return e.persistCommit(ctx, st, snap)
 	}
+	// The caller changes st and md after Commit returns: store copies.
+	stc := *st
 	pc := &pendingCommit{done: make(chan struct{})}
 	e.mu.Lock()
 	e.commits[st.Job] = pc
@@ -545,7 +543,7 @@ func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *fac
 	e.mu.Unlock()
 	go func() {
 		defer e.wg.Done()
-		pc.err = e.persistCommit(context.WithoutCancel(ctx), st.Job, st.Iteration, ref, data, body)
+		pc.err = e.persistCommit(context.WithoutCancel(ctx), &stc, snap)
 		close(pc.done)
 	}()
 	return nil
@@ -565,26 +563,32 @@ func (e *Executor) waitCommit(job string) error {
 	return pc.err
 }
 
-// persistCommit stores a committed model, then the job state with
-// compare-and-set on the revision of this executor's last write, then
-// announces the commit.
-func (e *Executor) persistCommit(ctx context.Context, job string, iter int, ref objRef, data, body []byte) error {
-	if err := e.persistModel(ctx, job, ref, data); err != nil {
+// persistCommit stores a committed model (md, version st.Iteration), then
+// the job state with compare-and-set on the revision of this executor's
+// last write, then announces the commit.
+func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, md *factor.Model) error {
+	name, digest, _, err := e.persistModel(ctx, st.Job, st.Iteration, md, st.Params)
+	if err != nil {
+		return err
+	}
+	st.ModelObject, st.ModelDigest = name, digest
+	body, err := stateJSON(st)
+	if err != nil {
 		return err
 	}
 	e.mu.Lock()
-	rev := e.kvRev[job]
+	rev := e.kvRev[st.Job]
 	e.mu.Unlock()
-	nrev, err := e.kv.Update(ctx, job, body, rev)
+	nrev, err := e.kv.Update(ctx, st.Job, body, rev)
 	if err != nil {
 		return fmt.Errorf("natsexec: commit job %s iteration %d on revision %d (did another coordinator take the job over?): %w",
-			job, iter, rev, err)
+			st.Job, st.Iteration, rev, err)
 	}
 	e.mu.Lock()
-	e.kvRev[job] = nrev
+	e.kvRev[st.Job] = nrev
 	e.mu.Unlock()
-	if err := e.nc.Publish(worker.CommittedSubject(e.cfg.Prefix, job), body); err != nil {
-		e.log.Warn("announce commit", "job", job, "iteration", iter, "error", err)
+	if err := e.nc.Publish(worker.CommittedSubject(e.cfg.Prefix, st.Job), body); err != nil {
+		e.log.Warn("announce commit", "job", st.Job, "iteration", st.Iteration, "error", err)
 	}
 	return nil
 }

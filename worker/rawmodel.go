@@ -1,0 +1,132 @@
+package worker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/emsf/emsf/factor"
+)
+
+// The raw model is how the coordinator serves a model version to the
+// workers each iteration (a blob, see FetchBlob): a header of rawHeader
+// little-endian int64s (magic, N, M, U, Tie, number of D blocks, number
+// of K blocks, 0) and then the float64 values of the D blocks and the KT
+// blocks, little-endian, in the order of factor.Model. Unlike the Arrow
+// model file (which is what the Object Store keeps for resume) it is a
+// single copy to write and to read, into a model the worker keeps.
+
+const (
+	rawMagic  = 0x31574152464d45 // "EMFRAW1"
+	rawHeader = 8
+)
+
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// EncodeRawModel returns md as a raw model and a model that shares the
+// raw model's memory (a snapshot of md that stays valid while the bytes
+// do).
+func EncodeRawModel(md *factor.Model) ([]byte, *factor.Model) {
+	nd, nk := len(md.D), len(md.KT)
+	nm := md.N * md.M
+	words := make([]float64, rawHeader+(nd+nk)*nm)
+	hdr := [rawHeader]int64{rawMagic, int64(md.N), int64(md.M), int64(md.U), int64(md.Tie), int64(nd), int64(nk), 0}
+	for k, v := range hdr {
+		words[k] = float64frombits(uint64(v))
+	}
+	snap := &factor.Model{N: md.N, M: md.M, U: md.U, Tie: md.Tie, Iteration: md.Iteration, LogLik: md.LogLik, WKL: md.WKL, Seed: md.Seed}
+	off := rawHeader
+	for _, d := range md.D {
+		dst := words[off : off+nm : off+nm]
+		copy(dst, d)
+		snap.D = append(snap.D, dst)
+		off += nm
+	}
+	for _, kt := range md.KT {
+		dst := words[off : off+nm : off+nm]
+		copy(dst, kt)
+		snap.KT = append(snap.KT, dst)
+		off += nm
+	}
+	data := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
+	if !littleEndian {
+		for k, w := range words {
+			binary.LittleEndian.PutUint64(data[k*8:], *(*uint64)(unsafe.Pointer(&w)))
+		}
+		// The snapshot must hold values, not swapped bytes.
+		snap = nil
+	}
+	return data, snap
+}
+
+func float64frombits(b uint64) float64 { return *(*float64)(unsafe.Pointer(&b)) }
+
+// DecodeRawModel reads a raw model into into when it has the same shape
+// (overwriting it), else into a new model. It checks the header and the
+// size; the caller validates the values.
+func DecodeRawModel(data []byte, into *factor.Model) (*factor.Model, error) {
+	if len(data) < rawHeader*8 {
+		return nil, errors.New("worker: raw model: short header")
+	}
+	var hdr [rawHeader]int64
+	for k := range hdr {
+		hdr[k] = int64(binary.LittleEndian.Uint64(data[k*8:]))
+	}
+	n, m, u, tie, nd, nk := hdr[1], hdr[2], hdr[3], factor.Tie(hdr[4]), hdr[5], hdr[6]
+	switch {
+	case hdr[0] != rawMagic:
+		return nil, errors.New("worker: raw model: bad magic")
+	case n < 1 || m < 1 || u < 1 || n > 1<<31 || m > 1<<20 || u > 1<<20:
+		return nil, fmt.Errorf("worker: raw model: bad shape n=%d m=%d u=%d", n, m, u)
+	case !validTie(tie) || nd != int64(factor.NumD(int(u), tie)) || nk != int64(factor.NumK(int(u), tie)):
+		return nil, fmt.Errorf("worker: raw model: %d D and %d K blocks do not fit u=%d tie=%v", nd, nk, u, tie)
+	}
+	nm := int(n * m)
+	if want := (rawHeader + int(nd+nk)*nm) * 8; len(data) != want {
+		return nil, fmt.Errorf("worker: raw model: %d bytes, want %d", len(data), want)
+	}
+	md := into
+	if md == nil || md.N != int(n) || md.M != int(m) || md.U != int(u) || md.Tie != tie {
+		md = factor.NewModel(int(n), int(m), int(u), tie)
+	}
+	off := rawHeader * 8
+	for _, blocks := range [][][]float64{md.D, md.KT} {
+		for _, b := range blocks {
+			src := data[off : off+nm*8]
+			if littleEndian {
+				copy(unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), nm*8), src)
+			} else {
+				for k := range b {
+					b[k] = float64frombits(binary.LittleEndian.Uint64(src[k*8:]))
+				}
+			}
+			off += nm * 8
+		}
+	}
+	return md, nil
+}
+
+// RawDigest is the digest of a served raw model: its CRC-32C (which
+// guards the transfer) and a nonce that makes every served version a
+// different cache key.
+func RawDigest(data []byte, nonce string) string { return "raw-" + CRC(data) + "-" + nonce }
+
+// CheckRawDigest checks data against a RawDigest.
+func CheckRawDigest(data []byte, digest string) error {
+	rest, ok := strings.CutPrefix(digest, "raw-")
+	crc, _, ok2 := strings.Cut(rest, "-")
+	if !ok || !ok2 {
+		return fmt.Errorf("worker: raw model digest %q is malformed", digest)
+	}
+	if got := CRC(data); got != crc {
+		return fmt.Errorf("worker: raw model has CRC %s, digest %s says %s", got, digest, crc)
+	}
+	return nil
+}
+
+func validTie(t factor.Tie) bool {
+	p, err := factor.ParseTie(t.String())
+	return err == nil && p == t
+}
