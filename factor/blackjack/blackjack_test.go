@@ -1,6 +1,7 @@
 package blackjack
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -248,5 +249,32 @@ func TestQLearning(t *testing.T) {
 	}
 	if _, err := NewQLearner(0, 0.1); err == nil {
 		t.Error("alpha 0 accepted")
+	}
+}
+
+// TestPlanEMSF: EMSF (m = 20, shared K, 200 EM iterations) + PISF from
+// 3000 hands played at random beats the dealer's policy (−0.0759), as in
+// emsf-ijcai2015 Fig. 3 ("after playing only 3000 games, all the EMSF+PISF
+// agents have already outperformed the dealer's strategy"). Measured:
+// −0.070 for this seed; CNT+PI from the same hands −0.074.
+func TestPlanEMSF(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 3000))
+	random := func(int) int { return rng.IntN(NumActions) }
+	eps := make([]Episode, 3000)
+	for k := range eps {
+		eps[k] = Play(random, rng)
+	}
+	p, err := PlanEMSF(context.Background(), eps, 20, 1, factor.FitOptions{Converger: factor.Converger{MaxIter: 200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := Evaluate(p)
+	dealer, _ := Evaluate(DealerPolicy())
+	t.Logf("EMSF+PISF %.5f, dealer %.5f", got, dealer)
+	if got <= dealer {
+		t.Errorf("EMSF+PISF %.5f not better than the dealer's %.5f", got, dealer)
+	}
+	if _, err := PlanCNT(eps); err != nil {
+		t.Fatal(err)
 	}
 }
