@@ -34,6 +34,7 @@ type fitFlags struct {
 	out       string
 	format    string
 	shardNNZ  int
+	algorithm string
 
 	orders []int
 	tieV   factor.Tie
@@ -60,6 +61,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model")
 	fs.StringVar(&f.format, "format", "arrow", "model file format: arrow (Arrow IPC file) or parquet")
 	fs.IntVar(&f.shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (the reduce order, hence the exact result, depends on it)")
+	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -72,6 +74,9 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	}
 	if f.inc.enabled {
 		return fitIncremental(ctx, e, &f, log)
+	}
+	if f.algorithm != algEMSF {
+		return fitBaseline(ctx, e, &f, log)
 	}
 
 	var warm *arrowio.ModelFile
@@ -135,6 +140,9 @@ func (f *fitFlags) validate() error {
 	if err := f.in.validate(); err != nil {
 		return err
 	}
+	if f.algorithm == algCNT {
+		return f.validateCNT()
+	}
 	if f.order == "" {
 		return usagef("--order is required (the number of hidden states m, e.g. --order 10)")
 	}
@@ -186,6 +194,9 @@ func (f *fitFlags) validate() error {
 	}
 	if f.initModel != "" && (len(orders) > 1 || f.restarts > 1) {
 		return usagef("--init warm-starts one model: it cannot be combined with several --order values or --restarts")
+	}
+	if err := f.validateAlgorithm(); err != nil {
+		return err
 	}
 	if err := f.inc.validate(f); err != nil {
 		return err
