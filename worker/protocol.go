@@ -46,6 +46,9 @@ const (
 	HeaderBlob     = "Emsf-Blob"
 	HeaderBlobSize = "Emsf-Blob-Size"
 	HeaderBlobCRC  = "Emsf-Blob-Crc"
+	// HeaderPartialOf names the task a raw partial blob answers (see
+	// PartialOf).
+	HeaderPartialOf = "Emsf-Partial-Of"
 	// HeaderFetchBytes is how many bytes the worker fetched from the Object
 	// Store for this task (0 when the shard and model were cached).
 	HeaderFetchBytes = "Emsf-Fetch-Bytes"
@@ -102,6 +105,9 @@ func ShardObject(checksum string) string { return "shards/" + checksum }
 // ModelObject is the Object Store name of model version v (v committed
 // iterations) of a job.
 func ModelObject(job string, v int) string { return fmt.Sprintf("models/%s/%d", job, v) }
+
+// PartialOf is the value of HeaderPartialOf: job, iteration and shard.
+func PartialOf(job string, iter, shard int) string { return fmt.Sprintf("%s/%d/%d", job, iter, shard) }
 
 // PartialObject is the Object Store name of a large partial.
 func PartialObject(job string, iter, shard int, worker string) string {

@@ -252,6 +252,27 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		return nil, "", fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
 	}
 	compute = time.Since(t0)
+	// Headers and protocol overhead ride along with the body: keep a
+	// margin below the server's limit.
+	limit := w.nc.MaxPayload() - 8<<10
+	if tr.BlobPartials && int64(RawPartialSize(&w.partial)) > limit {
+		// Served from memory as a raw partial until the coordinator has
+		// pulled it (at most a few are kept).
+		data = EncodeRawPartial(&w.partial, nil)
+		name := fmt.Sprintf("p%d", w.nblob.Add(1))
+		hdr[HeaderBlob] = []string{w.blobs.Put(name, data)}
+		hdr[HeaderBlobSize] = []string{strconv.Itoa(len(data))}
+		hdr[HeaderBlobCRC] = []string{CRC(data)}
+		hdr[HeaderPartialOf] = []string{PartialOf(tr.Job, tr.Iteration, tr.Shard)}
+		w.count(func(st *Stats) {
+			st.Tasks++
+			st.NNZ += int64(s.NNZ)
+			st.ComputeSeconds += compute.Seconds()
+			st.BytesSent += int64(len(data))
+			st.LargePartials++
+		})
+		return nil, "", fetched, compute, nil
+	}
 	data, err = arrowio.EncodePartial(&w.partial, arrowio.PartialMeta{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, Worker: w.id})
 	if err != nil {
 		return nil, "", fetched, 0, fmt.Errorf("worker: encode partial of shard %d: %w", tr.Shard, err)
@@ -262,16 +283,6 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		st.ComputeSeconds += compute.Seconds()
 		st.BytesSent += int64(len(data))
 	})
-	// Headers and protocol overhead ride along with the body: keep a
-	// margin below the server's limit.
-	if int64(len(data)) > w.nc.MaxPayload()-8<<10 && tr.BlobPartials {
-		name := fmt.Sprintf("p%d", w.nblob.Add(1))
-		hdr[HeaderBlob] = []string{w.blobs.Put(name, data)}
-		hdr[HeaderBlobSize] = []string{strconv.Itoa(len(data))}
-		hdr[HeaderBlobCRC] = []string{CRC(data)}
-		w.count(func(s *Stats) { s.LargePartials++ })
-		return nil, "", fetched, compute, nil
-	}
 	if int64(len(data)) > w.nc.MaxPayload()-8<<10 {
 		pobs := obs
 		if tr.PartialBucket != "" {

@@ -441,16 +441,31 @@ func (e *Executor) decode(ctx context.Context, reply *nats.Msg, r *worker.Result
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: bad blob size: %w", t.Shard, r.Worker, err)
 			return
 		}
-		if data, err = worker.FetchBlob(ctx, e.nc, blob, size, nil); err != nil {
+		if size < 0 || size > 1<<40 {
+			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: blob size %d", t.Shard, r.Worker, size)
+			return
+		}
+		if data, err = worker.FetchBlob(ctx, e.nc, blob, size, worker.AlignedBuffer(size)); err != nil {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: fetch partial: %w", t.Shard, r.Worker, err)
 			return
 		}
 		worker.DropBlob(e.nc, blob)
+		r.Bytes += int64(len(data))
 		if crc := worker.CRC(data); crc != reply.Header.Get(worker.HeaderBlobCRC) {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: partial blob has CRC %s, reply says %s", t.Shard, r.Worker, crc, reply.Header.Get(worker.HeaderBlobCRC))
 			return
 		}
-		r.Bytes += int64(len(data))
+		if of, want := reply.Header.Get(worker.HeaderPartialOf), worker.PartialOf(t.Job, t.Iteration, t.Shard); of != want {
+			r.Err = fmt.Errorf("natsexec: worker %s answered task %s with a partial of %s", r.Worker, want, of)
+			return
+		}
+		p, err := worker.DecodeRawPartial(data)
+		if err != nil {
+			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %w", t.Shard, r.Worker, err)
+			return
+		}
+		r.Partial = p
+		return
 	} else if obj := reply.Header.Get(worker.HeaderObject); obj != "" {
 		var err error
 		if data, err = e.pobs.GetBytes(ctx, obj); err != nil {
