@@ -218,7 +218,10 @@ func TestWorkerDiscovery(t *testing.T) {
 				if err := json.Unmarshal(m.Data, &st); err != nil {
 					t.Fatal(err)
 				}
-				if len(st.Endpoints) != 1 || st.Endpoints[0].Subject != worker.TaskSubject(worker.DefaultPrefix) ||
+				// The queue-group endpoint, and the worker's own (shard
+				// affinity).
+				if len(st.Endpoints) != 2 || st.Endpoints[0].Subject != worker.TaskSubject(worker.DefaultPrefix) ||
+					st.Endpoints[1].Subject != worker.DirectTaskSubject(worker.DefaultPrefix, st.ID) ||
 					!strings.Contains(string(st.Endpoints[0].Data), `"nnz_per_second"`) {
 					t.Fatalf("stats %s", m.Data)
 				}
