@@ -8,14 +8,17 @@
 //     and of the coordinator's tests);
 //   - Worker, a NATS micro service ("emsf-worker", discoverable with
 //     $SRV.PING/INFO/STATS) whose "task" endpoint listens on
-//     <prefix>.task in the queue group <prefix>-workers. A task message is
-//     a small JSON TaskRequest naming a shard and a model version by Object
-//     Store name and digest; the worker fetches both from the JetStream
-//     Object Store once and caches them (shards by checksum for the life of
-//     the process, the model of the current version only), computes, and
-//     replies with the Partial in Arrow IPC (arrowio.EncodePartial), inline
-//     when it fits in the server's max payload, else through the Object
-//     Store with only its name in the reply.
+//     <prefix>.task in the queue group <prefix>-workers, and whose
+//     "task-direct" endpoint listens on <prefix>.task.<id> (shard
+//     affinity). A task message is a small JSON TaskRequest naming a shard
+//     (Object Store name and checksum) and a model version (a blob the
+//     coordinator serves from memory, or an Object Store name, with its
+//     digest); the worker fetches each once and caches it (shards by
+//     checksum for the life of the process, the model of the current
+//     version only, overwritten in place), computes, and replies with the
+//     Partial in Arrow IPC (arrowio.EncodePartial) when it fits in the
+//     server's max payload, else serves it from memory as a raw partial
+//     blob named in the reply headers (see blob.go).
 //
 // The protocol types (TaskRequest, header names, subjects, bucket names)
 // live here because both sides import this package: the coordinator's

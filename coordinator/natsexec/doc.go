@@ -5,17 +5,28 @@
 //
 // Data plane: shards are uploaded once per job to the Object Store bucket
 // as "shards/<checksum>" (skipped when an object of that name and size is
-// there already, so a rerun uploads nothing); the model each iteration
-// runs on is stored once as "models/<job>/<v>" (v = committed iterations
-// of the job; the object written by the checkpoint of iteration v is the
-// one iteration v+1 runs on) and named in every task with its SHA-256
-// digest; partials come back inline, or, when they exceed the server's
-// max payload, through "partials/..." objects in a separate bucket with
-// memory storage (they live for one iteration: the coordinator deletes each
-// after reading it, and a TTL removes what a crash left behind). The Object Store chunks
-// objects (128 KiB) and checks their digest; its Get uses an ordered
-// consumer with flow control, so large transfers are not dropped as slow
-// consumers. No message exceeds the server's max payload.
+// there already, so a rerun uploads nothing) and cached by the workers.
+// Each iteration's model version is served by the coordinator from memory
+// as a raw model blob (worker.EncodeRawModel; CRC-32C plus a nonce as its
+// digest) that workers pull in chunk requests below max payload (the
+// reader sets the pace: no slow-consumer drops); a worker's partial too
+// large for its reply is served by the worker the same way (a raw partial
+// the coordinator reads in place). Nothing on an iteration's critical path
+// is written to JetStream storage. The checkpoint of iteration v, the
+// Arrow model file "models/<job>/<v>" with its SHA-256 digest in the job
+// state, is stored in the background while iteration v+1 runs; the next
+// commit waits for it, and the last commit stores before it returns. A
+// version loaded by Resume is read from that object. Object Store chunks
+// are as large as max payload allows (at most 1 MiB), and its Get uses an
+// ordered consumer with flow control. With an older worker protocol,
+// large partials still go through "partials/..." objects in a memory
+// bucket. No message exceeds the server's max payload.
+//
+// Shard affinity: the first hand-out of shard k goes to the k-th worker of
+// the last census (sorted ids) on its own subject <prefix>.task.<id>, so
+// every worker gets its share each iteration and its cached shards are
+// reused; a retry, or a worker that no longer answers, goes to the queue
+// group.
 //
 // Job state: the KV bucket holds one key per job (the JSON of
 // coordinator.JobState). Begin takes the key's revision; every Commit is
