@@ -44,6 +44,7 @@ func commands() []command {
 		{"inspect", "print a model's summary", runInspect},
 		{"trick", "reduced chains K^a D^a and the stationary distribution", runTrick},
 		{"bench", "time one EM iteration on generated data", runBench},
+		{"experiment", "reproduce the papers' figures: CSV of every run and a PNG plot", runExperiment},
 		{"worker", "run a cluster worker (NATS micro service)", func(ctx context.Context, e *env, args []string) error {
 			if rc := runWorker(ctx, args, e.stdout, e.stderr); rc != 0 {
 				return exitCode(rc)

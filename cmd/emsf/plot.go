@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// plotCurves draws one line per curve (mean over runs against the number
+// of transitions, log-scaled x, and y if logY) with error bars of one standard error, and
+// writes the PNG atomically.
+func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []summary) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = xLabel
+	p.Y.Label.Text = yLabel
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	if logY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+
+	var names []string
+	curves := map[string][]summary{}
+	for _, s := range sums {
+		name := s.curveName()
+		if _, ok := curves[name]; !ok {
+			names = append(names, name)
+		}
+		curves[name] = append(curves[name], s)
+	}
+	for k, name := range names {
+		pts := curves[name]
+		xys := make(plotter.XYs, len(pts))
+		errs := make(plotter.YErrors, len(pts))
+		for q, s := range pts {
+			xys[q] = plotter.XY{X: float64(s.x), Y: s.mean}
+			errs[q].Low, errs[q].High = s.se, s.se
+		}
+		sortXY(xys, errs)
+		line, points, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", name, err)
+		}
+		c := plotutil.Color(k)
+		line.Color = c
+		line.Dashes = plotutil.Dashes(k / 8)
+		points.Color = c
+		points.Shape = plotutil.Shape(k)
+		bars, err := plotter.NewYErrorBars(struct {
+			plotter.XYs
+			plotter.YErrors
+		}{xys, errs})
+		if err != nil {
+			return fmt.Errorf("plot %s error bars: %w", name, err)
+		}
+		bars.Color = c
+		bars.CapWidth = vg.Points(5)
+		p.Add(line, points, bars)
+		p.Legend.Add(name, line, points)
+	}
+	p.Legend.TextStyle.Color = color.Black
+	p.Legend.Padding = vg.Points(2)
+
+	wt, err := p.WriterTo(7*vg.Inch, 4.5*vg.Inch, "png")
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	var buf bytes.Buffer
+	if _, err := wt.WriteTo(&buf); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return writeAtomic(path, buf.Bytes())
+}
+
+// sortXY sorts the points of a curve by x (insertion sort: a few points).
+func sortXY(xys plotter.XYs, errs plotter.YErrors) {
+	for i := 1; i < len(xys); i++ {
+		for j := i; j > 0 && xys[j].X < xys[j-1].X; j-- {
+			xys[j], xys[j-1] = xys[j-1], xys[j]
+			errs[j], errs[j-1] = errs[j-1], errs[j]
+		}
+	}
+}
