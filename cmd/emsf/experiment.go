@@ -312,7 +312,10 @@ func writeAtomic(path string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	_, werr := tmp.Write(data)
+	werr := tmp.Chmod(0o644) // CreateTemp's 0600 is for secrets, not for results
+	if werr == nil {
+		_, werr = tmp.Write(data)
+	}
 	cerr := tmp.Close()
 	if werr == nil {
 		werr = cerr
