@@ -43,9 +43,9 @@ const benchBlockNNZ = 1 << 17
 
 var benchCache = map[string][]*Block{}
 
-// benchBlocks returns the deterministic count matrix of a size: row i gets
-// perRow distinct columns drawn uniformly from [0, n) (sorted) with counts
-// drawn uniformly from {1, 2, 3, 4}, split into blocks of whole rows of
+// benchBlocks returns the deterministic count matrix of a size
+// (RandomCounts: row i gets perRow distinct columns drawn uniformly from
+// [0, n), counts drawn uniformly from {1, 2, 3, 4}), split into blocks of whole rows of
 // about benchBlockNNZ nonzeros each, as shard.Split does (factor may not
 // import shard). Random columns make every nonzero a random gather of a
 // row of K: the unfavourable case for the kernel's memory access.
@@ -53,34 +53,7 @@ func benchBlocks(sz benchSize) []*Block {
 	if bs, ok := benchCache[sz.name]; ok {
 		return bs
 	}
-	n, per := sz.n, sz.perRow
-	rng := rand.New(rand.NewPCG(benchSeed, uint64(n)))
-	rows := make([]int32, 0, n*per)
-	cols := make([]int32, 0, n*per)
-	vals := make([]float64, 0, n*per)
-	mark := make([]bool, n)
-	row := make([]int32, 0, per)
-	for i := range n {
-		row = row[:0]
-		for len(row) < per {
-			j := rng.IntN(n)
-			if !mark[j] {
-				mark[j] = true
-				row = append(row, int32(j))
-			}
-		}
-		slices.Sort(row)
-		for _, j := range row {
-			mark[j] = false
-			rows = append(rows, int32(i))
-			cols = append(cols, j)
-			vals = append(vals, float64(1+rng.IntN(4)))
-		}
-	}
-	whole, err := NewBlock(0, rows, cols, vals)
-	if err != nil {
-		panic(err)
-	}
+	whole := RandomCounts(sz.n, 1, sz.perRow, 4, benchSeed)[0]
 	bs := splitBlock(whole, benchBlockNNZ)
 	benchCache[sz.name] = bs
 	return bs
