@@ -45,8 +45,13 @@ type bjAgent struct {
 //   - Q-learning: tabular Q-learning with learning rate 0.1, learning from
 //     its own hands, random in the first batch and 0.15-greedy after;
 //   - CNT+PI: the counted model and policy iteration (blackjack.PlanCNT);
-//   - EMSF+PISF m: EMSF with a shared K, refitted from a seeded random start
-//     on all hands after every batch, and PISF (blackjack.PlanEMSF).
+//   - EMSF+PISF m: EMSF with a shared K, refitted on all hands after every
+//     batch, and PISF (blackjack.EMSFPlanner). --emsf-init picks the start
+//     of each fit: uniform-unseen (default) a seeded random start with the
+//     rows of D of unvisited state-action pairs uniform, as CNT's; random
+//     the plain seeded random start (blackjack.PlanEMSF); warm and
+//     warm-uniform the previous batch's model (mixed 1% with the random
+//     start).
 //
 // The paper tests each policy on 10^6 simulated hands; by default we
 // compute the policy's expected return exactly (blackjack.Evaluate, the
@@ -72,6 +77,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 		workers    int
 		iters      int
 		tol        float64
+		emsfInit   string
 		logs       logFlags
 	)
 	fs := newFlagSet(e, "experiment blackjack", "experiment blackjack [flags]")
@@ -88,6 +94,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&workers, "workers", runtime.GOMAXPROCS(0), "(run, agent) pairs computed in parallel (the results do not depend on it)")
 	fs.IntVar(&iters, "iters", 200, "maximum EM iterations per EMSF fit")
 	fs.Float64Var(&tol, "tol", 1e-6, "stop an EMSF fit when the relative change of its log-likelihood is at most this")
+	fs.StringVar(&emsfInit, "emsf-init", "uniform-unseen", "start of each EMSF fit: random (a fresh seeded random start per batch), uniform-unseen (random, with the rows of D of unvisited state-action pairs uniform), warm (the previous batch's model), warm-uniform (both)")
 	logs.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -123,6 +130,18 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 		return usagef("--iters %d: must be >= 1", iters)
 	case !(tol >= 0):
 		return usagef("--tol %v: must be >= 0", tol)
+	}
+	var warm, uniformUnseen bool
+	switch emsfInit {
+	case "random":
+	case "uniform-unseen":
+		uniformUnseen = true
+	case "warm":
+		warm = true
+	case "warm-uniform":
+		warm, uniformUnseen = true, true
+	default:
+		return usagef("--emsf-init %q: must be random, uniform-unseen, warm or warm-uniform", emsfInit)
 	}
 	ms, err := intList("orders", orders)
 	if err != nil {
@@ -177,10 +196,12 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 			err = blackjack.Online(blackjack.PlanCNT, opts, play, report)
 		default:
 			batch := 0
+			planner := &blackjack.EMSFPlanner{M: ag.m, Fit: fit, Warm: warm, UniformUnseen: uniformUnseen}
 			plan := func(eps []blackjack.Episode) ([]int, error) {
 				batch++
-				// A fresh random start per batch, seeded by run and batch.
-				return blackjack.PlanEMSF(ctx, eps, ag.m, runSeed<<20|uint64(batch), fit)
+				// A random start seeded by run and batch (with --emsf-init
+				// warm only the first batch's is used).
+				return planner.Plan(ctx, eps, runSeed<<20|uint64(batch))
 			}
 			err = blackjack.Online(plan, opts, play, report)
 		}

@@ -310,3 +310,69 @@ func TestOnline(t *testing.T) {
 		t.Error("0 batches accepted")
 	}
 }
+
+// TestEMSFPlannerInit: with UniformUnseen the rows of D^a of state-action
+// pairs without data are exactly 1/m after the fit; with Warm the second
+// fit starts from the first's model, so it differs from a fresh fit with
+// the same seed, and a transition into a state the first data never
+// reached does not make it fail.
+func TestEMSFPlannerInit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 50))
+	random := func(int) int { return rng.IntN(NumActions) }
+	eps := make([]Episode, 50)
+	for k := range eps {
+		eps[k] = Play(random, rng)
+	}
+	const m = 5
+	fit := factor.FitOptions{Converger: factor.Converger{MaxIter: 50}}
+	p := &EMSFPlanner{M: m, Fit: fit, UniformUnseen: true}
+	if _, err := p.Plan(context.Background(), eps, 1); err != nil {
+		t.Fatal(err)
+	}
+	seen := make([][]bool, NumActions)
+	for a := range seen {
+		seen[a] = make([]bool, NumStates)
+	}
+	for _, ep := range eps {
+		for _, st := range ep.Steps {
+			seen[st.Action][st.State] = true
+		}
+	}
+	md := p.Model()
+	unseen := 0
+	for a := range NumActions {
+		for i := range NumStates {
+			if seen[a][i] {
+				continue
+			}
+			unseen++
+			for l, v := range md.DRow(a, i) {
+				if v != 1.0/m {
+					t.Fatalf("D^%d[%d,%d] = %v, want 1/%d", a, i, l, v, m)
+				}
+			}
+		}
+	}
+	if unseen == 0 {
+		t.Fatal("no unseen rows in 50 hands")
+	}
+	more := append(eps[:len(eps):len(eps)], eps...)
+	for len(more) < 1000 { // new states and transitions
+		more = append(more, Play(random, rng))
+	}
+	w := &EMSFPlanner{M: m, Fit: fit, Warm: true}
+	fresh := &EMSFPlanner{M: m, Fit: fit}
+	if _, err := w.Plan(context.Background(), eps, 1); err != nil {
+		t.Fatal(err)
+	}
+	first := w.Model().Clone()
+	if _, err := w.Plan(context.Background(), more, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fresh.Plan(context.Background(), more, 2); err != nil {
+		t.Fatal(err)
+	}
+	if w.Model().Equal(fresh.Model()) || w.Model().Equal(first) {
+		t.Error("the warm fit equals the fresh one or the first")
+	}
+}
