@@ -25,7 +25,6 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []summary) e
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
-	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
 
 	var names []string
@@ -37,6 +36,28 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []summary) e
 		}
 		curves[name] = append(curves[name], s)
 	}
+	// The legend goes in the top corner when the curves fall (errors
+	// against sample size) and in the bottom one when they rise (returns
+	// against hands played), away from where the curves end.
+	rise := 0
+	for _, name := range names {
+		pts := curves[name]
+		first, last := pts[0], pts[0]
+		for _, s := range pts {
+			if s.x < first.x {
+				first = s
+			}
+			if s.x > last.x {
+				last = s
+			}
+		}
+		if last.mean > first.mean {
+			rise++
+		} else {
+			rise--
+		}
+	}
+	p.Legend.Top = rise <= 0
 	for k, name := range names {
 		pts := curves[name]
 		xys := make(plotter.XYs, len(pts))
