@@ -217,15 +217,8 @@ func PolicyIteration(e Estimate, r [][]float64, gamma float64, opts PlanOptions)
 		// Improve.
 		changed := false
 		for _, i := range idx {
-			q := func(a int) float64 { return r[a][i] + gamma*dot(p[a][i*n:i*n+n], v) }
-			best, bestQ := pol[i], q(pol[i])
-			for a := range u {
-				if qa := q(a); qa > bestQ+tol {
-					best, bestQ = a, qa
-				}
-			}
-			if best != pol[i] {
-				pol[i], changed = best, true
+			if improve(pol, i, u, tol, func(a int) float64 { return r[a][i] + gamma*dot(p[a][i*n:i*n+n], v) }) {
+				changed = true
 			}
 		}
 		if !changed || res.Iterations >= maxIter {
@@ -320,14 +313,8 @@ func PISF(md *Model, rbar []float64, gamma float64, opts PlanOptions) (PlanResul
 			if opts.terminal(i) {
 				continue
 			}
-			best, bestQ := pol[i], dot(md.DRow(pol[i], i), wr)
-			for a := range u {
-				if qa := dot(md.DRow(a, i), wr); qa > bestQ+tol {
-					best, bestQ = a, qa
-				}
-			}
-			if best != pol[i] {
-				pol[i], changed = best, true
+			if improve(pol, i, u, tol, func(a int) float64 { return dot(md.DRow(a, i), wr) }) {
+				changed = true
 			}
 		}
 		if !changed || res.Iterations >= maxIter {
@@ -344,4 +331,20 @@ func PISF(md *Model, rbar []float64, gamma float64, opts PlanOptions) (PlanResul
 			return res, nil
 		}
 	}
+}
+
+// improve is the policy-improvement step for state i: it switches pol[i] to
+// the action with the largest q(a), but only when that beats the current
+// action's value by more than tol (so ties never make policy iteration
+// cycle), and reports whether pol[i] changed.
+func improve(pol []int, i, u int, tol float64, q func(a int) float64) bool {
+	best, bestQ := pol[i], q(pol[i])
+	for a := range u {
+		if qa := q(a); qa > bestQ+tol {
+			best, bestQ = a, qa
+		}
+	}
+	changed := best != pol[i]
+	pol[i] = best
+	return changed
 }
