@@ -32,6 +32,7 @@ func experiments() []experiment {
 	return []experiment{
 		{"sample-size", "emsf-ijcai2015 Fig. 2: ‖P − P̃‖_F against the number of transitions, EMSF (m = 5, 10, 20) vs CNT", runSampleSize},
 		{"sampling", "incremental-emsf Fig. 2: uniform vs skewed sampling, EMSF vs KLM (m = 10), error KL_ρ", runSampling},
+		{"online", "incremental-emsf Fig. 3: incremental EMSF (m = 30) on a stream, KL_ρ against transitions for several t_c and α", runOnline},
 		{"blackjack", "incremental-emsf Fig. 4: online blackjack, dealer vs Q-learning vs CNT+PI vs EMSF+PISF, exact returns", runBlackjack},
 	}
 }
