@@ -1,0 +1,86 @@
+package arrowio
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/emsf/emsf/shard"
+)
+
+func TestCountsRoundTrip(t *testing.T) {
+	var tab shard.Table
+	for k := range 200000 {
+		if err := tab.Add(k%997, k%3, (k*7)%1009, 1+float64(k%4)/2); err != nil {
+			t.Fatal(err)
+		}
+		if k == 150000 {
+			tab.ClearPending()
+		}
+	}
+	meta := CountsMeta{Name: "demo", Seq: 42, Added: 200000, Pending: 49999, Version: 3}
+	data, err := EncodeCounts(meta, &tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gm, err := DecodeCounts(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gm != meta {
+		t.Errorf("meta %+v, want %+v", gm, meta)
+	}
+	if !reflect.DeepEqual(got.Entries(), tab.Entries()) {
+		t.Error("entries differ after the round trip")
+	}
+	// An empty table round-trips too.
+	data, err = EncodeCounts(CountsMeta{Name: "x"}, &shard.Table{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := DecodeCounts(data); err != nil || got.NNZ() != 0 {
+		t.Fatalf("empty table: %v, nnz %d", err, got.NNZ())
+	}
+	// A counts file is a transitions file with a count column.
+	var rows int
+	var sum float64
+	err = ScanTransitionsReader(t.Context(), strings.NewReader(string(mustEncode(t, &tab))), "counts.arrow", "", ReadOptions{CountCol: "count"},
+		func(b *TransitionBatch) error {
+			rows += b.Len()
+			for _, c := range b.Count {
+				sum += c
+			}
+			return nil
+		})
+	if err != nil || rows != tab.NNZ() || sum != tab.Sum() {
+		t.Fatalf("read as transitions: %v, %d rows (want %d), sum %v (want %v)", err, rows, tab.NNZ(), sum, tab.Sum())
+	}
+}
+
+func mustEncode(t *testing.T, tab *shard.Table) []byte {
+	t.Helper()
+	data, err := EncodeCounts(CountsMeta{}, tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestDecodeCountsRejects(t *testing.T) {
+	var tab shard.Table
+	_ = tab.Add(1, 0, 2, 1)
+	good, err := EncodeCounts(CountsMeta{Added: 1, Pending: 1}, &tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := DecodeCounts(good[:len(good)/2]); err == nil {
+		t.Error("truncated counts file accepted")
+	}
+	bad, err := EncodeCounts(CountsMeta{Added: 1, Pending: 5}, &tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := DecodeCounts(bad); err == nil || !strings.Contains(err.Error(), "pending") {
+		t.Errorf("more pending than added rows: %v", err)
+	}
+}

@@ -1,0 +1,93 @@
+package factor
+
+import (
+	"math"
+	"testing"
+)
+
+func TestGrow(t *testing.T) {
+	for _, tie := range []Tie{TieNone, TieSharedK, TieSharedD} {
+		md := NewRandom(5, 3, 2, tie, 7)
+		md.KT[0][2*3+1] = 0 // a masked entry: K[1][2] = 0
+		normalizeCols(md.KT[0], 5, 3)
+		g, err := md.Grow(8, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Validate(); err != nil {
+			t.Fatalf("tie %s: grown model: %v", tie, err)
+		}
+		if g.N != 8 || g.U != 3 || g.M != 3 || g.Tie != tie {
+			t.Fatalf("tie %s: shape %dx%dx%d", tie, g.N, g.M, g.U)
+		}
+		if g.KT[0][2*3+1] != 0 {
+			t.Errorf("tie %s: masked K entry became %v", tie, g.KT[0][2*3+1])
+		}
+		fresh := NewRandom(8, 3, 3, tie, 7)
+		for b := range g.D {
+			for i := 0; i < 8; i++ {
+				for l := 0; l < 3; l++ {
+					got := g.D[b][i*3+l]
+					var want float64
+					switch {
+					case b >= len(md.D):
+						want = fresh.D[b][i*3+l]
+					case i < 5:
+						want = md.D[b][i*3+l]
+					default:
+						want = 1.0 / 3
+					}
+					if got != want {
+						t.Fatalf("tie %s: D block %d [%d,%d] = %v, want %v", tie, b, i, l, got, want)
+					}
+				}
+			}
+		}
+		for b := range g.KT {
+			for j := 0; j < 8; j++ {
+				for l := 0; l < 3; l++ {
+					got := g.KT[b][j*3+l]
+					var want float64
+					switch {
+					case b >= len(md.KT):
+						want = fresh.KT[b][j*3+l]
+					case j < 5:
+						want = md.KT[b][j*3+l] * 5 / 8
+					default:
+						want = 1.0 / 8
+					}
+					if math.Abs(got-want) > 1e-15 {
+						t.Fatalf("tie %s: K^T block %d [%d,%d] = %v, want %v", tie, b, j, l, got, want)
+					}
+				}
+			}
+		}
+		same, err := md.Grow(5, 2)
+		if err != nil || !same.Equal(md) {
+			t.Errorf("tie %s: Grow to the same size changed the model (err %v)", tie, err)
+		}
+	}
+	if _, err := NewRandom(5, 3, 2, TieNone, 1).Grow(4, 2); err == nil {
+		t.Error("Grow to fewer states: no error")
+	}
+	if _, err := NewRandom(5, 3, 2, TieNone, 1).Grow(5, 1); err == nil {
+		t.Error("Grow to fewer actions: no error")
+	}
+}
+
+// A grown model can be fitted: the new states' transitions have g > 0.
+func TestGrowThenFit(t *testing.T) {
+	md := NewRandom(4, 2, 1, TieNone, 3)
+	g, err := md.Grow(6, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b0 := &Block{Action: 0, Rows: []int32{0, 5}, Ptr: []int64{0, 2, 3}, Cols: []int32{4, 5, 1}, Vals: []float64{1, 2, 1}}
+	b1 := &Block{Action: 1, Rows: []int32{3}, Ptr: []int64{0, 1}, Cols: []int32{5}, Vals: []float64{3}}
+	if _, err := Fit(t.Context(), g, []*Block{b0, b1}, FitOptions{Converger: Converger{MaxIter: 3}}); err != nil {
+		t.Fatalf("fit of the grown model: %v", err)
+	}
+	if err := g.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
