@@ -45,6 +45,10 @@ func commands() []command {
 		{"trick", "reduced chains K^a D^a and the stationary distribution", runTrick},
 		{"bench", "time one EM iteration on generated data", runBench},
 		{"experiment", "reproduce the papers' figures: CSV of every run and a PNG plot", runExperiment},
+		{"serve", "own a model name: count transitions from NATS, retrain, publish versions", runServe},
+		{"publish", "send a transitions file to a served model's stream", runPublish},
+		{"retrain", "ask emsf serve for a new model version now", runRetrain},
+		{"model", "fetch (get), list or inspect (status) a served model's versions", runModel},
 		{"worker", "run a cluster worker (NATS micro service)", func(ctx context.Context, e *env, args []string) error {
 			if rc := runWorker(ctx, args, e.stdout, e.stderr); rc != 0 {
 				return exitCode(rc)

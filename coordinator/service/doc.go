@@ -1,0 +1,70 @@
+// Package service is emsf's service mode (DESIGN.md §6): a long-running
+// process that owns one model name, counts the transitions that arrive on
+// a JetStream stream, retrains when asked or when a policy says so, and
+// publishes versioned models that agents fetch.
+//
+// # Names
+//
+// For model NAME under subject prefix P (default "emsf"):
+//
+//	P.NAME.transitions   stream subject: payloads are CSV (header state,
+//	                     action, next_state[, count]) or Arrow IPC (stream
+//	                     or file) with those columns; header Emsf-Format
+//	                     (csv, arrow, arrows) overrides detection
+//	P.NAME.retrain       request: retrain now; the reply is a Version (JSON)
+//	                     or a micro error
+//	P.NAME.status        request: the service's Status (JSON)
+//	P.NAME.model         announcements: one Version (JSON) per new version
+//
+// The stream is StreamName(P, NAME) (file storage, created by the service
+// or by the first publisher). Both request subjects are endpoints of a
+// nats.go micro service named "emsf-serve", so `nats micro ls` lists it.
+// Model versions are Arrow model files (arrowio.EncodeModel) in the Object
+// Store bucket ModelBucket as "NAME/models/<version>", and the KV bucket
+// StateBucket holds "NAME.latest", the Version JSON of the newest one.
+//
+// # Exactly once
+//
+// The service's state is a count table (shard.Table: one entry per
+// distinct transition, total count and the part no version has seen yet)
+// plus the stream sequence S of the last message it includes. Both are
+// written together, as one Arrow file (arrowio.EncodeCounts) with S and
+// the latest version number in its metadata, to the object "NAME/state":
+// every CheckpointEvery while data arrives, after every new version and at
+// shutdown. An Object Store put becomes visible only when its last chunk
+// and the meta message are stored, so a crash leaves the old checkpoint or
+// the new one, never a mix. A restarted service loads it and consumes the
+// stream from S+1 with an ordered consumer, so every message is counted
+// exactly once: those up to S are in the table, those after are replayed.
+// A message is applied whole (all its accepted rows) or not at all, so a
+// crash between two messages is the only kind there is.
+//
+// A new version is made in this order: the model object is stored, then
+// the checkpoint (pending counts cleared, version number recorded), then
+// NAME.latest (compare-and-set on its revision: a second service that
+// took the name over makes this one stop), then the announcement. A crash
+// after the checkpoint is repaired at start-up (NAME.latest is re-written
+// and announced); a crash before it leaves an unrecorded model object that
+// the next version of that number overwrites.
+//
+// # Retraining
+//
+// Mode refit runs batch EM (factor.Fit, or coordinator.Fit on the
+// cluster's workers when emsf workers answer on the connection) over all
+// counts, warm-started from the latest version; the shard layout is
+// shard.Split's, so the two give bitwise the same model. Mode incremental
+// commits the counts that arrived since the latest version with learning
+// rate Alpha (one commit of factor.Incremental): old data is not revisited.
+// The first version starts from factor.NewRandom with Seed.
+//
+// Transitions reaching states or actions the latest version does not have
+// grow it (factor.Model.Grow documents how the new rows start), unless
+// States or Actions fix the size: then such rows are rejected, counted in
+// emsf_serve_transitions_rejected_total and reported (log and Status),
+// and the rest of the message is kept. A payload that cannot be read at
+// all is rejected whole (emsf_serve_messages_rejected_total).
+//
+// Ingestion, retraining and checkpoints run on one goroutine, so a long
+// refit pauses ingestion (messages wait in the stream) and never races a
+// checkpoint.
+package service

@@ -1,0 +1,173 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/emsf/emsf/arrowio"
+)
+
+// HeaderFormat names a transitions payload's format (csv, arrow for an IPC
+// file, arrows for an IPC stream); without it the format is detected.
+const HeaderFormat = "Emsf-Format"
+
+// consume starts an ordered consumer from the sequence after the
+// checkpoint and a goroutine (counted in wg) that hands its messages to
+// msgs; stop ends it.
+func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup) (<-chan jetstream.Msg, func(), error) {
+	ocfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{TransitionsSubject(s.cfg.Prefix, s.cfg.Name)},
+		DeliverPolicy: jetstream.DeliverAllPolicy}
+	if s.seq > 0 {
+		ocfg.DeliverPolicy, ocfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, s.seq+1
+	}
+	cons, err := s.st.JS.OrderedConsumer(ctx, StreamName(s.cfg.Prefix, s.cfg.Name), ocfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("service: consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxBytes(32 << 20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("service: consumer: %w", err)
+	}
+	msgs := make(chan jetstream.Msg)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(msgs)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+					return
+				}
+				s.log.Warn("consumer", "error", err)
+				select {
+				case <-time.After(250 * time.Millisecond):
+				case <-ctx.Done():
+					return
+				}
+				continue
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return msgs, it.Stop, nil
+}
+
+// ingest counts one message: every row inside the model's size, or none
+// when the payload cannot be read. The table and the sequence change
+// together.
+func (s *Service) ingest(ctx context.Context, m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		s.log.Error("message without metadata: skipped", "error", err)
+		return
+	}
+	seq := meta.Sequence.Stream
+	if seq <= s.seq {
+		return // counted already (cannot happen with an ordered consumer from s.seq+1)
+	}
+	if seq > s.seq+1 {
+		s.log.Warn("stream sequences missing (removed by the stream's limits before they were counted)", "from", s.seq+1, "to", seq-1)
+	}
+	if s.cfg.IngestDelay > 0 {
+		select {
+		case <-time.After(s.cfg.IngestDelay):
+		case <-ctx.Done():
+			return // not counted: the next run replays it
+		}
+	}
+	rows, err := s.parse(ctx, seq, m)
+	if ctx.Err() != nil {
+		return // stopping: not counted, the next run replays it
+	}
+	s.seq, s.dirty = seq, true
+	s.m.seq.Set(float64(seq))
+	if err != nil {
+		s.rejectedMsg++
+		s.lastReject = err.Error()
+		s.m.rejectedMsgs.Inc()
+		s.log.Warn("message rejected: none of its rows counted", "seq", seq, "error", err)
+		return
+	}
+	var bad int64
+	var first string
+	for k := range rows.State {
+		i, a, j := int(rows.State[k]), int(rows.Action[k]), int(rows.Next[k])
+		reason, why := s.outside(i, a, j)
+		if reason == "" {
+			if err := s.table.Add(i, a, j, rows.Count[k]); err != nil {
+				reason, why = "invalid", err.Error()
+			}
+		}
+		if reason != "" {
+			s.m.rejected.WithLabelValues(reason).Inc()
+			if bad == 0 {
+				first = fmt.Sprintf("message %d row %d: %s", seq, k+1, why)
+			}
+			bad++
+			continue
+		}
+		s.m.ingested.Inc()
+	}
+	if bad > 0 {
+		s.rejected += bad
+		s.lastReject = first
+		s.log.Warn("transitions rejected, the rest of the message kept", "seq", seq, "rejected", bad, "kept", int64(len(rows.State))-bad, "first", first)
+	}
+	_, pending := s.table.Added()
+	s.m.pending.Set(float64(pending))
+}
+
+// outside says why transition i --a--> j is outside a fixed size ("" when
+// it is not).
+func (s *Service) outside(i, a, j int) (reason, why string) {
+	switch {
+	case s.cfg.States > 0 && i >= s.cfg.States:
+		return reasonState, fmt.Sprintf("state %d is outside the model's %d states (--states)", i, s.cfg.States)
+	case s.cfg.States > 0 && j >= s.cfg.States:
+		return reasonState, fmt.Sprintf("next_state %d is outside the model's %d states (--states)", j, s.cfg.States)
+	case s.cfg.Actions > 0 && a >= s.cfg.Actions:
+		return reasonAction, fmt.Sprintf("action %d is outside the model's %d actions (--actions)", a, s.cfg.Actions)
+	}
+	return "", ""
+}
+
+// parse reads a whole payload into rows (nothing is counted before the
+// whole payload has been read).
+func (s *Service) parse(ctx context.Context, seq uint64, m jetstream.Msg) (*arrowio.TransitionBatch, error) {
+	format := ""
+	if h := m.Headers(); h != nil {
+		format = strings.TrimSpace(h.Get(HeaderFormat))
+	}
+	if format != "" {
+		f, err := arrowio.NormalizeFormat(format)
+		if err != nil {
+			return nil, fmt.Errorf("header %s: %w", HeaderFormat, err)
+		}
+		format = f
+	}
+	var rows arrowio.TransitionBatch
+	name := fmt.Sprintf("%s message %d", StreamName(s.cfg.Prefix, s.cfg.Name), seq)
+	err := arrowio.ScanTransitionsReader(ctx, bytes.NewReader(m.Data()), name, format, arrowio.ReadOptions{}, func(b *arrowio.TransitionBatch) error {
+		rows.State = append(rows.State, b.State...)
+		rows.Action = append(rows.Action, b.Action...)
+		rows.Next = append(rows.Next, b.Next...)
+		rows.Count = append(rows.Count, b.Count...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &rows, nil
+}

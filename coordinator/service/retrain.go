@@ -1,0 +1,238 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+)
+
+// retrainLogged retrains for a policy and logs the outcome (nobody waits
+// for a reply).
+func (s *Service) retrainLogged(ctx context.Context, reason string) {
+	if _, err := s.retrain(ctx, reason); err != nil {
+		s.log.Error("retrain", "reason", reason, "error", err)
+	}
+}
+
+// retrain makes a new version from the counts so far (see the package
+// doc), or returns the latest one (New false) when no transition arrived
+// since it.
+func (s *Service) retrain(ctx context.Context, reason string) (*Version, error) {
+	all, pending := s.table.Added()
+	if all == 0 || s.table.NNZ() == 0 {
+		return nil, fmt.Errorf("service: %s: no transitions yet: publish some to %s first", s.cfg.Name, TransitionsSubject(s.cfg.Prefix, s.cfg.Name))
+	}
+	if pending == 0 && s.latest != nil {
+		v := *s.latest
+		v.New = false
+		return &v, nil
+	}
+	start := time.Now()
+	v, md, err := s.fit(ctx)
+	if err != nil {
+		s.m.failures.Inc()
+		return nil, fmt.Errorf("service: %s: retrain: %w", s.cfg.Name, err)
+	}
+	v.Reason, v.Created = reason, time.Now().UTC()
+	v.Seconds = time.Since(start).Seconds()
+	if err := s.commitVersion(ctx, v, md); err != nil {
+		s.m.failures.Inc()
+		return nil, err
+	}
+	s.m.retrain.Observe(v.Seconds)
+	s.log.Info("new version", "version", v.Version, "reason", reason, "loglik", v.LogLik, "transitions", v.Transitions,
+		"seq", v.StreamSeq, "n", v.N, "u", v.U, "iterations", v.Iterations, "seconds", v.Seconds)
+	return v, nil
+}
+
+// fit computes the next version's model from the counts.
+func (s *Service) fit(ctx context.Context) (*Version, *factor.Model, error) {
+	n, u := s.dims()
+	var md *factor.Model
+	if s.model != nil {
+		var err error
+		if md, err = s.model.Grow(n, u); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		md = factor.NewRandom(n, s.cfg.Order, u, s.cfg.Tie, s.cfg.Seed)
+	}
+	blocks := s.table.Blocks(u, false)
+	all, _ := s.table.Added()
+	v := &Version{Name: s.cfg.Name, Version: s.version() + 1, Mode: s.cfg.Mode, Transitions: all, Count: s.table.Sum(),
+		StreamSeq: s.seq, N: n, M: md.M, U: u, New: true}
+	switch s.cfg.Mode {
+	case ModeRefit:
+		shards, man := shard.Split(blocks, n, s.cfg.ShardNNZ)
+		opts := factor.FitOptions{Workers: s.cfg.Workers, Converger: factor.Converger{MaxIter: s.cfg.MaxIter, Tol: s.cfg.Tol}}
+		exec, err := s.executor(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		var res factor.FitResult
+		if exec != nil {
+			res, err = coordinator.Fit(ctx, exec, shards, man, md, coordinator.Options{
+				Job:         fmt.Sprintf("serve-%s-%d", s.cfg.Name, v.Version),
+				Params:      map[string]string{"m": strconv.Itoa(md.M), "tie": md.Tie.String(), "model": s.cfg.Name},
+				Converger:   opts.Converger,
+				TaskTimeout: s.cfg.WorkerTimeout,
+				MinWorkers:  1,
+				WaitWorkers: 30 * time.Second,
+				Checkpoint:  exec,
+				Logger:      s.log.Named("cluster"),
+			})
+		} else {
+			res, err = factor.Fit(ctx, md, shard.Blocks(shards), opts)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		v.Iterations = res.Iterations
+	case ModeIncremental:
+		inc, err := factor.NewIncremental(md, factor.IncrementalOptions{EtaMax: s.cfg.EtaMax, Alpha: s.cfg.Alpha})
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, b := range s.table.Blocks(u, true) {
+			for r, i := range b.Rows {
+				for p := b.Ptr[r]; p < b.Ptr[r+1]; p++ {
+					if err := inc.Add(int(i), b.Action, int(b.Cols[p]), b.Vals[p]); err != nil {
+						return nil, nil, err
+					}
+				}
+			}
+		}
+		if err := inc.EndPass(); err != nil {
+			return nil, nil, err
+		}
+		md = inc.Model()
+		v.Iterations = inc.Stats().Commits
+	}
+	ll, _, err := factor.LogLikelihood(md, blocks)
+	if err != nil {
+		return nil, nil, err
+	}
+	wkl, err := factor.WKL(md, blocks)
+	if err != nil {
+		return nil, nil, err
+	}
+	v.LogLik, v.WKL = ll, wkl
+	md.LogLik, md.WKL = ll, wkl
+	return v, md, nil
+}
+
+// executor returns the NATS executor when refits use workers and some
+// answer, else nil (fit in-process).
+func (s *Service) executor(ctx context.Context) (*natsexec.Executor, error) {
+	if s.cfg.UseWorkers == WorkersNever {
+		return nil, nil
+	}
+	if s.exec == nil {
+		cfg := s.cfg.Exec
+		cfg.Logger = s.log
+		exec, err := natsexec.New(ctx, s.nc, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.exec = exec
+	}
+	if s.cfg.UseWorkers == WorkersAlways {
+		return s.exec, nil
+	}
+	ids, err := s.exec.Census(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	s.log.Info("refit on the cluster's workers", "workers", len(ids))
+	return s.exec, nil
+}
+
+// commitVersion stores md as version v, checkpoints the counts as seen by
+// it, records it as latest and announces it, in that order (package doc).
+func (s *Service) commitVersion(ctx context.Context, v *Version, md *factor.Model) error {
+	params := map[string]string{"model": s.cfg.Name, "version": strconv.Itoa(v.Version), "mode": string(v.Mode),
+		"stream_seq": strconv.FormatUint(v.StreamSeq, 10), "transitions": strconv.FormatInt(v.Transitions, 10)}
+	data, err := arrowio.EncodeModel(&arrowio.ModelFile{Model: md, Fingerprint: fmt.Sprintf("%s@%d", s.cfg.Name, v.StreamSeq), Params: params})
+	if err != nil {
+		return fmt.Errorf("service: encode version %d: %w", v.Version, err)
+	}
+	v.Object, v.Digest, v.Size = ModelObject(s.cfg.Name, v.Version), digest(data), int64(len(data))
+	meta, err := versionMeta(v)
+	if err != nil {
+		return err
+	}
+	if err := s.st.put(ctx, s.nc.MaxPayload(), v.Object, data, meta); err != nil {
+		return err
+	}
+	// The checkpoint records the version and the pending counts cleared;
+	// if it cannot be stored, the version is not made (the next one
+	// reuses its number) and the pending counts are put back.
+	prevModel, prevLatest, saved := s.model, s.latest, s.table.Entries()
+	all, pending := s.table.Added()
+	s.model, s.latest = md, v
+	s.table.ClearPending()
+	s.dirty = true
+	if err := s.checkpoint(ctx); err != nil {
+		s.model, s.latest = prevModel, prevLatest
+		if t, rerr := shard.Restore(saved, all, pending); rerr == nil {
+			s.table = t
+		}
+		return err
+	}
+	return s.publish(ctx, v)
+}
+
+// publish records v as latest (compare-and-set) and announces it.
+func (s *Service) publish(ctx context.Context, v *Version) error {
+	b, err := jsonVersion(v)
+	if err != nil {
+		return err
+	}
+	var rev uint64
+	if s.kvRev == 0 {
+		rev, err = s.st.KV.Create(ctx, LatestKey(s.cfg.Name), b)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// A latest left by an earlier run whose checkpoint is gone (or
+			// older): take its revision.
+			if e, gerr := s.st.KV.Get(ctx, LatestKey(s.cfg.Name)); gerr == nil {
+				rev, err = s.st.KV.Update(ctx, LatestKey(s.cfg.Name), b, e.Revision())
+			}
+		}
+	} else {
+		rev, err = s.st.KV.Update(ctx, LatestKey(s.cfg.Name), b, s.kvRev)
+	}
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			s.fatal = errOwnership
+			return fmt.Errorf("%w: %s changed under it", errOwnership, LatestKey(s.cfg.Name))
+		}
+		return fmt.Errorf("service: record version %d as latest: %w", v.Version, err)
+	}
+	s.kvRev = rev
+	s.m.versions.Inc()
+	s.m.version.Set(float64(v.Version))
+	if !math.IsNaN(v.LogLik) {
+		s.m.loglik.Set(v.LogLik)
+		s.m.wkl.Set(v.WKL)
+	}
+	s.m.pending.Set(0)
+	if err := s.nc.Publish(ModelSubject(s.cfg.Prefix, s.cfg.Name), b); err != nil {
+		s.log.Warn("announce", "version", v.Version, "error", err)
+	}
+	return nil
+}

@@ -1,0 +1,377 @@
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+)
+
+// Status is the reply of a status request.
+type Status struct {
+	Name string `json:"name"`
+	ID   string `json:"id"`
+	Mode Mode   `json:"mode"`
+	// StreamSeq is the last stream sequence counted, Checkpointed the one
+	// in the last checkpoint.
+	StreamSeq    uint64 `json:"stream_seq"`
+	Checkpointed uint64 `json:"checkpointed_seq"`
+	// Transitions counts the rows ingested, Pending those since the latest
+	// version; Count is their total count, NNZ the distinct transitions.
+	Transitions int64   `json:"transitions"`
+	Pending     int64   `json:"pending"`
+	Count       float64 `json:"count"`
+	NNZ         int     `json:"nnz"`
+	// States and Actions are the size the data needs (or the fixed size).
+	States  int `json:"states"`
+	Actions int `json:"actions"`
+	// Rejected counts rows outside a fixed size, RejectedMessages payloads
+	// that could not be read; LastRejection describes the latest.
+	Rejected         int64  `json:"rejected"`
+	RejectedMessages int64  `json:"rejected_messages"`
+	LastRejection    string `json:"last_rejection,omitempty"`
+	// Latest is the latest version (nil before the first).
+	Latest *Version `json:"latest,omitempty"`
+}
+
+// Service owns one model name; see the package doc. Create it with New and
+// run it with Run.
+type Service struct {
+	cfg Config
+	nc  *nats.Conn
+	st  *Stores
+	log hclog.Logger
+	m   *metrics
+	id  string
+
+	// Owned by Run's goroutine.
+	table       *shard.Table
+	seq         uint64
+	ckptSeq     uint64
+	dirty       bool
+	latest      *Version
+	model       *factor.Model
+	kvRev       uint64
+	rejected    int64
+	rejectedMsg int64
+	lastReject  string
+	exec        *natsexec.Executor
+	fatal       error
+
+	ctl   chan func()
+	ready chan struct{}
+}
+
+// New checks cfg, makes sure no other service owns the name, and opens the
+// stream and buckets on nc (the caller keeps nc).
+func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if m, err := nc.Request(StatusSubject(cfg.Prefix, cfg.Name), nil, 500*time.Millisecond); err == nil {
+		var st Status
+		_ = json.Unmarshal(m.Data, &st)
+		return nil, fmt.Errorf("service: model %s is already served (by %s): one emsf serve per name", cfg.Name, st.ID)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("service: jetstream: %w", err)
+	}
+	scfg := cfg.storeConfig()
+	if _, err := EnsureStream(ctx, js, scfg); err != nil {
+		return nil, err
+	}
+	st, err := OpenStores(ctx, js, scfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registry, cfg.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, nc: nc, st: st, log: cfg.Logger.Named("serve").With("model", cfg.Name), m: m,
+		id: "serve-" + rand.Text()[:10], table: &shard.Table{}, ctl: make(chan func()), ready: make(chan struct{})}, nil
+}
+
+func (c *Config) storeConfig() StoreConfig {
+	return StoreConfig{Prefix: c.Prefix, Name: c.Name, StateBucket: c.StateBucket, ModelBucket: c.ModelBucket,
+		Replicas: c.Replicas, StreamMaxAge: c.StreamMaxAge, StreamMaxBytes: c.StreamMaxBytes}
+}
+
+// ID returns the service's instance id (in Status and the micro service).
+func (s *Service) ID() string { return s.id }
+
+// Ready is closed once Run answers requests.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Run restores the checkpoint, then ingests, retrains and answers requests
+// until ctx is done; it checkpoints before it returns. It returns nil when
+// ctx ends it (also during start-up).
+func (s *Service) Run(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil && s.fatal == nil {
+			err = nil // asked to stop
+		}
+	}()
+	if err := s.restore(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		if s.exec != nil {
+			s.exec.Close()
+		}
+	}()
+	// Deferred in this order, cancel runs first, then the goroutines
+	// started below are waited for.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	msgs, stop, err := s.consume(ctx, &wg)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	svc, err := s.serveRequests(ctx, &wg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.Stop() }()
+	close(s.ready)
+	s.log.Info("serving", "id", s.id, "mode", s.cfg.Mode, "stream", StreamName(s.cfg.Prefix, s.cfg.Name),
+		"from_seq", s.seq+1, "transitions", s.table.Sum(), "version", s.version())
+
+	ckpt := time.NewTicker(s.cfg.CheckpointEvery)
+	defer ckpt.Stop()
+	var interval <-chan time.Time
+	if s.cfg.Interval > 0 {
+		t := time.NewTicker(s.cfg.Interval)
+		defer t.Stop()
+		interval = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			// A last checkpoint with a context of its own: ctx is done.
+			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer ccancel()
+			if err := s.checkpoint(cctx); err != nil {
+				return err
+			}
+			s.log.Info("stopped", "seq", s.seq)
+			return nil
+		case m, ok := <-msgs:
+			if !ok {
+				if ctx.Err() != nil {
+					msgs = nil // stopping: the ctx.Done case ends the loop
+					continue
+				}
+				return fmt.Errorf("service: %s: the stream consumer stopped", s.cfg.Name)
+			}
+			s.ingest(ctx, m)
+			if _, pending := s.table.Added(); s.cfg.Every > 0 && pending >= s.cfg.Every {
+				s.retrainLogged(ctx, "every")
+			}
+		case f := <-s.ctl:
+			f()
+		case <-interval:
+			if _, pending := s.table.Added(); pending > 0 {
+				s.retrainLogged(ctx, "interval")
+			}
+		case <-ckpt.C:
+			if err := s.checkpoint(ctx); err != nil {
+				s.log.Error("checkpoint", "error", err)
+			}
+		}
+		if s.fatal != nil {
+			return s.fatal
+		}
+	}
+}
+
+// errOwnership stops the service: another one took its name over.
+var errOwnership = errors.New("service: another emsf serve has taken this model name over")
+
+func (s *Service) version() int {
+	if s.latest == nil {
+		return 0
+	}
+	return s.latest.Version
+}
+
+// restore loads the checkpoint and the latest version, repairing
+// NAME.latest after a crash between checkpoint and announcement.
+func (s *Service) restore(ctx context.Context) error {
+	data, err := s.st.Models.GetBytes(ctx, StateObject(s.cfg.Name))
+	var version int
+	switch {
+	case errors.Is(err, jetstream.ErrObjectNotFound):
+	case err != nil:
+		return fmt.Errorf("service: load checkpoint %s: %w", StateObject(s.cfg.Name), err)
+	default:
+		t, meta, err := arrowio.DecodeCounts(data)
+		if err != nil {
+			return fmt.Errorf("service: checkpoint %s: %w", StateObject(s.cfg.Name), err)
+		}
+		if meta.Name != s.cfg.Name {
+			return fmt.Errorf("service: checkpoint %s belongs to model %q", StateObject(s.cfg.Name), meta.Name)
+		}
+		s.table, s.seq, s.ckptSeq, version = t, meta.Seq, meta.Seq, meta.Version
+		s.log.Info("checkpoint loaded", "seq", s.seq, "nnz", t.NNZ(), "count", t.Sum(), "version", version)
+	}
+	if err := s.checkSize(); err != nil {
+		return err
+	}
+	latest, rev, err := s.st.Latest(ctx, s.cfg.Name)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return err
+	}
+	s.kvRev = rev
+	if version == 0 {
+		if latest != nil {
+			s.log.Warn("NAME.latest names a version the checkpoint does not know: ignored", "version", latest.Version)
+		}
+		return nil
+	}
+	data, info, err := s.st.Get(ctx, s.cfg.Name, version)
+	if err != nil {
+		return err
+	}
+	mf, err := arrowio.DecodeModel(data)
+	if err != nil {
+		return fmt.Errorf("service: version %d: %w", version, err)
+	}
+	s.model, s.latest = mf.Model, info
+	if err := s.checkSize(); err != nil {
+		return err
+	}
+	if s.model.M != s.cfg.Order || s.model.Tie != s.cfg.Tie {
+		s.log.Warn("the latest version's order and tie mode are kept (the flags apply to a new model name)",
+			"m", s.model.M, "tie", s.model.Tie, "order_flag", s.cfg.Order, "tie_flag", s.cfg.Tie)
+	}
+	if latest == nil || latest.Version < version {
+		s.log.Warn("repairing the latest version after a crash", "version", version)
+		return s.publish(ctx, info)
+	}
+	return nil
+}
+
+// checkSize checks that a fixed size holds the counts and the latest
+// version restored (a model never shrinks).
+func (s *Service) checkSize() error {
+	n, u := s.table.Dims()
+	if s.model != nil {
+		n, u = max(n, s.model.N), max(u, s.model.U)
+	}
+	if s.cfg.States > 0 && n > s.cfg.States {
+		return fmt.Errorf("service: model %s already has %d states (counts and versions); a fixed size of %d states would drop data", s.cfg.Name, n, s.cfg.States)
+	}
+	if s.cfg.Actions > 0 && u > s.cfg.Actions {
+		return fmt.Errorf("service: model %s already has %d actions (counts and versions); a fixed size of %d actions would drop data", s.cfg.Name, u, s.cfg.Actions)
+	}
+	return nil
+}
+
+// checkpoint stores the counts with the sequence they include, when
+// anything changed since the last one.
+func (s *Service) checkpoint(ctx context.Context) error {
+	if !s.dirty {
+		return nil
+	}
+	all, pending := s.table.Added()
+	data, err := arrowio.EncodeCounts(arrowio.CountsMeta{Name: s.cfg.Name, Seq: s.seq, Added: all, Pending: pending, Version: s.version()}, s.table)
+	if err != nil {
+		return fmt.Errorf("service: checkpoint: %w", err)
+	}
+	if err := s.st.put(ctx, s.nc.MaxPayload(), StateObject(s.cfg.Name), data, nil); err != nil {
+		return fmt.Errorf("service: checkpoint: %w", err)
+	}
+	s.ckptSeq, s.dirty = s.seq, false
+	s.log.Debug("checkpoint", "seq", s.seq, "bytes", len(data))
+	return nil
+}
+
+// status returns the current Status.
+func (s *Service) status() Status {
+	all, pending := s.table.Added()
+	n, u := s.dims()
+	return Status{Name: s.cfg.Name, ID: s.id, Mode: s.cfg.Mode, StreamSeq: s.seq, Checkpointed: s.ckptSeq,
+		Transitions: all, Pending: pending, Count: s.table.Sum(), NNZ: s.table.NNZ(), States: n, Actions: u,
+		Rejected: s.rejected, RejectedMessages: s.rejectedMsg, LastRejection: s.lastReject, Latest: s.latest}
+}
+
+// dims returns the model size the data needs: the fixed size where set,
+// else the data's and the latest version's, whichever is larger.
+func (s *Service) dims() (n, u int) {
+	n, u = s.table.Dims()
+	if s.model != nil {
+		n, u = max(n, s.model.N), max(u, s.model.U)
+	}
+	if s.cfg.States > 0 {
+		n = s.cfg.States
+	}
+	if s.cfg.Actions > 0 {
+		u = s.cfg.Actions
+	}
+	return n, u
+}
+
+// serveRequests starts the micro service: retrain and status endpoints
+// whose work runs on Run's goroutine.
+func (s *Service) serveRequests(ctx context.Context, wg *sync.WaitGroup) (micro.Service, error) {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name: "emsf-serve", Version: "1.0.0",
+		Description: "emsf service mode: counts transitions, retrains and publishes model versions",
+		Metadata:    map[string]string{"model": s.cfg.Name, "id": s.id, "mode": string(s.cfg.Mode)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("service: micro service: %w", err)
+	}
+	// run hands f to Run's goroutine from a goroutine of its own (counted
+	// in wg), so that the handler returns at once; a request that arrives
+	// while the service stops gets an error reply.
+	run := func(req micro.Request, f func()) {
+		defer wg.Done()
+		select {
+		case s.ctl <- f:
+		case <-ctx.Done():
+			_ = req.Error("503", "service stopping", nil)
+		}
+	}
+	err = svc.AddEndpoint("retrain", micro.HandlerFunc(func(req micro.Request) {
+		wg.Add(1)
+		go run(req, func() {
+			v, err := s.retrain(ctx, "request")
+			if err != nil {
+				_ = req.Error("500", err.Error(), nil)
+				return
+			}
+			_ = req.RespondJSON(v)
+		})
+	}), micro.WithEndpointSubject(RetrainSubject(s.cfg.Prefix, s.cfg.Name)))
+	if err == nil {
+		err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
+			wg.Add(1)
+			go run(req, func() { _ = req.RespondJSON(s.status()) })
+		}), micro.WithEndpointSubject(StatusSubject(s.cfg.Prefix, s.cfg.Name)))
+	}
+	if err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("service: micro endpoint: %w", err)
+	}
+	return svc, nil
+}

@@ -1,0 +1,473 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
+)
+
+// server starts an embedded NATS server for one test and returns a
+// connection to it.
+func server(t *testing.T) (*nats.Conn, string) {
+	t.Helper()
+	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc := connect(t, srv.ClientURL())
+	return nc, srv.ClientURL()
+}
+
+func connect(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// running is a Service running in a goroutine of the test.
+type running struct {
+	svc    *Service
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(t *testing.T, nc *nats.Conn, cfg Config) *running {
+	t.Helper()
+	svc, err := New(t.Context(), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{svc: svc, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- svc.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	select {
+	case <-svc.Ready():
+	case err := <-r.done:
+		t.Fatalf("Run: %v", err)
+	}
+	return r
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	if err := <-r.done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// rows is a list of transitions (state, action, next).
+type rows [][3]int
+
+func randomRows(seed uint64, k, n, u int) rows {
+	rng := rand.New(rand.NewPCG(seed, 9))
+	out := make(rows, k)
+	for x := range out {
+		out[x] = [3]int{rng.IntN(n), rng.IntN(u), rng.IntN(n)}
+	}
+	return out
+}
+
+func (rs rows) csv() []byte {
+	var b strings.Builder
+	b.WriteString("state,action,next_state\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "%d,%d,%d\n", r[0], r[1], r[2])
+	}
+	return []byte(b.String())
+}
+
+func (rs rows) arrow(t *testing.T) []byte {
+	t.Helper()
+	b := &arrowio.TransitionBatch{}
+	for _, r := range rs {
+		b.State = append(b.State, int32(r[0]))
+		b.Action = append(b.Action, int32(r[1]))
+		b.Next = append(b.Next, int32(r[2]))
+		b.Count = append(b.Count, 1)
+	}
+	data, err := arrowio.EncodeTransitionsPayload(b, 0, b.Len())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func publish(t *testing.T, nc *nats.Conn, name string, payload []byte) uint64 {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureStream(t.Context(), js, StoreConfig{Prefix: "emsf", Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(t.Context(), TransitionsSubject("emsf", name), payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+func status(t *testing.T, nc *nats.Conn, name string) Status {
+	t.Helper()
+	m, err := nc.Request(StatusSubject("emsf", name), nil, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	if err := json.Unmarshal(m.Data, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// waitSeq waits until the service named name has counted sequence seq.
+func waitSeq(t *testing.T, nc *nats.Conn, name string, seq uint64) Status {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := status(t, nc, name)
+		if st.StreamSeq >= seq {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service %s counted up to sequence %d, want %d", name, st.StreamSeq, seq)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func retrain(t *testing.T, nc *nats.Conn, name string) (*Version, error) {
+	t.Helper()
+	m, err := nc.Request(RetrainSubject("emsf", name), nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return nil, errors.New(m.Header.Get("Nats-Service-Error"))
+	}
+	var v Version
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		t.Fatal(err)
+	}
+	return &v, nil
+}
+
+func fetch(t *testing.T, nc *nats.Conn, name string, v int) *factor.Model {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	st, err := OpenStoresReadOnly(t.Context(), js, DefaultStateBucket, DefaultModelBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, err := st.Get(t.Context(), name, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf, err := arrowio.DecodeModel(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mf.Model
+}
+
+// blocksOf counts rs into per-action blocks as a refit sees them.
+func blocksOf(rs rows, u int) []*factor.Block {
+	var tab shard.Table
+	for _, r := range rs {
+		_ = tab.Add(r[0], r[1], r[2], 1)
+	}
+	return tab.Blocks(u, false)
+}
+
+// The whole cycle: publish (CSV and Arrow), retrain on request, the
+// version stored, recorded as latest and announced, and equal to a local
+// fit of the same counts; a retrain without new data makes no version.
+func TestServeRetrainPublishes(t *testing.T) {
+	nc, _ := server(t)
+	announced := make(chan *nats.Msg, 4)
+	sub, err := nc.ChanSubscribe(ModelSubject("emsf", "demo"), announced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	start(t, nc, Config{Name: "demo", Order: 3, Seed: 5, MaxIter: 20, Tol: 0, UseWorkers: WorkersNever})
+
+	if _, err := retrain(t, nc, "demo"); err == nil || !strings.Contains(err.Error(), "no transitions yet") {
+		t.Fatalf("retrain before any data: %v", err)
+	}
+	a, b := randomRows(1, 400, 12, 2), randomRows(2, 300, 12, 2)
+	publish(t, nc, "demo", a.csv())
+	seq := publish(t, nc, "demo", b.arrow(t))
+	waitSeq(t, nc, "demo", seq)
+	v, err := retrain(t, nc, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Version != 1 || !v.New || v.Transitions != 700 || v.StreamSeq != seq || v.N != 12 || v.U != 2 || v.M != 3 || v.Iterations != 20 {
+		t.Fatalf("version %+v", v)
+	}
+	select {
+	case m := <-announced:
+		var got Version
+		if err := json.Unmarshal(m.Data, &got); err != nil || got.Version != 1 || got.Digest != v.Digest {
+			t.Fatalf("announcement %s (%v)", m.Data, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no announcement on the model subject")
+	}
+	all := append(append(rows{}, a...), b...)
+	want := factor.NewRandom(12, 3, 2, factor.TieNone, 5)
+	shards, _ := shard.Split(blocksOf(all, 2), 12, shard.DefaultTargetNNZ)
+	if _, err := factor.Fit(t.Context(), want, shard.Blocks(shards), factor.FitOptions{Converger: factor.Converger{MaxIter: 20}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fetch(t, nc, "demo", 0); !got.Equal(want) {
+		t.Fatal("version 1 differs from a local fit of the same counts")
+	}
+	again, err := retrain(t, nc, "demo")
+	if err != nil || again.New || again.Version != 1 {
+		t.Fatalf("retrain without new data: %+v, %v", again, err)
+	}
+}
+
+// A state or action beyond the latest version grows the model (new rows
+// as factor.Model.Grow documents, warm start otherwise).
+func TestServeGrows(t *testing.T) {
+	nc, _ := server(t)
+	start(t, nc, Config{Name: "g", Order: 2, MaxIter: 5, Tol: 0, UseWorkers: WorkersNever})
+	seq := publish(t, nc, "g", randomRows(3, 200, 6, 1).csv())
+	waitSeq(t, nc, "g", seq)
+	if _, err := retrain(t, nc, "g"); err != nil {
+		t.Fatal(err)
+	}
+	v1 := fetch(t, nc, "g", 1)
+	more := rows{{7, 1, 8}, {8, 0, 2}, {1, 1, 9}}
+	seq = publish(t, nc, "g", more.csv())
+	waitSeq(t, nc, "g", seq)
+	v, err := retrain(t, nc, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.N != 10 || v.U != 2 {
+		t.Fatalf("grown to n=%d u=%d, want 10 and 2", v.N, v.U)
+	}
+	want, err := v1.Grow(10, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(randomRows(3, 200, 6, 1), more...)
+	shards, _ := shard.Split(blocksOf(all, 2), 10, shard.DefaultTargetNNZ)
+	if _, err := factor.Fit(t.Context(), want, shard.Blocks(shards), factor.FitOptions{Converger: factor.Converger{MaxIter: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fetch(t, nc, "g", 2); !got.Equal(want) {
+		t.Fatal("version 2 is not the warm-started refit of the grown version 1")
+	}
+}
+
+// With a fixed size, rows outside it are rejected, counted and reported,
+// and the rest of the message is kept; an unreadable payload is rejected
+// whole.
+func TestServeFixedSizeRejects(t *testing.T) {
+	nc, _ := server(t)
+	reg := prometheus.NewRegistry()
+	r := start(t, nc, Config{Name: "fx", Order: 2, MaxIter: 3, States: 5, Actions: 2, UseWorkers: WorkersNever, Registry: reg})
+	publish(t, nc, "fx", rows{{0, 0, 1}, {5, 0, 1}, {1, 2, 3}, {2, 1, 4}, {1, 0, 7}}.csv())
+	seq := publish(t, nc, "fx", []byte("state,action,next_state\n1,0,2\n1,x,2\n"))
+	st := waitSeq(t, nc, "fx", seq)
+	if st.Transitions != 2 || st.Rejected != 3 || st.RejectedMessages != 1 {
+		t.Fatalf("status %+v: want 2 kept, 3 rows and 1 message rejected", st)
+	}
+	if !strings.Contains(st.LastRejection, `column "action"`) {
+		t.Errorf("last rejection %q does not name the bad column", st.LastRejection)
+	}
+	m := r.svc.m
+	if got := testutil.ToFloat64(m.rejected.WithLabelValues(reasonState)); got != 2 {
+		t.Errorf("state rejections %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.rejected.WithLabelValues(reasonAction)); got != 1 {
+		t.Errorf("action rejections %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.rejectedMsgs); got != 1 {
+		t.Errorf("rejected messages %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.ingested); got != 2 {
+		t.Errorf("ingested %v, want 2", got)
+	}
+	v, err := retrain(t, nc, "fx")
+	if err != nil || v.N != 5 || v.U != 2 {
+		t.Fatalf("retrain with a fixed size: %+v, %v", v, err)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n == 0 {
+		t.Errorf("registry: %d metrics, %v", n, err)
+	}
+}
+
+// A restarted service continues from its checkpoint: nothing lost or
+// counted twice, the latest version kept, and the next version numbered
+// after it.
+func TestServeRestart(t *testing.T) {
+	nc, _ := server(t)
+	cfg := Config{Name: "rs", Order: 2, MaxIter: 5, Tol: 0, UseWorkers: WorkersNever, CheckpointEvery: time.Hour}
+	r := start(t, nc, cfg)
+	var all rows
+	var seq uint64
+	for k := range 5 {
+		rs := randomRows(uint64(10+k), 50, 8, 2)
+		all = append(all, rs...)
+		seq = publish(t, nc, "rs", rs.csv())
+	}
+	waitSeq(t, nc, "rs", seq)
+	if _, err := retrain(t, nc, "rs"); err != nil {
+		t.Fatal(err)
+	}
+	extra := randomRows(99, 70, 8, 2)
+	all = append(all, extra...)
+	seq = publish(t, nc, "rs", extra.csv())
+	waitSeq(t, nc, "rs", seq)
+	r.stop(t) // checkpoints on the way out
+	// Published while no service runs: counted after the restart.
+	late := randomRows(100, 30, 8, 2)
+	all = append(all, late...)
+	seq = publish(t, nc, "rs", late.csv())
+	start(t, nc, cfg)
+	st := waitSeq(t, nc, "rs", seq)
+	if st.Transitions != int64(len(all)) || st.Pending != 100 || st.Latest == nil || st.Latest.Version != 1 {
+		t.Fatalf("after restart: %+v", st)
+	}
+	v, err := retrain(t, nc, "rs")
+	if err != nil || v.Version != 2 || v.Transitions != int64(len(all)) {
+		t.Fatalf("retrain after restart: %+v, %v", v, err)
+	}
+	if _, err := New(t.Context(), nc, cfg); err == nil || !strings.Contains(err.Error(), "already served") {
+		t.Errorf("a second service for the same name: %v", err)
+	}
+}
+
+// Incremental mode commits the new counts with α: version 2 is version 1
+// plus one incremental commit of the data that arrived after it.
+func TestServeIncremental(t *testing.T) {
+	nc, _ := server(t)
+	start(t, nc, Config{Name: "inc", Order: 3, Seed: 2, Mode: ModeIncremental, Alpha: 0.3, UseWorkers: WorkersNever})
+	first := randomRows(4, 300, 9, 2)
+	seq := publish(t, nc, "inc", first.arrow(t))
+	waitSeq(t, nc, "inc", seq)
+	if _, err := retrain(t, nc, "inc"); err != nil {
+		t.Fatal(err)
+	}
+	v1 := fetch(t, nc, "inc", 1)
+	second := randomRows(5, 200, 9, 2)
+	seq = publish(t, nc, "inc", second.arrow(t))
+	waitSeq(t, nc, "inc", seq)
+	v, err := retrain(t, nc, "inc")
+	if err != nil || v.Mode != ModeIncremental || v.Iterations != 1 {
+		t.Fatalf("incremental retrain: %+v, %v", v, err)
+	}
+	inc, err := factor.NewIncremental(v1, factor.IncrementalOptions{Alpha: 0.3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocksOf(second, 2) {
+		for r, i := range b.Rows {
+			for p := b.Ptr[r]; p < b.Ptr[r+1]; p++ {
+				if err := inc.Add(int(i), b.Action, int(b.Cols[p]), b.Vals[p]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := inc.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fetch(t, nc, "inc", 2); !got.Equal(inc.Model()) {
+		t.Fatal("version 2 is not version 1 plus one incremental commit of the new counts")
+	}
+}
+
+// --every retrains by itself once enough transitions arrived.
+func TestServeEveryPolicy(t *testing.T) {
+	nc, _ := server(t)
+	announced := make(chan *nats.Msg, 4)
+	sub, err := nc.ChanSubscribe(ModelSubject("emsf", "ev"), announced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	start(t, nc, Config{Name: "ev", Order: 2, MaxIter: 3, Every: 100, UseWorkers: WorkersNever})
+	publish(t, nc, "ev", randomRows(6, 60, 5, 1).csv())
+	select {
+	case <-announced:
+		t.Fatal("a version after 60 of 100 transitions")
+	case <-time.After(300 * time.Millisecond):
+	}
+	publish(t, nc, "ev", randomRows(7, 60, 5, 1).csv())
+	select {
+	case m := <-announced:
+		var v Version
+		if err := json.Unmarshal(m.Data, &v); err != nil || v.Reason != "every" || v.Transitions != 120 {
+			t.Fatalf("announcement %s", m.Data)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no version after 120 transitions with --every 100")
+	}
+}
+
+// A refit on the cluster's workers gives bitwise the model an in-process
+// refit gives.
+func TestServeRefitOnWorkers(t *testing.T) {
+	nc, url := server(t)
+	var wg sync.WaitGroup
+	for k := range 2 {
+		w, err := worker.Start(t.Context(), connect(t, url), worker.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		t.Cleanup(func() { defer wg.Done(); _ = w.Stop() })
+		_ = k
+	}
+	data := randomRows(8, 3000, 40, 2)
+	for _, c := range []struct {
+		name string
+		use  UseWorkers
+	}{{"local", WorkersNever}, {"cluster", WorkersAlways}} {
+		start(t, nc, Config{Name: c.name, Order: 4, MaxIter: 6, Tol: 0, UseWorkers: c.use, ShardNNZ: 500})
+		seq := publish(t, nc, c.name, data.arrow(t))
+		waitSeq(t, nc, c.name, seq)
+		if _, err := retrain(t, nc, c.name); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+	}
+	if !fetch(t, nc, "local", 1).Equal(fetch(t, nc, "cluster", 1)) {
+		t.Fatal("refit on workers differs from the in-process refit")
+	}
+}

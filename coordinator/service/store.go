@@ -1,0 +1,268 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/worker"
+)
+
+// Version describes one model version: the JSON of NAME.latest, of every
+// announcement on P.NAME.model and of a retrain reply.
+type Version struct {
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+	// Object is the Object Store object holding the model file, Digest
+	// its SHA-256 (hex) and Size its length.
+	Object string `json:"object"`
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+	Mode   Mode   `json:"mode"`
+	// Reason is what started the retrain: request, every or interval.
+	Reason string `json:"reason"`
+	// LogLik and WKL are of all counts under this version.
+	LogLik float64 `json:"loglik"`
+	WKL    float64 `json:"wkl"`
+	// Transitions is the number of rows ingested that this version has
+	// seen, Count their total count, StreamSeq the last stream sequence
+	// they include.
+	Transitions int64   `json:"transitions"`
+	Count       float64 `json:"count"`
+	StreamSeq   uint64  `json:"stream_seq"`
+	N           int     `json:"n"`
+	M           int     `json:"m"`
+	U           int     `json:"u"`
+	// Iterations is the number of EM iterations (refit) or commits
+	// (incremental) of this retrain; Seconds its wall time.
+	Iterations int       `json:"iterations"`
+	Seconds    float64   `json:"seconds"`
+	Created    time.Time `json:"created"`
+	// New is false in a retrain reply that made no version (no data since
+	// the latest one, which the reply describes).
+	New bool `json:"new"`
+}
+
+// Stores are the JetStream resources of one model name.
+type Stores struct {
+	JS     jetstream.JetStream
+	KV     jetstream.KeyValue
+	Models jetstream.ObjectStore
+}
+
+// StoreConfig names the buckets and the stream's limits.
+type StoreConfig struct {
+	Prefix, Name             string
+	StateBucket, ModelBucket string
+	Replicas                 int
+	StreamMaxAge             time.Duration
+	StreamMaxBytes           int64
+}
+
+// EnsureStream creates model name's transitions stream, or updates it when
+// it exists (limits are only set at creation).
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (jetstream.Stream, error) {
+	name := StreamName(cfg.Prefix, cfg.Name)
+	if s, err := js.Stream(ctx, name); err == nil {
+		return s, nil
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("service: stream %s: %w", name, err)
+	}
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        name,
+		Description: "emsf transitions of model " + cfg.Name,
+		Subjects:    []string{TransitionsSubject(cfg.Prefix, cfg.Name)},
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(cfg.Replicas, 1),
+		MaxAge:      cfg.StreamMaxAge,
+		MaxBytes:    max(cfg.StreamMaxBytes, -1),
+		Duplicates:  2 * time.Minute,
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		s, err = js.Stream(ctx, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("service: create stream %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// OpenStores opens (creating when missing) the KV and Object Store
+// buckets.
+func OpenStores(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*Stores, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: cfg.StateBucket, Description: "emsf serve: latest model version per name", History: 16,
+		Storage: jetstream.FileStorage, Replicas: max(cfg.Replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("service: key-value store %s: %w", cfg.StateBucket, err)
+	}
+	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: cfg.ModelBucket, Description: "emsf serve: model versions and count checkpoints",
+		Storage: jetstream.FileStorage, Replicas: max(cfg.Replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("service: object store %s: %w", cfg.ModelBucket, err)
+	}
+	return &Stores{JS: js, KV: kv, Models: obs}, nil
+}
+
+// OpenStoresReadOnly opens existing buckets without creating them (the
+// client side: emsf model get).
+func OpenStoresReadOnly(ctx context.Context, js jetstream.JetStream, stateBucket, modelBucket string) (*Stores, error) {
+	kv, err := js.KeyValue(ctx, stateBucket)
+	if err != nil {
+		return nil, fmt.Errorf("service: key-value store %s: %w (has an emsf serve run on this server?)", stateBucket, err)
+	}
+	obs, err := js.ObjectStore(ctx, modelBucket)
+	if err != nil {
+		return nil, fmt.Errorf("service: object store %s: %w", modelBucket, err)
+	}
+	return &Stores{JS: js, KV: kv, Models: obs}, nil
+}
+
+// put stores data as object name with metadata meta, in chunks below the
+// server's max payload (as worker.PutObject does).
+func (st *Stores) put(ctx context.Context, maxPayload int64, name string, data []byte, meta map[string]string) error {
+	head := int64(8 << 10)
+	if maxPayload < 16<<10 {
+		head = maxPayload / 2
+	}
+	chunk := max(min(worker.MaxChunk, maxPayload-head), 1)
+	om := jetstream.ObjectMeta{Name: name, Metadata: meta, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(chunk)}}
+	if _, err := st.Models.Put(ctx, om, bytes.NewReader(data)); err != nil {
+		return fmt.Errorf("service: store %s: %w", name, err)
+	}
+	return nil
+}
+
+// Latest returns model name's latest Version and its KV revision
+// (jetstream.ErrKeyNotFound when there is none yet).
+func (st *Stores) Latest(ctx context.Context, name string) (*Version, uint64, error) {
+	e, err := st.KV.Get(ctx, LatestKey(name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("service: model %s has no version yet (no retrain has finished): %w", name, err)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("service: latest version of %s: %w", name, err)
+	}
+	var v Version
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return nil, 0, fmt.Errorf("service: latest version of %s: %w", name, err)
+	}
+	return &v, e.Revision(), nil
+}
+
+// Get returns the model file of version v of model name (v <= 0: the
+// latest) and its Version, after checking the digest when it is known.
+func (st *Stores) Get(ctx context.Context, name string, v int) ([]byte, *Version, error) {
+	var info *Version
+	if v <= 0 {
+		latest, _, err := st.Latest(ctx, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		info, v = latest, latest.Version
+	}
+	obj := ModelObject(name, v)
+	data, err := st.Models.GetBytes(ctx, obj)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, nil, fmt.Errorf("service: model %s has no version %d", name, v)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("service: fetch %s: %w", obj, err)
+	}
+	if info == nil {
+		if oi, err := st.Models.GetInfo(ctx, obj); err == nil {
+			info = versionFromMeta(name, v, oi)
+		}
+	}
+	if info != nil && info.Digest != "" {
+		if d := digest(data); d != info.Digest {
+			return nil, nil, fmt.Errorf("service: %s has SHA-256 %s, version %d says %s", obj, d, v, info.Digest)
+		}
+	}
+	if _, err := arrowio.DecodeModel(data); err != nil {
+		return nil, nil, fmt.Errorf("service: %s: %w", obj, err)
+	}
+	return data, info, nil
+}
+
+// List returns the stored versions of model name, oldest first.
+func (st *Stores) List(ctx context.Context, name string) ([]*Version, error) {
+	objs, err := st.Models.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("service: list %s: %w", name, err)
+	}
+	var out []*Version
+	pre := name + "/models/"
+	for _, oi := range objs {
+		rest, ok := strings.CutPrefix(oi.Name, pre)
+		if !ok {
+			continue
+		}
+		v, err := strconv.Atoi(rest)
+		if err != nil {
+			continue
+		}
+		out = append(out, versionFromMeta(name, v, oi))
+	}
+	slices.SortFunc(out, func(a, b *Version) int { return a.Version - b.Version })
+	return out, nil
+}
+
+// versionMeta is the object metadata of a model version: its Version as
+// JSON (object metadata values are strings).
+func versionMeta(v *Version) (map[string]string, error) {
+	b, err := jsonVersion(v)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"emsf-version": string(b)}, nil
+}
+
+func versionFromMeta(name string, v int, oi *jetstream.ObjectInfo) *Version {
+	out := &Version{Name: name, Version: v, Object: oi.Name, Size: int64(oi.Size), Created: oi.ModTime}
+	if s, ok := oi.Metadata["emsf-version"]; ok {
+		var meta Version
+		if json.Unmarshal([]byte(s), &meta) == nil && meta.Version == v {
+			out = &meta
+		}
+	}
+	return out
+}
+
+func digest(data []byte) string {
+	h := sha256.Sum256(data)
+	return hex.EncodeToString(h[:])
+}
+
+// jsonVersion is v's JSON (NaN metrics, which JSON cannot hold, as 0).
+func jsonVersion(v *Version) ([]byte, error) {
+	c := *v
+	for _, p := range []*float64{&c.LogLik, &c.WKL} {
+		if math.IsNaN(*p) || math.IsInf(*p, 0) {
+			*p = 0
+		}
+	}
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, fmt.Errorf("service: version %d: %w", v.Version, err)
+	}
+	return b, nil
+}
