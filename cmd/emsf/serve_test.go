@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/coordinator/service"
+	"github.com/emsf/emsf/shard"
+)
+
+// serveProc is an emsf serve process of a test.
+type serveProc struct {
+	cmd      *exec.Cmd
+	out, err syncBuffer
+}
+
+func startServe(t *testing.T, bin, url, name string, extra ...string) *serveProc {
+	t.Helper()
+	p := &serveProc{}
+	args := append([]string{"serve", "--nats", url, "--name", name, "--order", "3", "--iters", "8", "--tol", "0",
+		"--use-workers", "no", "--workers", "1", "--log-level", "debug"}, extra...)
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *serveProc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("emsf serve exited with %v\n%s", err, p.err.String())
+	}
+}
+
+func serveStatus(nc *nats.Conn, name string) (service.Status, error) {
+	var st service.Status
+	m, err := nc.Request(service.StatusSubject("emsf", name), nil, 2*time.Second)
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(m.Data, &st)
+}
+
+// TestServeKillExactlyOnce: `emsf serve` gets SIGKILL while it counts a
+// stream of 60 messages (published by `emsf publish`); after a restart its
+// counts equal the stream's contents exactly, and a retrain gives bitwise
+// the model of a service that never crashed.
+func TestServeKillExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	bin := buildBinary(t)
+	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	url := srv.ClientURL()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	// 3000 transitions with counts 0.5, 1 and 2 (their sums are exact in
+	// any order, so equality below is exact whatever the replay did).
+	dir := t.TempDir()
+	data := filepath.Join(dir, "t.csv")
+	rng := rand.New(rand.NewPCG(3, 4))
+	var b bytes.Buffer
+	var want shard.Table
+	b.WriteString("state,action,next_state,count\n")
+	for range 3000 {
+		i, a, j, c := rng.IntN(40), rng.IntN(2), rng.IntN(40), []float64{0.5, 1, 2}[rng.IntN(3)]
+		fmt.Fprintf(&b, "%d,%d,%d,%v\n", i, a, j, c)
+		_ = want.Add(i, a, j, c)
+	}
+	if err := os.WriteFile(data, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"crash", "clean"} {
+		out, err := exec.Command(bin, "publish", "--nats", url, "--name", name, "--input", data, "--max-rows", "50").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "in 60 messages") {
+			t.Fatalf("emsf publish: %v\n%s", err, out)
+		}
+	}
+
+	// The crash: SIGKILL once a third of the stream is counted and a
+	// checkpoint has been written, so that part is replayed.
+	p := startServe(t, bin, url, "crash", "--ingest-delay", "15ms", "--checkpoint-every", "120ms")
+	var before service.Status
+	checkFor(t, 60*time.Second, func() error {
+		st, err := serveStatus(nc, "crash")
+		if err != nil || st.StreamSeq < 20 || st.Checkpointed == 0 {
+			return fmt.Errorf("serve counted up to %d, checkpointed %d (%v)\n%s", st.StreamSeq, st.Checkpointed, err, p.err.String())
+		}
+		before = st
+		return nil
+	})
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+	t.Logf("killed at sequence %d (checkpointed %d)", before.StreamSeq, before.Checkpointed)
+	if before.StreamSeq >= 60 {
+		t.Fatalf("the whole stream was counted before the kill: nothing tested")
+	}
+
+	p = startServe(t, bin, url, "crash", "--checkpoint-every", "120ms")
+	checkFor(t, 60*time.Second, func() error {
+		st, err := serveStatus(nc, "crash")
+		if err != nil || st.StreamSeq != 60 {
+			return fmt.Errorf("restarted serve counted up to %d (%v)\n%s", st.StreamSeq, err, p.err.String())
+		}
+		if st.Transitions != 3000 || st.Count != want.Sum() {
+			return fmt.Errorf("after the restart: %d rows, count %v; want 3000 rows, count %v", st.Transitions, st.Count, want.Sum())
+		}
+		return nil
+	})
+	p.stop(t) // checkpoints: the state object must hold the stream exactly
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(t.Context(), service.DefaultModelBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := obs.GetBytes(t.Context(), service.StateObject("crash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, meta, err := arrowio.DecodeCounts(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta.Seq != 60 || meta.Added != 3000 || !reflect.DeepEqual(got.Entries(), want.Entries()) {
+		t.Fatalf("checkpoint after the crash: seq %d, %d rows, entries equal %v", meta.Seq, meta.Added, reflect.DeepEqual(got.Entries(), want.Entries()))
+	}
+
+	// A retrain after the restart = a retrain of a service that never
+	// crashed.
+	models := map[string]string{}
+	for _, name := range []string{"crash", "clean"} {
+		p := startServe(t, bin, url, name)
+		checkFor(t, 60*time.Second, func() error {
+			st, err := serveStatus(nc, name)
+			if err != nil || st.StreamSeq != 60 {
+				return fmt.Errorf("%s counted up to %d (%v)", name, st.StreamSeq, err)
+			}
+			return nil
+		})
+		if out, err := exec.Command(bin, "retrain", "--nats", url, "--name", name).CombinedOutput(); err != nil {
+			t.Fatalf("emsf retrain %s: %v\n%s", name, err, out)
+		}
+		models[name] = filepath.Join(dir, name+".arrow")
+		if out, err := exec.Command(bin, "model", "get", name, "--nats", url, "--out", models[name]).CombinedOutput(); err != nil {
+			t.Fatalf("emsf model get %s: %v\n%s", name, err, out)
+		}
+		p.stop(t)
+	}
+	a, err := arrowio.ReadModel(models["crash"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := arrowio.ReadModel(models["clean"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Model.Equal(c.Model) {
+		t.Fatal("the model retrained after the crash differs from the one without a crash")
+	}
+}
+
+// Bad flags of the service commands: one line naming the flag, exit 2.
+func TestServeCommandsBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--embedded"}, "--name is required"},
+		{[]string{"serve", "--name", "a.b", "--embedded"}, "--name"},
+		{[]string{"serve", "--name", "x"}, "give --nats URL"},
+		{[]string{"serve", "--name", "x", "--embedded", "--nats", "nats://h:1"}, "cannot be combined"},
+		{[]string{"serve", "--name", "x", "--embedded", "--mode", "batch"}, `--mode "batch"`},
+		{[]string{"serve", "--name", "x", "--embedded", "--alpha", "1.5"}, "--alpha 1.5"},
+		{[]string{"serve", "--name", "x", "--embedded", "--every", "-3"}, "--every -3"},
+		{[]string{"serve", "--name", "x", "--embedded", "--states", "-1"}, "--states -1"},
+		{[]string{"serve", "--name", "x", "--embedded", "--use-workers", "maybe"}, `--use-workers "maybe"`},
+		{[]string{"serve", "--name", "x", "--embedded", "--port", "70000"}, "--port 70000"},
+		{[]string{"serve", "--name", "x", "--embedded", "--metrics-addr", "9464"}, `--metrics-addr "9464"`},
+		{[]string{"serve", "--name", "x", "--embedded", "--tie", "both"}, `--tie "both"`},
+		{[]string{"serve", "--name", "x", "--nats", "nats://h:1", "--store", "/tmp/s"}, "--store"},
+		{[]string{"publish", "--name", "x"}, "--input is required"},
+		{[]string{"publish", "--input", "f.csv"}, "--name is required"},
+		{[]string{"publish", "--name", "x", "--input", "f.csv", "--max-rows", "-1"}, "--max-rows -1"},
+		{[]string{"retrain", "--name", "x", "--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"model", "get", "x"}, "--out is required"},
+		{[]string{"model", "get", "x", "--out", "m.arrow", "--version", "-2"}, "--version -2"},
+		{[]string{"model", "drop", "x"}, `unknown subcommand "drop"`},
+		{[]string{"model"}, "name a subcommand"},
+	} {
+		var stdout, stderr bytes.Buffer
+		rc := run(c.args, &stdout, &stderr)
+		if rc != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("emsf %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), rc, stderr.String(), c.want)
+		}
+	}
+}
+
+// The client commands against a server where nothing is served: clear
+// errors, exit 1, no file written.
+func TestServeClientErrors(t *testing.T) {
+	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	url := srv.ClientURL()
+	out := filepath.Join(t.TempDir(), "m.arrow")
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(bad, []byte("state,action,next_state\n1,0,2\n3,0,-4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"retrain", "--nats", url, "--name", "none"}, "no emsf serve answers for model none"},
+		{[]string{"model", "status", "none", "--nats", url}, "no emsf serve answers"},
+		{[]string{"model", "get", "none", "--nats", url, "--out", out}, "bucket"},
+		{[]string{"publish", "--nats", url, "--name", "none", "--input", bad}, `row 2, column "next_state"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		rc := run(c.args, &stdout, &stderr)
+		if rc != 1 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("emsf %s: exit %d, stderr %q; want exit 1 and %q", strings.Join(c.args, " "), rc, stderr.String(), c.want)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("model get wrote a file after an error")
+	}
+	// The bad file published nothing: the stream (created by nobody) is
+	// absent or empty.
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if s, err := js.Stream(t.Context(), service.StreamName("emsf", "none")); err == nil {
+		if info, err := s.Info(t.Context()); err == nil && info.State.Msgs > 0 {
+			t.Errorf("a bad file published %d messages", info.State.Msgs)
+		}
+	}
+}
