@@ -253,6 +253,17 @@ func TestServeRetrainPublishes(t *testing.T) {
 	if got := fetch(t, nc, "demo", 0); !got.Equal(want) {
 		t.Fatal("version 1 differs from a local fit of the same counts")
 	}
+	js, _ := jetstream.New(nc)
+	st, err := OpenStoresReadOnly(t.Context(), js, DefaultStateBucket, DefaultModelBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs, err := st.List(t.Context(), "demo"); err != nil || len(vs) != 1 || vs[0].Digest != v.Digest || vs[0].LogLik != v.LogLik {
+		t.Fatalf("List: %+v, %v", vs, err)
+	}
+	if _, _, err := st.Get(t.Context(), "demo", 7); err == nil || !strings.Contains(err.Error(), "no version 7") {
+		t.Errorf("Get of a missing version: %v", err)
+	}
 	again, err := retrain(t, nc, "demo")
 	if err != nil || again.New || again.Version != 1 {
 		t.Fatalf("retrain without new data: %+v, %v", again, err)
@@ -469,5 +480,38 @@ func TestServeRefitOnWorkers(t *testing.T) {
 	}
 	if !fetch(t, nc, "local", 1).Equal(fetch(t, nc, "cluster", 1)) {
 		t.Fatal("refit on workers differs from the in-process refit")
+	}
+}
+
+// --interval retrains by itself when transitions arrived, and not when
+// none did.
+func TestServeIntervalPolicy(t *testing.T) {
+	nc, _ := server(t)
+	announced := make(chan *nats.Msg, 4)
+	sub, err := nc.ChanSubscribe(ModelSubject("emsf", "iv"), announced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	start(t, nc, Config{Name: "iv", Order: 2, MaxIter: 3, Interval: 150 * time.Millisecond, UseWorkers: WorkersNever})
+	select {
+	case <-announced:
+		t.Fatal("a version without any data")
+	case <-time.After(400 * time.Millisecond):
+	}
+	publish(t, nc, "iv", randomRows(6, 30, 5, 1).csv())
+	select {
+	case m := <-announced:
+		var v Version
+		if err := json.Unmarshal(m.Data, &v); err != nil || v.Reason != "interval" || v.Version != 1 {
+			t.Fatalf("announcement %s", m.Data)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no version within 20s with --interval 150ms")
+	}
+	select {
+	case m := <-announced:
+		t.Fatalf("a second version without new data: %s", m.Data)
+	case <-time.After(400 * time.Millisecond):
 	}
 }
