@@ -68,6 +68,13 @@ type IterReport struct {
 	Wall, Compute, Transfer, Reduce, Commit time.Duration
 	// ComputeTotal is the sum of the accepted tasks' compute times.
 	ComputeTotal time.Duration
+	// Phases of a task, averaged over the accepted tasks where the
+	// executor measures them (natsexec does): ModelFetch the worker's time
+	// getting the model before it computes, PartialEncode its time
+	// encoding the partial, PartialFetch the executor's time getting and
+	// decoding it. With model parts a worker computes while K arrives, so
+	// part of the model's transfer is inside Compute.
+	ModelFetch, PartialEncode, PartialFetch time.Duration
 	// Bytes moved: model publication plus every task's request, reply and
 	// object fetches.
 	Bytes int64
@@ -153,7 +160,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 		}
 	}
 
-	p := &pass{exec: exec, opts: &opts, log: log, man: man, acc: factor.NewAccumulator(md)}
+	p := &pass{exec: exec, opts: &opts, log: log, man: man, acc: factor.NewAccumulator(md), alpha: alpha}
 	start := time.Now()
 	prev := math.NaN()
 	res := factor.FitResult{LogLik: math.NaN()}
@@ -225,6 +232,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 		rep.SumX = acc.SumX
 		log.Debug("iteration committed", "iter", iter, "wall", rep.Wall, "compute", rep.Compute,
 			"transfer", rep.Transfer, "reduce", rep.Reduce, "commit", rep.Commit, "bytes", rep.Bytes,
+			"model_fetch", rep.ModelFetch, "partial_encode", rep.PartialEncode, "partial_fetch", rep.PartialFetch,
 			"tasks", rep.Tasks, "retried", rep.Retried, "dropped", rep.Dropped, "rejected", rep.Rejected,
 			"workers", rep.Workers)
 		if opts.Progress != nil {
@@ -281,6 +289,8 @@ type pass struct {
 	log  hclog.Logger
 	man  *shard.Manifest
 	acc  *factor.Accumulator
+	// alpha is the learning rate of the commits (tasks carry it).
+	alpha float64
 }
 
 type lease struct {
@@ -311,10 +321,15 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 	leases := make(map[int]*lease)
 	attempts := make([]int, ns)
 	held := make(map[int]worker.Result)
-	next, sent := 0, 0
+	next, sent, accepted := 0, 0, 0
 	defer func() {
 		for _, l := range leases {
 			l.cancel()
+		}
+		if accepted > 0 {
+			rep.ModelFetch /= time.Duration(accepted)
+			rep.PartialEncode /= time.Duration(accepted)
+			rep.PartialFetch /= time.Duration(accepted)
 		}
 	}()
 
@@ -336,7 +351,7 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 		now := time.Now()
 		tctx, tcancel := context.WithDeadline(ctx, now.Add(p.opts.TaskTimeout))
 		leases[k] = &lease{attempt: attempts[k], deadline: now.Add(p.opts.TaskTimeout), avoid: avoid, cancel: tcancel}
-		t := worker.Task{Job: p.opts.Job, Iteration: iter, Shard: k, WithLogLik: withLL, Attempt: attempts[k], Avoid: avoid}
+		t := worker.Task{Job: p.opts.Job, Iteration: iter, Shard: k, WithLogLik: withLL, Attempt: attempts[k], Avoid: avoid, Alpha: p.alpha}
 		p.exec.Submit(tctx, t, deliver)
 		return nil
 	}
@@ -420,6 +435,10 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 		if l != nil {
 			l.cancel()
 			rep.ComputeTotal += r.Compute
+			rep.ModelFetch += r.Model
+			rep.PartialEncode += r.Encode
+			rep.PartialFetch += r.Fetch
+			accepted++
 			delete(leases, k)
 		}
 		rep.Bytes += r.Bytes

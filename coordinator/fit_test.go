@@ -54,9 +54,11 @@ type fitCase struct {
 	wantS  []factor.IterStats
 }
 
-func newFitCase(t testing.TB) *fitCase {
+func newFitCase(t testing.TB) *fitCase { return newFitCaseTie(t, factor.TieNone) }
+
+func newFitCaseTie(t testing.TB, tie factor.Tie) *fitCase {
 	shards, man := testData(t, 200, 2, 3000, 300)
-	fc := &fitCase{shards: shards, man: man, init: factor.NewRandom(man.N, 4, man.U, factor.TieNone, 3),
+	fc := &fitCase{shards: shards, man: man, init: factor.NewRandom(man.N, 4, man.U, tie, 3),
 		conv: factor.Converger{Tol: 1e-12, MaxIter: 5}}
 	fc.want = fc.init.Clone()
 	opts := factor.FitOptions{Workers: 3, Converger: fc.conv, Progress: func(s factor.IterStats) { fc.wantS = append(fc.wantS, s) }}

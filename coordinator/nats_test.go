@@ -102,12 +102,18 @@ func TestFitNATS(t *testing.T) {
 			})
 			fc.run(t, exec, exec)
 
-			// Shards were fetched once per worker and cached across iterations.
-			var tasks, fetches int64
+			// Shards were fetched once per worker and cached across
+			// iterations; a shard's rows of D were derived by the worker
+			// that computed it the iteration before (shard affinity).
+			var tasks, fetches, derived int64
 			for _, w := range ws {
 				st := w.Stats()
 				tasks += st.Tasks
 				fetches += st.ShardFetches
+				derived += st.DerivedRows
+			}
+			if want := int64((fc.conv.MaxIter - 1) * len(fc.shards)); derived < want/2 {
+				t.Errorf("workers derived the rows of D of %d tasks, want about %d", derived, want)
 			}
 			if want := int64(len(fc.shards) * fc.conv.MaxIter); tasks != want {
 				t.Errorf("workers computed %d tasks, want %d", tasks, want)
@@ -122,6 +128,30 @@ func TestFitNATS(t *testing.T) {
 			}
 			if st.Iteration != fc.conv.MaxIter || st.ModelDigest == "" || st.Status != factor.IterationLimit.String() {
 				t.Errorf("job state %+v", st)
+			}
+		})
+	}
+}
+
+// Every tie gives the model of factor.Fit; with a shared D the workers
+// fetch the rows of D every iteration instead of deriving them.
+func TestFitNATSTies(t *testing.T) {
+	for _, tie := range []factor.Tie{factor.TieSharedK, factor.TieSharedD} {
+		t.Run(tie.String(), func(t *testing.T) {
+			fc := newFitCaseTie(t, tie)
+			s := startServer(t, 0)
+			ws := startWorkers(t, s, 2)
+			exec := newNATSExec(t, s)
+			fc.run(t, exec, exec)
+			var derived int64
+			for _, w := range ws {
+				derived += w.Stats().DerivedRows
+			}
+			if tie == factor.TieSharedD && derived != 0 {
+				t.Errorf("workers derived rows of a shared D %d times", derived)
+			}
+			if tie != factor.TieSharedD && derived == 0 {
+				t.Error("workers never derived rows of D")
 			}
 		})
 	}

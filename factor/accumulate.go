@@ -62,6 +62,18 @@ type Scratch struct {
 // ascending, columns ascending within a row), so the result does not
 // depend on the traversal.
 func Compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool) error {
+	return ComputeStreamed(md, b, s, p, withLogLik, nil)
+}
+
+// ComputeStreamed is Compute on a model whose rows of K arrive while it
+// runs (a cluster worker computes while it fetches them): before the pass
+// reads row j of the block's K it calls avail(j), unless an earlier call
+// returned a bound above j. avail returns once at least rows 0..j of that
+// K block are in place, with the number of rows in place, or an error,
+// which ComputeStreamed returns (p is then incomplete). Columns are
+// visited in the same order whatever avail does, so the partial is
+// bitwise that of Compute. A nil avail means every row is in place.
+func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail func(j int) (int, error)) error {
 	n, m := md.N, md.M
 	if err := b.CheckShape(n, md.U); err != nil {
 		return err
@@ -92,7 +104,20 @@ func Compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool) error
 	t := s.t
 
 	fast := m%4 == 0 && !s.pureGo && useAVX2()
+	have := n
+	if avail != nil {
+		have = 0
+	}
 	for c, j := range ci.cols {
+		if int(j) >= have {
+			var err error
+			if have, err = avail(int(j)); err != nil {
+				return err
+			}
+			if int(j) >= have {
+				return fmt.Errorf("factor: row %d of K not in place (%d rows are)", j, have)
+			}
+		}
 		lo, hi := ci.ptr[c], ci.ptr[c+1]
 		krow := kt[int(j)*m : int(j)*m+m]
 		kh := p.KhT[c*m : c*m+m]
@@ -344,6 +369,25 @@ func (a *Accumulator) check(p *Partial) error {
 	return nil
 }
 
+// CommitRow commits one row of D (see Commit): where x > 0,
+// row = (1-α)·row + α·dh/x; else row keeps its values. It is the
+// arithmetic of Commit itself, so a cluster worker that holds a shard's
+// rows of D and its statistics of them derives bitwise the rows the
+// coordinator commits.
+func CommitRow(row, dh []float64, x, alpha float64) {
+	if x <= 0 {
+		return
+	}
+	keep := 1 - alpha
+	f := alpha / x
+	dh = dh[:len(row)]
+	for l := range row {
+		// float64(...) forbids fused multiply-add (bitwise identity
+		// across machines).
+		row[l] = float64(keep*row[l]) + float64(f*dh[l])
+	}
+}
+
 // Commit writes the next model into md (incremental-emsf eq. 13 with
 // learning rate alpha; alpha = 1 is plain EM):
 //
@@ -362,14 +406,7 @@ func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
 	for b, d := range md.D {
 		dh, x := a.Dh[b], a.X[b]
 		for i := 0; i < n; i++ {
-			if x[i] <= 0 {
-				continue
-			}
-			f := alpha / x[i]
-			row, src := d[i*m:i*m+m], dh[i*m:i*m+m]
-			for l := range row {
-				row[l] = float64(keep*row[l]) + float64(f*src[l])
-			}
+			CommitRow(d[i*m:i*m+m], dh[i*m:i*m+m], x[i], alpha)
 		}
 	}
 	f := make([]float64, m)

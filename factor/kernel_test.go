@@ -1,6 +1,7 @@
 package factor
 
 import (
+	"errors"
 	"math"
 	"testing"
 )
@@ -71,6 +72,90 @@ func TestMergeComputedRejectsNonFiniteY(t *testing.T) {
 		p.Y[2] = bad
 		if err := acc.mergeComputed(&p); err == nil {
 			t.Errorf("mergeComputed accepted Y[2] = %v", bad)
+		}
+	}
+}
+
+// TestComputeStreamedMatchesCompute: a pass whose rows of K arrive in
+// chunks while it runs gives bitwise the partial of Compute (both
+// kernels), and an error of avail stops it.
+func TestComputeStreamedMatchesCompute(t *testing.T) {
+	const n, m = 2000, 32
+	blocks := RandomCounts(n, 2, 25, 4, 3)
+	md := NewRandom(n, m, 2, TieNone, 5)
+	for _, pureGo := range []bool{false, true} {
+		for _, chunk := range []int{1, 7, 512, n} {
+			for _, b := range blocks {
+				var want, got Partial
+				if err := Compute(md, b, &Scratch{pureGo: pureGo}, &want, true); err != nil {
+					t.Fatal(err)
+				}
+				have, calls := 0, 0
+				avail := func(j int) (int, error) {
+					calls++
+					if j < have {
+						t.Fatalf("avail(%d) called with %d rows in place", j, have)
+					}
+					for have <= j {
+						have = min(have+chunk, n)
+					}
+					return have, nil
+				}
+				if err := ComputeStreamed(md, b, &Scratch{pureGo: pureGo}, &got, true, avail); err != nil {
+					t.Fatal(err)
+				}
+				if calls == 0 {
+					t.Fatal("avail never called")
+				}
+				for name, pair := range map[string][2][]float64{
+					"Dh": {want.Dh, got.Dh}, "X": {want.X, got.X}, "KhT": {want.KhT, got.KhT}, "Y": {want.Y, got.Y},
+				} {
+					if !bitsEqual(pair[0], pair[1]) {
+						t.Fatalf("pureGo=%v chunk=%d: %s differs from Compute", pureGo, chunk, name)
+					}
+				}
+				if math.Float64bits(want.LogLik) != math.Float64bits(got.LogLik) || want.SumX != got.SumX {
+					t.Fatalf("pureGo=%v chunk=%d: loglik %v vs %v", pureGo, chunk, got.LogLik, want.LogLik)
+				}
+			}
+		}
+	}
+	var p Partial
+	boom := errors.New("boom")
+	err := ComputeStreamed(md, blocks[0], new(Scratch), &p, false, func(int) (int, error) { return 0, boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("error %v, want %v", err, boom)
+	}
+	err = ComputeStreamed(md, blocks[0], new(Scratch), &p, false, func(j int) (int, error) { return j, nil })
+	if err == nil {
+		t.Fatal("avail that returns too few rows: no error")
+	}
+}
+
+// TestCommitRowDerivesCommit: the rows of D a worker derives from its own
+// partial with CommitRow are bitwise the rows Accumulator.Commit writes
+// when that partial is the only one touching them.
+func TestCommitRowDerivesCommit(t *testing.T) {
+	const n, m = 500, 16
+	blocks := RandomCounts(n, 1, 20, 4, 9)
+	for _, alpha := range []float64{1, 0.3} {
+		md := NewRandom(n, m, 1, TieNone, 2)
+		b := blocks[0]
+		var p Partial
+		if err := Compute(md, b, new(Scratch), &p, false); err != nil {
+			t.Fatal(err)
+		}
+		derived := append([]float64(nil), md.D[0]...)
+		for r, i := range p.Rows {
+			CommitRow(derived[int(i)*m:int(i)*m+m], p.Dh[r*m:r*m+m], p.X[r], alpha)
+		}
+		acc := NewAccumulator(md)
+		if err := acc.Merge(&p); err != nil {
+			t.Fatal(err)
+		}
+		acc.Commit(md, alpha, 0)
+		if !bitsEqual(derived, md.D[0]) {
+			t.Fatalf("alpha=%v: derived rows differ from the committed ones", alpha)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -49,8 +50,10 @@ type BlobServer struct {
 }
 
 // ServeBlobs subscribes to BlobSubject(prefix, id).* on nc. Each request's
-// body is a decimal byte offset; the reply is the chunk there (empty past
-// the end), or a reply with header Emsf-Blob-Error when the blob is gone.
+// body is a decimal byte offset, optionally followed by a comma and a
+// decimal length (protocol 1.1); the reply is the chunk there (at most
+// that long; empty past the end), or a reply with header Emsf-Blob-Error
+// when the blob is gone.
 func ServeBlobs(nc *nats.Conn, prefix, id string, keep int) (*BlobServer, error) {
 	if keep <= 0 {
 		keep = 8
@@ -76,7 +79,16 @@ func (b *BlobServer) serve(m *nats.Msg) {
 		b.Drop(name)
 		return
 	}
-	off, err := strconv.Atoi(string(m.Data))
+	// "off" or (protocol 1.1) "off,len".
+	offs, lens, hasLen := strings.Cut(string(m.Data), ",")
+	off, err := strconv.Atoi(offs)
+	n := b.chunk
+	if hasLen && err == nil {
+		if n, err = strconv.Atoi(lens); err == nil && n < 0 {
+			err = errors.New("negative length")
+		}
+		n = min(n, b.chunk)
+	}
 	b.mu.Lock()
 	data, ok := b.blobs[name]
 	b.mu.Unlock()
@@ -88,7 +100,7 @@ func (b *BlobServer) serve(m *nats.Msg) {
 		reply.Header.Set(HeaderBlobError, "no blob "+name)
 	default:
 		off = min(off, len(data))
-		reply.Data = data[off:min(off+b.chunk, len(data))]
+		reply.Data = data[off:min(off+n, len(data))]
 	}
 	_ = m.RespondMsg(reply)
 }
@@ -137,20 +149,41 @@ const blobWindow = 4
 // too small) with up to blobWindow chunk requests in flight, and returns
 // it.
 func FetchBlob(ctx context.Context, nc *nats.Conn, subject string, size int, buf []byte) ([]byte, error) {
-	if size < 0 {
-		return nil, fmt.Errorf("worker: blob %s: size %d", subject, size)
+	return fetchBlob(ctx, nc, subject, 0, size, buf, nil, false)
+}
+
+// FetchBlobRange pulls bytes [off, off+size) of a blob from subject into
+// buf (grown when too small) like FetchBlob, and returns them. progress,
+// if set, is called with the length of the prefix of the range in place
+// each time it grows, in order and from one goroutine at a time, so that
+// a reader can use the first bytes while later ones are in flight.
+//
+// It asks for lengths where a chunk is shorter than a whole one (protocol
+// 1.1): use it only with a blob server of that protocol.
+func FetchBlobRange(ctx context.Context, nc *nats.Conn, subject string, off, size int, buf []byte, progress func(n int)) ([]byte, error) {
+	return fetchBlob(ctx, nc, subject, off, size, buf, progress, true)
+}
+
+func fetchBlob(ctx context.Context, nc *nats.Conn, subject string, off, size int, buf []byte, progress func(n int), withLen bool) ([]byte, error) {
+	if size < 0 || off < 0 {
+		return nil, fmt.Errorf("worker: blob %s: range [%d, %d+%d)", subject, off, off, size)
 	}
 	if cap(buf) < size {
 		buf = make([]byte, size)
 	}
 	buf = buf[:size]
 	chunk := blobChunk(nc)
+	nchunks := max((size+chunk-1)/chunk, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
 	sem := make(chan struct{}, blobWindow)
-	for off := 0; off < size || (size == 0 && off == 0); off += chunk {
+	// done and prefix track the chunks in place, for progress.
+	var pmu sync.Mutex
+	done := make([]bool, nchunks)
+	prefix := 0
+	for k := range nchunks {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -159,19 +192,27 @@ func FetchBlob(ctx context.Context, nc *nats.Conn, subject string, size int, buf
 			break
 		}
 		wg.Add(1)
-		go func(off int) {
+		go func(k int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			want := min(chunk, size-off)
-			m, err := nc.RequestWithContext(ctx, subject, []byte(strconv.Itoa(off)))
+			at := k * chunk
+			want := min(chunk, size-at)
+			body := strconv.Itoa(off + at)
+			if withLen && want < chunk {
+				// A range that ends before the blob does: ask for its
+				// length only (servers of protocol 1.0 know only offsets;
+				// they are asked for whole chunks and blob ends).
+				body += "," + strconv.Itoa(want)
+			}
+			m, err := nc.RequestWithContext(ctx, subject, []byte(body))
 			switch {
 			case err != nil:
 			case m.Header.Get(HeaderBlobError) != "":
 				err = errors.New(m.Header.Get(HeaderBlobError))
 			case len(m.Data) != want:
-				err = fmt.Errorf("chunk at %d has %d bytes, want %d", off, len(m.Data), want)
+				err = fmt.Errorf("chunk at %d has %d bytes, want %d", off+at, len(m.Data), want)
 			default:
-				copy(buf[off:], m.Data)
+				copy(buf[at:], m.Data)
 			}
 			if err != nil {
 				select {
@@ -179,11 +220,22 @@ func FetchBlob(ctx context.Context, nc *nats.Conn, subject string, size int, buf
 				default:
 				}
 				cancel()
+				return
 			}
-		}(off)
-		if size == 0 {
-			break
-		}
+			if progress == nil {
+				return
+			}
+			pmu.Lock()
+			defer pmu.Unlock()
+			done[k] = true
+			if prefix != k {
+				return
+			}
+			for prefix < nchunks && done[prefix] {
+				prefix++
+			}
+			progress(min(prefix*chunk, size))
+		}(k)
 	}
 	wg.Wait()
 	select {

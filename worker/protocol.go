@@ -27,8 +27,10 @@ const (
 	DefaultKVBucket = "emsf-jobs"
 	// ServiceName is the micro service name of workers.
 	ServiceName = "emsf-worker"
-	// ServiceVersion is the protocol version workers announce.
-	ServiceVersion = "1.0.0"
+	// ServiceVersion is the protocol version workers announce. 1.1.0 adds
+	// model parts (TaskRequest.KCRCs): a 1.0 worker ignores them and
+	// fetches the whole model blob.
+	ServiceVersion = "1.1.0"
 )
 
 // Reply headers.
@@ -38,8 +40,13 @@ const (
 	// HeaderObject names the Object Store object holding a partial too
 	// large for a message; the reply body is then empty.
 	HeaderObject = "Emsf-Object"
-	// HeaderComputeNanos is the time the worker spent computing.
+	// HeaderComputeNanos is the time the worker spent computing (with
+	// model parts, including waits for K rows in flight);
+	// HeaderModelNanos the time it spent getting the model before that,
+	// HeaderEncodeNanos the time it spent encoding the partial after.
 	HeaderComputeNanos = "Emsf-Compute-Ns"
+	HeaderModelNanos   = "Emsf-Model-Ns"
+	HeaderEncodeNanos  = "Emsf-Encode-Ns"
 	// HeaderBlob, HeaderBlobSize and HeaderBlobCRC name a partial too
 	// large for a message that the worker serves from memory (see
 	// FetchBlob); the reply body is then empty.
@@ -127,6 +134,8 @@ type Task struct {
 	// Avoid lists workers that failed this shard in this iteration; a
 	// worker in the list declines the task when others are available.
 	Avoid []string
+	// Alpha is the learning rate of the fit's commits (0 means 1).
+	Alpha float64
 }
 
 // Avoids reports whether the task asks worker id not to take it.
@@ -141,6 +150,11 @@ type Result struct {
 	// Compute is the time the worker spent computing; Elapsed the time from
 	// hand-out to delivery.
 	Compute, Elapsed time.Duration
+	// Model is the time the worker spent getting the model before it
+	// computed, Encode the time it spent encoding the partial, Fetch the
+	// time the executor spent getting and decoding the partial (zero where
+	// an executor does not measure them).
+	Model, Encode, Fetch time.Duration
 	// Bytes counts the bytes this task moved (request, reply, objects).
 	Bytes int64
 }
@@ -175,6 +189,19 @@ type TaskRequest struct {
 	// BlobPartials asks the worker to serve a partial too large for the
 	// reply from memory (HeaderBlob) instead of the Object Store.
 	BlobPartials bool `json:"blob_partials,omitempty"`
+	// Model parts (protocol 1.1; with ModelBlob): a worker may fetch only
+	// what its shard reads. KCRCs[b] is the CRC-32C (hex) of K block b in
+	// the blob (n·m·8 bytes from KOffset + b·n·m·8); DCRC that of the
+	// shard's rows [DRowLo, DRowHi) of its D block, which a worker that
+	// computed the same shard on the previous version may derive instead
+	// of fetching (factor.CommitRow with learning rate Alpha) and keeps
+	// only when the CRC matches.
+	KOffset int      `json:"k_offset,omitempty"`
+	KCRCs   []string `json:"k_crcs,omitempty"`
+	DRowLo  int      `json:"d_row_lo,omitempty"`
+	DRowHi  int      `json:"d_row_hi,omitempty"`
+	DCRC    string   `json:"d_crc,omitempty"`
+	Alpha   float64  `json:"alpha,omitempty"`
 }
 
 // DirectTaskSubject is the subject on which the worker with the given id
@@ -185,7 +212,7 @@ func DirectTaskSubject(prefix, id string) string { return TaskSubject(prefix) + 
 
 // Task returns the task of a request.
 func (r *TaskRequest) Task() Task {
-	return Task{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, WithLogLik: r.WithLogLik, Attempt: r.Attempt, Avoid: r.Avoid}
+	return Task{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, WithLogLik: r.WithLogLik, Attempt: r.Attempt, Avoid: r.Avoid, Alpha: r.Alpha}
 }
 
 // chunkSize is the largest chunk under max payload: it leaves 8 KiB for

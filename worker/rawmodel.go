@@ -67,30 +67,15 @@ func float64frombits(b uint64) float64 { return *(*float64)(unsafe.Pointer(&b)) 
 // (overwriting it), else into a new model. It checks the header and the
 // size; the caller validates the values.
 func DecodeRawModel(data []byte, into *factor.Model) (*factor.Model, error) {
-	if len(data) < rawHeader*8 {
-		return nil, errors.New("worker: raw model: short header")
+	sh, err := parseRawHeader(data)
+	if err != nil {
+		return nil, err
 	}
-	var hdr [rawHeader]int64
-	for k := range hdr {
-		hdr[k] = int64(binary.LittleEndian.Uint64(data[k*8:]))
-	}
-	n, m, u, tie, nd, nk := hdr[1], hdr[2], hdr[3], factor.Tie(hdr[4]), hdr[5], hdr[6]
-	switch {
-	case hdr[0] != rawMagic:
-		return nil, errors.New("worker: raw model: bad magic")
-	case n < 1 || m < 1 || u < 1 || n > 1<<31 || m > 1<<20 || u > 1<<20:
-		return nil, fmt.Errorf("worker: raw model: bad shape n=%d m=%d u=%d", n, m, u)
-	case !validTie(tie) || nd != int64(factor.NumD(int(u), tie)) || nk != int64(factor.NumK(int(u), tie)):
-		return nil, fmt.Errorf("worker: raw model: %d D and %d K blocks do not fit u=%d tie=%v", nd, nk, u, tie)
-	}
-	nm := int(n * m)
-	if want := (rawHeader + int(nd+nk)*nm) * 8; len(data) != want {
+	if want := sh.size(); len(data) != want {
 		return nil, fmt.Errorf("worker: raw model: %d bytes, want %d", len(data), want)
 	}
-	md := into
-	if md == nil || md.N != int(n) || md.M != int(m) || md.U != int(u) || md.Tie != tie {
-		md = factor.NewModel(int(n), int(m), int(u), tie)
-	}
+	md := sh.model(into)
+	nm := sh.n * sh.m
 	off := rawHeader * 8
 	for _, blocks := range [][][]float64{md.D, md.KT} {
 		for _, b := range blocks {
@@ -107,6 +92,77 @@ func DecodeRawModel(data []byte, into *factor.Model) (*factor.Model, error) {
 	}
 	return md, nil
 }
+
+// rawShape is the shape a raw model's header gives.
+type rawShape struct {
+	n, m, u, nd, nk int
+	tie             factor.Tie
+}
+
+// parseRawHeader reads and checks the header of a raw model (its first
+// rawHeader·8 bytes).
+func parseRawHeader(data []byte) (rawShape, error) {
+	if len(data) < rawHeader*8 {
+		return rawShape{}, errors.New("worker: raw model: short header")
+	}
+	var hdr [rawHeader]int64
+	for k := range hdr {
+		hdr[k] = int64(binary.LittleEndian.Uint64(data[k*8:]))
+	}
+	n, m, u, tie, nd, nk := hdr[1], hdr[2], hdr[3], factor.Tie(hdr[4]), hdr[5], hdr[6]
+	switch {
+	case hdr[0] != rawMagic:
+		return rawShape{}, errors.New("worker: raw model: bad magic")
+	case n < 1 || m < 1 || u < 1 || n > 1<<31 || m > 1<<20 || u > 1<<20:
+		return rawShape{}, fmt.Errorf("worker: raw model: bad shape n=%d m=%d u=%d", n, m, u)
+	case !validTie(tie) || nd != int64(factor.NumD(int(u), tie)) || nk != int64(factor.NumK(int(u), tie)):
+		return rawShape{}, fmt.Errorf("worker: raw model: %d D and %d K blocks do not fit u=%d tie=%v", nd, nk, u, tie)
+	}
+	return rawShape{n: int(n), m: int(m), u: int(u), nd: int(nd), nk: int(nk), tie: tie}, nil
+}
+
+// size is the byte size of a raw model of this shape.
+func (sh rawShape) size() int { return (rawHeader + (sh.nd+sh.nk)*sh.n*sh.m) * 8 }
+
+// dOffset and kOffset are the byte offsets of D block b and K block b.
+func (sh rawShape) dOffset(b int) int { return (rawHeader + b*sh.n*sh.m) * 8 }
+func (sh rawShape) kOffset(b int) int { return (rawHeader + (sh.nd+b)*sh.n*sh.m) * 8 }
+
+// model returns into when it has this shape, else a new model.
+func (sh rawShape) model(into *factor.Model) *factor.Model {
+	if into == nil || into.N != sh.n || into.M != sh.m || into.U != sh.u || into.Tie != sh.tie {
+		return factor.NewModel(sh.n, sh.m, sh.u, sh.tie)
+	}
+	return into
+}
+
+// RawModelParts returns the byte offset of the K blocks in a raw model
+// (EncodeRawModel) and the CRC-32C (hex) of each K block and of each given
+// row range [lo, hi) of each D block, for TaskRequest.KCRCs and DCRC.
+func RawModelParts(data []byte, dRanges []RowRange) (kOffset int, kCRCs, dCRCs []string, err error) {
+	sh, err := parseRawHeader(data)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if len(data) != sh.size() {
+		return 0, nil, nil, fmt.Errorf("worker: raw model: %d bytes, want %d", len(data), sh.size())
+	}
+	nm := sh.n * sh.m * 8
+	for b := range sh.nk {
+		kCRCs = append(kCRCs, CRC(data[sh.kOffset(b):sh.kOffset(b)+nm]))
+	}
+	for _, r := range dRanges {
+		if r.Block < 0 || r.Block >= sh.nd || r.Lo < 0 || r.Lo > r.Hi || r.Hi > sh.n {
+			return 0, nil, nil, fmt.Errorf("worker: raw model: rows [%d, %d) of D block %d out of range", r.Lo, r.Hi, r.Block)
+		}
+		at := sh.dOffset(r.Block)
+		dCRCs = append(dCRCs, CRC(data[at+r.Lo*sh.m*8:at+r.Hi*sh.m*8]))
+	}
+	return sh.kOffset(0), kCRCs, dCRCs, nil
+}
+
+// RowRange is rows [Lo, Hi) of D block Block.
+type RowRange struct{ Block, Lo, Hi int }
 
 // RawDigest is the digest of a served raw model: its CRC-32C (which
 // guards the transfer) and a nonce that makes every served version a

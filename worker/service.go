@@ -54,6 +54,9 @@ type Stats struct {
 	BytesSent      int64   `json:"bytes_sent"`
 	// LargePartials counts partials sent through the Object Store.
 	LargePartials int64 `json:"large_partials"`
+	// DerivedRows counts tasks whose shard's rows of D the worker derived
+	// from the previous iteration instead of fetching them (model parts).
+	DerivedRows int64 `json:"derived_rows"`
 	// Running is 1 while a task is being computed.
 	Running int32 `json:"running"`
 }
@@ -81,6 +84,11 @@ type Worker struct {
 	scratch factor.Scratch
 	partial factor.Partial
 	mdBuf   []byte
+	// kDig[digest][b] says K block b of w.md is that of the model version
+	// with this digest (model parts); drows keeps shards' rows of D by
+	// job and shard.
+	kDig  map[string][]bool
+	drows map[string]*dRows
 
 	// Guarded by smu, so that $SRV.STATS answers while a task runs.
 	smu     sync.Mutex
@@ -104,7 +112,8 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	w := &Worker{nc: nc, js: js, cfg: cfg, stores: map[string]jetstream.ObjectStore{}, shards: map[string]*shard.Shard{}}
+	w := &Worker{nc: nc, js: js, cfg: cfg, stores: map[string]jetstream.ObjectStore{}, shards: map[string]*shard.Shard{},
+		kDig: map[string][]bool{}, drows: map[string]*dRows{}}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:         ServiceName,
 		Version:      ServiceVersion,
@@ -236,22 +245,40 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 	if err != nil {
 		return nil, "", fetched, 0, err
 	}
-	md, nb, err := w.model(ctx, obs, tr)
-	fetched += nb
-	if err != nil {
-		return nil, "", fetched, 0, err
-	}
 	if w.cfg.Delay > 0 {
 		select {
 		case <-time.After(w.cfg.Delay):
 		case <-ctx.Done():
 		}
 	}
-	t0 := time.Now()
-	if err := factor.Compute(md, s.Block, &w.scratch, &w.partial, tr.WithLogLik); err != nil {
-		return nil, "", fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
+	var pr partsResult
+	err = errNoParts
+	if usesParts(tr) {
+		pr, err = w.computeParts(ctx, tr, s)
+		fetched += pr.fetched
+		if err != nil && !errors.Is(err, errNoParts) {
+			return nil, "", fetched, 0, err
+		}
 	}
-	compute = time.Since(t0)
+	if err == nil {
+		compute = pr.compute
+		hdr[HeaderModelNanos] = []string{strconv.FormatInt(int64(pr.model), 10)}
+	} else {
+		t0 := time.Now()
+		md, nb, err := w.model(ctx, obs, tr)
+		fetched += nb
+		if err != nil {
+			return nil, "", fetched, 0, err
+		}
+		hdr[HeaderModelNanos] = []string{strconv.FormatInt(int64(time.Since(t0)), 10)}
+		t0 = time.Now()
+		if err := factor.Compute(md, s.Block, &w.scratch, &w.partial, tr.WithLogLik); err != nil {
+			return nil, "", fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
+		}
+		compute = time.Since(t0)
+	}
+	te := time.Now()
+	defer func() { hdr[HeaderEncodeNanos] = []string{strconv.FormatInt(int64(time.Since(te)), 10)} }()
 	// Headers and protocol overhead ride along with the body: keep a
 	// margin below the server's limit.
 	limit := w.nc.MaxPayload() - 8<<10
@@ -372,6 +399,7 @@ func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *TaskR
 		return nil, int64(len(data)), errors.New("worker: model file without a model")
 	}
 	w.md, w.mdDig = mf.Model, tr.ModelDigest
+	clear(w.kDig)
 	w.count(func(s *Stats) {
 		s.ModelFetches++
 		s.BytesFetched += int64(len(data))
@@ -392,6 +420,7 @@ func (w *Worker) rawModel(ctx context.Context, tr *TaskRequest) (*factor.Model, 
 	}
 	// The kept model is overwritten: it is no longer the cached version.
 	w.mdDig = ""
+	clear(w.kDig)
 	md, err := DecodeRawModel(data, w.md)
 	if err != nil {
 		return nil, int64(len(data)), err

@@ -9,7 +9,12 @@
 // Each iteration's model version is served by the coordinator from memory
 // as a raw model blob (worker.EncodeRawModel; CRC-32C plus a nonce as its
 // digest) that workers pull in chunk requests below max payload (the
-// reader sets the pace: no slow-consumer drops); a worker's partial too
+// reader sets the pace: no slow-consumer drops). Tasks also carry the
+// CRC-32C of each K block and of the shard's rows of D (worker protocol
+// 1.1, "model parts"): a worker fetches only the byte ranges its shard
+// reads, K while it computes, and derives its shard's rows of D from the
+// previous iteration when their CRC matches; a 1.0 worker ignores them
+// and pulls the whole blob. A worker's partial too
 // large for its reply is served by the worker the same way (a raw partial
 // the coordinator reads in place). Nothing on an iteration's critical path
 // is written to JetStream storage. The checkpoint of iteration v, the

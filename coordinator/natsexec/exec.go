@@ -121,6 +121,12 @@ type objRef struct {
 	// blob is where the coordinator serves the bytes from memory ("" when
 	// it does not).
 	blob string
+	// A shard's action and rows; a served model's parts (see
+	// worker.TaskRequest.KCRCs): the K blocks' offset and CRCs, and the
+	// CRC of each shard's rows of D, in shard order.
+	action, rowLo, rowHi int
+	kOffset              int
+	kCRCs, dCRCs         []string
 }
 
 type censusState struct {
@@ -190,7 +196,7 @@ func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) 
 	var moved int64
 	for k, s := range shards {
 		name := worker.ShardObject(s.Checksum)
-		refs[k] = objRef{name: name, digest: s.Checksum}
+		refs[k] = objRef{name: name, digest: s.Checksum, action: s.Action, rowLo: s.RowLo, rowHi: s.RowHi}
 		data, err := arrowio.EncodeShard(s)
 		if err != nil {
 			return moved, fmt.Errorf("natsexec: encode shard %d: %w", k, err)
@@ -240,6 +246,21 @@ func (e *Executor) serveModel(job string, v int, md *factor.Model) *factor.Model
 		snap = md.Clone()
 	}
 	ref := objRef{name: worker.ModelObject(job, v), digest: worker.RawDigest(data, rand.Text()[:12]), version: v, size: int64(len(data))}
+	e.mu.Lock()
+	shards := e.shards[job]
+	e.mu.Unlock()
+	if len(shards) > 0 {
+		ranges := make([]worker.RowRange, len(shards))
+		for k, sh := range shards {
+			ranges[k] = worker.RowRange{Block: md.DBlock(sh.action), Lo: sh.rowLo, Hi: sh.rowHi}
+		}
+		var err error
+		if ref.kOffset, ref.kCRCs, ref.dCRCs, err = worker.RawModelParts(data, ranges); err != nil {
+			// Workers then fetch the whole model.
+			e.log.Warn("model parts", "job", job, "version", v, "error", err)
+			ref.kOffset, ref.kCRCs, ref.dCRCs = 0, nil, nil
+		}
+	}
 	ref.blob = e.blobs.Put(fmt.Sprintf("model-%s-%d", job, v), data)
 	e.mu.Lock()
 	e.models[job] = ref
@@ -381,6 +402,10 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 		WithLogLik: t.WithLogLik, Avoid: t.Avoid, Bucket: e.cfg.ObjectBucket, PartialBucket: e.cfg.PartialBucket,
 		ShardObject: refs[t.Shard].name, ShardChecksum: refs[t.Shard].digest,
 		ModelObject: md.name, ModelDigest: md.digest, ModelBlob: md.blob, ModelSize: int(md.size), BlobPartials: true}
+	if md.blob != "" && len(md.kCRCs) > 0 && len(md.dCRCs) == len(refs) {
+		sh := refs[t.Shard]
+		req.KOffset, req.KCRCs, req.DRowLo, req.DRowHi, req.DCRC, req.Alpha = md.kOffset, md.kCRCs, sh.rowLo, sh.rowHi, md.dCRCs[t.Shard], t.Alpha
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		req.Deadline = dl.UnixNano()
 	}
@@ -428,9 +453,16 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 
 func (e *Executor) decode(ctx context.Context, reply *nats.Msg, r *worker.Result) {
 	t := r.Task
-	if ns, err := strconv.ParseInt(reply.Header.Get(worker.HeaderComputeNanos), 10, 64); err == nil {
-		r.Compute = time.Duration(ns)
+	for _, f := range []struct {
+		h string
+		d *time.Duration
+	}{{worker.HeaderComputeNanos, &r.Compute}, {worker.HeaderModelNanos, &r.Model}, {worker.HeaderEncodeNanos, &r.Encode}} {
+		if ns, err := strconv.ParseInt(reply.Header.Get(f.h), 10, 64); err == nil {
+			*f.d = time.Duration(ns)
+		}
 	}
+	t0 := time.Now()
+	defer func() { r.Fetch = time.Since(t0) }()
 	if nb, err := strconv.ParseInt(reply.Header.Get(worker.HeaderFetchBytes), 10, 64); err == nil {
 		r.Bytes += nb
 	}
