@@ -275,10 +275,17 @@ func (e *Executor) persistModel(ctx context.Context, job string, v int, md *fact
 	if err != nil {
 		return "", "", 0, fmt.Errorf("natsexec: encode model: %w", err)
 	}
-	sum := sha256.Sum256(data)
 	name := worker.ModelObject(job, v)
-	if _, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data); err != nil {
+	info, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data)
+	if err != nil {
 		return "", "", 0, fmt.Errorf("natsexec: store model %s: %w", name, err)
+	}
+	// The Object Store hashed the bytes with SHA-256 as it stored them:
+	// its digest is ours (hex), no second pass over 10 MB per iteration.
+	sum, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil || len(sum) != sha256.Size {
+		s := sha256.Sum256(data)
+		sum = s[:]
 	}
 	if v >= 2 {
 		// Keep the previous version for stragglers; older ones go.
