@@ -9,6 +9,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // plotCurves draws one line per curve (mean over runs against the number
@@ -73,7 +75,7 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []summary) e
 		}
 		c := plotutil.Color(k)
 		line.Color = c
-		line.Dashes = plotutil.Dashes(k / 8)
+		line.Dashes = plotutil.Dashes(k / len(plotutil.DefaultColors)) // a new dash pattern when the colours repeat
 		points.Color = c
 		points.Shape = plotutil.Shape(k)
 		bars, err := plotter.NewYErrorBars(struct {
@@ -91,16 +93,34 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []summary) e
 	p.Legend.TextStyle.Color = color.Black
 	p.Legend.Padding = vg.Points(2)
 
-	wt, err := p.WriterTo(7*vg.Inch, 4.5*vg.Inch, "png")
+	// More curves than fit beside them: the legend goes to the right of
+	// the plot instead of over it.
+	const w, h = 7 * vg.Inch, 4.5 * vg.Inch
+	width := w
+	legend := p.Legend
+	if len(names) > legendInside {
+		p.Legend = plot.NewLegend()
+		width = w + legend.Rectangle(draw.New(vgimg.New(w, h))).Size().X + vg.Points(8)
+	}
+	fc, err := draw.NewFormattedCanvas(width, h, "png")
 	if err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
+	c := draw.New(fc)
+	p.Draw(draw.Crop(c, 0, w-width, 0, 0))
+	if len(names) > legendInside {
+		legend.Top = true
+		legend.Draw(draw.Crop(c, w+vg.Points(4), 0, 0, -vg.Points(24)))
+	}
 	var buf bytes.Buffer
-	if _, err := wt.WriteTo(&buf); err != nil {
+	if _, err := fc.WriteTo(&buf); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return writeAtomic(path, buf.Bytes())
 }
+
+// legendInside is the most curves whose legend is drawn inside the plot.
+const legendInside = 6
 
 // sortXY sorts the points of a curve by x (insertion sort: a few points).
 func sortXY(xys plotter.XYs, errs plotter.YErrors) {
