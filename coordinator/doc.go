@@ -17,10 +17,13 @@
 // in the Object Store anyway, so a durable task queue would add a second
 // copy of the lease state (AckWait, MaxDeliver) that can disagree with the
 // coordinator's. A request is answered by exactly one live member of the
-// queue group; a worker that dies leaves its requests unanswered, the lease
-// runs out, and the task is handed out again (to whichever worker the
-// server picks; a task that failed on a worker carries that worker in its
-// Avoid list so that it is recomputed elsewhere when possible). At most a
+// queue group; a worker that dies leaves its requests unanswered, and the
+// task is handed out again (to whichever worker the server picks; a task
+// that failed on a worker carries that worker in its Avoid list so that it
+// is recomputed elsewhere when possible) when the lease runs out, or
+// sooner when the executor notices the worker is gone (natsexec probes the
+// worker holding a task with $SRV.PING every second: no responders means
+// its connection closed). At most a
 // window of tasks is outstanding (2 per live worker), so tasks do not wait
 // in worker buffers until their deadline passes.
 //

@@ -157,6 +157,62 @@ func TestFitNATSTies(t *testing.T) {
 	}
 }
 
+// A worker that leaves NATS while it holds tasks (its connection closes,
+// as when its process is killed) is noticed by the executor's probe, not
+// at the end of the tasks' leases: the fit ends long before a lease would,
+// with the model of factor.Fit.
+func TestFitNATSVanishedWorker(t *testing.T) {
+	fc := newFitCase(t)
+	s := startServer(t, 0)
+	startWorkers(t, s, 1)
+	ncA := connect(t, s, "worker-slow")
+	slow, err := worker.Start(context.Background(), ncA, worker.Config{Delay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := natsexec.New(context.Background(), connect(t, s, "coordinator"),
+		natsexec.Config{PingWait: 100 * time.Millisecond, ProbeEvery: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(exec.Close)
+	checkFor(t, 5*time.Second, func() error {
+		if ids, _ := exec.Census(context.Background()); len(ids) != 2 {
+			return fmt.Errorf("census found %d workers, want 2", len(ids))
+		}
+		return nil
+	})
+	go func() {
+		for slow.Stats().Running == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		ncA.Close()
+	}()
+	const lease = time.Minute
+	md := fc.init.Clone()
+	var retried int
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*lease)
+	defer cancel()
+	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
+		Job: "vanish", Converger: fc.conv, TaskTimeout: lease, Checkpoint: exec,
+		Report: func(r coordinator.IterReport) { retried += r.Retried },
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !md.Equal(fc.want) {
+		t.Fatal("model differs from factor.Fit's")
+	}
+	if retried == 0 {
+		t.Error("no task was handed out again")
+	}
+	if took := time.Since(start); took >= lease {
+		t.Errorf("fit took %v: the vanished worker was noticed only at the lease (%v)", took, lease)
+	}
+}
+
 func TestFitNATSFaults(t *testing.T) {
 	fc := newFitCase(t)
 	s := startServer(t, 0)

@@ -202,6 +202,10 @@ type TaskRequest struct {
 	DRowHi  int      `json:"d_row_hi,omitempty"`
 	DCRC    string   `json:"d_crc,omitempty"`
 	Alpha   float64  `json:"alpha,omitempty"`
+	// Started, when set (protocol 1.1), is where the worker that takes
+	// the task publishes its id first, so that the coordinator can check
+	// that it stays connected.
+	Started string `json:"started,omitempty"`
 }
 
 // DirectTaskSubject is the subject on which the worker with the given id

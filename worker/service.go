@@ -201,6 +201,9 @@ func (w *Worker) handle(req micro.Request) {
 		_ = req.Error(CodeExpired, "expired before it started", nil, micro.WithHeaders(hdr))
 		return
 	}
+	if tr.Started != "" {
+		_ = w.nc.Publish(tr.Started, []byte(w.id))
+	}
 	ctx, cancel := context.Background(), context.CancelFunc(func() {})
 	if tr.Deadline != 0 {
 		ctx, cancel = context.WithDeadline(ctx, deadline)

@@ -33,6 +33,13 @@
 // reused; a retry, or a worker that no longer answers, goes to the queue
 // group.
 //
+// Liveness: while a task is outstanding the executor sends a $SRV.PING to
+// the worker holding it every ProbeEvery (the worker of a direct hand-out,
+// or the one that announces on the task's Started inbox that it took a
+// queue-group hand-out); "no responders" means the worker's connection is
+// gone, and the task fails at once and is handed out again instead of
+// waiting for its lease.
+//
 // Job state: the KV bucket holds one key per job (the JSON of
 // coordinator.JobState). Begin takes the key's revision; every Commit is
 // an Update on the revision of the previous write, so a coordinator that

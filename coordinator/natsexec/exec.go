@@ -43,6 +43,11 @@ type Config struct {
 	// (default 250ms); PingEvery how old a census may be before Workers
 	// refreshes it in the background (default 5s).
 	PingWait, PingEvery time.Duration
+	// ProbeEvery is how often the executor checks that the worker holding
+	// a task is still connected (default 1s): a $SRV.PING to that worker
+	// that finds no responders fails the task at once (it is handed out
+	// again) instead of at the end of its lease.
+	ProbeEvery time.Duration
 	// Logger receives the executor's logs (default: none).
 	Logger hclog.Logger
 }
@@ -68,6 +73,9 @@ func (c *Config) defaults() error {
 	}
 	if c.PingEvery <= 0 {
 		c.PingEvery = 5 * time.Second
+	}
+	if c.ProbeEvery <= 0 {
+		c.ProbeEvery = time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
@@ -420,25 +428,24 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 	// worker of the census, modulo), so that shards stay cached where they
 	// are and every worker gets its share; hand-outs after a failure, and
 	// any when that worker does not answer, go to the queue group.
-	subject := worker.TaskSubject(e.cfg.Prefix)
+	subject, direct := worker.TaskSubject(e.cfg.Prefix), ""
 	if t.Attempt <= 1 && len(t.Avoid) == 0 && len(ids) > 0 {
-		subject = worker.DirectTaskSubject(e.cfg.Prefix, ids[t.Shard%len(ids)])
+		direct = ids[t.Shard%len(ids)]
+		subject = worker.DirectTaskSubject(e.cfg.Prefix, direct)
 	}
 	const maxDeclines = 16
 	for declines := 0; ; declines++ {
 		if declines == maxDeclines {
 			req.Avoid = nil
 		}
-		body, err := json.Marshal(&req)
-		if err != nil {
-			r.Err = fmt.Errorf("natsexec: %w", err)
-			return r
-		}
-		r.Bytes += int64(len(body))
-		reply, err := e.nc.RequestWithContext(ctx, subject, body)
+		reply, err := e.request(ctx, subject, direct, &req, &r.Bytes)
 		if errors.Is(err, nats.ErrNoResponders) && subject != worker.TaskSubject(e.cfg.Prefix) {
-			subject = worker.TaskSubject(e.cfg.Prefix)
-			reply, err = e.nc.RequestWithContext(ctx, subject, body)
+			subject, direct = worker.TaskSubject(e.cfg.Prefix), ""
+			reply, err = e.request(ctx, subject, direct, &req, &r.Bytes)
+		}
+		var gone *vanishedError
+		if errors.As(err, &gone) {
+			r.Worker = gone.id
 		}
 		if err != nil {
 			r.Err = fmt.Errorf("natsexec: shard %d: request: %w", t.Shard, err)
@@ -455,6 +462,87 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 		}
 		e.decode(ctx, reply, &r)
 		return r
+	}
+}
+
+// vanishedError says the worker that took a task left NATS before it
+// answered.
+type vanishedError struct{ id string }
+
+func (e *vanishedError) Error() string {
+	return fmt.Sprintf("worker %s vanished (no responders to $SRV.PING)", e.id)
+}
+
+// request sends a task and waits for the reply, while checking every
+// ProbeEvery that the worker holding it (direct, or the one that announces
+// it took the task on req.Started) is still connected; a worker that is
+// gone fails the request with a *vanishedError, not at the lease's end.
+func (e *Executor) request(ctx context.Context, subject, direct string, req *worker.TaskRequest, sent *int64) (*nats.Msg, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var started *nats.Subscription
+	req.Started = ""
+	if direct == "" {
+		inbox := e.nc.NewInbox()
+		var err error
+		if started, err = e.nc.SubscribeSync(inbox); err != nil {
+			return nil, fmt.Errorf("natsexec: %w", err)
+		}
+		defer func() { _ = started.Unsubscribe() }()
+		req.Started = inbox
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: %w", err)
+	}
+	*sent += int64(len(body))
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.watch(ctx, direct, started, cancel)
+	}()
+	reply, err := e.nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+			return nil, cause
+		}
+		return nil, err
+	}
+	return reply, nil
+}
+
+// watch probes the worker holding a task every ProbeEvery until ctx ends,
+// and cancels ctx with a *vanishedError when no one answers its PING.
+func (e *Executor) watch(ctx context.Context, id string, started *nats.Subscription, cancel context.CancelCauseFunc) {
+	if id == "" {
+		if started == nil {
+			return
+		}
+		m, err := started.NextMsgWithContext(ctx)
+		if err != nil {
+			return
+		}
+		id = string(m.Data)
+	}
+	subj, err := micro.ControlSubject(micro.PingVerb, worker.ServiceName, id)
+	if err != nil {
+		return
+	}
+	tick := time.NewTicker(e.cfg.ProbeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		pctx, pcancel := context.WithTimeout(ctx, max(e.cfg.PingWait, e.cfg.ProbeEvery))
+		_, err := e.nc.RequestWithContext(pctx, subj, nil)
+		pcancel()
+		if errors.Is(err, nats.ErrNoResponders) {
+			cancel(&vanishedError{id: id})
+			return
+		}
 	}
 }
 
