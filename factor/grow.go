@@ -62,3 +62,32 @@ func (md *Model) Grow(n, u int) (*Model, error) {
 	}
 	return out, nil
 }
+
+// Smooth mixes every row of D and of K with the uniform distribution:
+// D ← (1−eps)·D + eps/m, K ← (1−eps)·K + eps/n. Rows stay stochastic and
+// every entry becomes positive, so every transition has probability at
+// least eps²/n. A warm start needs it when new data may contain
+// transitions the model gives probability 0 (a next state never seen
+// before has a zero column of K after EM, and EM can never move an entry
+// away from 0: the transition would be an error). It removes sparsity
+// masks. eps must be in [0, 1).
+func (md *Model) Smooth(eps float64) error {
+	if !(eps >= 0 && eps < 1) {
+		return fmt.Errorf("factor: smoothing weight %v must be in [0, 1)", eps)
+	}
+	if eps == 0 {
+		return nil
+	}
+	mix := func(x []float64, u float64) {
+		for k, v := range x {
+			x[k] = (1-eps)*v + eps*u
+		}
+	}
+	for _, d := range md.D {
+		mix(d, 1/float64(md.M))
+	}
+	for _, kt := range md.KT {
+		mix(kt, 1/float64(md.N))
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package factor
 
 import (
+	"errors"
 	"math"
 	"testing"
 )
@@ -89,5 +90,44 @@ func TestGrowThenFit(t *testing.T) {
 	}
 	if err := g.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// After Smooth every transition has positive probability and the model is
+// still stochastic; a fit that failed on a zero column then succeeds.
+func TestSmooth(t *testing.T) {
+	md := NewRandom(4, 2, 1, TieNone, 3)
+	b := &Block{Action: 0, Rows: []int32{0, 1}, Ptr: []int64{0, 2, 3}, Cols: []int32{1, 2, 1}, Vals: []float64{1, 2, 1}}
+	if _, err := Fit(t.Context(), md, []*Block{b}, FitOptions{Converger: Converger{MaxIter: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if md.Prob(0, 1, 3) != 0 {
+		t.Fatalf("a never-seen next state has probability %v after EM, want 0", md.Prob(0, 1, 3))
+	}
+	more := &Block{Action: 0, Rows: []int32{1}, Ptr: []int64{0, 1}, Cols: []int32{3}, Vals: []float64{1}}
+	var te *TransitionError
+	if _, err := Fit(t.Context(), md.Clone(), []*Block{more}, FitOptions{Converger: Converger{MaxIter: 1}}); !errors.As(err, &te) {
+		t.Fatalf("fit with a zero-probability transition: %v, want a TransitionError", err)
+	}
+	if err := md.Smooth(1e-9); err != nil {
+		t.Fatal(err)
+	}
+	if err := md.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		for j := range 4 {
+			if md.Prob(0, i, j) <= 0 {
+				t.Fatalf("P(%d→%d) = %v after Smooth", i, j, md.Prob(0, i, j))
+			}
+		}
+	}
+	if _, err := Fit(t.Context(), md, []*Block{more}, FitOptions{Converger: Converger{MaxIter: 3}}); err != nil {
+		t.Fatalf("fit after Smooth: %v", err)
+	}
+	for _, bad := range []float64{-0.1, 1, math.NaN()} {
+		if err := md.Smooth(bad); err == nil {
+			t.Errorf("Smooth(%v): no error", bad)
+		}
 	}
 }

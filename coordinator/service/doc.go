@@ -55,7 +55,10 @@
 // shard.Split's, so the two give bitwise the same model. Mode incremental
 // commits the counts that arrived since the latest version with learning
 // rate Alpha (one commit of factor.Incremental): old data is not revisited.
-// The first version starts from factor.NewRandom with Seed.
+// The first version starts from factor.NewRandom with Seed; later ones
+// from the latest version, grown if needed and mixed with the uniform
+// distribution with weight WarmSmoothing (factor.Model.Smooth), so that a
+// transition the latest version gives probability 0 can still be learnt.
 //
 // Transitions reaching states or actions the latest version does not have
 // grow it (factor.Model.Grow documents how the new rows start), unless

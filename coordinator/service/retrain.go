@@ -56,6 +56,13 @@ func (s *Service) retrain(ctx context.Context, reason string) (*Version, error) 
 	return v, nil
 }
 
+// WarmSmoothing is the weight of the uniform distribution mixed into the
+// latest version before it is warm-started (factor.Model.Smooth): EM
+// cannot move an entry away from 0, and a next state the latest version
+// never saw has a zero column of K, so without it a transition to such a
+// state would make every later retrain fail.
+const WarmSmoothing = 1e-9
+
 // fit computes the next version's model from the counts.
 func (s *Service) fit(ctx context.Context) (*Version, *factor.Model, error) {
 	n, u := s.dims()
@@ -63,6 +70,9 @@ func (s *Service) fit(ctx context.Context) (*Version, *factor.Model, error) {
 	if s.model != nil {
 		var err error
 		if md, err = s.model.Grow(n, u); err != nil {
+			return nil, nil, err
+		}
+		if err := md.Smooth(WarmSmoothing); err != nil {
 			return nil, nil, err
 		}
 	} else {
@@ -119,16 +129,25 @@ func (s *Service) fit(ctx context.Context) (*Version, *factor.Model, error) {
 		md = inc.Model()
 		v.Iterations = inc.Stats().Commits
 	}
+	// The metrics of the new version on all counts: −Inf and +Inf when it
+	// gives a counted transition probability 0 (an incremental commit
+	// with α = 1 forgets what the new data does not show).
 	ll, _, err := factor.LogLikelihood(md, blocks)
-	if err != nil {
+	var te *factor.TransitionError
+	switch {
+	case errors.As(err, &te):
+		s.log.Warn("the new version gives a counted transition probability 0", "transition", te.Error())
+		v.LogLik, v.WKL = math.Inf(-1), math.Inf(1)
+	case err != nil:
 		return nil, nil, err
+	default:
+		wkl, err := factor.WKL(md, blocks)
+		if err != nil {
+			return nil, nil, err
+		}
+		v.LogLik, v.WKL = ll, wkl
 	}
-	wkl, err := factor.WKL(md, blocks)
-	if err != nil {
-		return nil, nil, err
-	}
-	v.LogLik, v.WKL = ll, wkl
-	md.LogLik, md.WKL = ll, wkl
+	md.LogLik, md.WKL = v.LogLik, v.WKL
 	return v, md, nil
 }
 

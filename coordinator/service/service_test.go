@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -295,6 +296,9 @@ func TestServeGrows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := want.Smooth(WarmSmoothing); err != nil {
+		t.Fatal(err)
+	}
 	all := append(randomRows(3, 200, 6, 1), more...)
 	shards, _ := shard.Split(blocksOf(all, 2), 10, shard.DefaultTargetNNZ)
 	if _, err := factor.Fit(t.Context(), want, shard.Blocks(shards), factor.FitOptions{Converger: factor.Converger{MaxIter: 5}}); err != nil {
@@ -302,6 +306,40 @@ func TestServeGrows(t *testing.T) {
 	}
 	if got := fetch(t, nc, "g", 2); !got.Equal(want) {
 		t.Fatal("version 2 is not the warm-started refit of the grown version 1")
+	}
+}
+
+// A next state that version 1 never saw (a zero column of its K) can be
+// learnt by the next refit and the next incremental commit.
+func TestServeUnseenNextState(t *testing.T) {
+	nc, _ := server(t)
+	for _, mode := range []Mode{ModeRefit, ModeIncremental} {
+		name := "unseen-" + string(mode)
+		// α = 1: an incremental version 1 also has a zero column.
+		start(t, nc, Config{Name: name, Order: 2, MaxIter: 10, Tol: 0, Mode: mode, Alpha: 1, UseWorkers: WorkersNever})
+		// State 3 is a source only: never a next state.
+		seq := publish(t, nc, name, rows{{0, 0, 1}, {1, 0, 2}, {2, 0, 0}, {3, 0, 1}, {1, 0, 1}}.csv())
+		waitSeq(t, nc, name, seq)
+		if _, err := retrain(t, nc, name); err != nil {
+			t.Fatal(err)
+		}
+		if p := fetch(t, nc, name, 1).Prob(0, 0, 3); p != 0 {
+			t.Fatalf("%s: P(0→3) = %v in version 1, want 0 (the case under test)", mode, p)
+		}
+		seq = publish(t, nc, name, rows{{0, 0, 3}, {2, 0, 3}}.csv())
+		waitSeq(t, nc, name, seq)
+		v, err := retrain(t, nc, name)
+		if err != nil {
+			t.Fatalf("%s: retrain with a transition to a state never seen as next state: %v", mode, err)
+		}
+		// α = 1 forgets the old data: it gets probability 0, loglik −Inf
+		// (null in JSON, NaN here).
+		if mode == ModeIncremental && !math.IsNaN(v.LogLik) {
+			t.Errorf("incremental α = 1: loglik %v of all counts, want NaN (−Inf)", v.LogLik)
+		}
+		if p := fetch(t, nc, name, 2).Prob(0, 0, 3); !(p > 0.01) {
+			t.Errorf("%s: P(0→3) = %v in version 2: the new transitions were not learnt", mode, p)
+		}
 	}
 }
 
@@ -402,6 +440,9 @@ func TestServeIncremental(t *testing.T) {
 	v, err := retrain(t, nc, "inc")
 	if err != nil || v.Mode != ModeIncremental || v.Iterations != 1 {
 		t.Fatalf("incremental retrain: %+v, %v", v, err)
+	}
+	if err := v1.Smooth(WarmSmoothing); err != nil {
+		t.Fatal(err)
 	}
 	inc, err := factor.NewIncremental(v1, factor.IncrementalOptions{Alpha: 0.3})
 	if err != nil {
@@ -513,5 +554,30 @@ func TestServeIntervalPolicy(t *testing.T) {
 	case m := <-announced:
 		t.Fatalf("a second version without new data: %s", m.Data)
 	case <-time.After(400 * time.Millisecond):
+	}
+}
+
+// A version whose metrics are not finite survives the JSON round trip
+// (null in JSON, NaN back).
+func TestVersionJSONNonFinite(t *testing.T) {
+	v := Version{Name: "x", Version: 3, LogLik: math.Inf(-1), WKL: math.Inf(1), N: 4}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"loglik":null`) || !strings.Contains(string(b), `"wkl":null`) || !strings.Contains(string(b), `"n":4`) {
+		t.Fatalf("JSON %s", b)
+	}
+	var back Version
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !math.IsNaN(back.LogLik) || !math.IsNaN(back.WKL) || back.Version != 3 || back.N != 4 {
+		t.Fatalf("read back %+v", back)
+	}
+	v.LogLik, v.WKL = -12.5, 0.25
+	b, _ = json.Marshal(&v)
+	if err := json.Unmarshal(b, &back); err != nil || back.LogLik != -12.5 || back.WKL != 0.25 {
+		t.Fatalf("finite metrics: %s → %+v (%v)", b, back, err)
 	}
 }

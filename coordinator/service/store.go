@@ -252,17 +252,51 @@ func digest(data []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// jsonVersion is v's JSON (NaN metrics, which JSON cannot hold, as 0).
+// jsonVersion is v's JSON.
 func jsonVersion(v *Version) ([]byte, error) {
-	c := *v
-	for _, p := range []*float64{&c.LogLik, &c.WKL} {
-		if math.IsNaN(*p) || math.IsInf(*p, 0) {
-			*p = 0
-		}
-	}
-	b, err := json.Marshal(&c)
+	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("service: version %d: %w", v.Version, err)
 	}
 	return b, nil
+}
+
+// versionJSON is Version with its metrics as pointers: a metric that is
+// not finite (a version that gives some counted transition probability
+// 0 has loglik −Inf) is null in JSON, and null reads back as NaN.
+type versionJSON struct {
+	versionFields
+	LogLik *float64 `json:"loglik"`
+	WKL    *float64 `json:"wkl"`
+}
+
+type versionFields Version
+
+// MarshalJSON writes non-finite metrics as null.
+func (v Version) MarshalJSON() ([]byte, error) {
+	out := versionJSON{versionFields: versionFields(v)}
+	if !math.IsNaN(v.LogLik) && !math.IsInf(v.LogLik, 0) {
+		out.LogLik = &v.LogLik
+	}
+	if !math.IsNaN(v.WKL) && !math.IsInf(v.WKL, 0) {
+		out.WKL = &v.WKL
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads null metrics as NaN.
+func (v *Version) UnmarshalJSON(b []byte) error {
+	var in versionJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*v = Version(in.versionFields)
+	v.LogLik, v.WKL = math.NaN(), math.NaN()
+	if in.LogLik != nil {
+		v.LogLik = *in.LogLik
+	}
+	if in.WKL != nil {
+		v.WKL = *in.WKL
+	}
+	return nil
 }
