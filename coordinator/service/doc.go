@@ -69,5 +69,7 @@
 //
 // Ingestion, retraining and checkpoints run on one goroutine, so a long
 // refit pauses ingestion (messages wait in the stream) and never races a
-// checkpoint.
+// checkpoint; retrain requests queue behind it. Status requests are
+// answered at once from a snapshot taken after every event (Status.
+// Retraining says a retrain is running).
 package service

@@ -39,6 +39,7 @@ func (s *Service) retrain(ctx context.Context, reason string) (*Version, error) 
 		return &v, nil
 	}
 	start := time.Now()
+	s.snapshot(true)
 	v, md, err := s.fit(ctx)
 	if err != nil {
 		s.m.failures.Inc()

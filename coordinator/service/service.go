@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -45,6 +46,9 @@ type Status struct {
 	LastRejection    string `json:"last_rejection,omitempty"`
 	// Latest is the latest version (nil before the first).
 	Latest *Version `json:"latest,omitempty"`
+	// Retraining is set while a retrain runs (ingestion waits for it:
+	// new messages stay in the stream).
+	Retraining bool `json:"retraining"`
 }
 
 // Service owns one model name; see the package doc. Create it with New and
@@ -73,6 +77,9 @@ type Service struct {
 
 	ctl   chan func()
 	ready chan struct{}
+	// snap is the Status as of the last event, so that a status request
+	// is answered at once, also during a long retrain.
+	snap atomic.Pointer[Status]
 }
 
 // New checks cfg, makes sure no other service owns the name, and opens the
@@ -151,6 +158,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
+	s.snapshot(false)
 	close(s.ready)
 	s.log.Info("serving", "id", s.id, "mode", s.cfg.Mode, "stream", StreamName(s.cfg.Prefix, s.cfg.Name),
 		"from_seq", s.seq+1, "transitions", s.table.Sum(), "version", s.version())
@@ -197,6 +205,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 				s.log.Error("checkpoint", "error", err)
 			}
 		}
+		s.snapshot(false)
 		if s.fatal != nil {
 			return s.fatal
 		}
@@ -305,6 +314,13 @@ func (s *Service) checkpoint(ctx context.Context) error {
 	return nil
 }
 
+// snapshot records the current Status for status requests.
+func (s *Service) snapshot(retraining bool) {
+	st := s.status()
+	st.Retraining = retraining
+	s.snap.Store(&st)
+}
+
 // status returns the current Status.
 func (s *Service) status() Status {
 	all, pending := s.table.Added()
@@ -365,8 +381,7 @@ func (s *Service) serveRequests(ctx context.Context, wg *sync.WaitGroup) (micro.
 	}), micro.WithEndpointSubject(RetrainSubject(s.cfg.Prefix, s.cfg.Name)))
 	if err == nil {
 		err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
-			wg.Add(1)
-			go run(req, func() { _ = req.RespondJSON(s.status()) })
+			_ = req.RespondJSON(s.snap.Load())
 		}), micro.WithEndpointSubject(StatusSubject(s.cfg.Prefix, s.cfg.Name)))
 	}
 	if err != nil {
