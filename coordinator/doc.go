@@ -38,7 +38,10 @@
 //   - A partial is checked before it is held: action and nonzero count as
 //     in the manifest, Σx equal to the shard's Σcount (to 1e-12 relative,
 //     as factor.CheckSumX); and when merged, by factor.Accumulator.Merge
-//     (dimensions, indices, finite and non-negative values). A failed check
+//     (dimensions, indices, finite and non-negative values; an executor may
+//     check the values as each partial arrives, in parallel, with
+//     factor.CheckPartialValues, and the merge then checks the rest with
+//     MergeChecked, as natsexec does). A failed check
 //     is an error naming worker and shard; the shard is handed out again
 //     (IterReport.Rejected) and the pass goes on.
 //   - After each commit a Checkpointer (optional) records the job state;

@@ -449,7 +449,11 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 				break
 			}
 			delete(held, next)
-			if err := p.acc.Merge(h.Partial); err != nil {
+			merge := p.acc.Merge
+			if h.Checked {
+				merge = p.acc.MergeChecked
+			}
+			if err := merge(h.Partial); err != nil {
 				rep.Rejected++
 				err = fmt.Errorf("coordinator: iteration %d: partial of shard %d from worker %s rejected: %w", iter, next, h.Worker, err)
 				p.log.Error("partial rejected", "iter", iter, "shard", next, "worker", h.Worker, "error", err)

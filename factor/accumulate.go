@@ -326,7 +326,27 @@ func (a *Accumulator) add(p *Partial) {
 	a.NNZ += p.NNZ
 }
 
+// MergeChecked is Merge for a partial whose values CheckPartialValues
+// accepted (a coordinator checks them as each partial arrives, in
+// parallel, and merges in shard order): it checks dimensions and indices
+// only, then adds.
+func (a *Accumulator) MergeChecked(p *Partial) error {
+	if err := a.checkShape(p); err != nil {
+		return err
+	}
+	a.add(p)
+	return nil
+}
+
 func (a *Accumulator) check(p *Partial) error {
+	if err := a.checkShape(p); err != nil {
+		return err
+	}
+	return CheckPartialValues(p)
+}
+
+// checkShape checks a partial's action, dimensions and indices.
+func (a *Accumulator) checkShape(p *Partial) error {
 	m, n := a.M, a.N
 	if p.Action < 0 || p.Action >= a.U {
 		return fmt.Errorf("factor: partial action %d out of range [0, %d)", p.Action, a.U)
@@ -345,6 +365,13 @@ func (a *Accumulator) check(p *Partial) error {
 			return fmt.Errorf("factor: partial of action %d: column %d at position %d is out of range or out of order", p.Action, j, k)
 		}
 	}
+	return nil
+}
+
+// CheckPartialValues returns an error unless every value of p is finite
+// and non-negative, Σ X equals SumX and the loglik is not infinite: the
+// checks of Merge that do not depend on the model's shape.
+func CheckPartialValues(p *Partial) error {
 	for _, f := range [...]struct {
 		name string
 		xs   []float64

@@ -159,3 +159,39 @@ func TestCommitRowDerivesCommit(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeCheckedSplitsMerge: CheckPartialValues then MergeChecked
+// accepts and sums what Merge does, and between them they reject what
+// Merge rejects (bad values; bad dimensions).
+func TestMergeCheckedSplitsMerge(t *testing.T) {
+	md := NewRandom(30, 4, 1, TieNone, 3)
+	b := RandomCounts(30, 1, 5, 3, 4)[0]
+	var p Partial
+	if err := Compute(md, b, new(Scratch), &p, true); err != nil {
+		t.Fatal(err)
+	}
+	a1, a2 := NewAccumulator(md), NewAccumulator(md)
+	if err := a1.Merge(&p); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckPartialValues(&p); err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.MergeChecked(&p); err != nil {
+		t.Fatal(err)
+	}
+	if !bitsEqual(a1.Dh[0], a2.Dh[0]) || !bitsEqual(a1.KhT[0], a2.KhT[0]) || !bitsEqual(a1.Y[0], a2.Y[0]) || a1.SumX != a2.SumX {
+		t.Fatal("MergeChecked sums differ from Merge's")
+	}
+	bad := p
+	bad.KhT = append([]float64(nil), p.KhT...)
+	bad.KhT[3] = math.NaN()
+	if err := CheckPartialValues(&bad); err == nil {
+		t.Error("CheckPartialValues accepted a NaN")
+	}
+	short := p
+	short.Dh = p.Dh[:len(p.Dh)-1]
+	if err := a2.MergeChecked(&short); err == nil {
+		t.Error("MergeChecked accepted a partial with a short Dh")
+	}
+}

@@ -155,6 +155,11 @@ type Result struct {
 	// time the executor spent getting and decoding the partial (zero where
 	// an executor does not measure them).
 	Model, Encode, Fetch time.Duration
+	// Checked says the executor (in the coordinator's process) found the
+	// partial's values valid with factor.CheckPartialValues, so that the
+	// coordinator's merge checks only its shape (factor.Accumulator.
+	// MergeChecked).
+	Checked bool
 	// Bytes counts the bytes this task moved (request, reply, objects).
 	Bytes int64
 }

@@ -557,7 +557,15 @@ func (e *Executor) decode(ctx context.Context, reply *nats.Msg, r *worker.Result
 		}
 	}
 	t0 := time.Now()
-	defer func() { r.Fetch = time.Since(t0) }()
+	defer func() {
+		// Check the values here, as each partial arrives and in parallel
+		// with the others, rather than in the coordinator's serial merge;
+		// a partial that fails is left to Merge, which rejects it.
+		if r.Err == nil && r.Partial != nil {
+			r.Checked = factor.CheckPartialValues(r.Partial) == nil
+		}
+		r.Fetch = time.Since(t0)
+	}()
 	if nb, err := strconv.ParseInt(reply.Header.Get(worker.HeaderFetchBytes), 10, 64); err == nil {
 		r.Bytes += nb
 	}
