@@ -73,12 +73,16 @@ func (w *Worker) computeParts(ctx context.Context, tr *TaskRequest, s *shard.Sha
 	t0 := time.Now()
 	md := w.md
 	if w.mdDig != tr.ModelDigest && w.kDig[tr.ModelDigest] == nil {
-		// Learn the shape from the blob's header.
-		hdr, err := FetchBlobRange(ctx, w.nc, tr.ModelBlob, 0, rawHeader*8, nil, nil)
-		if err != nil {
-			return res, fmt.Errorf("worker: model %s: %w", tr.ModelObject, err)
+		// Learn the shape from the blob's header (sent with the task, or
+		// fetched).
+		hdr := tr.ModelHeader
+		if len(hdr) != rawHeader*8 {
+			var err error
+			if hdr, err = FetchBlobRange(ctx, w.nc, tr.ModelBlob, 0, rawHeader*8, nil, nil); err != nil {
+				return res, fmt.Errorf("worker: model %s: %w", tr.ModelObject, err)
+			}
+			res.fetched += int64(len(hdr))
 		}
-		res.fetched += int64(len(hdr))
 		sh, err := parseRawHeader(hdr)
 		if err != nil {
 			return res, err

@@ -201,12 +201,15 @@ type TaskRequest struct {
 	// computed the same shard on the previous version may derive instead
 	// of fetching (factor.CommitRow with learning rate Alpha) and keeps
 	// only when the CRC matches.
-	KOffset int      `json:"k_offset,omitempty"`
-	KCRCs   []string `json:"k_crcs,omitempty"`
-	DRowLo  int      `json:"d_row_lo,omitempty"`
-	DRowHi  int      `json:"d_row_hi,omitempty"`
-	DCRC    string   `json:"d_crc,omitempty"`
-	Alpha   float64  `json:"alpha,omitempty"`
+	// ModelHeader is the blob's header (its first 64 bytes), so that a
+	// worker learns the model's shape without a round trip.
+	ModelHeader []byte   `json:"model_header,omitempty"`
+	KOffset     int      `json:"k_offset,omitempty"`
+	KCRCs       []string `json:"k_crcs,omitempty"`
+	DRowLo      int      `json:"d_row_lo,omitempty"`
+	DRowHi      int      `json:"d_row_hi,omitempty"`
+	DCRC        string   `json:"d_crc,omitempty"`
+	Alpha       float64  `json:"alpha,omitempty"`
 	// Started, when set (protocol 1.1), is where the worker that takes
 	// the task publishes its id first, so that the coordinator can check
 	// that it stays connected.

@@ -23,6 +23,9 @@ const (
 	rawHeader = 8
 )
 
+// RawHeaderBytes is the size of a raw model's header.
+const RawHeaderBytes = rawHeader * 8
+
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // EncodeRawModel returns md as a raw model and a model that shares the

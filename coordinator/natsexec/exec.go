@@ -135,6 +135,7 @@ type objRef struct {
 	action, rowLo, rowHi int
 	kOffset              int
 	kCRCs, dCRCs         []string
+	header               []byte
 }
 
 type censusState struct {
@@ -267,6 +268,8 @@ func (e *Executor) serveModel(job string, v int, md *factor.Model) *factor.Model
 			// Workers then fetch the whole model.
 			e.log.Warn("model parts", "job", job, "version", v, "error", err)
 			ref.kOffset, ref.kCRCs, ref.dCRCs = 0, nil, nil
+		} else {
+			ref.header = data[:worker.RawHeaderBytes]
 		}
 	}
 	ref.blob = e.blobs.Put(fmt.Sprintf("model-%s-%d", job, v), data)
@@ -420,6 +423,7 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 	if md.blob != "" && len(md.kCRCs) > 0 && len(md.dCRCs) == len(refs) {
 		sh := refs[t.Shard]
 		req.KOffset, req.KCRCs, req.DRowLo, req.DRowHi, req.DCRC, req.Alpha = md.kOffset, md.kCRCs, sh.rowLo, sh.rowHi, md.dCRCs[t.Shard], t.Alpha
+		req.ModelHeader = md.header
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		req.Deadline = dl.UnixNano()
