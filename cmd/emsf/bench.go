@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
@@ -96,6 +97,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	// loglik on the last one only, as a fit with a fixed iteration count.
 	fmt.Fprintf(e.stdout, "\ncluster (loopback NATS, embedded server, in-process workers; ratio = cluster s/iter / local s/iter, same workers)\n")
 	fmt.Fprintf(e.stdout, "%-8s %-8s %12s %12s %12s\n", "workers", "mode", "s/iter", "MB/iter", "ratio")
+	var phases []coordinator.IterReport
 	for _, w := range workers {
 		dir, err := os.MkdirTemp("", "emsf-bench-nats-")
 		if err != nil {
@@ -109,6 +111,16 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "%-8d %-8s %12.4f %12.1f %12.2f\n", w, "cluster", res.MedianSecondsPerIter,
 			res.BytesPerIter/1e6, res.MedianSecondsPerIter/local[w])
+		phases = append(phases, res.Phases)
+	}
+	// Where a cluster iteration goes (medians; compute includes a
+	// worker's waits for rows of K still in flight).
+	fmt.Fprintf(e.stdout, "\nphases (median ms per iteration)\n%-8s %8s %8s %8s %8s %8s %8s %8s %8s\n",
+		"workers", "wall", "model", "compute", "encode", "fetch", "reduce", "commit", "transfer")
+	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 }
+	for k, p := range phases {
+		fmt.Fprintf(e.stdout, "%-8d %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", workers[k], ms(p.Wall), ms(p.ModelFetch),
+			ms(p.Compute), ms(p.PartialEncode), ms(p.PartialFetch), ms(p.Reduce), ms(p.Commit), ms(p.Transfer))
 	}
 	return nil
 }

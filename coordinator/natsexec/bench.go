@@ -22,7 +22,11 @@ type BenchResult struct {
 	// MedianSecondsPerIter is the median wall time of the timed
 	// iterations (robust to a noisy machine).
 	MedianSecondsPerIter float64
-	Reports              []coordinator.IterReport
+	// Phases holds the median of each phase of the timed iterations
+	// (Wall, Compute, Transfer, Reduce, Commit, ModelFetch, PartialEncode,
+	// PartialFetch; see coordinator.IterReport).
+	Phases  coordinator.IterReport
+	Reports []coordinator.IterReport
 }
 
 // Bench fits a copy of md for iters iterations (at least 2) on a local
@@ -58,6 +62,27 @@ func Bench(ctx context.Context, storeDir string, workers, iters int, shards []*s
 	}
 	slices.Sort(walls)
 	res.MedianSecondsPerIter = walls[len(walls)/2].Seconds()
+	ph := &res.Phases
+	for _, f := range []struct {
+		dst *time.Duration
+		get func(coordinator.IterReport) time.Duration
+	}{
+		{&ph.Wall, func(r coordinator.IterReport) time.Duration { return r.Wall }},
+		{&ph.Compute, func(r coordinator.IterReport) time.Duration { return r.Compute }},
+		{&ph.Transfer, func(r coordinator.IterReport) time.Duration { return r.Transfer }},
+		{&ph.Reduce, func(r coordinator.IterReport) time.Duration { return r.Reduce }},
+		{&ph.Commit, func(r coordinator.IterReport) time.Duration { return r.Commit }},
+		{&ph.ModelFetch, func(r coordinator.IterReport) time.Duration { return r.ModelFetch }},
+		{&ph.PartialEncode, func(r coordinator.IterReport) time.Duration { return r.PartialEncode }},
+		{&ph.PartialFetch, func(r coordinator.IterReport) time.Duration { return r.PartialFetch }},
+	} {
+		ds := make([]time.Duration, 0, len(res.Reports)-1)
+		for _, r := range res.Reports[1:] {
+			ds = append(ds, f.get(r))
+		}
+		slices.Sort(ds)
+		*f.dst = ds[len(ds)/2]
+	}
 	n := float64(len(res.Reports) - 1)
 	res.SecondsPerIter = wall.Seconds() / n
 	res.BytesPerIter = float64(bytes) / n
