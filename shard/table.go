@@ -28,6 +28,13 @@ type Table struct {
 	n, u        int
 	sum, pend   float64
 	added, padd int64
+
+	// Between BeginSnapshot and its end, what Add counts is also kept
+	// apart: fresh[k] for entries[k], and its sum and rows.
+	snap      bool
+	fresh     []float64
+	freshSum  float64
+	freshRows int64
 }
 
 // Add records count c of the transition i --a--> j.
@@ -51,6 +58,14 @@ func (t *Table) Add(i, a, j int, c float64) error {
 	e := &t.entries[p]
 	e.Count += c
 	e.Pending += c
+	if t.snap {
+		for len(t.fresh) <= p {
+			t.fresh = append(t.fresh, 0)
+		}
+		t.fresh[p] += c
+		t.freshSum += c
+		t.freshRows++
+	}
 	t.sum += c
 	t.pend += c
 	t.added++
@@ -82,6 +97,40 @@ func (t *Table) ClearPending() {
 		t.entries[k].Pending = 0
 	}
 	t.pend, t.padd = 0, 0
+	t.AbortSnapshot()
+}
+
+// BeginSnapshot marks the moment a model version's data is taken (while
+// the table keeps counting): CommitSnapshot then makes the counts added
+// since this moment the pending ones, exactly as if ClearPending had been
+// called here (each summed from zero in arrival order), and AbortSnapshot
+// forgets the mark.
+func (t *Table) BeginSnapshot() {
+	t.snap = true
+	t.fresh = make([]float64, len(t.entries))
+	t.freshSum, t.freshRows = 0, 0
+}
+
+// CommitSnapshot ends a snapshot: the counts added since BeginSnapshot
+// become the pending counts. Without a snapshot it is ClearPending.
+func (t *Table) CommitSnapshot() {
+	if !t.snap {
+		t.ClearPending()
+		return
+	}
+	for k := range t.entries {
+		t.entries[k].Pending = 0
+		if k < len(t.fresh) {
+			t.entries[k].Pending = t.fresh[k]
+		}
+	}
+	t.pend, t.padd = t.freshSum, t.freshRows
+	t.AbortSnapshot()
+}
+
+// AbortSnapshot ends a snapshot and keeps every count pending.
+func (t *Table) AbortSnapshot() {
+	t.snap, t.fresh, t.freshSum, t.freshRows = false, nil, 0, 0
 }
 
 // Entries returns a copy of the entries sorted by (action, state, next).

@@ -87,3 +87,45 @@ func TestTableErrors(t *testing.T) {
 		t.Error("Restore with more pending than added rows: no error")
 	}
 }
+
+// A snapshot committed later leaves pending exactly what ClearPending at
+// the snapshot would have left; an aborted one leaves everything pending.
+func TestTableSnapshot(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	type row struct {
+		i, a, j int
+		c       float64
+	}
+	rows := make([]row, 3000)
+	for k := range rows {
+		rows[k] = row{rng.IntN(20), rng.IntN(2), rng.IntN(25), 0.1 + rng.Float64()}
+	}
+	var serial, snap, abort Table
+	for k, r := range rows {
+		if k == 1000 {
+			serial.ClearPending()
+			snap.BeginSnapshot()
+			abort.BeginSnapshot()
+		}
+		for _, tab := range []*Table{&serial, &snap, &abort} {
+			if err := tab.Add(r.i, r.a, r.j, r.c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	snap.CommitSnapshot()
+	if !reflect.DeepEqual(snap.Entries(), serial.Entries()) || snap.PendingSum() != serial.PendingSum() {
+		t.Fatal("a committed snapshot differs from ClearPending at the snapshot")
+	}
+	if a, p := snap.Added(); a != 3000 || p != 2000 {
+		t.Fatalf("Added() = %d, %d after the snapshot", a, p)
+	}
+	abort.AbortSnapshot()
+	var none Table
+	for _, r := range rows {
+		_ = none.Add(r.i, r.a, r.j, r.c)
+	}
+	if !reflect.DeepEqual(abort.Entries(), none.Entries()) {
+		t.Fatal("an aborted snapshot changed the pending counts")
+	}
+}

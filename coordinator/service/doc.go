@@ -67,9 +67,12 @@
 // and the rest of the message is kept. A payload that cannot be read at
 // all is rejected whole (emsf_serve_messages_rejected_total).
 //
-// Ingestion, retraining and checkpoints run on one goroutine, so a long
-// refit pauses ingestion (messages wait in the stream) and never races a
-// checkpoint; retrain requests queue behind it. Status requests are
-// answered at once from a snapshot taken after every event (Status.
-// Retraining says a retrain is running).
+// Ingestion, checkpoints and the service's state belong to one goroutine;
+// a fit runs on a goroutine of its own, on a snapshot of the counts taken
+// when it starts (shard.Table.BeginSnapshot), so ingestion goes on during
+// a long refit. When it ends, the counts that arrived meanwhile become the
+// pending ones, exactly as if they had arrived after it. One fit runs at a
+// time: retrain requests that come during it are answered when it ends,
+// with a further version when data arrived meanwhile. Status requests are
+// answered at once from a snapshot of the Status taken after every event.
 package service

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator"
@@ -17,44 +18,135 @@ import (
 	"github.com/emsf/emsf/shard"
 )
 
-// retrainLogged retrains for a policy and logs the outcome (nobody waits
-// for a reply).
-func (s *Service) retrainLogged(ctx context.Context, reason string) {
-	if _, err := s.retrain(ctx, reason); err != nil {
-		s.log.Error("retrain", "reason", reason, "error", err)
-	}
+// fitJob is a retrain in progress: its input, taken from the service's
+// state when it started, and the requests waiting for it.
+type fitJob struct {
+	reason string
+	start  time.Time
+	reqs   []micro.Request
+	// The snapshot: the latest version's model (nil before the first; the
+	// fit only reads it), the counts and the version being made.
+	base    *factor.Model
+	blocks  []*factor.Block
+	pending []*factor.Block
+	v       *Version
 }
 
-// retrain makes a new version from the counts so far (see the package
-// doc), or returns the latest one (New false) when no transition arrived
-// since it.
-func (s *Service) retrain(ctx context.Context, reason string) (*Version, error) {
+// fitResult is what a fit goroutine hands back to Run.
+type fitResult struct {
+	job *fitJob
+	md  *factor.Model
+	err error
+}
+
+// retrain asks for a new version from the counts so far (see the package
+// doc); req, if not nil, gets the reply. With no transition since the
+// latest version the reply is that version (New false). The fit runs on a
+// goroutine of its own while ingestion goes on; a request that arrives
+// during it is answered when it ends (with a further version if data
+// arrived meanwhile), and a policy that fires during it is checked again
+// then.
+func (s *Service) retrain(ctx context.Context, reason string, req micro.Request) {
+	if s.job != nil {
+		if req != nil {
+			s.waiting = append(s.waiting, req)
+		}
+		return
+	}
 	all, pending := s.table.Added()
 	if all == 0 || s.table.NNZ() == 0 {
-		return nil, fmt.Errorf("service: %s: no transitions yet: publish some to %s first", s.cfg.Name, TransitionsSubject(s.cfg.Prefix, s.cfg.Name))
+		s.reply(nil, fmt.Errorf("service: %s: no transitions yet: publish some to %s first", s.cfg.Name, TransitionsSubject(s.cfg.Prefix, s.cfg.Name)), reason, req)
+		return
 	}
 	if pending == 0 && s.latest != nil {
 		v := *s.latest
 		v.New = false
-		return &v, nil
+		s.reply(&v, nil, reason, req)
+		return
 	}
-	start := time.Now()
-	s.snapshot(true)
-	v, md, err := s.fit(ctx)
+	n, u := s.dims()
+	job := &fitJob{reason: reason, start: time.Now(), base: s.model, blocks: s.table.Blocks(u, false),
+		v: &Version{Name: s.cfg.Name, Version: s.version() + 1, Mode: s.cfg.Mode, Transitions: all, Count: s.table.Sum(),
+			StreamSeq: s.seq, N: n, M: s.cfg.Order, U: u, New: true, Reason: reason}}
+	if req != nil {
+		job.reqs = append(job.reqs, req)
+	}
+	if s.cfg.Mode == ModeIncremental {
+		job.pending = s.table.Blocks(u, true)
+	}
+	s.table.BeginSnapshot()
+	s.job = job
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if s.fitHook != nil {
+			s.fitHook()
+		}
+		md, err := s.fit(ctx, job)
+		s.done <- fitResult{job: job, md: md, err: err}
+	}()
+}
+
+// finish ends the retrain in progress: it commits the new version (or
+// keeps the counts pending when the fit failed), answers the requests,
+// and starts the next retrain when requests or the policy want one.
+func (s *Service) finish(ctx context.Context, r fitResult) {
+	job := r.job
+	s.job = nil
+	v, err := job.v, r.err
+	if err != nil {
+		s.table.AbortSnapshot()
+		err = fmt.Errorf("service: %s: retrain: %w", s.cfg.Name, err)
+	} else {
+		v.Created = time.Now().UTC()
+		v.Seconds = time.Since(job.start).Seconds()
+		if err = s.commitVersion(ctx, v, r.md); err == nil {
+			s.m.retrain.Observe(v.Seconds)
+			s.log.Info("new version", "version", v.Version, "reason", job.reason, "loglik", v.LogLik, "transitions", v.Transitions,
+				"seq", v.StreamSeq, "n", v.N, "u", v.U, "iterations", v.Iterations, "seconds", v.Seconds)
+		}
+	}
 	if err != nil {
 		s.m.failures.Inc()
-		return nil, fmt.Errorf("service: %s: retrain: %w", s.cfg.Name, err)
 	}
-	v.Reason, v.Created = reason, time.Now().UTC()
-	v.Seconds = time.Since(start).Seconds()
-	if err := s.commitVersion(ctx, v, md); err != nil {
-		s.m.failures.Inc()
-		return nil, err
+	for _, req := range job.reqs {
+		s.reply(v, err, job.reason, req)
 	}
-	s.m.retrain.Observe(v.Seconds)
-	s.log.Info("new version", "version", v.Version, "reason", reason, "loglik", v.LogLik, "transitions", v.Transitions,
-		"seq", v.StreamSeq, "n", v.N, "u", v.U, "iterations", v.Iterations, "seconds", v.Seconds)
-	return v, nil
+	if job.reqs == nil {
+		s.reply(v, err, job.reason, nil)
+	}
+	waiting := s.waiting
+	s.waiting = nil
+	_, pending := s.table.Added()
+	switch {
+	case len(waiting) > 0 && (err != nil || pending == 0):
+		// Nothing new since the snapshot (or the fit failed): they get
+		// the same answer.
+		for _, req := range waiting {
+			s.reply(v, err, "request", req)
+		}
+	case len(waiting) > 0:
+		s.retrain(ctx, "request", waiting[0])
+		s.waiting = append(s.waiting, waiting[1:]...)
+	case s.cfg.Every > 0 && pending >= s.cfg.Every:
+		s.retrain(ctx, "every", nil)
+	}
+}
+
+// reply answers a retrain request, or logs the outcome of one nobody
+// waits for.
+func (s *Service) reply(v *Version, err error, reason string, req micro.Request) {
+	if req == nil {
+		if err != nil {
+			s.log.Error("retrain", "reason", reason, "error", err)
+		}
+		return
+	}
+	if err != nil {
+		_ = req.Error("500", err.Error(), nil)
+		return
+	}
+	_ = req.RespondJSON(v)
 }
 
 // WarmSmoothing is the weight of the uniform distribution mixed into the
@@ -64,32 +156,31 @@ func (s *Service) retrain(ctx context.Context, reason string) (*Version, error) 
 // state would make every later retrain fail.
 const WarmSmoothing = 1e-9
 
-// fit computes the next version's model from the counts.
-func (s *Service) fit(ctx context.Context) (*Version, *factor.Model, error) {
-	n, u := s.dims()
+// fit computes the model of job.v from the job's snapshot. It runs on its
+// own goroutine: it reads only the job, s.cfg and s.log, and the
+// executor (which only fits use).
+func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
+	v := job.v
 	var md *factor.Model
-	if s.model != nil {
+	if job.base != nil {
 		var err error
-		if md, err = s.model.Grow(n, u); err != nil {
-			return nil, nil, err
+		if md, err = job.base.Grow(v.N, v.U); err != nil {
+			return nil, err
 		}
 		if err := md.Smooth(WarmSmoothing); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	} else {
-		md = factor.NewRandom(n, s.cfg.Order, u, s.cfg.Tie, s.cfg.Seed)
+		md = factor.NewRandom(v.N, s.cfg.Order, v.U, s.cfg.Tie, s.cfg.Seed)
 	}
-	blocks := s.table.Blocks(u, false)
-	all, _ := s.table.Added()
-	v := &Version{Name: s.cfg.Name, Version: s.version() + 1, Mode: s.cfg.Mode, Transitions: all, Count: s.table.Sum(),
-		StreamSeq: s.seq, N: n, M: md.M, U: u, New: true}
+	v.M = md.M
 	switch s.cfg.Mode {
 	case ModeRefit:
-		shards, man := shard.Split(blocks, n, s.cfg.ShardNNZ)
+		shards, man := shard.Split(job.blocks, v.N, s.cfg.ShardNNZ)
 		opts := factor.FitOptions{Workers: s.cfg.Workers, Converger: factor.Converger{MaxIter: s.cfg.MaxIter, Tol: s.cfg.Tol}}
 		exec, err := s.executor(ctx)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		var res factor.FitResult
 		if exec != nil {
@@ -107,25 +198,25 @@ func (s *Service) fit(ctx context.Context) (*Version, *factor.Model, error) {
 			res, err = factor.Fit(ctx, md, shard.Blocks(shards), opts)
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		v.Iterations = res.Iterations
 	case ModeIncremental:
 		inc, err := factor.NewIncremental(md, factor.IncrementalOptions{EtaMax: s.cfg.EtaMax, Alpha: s.cfg.Alpha})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		for _, b := range s.table.Blocks(u, true) {
+		for _, b := range job.pending {
 			for r, i := range b.Rows {
 				for p := b.Ptr[r]; p < b.Ptr[r+1]; p++ {
 					if err := inc.Add(int(i), b.Action, int(b.Cols[p]), b.Vals[p]); err != nil {
-						return nil, nil, err
+						return nil, err
 					}
 				}
 			}
 		}
 		if err := inc.EndPass(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		md = inc.Model()
 		v.Iterations = inc.Stats().Commits
@@ -133,23 +224,23 @@ func (s *Service) fit(ctx context.Context) (*Version, *factor.Model, error) {
 	// The metrics of the new version on all counts: −Inf and +Inf when it
 	// gives a counted transition probability 0 (an incremental commit
 	// with α = 1 forgets what the new data does not show).
-	ll, _, err := factor.LogLikelihood(md, blocks)
+	ll, _, err := factor.LogLikelihood(md, job.blocks)
 	var te *factor.TransitionError
 	switch {
 	case errors.As(err, &te):
 		s.log.Warn("the new version gives a counted transition probability 0", "transition", te.Error())
 		v.LogLik, v.WKL = math.Inf(-1), math.Inf(1)
 	case err != nil:
-		return nil, nil, err
+		return nil, err
 	default:
-		wkl, err := factor.WKL(md, blocks)
+		wkl, err := factor.WKL(md, job.blocks)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		v.LogLik, v.WKL = ll, wkl
 	}
 	md.LogLik, md.WKL = v.LogLik, v.WKL
-	return v, md, nil
+	return md, nil
 }
 
 // executor returns the NATS executor when refits use workers and some
@@ -204,7 +295,7 @@ func (s *Service) commitVersion(ctx context.Context, v *Version, md *factor.Mode
 	prevModel, prevLatest, saved := s.model, s.latest, s.table.Entries()
 	all, pending := s.table.Added()
 	s.model, s.latest = md, v
-	s.table.ClearPending()
+	s.table.CommitSnapshot()
 	s.dirty = true
 	if err := s.checkpoint(ctx); err != nil {
 		s.model, s.latest = prevModel, prevLatest

@@ -46,9 +46,10 @@ type Status struct {
 	LastRejection    string `json:"last_rejection,omitempty"`
 	// Latest is the latest version (nil before the first).
 	Latest *Version `json:"latest,omitempty"`
-	// Retraining is set while a retrain runs (ingestion waits for it:
-	// new messages stay in the stream).
+	// Retraining is set while a retrain runs (ingestion goes on), and
+	// Waiting counts the retrain requests queued behind it.
 	Retraining bool `json:"retraining"`
+	Waiting    int  `json:"waiting"`
 }
 
 // Service owns one model name; see the package doc. Create it with New and
@@ -74,6 +75,11 @@ type Service struct {
 	lastReject  string
 	exec        *natsexec.Executor
 	fatal       error
+	job         *fitJob         // the retrain in progress, nil when none
+	waiting     []micro.Request // retrain requests that came during job
+	done        chan fitResult  // a fit goroutine's result
+	wg          sync.WaitGroup  // the fit goroutine
+	fitHook     func()          // tests: called by the fit goroutine first
 
 	ctl   chan func()
 	ready chan struct{}
@@ -110,7 +116,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{cfg: cfg, nc: nc, st: st, log: cfg.Logger.Named("serve").With("model", cfg.Name), m: m,
-		id: "serve-" + rand.Text()[:10], table: &shard.Table{}, ctl: make(chan func()), ready: make(chan struct{})}, nil
+		id: "serve-" + rand.Text()[:10], table: &shard.Table{}, ctl: make(chan func()), ready: make(chan struct{}), done: make(chan fitResult, 1)}, nil
 }
 
 func (c *Config) storeConfig() StoreConfig {
@@ -142,9 +148,10 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		}
 	}()
 	// Deferred in this order, cancel runs first, then the goroutines
-	// started below are waited for.
+	// started below (and a fit in progress) are waited for.
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer s.wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -158,7 +165,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
-	s.snapshot(false)
+	s.snapshot()
 	close(s.ready)
 	s.log.Info("serving", "id", s.id, "mode", s.cfg.Mode, "stream", StreamName(s.cfg.Prefix, s.cfg.Name),
 		"from_seq", s.seq+1, "transitions", s.table.Sum(), "version", s.version())
@@ -174,6 +181,13 @@ func (s *Service) Run(ctx context.Context) (err error) {
 	for {
 		select {
 		case <-ctx.Done():
+			// Requests waiting for a retrain get an answer; a fit in
+			// progress is abandoned (its counts stay pending).
+			if s.job != nil {
+				for _, req := range append(s.job.reqs, s.waiting...) {
+					_ = req.Error("503", "service stopping: the retrain was abandoned", nil)
+				}
+			}
 			// A last checkpoint with a context of its own: ctx is done.
 			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer ccancel()
@@ -192,20 +206,22 @@ func (s *Service) Run(ctx context.Context) (err error) {
 			}
 			s.ingest(ctx, m)
 			if _, pending := s.table.Added(); s.cfg.Every > 0 && pending >= s.cfg.Every {
-				s.retrainLogged(ctx, "every")
+				s.retrain(ctx, "every", nil)
 			}
+		case r := <-s.done:
+			s.finish(ctx, r)
 		case f := <-s.ctl:
 			f()
 		case <-interval:
 			if _, pending := s.table.Added(); pending > 0 {
-				s.retrainLogged(ctx, "interval")
+				s.retrain(ctx, "interval", nil)
 			}
 		case <-ckpt.C:
 			if err := s.checkpoint(ctx); err != nil {
 				s.log.Error("checkpoint", "error", err)
 			}
 		}
-		s.snapshot(false)
+		s.snapshot()
 		if s.fatal != nil {
 			return s.fatal
 		}
@@ -315,9 +331,9 @@ func (s *Service) checkpoint(ctx context.Context) error {
 }
 
 // snapshot records the current Status for status requests.
-func (s *Service) snapshot(retraining bool) {
+func (s *Service) snapshot() {
 	st := s.status()
-	st.Retraining = retraining
+	st.Retraining, st.Waiting = s.job != nil, len(s.waiting)
 	s.snap.Store(&st)
 }
 
@@ -370,14 +386,7 @@ func (s *Service) serveRequests(ctx context.Context, wg *sync.WaitGroup) (micro.
 	}
 	err = svc.AddEndpoint("retrain", micro.HandlerFunc(func(req micro.Request) {
 		wg.Add(1)
-		go run(req, func() {
-			v, err := s.retrain(ctx, "request")
-			if err != nil {
-				_ = req.Error("500", err.Error(), nil)
-				return
-			}
-			_ = req.RespondJSON(v)
-		})
+		go run(req, func() { s.retrain(ctx, "request", req) })
 	}), micro.WithEndpointSubject(RetrainSubject(s.cfg.Prefix, s.cfg.Name)))
 	if err == nil {
 		err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {

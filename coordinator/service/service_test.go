@@ -56,10 +56,17 @@ type running struct {
 
 func start(t *testing.T, nc *nats.Conn, cfg Config) *running {
 	t.Helper()
+	return startHooked(t, nc, cfg, nil)
+}
+
+// startHooked starts a service whose fits call hook first.
+func startHooked(t *testing.T, nc *nats.Conn, cfg Config, hook func()) *running {
+	t.Helper()
 	svc, err := New(t.Context(), nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc.fitHook = hook
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{svc: svc, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- svc.Run(ctx) }()
@@ -579,5 +586,72 @@ func TestVersionJSONNonFinite(t *testing.T) {
 	b, _ = json.Marshal(&v)
 	if err := json.Unmarshal(b, &back); err != nil || back.LogLik != -12.5 || back.WKL != 0.25 {
 		t.Fatalf("finite metrics: %s → %+v (%v)", b, back, err)
+	}
+}
+
+// Ingestion goes on while a retrain runs; a request that comes during it
+// is answered when it ends with a version that has the data that arrived
+// meanwhile; the pending counts are exactly those after each version.
+func TestServeRetrainWhileIngesting(t *testing.T) {
+	nc, _ := server(t)
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	var once sync.Once
+	hook := func() {
+		started <- struct{}{}
+		once.Do(func() { <-release })
+	}
+	startHooked(t, nc, Config{Name: "busy", Order: 2, MaxIter: 4, Tol: 0, UseWorkers: WorkersNever}, hook)
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the service stops (cleanups run last first)
+	a, b := randomRows(21, 300, 10, 2), randomRows(22, 200, 10, 2)
+	seqA := publish(t, nc, "busy", a.csv())
+	waitSeq(t, nc, "busy", seqA)
+	type answer struct {
+		v   *Version
+		err error
+	}
+	ask := func() chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			m, err := nc.Request(RetrainSubject("emsf", "busy"), nil, time.Minute)
+			if err == nil && m.Header.Get("Nats-Service-Error") != "" {
+				err = errors.New(m.Header.Get("Nats-Service-Error"))
+			}
+			var v Version
+			if err == nil {
+				err = json.Unmarshal(m.Data, &v)
+			}
+			ch <- answer{&v, err}
+		}()
+		return ch
+	}
+	first := ask()
+	<-started // version 1 is being fitted on the counts of a
+	seqB := publish(t, nc, "busy", b.csv())
+	if st := waitSeq(t, nc, "busy", seqB); !st.Retraining || st.Transitions != 500 || st.Pending != 500 {
+		t.Fatalf("during the fit: %+v; want retraining, 500 transitions, all 500 pending (no version yet)", st)
+	}
+	second := ask()
+	checkWaiting := time.Now().Add(10 * time.Second)
+	for status(t, nc, "busy").Waiting != 1 {
+		if time.Now().After(checkWaiting) {
+			t.Fatal("the second request is not queued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	free()
+	r1, r2 := <-first, <-second
+	if r1.err != nil || r2.err != nil {
+		t.Fatalf("answers: %v, %v", r1.err, r2.err)
+	}
+	if r1.v.Version != 1 || r1.v.StreamSeq != seqA || r1.v.Transitions != 300 {
+		t.Errorf("first answer %+v: want version 1 of the 300 transitions up to sequence %d", r1.v, seqA)
+	}
+	if r2.v.Version != 2 || r2.v.StreamSeq != seqB || r2.v.Transitions != 500 {
+		t.Errorf("second answer %+v: want version 2 of all 500 transitions up to sequence %d", r2.v, seqB)
+	}
+	if st := status(t, nc, "busy"); st.Pending != 0 || st.Retraining || st.Latest == nil || st.Latest.Version != 2 {
+		t.Errorf("after both: %+v", st)
 	}
 }
