@@ -44,9 +44,18 @@ type BlobServer struct {
 	chunk int
 	max   int
 
-	mu    sync.Mutex
-	blobs map[string][]byte
-	order []string
+	mu     sync.Mutex
+	blobs  map[string][]byte
+	order  []string
+	onDrop func([]byte)
+}
+
+// SetOnDrop makes the server call f with a blob's bytes when its reader
+// drops it (DropBlob): it has them all, so the owner may reuse the memory.
+func (b *BlobServer) SetOnDrop(f func([]byte)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onDrop = f
 }
 
 // ServeBlobs subscribes to BlobSubject(prefix, id).* on nc. Each request's
@@ -76,7 +85,14 @@ const HeaderBlobError = "Emsf-Blob-Error"
 func (b *BlobServer) serve(m *nats.Msg) {
 	name := m.Subject[len(b.base)+1:]
 	if string(m.Data) == "drop" {
-		b.Drop(name)
+		b.mu.Lock()
+		data, ok := b.blobs[name]
+		delete(b.blobs, name)
+		f := b.onDrop
+		b.mu.Unlock()
+		if ok && f != nil {
+			f(data)
+		}
 		return
 	}
 	// "off" or (protocol 1.1) "off,len".

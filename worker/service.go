@@ -89,6 +89,10 @@ type Worker struct {
 	// job and shard.
 	kDig  map[string][]bool
 	drows map[string]*dRows
+	// pbufs are raw partial buffers the coordinator has dropped (read
+	// whole), kept for reuse; guarded by pmu.
+	pmu   sync.Mutex
+	pbufs [][]byte
 
 	// Guarded by smu, so that $SRV.STATS answers while a task runs.
 	smu     sync.Mutex
@@ -143,6 +147,13 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		_ = svc.Stop()
 		return nil, err
 	}
+	w.blobs.SetOnDrop(func(b []byte) {
+		w.pmu.Lock()
+		defer w.pmu.Unlock()
+		if len(w.pbufs) < 2 {
+			w.pbufs = append(w.pbufs, b)
+		}
+	})
 	w.log.Info("worker started", "subject", TaskSubject(cfg.Prefix), "queue_group", QueueGroup(cfg.Prefix))
 	return w, nil
 }
@@ -288,7 +299,7 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 	if tr.BlobPartials && int64(RawPartialSize(&w.partial)) > limit {
 		// Served from memory as a raw partial until the coordinator has
 		// pulled it (at most a few are kept).
-		data = EncodeRawPartial(&w.partial, nil)
+		data = EncodeRawPartial(&w.partial, w.partialBuffer(RawPartialSize(&w.partial)))
 		name := fmt.Sprintf("p%d", w.nblob.Add(1))
 		hdr[HeaderBlob] = []string{w.blobs.Put(name, data)}
 		hdr[HeaderBlobSize] = []string{strconv.Itoa(len(data))}
@@ -328,6 +339,20 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		data = nil
 	}
 	return data, obj, fetched, compute, nil
+}
+
+// partialBuffer returns a dropped raw partial buffer of at least size
+// bytes, or nil.
+func (w *Worker) partialBuffer(size int) []byte {
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	for k, b := range w.pbufs {
+		if cap(b) >= size {
+			w.pbufs = append(w.pbufs[:k], w.pbufs[k+1:]...)
+			return b
+		}
+	}
+	return nil
 }
 
 func (w *Worker) store(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
