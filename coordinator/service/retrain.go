@@ -109,6 +109,7 @@ func (s *Service) finish(ctx context.Context, r fitResult) {
 	if err != nil {
 		s.m.failures.Inc()
 	}
+	s.snapshot() // a status request after the reply sees the new version
 	for _, req := range job.reqs {
 		s.reply(v, err, job.reason, req)
 	}
