@@ -14,8 +14,10 @@ type TransitionError struct {
 }
 
 func (e *TransitionError) Error() string {
-	return fmt.Sprintf("factor: observed transition %d --%d--> %d (count %v) has probability 0 under the model: the sparsity mask excludes it",
-		e.From, e.Action, e.To, e.Count)
+	return fmt.Sprintf("factor: observed transition %d --%d--> %d (count %v) has probability 0 under the model "+
+		"(D[%d,l]·K[l,%d] = 0 for every hidden state l: a sparsity mask excludes it, or the model was fitted to data "+
+		"without transitions to %d, or entries underflowed after many commits with α < 1; factor.Model.Smooth makes every transition possible)",
+		e.From, e.Action, e.To, e.Count, e.From, e.To, e.To)
 }
 
 // Partial holds the sufficient statistics of one Block under one model: the

@@ -246,6 +246,16 @@ const MaxChunk = 1 << 20
 // message exceeds it: large chunks cost far fewer acknowledgements than
 // the Object Store's default 128 KiB.
 func PutObject(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, name string, data []byte) (*jetstream.ObjectInfo, error) {
-	chunk := int64(chunkSize(maxPayload))
-	return obs.Put(ctx, jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(chunk)}}, bytes.NewReader(data))
+	return PutObjectMeta(ctx, obs, maxPayload, jetstream.ObjectMeta{Name: name}, data)
+}
+
+// PutObjectMeta is PutObject for an object with metadata (meta's chunk
+// size is set as PutObject sets it).
+func PutObjectMeta(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, meta jetstream.ObjectMeta, data []byte) (*jetstream.ObjectInfo, error) {
+	opts := jetstream.ObjectMetaOptions{ChunkSize: uint32(chunkSize(maxPayload))}
+	if meta.Opts != nil {
+		opts.Link = meta.Opts.Link
+	}
+	meta.Opts = &opts
+	return obs.Put(ctx, meta, bytes.NewReader(data))
 }

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -134,15 +133,9 @@ func OpenStoresReadOnly(ctx context.Context, js jetstream.JetStream, stateBucket
 }
 
 // put stores data as object name with metadata meta, in chunks below the
-// server's max payload (as worker.PutObject does).
+// server's max payload.
 func (st *Stores) put(ctx context.Context, maxPayload int64, name string, data []byte, meta map[string]string) error {
-	head := int64(8 << 10)
-	if maxPayload < 16<<10 {
-		head = maxPayload / 2
-	}
-	chunk := max(min(worker.MaxChunk, maxPayload-head), 1)
-	om := jetstream.ObjectMeta{Name: name, Metadata: meta, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(chunk)}}
-	if _, err := st.Models.Put(ctx, om, bytes.NewReader(data)); err != nil {
+	if _, err := worker.PutObjectMeta(ctx, st.Models, maxPayload, jetstream.ObjectMeta{Name: name, Metadata: meta}, data); err != nil {
 		return fmt.Errorf("service: store %s: %w", name, err)
 	}
 	return nil
