@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/csv"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -258,24 +256,13 @@ func bjFinish(e *env, out string, evalHands, batches, batchHands int, epsilon fl
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	if err := w.Write(bjHeader); err != nil {
-		return fmt.Errorf("blackjack.csv: %w", err)
-	}
-	for _, r := range recs {
-		row := []string{strconv.Itoa(r.Run), strconv.FormatUint(r.Seed, 10), r.Agent, strconv.Itoa(r.Batch),
-			strconv.Itoa(r.Hands), strconv.FormatFloat(r.Return, 'g', -1, 64)}
-		if err := w.Write(row); err != nil {
-			return fmt.Errorf("blackjack.csv: %w", err)
-		}
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		return fmt.Errorf("blackjack.csv: %w", err)
-	}
 	csvPath := filepath.Join(out, "blackjack.csv")
-	if err := writeAtomic(csvPath, buf.Bytes()); err != nil {
+	err := writeRows(csvPath, bjHeader, len(recs), func(k int) []string {
+		r := recs[k]
+		return []string{strconv.Itoa(r.Run), strconv.FormatUint(r.Seed, 10), r.Agent, strconv.Itoa(r.Batch),
+			strconv.Itoa(r.Hands), strconv.FormatFloat(r.Return, 'g', -1, 64)}
+	})
+	if err != nil {
 		return err
 	}
 	// The summaries of the shared plot helper: the agent is the method and

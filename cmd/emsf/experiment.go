@@ -285,25 +285,32 @@ func (s summary) curveName() string {
 
 // writeCSV writes the records atomically.
 func writeCSV(path string, recs []record) error {
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	if err := w.Write(csvHeader); err != nil {
-		return err
-	}
-	for _, r := range recs {
+	return writeRows(path, csvHeader, len(recs), func(k int) []string {
+		r := recs[k]
 		m := ""
 		if r.M > 0 {
 			m = strconv.Itoa(r.M)
 		}
-		row := []string{r.Setting, r.Method, m, strconv.Itoa(r.Transitions), strconv.FormatUint(r.Seed, 10),
+		return []string{r.Setting, r.Method, m, strconv.Itoa(r.Transitions), strconv.FormatUint(r.Seed, 10),
 			r.Measure, strconv.FormatFloat(r.Error, 'g', -1, 64)}
-		if err := w.Write(row); err != nil {
-			return err
+	})
+}
+
+// writeRows writes a CSV file atomically: header, then row(k) for k < n.
+func writeRows(path string, header []string, n int, row func(k int) []string) error {
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	if err := w.Write(header); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	for k := range n {
+		if err := w.Write(row(k)); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Base(path), err)
 		}
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
-		return err
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
 	return writeAtomic(path, buf.Bytes())
 }

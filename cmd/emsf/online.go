@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
@@ -280,25 +278,14 @@ func onlineFinish(e *env, out string, m int, recs []onlineRecord) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	if err := w.Write(onlineHeader); err != nil {
-		return fmt.Errorf("online.csv: %w", err)
-	}
-	for _, r := range recs {
-		row := []string{strconv.Itoa(r.Run), strconv.FormatUint(r.Seed, 10), strconv.Itoa(r.CommitEvery),
+	csvPath := filepath.Join(out, "online.csv")
+	err := writeRows(csvPath, onlineHeader, len(recs), func(k int) []string {
+		r := recs[k]
+		return []string{strconv.Itoa(r.Run), strconv.FormatUint(r.Seed, 10), strconv.Itoa(r.CommitEvery),
 			strconv.FormatFloat(r.Alpha, 'g', -1, 64), strconv.Itoa(r.Transitions), strconv.Itoa(r.Commits),
 			strconv.FormatFloat(r.KLRho, 'g', -1, 64)}
-		if err := w.Write(row); err != nil {
-			return fmt.Errorf("online.csv: %w", err)
-		}
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		return fmt.Errorf("online.csv: %w", err)
-	}
-	csvPath := filepath.Join(out, "online.csv")
-	if err := writeAtomic(csvPath, buf.Bytes()); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	// The summaries of the shared plot helper: the setting is the method
