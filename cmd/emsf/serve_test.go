@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -167,7 +170,7 @@ func TestServeKillExactlyOnce(t *testing.T) {
 	// crashed.
 	models := map[string]string{}
 	for _, name := range []string{"crash", "clean"} {
-		p := startServe(t, bin, url, name)
+		p := startServe(t, bin, url, name, "--metrics-addr", "127.0.0.1:0")
 		checkFor(t, 60*time.Second, func() error {
 			st, err := serveStatus(nc, name)
 			if err != nil || st.StreamSeq != 60 {
@@ -182,6 +185,20 @@ func TestServeKillExactlyOnce(t *testing.T) {
 		if out, err := exec.Command(bin, "model", "get", name, "--nats", url, "--out", models[name]).CombinedOutput(); err != nil {
 			t.Fatalf("emsf model get %s: %v\n%s", name, err, out)
 		}
+		// The Prometheus endpoint of this process: what it counted (the
+		// crashed service's restart replays nothing now: 0) and one version.
+		ingested := map[string]string{"crash": "0", "clean": "3000"}[name]
+		metrics := scrape(t, p.err.String())
+		for _, want := range []string{
+			fmt.Sprintf(`emsf_serve_transitions_ingested_total{model="%s"} %s`, name, ingested),
+			fmt.Sprintf(`emsf_serve_versions_total{model="%s"} 1`, name),
+			fmt.Sprintf(`emsf_serve_stream_sequence{model="%s"} 60`, name),
+			fmt.Sprintf(`emsf_serve_retrain_duration_seconds_count{model="%s"} 1`, name),
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("metrics of %s lack %q", name, want)
+			}
+		}
 		p.stop(t)
 	}
 	a, err := arrowio.ReadModel(models["crash"])
@@ -195,6 +212,26 @@ func TestServeKillExactlyOnce(t *testing.T) {
 	if !a.Model.Equal(c.Model) {
 		t.Fatal("the model retrained after the crash differs from the one without a crash")
 	}
+}
+
+// scrape finds the metrics URL in a serve process's log and returns the
+// metrics page.
+func scrape(t *testing.T, log string) string {
+	t.Helper()
+	m := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/metrics)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no metrics URL in the log:\n%s", log)
+	}
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", m[1], resp.StatusCode, err)
+	}
+	return string(body)
 }
 
 // Bad flags of the service commands: one line naming the flag, exit 2.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -241,6 +242,25 @@ func (s *Service) version() int {
 // restore loads the checkpoint and the latest version, repairing
 // NAME.latest after a crash between checkpoint and announcement.
 func (s *Service) restore(ctx context.Context) error {
+	if err := s.load(ctx); err != nil {
+		return err
+	}
+	// The gauges start from the restored state.
+	_, pending := s.table.Added()
+	s.m.seq.Set(float64(s.seq))
+	s.m.pending.Set(float64(pending))
+	if v := s.latest; v != nil {
+		s.m.version.Set(float64(v.Version))
+		if !math.IsNaN(v.LogLik) && !math.IsInf(v.LogLik, 0) {
+			s.m.loglik.Set(v.LogLik)
+			s.m.wkl.Set(v.WKL)
+		}
+	}
+	return nil
+}
+
+// load reads the checkpoint and the latest version (restore).
+func (s *Service) load(ctx context.Context) error {
 	data, err := s.st.Models.GetBytes(ctx, StateObject(s.cfg.Name))
 	var version int
 	switch {

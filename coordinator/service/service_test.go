@@ -229,6 +229,16 @@ func TestServeRetrainPublishes(t *testing.T) {
 	defer sub.Unsubscribe()
 	start(t, nc, Config{Name: "demo", Order: 3, Seed: 5, MaxIter: 20, Tol: 0, UseWorkers: WorkersNever})
 
+	// Discoverable as a NATS micro service (what `nats micro info` asks).
+	info, err := nc.Request("$SRV.INFO.emsf-serve", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"name":"emsf-serve"`, `"model":"demo"`, `"subject":"emsf.demo.retrain"`, `"subject":"emsf.demo.status"`} {
+		if !strings.Contains(string(info.Data), want) {
+			t.Errorf("$SRV.INFO reply lacks %s: %s", want, info.Data)
+		}
+	}
 	if _, err := retrain(t, nc, "demo"); err == nil || !strings.Contains(err.Error(), "no transitions yet") {
 		t.Fatalf("retrain before any data: %v", err)
 	}
