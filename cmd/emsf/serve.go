@@ -345,6 +345,9 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	if res.Messages > 0 || err == nil {
 		fmt.Fprintf(e.stdout, "published %d transitions in %d messages (%d bytes) to %s, stream %s sequences %d..%d",
 			res.Rows, res.Messages, res.Bytes, res.Subject, res.Stream, res.FirstSeq, res.LastSeq)
+		if res.Outside > 0 {
+			fmt.Fprintf(e.stderr, "emsf publish: warning: %d transitions are outside the served model's fixed size and will be rejected by emsf serve (the rest is kept); first: %s\n", res.Outside, res.FirstOutside)
+		}
 		if res.Duplicates > 0 {
 			fmt.Fprintf(e.stdout, "; %d messages (%d transitions) were duplicates, not stored again", res.Duplicates, res.DuplicateRows)
 		}

@@ -2,7 +2,9 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,6 +38,10 @@ type PublishResult struct {
 	RowsPerMessage    int
 	MaxPayload        int64
 	DuplicateRows     int64
+	// Outside counts the rows outside the running service's fixed size
+	// (--states/--actions: it rejects them), FirstOutside names the first.
+	Outside      int64
+	FirstOutside string
 }
 
 // PublishFile sends the transitions of path to model opts.Name's stream as
@@ -53,8 +59,33 @@ func PublishFile(ctx context.Context, nc *nats.Conn, path string, opts PublishOp
 		return res, fmt.Errorf("service: publish: the server's max payload %d is too small", nc.MaxPayload())
 	}
 	res.RowsPerMessage = maxRows
-	// Pass 1: check every row.
-	if err := arrowio.ScanTransitions(ctx, path, opts.Read, func(b *arrowio.TransitionBatch) error { return nil }); err != nil {
+	// Pass 1: check every row, and against the running service's fixed
+	// size when it has one (such rows are sent all the same: the service
+	// rejects them and keeps the rest, as it does for any publisher).
+	var st Status
+	if m, err := nc.Request(StatusSubject(opts.Prefix, opts.Name), nil, 2*time.Second); err == nil {
+		_ = json.Unmarshal(m.Data, &st)
+	}
+	err := arrowio.ScanTransitions(ctx, path, opts.Read, func(b *arrowio.TransitionBatch) error {
+		for k := range b.Len() {
+			i, a, j := b.State[k], b.Action[k], b.Next[k]
+			var why string
+			switch {
+			case st.FixedStates > 0 && (int(i) >= st.FixedStates || int(j) >= st.FixedStates):
+				why = fmt.Sprintf("state %d --> %d is outside the served model's %d states", i, j, st.FixedStates)
+			case st.FixedActions > 0 && int(a) >= st.FixedActions:
+				why = fmt.Sprintf("action %d is outside the served model's %d actions", a, st.FixedActions)
+			default:
+				continue
+			}
+			if res.Outside == 0 {
+				res.FirstOutside = fmt.Sprintf("%s row %d: %s", path, b.FirstRow+k, why)
+			}
+			res.Outside++
+		}
+		return nil
+	})
+	if err != nil {
 		return res, err
 	}
 	js, err := jetstream.New(nc)

@@ -40,6 +40,10 @@ type Status struct {
 	// States and Actions are the size the data needs (or the fixed size).
 	States  int `json:"states"`
 	Actions int `json:"actions"`
+	// FixedStates and FixedActions are --states and --actions (0: the
+	// model grows).
+	FixedStates  int `json:"fixed_states,omitempty"`
+	FixedActions int `json:"fixed_actions,omitempty"`
 	// Rejected counts rows outside a fixed size, RejectedMessages payloads
 	// that could not be read; LastRejection describes the latest.
 	Rejected         int64  `json:"rejected"`
@@ -363,6 +367,7 @@ func (s *Service) status() Status {
 	n, u := s.dims()
 	return Status{Name: s.cfg.Name, ID: s.id, Mode: s.cfg.Mode, StreamSeq: s.seq, Checkpointed: s.ckptSeq,
 		Transitions: all, Pending: pending, Count: s.table.Sum(), NNZ: s.table.NNZ(), States: n, Actions: u,
+		FixedStates: s.cfg.States, FixedActions: s.cfg.Actions,
 		Rejected: s.rejected, RejectedMessages: s.rejectedMsg, LastRejection: s.lastReject, Latest: s.latest}
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -388,6 +390,18 @@ func TestServeFixedSizeRejects(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.ingested); got != 2 {
 		t.Errorf("ingested %v, want 2", got)
+	}
+	// emsf publish warns about such rows before it sends them.
+	path := filepath.Join(t.TempDir(), "t.csv")
+	if err := os.WriteFile(path, rows{{1, 0, 2}, {1, 0, 9}, {0, 3, 1}, {2, 1, 3}}.csv(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := PublishFile(t.Context(), nc, path, PublishOptions{Prefix: "emsf", Name: "fx"}, StoreConfig{})
+	if err != nil || res.Rows != 4 || res.Outside != 2 || !strings.Contains(res.FirstOutside, "t.csv row 2: state 1 --> 9 is outside the served model's 5 states") {
+		t.Fatalf("PublishFile: %+v, %v", res, err)
+	}
+	if st := waitSeq(t, nc, "fx", res.LastSeq); st.Transitions != 4 || st.Rejected != 5 {
+		t.Fatalf("after the published file: %+v; want 4 kept and 5 rejected in all", st)
 	}
 	v, err := retrain(t, nc, "fx")
 	if err != nil || v.N != 5 || v.U != 2 {
