@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -232,6 +234,21 @@ func scrape(t *testing.T, log string) string {
 		t.Fatalf("GET %s: %d %v", m[1], resp.StatusCode, err)
 	}
 	return string(body)
+}
+
+// An embedded server on a busy port: one clear error at once.
+func TestServeEmbeddedPortBusy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	var stdout, stderr bytes.Buffer
+	rc := run([]string{"serve", "--embedded", "--store", t.TempDir(), "--port", port, "--name", "x"}, &stdout, &stderr)
+	if rc != 1 || !strings.Contains(stderr.String(), "127.0.0.1:"+port) || !strings.Contains(stderr.String(), "address already in use") {
+		t.Fatalf("exit %d, stderr %q", rc, stderr.String())
+	}
 }
 
 // Bad flags of the service commands: one line naming the flag, exit 2.

@@ -2,7 +2,9 @@ package natsexec
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -66,6 +68,15 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 		NoSigs:             true,
 		NoLog:              true,
 		MaxConn:            1024,
+	}
+	if !cfg.DontListen && cfg.Port > 0 {
+		// The server would only log a busy port and never become ready:
+		// say so at once.
+		ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+		if err != nil {
+			return nil, fmt.Errorf("natsexec: embedded server: %w", err)
+		}
+		_ = ln.Close()
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
