@@ -93,6 +93,9 @@ func PublishFile(ctx context.Context, nc *nats.Conn, path string, opts PublishOp
 		return res, fmt.Errorf("service: publish: %w", err)
 	}
 	cfg.Prefix, cfg.Name = opts.Prefix, opts.Name
+	if err := RequireJetStream(ctx, js); err != nil {
+		return res, err
+	}
 	if _, err := EnsureStream(ctx, js, cfg); err != nil {
 		return res, err
 	}

@@ -108,6 +108,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("service: jetstream: %w", err)
 	}
+	if err := RequireJetStream(ctx, js); err != nil {
+		return nil, err
+	}
 	scfg := cfg.storeConfig()
 	if _, err := EnsureStream(ctx, js, scfg); err != nil {
 		return nil, err

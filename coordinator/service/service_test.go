@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -677,5 +678,33 @@ func TestServeRetrainWhileIngesting(t *testing.T) {
 	}
 	if st := status(t, nc, "busy"); st.Pending != 0 || st.Retraining || st.Latest == nil || st.Latest.Version != 2 {
 		t.Errorf("after both: %+v", st)
+	}
+}
+
+// A server without JetStream: one clear error from New, publishing and
+// the client side.
+func TestNoJetStream(t *testing.T) {
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc := connect(t, srv.ClientURL())
+	js, _ := jetstream.New(nc)
+	path := filepath.Join(t.TempDir(), "t.csv")
+	if err := os.WriteFile(path, rows{{0, 0, 1}}.csv(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, pubErr := PublishFile(t.Context(), nc, path, PublishOptions{Prefix: "emsf", Name: "x"}, StoreConfig{})
+	_, roErr := OpenStoresReadOnly(t.Context(), js, DefaultStateBucket, DefaultModelBucket)
+	_, newErr := New(t.Context(), nc, Config{Name: "x"})
+	for _, err := range []error{newErr, pubErr, roErr} {
+		if err == nil || !strings.Contains(err.Error(), "has no JetStream") {
+			t.Errorf("without JetStream: %v", err)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/arrowio"
@@ -70,6 +71,19 @@ type StoreConfig struct {
 	StreamMaxBytes           int64
 }
 
+// RequireJetStream says clearly when the server has no JetStream (every
+// call would otherwise fail with "no responders").
+func RequireJetStream(ctx context.Context, js jetstream.JetStream) error {
+	_, err := js.AccountInfo(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount), errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("service: the NATS server has no JetStream for this account (start nats-server with -js, or emsf serve with --embedded): %w", err)
+	}
+	return fmt.Errorf("service: JetStream: %w", err)
+}
+
 // EnsureStream creates model name's transitions stream, or updates it when
 // it exists (limits are only set at creation).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (jetstream.Stream, error) {
@@ -121,6 +135,9 @@ func OpenStores(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*
 // OpenStoresReadOnly opens existing buckets without creating them (the
 // client side: emsf model get).
 func OpenStoresReadOnly(ctx context.Context, js jetstream.JetStream, stateBucket, modelBucket string) (*Stores, error) {
+	if err := RequireJetStream(ctx, js); err != nil {
+		return nil, err
+	}
 	kv, err := js.KeyValue(ctx, stateBucket)
 	if err != nil {
 		return nil, fmt.Errorf("service: key-value store %s: %w (has an emsf serve run on this server?)", stateBucket, err)
