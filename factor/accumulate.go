@@ -411,10 +411,30 @@ func CommitRow(row, dh []float64, x, alpha float64) {
 	f := alpha / x
 	dh = dh[:len(row)]
 	for l := range row {
-		// float64(...) forbids fused multiply-add (bitwise identity
-		// across machines).
-		row[l] = float64(keep*row[l]) + float64(f*dh[l])
+		row[l] = commitEntry(row[l], keep, f*dh[l])
 	}
+}
+
+// EntryFloor is the smallest value a positive entry of D or K takes in a
+// commit with α < 1. Mathematically such an entry stays positive
+// ((1−α)·v > 0), but over thousands of commits that see no data for it,
+// it shrinks geometrically and underflows to exactly 0, after which a
+// transition through it has probability 0 and stops the fit. At 1e-150
+// two floored factors still give g ≥ 1e-300 and c/g stays finite; the
+// row sums move by at most m·1e-150. With α = 1 (plain EM) entries are
+// never floored, and zeros (masks) stay zero.
+const EntryFloor = 1e-150
+
+// commitEntry is one entry of a commit: keep·v + add, floored at
+// EntryFloor when v > 0 and keep > 0 (α < 1).
+func commitEntry(v, keep, add float64) float64 {
+	// float64(...) forbids fused multiply-add (bitwise identity across
+	// machines): both products are rounded before the sum.
+	w := float64(keep*v) + float64(add)
+	if w < EntryFloor && v > 0 && keep > 0 {
+		w = EntryFloor
+	}
+	return w
 }
 
 // Commit writes the next model into md (incremental-emsf eq. 13 with
@@ -423,7 +443,8 @@ func CommitRow(row, dh []float64, x, alpha float64) {
 //	D[i,:] = (1-α)·D[i,:] + α·Dh[i,:]/x[i]     where x[i] > 0
 //	K[l,:] = (1-α)·K[l,:] + α·KhT[:,l]/y[l]    where y[l] > 0
 //
-// Rows without data keep their values. It records the accumulated loglik
+// Rows without data keep their values; with α < 1 a positive entry never
+// drops below EntryFloor (underflow guard). It records the accumulated loglik
 // and WKL (with dataTerm = Σ c·log(c/x_i), see Block.DataTerm) in md and
 // increments md.Iteration.
 func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
@@ -452,7 +473,7 @@ func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
 			row, src := kt[j*m:j*m+m], kh[j*m:j*m+m]
 			for l := range row {
 				if f[l] != 0 {
-					row[l] = float64(keep*row[l]) + float64(f[l]*src[l])
+					row[l] = commitEntry(row[l], keep, f[l]*src[l])
 				}
 			}
 		}

@@ -131,3 +131,45 @@ func TestSmooth(t *testing.T) {
 		}
 	}
 }
+
+// With α < 1 a positive entry that sees no data shrinks by (1−α) per
+// commit but never underflows to 0 (EntryFloor); zeros stay zero; with
+// α = 1 nothing is floored.
+func TestCommitEntryFloor(t *testing.T) {
+	md := NewRandom(3, 2, 1, TieNone, 1)
+	md.KT[0][2*2+0], md.KT[0][1*2+0] = 0, md.KT[0][1*2+0]+md.KT[0][2*2+0] // K[0][2] = 0: a mask
+	md.D[0][0*2+1] = 1e-140
+	md.D[0][0*2+0] = 1 - 1e-140
+	// Data only from state 1 to state 0: D row 0 and K column 2 see none.
+	b := &Block{Action: 0, Rows: []int32{1}, Ptr: []int64{0, 1}, Cols: []int32{0}, Vals: []float64{1}}
+	for range 3000 {
+		if _, err := Fit(t.Context(), md, []*Block{b}, FitOptions{Alpha: 0.5, Converger: Converger{MaxIter: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := md.KT[0][1*2+1]; v != EntryFloor {
+		t.Errorf("K[1][1] (no data for 3000 commits at α = 0.5) = %v, want the floor %v", v, EntryFloor)
+	}
+	if v := md.KT[0][2*2+0]; v != 0 {
+		t.Errorf("masked K[0][2] = %v, want 0", v)
+	}
+	if v := md.D[0][0*2+1]; v != 1e-140 {
+		t.Errorf("D row 0 without data changed: %v", v)
+	}
+	if err := md.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// A transition through floored entries is possible, not an error.
+	late := &Block{Action: 0, Rows: []int32{0}, Ptr: []int64{0, 1}, Cols: []int32{1}, Vals: []float64{1}}
+	if _, err := Fit(t.Context(), md, []*Block{late}, FitOptions{Alpha: 0.5, Converger: Converger{MaxIter: 1}}); err != nil {
+		t.Fatalf("a transition after the long drought: %v", err)
+	}
+	// α = 1: an entry without data becomes 0 as plain EM says.
+	md2 := NewRandom(3, 2, 1, TieNone, 1)
+	if _, err := Fit(t.Context(), md2, []*Block{b}, FitOptions{Converger: Converger{MaxIter: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if v := md2.KT[0][1*2+1]; v != 0 {
+		t.Errorf("α = 1: K entry without data = %v, want 0", v)
+	}
+}

@@ -221,10 +221,10 @@ func onlineRun(ctx context.Context, m int, st onlineSetting, seed uint64, sizes 
 	}
 	var te *factor.TransitionError
 	if errors.As(addErr, &te) {
-		// Some (DK)_ij underflowed to 0 (with α < 1 an entry that no
-		// window supports shrinks by 1 − α at every commit) and then i → j
-		// was observed: EM cannot go on. P_ij > 0, so KL_ρ(P ‖ DK) is
-		// +Inf from here on; the remaining points say so.
+		// Some (DK)_ij is 0 (with α = 1 a commit zeroes what its window
+		// does not show; with α < 1 entries stop at factor.EntryFloor) and
+		// then i → j was observed: EM cannot go on. P_ij > 0, so
+		// KL_ρ(P ‖ DK) is +Inf from here on; the remaining points say so.
 		for ; q < len(sizes); q++ {
 			out[q] = onlineRecord{Seed: seed, CommitEvery: st.commitEvery, Alpha: st.alpha, Transitions: sizes[q],
 				Commits: inc.Stats().Commits, KLRho: math.Inf(1)}
