@@ -68,6 +68,7 @@ type clusterFlags struct {
 	minWorkers    int
 	waitWorkers   time.Duration
 	workerTimeout time.Duration
+	probeEvery    time.Duration
 	objectBucket  string
 	kvBucket      string
 	partialBucket string
@@ -83,6 +84,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.minWorkers, "min-workers", 1, "cluster mode: wait for this many workers before the first iteration")
 	fs.DurationVar(&c.waitWorkers, "wait-workers", 30*time.Second, "cluster mode: how long to wait for --min-workers")
 	fs.DurationVar(&c.workerTimeout, "worker-timeout", 30*time.Second, "cluster mode: a task not answered within this is handed to another worker")
+	fs.DurationVar(&c.probeEvery, "worker-probe", time.Second, "cluster mode: how often the worker holding a task is pinged; one that no longer answers loses the task at once")
 	fs.StringVar(&c.objectBucket, "bucket-objects", worker.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and large partials")
 	fs.StringVar(&c.kvBucket, "bucket-jobs", worker.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
 	fs.StringVar(&c.partialBucket, "bucket-partials", worker.DefaultPartialBucket, "cluster mode: JetStream Object Store bucket (memory storage) for partials too large for a message")
@@ -112,6 +114,9 @@ func (c *clusterFlags) validate() error {
 	}
 	if c.workerTimeout <= 0 {
 		return usagef("--worker-timeout %v: must be > 0", c.workerTimeout)
+	}
+	if c.probeEvery <= 0 {
+		return usagef("--worker-probe %v: must be > 0", c.probeEvery)
 	}
 	if worker.CheckBucket(c.objectBucket) != nil {
 		return usagef("--bucket-objects %q: want letters, digits, '-' and '_'", c.objectBucket)
@@ -152,7 +157,7 @@ func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts facto
 func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts factor.FitOptions, workers int) (factor.FitResult, error) {
 	log := logger.Named("cluster")
 	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket, PartialBucket: c.partialBucket,
-		Replicas: c.replicas, Logger: logger}
+		Replicas: c.replicas, ProbeEvery: c.probeEvery, Logger: logger}
 	var exec *natsexec.Executor
 	minWorkers := c.minWorkers
 	if c.embedded {

@@ -339,6 +339,7 @@ func TestClusterFlagsValidate(t *testing.T) {
 		{[]string{"--nats", "nats://x:4222", "--subject-prefix", "a b"}, "--subject-prefix"},
 		{[]string{"--nats", "nats://x:4222", "--bucket-objects", "a.b"}, "--bucket-objects"},
 		{[]string{"--nats", "nats://x:4222", "--worker-timeout", "0s"}, "--worker-timeout"},
+		{[]string{"--nats", "nats://x:4222", "--worker-probe", "-1s"}, "--worker-probe"},
 	} {
 		var c clusterFlags
 		fs := flag.NewFlagSet("fit", flag.ContinueOnError)
