@@ -168,7 +168,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer stop()
-	svc, err := s.serveRequests(ctx, &wg)
+	svc, err := s.serveRequests(ctx)
 	if err != nil {
 		return err
 	}
@@ -392,7 +392,7 @@ func (s *Service) dims() (n, u int) {
 
 // serveRequests starts the micro service: retrain and status endpoints
 // whose work runs on Run's goroutine.
-func (s *Service) serveRequests(ctx context.Context, wg *sync.WaitGroup) (micro.Service, error) {
+func (s *Service) serveRequests(ctx context.Context) (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name: "emsf-serve", Version: "1.0.0",
 		Description: "emsf service mode: counts transitions, retrains and publishes model versions",
@@ -401,20 +401,16 @@ func (s *Service) serveRequests(ctx context.Context, wg *sync.WaitGroup) (micro.
 	if err != nil {
 		return nil, fmt.Errorf("service: micro service: %w", err)
 	}
-	// run hands f to Run's goroutine from a goroutine of its own (counted
-	// in wg), so that the handler returns at once; a request that arrives
-	// while the service stops gets an error reply.
-	run := func(req micro.Request, f func()) {
-		defer wg.Done()
+	// A retrain request is handed to Run's goroutine, which only starts
+	// the fit (or queues the request) and answers later, so the handler
+	// waits briefly; a request that arrives while the service stops gets
+	// an error reply.
+	err = svc.AddEndpoint("retrain", micro.HandlerFunc(func(req micro.Request) {
 		select {
-		case s.ctl <- f:
+		case s.ctl <- func() { s.retrain(ctx, "request", req) }:
 		case <-ctx.Done():
 			_ = req.Error("503", "service stopping", nil)
 		}
-	}
-	err = svc.AddEndpoint("retrain", micro.HandlerFunc(func(req micro.Request) {
-		wg.Add(1)
-		go run(req, func() { s.retrain(ctx, "request", req) })
 	}), micro.WithEndpointSubject(RetrainSubject(s.cfg.Prefix, s.cfg.Name)))
 	if err == nil {
 		err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
