@@ -43,13 +43,14 @@ type CountsMeta struct {
 	Version int
 }
 
-// EncodeCounts returns a service's count table as an Arrow IPC file:
+// EncodeCounts returns a service's count table (its entries, as
+// shard.Table.Entries gives them) as an Arrow IPC file:
 // columns action, state, next_state (int32), count and pending (float64;
 // pending is the part not yet seen by a model version), one row per
 // distinct transition sorted by (action, state, next_state), and meta in
 // the schema metadata. It is an ordinary transitions file too: emsf fit
 // reads it (the count column) as it reads any other.
-func EncodeCounts(meta CountsMeta, t *shard.Table, opts ...Option) ([]byte, error) {
+func EncodeCounts(meta CountsMeta, es []shard.TableEntry, opts ...Option) ([]byte, error) {
 	mem := newConfig(opts).mem
 	var mw metaWriter
 	mw.set(keyVersion, FormatVersion)
@@ -60,7 +61,6 @@ func EncodeCounts(meta CountsMeta, t *shard.Table, opts ...Option) ([]byte, erro
 	mw.set(keyCountsPending, fmt.Sprint(meta.Pending))
 	mw.int(keyCountsModel, meta.Version)
 	sc := arrow.NewSchema(countsFields, mw.metadata())
-	es := t.Entries()
 	var buf bytes.Buffer
 	err := writeIPCFile(&buf, sc, mem, func(write func(arrow.Record) error) error {
 		rb := array.NewRecordBuilder(mem, sc)

@@ -19,7 +19,7 @@ func TestCountsRoundTrip(t *testing.T) {
 		}
 	}
 	meta := CountsMeta{Name: "demo", Seq: 42, Added: 200000, Pending: 49999, Version: 3}
-	data, err := EncodeCounts(meta, &tab)
+	data, err := EncodeCounts(meta, tab.Entries())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestCountsRoundTrip(t *testing.T) {
 		t.Error("entries differ after the round trip")
 	}
 	// An empty table round-trips too.
-	data, err = EncodeCounts(CountsMeta{Name: "x"}, &shard.Table{})
+	data, err = EncodeCounts(CountsMeta{Name: "x"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestCountsRoundTrip(t *testing.T) {
 
 func mustEncode(t *testing.T, tab *shard.Table) []byte {
 	t.Helper()
-	data, err := EncodeCounts(CountsMeta{}, tab)
+	data, err := EncodeCounts(CountsMeta{}, tab.Entries())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,14 +69,14 @@ func mustEncode(t *testing.T, tab *shard.Table) []byte {
 func TestDecodeCountsRejects(t *testing.T) {
 	var tab shard.Table
 	_ = tab.Add(1, 0, 2, 1)
-	good, err := EncodeCounts(CountsMeta{Added: 1, Pending: 1}, &tab)
+	good, err := EncodeCounts(CountsMeta{Added: 1, Pending: 1}, tab.Entries())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := DecodeCounts(good[:len(good)/2]); err == nil {
 		t.Error("truncated counts file accepted")
 	}
-	bad, err := EncodeCounts(CountsMeta{Added: 1, Pending: 5}, &tab)
+	bad, err := EncodeCounts(CountsMeta{Added: 1, Pending: 5}, tab.Entries())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func FuzzDecodeCounts(f *testing.F) {
 	for k := range 50 {
 		_ = tab.Add(k%7, k%2, (k*3)%11, 1+float64(k%3))
 	}
-	good, err := EncodeCounts(CountsMeta{Name: "f", Seq: 9, Added: 50, Pending: 50}, &tab)
+	good, err := EncodeCounts(CountsMeta{Name: "f", Seq: 9, Added: 50, Pending: 50}, tab.Entries())
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func FuzzDecodeCounts(f *testing.F) {
 		if err != nil {
 			return
 		}
-		again, err := EncodeCounts(meta, got)
+		again, err := EncodeCounts(meta, got.Entries())
 		if err != nil {
 			t.Fatalf("a decoded table does not encode: %v", err)
 		}

@@ -135,7 +135,29 @@ func (t *Table) AbortSnapshot() {
 
 // Entries returns a copy of the entries sorted by (action, state, next).
 func (t *Table) Entries() []TableEntry {
+	return sortEntries(slices.Clone(t.entries))
+}
+
+// CommittedEntries returns the entries as Entries will after
+// CommitSnapshot (pending = what arrived since BeginSnapshot; without a
+// snapshot, none), and that pending row count, leaving the table as it
+// is: a checkpoint of the committed state can be written first and the
+// table changed only once it is stored.
+func (t *Table) CommittedEntries() ([]TableEntry, int64) {
 	es := slices.Clone(t.entries)
+	for k := range es {
+		es[k].Pending = 0
+		if t.snap && k < len(t.fresh) {
+			es[k].Pending = t.fresh[k]
+		}
+	}
+	if !t.snap {
+		return sortEntries(es), 0
+	}
+	return sortEntries(es), t.freshRows
+}
+
+func sortEntries(es []TableEntry) []TableEntry {
 	slices.SortFunc(es, func(x, y TableEntry) int {
 		return cmp.Or(cmp.Compare(x.Action, y.Action), cmp.Compare(x.State, y.State), cmp.Compare(x.Next, y.Next))
 	})

@@ -113,7 +113,11 @@ func TestTableSnapshot(t *testing.T) {
 			}
 		}
 	}
+	committed, freshRows := snap.CommittedEntries()
 	snap.CommitSnapshot()
+	if !reflect.DeepEqual(committed, snap.Entries()) || freshRows != 2000 {
+		t.Fatal("CommittedEntries differs from Entries after CommitSnapshot")
+	}
 	if !reflect.DeepEqual(snap.Entries(), serial.Entries()) || snap.PendingSum() != serial.PendingSum() {
 		t.Fatal("a committed snapshot differs from ClearPending at the snapshot")
 	}

@@ -492,10 +492,11 @@ Run 'emsf model get -h' for the flags.
 		}
 		return nil
 	}
-	data, v, err := st.Get(ctx, sf.name, version)
+	f, err := st.Get(ctx, sf.name, version)
 	if err != nil {
 		return err
 	}
+	data, v := f.Data, f.Info
 	if err := arrowio.WriteFileAtomic(out, data); err != nil {
 		return err
 	}

@@ -40,8 +40,9 @@
 // crash between two messages is the only kind there is.
 //
 // A new version is made in this order: the model object is stored, then
-// the checkpoint (pending counts cleared, version number recorded), then
-// NAME.latest (compare-and-set on its revision: a second service that
+// the checkpoint (the version number recorded; pending, the counts that
+// arrived during the fit), and only then the service's state changes;
+// then NAME.latest (compare-and-set on its revision: a second service that
 // took the name over makes this one stop), then the announcement. A crash
 // after the checkpoint is repaired at start-up (NAME.latest is re-written
 // and announced); a crash before it leaves an unrecorded model object that

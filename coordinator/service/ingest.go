@@ -116,10 +116,9 @@ func (s *Service) ingest(ctx context.Context, m jetstream.Msg) {
 				first = fmt.Sprintf("message %d row %d: %s", seq, k+1, why)
 			}
 			bad++
-			continue
 		}
-		s.m.ingested.Inc()
 	}
+	s.m.ingested.Add(float64(int64(len(rows.State)) - bad))
 	if bad > 0 {
 		s.rejected += bad
 		s.lastReject = first

@@ -290,21 +290,17 @@ func (s *Service) commitVersion(ctx context.Context, v *Version, md *factor.Mode
 	if err := s.st.put(ctx, s.nc.MaxPayload(), v.Object, data, meta); err != nil {
 		return err
 	}
-	// The checkpoint records the version and the pending counts cleared;
-	// if it cannot be stored, the version is not made (the next one
-	// reuses its number) and the pending counts are put back.
-	prevModel, prevLatest, saved := s.model, s.latest, s.table.Entries()
-	all, pending := s.table.Added()
-	s.model, s.latest = md, v
-	s.table.CommitSnapshot()
-	s.dirty = true
-	if err := s.checkpoint(ctx); err != nil {
-		s.model, s.latest = prevModel, prevLatest
-		if t, rerr := shard.Restore(saved, all, pending); rerr == nil {
-			s.table = t
-		}
+	// The checkpoint records the version with the counts as it leaves
+	// them (pending: what arrived during the fit); the service's state
+	// changes only once it is stored. If it cannot be, the version is not
+	// made (the next one reuses its number) and the counts stay pending.
+	es, pending := s.table.CommittedEntries()
+	all, _ := s.table.Added()
+	if err := s.storeCheckpoint(ctx, es, all, pending, v.Version); err != nil {
 		return err
 	}
+	s.table.CommitSnapshot()
+	s.model, s.latest = md, v
 	return s.publish(ctx, v)
 }
 

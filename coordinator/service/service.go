@@ -299,15 +299,12 @@ func (s *Service) load(ctx context.Context) error {
 		}
 		return nil
 	}
-	data, info, err := s.st.Get(ctx, s.cfg.Name, version)
+	f, err := s.st.Get(ctx, s.cfg.Name, version)
 	if err != nil {
 		return err
 	}
-	mf, err := arrowio.DecodeModel(data)
-	if err != nil {
-		return fmt.Errorf("service: version %d: %w", version, err)
-	}
-	s.model, s.latest = mf.Model, info
+	info := f.Info
+	s.model, s.latest = f.File.Model, info
 	if err := s.checkSize(); err != nil {
 		return err
 	}
@@ -345,7 +342,15 @@ func (s *Service) checkpoint(ctx context.Context) error {
 		return nil
 	}
 	all, pending := s.table.Added()
-	data, err := arrowio.EncodeCounts(arrowio.CountsMeta{Name: s.cfg.Name, Seq: s.seq, Added: all, Pending: pending, Version: s.version()}, s.table)
+	return s.storeCheckpoint(ctx, s.table.Entries(), all, pending, s.version())
+}
+
+// storeCheckpoint stores es (the table's entries, sorted) as the
+// checkpoint of the current sequence with the given row counts and latest
+// version.
+func (s *Service) storeCheckpoint(ctx context.Context, es []shard.TableEntry, all, pending int64, version int) error {
+	meta := arrowio.CountsMeta{Name: s.cfg.Name, Seq: s.seq, Added: all, Pending: pending, Version: version}
+	data, err := arrowio.EncodeCounts(meta, es)
 	if err != nil {
 		return fmt.Errorf("service: checkpoint: %w", err)
 	}

@@ -199,15 +199,11 @@ func fetch(t *testing.T, nc *nats.Conn, name string, v int) *factor.Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, _, err := st.Get(t.Context(), name, v)
+	f, err := st.Get(t.Context(), name, v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mf, err := arrowio.DecodeModel(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mf.Model
+	return f.File.Model
 }
 
 // blocksOf counts rs into per-action blocks as a refit sees them.
@@ -282,7 +278,7 @@ func TestServeRetrainPublishes(t *testing.T) {
 	if vs, err := st.List(t.Context(), "demo"); err != nil || len(vs) != 1 || vs[0].Digest != v.Digest || vs[0].LogLik != v.LogLik {
 		t.Fatalf("List: %+v, %v", vs, err)
 	}
-	if _, _, err := st.Get(t.Context(), "demo", 7); err == nil || !strings.Contains(err.Error(), "no version 7") {
+	if _, err := st.Get(t.Context(), "demo", 7); err == nil || !strings.Contains(err.Error(), "no version 7") {
 		t.Errorf("Get of a missing version: %v", err)
 	}
 	again, err := retrain(t, nc, "demo")

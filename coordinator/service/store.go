@@ -175,24 +175,32 @@ func (st *Stores) Latest(ctx context.Context, name string) (*Version, uint64, er
 	return &v, e.Revision(), nil
 }
 
-// Get returns the model file of version v of model name (v <= 0: the
-// latest) and its Version, after checking the digest when it is known.
-func (st *Stores) Get(ctx context.Context, name string, v int) ([]byte, *Version, error) {
+// Fetched is one model version read back: the file's bytes, what is
+// recorded of it, and the decoded file.
+type Fetched struct {
+	Data []byte
+	Info *Version
+	File *arrowio.ModelFile
+}
+
+// Get returns version v of model name (v <= 0: the latest), after
+// checking its digest when it is known and decoding it.
+func (st *Stores) Get(ctx context.Context, name string, v int) (*Fetched, error) {
 	var info *Version
 	if v <= 0 {
 		latest, _, err := st.Latest(ctx, name)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		info, v = latest, latest.Version
 	}
 	obj := ModelObject(name, v)
 	data, err := st.Models.GetBytes(ctx, obj)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, nil, fmt.Errorf("service: model %s has no version %d", name, v)
+		return nil, fmt.Errorf("service: model %s has no version %d", name, v)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("service: fetch %s: %w", obj, err)
+		return nil, fmt.Errorf("service: fetch %s: %w", obj, err)
 	}
 	if info == nil {
 		if oi, err := st.Models.GetInfo(ctx, obj); err == nil {
@@ -201,13 +209,14 @@ func (st *Stores) Get(ctx context.Context, name string, v int) ([]byte, *Version
 	}
 	if info != nil && info.Digest != "" {
 		if d := digest(data); d != info.Digest {
-			return nil, nil, fmt.Errorf("service: %s has SHA-256 %s, version %d says %s", obj, d, v, info.Digest)
+			return nil, fmt.Errorf("service: %s has SHA-256 %s, version %d says %s", obj, d, v, info.Digest)
 		}
 	}
-	if _, err := arrowio.DecodeModel(data); err != nil {
-		return nil, nil, fmt.Errorf("service: %s: %w", obj, err)
+	mf, err := arrowio.DecodeModel(data)
+	if err != nil {
+		return nil, fmt.Errorf("service: %s: %w", obj, err)
 	}
-	return data, info, nil
+	return &Fetched{Data: data, Info: info, File: mf}, nil
 }
 
 // List returns the stored versions of model name, oldest first.
