@@ -73,10 +73,7 @@ func EncodeCounts(meta CountsMeta, es []shard.TableEntry, opts ...Option) ([]byt
 				rb.Field(3).(*array.Float64Builder).Append(e.Count)
 				rb.Field(4).(*array.Float64Builder).Append(e.Pending)
 			}
-			rec := rb.NewRecord()
-			err := write(rec)
-			rec.Release()
-			if err != nil {
+			if err := flushRecord(rb, write); err != nil {
 				return err
 			}
 		}

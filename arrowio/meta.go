@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/ipc"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 )
@@ -189,6 +190,13 @@ func writeIPCStream(w io.Writer, sc *arrow.Schema, mem memory.Allocator, emit fu
 		return err
 	}
 	return sw.Close()
+}
+
+// flushRecord writes the record rb has built (which resets rb).
+func flushRecord(rb *array.RecordBuilder, write func(arrow.Record) error) error {
+	rec := rb.NewRecord()
+	defer rec.Release()
+	return write(rec)
 }
 
 // noNulls returns an error if any column of rec has nulls (including the

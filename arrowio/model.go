@@ -118,10 +118,7 @@ func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes
 				sb.UnsafeAppend(int32(i))
 			}
 			appendRows(rb.Field(3).(*array.FixedSizeListBuilder), vals[lo*m:hi*m], hi-lo)
-			rec := rb.NewRecord()
-			err := write(rec)
-			rec.Release()
-			if err != nil {
+			if err := flushRecord(rb, write); err != nil {
 				return err
 			}
 		}

@@ -111,9 +111,7 @@ func encodePartial(p *factor.Partial, meta PartialMeta, mem memory.Allocator) ([
 				xb.AppendValues(make([]float64, n), nil)
 			}
 			appendRows(rb.Field(3).(*array.FixedSizeListBuilder), v, n)
-			rec := rb.NewRecord()
-			defer rec.Release()
-			return write(rec)
+			return flushRecord(rb, write)
 		}
 		if err := section(sectionRows, p.Rows, p.X, p.Dh); err != nil {
 			return err

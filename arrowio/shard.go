@@ -87,13 +87,8 @@ func encodeShard(w io.Writer, s *shard.Shard, mem memory.Allocator, maxRows int6
 		rows := rb.Field(0).(*array.Int32Builder)
 		cols := rb.Field(1).(*array.Int32Builder)
 		vals := rb.Field(2).(*array.Float64Builder)
-		flush := func() error {
-			rec := rb.NewRecord()
-			defer rec.Release()
-			return write(rec)
-		}
 		if len(b.Rows) == 0 {
-			return flush()
+			return flushRecord(rb, write)
 		}
 		// One batch per run of whole rows of at most maxRows nonzeros
 		// (a longer row is a batch of its own).
@@ -112,7 +107,7 @@ func encodeShard(w io.Writer, s *shard.Shard, mem memory.Allocator, maxRows int6
 			}
 			cols.AppendValues(b.Cols[lo:hi], nil)
 			vals.AppendValues(b.Vals[lo:hi], nil)
-			if err := flush(); err != nil {
+			if err := flushRecord(rb, write); err != nil {
 				return err
 			}
 		}
