@@ -56,6 +56,11 @@ type Workload struct {
 	// SharedK fits one K for all actions (TieSharedK): B and C then work
 	// on one block touched by all η nonzeros.
 	SharedK bool
+	// RowExtra and ColExtra are the bytes a design A partial carries per
+	// D̂ row and per K̂ column besides the m values (today's raw partial:
+	// an int32 index and Σx per row, 12; an int32 index per column, 4).
+	// The spec's table counts 0.
+	RowExtra, ColExtra float64
 }
 
 func (w Workload) s() float64 {
@@ -81,6 +86,8 @@ func (w Workload) Validate() error {
 		return fmt.Errorf("costmodel: η = %v: must be finite and > 0", w.NNZ)
 	case w.ValueBytes < 0:
 		return fmt.Errorf("costmodel: s = %d: must be >= 0", w.ValueBytes)
+	case !(w.RowExtra >= 0) || !(w.ColExtra >= 0):
+		return fmt.Errorf("costmodel: partial framing %v/%v bytes per row/column: must be >= 0", w.RowExtra, w.ColExtra)
 	case w.TouchedFraction < 0 || w.TouchedFraction > 1:
 		return fmt.Errorf("costmodel: touched fraction %v: must be in [0, 1]", w.TouchedFraction)
 	}
@@ -235,7 +242,7 @@ func Evaluate(w Workload, d Design, p int, c Calibration) (Estimate, error) {
 		e.Pa = P
 		e.F = touched(etaA / P)
 		e.NodeIn = u * nms
-		e.NodeOut = u * (e.F*nms + n/P*m*s)
+		e.NodeOut = u * (e.F*n*(m*s+w.ColExtra) + n/P*(m*s+w.RowExtra))
 		e.CoordIn, e.CoordOut = P*e.NodeOut, P*e.NodeIn
 	case OwnersSpread, OwnersGrouped:
 		e.Pa = P
