@@ -181,7 +181,6 @@ topology() {
 # with three on node 0 every bucket lives there and stays off the links.
 # The coordinator talks to n0, each worker to its own node's server.
 jsnames=(n0 n0b n0c)
-node_pid=()
 servers() {
 	local p=$1 k j i routes=
 	for j in $(seq 0 "$p"); do
@@ -202,7 +201,6 @@ cluster { name: $tag, listen: $(addr "$1"):$((6222 + $3)), routes: [ ${routes%, 
 CONF
 		nsx "$1" "$nats_server" -c "$out/$2.conf" >"$out/logs/nats-$2.log" 2>&1 &
 		pids+=($!)
-		[ "$3" != 0 ] || node_pid[$1]=$!
 	}
 	for i in 0 1 2; do
 		start_server 0 "${jsnames[$i]}" "$i" \
@@ -231,7 +229,9 @@ sampler() {
 	local -a files=() snmp=() f
 	for k in $(seq 0 "$p"); do
 		files+=("/sys/class/net/$tag${k}h/statistics/rx_bytes" "/sys/class/net/$tag${k}h/statistics/tx_bytes")
-		snmp+=("/proc/${node_pid[$k]}/net/snmp")
+		v=$(ip netns pids "$tag-$k" | head -n 1)
+		[ -n "$v" ] || { echo "netns-cluster: no process in $tag-$k" >&2; return 1; }
+		snmp+=("/proc/$v/net/snmp")
 	done
 	exec 8<> <(:)
 	while :; do
@@ -261,7 +261,7 @@ varz_totals() {
 csv=$out/iterations.csv
 runs=$out/runs.csv
 echo "design,P,n,u,m,nnz,shards,rate_mbit,iter,wall_s,emsf_bytes,coord_tx,coord_rx,node_tx_mean,node_tx_max,node_rx_mean,node_rx_max,coord_retx,node_retx_mean,load1" >"$csv"
-echo "design,P,n,u,m,nnz,shards,shard_nnz,rate_mbit,iters,fit_s,nats_in_bytes,nats_out_bytes,load1_start,load1_end" >"$runs"
+echo "design,P,n,u,m,nnz,shards,shard_nnz,rate_mbit,iters,fit_s,nats_in_bytes,nats_out_bytes,coord_ingress_drops,node_ingress_drops,load1_start,load1_end" >"$runs"
 
 for n in $states; do
 	data=$out/data-$n.csv
@@ -304,6 +304,10 @@ for n in $states; do
 		sleep 0.1
 		kill "$sampler_pid" && wait "$sampler_pid" 2>/dev/null || true
 		varz1=$(varz_totals "$p")
+		# Packets the token buckets dropped: at the coordinator's ingress
+		# (the incast of design A) and at the worker nodes' ingress.
+		drops=$(for k in $(seq 0 "$p"); do tc -s qdisc show dev "$tag${k}h" | awk '/dropped/ { sub(",", "", $7); print $7; exit }'; done |
+			awk 'NR == 1 { c = $1; next } { s += $1 } END { print c + 0 "," s + 0 }')
 		# Each iteration ends at its report's timestamp; the counters there
 		# are interpolated between the two samples around it.
 		jq -rR --arg m "cluster iteration" 'fromjson? | select(.["@message"]? == $m) | "\(.["@timestamp"]) \(.iter) \(.bytes) \(.tasks)"' "$fitlog" |
@@ -328,7 +332,7 @@ for n in $states; do
 				dc[1], dc[2], st_tx / p, mt, st_rx / p, mr, 1514 * dc[2*(p+1)+1], 1514 * st_rs / p, load
 			  for (k in c) prev[k] = c[k]; tp = t }' >>"$csv"
 		shards=$(tail -n 1 "$csv" | cut -d, -f7)
-		echo "$design,$p,$n,$actions,$order,$nnz,$shards,$shard_nnz,$rate_mbit,$iters,$fit_s,$((${varz1% *} - ${varz0% *})),$((${varz1#* } - ${varz0#* })),$load_start,$(cut -d' ' -f1 /proc/loadavg)" >>"$runs"
+		echo "$design,$p,$n,$actions,$order,$nnz,$shards,$shard_nnz,$rate_mbit,$iters,$fit_s,$((${varz1% *} - ${varz0% *})),$((${varz1#* } - ${varz0#* })),$drops,$load_start,$(cut -d' ' -f1 /proc/loadavg)" >>"$runs"
 		tail -n "$iters" "$csv" | sed 's/^/  /'
 	done
 done

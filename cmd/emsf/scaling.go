@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -111,13 +110,13 @@ func runScaling(_ context.Context, e *env, args []string) error {
 }
 
 // harnessRun is one run of scripts/netns-cluster.sh: its setup and the
-// medians over its steady iterations.
+// means over its steady iterations.
 type harnessRun struct {
 	design                                    string
 	p, n, u, m, iters                         int
 	nnz, rateMbit                             float64
 	wall, coordTx, coordRx, tx, rx, app, retx []float64
-	// Medians: wall time, the coordinator's veth tx and rx, a worker
+	// Means: wall time, the coordinator's veth tx and rx, a worker
 	// node's (mean over nodes) tx and rx, emsf's own byte count, and the
 	// bytes a worker node retransmitted (0 when the CSV has no column).
 	medWall, medCTx, medCRx, mTx, mRx, mApp, mRetx float64
@@ -198,20 +197,23 @@ func readHarness(path string, skip int) ([]*harnessRun, error) {
 		if len(run.wall) == 0 {
 			return nil, fmt.Errorf("scaling: %s: run %s P=%d n=%d has no iteration after the first %d", path, run.design, run.p, run.n, skip)
 		}
-		run.medWall, run.medCTx, run.medCRx = medianOf(run.wall), medianOf(run.coordTx), medianOf(run.coordRx)
-		run.mTx, run.mRx, run.mApp = medianOf(run.tx), medianOf(run.rx), medianOf(run.app)
-		run.mRetx = medianOf(run.retx)
+		run.medWall, run.medCTx, run.medCRx = meanOf(run.wall), meanOf(run.coordTx), meanOf(run.coordRx)
+		run.mTx, run.mRx, run.mApp = meanOf(run.tx), meanOf(run.rx), meanOf(run.app)
+		run.mRetx = meanOf(run.retx)
 	}
 	return runs, nil
 }
 
-func medianOf(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
+// meanOf is the mean of xs. Means, not medians: an iteration's end is
+// the report's timestamp, between two counter samples, so bytes near it
+// land in one iteration or the next, and only the sum over iterations is
+// exact.
+func meanOf(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
 	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return s / float64(len(xs))
 }
 
 // scalingCheck prints design A's measured against modelled figures, and
@@ -238,7 +240,7 @@ func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead float64
 		}
 		overhead = wire / app
 	}
-	fmt.Fprintf(w, "design A: measured (median of iterations > %d) vs model; t=%g ns/nnz on %g shared cores, wire overhead %.4f, κ=%g s/B\n\n",
+	fmt.Fprintf(w, "design A: measured (mean of iterations > %d) vs model; t=%g ns/nnz on %g shared cores, wire overhead %.4f, κ=%g s/B\n\n",
 		skip, cal.NsPerNNZ, boxCores, overhead, cal.CPUPerByte)
 	fmt.Fprintln(w, "Node out is what a worker node sent less what it retransmitted (TCP RetransSegs × 1514 B; the")
 	fmt.Fprintln(w, "retransmissions are the incast at the coordinator's link, shown apart).")

@@ -17,8 +17,9 @@
 //     and D̂ for its rows (u·(f_a·nms + (n/P)·m·s) out, f_a =
 //     f(η_a/P, n)). The coordinator carries P times both. Today's code
 //     sends a node's K blocks and partials one task after the other, so
-//     the coordinator's two directions overlap only across a node's
-//     tasks: T_comm = (max(in, out) + min(in, out)/u)/B. The reduce adds
+//     the coordinator's two directions overlap only between nodes:
+//     T_comm = (max(in, out) + min(in, out)/u)/B for P > 1, (in + out)/B
+//     for P = 1 (an overlap rule fitted on the netns harness). The reduce adds
 //     every partial on the coordinator: T_merge = coordinator in / MemBW.
 //   - B, owners: per node and action, in = out = 2·f_a·(1−1/P_a)·nms
 //     (expand the touched columns owned elsewhere, fold the K̂ slices of
@@ -297,8 +298,16 @@ func Evaluate(w Workload, d Design, p int, c Calibration) (Estimate, error) {
 		if coordB == 0 {
 			coordB = c.LinkBytesPerSec
 		}
+		// A worker runs its tasks one after the other (K block in,
+		// compute, partial out), so the coordinator's two directions
+		// overlap only between workers whose phases drifted apart: about
+		// 1/u of the smaller direction (measured on the netns harness,
+		// docs/scaling.md), and not at all with a single worker.
 		hi, lo := math.Max(e.CoordIn, e.CoordOut), math.Min(e.CoordIn, e.CoordOut)
-		e.TComm = c.transfer(hi+lo/u, coordB)
+		if p > 1 {
+			lo /= u
+		}
+		e.TComm = c.transfer(hi+lo, coordB)
 		if c.MemBytesPerSec > 0 {
 			e.TMerge = e.CoordIn / c.MemBytesPerSec
 		}
