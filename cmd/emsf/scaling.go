@@ -22,7 +22,7 @@ func runScaling(_ context.Context, e *env, args []string) error {
 		n, m, u            int
 		nnz, ns, cores     float64
 		kappa, rtt, membw  float64
-		conns              int
+		conns, window      int
 		nodesS, gbitS      string
 		check              string
 		skip               int
@@ -39,7 +39,8 @@ func runScaling(_ context.Context, e *env, args []string) error {
 	fs.Float64Var(&cores, "cores", 32, "c, cores per node")
 	fs.Float64Var(&kappa, "cpu-per-byte", 0, "κ, CPU seconds per byte of one NATS leg (1.9e-9 measured here); 0: line rate")
 	fs.IntVar(&conns, "conns", 1, "connections a node's transfers spread over")
-	fs.Float64Var(&rtt, "rtt", 0, "round-trip time (s)")
+	fs.Float64Var(&rtt, "rtt", 0, "round-trip time (s); each 1 MiB chunk of a pull pays one per --window chunks")
+	fs.IntVar(&window, "window", 1, "chunk requests a pull keeps outstanding")
 	fs.Float64Var(&membw, "merge-bw", 0, "design A: the coordinator's reduce rate (bytes of partial per s; 0: not counted)")
 	fs.StringVar(&check, "check", "", "compare design A's model with the iterations.csv of scripts/netns-cluster.sh instead")
 	fs.IntVar(&skip, "skip", 2, "with --check: leading iterations of each run left out (shard and D downloads)")
@@ -48,7 +49,10 @@ func runScaling(_ context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cal := costmodel.Calibration{NsPerNNZ: ns, Cores: cores, CPUPerByte: kappa, Conns: conns, RTT: rtt, MemBytesPerSec: membw}
+	if conns < 1 || window < 1 {
+		return usagef("--conns %d, --window %d: must be >= 1", conns, window)
+	}
+	cal := costmodel.Calibration{NsPerNNZ: ns, Cores: cores, CPUPerByte: kappa, Conns: conns, RTT: rtt, Window: window, MemBytesPerSec: membw}
 	if check != "" {
 		switch {
 		case skip < 0:
@@ -76,8 +80,8 @@ func runScaling(_ context.Context, e *env, args []string) error {
 	if err := w.Validate(); err != nil {
 		return usagef("%v", err)
 	}
-	fmt.Fprintf(e.stdout, "cost model per iteration: n=%d m=%d u=%d η=%.3g s=8, t=%g ns/nnz, c=%g cores, κ=%g s/B, RTT=%g s\n\n",
-		n, m, u, nnz, ns, cores, kappa, rtt)
+	fmt.Fprintf(e.stdout, "cost model per iteration: n=%d m=%d u=%d η=%.3g s=8, t=%g ns/nnz, c=%g cores, κ=%g s/B over %d connection(s), RTT=%g s, window %d\n\n",
+		n, m, u, nnz, ns, cores, kappa, conns, rtt, window)
 	fmt.Fprintf(e.stdout, "| P | design | f | node in / out (GB) | coordinator in / out (GB) | T_comp (s) |")
 	for _, g := range gbits {
 		fmt.Fprintf(e.stdout, " T_iter @%gG (s) |", g)
