@@ -53,6 +53,11 @@ func runScaling(_ context.Context, e *env, args []string) error {
 		return usagef("--conns %d, --window %d: must be >= 1", conns, window)
 	}
 	cal := costmodel.Calibration{NsPerNNZ: ns, Cores: cores, CPUPerByte: kappa, Conns: conns, RTT: rtt, Window: window, MemBytesPerSec: membw}
+	probe := cal
+	probe.LinkBytesPerSec = 1 // set per rate below
+	if err := probe.Validate(); err != nil {
+		return usagef("%v", err)
+	}
 	if check != "" {
 		switch {
 		case skip < 0:

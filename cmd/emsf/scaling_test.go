@@ -19,7 +19,7 @@ func TestScalingTable(t *testing.T) {
 			t.Errorf("emsf scaling: no line with %q in\n%s", want, out)
 		}
 	}
-	for _, bad := range [][]string{{"--nodes", "8,x"}, {"--gbit", "0"}, {"--states", "0"}, {"--check", "x.csv", "--skip", "-1"}} {
+	for _, bad := range [][]string{{"--nodes", "8,x"}, {"--gbit", "0"}, {"--states", "0"}, {"--check", "x.csv", "--skip", "-1"}, {"--cores", "0"}, {"--check", "x.csv", "--ns-per-nnz", "-1"}} {
 		if code, _, errs := emsf(t, append([]string{"scaling"}, bad...)...); code != 2 {
 			t.Errorf("emsf scaling %v: exit %d (%s), want 2", bad, code, errs)
 		}
