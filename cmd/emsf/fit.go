@@ -35,6 +35,7 @@ type fitFlags struct {
 	format    string
 	shardNNZ  int
 	algorithm string
+	loss      string
 
 	orders []int
 	tieV   factor.Tie
@@ -62,6 +63,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.format, "format", "arrow", "model file format: arrow (Arrow IPC file) or parquet")
 	fs.IntVar(&f.shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (the reduce order, hence the exact result, depends on it)")
 	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
+	fs.StringVar(&f.loss, "loss", "wkl", lossUsage)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +76,9 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	}
 	if f.inc.enabled {
 		return fitIncremental(ctx, e, &f, log)
+	}
+	if _, ok := muRule(f.algorithm); ok {
+		return fitMU(ctx, e, &f, log)
 	}
 	if f.algorithm != algEMSF {
 		return fitBaseline(ctx, e, &f, log)
