@@ -20,6 +20,7 @@ type fitFlags struct {
 	logs      logFlags
 	cluster   clusterFlags
 	inc       incrementalFlags
+	onlineEM  onlineEMFlags
 	order     string
 	tie       string
 	iters     int
@@ -48,6 +49,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	f.logs.register(fs)
 	f.cluster.register(fs)
 	f.inc.register(fs)
+	f.onlineEM.register(fs)
 	fs.StringVar(&f.order, "order", "", "order m of the factorization (number of hidden states); a list like 5,10,20 with --holdout picks the best (required)")
 	fs.StringVar(&f.tie, "tie", "none", "tie mode: none (D^a, K^a per action), shared-k (one K), shared-d (one D)")
 	fs.IntVar(&f.iters, "iters", 200, "maximum number of EM iterations (0: no limit)")
@@ -204,6 +206,9 @@ func (f *fitFlags) validate() error {
 		return err
 	}
 	if err := f.inc.validate(f); err != nil {
+		return err
+	}
+	if err := f.onlineEM.validate(&f.inc, f); err != nil {
 		return err
 	}
 	return f.cluster.validate()
