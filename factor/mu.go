@@ -419,9 +419,15 @@ func ratio(num, w float64) float64 {
 	return num / w
 }
 
-// muRow applies rule to the row w with gradient parts gp = ∇⁺, gm = ∇⁻
-// in place and reports whether it changed it. A row with ∇⁺ = 0 at a
-// positive entry, or whose update is not finite and positive, is kept.
+// MUVector applies rule to one stochastic vector w (a row of a
+// right-stochastic matrix, a column of a left-stochastic one, or all
+// entries of a vectorized-stochastic one: 002 §2 and its appendix) with
+// the gradient parts gp = ∇⁺ and gm = ∇⁻ at w, in place, and reports
+// whether it changed w. A vector with ∇⁺ = 0 at a positive entry, or
+// whose update does not sum to a finite positive value, is kept.
+func MUVector(rule MURule, w, gp, gm []float64) bool { return muRow(rule, w, gp, gm) }
+
+// muRow is MUVector.
 func muRow(rule MURule, w, gp, gm []float64) bool {
 	for k, v := range w {
 		if v > 0 && !(gp[k] > 0) {

@@ -158,7 +158,11 @@ func (e *BinaryNMFOnlineEM) Step(y []float64) error {
 	} else {
 		gPrev := math.Pow(float64(t-1), -e.a)
 		t1, c := make([]float64, nx*k), make([]float64, nx*mk)
-		zPrev := make([]float64, mk)
+		// ζ(y_{t−1}, x') with the current B, for every x'.
+		zPrev := make([]float64, nx*mk)
+		for x2 := range nx {
+			e.logG(e.prevY, x2, zPrev[x2*mk:(x2+1)*mk])
+		}
 		r := make([]float64, nx)
 		for x := range nx {
 			// Backward kernel r(x'|x) and the prediction Σ φ(x') f(x|x').
@@ -180,10 +184,9 @@ func (e *BinaryNMFOnlineEM) Step(y []float64) error {
 				for kk := range k {
 					t1[x*k+kk] += rv * (1 - gamma) * e.t1[x2*k+kk]
 				}
-				e.logG(e.prevY, x2, zPrev) // ζ(y_{t−1}, x') with the current B
-				cx, cx2 := c[x*mk:(x+1)*mk], e.c[x2*mk:(x2+1)*mk]
+				cx, cx2, z := c[x*mk:(x+1)*mk], e.c[x2*mk:(x2+1)*mk], zPrev[x2*mk:(x2+1)*mk]
 				for q := range cx {
-					cx[q] += rv * ((1-gamma)*cx2[q] + (1-gamma)*gPrev*zPrev[q])
+					cx[q] += rv * ((1-gamma)*cx2[q] + (1-gamma)*gPrev*z[q])
 				}
 			}
 			for kk := range k {
