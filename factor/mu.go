@@ -273,7 +273,7 @@ func newMUState(md *Model, blocks []*Block, opts MUOptions) (*muState, error) {
 		if err != nil {
 			return nil, fmt.Errorf("factor: MU: %w", err)
 		}
-		st.blocks = pseudoCountBlocks(cnt, 4*st.workers)
+		st.blocks = pseudoCountBlocks(cnt, muPseudoRows)
 	default:
 		if md.Tie != TieNone {
 			return nil, fmt.Errorf("factor: MU: loss %v needs tie mode none, not %v", opts.Loss, md.Tie)
@@ -311,14 +311,18 @@ func newMUState(md *Model, blocks []*Block, opts MUOptions) (*muState, error) {
 	return st, nil
 }
 
+// muPseudoRows is the number of rows of P̂ per block under LossKL: a
+// constant, so that the blocks (hence the reduce order and the result)
+// do not depend on the number of workers.
+const muPseudoRows = 256
+
 // pseudoCountBlocks returns P̂ of cnt (β = 0, unseen rows uniform) as
-// blocks of about 1/parts of each action's rows: pseudo-counts whose
-// rows all sum to 1.
-func pseudoCountBlocks(cnt *CNT, parts int) []*Block {
+// blocks of per rows of one action: pseudo-counts whose rows all sum
+// to 1.
+func pseudoCountBlocks(cnt *CNT, per int) []*Block {
 	n := cnt.n
 	var out []*Block
 	row := make([]float64, n)
-	per := max(1, (n+parts-1)/parts)
 	for a := range cnt.u {
 		for lo := 0; lo < n; lo += per {
 			b := &Block{Action: a}

@@ -237,7 +237,7 @@ func TestMURepaRelaDampedEM(t *testing.T) {
 // stay zero, and the result is bitwise the same for 1 and 3 workers.
 func TestMUFrobeniusAndMasks(t *testing.T) {
 	_, blocks := klmSampled(t, 20, 3, 2, 1500, 8)
-	for _, loss := range []MULoss{LossFrob, LossWFrob, LossWKL} {
+	for _, loss := range []MULoss{LossFrob, LossWFrob, LossWKL, LossKL} {
 		for _, rule := range []MURule{MUNorm, MURepa, MURela} {
 			start := NewRandom(20, 3, 2, TieNone, 4)
 			start.D[1][5*3+1] = 0 // a mask entry of D
@@ -251,7 +251,7 @@ func TestMUFrobeniusAndMasks(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if rule != MURela || loss == LossWKL {
+				if rule != MURela || loss == LossWKL || loss == LossKL {
 					if res.MaxRowDeviation > 1e-12 {
 						t.Errorf("%v %v: rows deviate from 1 by %g", rule, loss, res.MaxRowDeviation)
 					}

@@ -24,6 +24,9 @@ type OnlineEMOptions struct {
 	Floor float64
 }
 
+// maxOnlineEMCount is the largest count OnlineEM.Add takes in one call.
+const maxOnlineEMCount = 1 << 30
+
 // NoMStep as OnlineEMOptions.BurnIn turns the automatic M-step off.
 const NoMStep = math.MaxInt64
 
@@ -38,6 +41,9 @@ type OnlineEMStats struct {
 	// MSteps counts the M-steps run (one per unit transition after the
 	// burn-in, plus MStep calls).
 	MSteps int64
+	// LogLik is the prequential log-likelihood Σ_t log P(s'_t | s_t, a_t)
+	// of every unit transition under the model before its own update.
+	LogLik float64
 }
 
 // OnlineEM is online EM for EMSF (online-em-nmf_003 §3.2 transferred to
@@ -78,7 +84,9 @@ type OnlineEM struct {
 	rescaleAt float64
 	mstepped  bool
 	stats     OnlineEMStats
-	w, d, k   []float64
+	// sinceModel is the prequential log-likelihood since the last Model.
+	sinceModel float64
+	w, d, k    []float64
 }
 
 // NewOnlineEM returns an online EM fit that updates md (see Model).
@@ -122,8 +130,8 @@ func (o *OnlineEM) Add(i, a, j int, c float64) error {
 	if i < 0 || j < 0 || i >= md.N || j >= md.N || a < 0 || a >= md.U {
 		return fmt.Errorf("factor: online EM: transition %d --%d--> %d out of range for n=%d states, u=%d actions", i, a, j, md.N, md.U)
 	}
-	if !(c >= 1) || c != math.Trunc(c) || c > 1<<40 {
-		return fmt.Errorf("factor: online EM: transition %d --%d--> %d: count %v must be a positive integer (each unit is one step)", i, a, j, c)
+	if !(c >= 1) || c != math.Trunc(c) || c > maxOnlineEMCount {
+		return fmt.Errorf("factor: online EM: transition %d --%d--> %d: count %v must be a positive integer up to %d (each unit is one step)", i, a, j, c, maxOnlineEMCount)
 	}
 	o.stats.Transitions++
 	for range int64(c) {
@@ -168,6 +176,8 @@ func (o *OnlineEM) unit(i, a, j int) error {
 	}
 	o.dSum[db][i] += gamma * o.scale
 	o.stats.Units = t
+	o.stats.LogLik += math.Log(g)
+	o.sinceModel += math.Log(g)
 	if t >= o.opts.BurnIn {
 		o.mstepped = true
 		o.stats.MSteps++
@@ -224,7 +234,9 @@ func (o *OnlineEM) MStep() {
 }
 
 // Model writes the current model into the model given to NewOnlineEM
-// and returns it. Its Iteration counts the M-steps run.
+// and returns it. Its Iteration counts the M-steps run, its LogLik is the
+// prequential log-likelihood of the unit transitions since the previous
+// Model call (each under the model before its own update), its WKL NaN.
 func (o *OnlineEM) Model() *Model {
 	md := o.md
 	n, m := md.N, md.M
@@ -242,5 +254,7 @@ func (o *OnlineEM) Model() *Model {
 		}
 	}
 	md.Iteration = int(o.stats.MSteps)
+	md.LogLik, md.WKL = o.sinceModel, math.NaN()
+	o.sinceModel = 0
 	return md
 }

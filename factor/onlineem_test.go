@@ -256,3 +256,24 @@ func TestOnlineEMBadOptions(t *testing.T) {
 		t.Error("action out of range accepted")
 	}
 }
+
+// TestOnlineEMLogLik: the model's LogLik is the prequential
+// log-likelihood of the transitions since the last Model call.
+func TestOnlineEMLogLik(t *testing.T) {
+	md := NewRandom(5, 2, 1, TieNone, 3)
+	start := md.Clone()
+	o, err := NewOnlineEM(md, OnlineEMOptions{GammaExp: 0.8, BurnIn: NoMStep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Add(1, 0, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	want := 2 * math.Log(start.Prob(0, 1, 2))
+	if got := o.Model().LogLik; math.Abs(got-want) > 1e-12 {
+		t.Errorf("LogLik %v, want %v", got, want)
+	}
+	if got := o.Model().LogLik; got != 0 {
+		t.Errorf("LogLik after a second Model call %v, want 0", got)
+	}
+}
