@@ -69,6 +69,9 @@ func (f *fitFlags) validateAlgorithm() error {
 // validateCNT checks the flags of --algorithm cnt, which uses only the
 // input, --holdout and --seed.
 func (f *fitFlags) validateCNT() error {
+	if f.loss != "wkl" {
+		return usagef("--loss %s is for --algorithm mu-norm, mu-repa or mu-rela", f.loss)
+	}
 	if f.inc.enabled || f.cluster.enabled() {
 		return usagef("--algorithm cnt counts on one machine: drop --incremental and --nats/--embedded")
 	}

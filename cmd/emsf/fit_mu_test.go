@@ -63,6 +63,7 @@ func TestAlgorithmMU(t *testing.T) {
 		{[]string{"--order", "3", "--algorithm", "mu-rela", "--alpha", "0.5"}, "--alpha"},
 		{[]string{"--order", "3", "--algorithm", "mu-rela", "--incremental"}, "--incremental"},
 		{[]string{"--order", "3", "--loss", "frob"}, "--loss frob is for --algorithm mu-"},
+		{[]string{"--algorithm", "cnt", "--loss", "kl"}, "--loss kl is for --algorithm mu-"},
 	} {
 		code, _, errs := emsf(t, append([]string{"fit", "--input", data, "--quiet", "--out", filepath.Join(dir, "x.arrow")}, tc.args...)...)
 		if code != 2 || !strings.Contains(errs, tc.want) {
