@@ -156,7 +156,7 @@ func publish(t *testing.T, nc *nats.Conn, name string, payload []byte) uint64 {
 
 func status(t *testing.T, nc *nats.Conn, name string) Status {
 	t.Helper()
-	m, err := nc.Request(StatusSubject("emsf", name), nil, 10*time.Second)
+	m, err := nc.Request(StatusSubject("emsf", name), nil, coordtest.Patience)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestServeRetrainPublishes(t *testing.T) {
 	start(t, nc, Config{Name: "demo", Order: 3, Seed: 5, MaxIter: 20, Tol: 0, UseWorkers: WorkersNever})
 
 	// Discoverable as a NATS micro service (what `nats micro info` asks).
-	info, err := nc.Request("$SRV.INFO.emsf-serve", nil, 5*time.Second)
+	info, err := nc.Request("$SRV.INFO.emsf-serve", nil, coordtest.Patience)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -726,7 +726,7 @@ func TestNoJetStream(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	if !srv.ReadyForConnections(coordtest.Patience) {
 		t.Fatal("server not ready")
 	}
 	nc := connect(t, srv.ClientURL())
