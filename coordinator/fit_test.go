@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
@@ -76,10 +77,12 @@ func (fc *fitCase) run(t *testing.T, exec coordinator.Executor, ck coordinator.C
 	md := fc.init.Clone()
 	var stats []factor.IterStats
 	var reps []coordinator.IterReport
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Deadlines no loaded machine reaches: a lease that ended early would
+	// hand a task out again, which the NATS tests count as a fault.
+	ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
 	defer cancel()
 	res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
-		Job: "test-job", Converger: fc.conv, TaskTimeout: 5 * time.Second, Checkpoint: ck,
+		Job: "test-job", Converger: fc.conv, TaskTimeout: time.Minute, Checkpoint: ck,
 		Progress: func(s factor.IterStats) { stats = append(stats, s) },
 		Report:   func(r coordinator.IterReport) { reps = append(reps, r) },
 		Logger:   hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),

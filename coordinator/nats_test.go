@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/worker"
@@ -61,9 +62,19 @@ func startWorkers(t *testing.T, s *server.Server, n int) []*worker.Worker {
 	return ws
 }
 
+// newNATSExec returns an executor whose census is never refreshed in the
+// background during a test (PingEvery an hour): the census a test waited
+// for with waitCensus is the one the fit assigns tasks by, however slowly
+// a loaded machine answers a later PING.
 func newNATSExec(t *testing.T, s *server.Server) *natsexec.Executor {
 	t.Helper()
-	exec, err := natsexec.New(context.Background(), connect(t, s, "coordinator"), natsexec.Config{PingWait: 100 * time.Millisecond})
+	return newNATSExecConfig(t, s, natsexec.Config{})
+}
+
+func newNATSExecConfig(t *testing.T, s *server.Server, cfg natsexec.Config) *natsexec.Executor {
+	t.Helper()
+	cfg.PingWait, cfg.PingEvery = 100*time.Millisecond, time.Hour
+	exec, err := natsexec.New(context.Background(), connect(t, s, "coordinator"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,20 +82,16 @@ func newNATSExec(t *testing.T, s *server.Server) *natsexec.Executor {
 	return exec
 }
 
-// checkFor polls f until it returns nil or d passes.
-func checkFor(t *testing.T, d time.Duration, f func() error) {
+// waitCensus waits until a census of exec finds n workers; the executor
+// keeps that census for Fit.
+func waitCensus(t *testing.T, exec *natsexec.Executor, n int) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		if ids, err := exec.Census(context.Background()); err != nil || len(ids) != n {
+			return fmt.Errorf("census found %d workers (%v), want %d", len(ids), err, n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestFitNATS(t *testing.T) {
@@ -94,12 +101,7 @@ func TestFitNATS(t *testing.T) {
 			s := startServer(t, 0)
 			ws := startWorkers(t, s, n)
 			exec := newNATSExec(t, s)
-			checkFor(t, 5*time.Second, func() error {
-				if ids, _ := exec.Census(context.Background()); len(ids) != n {
-					return fmt.Errorf("census found %d workers, want %d", len(ids), n)
-				}
-				return nil
-			})
+			waitCensus(t, exec, n)
 			fc.run(t, exec, exec)
 
 			// Shards were fetched once per worker and cached across
@@ -157,50 +159,56 @@ func TestFitNATSTies(t *testing.T) {
 	}
 }
 
-// A worker that leaves NATS while it holds tasks (its connection closes,
-// as when its process is killed) is noticed by the executor's probe, not
-// at the end of the tasks' leases: the fit ends long before a lease would,
-// with the model of factor.Fit.
+// A worker that leaves NATS while it holds a task (its connection
+// closes, as when its process is killed) is noticed by the executor's
+// probe, not at the end of the task's lease: the task is handed out again
+// and the fit ends with the model of factor.Fit. The lease is longer than
+// the test waits, so only the probe can end the fit.
 func TestFitNATSVanishedWorker(t *testing.T) {
 	fc := newFitCase(t)
 	s := startServer(t, 0)
 	startWorkers(t, s, 1)
 	ncA := connect(t, s, "worker-slow")
-	slow, err := worker.Start(context.Background(), ncA, worker.Config{Delay: time.Minute})
+	// The slow worker holds every task it gets until it leaves.
+	slow, err := worker.Start(context.Background(), ncA, worker.Config{Delay: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec, err := natsexec.New(context.Background(), connect(t, s, "coordinator"),
-		natsexec.Config{PingWait: 100 * time.Millisecond, ProbeEvery: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(exec.Close)
-	checkFor(t, 5*time.Second, func() error {
-		if ids, _ := exec.Census(context.Background()); len(ids) != 2 {
-			return fmt.Errorf("census found %d workers, want 2", len(ids))
-		}
-		return nil
-	})
+	t.Cleanup(func() { _ = slow.Stop() })
+	exec := newNATSExecConfig(t, s, natsexec.Config{ProbeEvery: 100 * time.Millisecond})
+	// Both workers are in the census the fit assigns tasks by (shard k to
+	// the k-th worker first): the slow one gets tasks of iteration 1.
+	waitCensus(t, exec, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
+	defer cancel()
+	// The slow worker leaves once it holds a task; the test waits for
+	// this goroutine before it returns.
+	left := make(chan bool, 1)
 	go func() {
 		for slow.Stats().Running == 0 {
-			time.Sleep(5 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				left <- false
+				return
+			case <-time.After(coordtest.Poll):
+			}
 		}
 		ncA.Close()
+		left <- true
 	}()
-	const lease = time.Minute
 	md := fc.init.Clone()
 	var retried int
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*lease)
-	defer cancel()
 	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
-		Job: "vanish", Converger: fc.conv, TaskTimeout: lease, Checkpoint: exec,
+		Job: "vanish", Converger: fc.conv, TaskTimeout: time.Hour, Checkpoint: exec,
 		Report: func(r coordinator.IterReport) { retried += r.Retried },
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
 	})
+	cancel()
+	if !<-left {
+		t.Fatal("the slow worker never got a task")
+	}
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("fit with a vanished worker (lease %v, probe every 100ms): %v", time.Hour, err)
 	}
 	if !md.Equal(fc.want) {
 		t.Fatal("model differs from factor.Fit's")
@@ -208,8 +216,26 @@ func TestFitNATSVanishedWorker(t *testing.T) {
 	if retried == 0 {
 		t.Error("no task was handed out again")
 	}
-	if took := time.Since(start); took >= lease {
-		t.Errorf("fit took %v: the vanished worker was noticed only at the lease (%v)", took, lease)
+}
+
+// A census taken by the caller (as a caller waiting for its workers
+// takes one) is the one Workers returns and the fit assigns tasks by: a
+// worker that stops answering PING after it does not make the fit's first
+// count miss it.
+func TestCensusFillsWorkers(t *testing.T) {
+	s := startServer(t, 0)
+	startWorkers(t, s, 1)
+	ncB := connect(t, s, "worker-b")
+	b, err := worker.Start(context.Background(), ncB, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Stop() })
+	exec := newNATSExec(t, s)
+	waitCensus(t, exec, 2)
+	ncB.Close()
+	if n, err := exec.Workers(context.Background()); err != nil || n != 2 {
+		t.Fatalf("Workers after a census of 2 = %d, %v; want 2 (the census, not one of its own)", n, err)
 	}
 }
 
@@ -295,7 +321,7 @@ func TestWorkerDiscovery(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k := range 2 {
-			m, err := sub.NextMsg(5 * time.Second)
+			m, err := sub.NextMsg(coordtest.Patience)
 			if err != nil {
 				t.Fatalf("%s reply %d: %v", verb, k, err)
 			}

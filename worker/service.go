@@ -32,8 +32,12 @@ type Config struct {
 	// cache is emptied (shards are fetched again on demand).
 	MaxCachedShards int
 	// Delay is added to every task before it computes: a test hook that
-	// widens the window in which a worker can be killed mid-task.
-	Delay time.Duration
+	// widens the window in which a worker can be killed mid-task. It ends
+	// early at the task's deadline and when the worker stops. DelayFrom
+	// limits it to the tasks of that iteration and later (0: every task),
+	// so that a test can hold a worker in a chosen iteration.
+	Delay     time.Duration
+	DelayFrom int
 }
 
 // Stats are a worker's counters, served as the data of $SRV.STATS.
@@ -98,6 +102,10 @@ type Worker struct {
 	smu     sync.Mutex
 	stats   Stats
 	running atomic.Int32
+
+	// stopped ends at Stop (and cuts a Delay short).
+	stopped context.Context
+	stop    context.CancelFunc
 }
 
 // Start registers a worker on nc. The caller keeps nc: Stop the worker,
@@ -118,6 +126,7 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{nc: nc, js: js, cfg: cfg, stores: map[string]jetstream.ObjectStore{}, shards: map[string]*shard.Shard{},
 		kDig: map[string][]bool{}, drows: map[string]*dRows{}}
+	w.stopped, w.stop = context.WithCancel(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:         ServiceName,
 		Version:      ServiceVersion,
@@ -164,6 +173,7 @@ func (w *Worker) ID() string { return w.id }
 // Stop stops taking tasks; the task running finishes when the caller
 // drains the connection.
 func (w *Worker) Stop() error {
+	w.stop()
 	if err := w.svc.Stop(); err != nil {
 		return fmt.Errorf("worker: stop: %w", err)
 	}
@@ -259,11 +269,14 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 	if err != nil {
 		return nil, "", fetched, 0, err
 	}
-	if w.cfg.Delay > 0 {
+	if w.cfg.Delay > 0 && tr.Iteration >= w.cfg.DelayFrom {
+		t := time.NewTimer(w.cfg.Delay)
 		select {
-		case <-time.After(w.cfg.Delay):
+		case <-t.C:
 		case <-ctx.Done():
+		case <-w.stopped.Done():
 		}
+		t.Stop()
 	}
 	var pr partsResult
 	err = errNoParts

@@ -26,6 +26,7 @@ import (
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
@@ -58,22 +59,6 @@ func writeTransitions(t *testing.T, path string, n, u, count int) {
 	}
 }
 
-// checkFor polls f until it returns nil or d passes.
-func checkFor(t *testing.T, d time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // syncBuffer is a bytes.Buffer safe for a process's output and the test.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -97,6 +82,12 @@ func (s *syncBuffer) String() string {
 // coordinator process; one worker gets SIGKILL while iteration 3 runs. The
 // model must be bitwise the one of a plain local `emsf fit`, and every
 // iteration must have seen Σx = N.
+//
+// No race decides when to kill: worker 0 holds every task of iteration 3
+// and later until it dies (--task-delay-from 3), and the lease is longer
+// than the test waits, so the fit cannot pass the iteration of the task
+// it holds before the kill, and only the coordinator's probe noticing the
+// dead worker lets it end.
 func TestClusterKillWorker(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -122,7 +113,11 @@ func TestClusterKillWorker(t *testing.T) {
 	var workers []*exec.Cmd
 	workerOut := make([]*syncBuffer, 3)
 	for k := range 3 {
-		cmd := exec.Command(bin, "worker", "--nats", url, "--task-delay", "40ms", "--log-level", "warn")
+		args := []string{"worker", "--nats", url, "--log-level", "warn"}
+		if k == 0 {
+			args = append(args, "--task-delay", "1h", "--task-delay-from", "3")
+		}
+		cmd := exec.Command(bin, args...)
 		out := new(syncBuffer)
 		workerOut[k] = out
 		cmd.Stdout, cmd.Stderr = out, out
@@ -146,12 +141,12 @@ func TestClusterKillWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*coordtest.Patience)
 	defer cancel()
 
 	out := filepath.Join(dir, "cluster.arrow")
 	coord := exec.Command(bin, append(fitArgs, "--out", out, "--nats", url, "--min-workers", "3",
-		"--worker-timeout", "2s", "--job", "killtest")...)
+		"--worker-timeout", "1h", "--job", "killtest")...)
 	var coordOut syncBuffer
 	coord.Stdout, coord.Stderr = &coordOut, &coordOut
 	if err := coord.Start(); err != nil {
@@ -160,15 +155,43 @@ func TestClusterKillWorker(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- coord.Wait() }()
 
-	// Kill worker 0 while it computes a task of iteration 3: once
-	// iteration 2 is committed, poll its $SRV.STATS until it reports a
-	// running task (each task takes at least --task-delay).
+	// Kill worker 0 once iteration 2 is committed (by then every task of
+	// iterations 1 and 2 has been answered) and it holds a task: one of
+	// iteration 3, which it holds until it dies. (Of a later iteration
+	// should the coordinator's census, refreshed every 5s, have missed
+	// worker 0 under load and handed iteration 3 to the others.)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	coordinatorAlive := func() {
+		select {
+		case err := <-done:
+			t.Fatalf("coordinator exited (%v) before the kill:\n%s", err, coordOut.String())
+		default:
+		}
+	}
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		coordinatorAlive()
+		kv, err := js.KeyValue(ctx, worker.DefaultKVBucket)
+		if err != nil {
+			return err
+		}
+		e, err := kv.Get(ctx, "killtest")
+		if err != nil {
+			return err
+		}
+		var st coordinator.JobState
+		if err := json.Unmarshal(e.Value(), &st); err != nil {
+			return err
+		}
+		if st.Iteration < 2 {
+			return fmt.Errorf("iteration %d committed, want 2", st.Iteration)
+		}
+		return nil
+	})
 	id := ""
-	checkFor(t, 10*time.Second, func() error {
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
 		if f := strings.Fields(workerOut[0].String()); len(f) > 1 && f[0] == "worker" {
 			id = f[1]
 			return nil
@@ -179,48 +202,24 @@ func TestClusterKillWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	committed2 := false
-	for killed := false; !killed; {
-		select {
-		case err := <-done:
-			t.Fatalf("coordinator exited (%v) before the kill:\n%s", err, coordOut.String())
-		case <-ctx.Done():
-			t.Fatalf("no kill point seen:\n%s", coordOut.String())
-		case <-time.After(2 * time.Millisecond):
-		}
-		if !committed2 {
-			kv, err := js.KeyValue(ctx, worker.DefaultKVBucket)
-			if err != nil {
-				continue
-			}
-			e, err := kv.Get(ctx, "killtest")
-			if err != nil {
-				continue
-			}
-			var st coordinator.JobState
-			if json.Unmarshal(e.Value(), &st) != nil || st.Iteration < 2 {
-				continue
-			}
-			if st.Iteration != 2 {
-				t.Fatalf("iteration %d already committed when the kill was due", st.Iteration)
-			}
-			committed2 = true
-		}
-		m, err := nc.Request(statsSubj, nil, time.Second)
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		coordinatorAlive()
+		m, err := nc.Request(statsSubj, nil, 10*time.Second)
 		if err != nil {
-			continue
+			return fmt.Errorf("worker 0 stats: %w", err)
 		}
 		var ms micro.Stats
-		if json.Unmarshal(m.Data, &ms) != nil || len(ms.Endpoints) == 0 {
-			continue
+		if err := json.Unmarshal(m.Data, &ms); err != nil || len(ms.Endpoints) == 0 {
+			return fmt.Errorf("worker 0 stats %s (%v)", m.Data, err)
 		}
 		var ws worker.Stats
-		if json.Unmarshal(ms.Endpoints[0].Data, &ws) == nil && ws.Running > 0 {
-			if err := workers[0].Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			killed = true
+		if err := json.Unmarshal(ms.Endpoints[0].Data, &ws); err != nil || ws.Running == 0 {
+			return fmt.Errorf("worker 0 holds no task: %s (%v)\n%s", ms.Endpoints[0].Data, err, coordOut.String())
 		}
+		return nil
+	})
+	if err := workers[0].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case err := <-done:
@@ -283,8 +282,8 @@ func TestClusterKillWorker(t *testing.T) {
 		if err != nil {
 			t.Errorf("worker after SIGTERM: %v\n%s", err, workerOut[1].String())
 		}
-	case <-time.After(30 * time.Second):
-		t.Error("worker did not exit within 30s of SIGTERM")
+	case <-time.After(coordtest.Patience):
+		t.Errorf("worker did not exit within %v of SIGTERM", coordtest.Patience)
 	}
 }
 

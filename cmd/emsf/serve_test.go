@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/coordinator/service"
 	"github.com/emsf/emsf/shard"
@@ -72,9 +73,9 @@ func serveStatus(nc *nats.Conn, name string) (service.Status, error) {
 }
 
 // TestServeKillExactlyOnce: `emsf serve` gets SIGKILL while it counts a
-// stream of 60 messages (published by `emsf publish`); after a restart its
-// counts equal the stream's contents exactly, and a retrain gives bitwise
-// the model of a service that never crashed.
+// stream of 60 messages (published by `emsf publish`) after a checkpoint;
+// after a restart its counts equal the stream's contents exactly, and a
+// retrain gives bitwise the model of a service that never crashed.
 func TestServeKillExactlyOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
@@ -95,34 +96,85 @@ func TestServeKillExactlyOnce(t *testing.T) {
 	// 3000 transitions with counts 0.5, 1 and 2 (their sums are exact in
 	// any order, so equality below is exact whatever the replay did).
 	dir := t.TempDir()
-	data := filepath.Join(dir, "t.csv")
 	rng := rand.New(rand.NewPCG(3, 4))
-	var b bytes.Buffer
+	// The crash stream gets the same 60 messages of 50 rows as the clean
+	// one, in two parts: the first 20 messages (1000 rows), then the
+	// other 40.
+	var b, first, rest bytes.Buffer
 	var want shard.Table
-	b.WriteString("state,action,next_state,count\n")
-	for range 3000 {
+	for _, w := range []*bytes.Buffer{&b, &first, &rest} {
+		w.WriteString("state,action,next_state,count\n")
+	}
+	for k := range 3000 {
 		i, a, j, c := rng.IntN(40), rng.IntN(2), rng.IntN(40), []float64{0.5, 1, 2}[rng.IntN(3)]
-		fmt.Fprintf(&b, "%d,%d,%d,%v\n", i, a, j, c)
+		part := &rest
+		if k < 1000 {
+			part = &first
+		}
+		for _, w := range []*bytes.Buffer{&b, part} {
+			fmt.Fprintf(w, "%d,%d,%d,%v\n", i, a, j, c)
+		}
 		_ = want.Add(i, a, j, c)
 	}
-	if err := os.WriteFile(data, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"crash", "clean"} {
-		out, err := exec.Command(bin, "publish", "--nats", url, "--name", name, "--input", data, "--max-rows", "50").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "in 60 messages") {
+	publishFile := func(name string, w *bytes.Buffer, messages int) {
+		t.Helper()
+		path := filepath.Join(dir, fmt.Sprintf("%s-%d.csv", name, messages))
+		if err := os.WriteFile(path, w.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, "publish", "--nats", url, "--name", name, "--input", path, "--max-rows", "50").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), fmt.Sprintf("in %d messages", messages)) {
 			t.Fatalf("emsf publish: %v\n%s", err, out)
 		}
 	}
+	publishFile("clean", &b, 60)
+	publishFile("crash", &first, 20)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// checkpointSeq reads the sequence of the crash service's checkpoint.
+	checkpointSeq := func() uint64 {
+		t.Helper()
+		obs, err := js.ObjectStore(t.Context(), service.DefaultModelBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := obs.GetBytes(t.Context(), service.StateObject("crash"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, meta, err := arrowio.DecodeCounts(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return meta.Seq
+	}
 
-	// The crash: SIGKILL once a third of the stream is counted and a
-	// checkpoint has been written, so that part is replayed.
-	p := startServe(t, bin, url, "crash", "--ingest-delay", "15ms", "--checkpoint-every", "120ms")
+	// A checkpoint of the first 20 messages (written by a clean stop).
+	p := startServe(t, bin, url, "crash", "--checkpoint-every", "1h")
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		if st, err := serveStatus(nc, "crash"); err != nil || st.StreamSeq != 20 {
+			return fmt.Errorf("serve counted up to %d (%v)\n%s", st.StreamSeq, err, p.err.String())
+		}
+		return nil
+	})
+	p.stop(t)
+	if seq := checkpointSeq(); seq != 20 {
+		t.Fatalf("checkpoint at sequence %d after a clean stop at 20", seq)
+	}
+
+	// The crash: the rest of the stream arrives, and SIGKILL comes once
+	// the service counted some of it. It writes no checkpoint before its
+	// stop (--checkpoint-every 1h, no version), so what it counted after
+	// sequence 20 is lost and must be counted again after the restart.
+	publishFile("crash", &rest, 40)
+	p = startServe(t, bin, url, "crash", "--ingest-delay", "15ms", "--checkpoint-every", "1h")
 	var before service.Status
-	checkFor(t, 60*time.Second, func() error {
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
 		st, err := serveStatus(nc, "crash")
-		if err != nil || st.StreamSeq < 20 || st.Checkpointed == 0 {
-			return fmt.Errorf("serve counted up to %d, checkpointed %d (%v)\n%s", st.StreamSeq, st.Checkpointed, err, p.err.String())
+		if err != nil || st.StreamSeq <= 20 {
+			return fmt.Errorf("serve counted up to %d (%v)\n%s", st.StreamSeq, err, p.err.String())
 		}
 		before = st
 		return nil
@@ -131,13 +183,13 @@ func TestServeKillExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p.cmd.Wait()
-	t.Logf("killed at sequence %d (checkpointed %d)", before.StreamSeq, before.Checkpointed)
-	if before.StreamSeq >= 60 {
-		t.Fatalf("the whole stream was counted before the kill: nothing tested")
+	if seq := checkpointSeq(); seq != 20 {
+		t.Fatalf("checkpoint at sequence %d after the kill, want 20: nothing to replay", seq)
 	}
+	t.Logf("killed having counted at least up to sequence %d; checkpoint at 20", before.StreamSeq)
 
 	p = startServe(t, bin, url, "crash", "--checkpoint-every", "120ms")
-	checkFor(t, 60*time.Second, func() error {
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
 		st, err := serveStatus(nc, "crash")
 		if err != nil || st.StreamSeq != 60 {
 			return fmt.Errorf("restarted serve counted up to %d (%v)\n%s", st.StreamSeq, err, p.err.String())
@@ -148,10 +200,6 @@ func TestServeKillExactlyOnce(t *testing.T) {
 		return nil
 	})
 	p.stop(t) // checkpoints: the state object must hold the stream exactly
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	obs, err := js.ObjectStore(t.Context(), service.DefaultModelBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +221,7 @@ func TestServeKillExactlyOnce(t *testing.T) {
 	models := map[string]string{}
 	for _, name := range []string{"crash", "clean"} {
 		p := startServe(t, bin, url, name, "--metrics-addr", "127.0.0.1:0")
-		checkFor(t, 60*time.Second, func() error {
+		coordtest.CheckFor(t, coordtest.Patience, func() error {
 			st, err := serveStatus(nc, name)
 			if err != nil || st.StreamSeq != 60 {
 				return fmt.Errorf("%s counted up to %d (%v)", name, st.StreamSeq, err)

@@ -26,6 +26,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		jsonLog   bool
 		maxShards int
 		delay     time.Duration
+		delayFrom int
 	)
 	nf.register(fs)
 	fs.StringVar(&name, "name", "emsf-worker", "client name shown by the NATS server")
@@ -33,6 +34,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.BoolVar(&jsonLog, "log-json", false, "log as JSON lines")
 	fs.IntVar(&maxShards, "max-cached-shards", 0, "shards kept in memory across iterations (0: all)")
 	fs.DurationVar(&delay, "task-delay", 0, "testing: wait this long before computing each task")
+	fs.IntVar(&delayFrom, "task-delay-from", 0, "testing: apply --task-delay to the tasks of this iteration and later only (0: all)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: emsf worker --nats URL [flags]\n\n"+
 			"Runs a cluster worker: a NATS micro service (%q, see 'nats micro ls') that computes the\n"+
@@ -66,6 +68,12 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if maxShards < 0 {
 		return fail(2, "--max-cached-shards %d: must be >= 0", maxShards)
 	}
+	if delay < 0 {
+		return fail(2, "--task-delay %v: must be >= 0", delay)
+	}
+	if delayFrom < 0 {
+		return fail(2, "--task-delay-from %d: must be >= 0", delayFrom)
+	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "emsf", Level: lvl, Output: stderr, JSONFormat: jsonLog, Color: hclog.ColorOff})
 
 	closed := make(chan struct{})
@@ -82,7 +90,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	w, err := worker.Start(ctx, nc, worker.Config{Prefix: nf.prefix, Logger: log, MaxCachedShards: maxShards, Delay: delay})
+	w, err := worker.Start(ctx, nc, worker.Config{Prefix: nf.prefix, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom})
 	if err != nil {
 		nc.Close()
 		return fail(1, "%v", err)

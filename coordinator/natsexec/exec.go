@@ -40,8 +40,9 @@ type Config struct {
 	PartialBucket string
 	Replicas      int
 	// PingWait is how long a worker census waits for PING replies
-	// (default 250ms); PingEvery how old a census may be before Workers
-	// refreshes it in the background (default 5s).
+	// (default 250ms); PingEvery how old a census (Workers' own or a
+	// caller's Census) may be before Workers refreshes it in the
+	// background (default 5s).
 	PingWait, PingEvery time.Duration
 	// ProbeEvery is how often the executor checks that the worker holding
 	// a task is still connected (default 1s): a $SRV.PING to that worker
@@ -92,8 +93,9 @@ func (c *Config) defaults() error {
 }
 
 // Executor hands tasks to NATS workers; it implements
-// coordinator.Executor and coordinator.Checkpointer. Close waits for the
-// requests it started.
+// coordinator.Executor and coordinator.Checkpointer. Close stops the
+// census it started and waits for it and the requests and commits it
+// started.
 type Executor struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
@@ -113,6 +115,9 @@ type Executor struct {
 	census  censusState
 	wg      sync.WaitGroup
 	closing bool
+	// stop ends the background census at Close.
+	stop    context.CancelFunc
+	stopped context.Context
 }
 
 // pendingCommit is a commit whose model and state are being stored in the
@@ -183,16 +188,20 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: %w", err)
 	}
+	stopped, stop := context.WithCancel(context.Background())
 	return &Executor{nc: nc, js: js, obs: obs, pobs: pobs, kv: kv, cfg: cfg, log: cfg.Logger.Named("natsexec"), blobs: blobs,
 		shards: map[string][]objRef{}, models: map[string]objRef{}, kvRev: map[string]uint64{},
-		commits: map[string]*pendingCommit{}}, nil
+		commits: map[string]*pendingCommit{}, stop: stop, stopped: stopped}, nil
 }
 
-// Close waits for the outstanding requests (they end at their deadlines).
+// Close stops a background census and waits for it, for the commits
+// being stored and for the outstanding requests (they end at their
+// deadlines).
 func (e *Executor) Close() {
 	e.mu.Lock()
 	e.closing = true
 	e.mu.Unlock()
+	e.stop()
 	e.wg.Wait()
 	if err := e.blobs.Close(); err != nil {
 		e.log.Warn("close", "error", err)
@@ -308,9 +317,11 @@ func (e *Executor) persistModel(ctx context.Context, job string, v int, md *fact
 }
 
 // Workers returns the number of workers under this prefix that answered
-// the last $SRV.PING census. The first call waits for a census; later
-// ones refresh it in the background when older than PingEvery, or wait
-// for a new one when the last found none.
+// the last $SRV.PING census: Workers' own or a caller's Census (a caller
+// that waited for its workers with Census hands them to the fit). The
+// first call waits for a census when there was none; later ones refresh
+// it in the background when older than PingEvery, or wait for a new one
+// when the last found none.
 func (e *Executor) Workers(ctx context.Context) (int, error) {
 	e.mu.Lock()
 	c := e.census
@@ -321,9 +332,6 @@ func (e *Executor) Workers(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		e.mu.Lock()
-		e.census.alive, e.census.ids, e.census.at = len(ids), ids, time.Now()
-		e.mu.Unlock()
 		return len(ids), nil
 	}
 	if stale && !c.running && !e.closing {
@@ -331,15 +339,12 @@ func (e *Executor) Workers(ctx context.Context) (int, error) {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			pctx, cancel := context.WithTimeout(context.Background(), 2*e.cfg.PingWait+time.Second)
+			pctx, cancel := context.WithTimeout(e.stopped, 2*e.cfg.PingWait+time.Second)
 			defer cancel()
-			ids, err := e.Census(pctx)
+			_, _ = e.Census(pctx)
 			e.mu.Lock()
-			defer e.mu.Unlock()
 			e.census.running = false
-			if err == nil {
-				e.census.alive, e.census.ids, e.census.at = len(ids), ids, time.Now()
-			}
+			e.mu.Unlock()
 		}()
 	}
 	e.mu.Unlock()
@@ -347,8 +352,26 @@ func (e *Executor) Workers(ctx context.Context) (int, error) {
 }
 
 // Census lists the ids of the workers under this prefix that answer a
-// $SRV.PING within the executor's PingWait.
+// $SRV.PING within the executor's PingWait, and records them as the
+// census that Workers reads and that tasks are assigned by.
 func (e *Executor) Census(ctx context.Context) ([]string, error) {
+	start := time.Now()
+	ids, err := e.ping(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	// Of two censuses that overlap, the one that began last is kept.
+	if !start.Before(e.census.at) {
+		e.census.alive, e.census.ids, e.census.at = len(ids), ids, start
+	}
+	e.mu.Unlock()
+	return ids, nil
+}
+
+// ping sends a $SRV.PING to the workers under this prefix and collects the
+// ids of those that answer within PingWait.
+func (e *Executor) ping(ctx context.Context) ([]string, error) {
 	inbox := e.nc.NewRespInbox()
 	sub, err := e.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -362,13 +385,18 @@ func (e *Executor) Census(ctx context.Context) ([]string, error) {
 	if err := e.nc.PublishRequest(subj, inbox, nil); err != nil {
 		return nil, fmt.Errorf("natsexec: ping: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.PingWait)
+	wctx, cancel := context.WithTimeout(ctx, e.cfg.PingWait)
 	defer cancel()
 	seen := map[string]bool{}
 	var ids []string
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
+		m, err := sub.NextMsgWithContext(wctx)
 		if err != nil {
+			// The caller's end is an error (a census cut short is not
+			// recorded); the end of PingWait is the census' end.
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("natsexec: census: %w", ctx.Err())
+			}
 			break
 		}
 		var p micro.Ping
@@ -692,6 +720,11 @@ func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *fac
 	stc := *st
 	pc := &pendingCommit{done: make(chan struct{})}
 	e.mu.Lock()
+	if e.closing {
+		// Close waits for no goroutine started now: store in line.
+		e.mu.Unlock()
+		return e.persistCommit(ctx, st, snap)
+	}
 	e.commits[st.Job] = pc
 	e.wg.Add(1)
 	e.mu.Unlock()

@@ -85,6 +85,7 @@ type Service struct {
 	done        chan fitResult  // a fit goroutine's result
 	wg          sync.WaitGroup  // the fit goroutine
 	fitHook     func()          // tests: called by the fit goroutine first
+	tickHook    func()          // tests: called by Run after each --interval tick is handled
 
 	ctl   chan func()
 	ready chan struct{}
@@ -223,6 +224,9 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		case <-interval:
 			if _, pending := s.table.Added(); pending > 0 {
 				s.retrain(ctx, "interval", nil)
+			}
+			if s.tickHook != nil {
+				s.tickHook()
 			}
 		case <-ckpt.C:
 			if err := s.checkpoint(ctx); err != nil {

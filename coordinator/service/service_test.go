@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
@@ -65,11 +66,17 @@ func start(t *testing.T, nc *nats.Conn, cfg Config) *running {
 // startHooked starts a service whose fits call hook first.
 func startHooked(t *testing.T, nc *nats.Conn, cfg Config, hook func()) *running {
 	t.Helper()
+	return startWith(t, nc, cfg, func(s *Service) { s.fitHook = hook })
+}
+
+// startWith starts a service after set has set its test hooks.
+func startWith(t *testing.T, nc *nats.Conn, cfg Config, set func(*Service)) *running {
+	t.Helper()
 	svc, err := New(t.Context(), nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc.fitHook = hook
+	set(svc)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{svc: svc, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- svc.Run(ctx) }()
@@ -149,7 +156,7 @@ func publish(t *testing.T, nc *nats.Conn, name string, payload []byte) uint64 {
 
 func status(t *testing.T, nc *nats.Conn, name string) Status {
 	t.Helper()
-	m, err := nc.Request(StatusSubject("emsf", name), nil, 10*time.Second)
+	m, err := nc.Request(StatusSubject("emsf", name), nil, coordtest.Patience)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,17 +170,14 @@ func status(t *testing.T, nc *nats.Conn, name string) Status {
 // waitSeq waits until the service named name has counted sequence seq.
 func waitSeq(t *testing.T, nc *nats.Conn, name string, seq uint64) Status {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st := status(t, nc, name)
-		if st.StreamSeq >= seq {
-			return st
+	var st Status
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		if st = status(t, nc, name); st.StreamSeq < seq {
+			return fmt.Errorf("service %s counted up to sequence %d, want %d", name, st.StreamSeq, seq)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("service %s counted up to sequence %d, want %d", name, st.StreamSeq, seq)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 func retrain(t *testing.T, nc *nats.Conn, name string) (*Version, error) {
@@ -245,7 +249,7 @@ func TestServeRetrainPublishes(t *testing.T) {
 	start(t, nc, Config{Name: "demo", Order: 3, Seed: 5, MaxIter: 20, Tol: 0, UseWorkers: WorkersNever})
 
 	// Discoverable as a NATS micro service (what `nats micro info` asks).
-	info, err := nc.Request("$SRV.INFO.emsf-serve", nil, 5*time.Second)
+	info, err := nc.Request("$SRV.INFO.emsf-serve", nil, coordtest.Patience)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +278,7 @@ func TestServeRetrainPublishes(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &got); err != nil || got.Version != 1 || got.Digest != v.Digest {
 			t.Fatalf("announcement %s (%v)", m.Data, err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(coordtest.Patience):
 		t.Fatal("no announcement on the model subject")
 	}
 	all := append(append(rows{}, a...), b...)
@@ -519,11 +523,11 @@ func TestServeEveryPolicy(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	start(t, nc, Config{Name: "ev", Order: 2, MaxIter: 3, Every: 100, UseWorkers: WorkersNever})
-	publish(t, nc, "ev", randomRows(6, 60, 5, 1).csv())
-	select {
-	case <-announced:
-		t.Fatal("a version after 60 of 100 transitions")
-	case <-time.After(300 * time.Millisecond):
+	seq := publish(t, nc, "ev", randomRows(6, 60, 5, 1).csv())
+	// The policy is checked as each message is counted, before the status
+	// that shows the message counted.
+	if st := waitSeq(t, nc, "ev", seq); st.Retraining || st.Latest != nil {
+		t.Fatalf("a retrain after 60 of 100 transitions: %+v", st)
 	}
 	publish(t, nc, "ev", randomRows(7, 60, 5, 1).csv())
 	select {
@@ -532,7 +536,7 @@ func TestServeEveryPolicy(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &v); err != nil || v.Reason != "every" || v.Transitions != 120 {
 			t.Fatalf("announcement %s", m.Data)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(coordtest.Patience):
 		t.Fatal("no version after 120 transitions with --every 100")
 	}
 }
@@ -578,11 +582,41 @@ func TestServeIntervalPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	start(t, nc, Config{Name: "iv", Order: 2, MaxIter: 3, Interval: 150 * time.Millisecond, UseWorkers: WorkersNever})
-	select {
-	case <-announced:
-		t.Fatal("a version without any data")
-	case <-time.After(400 * time.Millisecond):
+	ticks := make(chan struct{}, 1)
+	startWith(t, nc, Config{Name: "iv", Order: 2, MaxIter: 3, Interval: 150 * time.Millisecond, UseWorkers: WorkersNever},
+		func(s *Service) {
+			s.tickHook = func() {
+				select {
+				case ticks <- struct{}{}:
+				default:
+				}
+			}
+		})
+	// ticked waits until the service has handled a tick that came after
+	// the call, and a status request shows its outcome: the hook of tick
+	// k+1 may have been decided before the call and sent after it, and a
+	// tick's status is taken after its hook, so three ticks.
+	ticked := func() Status {
+		t.Helper()
+	drain:
+		for {
+			select {
+			case <-ticks:
+			default:
+				break drain
+			}
+		}
+		for range 3 {
+			select {
+			case <-ticks:
+			case <-time.After(coordtest.Patience):
+				t.Fatal("no --interval tick handled")
+			}
+		}
+		return status(t, nc, "iv")
+	}
+	if st := ticked(); st.Retraining || st.Latest != nil {
+		t.Fatalf("a retrain without any data: %+v", st)
 	}
 	publish(t, nc, "iv", randomRows(6, 30, 5, 1).csv())
 	select {
@@ -591,13 +625,11 @@ func TestServeIntervalPolicy(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &v); err != nil || v.Reason != "interval" || v.Version != 1 {
 			t.Fatalf("announcement %s", m.Data)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no version within 20s with --interval 150ms")
+	case <-time.After(coordtest.Patience):
+		t.Fatal("no version with --interval 150ms")
 	}
-	select {
-	case m := <-announced:
-		t.Fatalf("a second version without new data: %s", m.Data)
-	case <-time.After(400 * time.Millisecond):
+	if st := ticked(); st.Retraining || st.Latest == nil || st.Latest.Version != 1 {
+		t.Fatalf("a second retrain without new data: %+v", st)
 	}
 }
 
@@ -663,13 +695,12 @@ func TestServeRetrainWhileIngesting(t *testing.T) {
 		t.Fatalf("during the fit: %+v; want retraining, 500 transitions, all 500 pending (no version yet)", st)
 	}
 	second := ask()
-	checkWaiting := time.Now().Add(10 * time.Second)
-	for status(t, nc, "busy").Waiting != 1 {
-		if time.Now().After(checkWaiting) {
-			t.Fatal("the second request is not queued")
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		if w := status(t, nc, "busy").Waiting; w != 1 {
+			return fmt.Errorf("the second request is not queued: %d waiting", w)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	free()
 	r1, r2 := <-first, <-second
 	if r1.err != nil || r2.err != nil {
@@ -695,7 +726,7 @@ func TestNoJetStream(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	if !srv.ReadyForConnections(coordtest.Patience) {
 		t.Fatal("server not ready")
 	}
 	nc := connect(t, srv.ClientURL())
