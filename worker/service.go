@@ -274,6 +274,10 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 			return nil, "", fetched, 0, err
 		}
 	}
+	// The label names the shard and model version computed: with model
+	// parts, every part was checked against the task's CRCs, so the
+	// version is the task's; else it is the one the worker holds.
+	label := Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
 	if err == nil {
 		compute = pr.compute
 		hdr[HeaderModelNanos] = []string{strconv.FormatInt(int64(pr.model), 10)}
@@ -285,12 +289,14 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 			return nil, "", fetched, 0, err
 		}
 		hdr[HeaderModelNanos] = []string{strconv.FormatInt(int64(time.Since(t0)), 10)}
+		label.ModelDigest = w.mdDig
 		t0 = time.Now()
 		if err := factor.Compute(md, s.Block, &w.scratch, &w.partial, tr.WithLogLik); err != nil {
 			return nil, "", fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
 		}
 		compute = time.Since(t0)
 	}
+	hdr[HeaderPartialOf] = []string{label.String()}
 	te := time.Now()
 	defer func() { hdr[HeaderEncodeNanos] = []string{strconv.FormatInt(int64(time.Since(te)), 10)} }()
 	// Headers and protocol overhead ride along with the body: keep a
@@ -304,7 +310,6 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		hdr[HeaderBlob] = []string{w.blobs.Put(name, data)}
 		hdr[HeaderBlobSize] = []string{strconv.Itoa(len(data))}
 		hdr[HeaderBlobCRC] = []string{CRC(data)}
-		hdr[HeaderPartialOf] = []string{PartialOf(tr.Job, tr.Iteration, tr.Shard)}
 		w.count(func(st *Stats) {
 			st.Tasks++
 			st.NNZ += int64(s.NNZ)

@@ -27,6 +27,17 @@
 // large partials still go through "partials/..." objects in a memory
 // bucket. No message exceeds the server's max payload.
 //
+// Authenticity: every partial reply carries its worker.Label (job,
+// iteration, shard, the checksum of the shard computed and the digest of
+// the model version computed on); the executor drops a partial whose label
+// is not exactly the task's, whose transfer CRC or encoding is wrong,
+// whose values fail factor.CheckPartialValues, or whose log-likelihood is
+// NaN where the iteration asked for it, and reports it as the task's
+// error (the coordinator hands the task out again). A worker with
+// Config.QuarantineAfter such partials (default 3) is quarantined: logged
+// with its id, left out of direct hand-outs, named in every task's Avoid,
+// and its answers are dropped.
+//
 // Shard affinity: the first hand-out of shard k goes to the k-th worker of
 // the last census (sorted ids) on its own subject <prefix>.task.<id>, so
 // every worker gets its share each iteration and its cached shards are

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -48,6 +49,12 @@ type Config struct {
 	// that finds no responders fails the task at once (it is handed out
 	// again) instead of at the end of its lease.
 	ProbeEvery time.Duration
+	// QuarantineAfter is how many of a worker's partials may fail the
+	// executor's checks (label, CRC, encoding, values, log-likelihood)
+	// before it is quarantined (default 3): logged with its id, given no
+	// more tasks (it is left out of direct hand-outs and named in every
+	// task's Avoid), and its answers are dropped.
+	QuarantineAfter int
 	// Logger receives the executor's logs (default: none).
 	Logger hclog.Logger
 }
@@ -76,6 +83,9 @@ func (c *Config) defaults() error {
 	}
 	if c.ProbeEvery <= 0 {
 		c.ProbeEvery = time.Second
+	}
+	if c.QuarantineAfter <= 0 {
+		c.QuarantineAfter = 3
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
@@ -111,6 +121,7 @@ type Executor struct {
 	kvRev   map[string]uint64
 	commits map[string]*pendingCommit // by job: the commit being stored
 	census  censusState
+	quar    quarantine
 	wg      sync.WaitGroup
 	closing bool
 }
@@ -406,8 +417,20 @@ func (e *Executor) Submit(ctx context.Context, t worker.Task, deliver func(worke
 func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 	r := worker.Result{Task: t}
 	e.mu.Lock()
-	refs, md, ids := e.shards[t.Job], e.models[t.Job], e.census.ids
+	refs, md := e.shards[t.Job], e.models[t.Job]
+	// Quarantined workers get no direct hand-outs, and every task asks
+	// them to decline it.
+	var ids, out []string
+	for _, id := range e.census.ids {
+		if !e.quarantinedLocked(id) {
+			ids = append(ids, id)
+		}
+	}
+	for id := range e.quar.out {
+		out = append(out, id)
+	}
 	e.mu.Unlock()
+	slices.Sort(out)
 	switch {
 	case t.Shard < 0 || t.Shard >= len(refs):
 		r.Err = fmt.Errorf("natsexec: job %s has no shard %d loaded", t.Job, t.Shard)
@@ -416,8 +439,9 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 		r.Err = fmt.Errorf("natsexec: job %s: no model published for iteration %d", t.Job, t.Iteration)
 		return r
 	}
+	avoid := slices.Concat(t.Avoid, out)
 	req := worker.TaskRequest{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, Attempt: t.Attempt,
-		WithLogLik: t.WithLogLik, Avoid: t.Avoid, Bucket: e.cfg.ObjectBucket, PartialBucket: e.cfg.PartialBucket,
+		WithLogLik: t.WithLogLik, Avoid: avoid, Bucket: e.cfg.ObjectBucket, PartialBucket: e.cfg.PartialBucket,
 		ShardObject: refs[t.Shard].name, ShardChecksum: refs[t.Shard].digest,
 		ModelObject: md.name, ModelDigest: md.digest, ModelBlob: md.blob, ModelSize: int(md.size), BlobPartials: true}
 	if md.blob != "" && len(md.kCRCs) > 0 && len(md.dCRCs) == len(refs) {
@@ -440,7 +464,7 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 	const maxDeclines = 16
 	for declines := 0; ; declines++ {
 		if declines == maxDeclines {
-			req.Avoid = nil
+			req.Avoid = out
 		}
 		reply, err := e.request(ctx, subject, direct, &req, &r.Bytes)
 		if errors.Is(err, nats.ErrNoResponders) && subject != worker.TaskSubject(e.cfg.Prefix) {
@@ -464,7 +488,20 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %s (code %s)", t.Shard, r.Worker, reply.Header.Get(micro.ErrorHeader), code)
 			return r
 		}
-		e.decode(ctx, reply, &r)
+		e.mu.Lock()
+		quarantined := e.quarantinedLocked(r.Worker)
+		e.mu.Unlock()
+		if quarantined {
+			r.Err = fmt.Errorf("natsexec: shard %d: worker %s is quarantined: its partial is dropped", t.Shard, r.Worker)
+			return r
+		}
+		want := worker.Label{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, ShardChecksum: refs[t.Shard].digest, ModelDigest: md.digest}
+		if err := e.decode(ctx, reply, want, &r); err != nil {
+			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %w", t.Shard, r.Worker, err)
+			if isRejected(err) {
+				e.strike(r.Worker, r.Err)
+			}
+		}
 		return r
 	}
 }
@@ -550,7 +587,10 @@ func (e *Executor) watch(ctx context.Context, id string, started *nats.Subscript
 	}
 }
 
-func (e *Executor) decode(ctx context.Context, reply *nats.Msg, r *worker.Result) {
+// decode reads the partial a reply carries or names into r.Partial,
+// after checking that its label is want; an error from a check of the
+// partial (not of its transfer) is a *rejectedError.
+func (e *Executor) decode(ctx context.Context, reply *nats.Msg, want worker.Label, r *worker.Result) error {
 	t := r.Task
 	for _, f := range []struct {
 		h string
@@ -561,75 +601,67 @@ func (e *Executor) decode(ctx context.Context, reply *nats.Msg, r *worker.Result
 		}
 	}
 	t0 := time.Now()
-	defer func() {
-		// Check the values here, as each partial arrives and in parallel
-		// with the others, rather than in the coordinator's serial merge;
-		// a partial that fails is left to Merge, which rejects it.
-		if r.Err == nil && r.Partial != nil {
-			r.Checked = factor.CheckPartialValues(r.Partial) == nil
-		}
-		r.Fetch = time.Since(t0)
-	}()
+	defer func() { r.Fetch = time.Since(t0) }()
 	if nb, err := strconv.ParseInt(reply.Header.Get(worker.HeaderFetchBytes), 10, 64); err == nil {
 		r.Bytes += nb
 	}
+	label, err := worker.ParseLabel(reply.Header.Get(worker.HeaderPartialOf))
+	if err != nil {
+		return &rejectedError{err: err}
+	}
+	if err := label.Check(want); err != nil {
+		return &rejectedError{err: err}
+	}
 	data := reply.Data
+	var p *factor.Partial
 	if blob := reply.Header.Get(worker.HeaderBlob); blob != "" {
 		size, err := strconv.Atoi(reply.Header.Get(worker.HeaderBlobSize))
-		if err != nil {
-			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: bad blob size: %w", t.Shard, r.Worker, err)
-			return
-		}
-		if size < 0 || size > 1<<40 {
-			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: blob size %d", t.Shard, r.Worker, size)
-			return
+		if err != nil || size < 0 || size > 1<<40 {
+			return reject("blob size %q", reply.Header.Get(worker.HeaderBlobSize))
 		}
 		if data, err = worker.FetchBlob(ctx, e.nc, blob, size, worker.AlignedBuffer(size)); err != nil {
-			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: fetch partial: %w", t.Shard, r.Worker, err)
-			return
+			return fmt.Errorf("fetch partial: %w", err)
 		}
 		worker.DropBlob(e.nc, blob)
 		r.Bytes += int64(len(data))
 		if crc := worker.CRC(data); crc != reply.Header.Get(worker.HeaderBlobCRC) {
-			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: partial blob has CRC %s, reply says %s", t.Shard, r.Worker, crc, reply.Header.Get(worker.HeaderBlobCRC))
-			return
+			return reject("partial blob has CRC %s, reply says %s", crc, reply.Header.Get(worker.HeaderBlobCRC))
 		}
-		if of, want := reply.Header.Get(worker.HeaderPartialOf), worker.PartialOf(t.Job, t.Iteration, t.Shard); of != want {
-			r.Err = fmt.Errorf("natsexec: worker %s answered task %s with a partial of %s", r.Worker, want, of)
-			return
+		if p, err = worker.DecodeRawPartial(data); err != nil {
+			return &rejectedError{err: err}
 		}
-		p, err := worker.DecodeRawPartial(data)
-		if err != nil {
-			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %w", t.Shard, r.Worker, err)
-			return
+	} else {
+		if obj := reply.Header.Get(worker.HeaderObject); obj != "" {
+			if data, err = e.pobs.GetBytes(ctx, obj); err != nil {
+				return fmt.Errorf("fetch partial %s: %w", obj, err)
+			}
+			r.Bytes += int64(len(data))
+			if err := e.pobs.Delete(ctx, obj); err != nil {
+				e.log.Warn("delete partial object", "object", obj, "error", err)
+			}
 		}
-		r.Partial = p
-		return
-	} else if obj := reply.Header.Get(worker.HeaderObject); obj != "" {
-		var err error
-		if data, err = e.pobs.GetBytes(ctx, obj); err != nil {
-			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: fetch partial %s: %w", t.Shard, r.Worker, obj, err)
-			return
+		var meta arrowio.PartialMeta
+		if p, meta, err = arrowio.DecodePartial(data); err != nil {
+			return &rejectedError{err: err}
 		}
-		r.Bytes += int64(len(data))
-		if err := e.pobs.Delete(ctx, obj); err != nil {
-			e.log.Warn("delete partial object", "object", obj, "error", err)
+		if meta.Job != t.Job || meta.Iteration != t.Iteration || meta.Shard != t.Shard {
+			return reject("answered task (%s, %d, %d) with a partial of (%s, %d, %d)",
+				t.Job, t.Iteration, t.Shard, meta.Job, meta.Iteration, meta.Shard)
+		}
+		if meta.Worker != "" {
+			r.Worker = meta.Worker
 		}
 	}
-	p, meta, err := arrowio.DecodePartial(data)
-	if err != nil {
-		r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %w", t.Shard, r.Worker, err)
-		return
+	// Check the values here, as each partial arrives and in parallel with
+	// the others, rather than in the coordinator's serial merge.
+	if err := factor.CheckPartialValues(p); err != nil {
+		return &rejectedError{err: err}
 	}
-	if meta.Job != t.Job || meta.Iteration != t.Iteration || meta.Shard != t.Shard {
-		r.Err = fmt.Errorf("natsexec: worker %s answered task (%s, %d, %d) with a partial of (%s, %d, %d)",
-			r.Worker, t.Job, t.Iteration, t.Shard, meta.Job, meta.Iteration, meta.Shard)
-		return
+	if t.WithLogLik && math.IsNaN(p.LogLik) {
+		return reject("iteration %d asked for the log-likelihood and the partial's is NaN", t.Iteration)
 	}
-	if meta.Worker != "" {
-		r.Worker = meta.Worker
-	}
-	r.Partial = p
+	r.Partial, r.Checked = p, true
+	return nil
 }
 
 // Begin records a new run of a job in the KV bucket, replacing an older
