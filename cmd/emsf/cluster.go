@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
@@ -75,6 +78,9 @@ type clusterFlags struct {
 	replicas      int
 	job           string
 	resume        bool
+	// params are the fit's parameters (fitFlags.params), recorded in the
+	// job state and compared by --resume.
+	params map[string]string
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -90,7 +96,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.partialBucket, "bucket-partials", worker.DefaultPartialBucket, "cluster mode: JetStream Object Store bucket (memory storage) for partials too large for a message")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
 	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
-	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket (same data and parameters)")
+	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
 }
 
 // enabled reports whether cluster mode was asked for.
@@ -196,9 +202,15 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		defer exec.Close()
 	}
 	job := c.jobName(man, md, opts)
+	params := c.jobParams(md, opts)
+	if c.resume {
+		if err := c.checkResume(ctx, exec, job, params, man); err != nil {
+			return factor.FitResult{}, err
+		}
+	}
 	return coordinator.Fit(ctx, exec, shards, man, md, coordinator.Options{
 		Job:         job,
-		Params:      map[string]string{"m": strconv.Itoa(md.M), "tie": md.Tie.String(), "seed": strconv.FormatUint(md.Seed, 10)},
+		Params:      params,
 		Alpha:       opts.Alpha,
 		Converger:   opts.Converger,
 		Progress:    opts.Progress,
@@ -216,4 +228,64 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 				"rejected", r.Rejected, "workers", r.Workers, "sum_x", r.SumX)
 		},
 	})
+}
+
+// jobParams are the parameters recorded in the job state: the fit's
+// flags, with the order, tie and seed of this model and the converger of
+// this fit.
+func (c *clusterFlags) jobParams(md *factor.Model, opts factor.FitOptions) map[string]string {
+	p := maps.Clone(c.params)
+	if p == nil {
+		p = map[string]string{}
+	}
+	// The restart count is not a property of one restart's job.
+	delete(p, "restarts")
+	p["order"] = strconv.Itoa(md.M)
+	p["tie"] = md.Tie.String()
+	p["seed"] = strconv.FormatUint(md.Seed, 10)
+	p["alpha"] = strconv.FormatFloat(opts.Alpha, 'g', -1, 64)
+	p["tol"] = strconv.FormatFloat(opts.Converger.Tol, 'g', -1, 64)
+	p["iters"] = strconv.Itoa(opts.Converger.MaxIter)
+	return p
+}
+
+// checkResume refuses --resume when the job's checkpoint is of other data
+// or parameters, naming what differs. A job named after its data and
+// parameters (no --job) that has no checkpoint is compared with the last
+// job in the bucket instead: the run it means to resume had other data or
+// parameters, or there is none to resume (an empty bucket starts afresh).
+func (c *clusterFlags) checkResume(ctx context.Context, exec *natsexec.Executor, job string, params map[string]string, man *shard.Manifest) error {
+	// The same data under another path is the same job.
+	cmp := maps.Clone(params)
+	delete(cmp, "input")
+	st, _, err := exec.State(ctx, job)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("cluster: --resume: %w", err)
+	}
+	if err == nil && st.Iteration > 0 {
+		return withInput(coordinator.CheckResume(st, cmp, man), st, params)
+	}
+	if c.job != "" {
+		return nil // a named job without a checkpoint starts afresh
+	}
+	last, err := exec.LatestJob(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: --resume: %w", err)
+	}
+	if last == nil {
+		return nil
+	}
+	if err := coordinator.CheckResume(last, cmp, man); err != nil {
+		return fmt.Errorf("cluster: --resume: bucket %s has no checkpoint of job %s (named after this run's data and parameters); the last job there: %w",
+			c.kvBucket, job, withInput(err, last, params))
+	}
+	return nil
+}
+
+// withInput adds the input files to a resume error when they differ.
+func withInput(err error, st *coordinator.JobState, params map[string]string) error {
+	if err == nil || st.Params["input"] == params["input"] || st.Params["input"] == "" {
+		return err
+	}
+	return fmt.Errorf("%w (input %s in the checkpoint, %s now)", err, st.Params["input"], params["input"])
 }
