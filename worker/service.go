@@ -94,6 +94,15 @@ type Worker struct {
 	pmu   sync.Mutex
 	pbufs [][]byte
 
+	// ctx is the parent of every task's context; Stop cancels it (cause
+	// ErrStopped) and waits for the handlers in tasks. stopped, guarded by
+	// stopMu, turns away tasks that arrive after Stop began.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	tasks  sync.WaitGroup
+	stopMu sync.Mutex
+	stop   bool
+
 	// Guarded by smu, so that $SRV.STATS answers while a task runs.
 	smu     sync.Mutex
 	stats   Stats
@@ -118,6 +127,7 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{nc: nc, js: js, cfg: cfg, stores: map[string]jetstream.ObjectStore{}, shards: map[string]*shard.Shard{},
 		kDig: map[string][]bool{}, drows: map[string]*dRows{}}
+	w.ctx, w.cancel = context.WithCancelCause(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:         ServiceName,
 		Version:      ServiceVersion,
@@ -161,10 +171,27 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 // ID returns the worker's service instance id.
 func (w *Worker) ID() string { return w.id }
 
-// Stop stops taking tasks; the task running finishes when the caller
-// drains the connection.
+// ErrStopped is the cause of a task's context ending because its worker
+// stopped.
+var ErrStopped = errors.New("worker: stopped")
+
+// Stop stops taking tasks, cancels the tasks running (they answer with an
+// error that names ErrStopped, so that the coordinator hands them out
+// again at once) and returns when their handlers have returned. The
+// caller then drains or closes the connection. A second Stop does
+// nothing.
 func (w *Worker) Stop() error {
-	if err := w.svc.Stop(); err != nil {
+	w.stopMu.Lock()
+	if w.stop {
+		w.stopMu.Unlock()
+		return nil
+	}
+	w.stop = true
+	w.stopMu.Unlock()
+	err := w.svc.Stop()
+	w.cancel(ErrStopped)
+	w.tasks.Wait()
+	if err != nil {
 		return fmt.Errorf("worker: stop: %w", err)
 	}
 	if err := w.blobs.Close(); err != nil {
@@ -172,6 +199,18 @@ func (w *Worker) Stop() error {
 	}
 	w.log.Info("worker stopped", "tasks", w.Stats().Tasks)
 	return nil
+}
+
+// begin registers a task handler with Stop, or reports that the worker
+// is stopping.
+func (w *Worker) begin() bool {
+	w.stopMu.Lock()
+	defer w.stopMu.Unlock()
+	if w.stop {
+		return false
+	}
+	w.tasks.Add(1)
+	return true
 }
 
 // Stats returns a snapshot of the worker's counters.
@@ -195,6 +234,11 @@ func (w *Worker) count(f func(*Stats)) {
 
 func (w *Worker) handle(req micro.Request) {
 	hdr := micro.Headers{HeaderWorker: []string{w.id}}
+	if !w.begin() {
+		w.fail(req, hdr, CodeFailed, ErrStopped)
+		return
+	}
+	defer w.tasks.Done()
 	var tr TaskRequest
 	if err := json.Unmarshal(req.Data(), &tr); err != nil {
 		w.fail(req, hdr, CodeFailed, fmt.Errorf("worker: bad task: %w", err))
@@ -215,9 +259,9 @@ func (w *Worker) handle(req micro.Request) {
 	if tr.Started != "" {
 		_ = w.nc.Publish(tr.Started, []byte(w.id))
 	}
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	ctx, cancel := context.WithCancel(w.ctx)
 	if tr.Deadline != 0 {
-		ctx, cancel = context.WithDeadline(ctx, deadline)
+		ctx, cancel = context.WithDeadline(w.ctx, deadline)
 	}
 	defer cancel()
 	w.running.Add(1)
@@ -264,6 +308,9 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		case <-time.After(w.cfg.Delay):
 		case <-ctx.Done():
 		}
+	}
+	if ctx.Err() != nil {
+		return nil, "", fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, context.Cause(ctx))
 	}
 	var pr partsResult
 	err = errNoParts

@@ -15,7 +15,8 @@ import (
 )
 
 // runWorker is emsf worker: a NATS micro service computing shard
-// statistics until SIGINT/SIGTERM (ctx), after which it drains and exits 0.
+// statistics until SIGINT/SIGTERM (ctx), after which it stops (cancelling
+// the task it runs: the coordinator hands it out again), drains and exits 0.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -37,7 +38,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(fs.Output(), "Usage: emsf worker --nats URL [flags]\n\n"+
 			"Runs a cluster worker: a NATS micro service (%q, see 'nats micro ls') that computes the\n"+
 			"statistics of shards for 'emsf fit --nats URL'. Start as many as you like, anywhere;\n"+
-			"SIGINT or SIGTERM finishes the task at hand and exits.\n\nFlags:\n", worker.ServiceName)
+			"SIGINT or SIGTERM cancels the task at hand (the coordinator hands it to another worker) and exits.\n\nFlags:\n", worker.ServiceName)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
