@@ -59,8 +59,7 @@ func (b *BlobServer) SetOnDrop(f func([]byte)) {
 }
 
 // ServeBlobs subscribes to BlobSubject(prefix, id).* on nc. Each request's
-// body is a decimal byte offset, optionally followed by a comma and a
-// decimal length (protocol 1.1); the reply is the chunk there (at most
+// body is a decimal byte offset, a comma and a decimal length; the reply is the chunk there (at most
 // that long; empty past the end), or a reply with header Emsf-Blob-Error
 // when the blob is gone.
 func ServeBlobs(nc *nats.Conn, prefix, id string, keep int) (*BlobServer, error) {
@@ -95,11 +94,14 @@ func (b *BlobServer) serve(m *nats.Msg) {
 		}
 		return
 	}
-	// "off" or (protocol 1.1) "off,len".
+	// "off,len".
 	offs, lens, hasLen := strings.Cut(string(m.Data), ",")
 	off, err := strconv.Atoi(offs)
-	n := b.chunk
-	if hasLen && err == nil {
+	n := 0
+	if !hasLen && err == nil {
+		err = errors.New("no length")
+	}
+	if err == nil {
 		if n, err = strconv.Atoi(lens); err == nil && n < 0 {
 			err = errors.New("negative length")
 		}
@@ -111,7 +113,7 @@ func (b *BlobServer) serve(m *nats.Msg) {
 	reply := nats.NewMsg(m.Reply)
 	switch {
 	case err != nil || off < 0:
-		reply.Header.Set(HeaderBlobError, "bad offset")
+		reply.Header.Set(HeaderBlobError, "bad request: want offset,length")
 	case !ok:
 		reply.Header.Set(HeaderBlobError, "no blob "+name)
 	default:
@@ -165,7 +167,7 @@ const blobWindow = 4
 // too small) with up to blobWindow chunk requests in flight, and returns
 // it.
 func FetchBlob(ctx context.Context, nc *nats.Conn, subject string, size int, buf []byte) ([]byte, error) {
-	return fetchBlob(ctx, nc, subject, 0, size, buf, nil, false)
+	return FetchBlobRange(ctx, nc, subject, 0, size, buf, nil)
 }
 
 // FetchBlobRange pulls bytes [off, off+size) of a blob from subject into
@@ -173,14 +175,7 @@ func FetchBlob(ctx context.Context, nc *nats.Conn, subject string, size int, buf
 // if set, is called with the length of the prefix of the range in place
 // each time it grows, in order and from one goroutine at a time, so that
 // a reader can use the first bytes while later ones are in flight.
-//
-// It asks for lengths where a chunk is shorter than a whole one (protocol
-// 1.1): use it only with a blob server of that protocol.
 func FetchBlobRange(ctx context.Context, nc *nats.Conn, subject string, off, size int, buf []byte, progress func(n int)) ([]byte, error) {
-	return fetchBlob(ctx, nc, subject, off, size, buf, progress, true)
-}
-
-func fetchBlob(ctx context.Context, nc *nats.Conn, subject string, off, size int, buf []byte, progress func(n int), withLen bool) ([]byte, error) {
 	if size < 0 || off < 0 {
 		return nil, fmt.Errorf("worker: blob %s: range [%d, %d+%d)", subject, off, off, size)
 	}
@@ -213,13 +208,7 @@ func fetchBlob(ctx context.Context, nc *nats.Conn, subject string, off, size int
 			defer func() { <-sem }()
 			at := k * chunk
 			want := min(chunk, size-at)
-			body := strconv.Itoa(off + at)
-			if withLen && want < chunk {
-				// A range that ends before the blob does: ask for its
-				// length only (servers of protocol 1.0 know only offsets;
-				// they are asked for whole chunks and blob ends).
-				body += "," + strconv.Itoa(want)
-			}
+			body := strconv.Itoa(off+at) + "," + strconv.Itoa(want)
 			m, err := nc.RequestWithContext(ctx, subject, []byte(body))
 			switch {
 			case err != nil:

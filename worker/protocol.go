@@ -22,26 +22,21 @@ const (
 	// DefaultObjectBucket is the Object Store bucket of shards, models and
 	// large partials.
 	DefaultObjectBucket = "emsf-blobs"
-	// DefaultPartialBucket is the Object Store bucket of partials too
-	// large for a message: memory storage, they live for one iteration.
-	DefaultPartialBucket = "emsf-partials"
 	// DefaultKVBucket is the KV bucket of job state.
 	DefaultKVBucket = "emsf-jobs"
 	// ServiceName is the micro service name of workers.
 	ServiceName = "emsf-worker"
-	// ServiceVersion is the protocol version workers announce. 1.1.0 adds
-	// model parts (TaskRequest.KCRCs): a 1.0 worker ignores them and
-	// fetches the whole model blob.
-	ServiceVersion = "1.1.0"
+	// ServiceVersion is the protocol version workers announce. 2.0.0:
+	// every partial reply carries its Label (a 1.x partial is rejected),
+	// a partial too large for the reply is always a blob (no Object Store
+	// partials), and every blob chunk request names its length.
+	ServiceVersion = "2.0.0"
 )
 
 // Reply headers.
 const (
 	// HeaderWorker names the worker that answered.
 	HeaderWorker = "Emsf-Worker"
-	// HeaderObject names the Object Store object holding a partial too
-	// large for a message; the reply body is then empty.
-	HeaderObject = "Emsf-Object"
 	// HeaderComputeNanos is the time the worker spent computing (with
 	// model parts, including waits for K rows in flight);
 	// HeaderModelNanos the time it spent getting the model before that,
@@ -167,10 +162,6 @@ func (l Label) Check(want Label) error {
 	return nil
 }
 
-// PartialObject is the Object Store name of a large partial.
-func PartialObject(job string, iter, shard int, worker string) string {
-	return fmt.Sprintf("partials/%s/%d/%d/%s", job, iter, shard, worker)
-}
 
 // Task asks for the statistics of one shard under the model of one
 // iteration. Iteration is the iteration the pass produces (1-based within
@@ -225,10 +216,8 @@ type TaskRequest struct {
 	Avoid      []string `json:"avoid,omitempty"`
 	// Deadline is when the coordinator stops waiting (Unix nanoseconds).
 	Deadline int64 `json:"deadline"`
-	// Bucket is the Object Store bucket of the objects below;
-	// PartialBucket the one for a partial too large for the reply.
-	Bucket        string `json:"bucket"`
-	PartialBucket string `json:"partial_bucket,omitempty"`
+	// Bucket is the Object Store bucket of the objects below.
+	Bucket string `json:"bucket"`
 	// ShardObject and ShardChecksum name the shard (its manifest checksum).
 	ShardObject   string `json:"shard_object"`
 	ShardChecksum string `json:"shard_checksum"`
@@ -242,10 +231,7 @@ type TaskRequest struct {
 	// (its Arrow file is stored in the background, for resume).
 	ModelBlob string `json:"model_blob,omitempty"`
 	ModelSize int    `json:"model_size,omitempty"`
-	// BlobPartials asks the worker to serve a partial too large for the
-	// reply from memory (HeaderBlob) instead of the Object Store.
-	BlobPartials bool `json:"blob_partials,omitempty"`
-	// Model parts (protocol 1.1; with ModelBlob): a worker may fetch only
+	// Model parts (with ModelBlob): a worker may fetch only
 	// what its shard reads. KCRCs[b] is the CRC-32C (hex) of K block b in
 	// the blob (n·m·8 bytes from KOffset + b·n·m·8); DCRC that of the
 	// shard's rows [DRowLo, DRowHi) of its D block, which a worker that
@@ -261,7 +247,7 @@ type TaskRequest struct {
 	DRowHi      int      `json:"d_row_hi,omitempty"`
 	DCRC        string   `json:"d_crc,omitempty"`
 	Alpha       float64  `json:"alpha,omitempty"`
-	// Started, when set (protocol 1.1), is where the worker that takes
+	// Started, when set, is where the worker that takes
 	// the task publishes its id first, so that the coordinator can check
 	// that it stays connected.
 	Started string `json:"started,omitempty"`

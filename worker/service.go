@@ -52,7 +52,8 @@ type Stats struct {
 	ModelFetches   int64   `json:"model_fetches"`
 	BytesFetched   int64   `json:"bytes_fetched"`
 	BytesSent      int64   `json:"bytes_sent"`
-	// LargePartials counts partials sent through the Object Store.
+	// LargePartials counts partials too large for a reply, served as
+	// raw partial blobs.
 	LargePartials int64 `json:"large_partials"`
 	// DerivedRows counts tasks whose shard's rows of D the worker derived
 	// from the previous iteration instead of fetching them (model parts).
@@ -265,7 +266,7 @@ func (w *Worker) handle(req micro.Request) {
 	}
 	defer cancel()
 	w.running.Add(1)
-	data, obj, fetched, compute, err := w.run(ctx, &tr, hdr)
+	data, fetched, compute, err := w.run(ctx, &tr, hdr)
 	w.running.Add(-1)
 	if err != nil {
 		log.Warn("task failed", "error", err)
@@ -274,14 +275,11 @@ func (w *Worker) handle(req micro.Request) {
 	}
 	hdr[HeaderComputeNanos] = []string{strconv.FormatInt(int64(compute), 10)}
 	hdr[HeaderFetchBytes] = []string{strconv.FormatInt(fetched, 10)}
-	if obj != "" {
-		hdr[HeaderObject] = []string{obj}
-	}
 	if err := req.Respond(data, micro.WithHeaders(hdr)); err != nil {
 		log.Warn("reply failed", "error", err)
 		return
 	}
-	log.Trace("task done", "compute", compute, "bytes", len(data), "via_object", obj != "")
+	log.Trace("task done", "compute", compute, "bytes", len(data), "via_blob", data == nil)
 }
 
 func (w *Worker) fail(req micro.Request, hdr micro.Headers, code string, err error) {
@@ -289,19 +287,19 @@ func (w *Worker) fail(req micro.Request, hdr micro.Headers, code string, err err
 	_ = req.Error(code, err.Error(), nil, micro.WithHeaders(hdr))
 }
 
-// run computes a task: it returns the encoded partial (or the name of the
-// object holding it), the bytes fetched and the compute time.
-func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (data []byte, obj string, fetched int64, compute time.Duration, err error) {
+// run computes a task: it returns the encoded partial (nil when it is
+// served as a blob named in hdr), the bytes fetched and the compute time.
+func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (data []byte, fetched int64, compute time.Duration, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	obs, err := w.store(ctx, tr.Bucket)
 	if err != nil {
-		return nil, "", 0, 0, err
+		return nil, 0, 0, err
 	}
 	s, nb, err := w.shard(ctx, obs, tr)
 	fetched += nb
 	if err != nil {
-		return nil, "", fetched, 0, err
+		return nil, fetched, 0, err
 	}
 	if w.cfg.Delay > 0 {
 		select {
@@ -310,7 +308,7 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		}
 	}
 	if ctx.Err() != nil {
-		return nil, "", fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, context.Cause(ctx))
+		return nil, fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, context.Cause(ctx))
 	}
 	var pr partsResult
 	err = errNoParts
@@ -318,7 +316,7 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		pr, err = w.computeParts(ctx, tr, s)
 		fetched += pr.fetched
 		if err != nil && !errors.Is(err, errNoParts) {
-			return nil, "", fetched, 0, err
+			return nil, fetched, 0, err
 		}
 	}
 	// The label names the shard and model version computed: with model
@@ -333,13 +331,13 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		md, nb, err := w.model(ctx, obs, tr)
 		fetched += nb
 		if err != nil {
-			return nil, "", fetched, 0, err
+			return nil, fetched, 0, err
 		}
 		hdr[HeaderModelNanos] = []string{strconv.FormatInt(int64(time.Since(t0)), 10)}
 		label.ModelDigest = w.mdDig
 		t0 = time.Now()
 		if err := factor.Compute(md, s.Block, &w.scratch, &w.partial, tr.WithLogLik); err != nil {
-			return nil, "", fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
+			return nil, fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
 		}
 		compute = time.Since(t0)
 	}
@@ -349,48 +347,36 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 	// Headers and protocol overhead ride along with the body: keep a
 	// margin below the server's limit.
 	limit := w.nc.MaxPayload() - 8<<10
-	if tr.BlobPartials && int64(RawPartialSize(&w.partial)) > limit {
-		// Served from memory as a raw partial until the coordinator has
-		// pulled it (at most a few are kept).
-		data = EncodeRawPartial(&w.partial, w.partialBuffer(RawPartialSize(&w.partial)))
-		name := fmt.Sprintf("p%d", w.nblob.Add(1))
-		hdr[HeaderBlob] = []string{w.blobs.Put(name, data)}
-		hdr[HeaderBlobSize] = []string{strconv.Itoa(len(data))}
-		hdr[HeaderBlobCRC] = []string{CRC(data)}
-		w.count(func(st *Stats) {
-			st.Tasks++
-			st.NNZ += int64(s.NNZ)
-			st.ComputeSeconds += compute.Seconds()
-			st.BytesSent += int64(len(data))
-			st.LargePartials++
-		})
-		return nil, "", fetched, compute, nil
+	if int64(RawPartialSize(&w.partial)) <= limit {
+		data, err = arrowio.EncodePartial(&w.partial, arrowio.PartialMeta{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, Worker: w.id})
+		if err != nil {
+			return nil, fetched, 0, fmt.Errorf("worker: encode partial of shard %d: %w", tr.Shard, err)
+		}
+		if int64(len(data)) <= limit {
+			w.count(func(st *Stats) {
+				st.Tasks++
+				st.NNZ += int64(s.NNZ)
+				st.ComputeSeconds += compute.Seconds()
+				st.BytesSent += int64(len(data))
+			})
+			return data, fetched, compute, nil
+		}
 	}
-	data, err = arrowio.EncodePartial(&w.partial, arrowio.PartialMeta{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, Worker: w.id})
-	if err != nil {
-		return nil, "", fetched, 0, fmt.Errorf("worker: encode partial of shard %d: %w", tr.Shard, err)
-	}
+	// Too large for the reply: served from memory as a raw partial until
+	// the coordinator has pulled it (at most a few are kept).
+	data = EncodeRawPartial(&w.partial, w.partialBuffer(RawPartialSize(&w.partial)))
+	name := fmt.Sprintf("p%d", w.nblob.Add(1))
+	hdr[HeaderBlob] = []string{w.blobs.Put(name, data)}
+	hdr[HeaderBlobSize] = []string{strconv.Itoa(len(data))}
+	hdr[HeaderBlobCRC] = []string{CRC(data)}
 	w.count(func(st *Stats) {
 		st.Tasks++
 		st.NNZ += int64(s.NNZ)
 		st.ComputeSeconds += compute.Seconds()
 		st.BytesSent += int64(len(data))
+		st.LargePartials++
 	})
-	if int64(len(data)) > w.nc.MaxPayload()-8<<10 {
-		pobs := obs
-		if tr.PartialBucket != "" {
-			if pobs, err = w.store(ctx, tr.PartialBucket); err != nil {
-				return nil, "", fetched, 0, err
-			}
-		}
-		obj = PartialObject(tr.Job, tr.Iteration, tr.Shard, w.id)
-		if _, err := PutObject(ctx, pobs, w.nc.MaxPayload(), obj, data); err != nil {
-			return nil, "", fetched, 0, fmt.Errorf("worker: store partial of shard %d: %w", tr.Shard, err)
-		}
-		w.count(func(s *Stats) { s.LargePartials++ })
-		data = nil
-	}
-	return data, obj, fetched, compute, nil
+	return nil, fetched, compute, nil
 }
 
 // partialBuffer returns a dropped raw partial buffer of at least size

@@ -74,7 +74,6 @@ type clusterFlags struct {
 	probeEvery    time.Duration
 	objectBucket  string
 	kvBucket      string
-	partialBucket string
 	replicas      int
 	job           string
 	resume        bool
@@ -91,9 +90,8 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.waitWorkers, "wait-workers", 30*time.Second, "cluster mode: how long to wait for --min-workers")
 	fs.DurationVar(&c.workerTimeout, "worker-timeout", 30*time.Second, "cluster mode: a task not answered within this is handed to another worker")
 	fs.DurationVar(&c.probeEvery, "worker-probe", time.Second, "cluster mode: how often the worker holding a task is pinged; one that no longer answers loses the task at once")
-	fs.StringVar(&c.objectBucket, "bucket-objects", worker.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and large partials")
+	fs.StringVar(&c.objectBucket, "bucket-objects", worker.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and job manifests")
 	fs.StringVar(&c.kvBucket, "bucket-jobs", worker.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
-	fs.StringVar(&c.partialBucket, "bucket-partials", worker.DefaultPartialBucket, "cluster mode: JetStream Object Store bucket (memory storage) for partials too large for a message")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
 	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
 	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
@@ -127,9 +125,6 @@ func (c *clusterFlags) validate() error {
 	if worker.CheckBucket(c.objectBucket) != nil {
 		return usagef("--bucket-objects %q: want letters, digits, '-' and '_'", c.objectBucket)
 	}
-	if worker.CheckBucket(c.partialBucket) != nil {
-		return usagef("--bucket-partials %q: want letters, digits, '-' and '_'", c.partialBucket)
-	}
 	if worker.CheckBucket(c.kvBucket) != nil {
 		return usagef("--bucket-jobs %q: want letters, digits, '-' and '_'", c.kvBucket)
 	}
@@ -162,7 +157,7 @@ func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts facto
 // whatever workers serve --nats.
 func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts factor.FitOptions, workers int) (factor.FitResult, error) {
 	log := logger.Named("cluster")
-	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket, PartialBucket: c.partialBucket,
+	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket,
 		Replicas: c.replicas, ProbeEvery: c.probeEvery, Logger: logger}
 	var exec *natsexec.Executor
 	minWorkers := c.minWorkers

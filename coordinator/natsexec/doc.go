@@ -10,22 +10,22 @@
 // as a raw model blob (worker.EncodeRawModel; CRC-32C plus a nonce as its
 // digest) that workers pull in chunk requests below max payload (the
 // reader sets the pace: no slow-consumer drops). Tasks also carry the
-// CRC-32C of each K block and of the shard's rows of D (worker protocol
-// 1.1, "model parts"): a worker fetches only the byte ranges its shard
-// reads, K while it computes, and derives its shard's rows of D from the
-// previous iteration when their CRC matches; a 1.0 worker ignores them
-// and pulls the whole blob. A worker's partial too
-// large for its reply is served by the worker the same way (a raw partial
-// the coordinator reads in place). Nothing on an iteration's critical path
+// CRC-32C of each K block and of the shard's rows of D ("model parts"): a
+// worker fetches only the byte ranges its shard reads, K while it
+// computes, and derives its shard's rows of D from the previous iteration
+// when their CRC matches. A worker's partial too large for its reply is
+// served by the worker the same way (a raw partial the coordinator reads
+// in place). Nothing on an iteration's critical path
 // is written to JetStream storage. The checkpoint of iteration v, the
 // Arrow model file "models/<job>/<v>" with its SHA-256 digest in the job
 // state, is stored in the background while iteration v+1 runs; the next
 // commit waits for it, and the last commit stores before it returns. A
 // version loaded by Resume is read from that object. Object Store chunks
 // are as large as max payload allows (at most 1 MiB), and its Get uses an
-// ordered consumer with flow control. With an older worker protocol,
-// large partials still go through "partials/..." objects in a memory
-// bucket. No message exceeds the server's max payload.
+// ordered consumer with flow control. No message exceeds the server's max
+// payload. Workers of protocol 1.x (no partial labels, Object Store
+// partials, chunk requests without a length) are not spoken to any more:
+// their partials fail the label check.
 //
 // Authenticity: every partial reply carries its worker.Label (job,
 // iteration, shard, the checksum of the shard computed and the digest of

@@ -35,11 +35,7 @@ type Config struct {
 	// created when missing, with file storage and Replicas replicas
 	// (default 1; 3 on a 3-node cluster).
 	ObjectBucket, KVBucket string
-	// PartialBucket holds partials too large for a message (default
-	// worker.DefaultPartialBucket): memory storage, objects expire after
-	// 15 minutes; they are deleted as soon as the coordinator read them.
-	PartialBucket string
-	Replicas      int
+	Replicas               int
 	// PingWait is how long a worker census waits for PING replies
 	// (default 250ms); PingEvery how old a census may be before Workers
 	// refreshes it in the background (default 5s).
@@ -69,9 +65,6 @@ func (c *Config) defaults() error {
 	if c.KVBucket == "" {
 		c.KVBucket = worker.DefaultKVBucket
 	}
-	if c.PartialBucket == "" {
-		c.PartialBucket = worker.DefaultPartialBucket
-	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
@@ -93,7 +86,7 @@ func (c *Config) defaults() error {
 	if err := worker.CheckPrefix(c.Prefix); err != nil {
 		return fmt.Errorf("natsexec: %w", err)
 	}
-	for _, b := range []string{c.ObjectBucket, c.KVBucket, c.PartialBucket} {
+	for _, b := range []string{c.ObjectBucket, c.KVBucket} {
 		if err := worker.CheckBucket(b); err != nil {
 			return fmt.Errorf("natsexec: %w", err)
 		}
@@ -105,13 +98,12 @@ func (c *Config) defaults() error {
 // coordinator.Executor and coordinator.Checkpointer. Close waits for the
 // requests it started.
 type Executor struct {
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	obs  jetstream.ObjectStore
-	pobs jetstream.ObjectStore
-	kv   jetstream.KeyValue
-	cfg  Config
-	log  hclog.Logger
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	obs jetstream.ObjectStore
+	kv  jetstream.KeyValue
+	cfg Config
+	log hclog.Logger
 
 	blobs *worker.BlobServer
 
@@ -170,18 +162,11 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("natsexec: jetstream: %w", err)
 	}
 	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: cfg.ObjectBucket, Description: "emsf shards, models and large partials",
+		Bucket: cfg.ObjectBucket, Description: "emsf shards, models and job manifests",
 		Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: object store %s: %w", cfg.ObjectBucket, err)
-	}
-	pobs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: cfg.PartialBucket, Description: "emsf partials in transit",
-		Storage: jetstream.MemoryStorage, Replicas: cfg.Replicas, TTL: 15 * time.Minute,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("natsexec: object store %s: %w", cfg.PartialBucket, err)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: cfg.KVBucket, Description: "emsf job state", History: 8,
@@ -194,7 +179,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: %w", err)
 	}
-	return &Executor{nc: nc, js: js, obs: obs, pobs: pobs, kv: kv, cfg: cfg, log: cfg.Logger.Named("natsexec"), blobs: blobs,
+	return &Executor{nc: nc, js: js, obs: obs, kv: kv, cfg: cfg, log: cfg.Logger.Named("natsexec"), blobs: blobs,
 		shards: map[string][]objRef{}, models: map[string]objRef{}, kvRev: map[string]uint64{},
 		commits: map[string]*pendingCommit{}}, nil
 }
@@ -441,9 +426,9 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 	}
 	avoid := slices.Concat(t.Avoid, out)
 	req := worker.TaskRequest{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, Attempt: t.Attempt,
-		WithLogLik: t.WithLogLik, Avoid: avoid, Bucket: e.cfg.ObjectBucket, PartialBucket: e.cfg.PartialBucket,
+		WithLogLik: t.WithLogLik, Avoid: avoid, Bucket: e.cfg.ObjectBucket,
 		ShardObject: refs[t.Shard].name, ShardChecksum: refs[t.Shard].digest,
-		ModelObject: md.name, ModelDigest: md.digest, ModelBlob: md.blob, ModelSize: int(md.size), BlobPartials: true}
+		ModelObject: md.name, ModelDigest: md.digest, ModelBlob: md.blob, ModelSize: int(md.size)}
 	if md.blob != "" && len(md.kCRCs) > 0 && len(md.dCRCs) == len(refs) {
 		sh := refs[t.Shard]
 		req.KOffset, req.KCRCs, req.DRowLo, req.DRowHi, req.DCRC, req.Alpha = md.kOffset, md.kCRCs, sh.rowLo, sh.rowHi, md.dCRCs[t.Shard], t.Alpha
@@ -631,15 +616,6 @@ func (e *Executor) decode(ctx context.Context, reply *nats.Msg, want worker.Labe
 			return &rejectedError{err: err}
 		}
 	} else {
-		if obj := reply.Header.Get(worker.HeaderObject); obj != "" {
-			if data, err = e.pobs.GetBytes(ctx, obj); err != nil {
-				return fmt.Errorf("fetch partial %s: %w", obj, err)
-			}
-			r.Bytes += int64(len(data))
-			if err := e.pobs.Delete(ctx, obj); err != nil {
-				e.log.Warn("delete partial object", "object", obj, "error", err)
-			}
-		}
 		var meta arrowio.PartialMeta
 		if p, meta, err = arrowio.DecodePartial(data); err != nil {
 			return &rejectedError{err: err}
