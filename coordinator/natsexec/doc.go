@@ -56,4 +56,11 @@
 // an Update on the revision of the previous write, so a coordinator that
 // was paused while another took over the job fails instead of committing
 // twice. Committed iterations are announced on <prefix>.jobs.<job>.committed.
+//
+// Files by concern: config.go (Config), exec.go (Executor, New, Close),
+// storage.go (shards and model versions: Object Store and served blobs),
+// census.go (which workers are alive), dispatch.go (tasks out, partials
+// in, liveness probes), quarantine.go (rejected partials and quarantined
+// workers), checkpoint.go (job state in KV, commits, resume),
+// embedded.go and local.go (an embedded server and in-process cluster).
 package natsexec

@@ -48,7 +48,7 @@ func (e *Executor) strike(id string, err error) {
 	}
 }
 
-// quarantined reports whether worker id is quarantined; the caller holds
+// quarantinedLocked reports whether worker id is quarantined; the caller holds
 // e.mu.
 func (e *Executor) quarantinedLocked(id string) bool { return e.quar.out[id] }
 
