@@ -19,7 +19,7 @@ import (
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // replayer is a worker (a real micro service under the workers' name and
@@ -53,18 +53,18 @@ func startReplayer(t *testing.T, nc *nats.Conn, nanLogLik bool) *replayer {
 	}
 	r := &replayer{nanLogLik: nanLogLik, nc: nc, partials: map[int]*factor.Partial{}, answered: map[int]int{}}
 	ctx := context.Background()
-	if r.obs, err = js.ObjectStore(ctx, worker.DefaultObjectBucket); err != nil {
+	if r.obs, err = js.ObjectStore(ctx, wire.DefaultObjectBucket); err != nil {
 		t.Fatal(err)
 	}
-	r.svc, err = micro.AddService(nc, micro.Config{Name: worker.ServiceName, Version: worker.ServiceVersion,
-		Metadata: map[string]string{"prefix": worker.DefaultPrefix}, QueueGroup: worker.QueueGroup(worker.DefaultPrefix)})
+	r.svc, err = micro.AddService(nc, micro.Config{Name: wire.ServiceName, Version: wire.ServiceVersion,
+		Metadata: map[string]string{"prefix": wire.DefaultPrefix}, QueueGroup: wire.QueueGroup(wire.DefaultPrefix)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.svc.Stop() })
 	id := r.svc.Info().ID
-	for name, subj := range map[string]string{"task": worker.TaskSubject(worker.DefaultPrefix),
-		"task-direct": worker.DirectTaskSubject(worker.DefaultPrefix, id)} {
+	for name, subj := range map[string]string{"task": wire.TaskSubject(wire.DefaultPrefix),
+		"task-direct": wire.DirectTaskSubject(wire.DefaultPrefix, id)} {
 		if err := r.svc.AddEndpoint(name, micro.HandlerFunc(r.handle), micro.WithEndpointSubject(subj)); err != nil {
 			t.Fatal(err)
 		}
@@ -75,26 +75,26 @@ func startReplayer(t *testing.T, nc *nats.Conn, nanLogLik bool) *replayer {
 func (r *replayer) id() string { return r.svc.Info().ID }
 
 func (r *replayer) handle(req micro.Request) {
-	hdr := micro.Headers{worker.HeaderWorker: []string{r.id()}}
-	var tr worker.TaskRequest
+	hdr := micro.Headers{wire.HeaderWorker: []string{r.id()}}
+	var tr wire.TaskRequest
 	if err := json.Unmarshal(req.Data(), &tr); err != nil {
-		_ = req.Error(worker.CodeFailed, err.Error(), nil, micro.WithHeaders(hdr))
+		_ = req.Error(wire.CodeFailed, err.Error(), nil, micro.WithHeaders(hdr))
 		return
 	}
 	if tr.Task().Avoids(r.id()) {
-		_ = req.Error(worker.CodeDeclined, "declined", nil, micro.WithHeaders(hdr))
+		_ = req.Error(wire.CodeDeclined, "declined", nil, micro.WithHeaders(hdr))
 		return
 	}
 	body, label, err := r.answer(&tr)
 	if err != nil {
-		_ = req.Error(worker.CodeFailed, err.Error(), nil, micro.WithHeaders(hdr))
+		_ = req.Error(wire.CodeFailed, err.Error(), nil, micro.WithHeaders(hdr))
 		return
 	}
-	hdr[worker.HeaderPartialOf] = []string{label}
+	hdr[wire.HeaderPartialOf] = []string{label}
 	_ = req.Respond(body, micro.WithHeaders(hdr))
 }
 
-func (r *replayer) answer(tr *worker.TaskRequest) ([]byte, string, error) {
+func (r *replayer) answer(tr *wire.TaskRequest) ([]byte, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r.mu.Lock()
@@ -103,11 +103,11 @@ func (r *replayer) answer(tr *worker.TaskRequest) ([]byte, string, error) {
 	p := r.partials[tr.Shard]
 	if p == nil || r.nanLogLik {
 		if r.md == nil || r.nanLogLik && r.mdDig != tr.ModelDigest {
-			data, err := worker.FetchBlob(ctx, r.nc, tr.ModelBlob, tr.ModelSize, nil)
+			data, err := wire.FetchBlob(ctx, r.nc, tr.ModelBlob, tr.ModelSize, nil)
 			if err != nil {
 				return nil, "", err
 			}
-			if r.md, err = worker.DecodeRawModel(data, nil); err != nil {
+			if r.md, err = wire.DecodeRawModel(data, nil); err != nil {
 				return nil, "", err
 			}
 			r.mdDig = tr.ModelDigest
@@ -135,7 +135,7 @@ func (r *replayer) answer(tr *worker.TaskRequest) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	label := worker.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: tr.ShardChecksum, ModelDigest: r.mdDig}
+	label := wire.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: tr.ShardChecksum, ModelDigest: r.mdDig}
 	return body, label.String(), nil
 }
 

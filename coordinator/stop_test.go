@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Stop cancels the task a worker is running: the task answers at once
@@ -29,8 +30,8 @@ func TestWorkerStopCancelsTask(t *testing.T) {
 	if _, err := exec.Publish(ctx, "stop", 1, fc.init); err != nil {
 		t.Fatal(err)
 	}
-	results := make(chan worker.Result, 1)
-	exec.Submit(ctx, worker.Task{Job: "stop", Iteration: 1, Shard: 0, Attempt: 1}, func(r worker.Result) { results <- r })
+	results := make(chan wire.Result, 1)
+	exec.Submit(ctx, wire.Task{Job: "stop", Iteration: 1, Shard: 0, Attempt: 1}, func(r wire.Result) { results <- r })
 	checkFor(t, time.Minute, func() error {
 		if w.Stats().Running == 0 {
 			return context.DeadlineExceeded

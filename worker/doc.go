@@ -30,8 +30,8 @@
 // coordinator's own commit arithmetic), fetching them only when their CRC
 // does not match (first iteration, a shard that moved, a shared D).
 //
-// The protocol types (TaskRequest, header names, subjects, bucket names)
-// live here because both sides import this package: the coordinator's
-// NATS executor (coordinator/natsexec) is the client of this protocol.
-// Wire schemas of shards, partials and models live in arrowio.
+// The protocol (subjects, headers, TaskRequest, labels, raw models and
+// partials, blobs) lives in package wire, which the coordinator's NATS
+// executor (coordinator/natsexec) imports too. Wire schemas of shards,
+// partials and models live in arrowio.
 package worker

@@ -20,6 +20,7 @@ import (
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Config configures a NATS worker.
@@ -71,7 +72,7 @@ type Worker struct {
 	cfg   Config
 	svc   micro.Service
 	id    string
-	blobs *BlobServer
+	blobs *wire.BlobServer
 	nblob atomic.Int64
 	log   hclog.Logger
 
@@ -114,9 +115,9 @@ type Worker struct {
 // then drain or close nc.
 func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
+		cfg.Prefix = wire.DefaultPrefix
 	}
-	if err := CheckPrefix(cfg.Prefix); err != nil {
+	if err := wire.CheckPrefix(cfg.Prefix); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -130,11 +131,11 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		kDig: map[string][]bool{}, drows: map[string]*dRows{}}
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:         ServiceName,
-		Version:      ServiceVersion,
+		Name:         wire.ServiceName,
+		Version:      wire.ServiceVersion,
 		Description:  "emsf worker: statistics of shards under model versions",
 		Metadata:     map[string]string{"prefix": cfg.Prefix},
-		QueueGroup:   QueueGroup(cfg.Prefix),
+		QueueGroup:   wire.QueueGroup(cfg.Prefix),
 		StatsHandler: func(*micro.Endpoint) any { return w.Stats() },
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
 			w.log.Error("service error", "subject", e.Subject, "error", e.Description)
@@ -146,15 +147,15 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 	w.svc = svc
 	w.id = svc.Info().ID
 	w.log = cfg.Logger.Named("worker").With("worker_id", w.id)
-	if err := svc.AddEndpoint("task", micro.HandlerFunc(w.handle), micro.WithEndpointSubject(TaskSubject(cfg.Prefix))); err != nil {
+	if err := svc.AddEndpoint("task", micro.HandlerFunc(w.handle), micro.WithEndpointSubject(wire.TaskSubject(cfg.Prefix))); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("worker: add endpoint: %w", err)
 	}
-	if err := svc.AddEndpoint("task-direct", micro.HandlerFunc(w.handle), micro.WithEndpointSubject(DirectTaskSubject(cfg.Prefix, w.id))); err != nil {
+	if err := svc.AddEndpoint("task-direct", micro.HandlerFunc(w.handle), micro.WithEndpointSubject(wire.DirectTaskSubject(cfg.Prefix, w.id))); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("worker: add endpoint: %w", err)
 	}
-	if w.blobs, err = ServeBlobs(nc, cfg.Prefix, w.id, 4); err != nil {
+	if w.blobs, err = wire.ServeBlobs(nc, cfg.Prefix, w.id, 4); err != nil {
 		_ = svc.Stop()
 		return nil, err
 	}
@@ -165,7 +166,7 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 			w.pbufs = append(w.pbufs, b)
 		}
 	})
-	w.log.Info("worker started", "subject", TaskSubject(cfg.Prefix), "queue_group", QueueGroup(cfg.Prefix))
+	w.log.Info("worker started", "subject", wire.TaskSubject(cfg.Prefix), "queue_group", wire.QueueGroup(cfg.Prefix))
 	return w, nil
 }
 
@@ -234,27 +235,27 @@ func (w *Worker) count(f func(*Stats)) {
 }
 
 func (w *Worker) handle(req micro.Request) {
-	hdr := micro.Headers{HeaderWorker: []string{w.id}}
+	hdr := micro.Headers{wire.HeaderWorker: []string{w.id}}
 	if !w.begin() {
-		w.fail(req, hdr, CodeFailed, ErrStopped)
+		w.fail(req, hdr, wire.CodeFailed, ErrStopped)
 		return
 	}
 	defer w.tasks.Done()
-	var tr TaskRequest
+	var tr wire.TaskRequest
 	if err := json.Unmarshal(req.Data(), &tr); err != nil {
-		w.fail(req, hdr, CodeFailed, fmt.Errorf("worker: bad task: %w", err))
+		w.fail(req, hdr, wire.CodeFailed, fmt.Errorf("worker: bad task: %w", err))
 		return
 	}
 	log := w.log.With("job", tr.Job, "iter", tr.Iteration, "shard", tr.Shard, "attempt", tr.Attempt)
 	if tr.Task().Avoids(w.id) {
 		w.count(func(s *Stats) { s.Declined++ })
-		_ = req.Error(CodeDeclined, "declined: this worker failed the task before", nil, micro.WithHeaders(hdr))
+		_ = req.Error(wire.CodeDeclined, "declined: this worker failed the task before", nil, micro.WithHeaders(hdr))
 		return
 	}
 	deadline := time.Unix(0, tr.Deadline)
 	if tr.Deadline != 0 && time.Now().After(deadline) {
 		w.count(func(s *Stats) { s.Expired++ })
-		_ = req.Error(CodeExpired, "expired before it started", nil, micro.WithHeaders(hdr))
+		_ = req.Error(wire.CodeExpired, "expired before it started", nil, micro.WithHeaders(hdr))
 		return
 	}
 	if tr.Started != "" {
@@ -270,11 +271,11 @@ func (w *Worker) handle(req micro.Request) {
 	w.running.Add(-1)
 	if err != nil {
 		log.Warn("task failed", "error", err)
-		w.fail(req, hdr, CodeFailed, err)
+		w.fail(req, hdr, wire.CodeFailed, err)
 		return
 	}
-	hdr[HeaderComputeNanos] = []string{strconv.FormatInt(int64(compute), 10)}
-	hdr[HeaderFetchBytes] = []string{strconv.FormatInt(fetched, 10)}
+	hdr[wire.HeaderComputeNanos] = []string{strconv.FormatInt(int64(compute), 10)}
+	hdr[wire.HeaderFetchBytes] = []string{strconv.FormatInt(fetched, 10)}
 	if err := req.Respond(data, micro.WithHeaders(hdr)); err != nil {
 		log.Warn("reply failed", "error", err)
 		return
@@ -289,7 +290,7 @@ func (w *Worker) fail(req micro.Request, hdr micro.Headers, code string, err err
 
 // run computes a task: it returns the encoded partial (nil when it is
 // served as a blob named in hdr), the bytes fetched and the compute time.
-func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (data []byte, fetched int64, compute time.Duration, err error) {
+func (w *Worker) run(ctx context.Context, tr *wire.TaskRequest, hdr micro.Headers) (data []byte, fetched int64, compute time.Duration, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	obs, err := w.store(ctx, tr.Bucket)
@@ -322,10 +323,10 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 	// The label names the shard and model version computed: with model
 	// parts, every part was checked against the task's CRCs, so the
 	// version is the task's; else it is the one the worker holds.
-	label := Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
+	label := wire.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
 	if err == nil {
 		compute = pr.compute
-		hdr[HeaderModelNanos] = []string{strconv.FormatInt(int64(pr.model), 10)}
+		hdr[wire.HeaderModelNanos] = []string{strconv.FormatInt(int64(pr.model), 10)}
 	} else {
 		t0 := time.Now()
 		md, nb, err := w.model(ctx, obs, tr)
@@ -333,7 +334,7 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		if err != nil {
 			return nil, fetched, 0, err
 		}
-		hdr[HeaderModelNanos] = []string{strconv.FormatInt(int64(time.Since(t0)), 10)}
+		hdr[wire.HeaderModelNanos] = []string{strconv.FormatInt(int64(time.Since(t0)), 10)}
 		label.ModelDigest = w.mdDig
 		t0 = time.Now()
 		if err := factor.Compute(md, s.Block, &w.scratch, &w.partial, tr.WithLogLik); err != nil {
@@ -341,13 +342,13 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		}
 		compute = time.Since(t0)
 	}
-	hdr[HeaderPartialOf] = []string{label.String()}
+	hdr[wire.HeaderPartialOf] = []string{label.String()}
 	te := time.Now()
-	defer func() { hdr[HeaderEncodeNanos] = []string{strconv.FormatInt(int64(time.Since(te)), 10)} }()
+	defer func() { hdr[wire.HeaderEncodeNanos] = []string{strconv.FormatInt(int64(time.Since(te)), 10)} }()
 	// Headers and protocol overhead ride along with the body: keep a
 	// margin below the server's limit.
 	limit := w.nc.MaxPayload() - 8<<10
-	if int64(RawPartialSize(&w.partial)) <= limit {
+	if int64(wire.RawPartialSize(&w.partial)) <= limit {
 		data, err = arrowio.EncodePartial(&w.partial, arrowio.PartialMeta{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, Worker: w.id})
 		if err != nil {
 			return nil, fetched, 0, fmt.Errorf("worker: encode partial of shard %d: %w", tr.Shard, err)
@@ -364,11 +365,11 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 	}
 	// Too large for the reply: served from memory as a raw partial until
 	// the coordinator has pulled it (at most a few are kept).
-	data = EncodeRawPartial(&w.partial, w.partialBuffer(RawPartialSize(&w.partial)))
+	data = wire.EncodeRawPartial(&w.partial, w.partialBuffer(wire.RawPartialSize(&w.partial)))
 	name := fmt.Sprintf("p%d", w.nblob.Add(1))
-	hdr[HeaderBlob] = []string{w.blobs.Put(name, data)}
-	hdr[HeaderBlobSize] = []string{strconv.Itoa(len(data))}
-	hdr[HeaderBlobCRC] = []string{CRC(data)}
+	hdr[wire.HeaderBlob] = []string{w.blobs.Put(name, data)}
+	hdr[wire.HeaderBlobSize] = []string{strconv.Itoa(len(data))}
+	hdr[wire.HeaderBlobCRC] = []string{wire.CRC(data)}
 	w.count(func(st *Stats) {
 		st.Tasks++
 		st.NNZ += int64(s.NNZ)
@@ -395,7 +396,7 @@ func (w *Worker) partialBuffer(size int) []byte {
 
 func (w *Worker) store(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
 	if bucket == "" {
-		bucket = DefaultObjectBucket
+		bucket = wire.DefaultObjectBucket
 	}
 	if obs, ok := w.stores[bucket]; ok {
 		return obs, nil
@@ -409,7 +410,7 @@ func (w *Worker) store(ctx context.Context, bucket string) (jetstream.ObjectStor
 }
 
 // shard returns the task's shard from the cache or the Object Store.
-func (w *Worker) shard(ctx context.Context, obs jetstream.ObjectStore, tr *TaskRequest) (*shard.Shard, int64, error) {
+func (w *Worker) shard(ctx context.Context, obs jetstream.ObjectStore, tr *wire.TaskRequest) (*shard.Shard, int64, error) {
 	if s, ok := w.shards[tr.ShardChecksum]; ok {
 		return s, 0, nil
 	}
@@ -442,7 +443,7 @@ func (w *Worker) shard(ctx context.Context, obs jetstream.ObjectStore, tr *TaskR
 
 // model returns the task's model version, fetching it when it is not the
 // one cached.
-func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *TaskRequest) (*factor.Model, int64, error) {
+func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *wire.TaskRequest) (*factor.Model, int64, error) {
 	if w.md != nil && w.mdDig == tr.ModelDigest {
 		return w.md, 0, nil
 	}
@@ -475,19 +476,19 @@ func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *TaskR
 
 // rawModel fetches the task's model version from the coordinator's blob
 // (a raw model, see EncodeRawModel) into the model the worker keeps.
-func (w *Worker) rawModel(ctx context.Context, tr *TaskRequest) (*factor.Model, int64, error) {
-	data, err := FetchBlob(ctx, w.nc, tr.ModelBlob, tr.ModelSize, w.mdBuf)
+func (w *Worker) rawModel(ctx context.Context, tr *wire.TaskRequest) (*factor.Model, int64, error) {
+	data, err := wire.FetchBlob(ctx, w.nc, tr.ModelBlob, tr.ModelSize, w.mdBuf)
 	if err != nil {
 		return nil, 0, fmt.Errorf("worker: fetch model %s: %w", tr.ModelObject, err)
 	}
 	w.mdBuf = data
-	if err := CheckRawDigest(data, tr.ModelDigest); err != nil {
+	if err := wire.CheckRawDigest(data, tr.ModelDigest); err != nil {
 		return nil, int64(len(data)), err
 	}
 	// The kept model is overwritten: it is no longer the cached version.
 	w.mdDig = ""
 	clear(w.kDig)
-	md, err := DecodeRawModel(data, w.md)
+	md, err := wire.DecodeRawModel(data, w.md)
 	if err != nil {
 		return nil, int64(len(data)), err
 	}

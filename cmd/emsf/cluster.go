@@ -20,6 +20,7 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // natsFlags are the connection flags shared by emsf fit (cluster mode) and
@@ -42,7 +43,7 @@ func (n *natsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.tlsCA, "tls-ca", "", "CA certificates file to verify the NATS server with")
 	fs.StringVar(&n.tlsCert, "tls-cert", "", "TLS client certificate file")
 	fs.StringVar(&n.tlsKey, "tls-key", "", "TLS client key file")
-	fs.StringVar(&n.prefix, "subject-prefix", worker.DefaultPrefix, "prefix of every NATS subject emsf uses")
+	fs.StringVar(&n.prefix, "subject-prefix", wire.DefaultPrefix, "prefix of every NATS subject emsf uses")
 }
 
 func (n *natsFlags) validate() error {
@@ -52,7 +53,7 @@ func (n *natsFlags) validate() error {
 	if n.password != "" && n.user == "" {
 		return usagef("--password needs --user")
 	}
-	if err := worker.CheckPrefix(n.prefix); err != nil {
+	if err := wire.CheckPrefix(n.prefix); err != nil {
 		return usagef("--subject-prefix %q: want dot-separated tokens of letters, digits, '-' and '_'", n.prefix)
 	}
 	return nil
@@ -90,8 +91,8 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.waitWorkers, "wait-workers", 30*time.Second, "cluster mode: how long to wait for --min-workers")
 	fs.DurationVar(&c.workerTimeout, "worker-timeout", 30*time.Second, "cluster mode: a task not answered within this is handed to another worker")
 	fs.DurationVar(&c.probeEvery, "worker-probe", time.Second, "cluster mode: how often the worker holding a task is pinged; one that no longer answers loses the task at once")
-	fs.StringVar(&c.objectBucket, "bucket-objects", worker.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and job manifests")
-	fs.StringVar(&c.kvBucket, "bucket-jobs", worker.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
+	fs.StringVar(&c.objectBucket, "bucket-objects", wire.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and job manifests")
+	fs.StringVar(&c.kvBucket, "bucket-jobs", wire.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
 	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
 	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
@@ -122,16 +123,16 @@ func (c *clusterFlags) validate() error {
 	if c.probeEvery <= 0 {
 		return usagef("--worker-probe %v: must be > 0", c.probeEvery)
 	}
-	if worker.CheckBucket(c.objectBucket) != nil {
+	if wire.CheckBucket(c.objectBucket) != nil {
 		return usagef("--bucket-objects %q: want letters, digits, '-' and '_'", c.objectBucket)
 	}
-	if worker.CheckBucket(c.kvBucket) != nil {
+	if wire.CheckBucket(c.kvBucket) != nil {
 		return usagef("--bucket-jobs %q: want letters, digits, '-' and '_'", c.kvBucket)
 	}
 	if c.replicas < 1 || c.replicas > 5 {
 		return usagef("--replicas %d: must be in [1, 5]", c.replicas)
 	}
-	if c.job != "" && worker.CheckBucket(c.job) != nil {
+	if c.job != "" && wire.CheckBucket(c.job) != nil {
 		return usagef("--job %q: want letters, digits, '-' and '_'", c.job)
 	}
 	return c.natsFlags.validate()

@@ -30,6 +30,7 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // buildBinary builds emsf into a temporary directory.
@@ -175,7 +176,7 @@ func TestClusterKillWorker(t *testing.T) {
 		}
 		return fmt.Errorf("worker 0 did not print its id")
 	})
-	statsSubj, err := micro.ControlSubject(micro.StatsVerb, worker.ServiceName, id)
+	statsSubj, err := micro.ControlSubject(micro.StatsVerb, wire.ServiceName, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestClusterKillWorker(t *testing.T) {
 		case <-time.After(2 * time.Millisecond):
 		}
 		if !committed2 {
-			kv, err := js.KeyValue(ctx, worker.DefaultKVBucket)
+			kv, err := js.KeyValue(ctx, wire.DefaultKVBucket)
 			if err != nil {
 				continue
 			}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 type censusState struct {
@@ -67,7 +67,7 @@ func (e *Executor) Census(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("natsexec: ping: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	subj, err := micro.ControlSubject(micro.PingVerb, worker.ServiceName, "")
+	subj, err := micro.ControlSubject(micro.PingVerb, wire.ServiceName, "")
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: ping: %w", err)
 	}

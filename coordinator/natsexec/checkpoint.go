@@ -13,7 +13,7 @@ import (
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/factor"
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // pendingCommit is a commit whose model and state are being stored in the
@@ -34,7 +34,7 @@ func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
 			return fmt.Errorf("natsexec: manifest: %w", err)
 		}
 		st.ManifestObject = "manifests/" + st.Job
-		if _, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), st.ManifestObject, data); err != nil {
+		if _, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), st.ManifestObject, data); err != nil {
 			return fmt.Errorf("natsexec: store manifest of job %s: %w", st.Job, err)
 		}
 	}
@@ -132,7 +132,7 @@ func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, 
 	e.mu.Lock()
 	e.kvRev[st.Job] = nrev
 	e.mu.Unlock()
-	if err := e.nc.Publish(worker.CommittedSubject(e.cfg.Prefix, st.Job), body); err != nil {
+	if err := e.nc.Publish(wire.CommittedSubject(e.cfg.Prefix, st.Job), body); err != nil {
 		e.log.Warn("announce commit", "job", st.Job, "iteration", st.Iteration, "error", err)
 	}
 	return nil

@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Config configures an Executor.
@@ -40,13 +40,13 @@ type Config struct {
 
 func (c *Config) defaults() error {
 	if c.Prefix == "" {
-		c.Prefix = worker.DefaultPrefix
+		c.Prefix = wire.DefaultPrefix
 	}
 	if c.ObjectBucket == "" {
-		c.ObjectBucket = worker.DefaultObjectBucket
+		c.ObjectBucket = wire.DefaultObjectBucket
 	}
 	if c.KVBucket == "" {
-		c.KVBucket = worker.DefaultKVBucket
+		c.KVBucket = wire.DefaultKVBucket
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
@@ -66,11 +66,11 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
-	if err := worker.CheckPrefix(c.Prefix); err != nil {
+	if err := wire.CheckPrefix(c.Prefix); err != nil {
 		return fmt.Errorf("natsexec: %w", err)
 	}
 	for _, b := range []string{c.ObjectBucket, c.KVBucket} {
-		if err := worker.CheckBucket(b); err != nil {
+		if err := wire.CheckBucket(b); err != nil {
 			return fmt.Errorf("natsexec: %w", err)
 		}
 	}

@@ -15,17 +15,17 @@ import (
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Submit sends t to the workers' queue group and delivers the answer. A
 // worker that declines (it failed this task before) is skipped by asking
 // again, up to a bound, after which any worker may take it.
-func (e *Executor) Submit(ctx context.Context, t worker.Task, deliver func(worker.Result)) {
+func (e *Executor) Submit(ctx context.Context, t wire.Task, deliver func(wire.Result)) {
 	e.mu.Lock()
 	if e.closing {
 		e.mu.Unlock()
-		deliver(worker.Result{Task: t, Err: errors.New("natsexec: executor closed")})
+		deliver(wire.Result{Task: t, Err: errors.New("natsexec: executor closed")})
 		return
 	}
 	e.wg.Add(1)
@@ -39,8 +39,8 @@ func (e *Executor) Submit(ctx context.Context, t worker.Task, deliver func(worke
 	}()
 }
 
-func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
-	r := worker.Result{Task: t}
+func (e *Executor) do(ctx context.Context, t wire.Task) wire.Result {
+	r := wire.Result{Task: t}
 	e.mu.Lock()
 	refs, md := e.shards[t.Job], e.models[t.Job]
 	// Quarantined workers get no direct hand-outs, and every task asks
@@ -65,7 +65,7 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 		return r
 	}
 	avoid := slices.Concat(t.Avoid, out)
-	req := worker.TaskRequest{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, Attempt: t.Attempt,
+	req := wire.TaskRequest{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, Attempt: t.Attempt,
 		WithLogLik: t.WithLogLik, Avoid: avoid, Bucket: e.cfg.ObjectBucket,
 		ShardObject: refs[t.Shard].name, ShardChecksum: refs[t.Shard].digest,
 		ModelObject: md.name, ModelDigest: md.digest, ModelBlob: md.blob, ModelSize: int(md.size)}
@@ -81,10 +81,10 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 	// worker of the census, modulo), so that shards stay cached where they
 	// are and every worker gets its share; hand-outs after a failure, and
 	// any when that worker does not answer, go to the queue group.
-	subject, direct := worker.TaskSubject(e.cfg.Prefix), ""
+	subject, direct := wire.TaskSubject(e.cfg.Prefix), ""
 	if t.Attempt <= 1 && len(t.Avoid) == 0 && len(ids) > 0 {
 		direct = ids[t.Shard%len(ids)]
-		subject = worker.DirectTaskSubject(e.cfg.Prefix, direct)
+		subject = wire.DirectTaskSubject(e.cfg.Prefix, direct)
 	}
 	const maxDeclines = 16
 	for declines := 0; ; declines++ {
@@ -92,8 +92,8 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 			req.Avoid = out
 		}
 		reply, err := e.request(ctx, subject, direct, &req, &r.Bytes)
-		if errors.Is(err, nats.ErrNoResponders) && subject != worker.TaskSubject(e.cfg.Prefix) {
-			subject, direct = worker.TaskSubject(e.cfg.Prefix), ""
+		if errors.Is(err, nats.ErrNoResponders) && subject != wire.TaskSubject(e.cfg.Prefix) {
+			subject, direct = wire.TaskSubject(e.cfg.Prefix), ""
 			reply, err = e.request(ctx, subject, direct, &req, &r.Bytes)
 		}
 		var gone *vanishedError
@@ -105,9 +105,9 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 			return r
 		}
 		r.Bytes += int64(len(reply.Data))
-		r.Worker = reply.Header.Get(worker.HeaderWorker)
+		r.Worker = reply.Header.Get(wire.HeaderWorker)
 		if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
-			if code == worker.CodeDeclined && declines < maxDeclines {
+			if code == wire.CodeDeclined && declines < maxDeclines {
 				continue
 			}
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %s (code %s)", t.Shard, r.Worker, reply.Header.Get(micro.ErrorHeader), code)
@@ -120,7 +120,7 @@ func (e *Executor) do(ctx context.Context, t worker.Task) worker.Result {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s is quarantined: its partial is dropped", t.Shard, r.Worker)
 			return r
 		}
-		want := worker.Label{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, ShardChecksum: refs[t.Shard].digest, ModelDigest: md.digest}
+		want := wire.Label{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, ShardChecksum: refs[t.Shard].digest, ModelDigest: md.digest}
 		if err := e.decode(ctx, reply, want, &r); err != nil {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %w", t.Shard, r.Worker, err)
 			if isRejected(err) {
@@ -143,7 +143,7 @@ func (e *vanishedError) Error() string {
 // ProbeEvery that the worker holding it (direct, or the one that announces
 // it took the task on req.Started) is still connected; a worker that is
 // gone fails the request with a *vanishedError, not at the lease's end.
-func (e *Executor) request(ctx context.Context, subject, direct string, req *worker.TaskRequest, sent *int64) (*nats.Msg, error) {
+func (e *Executor) request(ctx context.Context, subject, direct string, req *wire.TaskRequest, sent *int64) (*nats.Msg, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var started *nats.Subscription
@@ -190,7 +190,7 @@ func (e *Executor) watch(ctx context.Context, id string, started *nats.Subscript
 		}
 		id = string(m.Data)
 	}
-	subj, err := micro.ControlSubject(micro.PingVerb, worker.ServiceName, id)
+	subj, err := micro.ControlSubject(micro.PingVerb, wire.ServiceName, id)
 	if err != nil {
 		return
 	}
@@ -215,22 +215,22 @@ func (e *Executor) watch(ctx context.Context, id string, started *nats.Subscript
 // decode reads the partial a reply carries or names into r.Partial,
 // after checking that its label is want; an error from a check of the
 // partial (not of its transfer) is a *rejectedError.
-func (e *Executor) decode(ctx context.Context, reply *nats.Msg, want worker.Label, r *worker.Result) error {
+func (e *Executor) decode(ctx context.Context, reply *nats.Msg, want wire.Label, r *wire.Result) error {
 	t := r.Task
 	for _, f := range []struct {
 		h string
 		d *time.Duration
-	}{{worker.HeaderComputeNanos, &r.Compute}, {worker.HeaderModelNanos, &r.Model}, {worker.HeaderEncodeNanos, &r.Encode}} {
+	}{{wire.HeaderComputeNanos, &r.Compute}, {wire.HeaderModelNanos, &r.Model}, {wire.HeaderEncodeNanos, &r.Encode}} {
 		if ns, err := strconv.ParseInt(reply.Header.Get(f.h), 10, 64); err == nil {
 			*f.d = time.Duration(ns)
 		}
 	}
 	t0 := time.Now()
 	defer func() { r.Fetch = time.Since(t0) }()
-	if nb, err := strconv.ParseInt(reply.Header.Get(worker.HeaderFetchBytes), 10, 64); err == nil {
+	if nb, err := strconv.ParseInt(reply.Header.Get(wire.HeaderFetchBytes), 10, 64); err == nil {
 		r.Bytes += nb
 	}
-	label, err := worker.ParseLabel(reply.Header.Get(worker.HeaderPartialOf))
+	label, err := wire.ParseLabel(reply.Header.Get(wire.HeaderPartialOf))
 	if err != nil {
 		return &rejectedError{err: err}
 	}
@@ -239,20 +239,20 @@ func (e *Executor) decode(ctx context.Context, reply *nats.Msg, want worker.Labe
 	}
 	data := reply.Data
 	var p *factor.Partial
-	if blob := reply.Header.Get(worker.HeaderBlob); blob != "" {
-		size, err := strconv.Atoi(reply.Header.Get(worker.HeaderBlobSize))
+	if blob := reply.Header.Get(wire.HeaderBlob); blob != "" {
+		size, err := strconv.Atoi(reply.Header.Get(wire.HeaderBlobSize))
 		if err != nil || size < 0 || size > 1<<40 {
-			return reject("blob size %q", reply.Header.Get(worker.HeaderBlobSize))
+			return reject("blob size %q", reply.Header.Get(wire.HeaderBlobSize))
 		}
-		if data, err = worker.FetchBlob(ctx, e.nc, blob, size, worker.AlignedBuffer(size)); err != nil {
+		if data, err = wire.FetchBlob(ctx, e.nc, blob, size, wire.AlignedBuffer(size)); err != nil {
 			return fmt.Errorf("fetch partial: %w", err)
 		}
-		worker.DropBlob(e.nc, blob)
+		wire.DropBlob(e.nc, blob)
 		r.Bytes += int64(len(data))
-		if crc := worker.CRC(data); crc != reply.Header.Get(worker.HeaderBlobCRC) {
-			return reject("partial blob has CRC %s, reply says %s", crc, reply.Header.Get(worker.HeaderBlobCRC))
+		if crc := wire.CRC(data); crc != reply.Header.Get(wire.HeaderBlobCRC) {
+			return reject("partial blob has CRC %s, reply says %s", crc, reply.Header.Get(wire.HeaderBlobCRC))
 		}
-		if p, err = worker.DecodeRawPartial(data); err != nil {
+		if p, err = wire.DecodeRawPartial(data); err != nil {
 			return &rejectedError{err: err}
 		}
 	} else {

@@ -7,7 +7,7 @@
 // as "shards/<checksum>" (skipped when an object of that name and size is
 // there already, so a rerun uploads nothing) and cached by the workers.
 // Each iteration's model version is served by the coordinator from memory
-// as a raw model blob (worker.EncodeRawModel; CRC-32C plus a nonce as its
+// as a raw model blob (wire.EncodeRawModel; CRC-32C plus a nonce as its
 // digest) that workers pull in chunk requests below max payload (the
 // reader sets the pace: no slow-consumer drops). Tasks also carry the
 // CRC-32C of each K block and of the shard's rows of D ("model parts"): a
@@ -27,7 +27,7 @@
 // partials, chunk requests without a length) are not spoken to any more:
 // their partials fail the label check.
 //
-// Authenticity: every partial reply carries its worker.Label (job,
+// Authenticity: every partial reply carries its wire.Label (job,
 // iteration, shard, the checksum of the shard computed and the digest of
 // the model version computed on); the executor drops a partial whose label
 // is not exactly the task's, whose transfer CRC or encoding is wrong,

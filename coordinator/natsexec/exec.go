@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/coordinator"
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Executor hands tasks to NATS workers; it implements
@@ -25,7 +25,7 @@ type Executor struct {
 	cfg Config
 	log hclog.Logger
 
-	blobs *worker.BlobServer
+	blobs *wire.BlobServer
 
 	mu      sync.Mutex
 	shards  map[string][]objRef // by job, in shard order
@@ -81,7 +81,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: key-value store %s: %w", cfg.KVBucket, err)
 	}
-	blobs, err := worker.ServeBlobs(nc, cfg.Prefix, "c"+rand.Text(), 4)
+	blobs, err := wire.ServeBlobs(nc, cfg.Prefix, "c"+rand.Text(), 4)
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Load uploads the shards of a job that the Object Store lacks.
@@ -21,7 +21,7 @@ func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) 
 	refs := make([]objRef, len(shards))
 	var moved int64
 	for k, s := range shards {
-		name := worker.ShardObject(s.Checksum)
+		name := wire.ShardObject(s.Checksum)
 		refs[k] = objRef{name: name, digest: s.Checksum, action: s.Action, rowLo: s.RowLo, rowHi: s.RowHi}
 		data, err := arrowio.EncodeShard(s)
 		if err != nil {
@@ -32,7 +32,7 @@ func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) 
 		} else if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			return moved, fmt.Errorf("natsexec: shard %d: %w", k, err)
 		}
-		if _, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data); err != nil {
+		if _, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data); err != nil {
 			return moved, fmt.Errorf("natsexec: upload shard %d: %w", k, err)
 		}
 		moved += int64(len(data))
@@ -67,26 +67,26 @@ func (e *Executor) storeModel(ctx context.Context, job string, v int, md *factor
 // (a raw model blob) and makes it the version tasks run on. It returns a
 // snapshot of md that stays valid while the blob is held.
 func (e *Executor) serveModel(job string, v int, md *factor.Model) *factor.Model {
-	data, snap := worker.EncodeRawModel(md)
+	data, snap := wire.EncodeRawModel(md)
 	if snap == nil {
 		snap = md.Clone()
 	}
-	ref := objRef{name: worker.ModelObject(job, v), digest: worker.RawDigest(data, rand.Text()[:12]), version: v, size: int64(len(data))}
+	ref := objRef{name: wire.ModelObject(job, v), digest: wire.RawDigest(data, rand.Text()[:12]), version: v, size: int64(len(data))}
 	e.mu.Lock()
 	shards := e.shards[job]
 	e.mu.Unlock()
 	if len(shards) > 0 {
-		ranges := make([]worker.RowRange, len(shards))
+		ranges := make([]wire.RowRange, len(shards))
 		for k, sh := range shards {
-			ranges[k] = worker.RowRange{Block: md.DBlock(sh.action), Lo: sh.rowLo, Hi: sh.rowHi}
+			ranges[k] = wire.RowRange{Block: md.DBlock(sh.action), Lo: sh.rowLo, Hi: sh.rowHi}
 		}
 		var err error
-		if ref.kOffset, ref.kCRCs, ref.dCRCs, err = worker.RawModelParts(data, ranges); err != nil {
+		if ref.kOffset, ref.kCRCs, ref.dCRCs, err = wire.RawModelParts(data, ranges); err != nil {
 			// Workers then fetch the whole model.
 			e.log.Warn("model parts", "job", job, "version", v, "error", err)
 			ref.kOffset, ref.kCRCs, ref.dCRCs = 0, nil, nil
 		} else {
-			ref.header = data[:worker.RawHeaderBytes]
+			ref.header = data[:wire.RawHeaderBytes]
 		}
 	}
 	ref.blob = e.blobs.Put(fmt.Sprintf("model-%s-%d", job, v), data)
@@ -103,8 +103,8 @@ func (e *Executor) persistModel(ctx context.Context, job string, v int, md *fact
 	if err != nil {
 		return "", "", 0, fmt.Errorf("natsexec: encode model: %w", err)
 	}
-	name := worker.ModelObject(job, v)
-	info, err := worker.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data)
+	name := wire.ModelObject(job, v)
+	info, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data)
 	if err != nil {
 		return "", "", 0, fmt.Errorf("natsexec: store model %s: %w", name, err)
 	}
@@ -117,8 +117,8 @@ func (e *Executor) persistModel(ctx context.Context, job string, v int, md *fact
 	}
 	if v >= 2 {
 		// Keep the previous version for stragglers; older ones go.
-		if err := e.obs.Delete(ctx, worker.ModelObject(job, v-2)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			e.log.Warn("delete old model", "object", worker.ModelObject(job, v-2), "error", err)
+		if err := e.obs.Delete(ctx, wire.ModelObject(job, v-2)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			e.log.Warn("delete old model", "object", wire.ModelObject(job, v-2), "error", err)
 		}
 	}
 	return name, hex.EncodeToString(sum[:]), int64(len(data)), nil

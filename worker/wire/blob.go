@@ -1,4 +1,4 @@
-package worker
+package wire
 
 import (
 	"context"
@@ -69,7 +69,7 @@ func ServeBlobs(nc *nats.Conn, prefix, id string, keep int) (*BlobServer, error)
 	b := &BlobServer{nc: nc, base: BlobSubject(prefix, id), chunk: blobChunk(nc), max: keep, blobs: map[string][]byte{}}
 	sub, err := nc.Subscribe(b.base+".*", b.serve)
 	if err != nil {
-		return nil, fmt.Errorf("worker: serve blobs: %w", err)
+		return nil, fmt.Errorf("wire: serve blobs: %w", err)
 	}
 	// Requests are small; never drop them.
 	_ = sub.SetPendingLimits(-1, -1)
@@ -155,7 +155,7 @@ func DropBlob(nc *nats.Conn, subject string) {
 // Close stops serving.
 func (b *BlobServer) Close() error {
 	if err := b.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		return fmt.Errorf("worker: blob server: %w", err)
+		return fmt.Errorf("wire: blob server: %w", err)
 	}
 	return nil
 }
@@ -177,7 +177,7 @@ func FetchBlob(ctx context.Context, nc *nats.Conn, subject string, size int, buf
 // a reader can use the first bytes while later ones are in flight.
 func FetchBlobRange(ctx context.Context, nc *nats.Conn, subject string, off, size int, buf []byte, progress func(n int)) ([]byte, error) {
 	if size < 0 || off < 0 {
-		return nil, fmt.Errorf("worker: blob %s: range [%d, %d+%d)", subject, off, off, size)
+		return nil, fmt.Errorf("wire: blob %s: range [%d, %d+%d)", subject, off, off, size)
 	}
 	if cap(buf) < size {
 		buf = make([]byte, size)
@@ -221,7 +221,7 @@ func FetchBlobRange(ctx context.Context, nc *nats.Conn, subject string, off, siz
 			}
 			if err != nil {
 				select {
-				case errs <- fmt.Errorf("worker: fetch blob %s: %w", subject, err):
+				case errs <- fmt.Errorf("wire: fetch blob %s: %w", subject, err):
 				default:
 				}
 				cancel()
@@ -249,15 +249,16 @@ func FetchBlobRange(ctx context.Context, nc *nats.Conn, subject string, off, siz
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("worker: fetch blob %s: %w", subject, err)
+		return nil, fmt.Errorf("wire: fetch blob %s: %w", subject, err)
 	}
 	return buf, nil
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// Castagnoli is the CRC-32C table of every CRC of the protocol (CRC).
+var Castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // CRC is the checksum of a partial blob (CRC-32C, hex): it guards the
 // transfer; the partial's content is checked by the coordinator.
 func CRC(data []byte) string {
-	return strconv.FormatUint(uint64(crc32.Checksum(data, castagnoli)), 16)
+	return strconv.FormatUint(uint64(crc32.Checksum(data, Castagnoli)), 16)
 }

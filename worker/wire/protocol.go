@@ -1,4 +1,4 @@
-package worker
+package wire
 
 import (
 	"bytes"
@@ -74,11 +74,11 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // of letters, digits, '-' and '_' separated by dots.
 func CheckPrefix(p string) error {
 	if p == "" {
-		return fmt.Errorf("worker: empty subject prefix")
+		return fmt.Errorf("wire: empty subject prefix")
 	}
 	tok := regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
 	if !tok.MatchString(p) {
-		return fmt.Errorf("worker: subject prefix %q: want dot-separated tokens of letters, digits, '-' and '_'", p)
+		return fmt.Errorf("wire: subject prefix %q: want dot-separated tokens of letters, digits, '-' and '_'", p)
 	}
 	return nil
 }
@@ -86,7 +86,7 @@ func CheckPrefix(p string) error {
 // CheckBucket returns an error unless b is a valid bucket name.
 func CheckBucket(b string) error {
 	if !namePattern.MatchString(b) {
-		return fmt.Errorf("worker: bucket name %q: want letters, digits, '-' and '_'", b)
+		return fmt.Errorf("wire: bucket name %q: want letters, digits, '-' and '_'", b)
 	}
 	return nil
 }
@@ -135,12 +135,12 @@ func (l Label) String() string {
 func ParseLabel(s string) (Label, error) {
 	f := strings.Split(s, "/")
 	if len(f) != 5 {
-		return Label{}, fmt.Errorf("worker: partial label %q: want job/iteration/shard/shard-checksum/model-digest", s)
+		return Label{}, fmt.Errorf("wire: partial label %q: want job/iteration/shard/shard-checksum/model-digest", s)
 	}
 	it, err1 := strconv.Atoi(f[1])
 	sh, err2 := strconv.Atoi(f[2])
 	if err1 != nil || err2 != nil {
-		return Label{}, fmt.Errorf("worker: partial label %q: iteration and shard must be integers", s)
+		return Label{}, fmt.Errorf("wire: partial label %q: iteration and shard must be integers", s)
 	}
 	return Label{Job: f[0], Iteration: it, Shard: sh, ShardChecksum: f[3], ModelDigest: f[4]}, nil
 }
@@ -156,12 +156,11 @@ func (l Label) Check(want Label) error {
 		{"model digest", l.ModelDigest, want.ModelDigest},
 	} {
 		if f.got != f.want {
-			return fmt.Errorf("worker: partial of %s %s answers the task of %s %s", f.name, f.got, f.name, f.want)
+			return fmt.Errorf("wire: partial of %s %s answers the task of %s %s", f.name, f.got, f.name, f.want)
 		}
 	}
 	return nil
 }
-
 
 // Task asks for the statistics of one shard under the model of one
 // iteration. Iteration is the iteration the pass produces (1-based within
