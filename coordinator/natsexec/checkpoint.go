@@ -84,13 +84,14 @@ func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *fac
 	pc := &pendingCommit{done: make(chan struct{})}
 	e.mu.Lock()
 	e.commits[st.Job] = pc
-	e.wg.Add(1)
 	e.mu.Unlock()
-	go func() {
-		defer e.wg.Done()
+	persist := func() {
 		pc.err = e.persistCommit(context.WithoutCancel(ctx), &stc, snap)
 		close(pc.done)
-	}()
+	}
+	if !e.goRoutine(persist) {
+		persist()
+	}
 	return nil
 }
 

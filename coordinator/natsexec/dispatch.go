@@ -22,21 +22,15 @@ import (
 // worker that declines (it failed this task before) is skipped by asking
 // again, up to a bound, after which any worker may take it.
 func (e *Executor) Submit(ctx context.Context, t wire.Task, deliver func(wire.Result)) {
-	e.mu.Lock()
-	if e.closing {
-		e.mu.Unlock()
-		deliver(wire.Result{Task: t, Err: errors.New("natsexec: executor closed")})
-		return
-	}
-	e.wg.Add(1)
-	e.mu.Unlock()
-	go func() {
-		defer e.wg.Done()
+	started := e.goRoutine(func() {
 		start := time.Now()
 		r := e.do(ctx, t)
 		r.Elapsed = time.Since(start)
 		deliver(r)
-	}()
+	})
+	if !started {
+		deliver(wire.Result{Task: t, Err: errors.New("natsexec: executor closed")})
+	}
 }
 
 func (e *Executor) do(ctx context.Context, t wire.Task) wire.Result {
@@ -162,11 +156,7 @@ func (e *Executor) request(ctx context.Context, subject, direct string, req *wir
 		return nil, fmt.Errorf("natsexec: %w", err)
 	}
 	*sent += int64(len(body))
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		e.watch(ctx, direct, started, cancel)
-	}()
+	e.goRoutine(func() { e.watch(ctx, direct, started, cancel) })
 	reply, err := e.nc.RequestWithContext(ctx, subject, body)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {

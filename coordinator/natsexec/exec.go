@@ -90,6 +90,24 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
 		commits: map[string]*pendingCommit{}}, nil
 }
 
+// goRoutine runs f in a goroutine that Close waits for, or returns false
+// without running it when the executor is closing. Every goroutine of the
+// executor starts here (as nats-server's startGoRoutine: one WaitGroup,
+// one closing flag, checked under the lock that Close sets it under).
+func (e *Executor) goRoutine(f func()) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closing {
+		return false
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		f()
+	}()
+	return true
+}
+
 // Close waits for the outstanding requests (they end at their deadlines).
 func (e *Executor) Close() {
 	e.mu.Lock()
