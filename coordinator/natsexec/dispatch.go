@@ -254,8 +254,8 @@ func (e *Executor) decode(ctx context.Context, reply *nats.Msg, want wire.Label,
 			return reject("answered task (%s, %d, %d) with a partial of (%s, %d, %d)",
 				t.Job, t.Iteration, t.Shard, meta.Job, meta.Iteration, meta.Shard)
 		}
-		if meta.Worker != "" {
-			r.Worker = meta.Worker
+		if meta.Worker != "" && meta.Worker != r.Worker {
+			return reject("partial names worker %s, its reply worker %s", meta.Worker, r.Worker)
 		}
 	}
 	// Check the values here, as each partial arrives and in parallel with
