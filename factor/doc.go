@@ -24,6 +24,37 @@
 // start at zero stay zero, so a zero pattern in the initial model acts as a
 // sparsity mask.
 //
+// # Related methods
+//
+// Beside EMSF the package has the methods of three related papers
+// (../shared/specs/related-methods.md):
+//
+//   - MU (multiplicative-stochastic_002): multiplicative updates kept
+//     stochastic by normalization (norm), reparametrization (repa) or
+//     closed-form Lagrange multipliers (rela), on EMSF's loss (LossWKL),
+//     KLM's (LossKL) or the paper's Frobenius losses (LossFrob,
+//     LossWFrob). MUVector is the rule on one stochastic vector.
+//   - OnlineEM (online-em-nmf_003): online EM as a commit rule of the
+//     incremental fit, averaging sufficient statistics instead of
+//     parameters; BinaryNMFOnlineEM is the paper's exact finite-state
+//     recursion for its own Poisson NMF model.
+//   - FitEPCA (epca_004): exponential-family PCA with the exponential link,
+//     a log-linear baseline (an Estimate, not a stochastic factorization).
+//
+// Which MU variants can run on a cluster's shards and partials: under
+// LossWKL every rule needs exactly the statistics of an EMSF pass, the
+// Partials of the shards merged in shard order (Dh, X, KhT, Y), plus
+// q_l = Σ_i x_i D_il, which the coordinator computes from the D it holds
+// and the row totals X; so mu-norm, mu-repa and mu-rela under wkl are a
+// different commit of the same reduce (mu-norm's commit is EMSF's). Under
+// LossKL the shards would have to carry P̂ (pseudo-counts C_ij/x_i, and
+// n entries for each unseen row) instead of the counts: the same reduce on
+// other shards. The Frobenius losses need other statistics (R Kᵀ per row,
+// Dᵀ R per column, the m×m Gram matrices KKᵀ and Dᵀdiag(ω)D) that Partial
+// does not carry; they run in one process only. emsf fit runs all of them
+// in one process (--algorithm mu-* rejects --nats/--embedded): the cluster
+// commit of the wkl variants is not wired.
+//
 // # Determinism
 //
 // Statistics are computed per Block (a shard of one action's nonzeros in

@@ -27,17 +27,27 @@ const algorithmUsage = `how to estimate P^a:
   cnt:  the counting estimate P̂^a_ij = C^a_ij / Σ_j C^a_ij. It has n×n entries per
         action and no D K form, so nothing is written: fit prints its evaluation
         (training log-likelihood and, with --holdout, the held-out log-likelihood
-        of P̂ with add-one smoothing). --order is not used.`
+        of P̂ with add-one smoothing). --order is not used;
+  mu-norm, mu-repa, mu-rela: the multiplicative updates that keep D and K
+        stochastic (multiplicative-stochastic_002: normalize, reparametrize, or
+        relax with closed-form Lagrange multipliers) on the objective --loss
+        (writes --out; --order (one value), --iters, --tol, --time-limit, --seed,
+        --restarts, --workers, --tie with --loss wkl or kl).`
 
 // validateAlgorithm checks --algorithm and the flags a baseline cannot
 // honour (run after the EMSF flags were validated).
 func (f *fitFlags) validateAlgorithm() error {
+	if _, mu := muRule(f.algorithm); !mu && f.loss != "wkl" {
+		return usagef("--loss %s is for --algorithm mu-norm, mu-repa or mu-rela", f.loss)
+	}
 	switch f.algorithm {
 	case algEMSF:
 		return nil
 	case algKLM:
+	case algMUNorm, algMURepa, algMURela:
+		return f.validateMU()
 	default:
-		return usagef("--algorithm %q: want %s, %s or %s", f.algorithm, algEMSF, algKLM, algCNT)
+		return usagef("--algorithm %q: want %s, %s, %s, %s, %s or %s", f.algorithm, algEMSF, algKLM, algCNT, algMUNorm, algMURepa, algMURela)
 	}
 	switch {
 	case f.inc.enabled:
@@ -59,6 +69,9 @@ func (f *fitFlags) validateAlgorithm() error {
 // validateCNT checks the flags of --algorithm cnt, which uses only the
 // input, --holdout and --seed.
 func (f *fitFlags) validateCNT() error {
+	if f.loss != "wkl" {
+		return usagef("--loss %s is for --algorithm mu-norm, mu-repa or mu-rela", f.loss)
+	}
 	if f.inc.enabled || f.cluster.enabled() {
 		return usagef("--algorithm cnt counts on one machine: drop --incremental and --nats/--embedded")
 	}

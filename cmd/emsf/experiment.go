@@ -34,6 +34,9 @@ func experiments() []experiment {
 		{"sampling", "incremental-emsf Fig. 2: uniform vs skewed sampling, EMSF vs KLM (m = 10), error KL_ρ", runSampling},
 		{"online", "incremental-emsf Fig. 3: incremental EMSF (m = 30) on a stream, KL_ρ against transitions for several t_c and α", runOnline},
 		{"blackjack", "incremental-emsf Fig. 4: online blackjack, dealer vs Q-learning vs CNT+PI vs EMSF+PISF, exact returns", runBlackjack},
+		{"mu-hmm", "multiplicative-stochastic_002 Table 1 (top): norm/repa/rela on a 3-state HMM; EMSF vs mu-* on gen data", runMUHMM},
+		{"epca", "epca_004: E-PCA (exponential link, all-ones basis) vs EMSF by number of bases, held-out log-likelihood and KL_ρ, on gen data and blackjack", runEPCA},
+		{"online-em", "online-em-nmf_003: online EM vs incremental EMSF on the Fig. 3 stream (KL_ρ); the paper's Fig. 1 (exact online EM)", runOnlineEMExperiment},
 	}
 }
 

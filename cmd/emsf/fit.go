@@ -20,6 +20,7 @@ type fitFlags struct {
 	logs      logFlags
 	cluster   clusterFlags
 	inc       incrementalFlags
+	onlineEM  onlineEMFlags
 	order     string
 	tie       string
 	iters     int
@@ -35,6 +36,7 @@ type fitFlags struct {
 	format    string
 	shardNNZ  int
 	algorithm string
+	loss      string
 
 	orders []int
 	tieV   factor.Tie
@@ -47,6 +49,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	f.logs.register(fs)
 	f.cluster.register(fs)
 	f.inc.register(fs)
+	f.onlineEM.register(fs)
 	fs.StringVar(&f.order, "order", "", "order m of the factorization (number of hidden states); a list like 5,10,20 with --holdout picks the best (required)")
 	fs.StringVar(&f.tie, "tie", "none", "tie mode: none (D^a, K^a per action), shared-k (one K), shared-d (one D)")
 	fs.IntVar(&f.iters, "iters", 200, "maximum number of EM iterations (0: no limit)")
@@ -62,6 +65,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.format, "format", "arrow", "model file format: arrow (Arrow IPC file) or parquet")
 	fs.IntVar(&f.shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (the reduce order, hence the exact result, depends on it)")
 	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
+	fs.StringVar(&f.loss, "loss", "wkl", lossUsage)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +78,9 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	}
 	if f.inc.enabled {
 		return fitIncremental(ctx, e, &f, log)
+	}
+	if _, ok := muRule(f.algorithm); ok {
+		return fitMU(ctx, e, &f, log)
 	}
 	if f.algorithm != algEMSF {
 		return fitBaseline(ctx, e, &f, log)
@@ -199,6 +206,9 @@ func (f *fitFlags) validate() error {
 		return err
 	}
 	if err := f.inc.validate(f); err != nil {
+		return err
+	}
+	if err := f.onlineEM.validate(&f.inc, f); err != nil {
 		return err
 	}
 	return f.cluster.validate()

@@ -129,8 +129,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	} else {
 		md = factor.NewRandom(n, m, u, f.tieV, f.seed)
 	}
-	inc, err := factor.NewIncremental(md, factor.IncrementalOptions{
-		EtaMax: f.inc.etaMax, CommitEvery: f.inc.commitEvery, Alpha: f.alpha})
+	inc, err := f.newStreamFit(md)
 	if err != nil {
 		return err
 	}
@@ -182,6 +181,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	params["eta_max"] = strconv.Itoa(f.inc.etaMax)
 	params["commit_every"] = strconv.FormatFloat(f.inc.commitEvery, 'g', -1, 64)
 	params["passes"] = strconv.Itoa(f.inc.passes)
+	f.onlineEMParams(params)
 	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: params}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+)
+
+// The multiplicative-update algorithms of emsf fit --algorithm
+// (multiplicative-stochastic_002): mu-<rule>.
+const (
+	algMUNorm = "mu-norm"
+	algMURepa = "mu-repa"
+	algMURela = "mu-rela"
+)
+
+const lossUsage = `objective of --algorithm mu-*: wkl (EMSF's count-weighted KL: mu-norm is then exactly EMSF,
+mu-repa/mu-rela a damped EMSF), kl (the same on P̂, every row weighted 1, like klm),
+frob (½ Σ_i ‖P̂_i − (DK)_i‖², the paper's loss; --tie none), wfrob (rows weighted by their counts; --tie none)`
+
+// muRule returns the rule of a mu-* algorithm name, and whether it is one.
+func muRule(alg string) (factor.MURule, bool) {
+	name, ok := strings.CutPrefix(alg, "mu-")
+	if !ok {
+		return 0, false
+	}
+	r, err := factor.ParseMURule(name)
+	return r, err == nil
+}
+
+// validateMU checks the flags of --algorithm mu-*.
+func (f *fitFlags) validateMU() error {
+	loss, err := factor.ParseMULoss(f.loss)
+	if err != nil {
+		return usagef("--loss %q: want wkl, kl, frob or wfrob", f.loss)
+	}
+	switch {
+	case f.inc.enabled:
+		return usagef("--algorithm %s: --incremental is for EMSF only", f.algorithm)
+	case f.cluster.enabled():
+		return usagef("--algorithm %s runs on one machine: drop --nats/--embedded", f.algorithm)
+	case f.initModel != "":
+		return usagef("--algorithm %s starts from --seed: --init is for EMSF only", f.algorithm)
+	case f.alpha != 1:
+		return usagef("--algorithm %s has no learning rate: drop --alpha", f.algorithm)
+	case f.holdout != 0 || len(f.orders) > 1:
+		return usagef("--algorithm %s fits one --order and takes no --holdout", f.algorithm)
+	case (loss == factor.LossFrob || loss == factor.LossWFrob) && f.tieV != factor.TieNone:
+		return usagef("--algorithm %s --loss %s: --tie must be none", f.algorithm, f.loss)
+	}
+	return nil
+}
+
+// fitMU runs --algorithm mu-* and writes the best restart's model.
+func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
+	rule, _ := muRule(f.algorithm)
+	loss, _ := factor.ParseMULoss(f.loss)
+	data, err := loadData(ctx, &f.in, 0, f.seed)
+	if err != nil {
+		return err
+	}
+	m := f.orders[0]
+	if m > data.n {
+		return usagef("--order %d: must be at most the number of states n = %d", m, data.n)
+	}
+	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
+		"nonzeros", nnz(data.train))
+	shards, _ := shard.Split(data.train, data.n, f.shardNNZ)
+	blocks := shard.Blocks(shards)
+	var best *factor.Model
+	var bestRes factor.MUResult
+	for r := range f.restarts {
+		seed := f.seed + uint64(r)
+		md, res, err := factor.MU(ctx, data.n, m, data.u, blocks, seed, factor.MUOptions{
+			Rule: rule, Loss: loss, Tie: f.tieV, Workers: f.workers,
+			Converger: factor.Converger{Tol: f.tol, MaxIter: f.iters, TimeLimit: f.timeLimit},
+			Progress:  progress(log.With("order", m, "seed", seed)),
+		})
+		if err != nil {
+			return err
+		}
+		log.Info("mu done", "rule", rule, "loss", loss, "order", m, "seed", seed, "status", res.Status,
+			"iterations", res.Iterations, "objective", res.Objective, "loglik", md.LogLik,
+			"row_deviation", res.MaxRowDeviation, "elapsed", res.Elapsed.Round(time.Millisecond))
+		if best == nil || res.Objective > bestRes.Objective {
+			best, bestRes = md, res
+		}
+	}
+	params := f.params(m)
+	params["algorithm"] = f.algorithm
+	params["loss"] = loss.String()
+	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params}
+	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s (--loss %s) model n=%d m=%d u=%d tie=%s: %d iterations, objective %.8g, log-likelihood %.8g, WKL %.6g, max row deviation before normalizing %.3g\nwrote %s\n",
+		f.algorithm, loss, best.N, best.M, best.U, best.Tie, best.Iteration, bestRes.Objective, best.LogLik, best.WKL,
+		bestRes.MaxRowDeviation, f.out)
+	return nil
+}

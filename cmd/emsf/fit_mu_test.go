@@ -1,0 +1,74 @@
+package main
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/emsf/emsf/arrowio"
+)
+
+// TestAlgorithmMU: fit --algorithm mu-norm (--loss wkl) gives the model
+// EMSF gives from the same seed and iterations (to rounding); mu-rela
+// --loss frob writes a stochastic model recorded with its loss; bad
+// combinations are usage errors naming the flag.
+func TestAlgorithmMU(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "t.csv")
+	mustEmsf(t, "gen", "--states", "20", "--true-order", "3", "--transitions", "3000", "--actions", "2",
+		"--out", data, "--truth", "")
+	common := []string{"fit", "--input", data, "--order", "3", "--iters", "15", "--tol", "0", "--seed", "4", "--quiet", "--shard-nnz", "40"}
+	emOut, muOut := filepath.Join(dir, "em.arrow"), filepath.Join(dir, "mu.arrow")
+	mustEmsf(t, append(common, "--out", emOut)...)
+	stdout := mustEmsf(t, append(common, "--algorithm", "mu-norm", "--out", muOut, "--workers", "3")...)
+	if !strings.Contains(stdout, "mu-norm (--loss wkl) model n=20 m=3 u=2") {
+		t.Errorf("output: %s", stdout)
+	}
+	em, err := arrowio.ReadModel(emOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu, err := arrowio.ReadModel(muOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range em.Model.D {
+		for k, v := range em.Model.D[b] {
+			if d := math.Abs(v - mu.Model.D[b][k]); d > 1e-10 {
+				t.Fatalf("D[%d][%d]: EMSF %v, mu-norm %v", b, k, v, mu.Model.D[b][k])
+			}
+		}
+	}
+	if mu.Params["algorithm"] != "mu-norm" || mu.Params["loss"] != "wkl" {
+		t.Errorf("params %v", mu.Params)
+	}
+
+	frob := filepath.Join(dir, "frob.arrow")
+	mustEmsf(t, append(common, "--algorithm", "mu-rela", "--loss", "frob", "--out", frob)...)
+	mf, err := arrowio.ReadModel(frob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mf.Model.Validate(); err != nil {
+		t.Error(err)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--order", "3", "--algorithm", "mu-norm", "--loss", "l2"}, `--loss "l2"`},
+		{[]string{"--order", "3", "--algorithm", "mu-repa", "--loss", "frob", "--tie", "shared-k"}, "--tie must be none"},
+		{[]string{"--order", "3", "--algorithm", "mu-rela", "--alpha", "0.5"}, "--alpha"},
+		{[]string{"--order", "3", "--algorithm", "mu-rela", "--incremental"}, "--incremental"},
+		{[]string{"--order", "3", "--loss", "frob"}, "--loss frob is for --algorithm mu-"},
+		{[]string{"--algorithm", "cnt", "--loss", "kl"}, "--loss kl is for --algorithm mu-"},
+	} {
+		code, _, errs := emsf(t, append([]string{"fit", "--input", data, "--quiet", "--out", filepath.Join(dir, "x.arrow")}, tc.args...)...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+	assertOnlyFiles(t, dir, "em.arrow", "frob.arrow", "mu.arrow", "t.csv")
+}

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/emsf/emsf/coordinator/costmodel"
+)
+
+// runScaling is emsf scaling: the cost model's table of a cluster
+// iteration (coordinator/costmodel) at the target scale, and with --check
+// the model against what scripts/netns-cluster.sh measured.
+func runScaling(_ context.Context, e *env, args []string) error {
+	var (
+		n, m, u            int
+		nnz, ns, cores     float64
+		kappa, rtt, membw  float64
+		conns, window      int
+		nodesS, gbitS      string
+		check              string
+		skip               int
+		boxCores, overhead float64
+	)
+	fs := newFlagSet(e, "scaling", "scaling [flags]")
+	fs.IntVar(&n, "states", 10_000_000, "n, states")
+	fs.IntVar(&m, "order", 32, "m, hidden states")
+	fs.IntVar(&u, "actions", 10, "u, actions")
+	fs.Float64Var(&nnz, "nnz", 1e10, "η, nonzeros in total")
+	fs.StringVar(&nodesS, "nodes", "8,16,64,256", "P, nodes (comma-separated)")
+	fs.StringVar(&gbitS, "gbit", "10,100", "link rates in Gbit/s per direction (comma-separated)")
+	fs.Float64Var(&ns, "ns-per-nnz", 10, "t, compute per nonzero per core (ns)")
+	fs.Float64Var(&cores, "cores", 32, "c, cores per node")
+	fs.Float64Var(&kappa, "cpu-per-byte", 0, "κ, CPU seconds per byte of one NATS leg (1.9e-9 measured here); 0: line rate")
+	fs.IntVar(&conns, "conns", 1, "connections a node's transfers spread over")
+	fs.Float64Var(&rtt, "rtt", 0, "round-trip time (s); each 1 MiB chunk of a pull pays one per --window chunks")
+	fs.IntVar(&window, "window", 1, "chunk requests a pull keeps outstanding")
+	fs.Float64Var(&membw, "merge-bw", 0, "design A: the coordinator's reduce rate (bytes of partial per s; 0: not counted)")
+	fs.StringVar(&check, "check", "", "compare design A's model with the iterations.csv of scripts/netns-cluster.sh instead")
+	fs.IntVar(&skip, "skip", 2, "with --check: leading iterations of each run left out (shard and D downloads)")
+	fs.Float64Var(&boxCores, "box-cores", 2, "with --check: cores of the machine the emulated nodes share")
+	fs.Float64Var(&overhead, "wire-overhead", 0, "with --check: wire bytes per payload byte (TCP/IP and NATS framing); 0: measured on the P = 1 runs (coordinator veth bytes / emsf's byte count)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if conns < 1 || window < 1 {
+		return usagef("--conns %d, --window %d: must be >= 1", conns, window)
+	}
+	cal := costmodel.Calibration{NsPerNNZ: ns, Cores: cores, CPUPerByte: kappa, Conns: conns, RTT: rtt, Window: window, MemBytesPerSec: membw}
+	probe := cal
+	probe.LinkBytesPerSec = 1 // set per rate below
+	if err := probe.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	if check != "" {
+		switch {
+		case skip < 0:
+			return usagef("--skip %d: must be >= 0", skip)
+		case !(boxCores > 0):
+			return usagef("--box-cores %v: must be > 0", boxCores)
+		case overhead != 0 && !(overhead >= 1):
+			return usagef("--wire-overhead %v: must be >= 1 (or 0: measured)", overhead)
+		}
+		return scalingCheck(e.stdout, check, skip, boxCores, overhead, cal)
+	}
+	nodes, err := intList("nodes", nodesS)
+	if err != nil {
+		return err
+	}
+	var gbits []float64
+	for _, f := range strings.Split(gbitS, ",") {
+		g, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(g > 0) || math.IsInf(g, 0) {
+			return usagef("--gbit %q: %q is not a positive number", gbitS, f)
+		}
+		gbits = append(gbits, g)
+	}
+	w := costmodel.Workload{N: n, M: m, U: u, NNZ: nnz}
+	if err := w.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	fmt.Fprintf(e.stdout, "cost model per iteration: n=%d m=%d u=%d η=%.3g s=8, t=%g ns/nnz, c=%g cores, κ=%g s/B over %d connection(s), RTT=%g s, window %d\n\n",
+		n, m, u, nnz, ns, cores, kappa, conns, rtt, window)
+	fmt.Fprintf(e.stdout, "| P | design | f | node in / out (GB) | coordinator in / out (GB) | T_comp (s) |")
+	for _, g := range gbits {
+		fmt.Fprintf(e.stdout, " T_iter @%gG (s) |", g)
+	}
+	fmt.Fprintf(e.stdout, "\n|---|---|---|---|---|---|%s\n", strings.Repeat("---|", len(gbits)))
+	for _, p := range nodes {
+		for _, d := range costmodel.Designs() {
+			var row strings.Builder
+			for k, g := range gbits {
+				c := cal
+				c.LinkBytesPerSec = costmodel.GbitPerSec(g)
+				est, err := costmodel.Evaluate(w, d, p, c)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				if k == 0 {
+					name := d.String()
+					if est.GridRows > 0 {
+						name += fmt.Sprintf(" %d×%d", est.GridRows, est.GridCols)
+					}
+					fmt.Fprintf(&row, "| %d | %s | %.2f | %.3g / %.3g | %.3g / %.3g | %.3g |", p, name, est.F,
+						est.NodeIn/1e9, est.NodeOut/1e9, est.CoordIn/1e9, est.CoordOut/1e9, est.TComp)
+				}
+				fmt.Fprintf(&row, " %.3g |", est.TIter)
+			}
+			fmt.Fprintln(e.stdout, row.String())
+		}
+	}
+	return nil
+}
+
+// harnessRun is one run of scripts/netns-cluster.sh: its setup and the
+// means over its steady iterations.
+type harnessRun struct {
+	design                                    string
+	p, n, u, m, iters                         int
+	nnz, rateMbit                             float64
+	wall, coordTx, coordRx, tx, rx, app, retx []float64
+	// Means: wall time, the coordinator's veth tx and rx, a worker
+	// node's (mean over nodes) tx and rx, emsf's own byte count, and the
+	// bytes a worker node retransmitted (0 when the CSV has no column).
+	medWall, medCTx, medCRx, mTx, mRx, mApp, mRetx float64
+}
+
+// readHarness reads iterations.csv into runs, in file order, leaving out
+// each run's first skip iterations.
+func readHarness(path string, skip int) ([]*harnessRun, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("scaling: %w", err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	head, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("scaling: %s: header: %w", path, err)
+	}
+	col := map[string]int{}
+	for k, h := range head {
+		col[h] = k
+	}
+	need := []string{"design", "P", "n", "u", "m", "nnz", "rate_mbit", "iter", "wall_s", "emsf_bytes", "coord_tx", "coord_rx", "node_tx_mean", "node_rx_mean"}
+	for _, h := range need {
+		if _, ok := col[h]; !ok {
+			return nil, fmt.Errorf("scaling: %s: no column %q", path, h)
+		}
+	}
+	var runs []*harnessRun
+	index := map[string]*harnessRun{}
+	for line := 2; ; line++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("scaling: %s: %w", path, err)
+		}
+		num := func(h string) (float64, error) {
+			v, err := strconv.ParseFloat(rec[col[h]], 64)
+			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				return 0, fmt.Errorf("scaling: %s line %d column %s: %q is not a non-negative number", path, line, h, rec[col[h]])
+			}
+			return v, nil
+		}
+		vals := map[string]float64{}
+		if _, ok := col["node_retx_mean"]; ok {
+			if vals["node_retx_mean"], err = num("node_retx_mean"); err != nil {
+				return nil, err
+			}
+		}
+		for _, h := range need[1:] {
+			if vals[h], err = num(h); err != nil {
+				return nil, err
+			}
+		}
+		key := strings.Join([]string{rec[col["design"]], rec[col["P"]], rec[col["n"]], rec[col["u"]], rec[col["m"]], rec[col["nnz"]], rec[col["rate_mbit"]]}, ",")
+		run := index[key]
+		if run == nil {
+			run = &harnessRun{design: rec[col["design"]], p: int(vals["P"]), n: int(vals["n"]), u: int(vals["u"]), m: int(vals["m"]),
+				nnz: vals["nnz"], rateMbit: vals["rate_mbit"]}
+			index[key] = run
+			runs = append(runs, run)
+		}
+		run.iters++
+		if int(vals["iter"]) <= skip {
+			continue
+		}
+		run.wall = append(run.wall, vals["wall_s"])
+		run.coordTx = append(run.coordTx, vals["coord_tx"])
+		run.coordRx = append(run.coordRx, vals["coord_rx"])
+		run.tx = append(run.tx, vals["node_tx_mean"])
+		run.rx = append(run.rx, vals["node_rx_mean"])
+		run.app = append(run.app, vals["emsf_bytes"])
+		run.retx = append(run.retx, vals["node_retx_mean"])
+	}
+	for _, run := range runs {
+		if len(run.wall) == 0 {
+			return nil, fmt.Errorf("scaling: %s: run %s P=%d n=%d has no iteration after the first %d", path, run.design, run.p, run.n, skip)
+		}
+		run.medWall, run.medCTx, run.medCRx = meanOf(run.wall), meanOf(run.coordTx), meanOf(run.coordRx)
+		run.mTx, run.mRx, run.mApp = meanOf(run.tx), meanOf(run.rx), meanOf(run.app)
+		run.mRetx = meanOf(run.retx)
+	}
+	return runs, nil
+}
+
+// meanOf is the mean of xs. Means, not medians: an iteration's end is
+// the report's timestamp, between two counter samples, so bytes near it
+// land in one iteration or the next, and only the sum over iterations is
+// exact.
+func meanOf(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+// scalingCheck prints design A's measured against modelled figures, and
+// fails when a per-node byte count is off by more than 5% or an iteration
+// time by more than 25%.
+func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead float64, cal costmodel.Calibration) error {
+	runs, err := readHarness(path, skip)
+	if err != nil {
+		return err
+	}
+	if overhead == 0 {
+		// Calibrate the framing on the P = 1 runs (TCP/IP headers, ACKs,
+		// NATS protocol lines): the coordinator's veth bytes against the
+		// payload emsf counted. The other runs are the check.
+		var wire, app float64
+		for _, r := range runs {
+			if r.design == "A" && r.p == 1 {
+				wire += r.medCTx + r.medCRx
+				app += r.mApp
+			}
+		}
+		if app == 0 {
+			return fmt.Errorf("scaling: %s: no design A run with P = 1 to measure the wire overhead on; give --wire-overhead", path)
+		}
+		overhead = wire / app
+	}
+	fmt.Fprintf(w, "design A: measured (mean of iterations > %d) vs model; t=%g ns/nnz on %g shared cores, wire overhead %.4f, κ=%g s/B\n\n",
+		skip, cal.NsPerNNZ, boxCores, overhead, cal.CPUPerByte)
+	fmt.Fprintln(w, "Node out is what a worker node sent less what it retransmitted (TCP RetransSegs × 1514 B; the")
+	fmt.Fprintln(w, "retransmissions are the incast at the coordinator's link, shown apart).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| P | n | rate (Mbit/s) | node in meas / model (MB) | node out meas / model (MB) | node retransmitted (MB) | coord tx meas / model (MB) | coord rx meas / model (MB) | s/iter meas / model | within ±5% / ±25% |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	bad := 0
+	for _, r := range runs {
+		if r.design != "A" {
+			fmt.Fprintf(w, "(run %s P=%d n=%d: design %q has no model here yet)\n", r.design, r.p, r.n, r.design)
+			continue
+		}
+		c := cal
+		c.LinkBytesPerSec = r.rateMbit * 1e6 / 8 / overhead
+		// The emulated nodes share the machine: P workers compute on at
+		// most boxCores cores together.
+		c.Cores = math.Min(float64(r.p), boxCores) / float64(r.p)
+		// Today's raw partial: an int32 index and Σx per row, an int32
+		// index per column (worker.EncodeRawPartial).
+		wl := costmodel.Workload{N: r.n, M: r.m, U: r.u, NNZ: r.nnz, RowExtra: 12, ColExtra: 4}
+		est, err := costmodel.Evaluate(wl, costmodel.StarA, r.p, c)
+		if err != nil {
+			return err
+		}
+		rel := func(meas, model float64) float64 { return meas/model - 1 }
+		sent := r.mTx - r.mRetx
+		in, out, t := rel(r.mRx, est.NodeIn*overhead), rel(sent, est.NodeOut*overhead), rel(r.medWall, est.TIter)
+		ok := math.Abs(in) <= 0.05 && math.Abs(out) <= 0.05
+		okT := math.Abs(t) <= 0.25
+		verdict := func(b bool) string {
+			if b {
+				return "yes"
+			}
+			bad++
+			return "**no**"
+		}
+		fmt.Fprintf(w, "| %d | %d | %g | %.3f / %.3f (%+.1f%%) | %.3f / %.3f (%+.1f%%) | %.3f | %.3f / %.3f | %.3f / %.3f | %.2f / %.2f (%+.0f%%) | %s / %s |\n",
+			r.p, r.n, r.rateMbit, r.mRx/1e6, est.NodeIn*overhead/1e6, 100*in, sent/1e6, est.NodeOut*overhead/1e6, 100*out, r.mRetx/1e6,
+			r.medCTx/1e6, est.CoordOut*overhead/1e6, r.medCRx/1e6, est.CoordIn*overhead/1e6,
+			r.medWall, est.TIter, 100*t, verdict(ok), verdict(okT))
+	}
+	if bad > 0 {
+		return fmt.Errorf("scaling: %d check(s) outside the tolerance", bad)
+	}
+	return nil
+}

@@ -1,0 +1,197 @@
+package costmodel
+
+import (
+	"math"
+	"strconv"
+	"testing"
+)
+
+// target is the spec's workload (specs/scale-out.md §5.5): n = 10^7,
+// m = 32, u = 10, η = 10^10, float64.
+var target = Workload{N: 10_000_000, M: 32, U: 10, NNZ: 1e10}
+
+// lineRate is the §5.5 table's calibration: times are bytes/B at line
+// rate, c = 32 cores, t = 10 ns per nonzero.
+func lineRate(gbit float64) Calibration {
+	return Calibration{NsPerNNZ: 10, Cores: 32, LinkBytesPerSec: GbitPerSec(gbit)}
+}
+
+// near says whether got rounds to want at the spec's printed precision
+// (want's last digit ± half a unit, or 1% when the spec rounds harder).
+func near(got, want, unit float64) bool {
+	return math.Abs(got-want) <= math.Max(unit/2, 0.01*math.Abs(want))
+}
+
+// TestSpecTable pins every line of the §5.5 table: per node bytes, the
+// coordinator's bytes and T_comm at 10 and 100 Gbit/s (GB = 1e9 bytes).
+func TestSpecTable(t *testing.T) {
+	const gb = 1e9
+	for _, c := range []struct {
+		p        int
+		d        Design
+		w        Workload
+		in, out  float64 // per node, GB
+		cIn, cOn float64 // coordinator, GB (0: not checked beyond < 0.01)
+		t10      float64 // T_comm at 10 Gbit/s, s
+		unit     float64 // printed precision of the bytes
+	}{
+		{8, StarA, target, 25.6, 28.8, 230, 205, 184, 0.1},
+		{8, OwnersSpread, target, 44.8, 44.8, 0, 0, 36, 0.1},
+		{8, OwnersGrouped, target, 0, 0, 0, 0, 0, 0.1},
+		{8, GridSpread, target, 25.6, 25.6, 0, 0, 20, 0.1},
+		{16, StarA, target, 25.6, 27.2, 434, 410, 348, 0.1},
+		{16, OwnersSpread, target, 47.9, 47.9, 0, 0, 38, 0.1},
+		{16, OwnersGrouped, target, 1.9, 1.9, 0, 0, 1.5, 0.1},
+		{16, GridSpread, target, 19.2, 19.2, 0, 0, 15, 0.1},
+		{64, StarA, target, 25.6, 20.6, 1321, 1638, 1311, 1},
+		{64, OwnersSpread, target, 39.8, 39.8, 0, 0, 32, 0.1},
+		{64, OwnersGrouped, target, 4.3, 4.3, 0, 0, 3.5, 0.1},
+		{64, OwnersSpread, Workload{N: target.N, M: 32, U: 10, NNZ: 1e10, SharedK: true}, 5.0, 5.0, 0, 0, 4.0, 0.1},
+		{64, OwnersSpread, Workload{N: target.N, M: 32, U: 10, NNZ: 1e10, TouchedFraction: 2.0 / 64}, 1.6, 1.6, 0, 0, 1.3, 0.1},
+		{64, GridSpread, target, 11.2, 11.2, 0, 0, 9.0, 0.1},
+		{64, GridGrouped, target, 2.6, 2.6, 0, 0, 2.0, 0.1},
+		{256, StarA, target, 25.6, 8.4, 2145, 6554, 5243, 1},
+		{256, OwnersSpread, target, 16.5, 16.5, 0, 0, 13, 0.1},
+		{256, OwnersGrouped, target, 4.8, 4.8, 0, 0, 3.9, 0.1},
+		{256, GridSpread, target, 6.0, 6.0, 0, 0, 4.8, 0.1},
+		{256, GridGrouped, target, 1.6, 1.6, 0, 0, 1.3, 0.1},
+	} {
+		// The spec's T_comm for A is max(in, out)/B: the bound with the
+		// two directions overlapped. Evaluate it here as the spec does.
+		e, err := Evaluate(c.w, c.d, c.p, lineRate(10))
+		if err != nil {
+			t.Fatalf("P=%d %v: %v", c.p, c.d, err)
+		}
+		name := func() string { return c.d.String() + " P=" + strconv.Itoa(c.p) }
+		if !near(e.NodeIn/gb, c.in, c.unit) || !near(e.NodeOut/gb, c.out, c.unit) {
+			t.Errorf("%s: per node in/out %.2f/%.2f GB, spec %.1f/%.1f", name(), e.NodeIn/gb, e.NodeOut/gb, c.in, c.out)
+		}
+		if c.cIn > 0 {
+			if !near(e.CoordIn/gb, c.cIn, 1) || !near(e.CoordOut/gb, c.cOn, 1) {
+				t.Errorf("%s: coordinator in/out %.1f/%.1f GB, spec %.0f/%.0f", name(), e.CoordIn/gb, e.CoordOut/gb, c.cIn, c.cOn)
+			}
+		} else if e.CoordIn > 0.004*gb || e.CoordOut > 0.004*gb {
+			t.Errorf("%s: coordinator in/out %.4f/%.4f GB, spec ~0.001-0.003", name(), e.CoordIn/gb, e.CoordOut/gb)
+		}
+		wire := math.Max(e.NodeIn, e.NodeOut)
+		if c.d == StarA {
+			wire = math.Max(e.CoordIn, e.CoordOut)
+		}
+		t10 := wire / GbitPerSec(10)
+		if !near(t10, c.t10, 1) && !near(t10, c.t10, 0.1) {
+			t.Errorf("%s: T_comm@10G %.2f s, spec %.1f", name(), t10, c.t10)
+		}
+		if c.d != StarA && !near(e.TComm, t10, 0.01) {
+			t.Errorf("%s: TComm %.3f s at line rate, want bytes/B = %.3f", name(), e.TComm, t10)
+		}
+	}
+}
+
+// TestSpecCompute pins T_comp (0.39/0.20/0.049/0.012 s at 10 ns, 7.8/3.9/
+// 0.98/0.24 s at 200 ns), f_a spread (1.00/1.00/0.79/0.32) and the
+// grouped P = 8 imbalance (two actions on some nodes: 0.63 s).
+func TestSpecCompute(t *testing.T) {
+	for k, p := range []int{8, 16, 64, 256} {
+		for _, c := range []struct {
+			ns   float64
+			want []float64
+		}{{10, []float64{0.39, 0.20, 0.049, 0.012}}, {200, []float64{7.8, 3.9, 0.98, 0.24}}} {
+			cal := lineRate(10)
+			cal.NsPerNNZ = c.ns
+			e, err := Evaluate(target, OwnersSpread, p, cal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(e.TComp-c.want[k])/c.want[k] > 0.03 {
+				t.Errorf("P=%d t=%v ns: T_comp %.4f s, spec %v", p, c.ns, e.TComp, c.want[k])
+			}
+			if e.TIter != math.Max(e.TComp, e.TComm) {
+				t.Errorf("P=%d: B's T_iter %v, want max(T_comp, T_comm) = %v (no RTT set)", p, e.TIter, math.Max(e.TComp, e.TComm))
+			}
+		}
+		e, _ := Evaluate(target, StarA, p, lineRate(10))
+		if f := []float64{1.00, 1.00, 0.79, 0.32}[k]; math.Abs(e.F-f) > 0.005 {
+			t.Errorf("P=%d: f_a %.3f, spec %.2f", p, e.F, f)
+		}
+	}
+	e, _ := Evaluate(target, OwnersGrouped, 8, lineRate(10))
+	if math.Abs(e.TComp-0.625) > 0.001 || e.NodeIn != 0 {
+		t.Errorf("grouped P=8: T_comp %v s and %v bytes in, want 0.625 s (2 actions on a node) and 0", e.TComp, e.NodeIn)
+	}
+}
+
+// TestGoal is the goal: under 60 s per iteration at P = 64 on
+// 10 Gbit/s for B, ≈ 1300 s for A; A grows with P, B does not.
+func TestGoal(t *testing.T) {
+	cal := lineRate(10)
+	a, _ := Evaluate(target, StarA, 64, cal)
+	b, _ := Evaluate(target, OwnersSpread, 64, cal)
+	g, _ := Evaluate(target, OwnersGrouped, 64, cal)
+	if b.TIter >= 60 || g.TIter >= 60 {
+		t.Errorf("B at P=64, 10G: spread %.1f s, grouped %.1f s; the goal is < 60 s", b.TIter, g.TIter)
+	}
+	if a.TIter < 1300 {
+		t.Errorf("A at P=64, 10G: %.0f s; the spec's bound is ≈ 1300 s and today's sequential phases only add", a.TIter)
+	}
+	a8, _ := Evaluate(target, StarA, 8, cal)
+	b8, _ := Evaluate(target, OwnersSpread, 8, cal)
+	if a.CoordOut != 8*a8.CoordOut {
+		t.Errorf("A's coordinator out: %v at P=64, %v at P=8: want ∝ P", a.CoordOut, a8.CoordOut)
+	}
+	if b.NodeIn > b8.NodeIn {
+		t.Errorf("B spread per node: %v at P=64 > %v at P=8", b.NodeIn, b8.NodeIn)
+	}
+	// B's coordinator bytes do not depend on n.
+	big := target
+	big.N *= 4
+	b4, _ := Evaluate(big, OwnersSpread, 64, cal)
+	if b4.CoordIn != b.CoordIn || b4.CoordOut != b.CoordOut {
+		t.Errorf("B coordinator bytes change with n: %v/%v vs %v/%v", b4.CoordIn, b4.CoordOut, b.CoordIn, b.CoordOut)
+	}
+}
+
+// TestTransfer checks the transfer term: link-bound, CPU-bound, and the
+// round trips of a windowed chunked pull.
+func TestTransfer(t *testing.T) {
+	c := Calibration{NsPerNNZ: 1, Cores: 1, LinkBytesPerSec: 1e6}
+	if got := c.transfer(2e6, 1e6); got != 2 {
+		t.Errorf("link-bound: %v s, want 2", got)
+	}
+	c.CPUPerByte = 2e-6 // 0.5 MB/s per connection
+	if got := c.transfer(2e6, 1e6); got != 4 {
+		t.Errorf("CPU-bound, 1 connection: %v s, want 4", got)
+	}
+	c.Conns = 4
+	if got := c.transfer(2e6, 1e6); got != 2 {
+		t.Errorf("CPU spread over 4 connections: %v s, want 2 (link-bound)", got)
+	}
+	c.RTT, c.ChunkBytes, c.Window = 0.01, 1e5, 4
+	if got := c.transfer(2e6, 1e6); math.Abs(got-2.05) > 1e-9 {
+		t.Errorf("20 chunks, window 4, RTT 10 ms: %v s, want 2.05", got)
+	}
+	if got := c.transfer(0, 1e6); got != 0 {
+		t.Errorf("nothing to move: %v s", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cal := lineRate(10)
+	for _, w := range []Workload{{N: 0, M: 1, U: 1, NNZ: 1}, {N: 1, M: 0, U: 1, NNZ: 1}, {N: 1, M: 1, U: 0, NNZ: 1},
+		{N: 1, M: 1, U: 1, NNZ: math.NaN()}, {N: 1, M: 1, U: 1, NNZ: 1, TouchedFraction: 2}} {
+		if _, err := Evaluate(w, StarA, 1, cal); err == nil {
+			t.Errorf("%+v: no error", w)
+		}
+	}
+	for _, c := range []Calibration{{Cores: 0, LinkBytesPerSec: 1}, {Cores: 1}, {Cores: 1, LinkBytesPerSec: 1, RTT: -1},
+		{NsPerNNZ: math.NaN(), Cores: 1, LinkBytesPerSec: 1}} {
+		if _, err := Evaluate(target, StarA, 1, c); err == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+	if _, err := Evaluate(target, StarA, 0, cal); err == nil {
+		t.Error("P = 0: no error")
+	}
+	if _, err := Evaluate(target, Design(99), 4, cal); err == nil {
+		t.Error("unknown design: no error")
+	}
+}
