@@ -11,10 +11,10 @@ import (
 
 // Config configures an Executor.
 type Config struct {
-	// Prefix is the subject prefix (default worker.DefaultPrefix).
+	// Prefix is the subject prefix (default wire.DefaultPrefix).
 	Prefix string
 	// ObjectBucket and KVBucket name the buckets (defaults
-	// worker.DefaultObjectBucket and worker.DefaultKVBucket); they are
+	// wire.DefaultObjectBucket and wire.DefaultKVBucket); they are
 	// created when missing, with file storage and Replicas replicas
 	// (default 1; 3 on a 3-node cluster).
 	ObjectBucket, KVBucket string

@@ -46,7 +46,7 @@ type objRef struct {
 	// it does not).
 	blob string
 	// A shard's action and rows; a served model's parts (see
-	// worker.TaskRequest.KCRCs): the K blocks' offset and CRCs, and the
+	// wire.TaskRequest.KCRCs): the K blocks' offset and CRCs, and the
 	// CRC of each shard's rows of D, in shard order.
 	action, rowLo, rowHi int
 	kOffset              int

@@ -47,7 +47,7 @@ const (
 type Config struct {
 	// Name is the model name the service owns (letters, digits, '-', '_').
 	Name string
-	// Prefix is the subject prefix (default worker.DefaultPrefix).
+	// Prefix is the subject prefix (default wire.DefaultPrefix).
 	Prefix string
 	// Mode is ModeRefit (default) or ModeIncremental.
 	Mode Mode
