@@ -6,7 +6,7 @@ import (
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Executor runs tasks on workers. Implementations: worker.Local (in this
@@ -23,7 +23,7 @@ type Executor interface {
 	// its result, or with an error result when ctx ends first (ctx carries
 	// the task's deadline). deliver may be called late; the coordinator
 	// drops what it no longer needs.
-	Submit(ctx context.Context, t worker.Task, deliver func(worker.Result))
+	Submit(ctx context.Context, t wire.Task, deliver func(wire.Result))
 	// Workers returns the number of workers alive now.
 	Workers(ctx context.Context) (int, error)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // startServer starts an embedded NATS server with JetStream on
@@ -308,7 +309,7 @@ func TestWorkerDiscovery(t *testing.T) {
 	startWorkers(t, s, 2)
 	nc := connect(t, s, "probe")
 	for _, verb := range []micro.Verb{micro.PingVerb, micro.InfoVerb, micro.StatsVerb} {
-		subj, err := micro.ControlSubject(verb, worker.ServiceName, "")
+		subj, err := micro.ControlSubject(verb, wire.ServiceName, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -332,8 +333,8 @@ func TestWorkerDiscovery(t *testing.T) {
 				}
 				// The queue-group endpoint, and the worker's own (shard
 				// affinity).
-				if len(st.Endpoints) != 2 || st.Endpoints[0].Subject != worker.TaskSubject(worker.DefaultPrefix) ||
-					st.Endpoints[1].Subject != worker.DirectTaskSubject(worker.DefaultPrefix, st.ID) ||
+				if len(st.Endpoints) != 2 || st.Endpoints[0].Subject != wire.TaskSubject(wire.DefaultPrefix) ||
+					st.Endpoints[1].Subject != wire.DirectTaskSubject(wire.DefaultPrefix, st.ID) ||
 					!strings.Contains(string(st.Endpoints[0].Data), `"nnz_per_second"`) {
 					t.Fatalf("stats %s", m.Data)
 				}

@@ -18,20 +18,20 @@
 //     version only, overwritten in place), computes, and replies with the
 //     Partial in Arrow IPC (arrowio.EncodePartial) when it fits in the
 //     server's max payload, else serves it from memory as a raw partial
-//     blob named in the reply headers (see blob.go).
+//     blob named in the reply headers (see blob.go). Every reply carries
+//     the partial's Label (job, iteration, shard, shard checksum, model
+//     digest) in the Emsf-Partial-Of header.
 //
-// Model parts (protocol 1.1, parts.go): a task from a 1.1 coordinator
-// names, besides the whole model blob, the CRC-32C of each K block and of
+// Model parts (parts.go): a task names, besides the whole model blob, the CRC-32C of each K block and of
 // its shard's rows of D. The worker then fetches only the K block of the
 // shard's action, computing while it arrives (factor.ComputeStreamed), and
 // derives the shard's rows of D from the rows and statistics it kept from
 // computing the same shard on the previous version (factor.CommitRow, the
 // coordinator's own commit arithmetic), fetching them only when their CRC
-// does not match (first iteration, a shard that moved, a shared D). A 1.0
-// worker ignores these fields and fetches the whole model.
+// does not match (first iteration, a shard that moved, a shared D).
 //
-// The protocol types (TaskRequest, header names, subjects, bucket names)
-// live here because both sides import this package: the coordinator's
-// NATS executor (coordinator/natsexec) is the client of this protocol.
-// Wire schemas of shards, partials and models live in arrowio.
+// The protocol (subjects, headers, TaskRequest, labels, raw models and
+// partials, blobs) lives in package wire, which the coordinator's NATS
+// executor (coordinator/natsexec) imports too. Wire schemas of shards,
+// partials and models live in arrowio.
 package worker

@@ -8,6 +8,7 @@ import (
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Local computes tasks in this process with a fixed number of goroutines.
@@ -65,11 +66,11 @@ func (l *Local) Publish(_ context.Context, job string, iteration int, md *factor
 func (l *Local) Workers(context.Context) (int, error) { return l.n, nil }
 
 // Submit runs t on a free goroutine and calls deliver once with its result.
-func (l *Local) Submit(ctx context.Context, t Task, deliver func(Result)) {
+func (l *Local) Submit(ctx context.Context, t wire.Task, deliver func(wire.Result)) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		deliver(Result{Task: t, Worker: l.id, Err: fmt.Errorf("worker: local executor closed")})
+		deliver(wire.Result{Task: t, Worker: l.id, Err: fmt.Errorf("worker: local executor closed")})
 		return
 	}
 	l.wg.Add(1)
@@ -83,8 +84,8 @@ func (l *Local) Submit(ctx context.Context, t Task, deliver func(Result)) {
 	}()
 }
 
-func (l *Local) run(ctx context.Context, t Task) Result {
-	r := Result{Task: t, Worker: l.id}
+func (l *Local) run(ctx context.Context, t wire.Task) wire.Result {
+	r := wire.Result{Task: t, Worker: l.id}
 	var s *factor.Scratch
 	select {
 	case s = <-l.slots:

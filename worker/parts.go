@@ -12,6 +12,7 @@ import (
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Model parts (protocol 1.1). A task reads one K block (the one of its
@@ -53,8 +54,8 @@ func bytesOf(xs []float64) []byte {
 }
 
 // usesParts says whether tr can run on model parts.
-func usesParts(tr *TaskRequest) bool {
-	return littleEndian && tr.ModelBlob != "" && len(tr.KCRCs) > 0 && tr.DCRC != "" && tr.KOffset > 0
+func usesParts(tr *wire.TaskRequest) bool {
+	return wire.LittleEndian && tr.ModelBlob != "" && len(tr.KCRCs) > 0 && tr.DCRC != "" && tr.KOffset > 0
 }
 
 // partsResult is what computeParts reports.
@@ -68,7 +69,7 @@ type partsResult struct {
 // the shard's rows of D (derived or fetched) and the K block of its action
 // (cached, or fetched while the pass runs). It returns errNoParts when
 // the task or shard do not allow it. The caller holds w.mu.
-func (w *Worker) computeParts(ctx context.Context, tr *TaskRequest, s *shard.Shard) (partsResult, error) {
+func (w *Worker) computeParts(ctx context.Context, tr *wire.TaskRequest, s *shard.Shard) (partsResult, error) {
 	var res partsResult
 	t0 := time.Now()
 	md := w.md
@@ -76,21 +77,21 @@ func (w *Worker) computeParts(ctx context.Context, tr *TaskRequest, s *shard.Sha
 		// Learn the shape from the blob's header (sent with the task, or
 		// fetched).
 		hdr := tr.ModelHeader
-		if len(hdr) != rawHeader*8 {
+		if len(hdr) != wire.RawHeaderBytes {
 			var err error
-			if hdr, err = FetchBlobRange(ctx, w.nc, tr.ModelBlob, 0, rawHeader*8, nil, nil); err != nil {
+			if hdr, err = wire.FetchBlobRange(ctx, w.nc, tr.ModelBlob, 0, wire.RawHeaderBytes, nil, nil); err != nil {
 				return res, fmt.Errorf("worker: model %s: %w", tr.ModelObject, err)
 			}
 			res.fetched += int64(len(hdr))
 		}
-		sh, err := parseRawHeader(hdr)
+		sh, err := wire.ParseRawHeader(hdr)
 		if err != nil {
 			return res, err
 		}
-		if sh.size() != tr.ModelSize || sh.kOffset(0) != tr.KOffset || len(tr.KCRCs) != sh.nk {
+		if sh.Size() != tr.ModelSize || sh.KOffset(0) != tr.KOffset || len(tr.KCRCs) != sh.NK {
 			return res, fmt.Errorf("worker: model %s: blob of %d bytes (K at %d, %d K CRCs) does not fit its header", tr.ModelObject, tr.ModelSize, tr.KOffset, len(tr.KCRCs))
 		}
-		if md = sh.model(w.md); md != w.md {
+		if md = sh.Model(w.md); md != w.md {
 			w.md, w.mdDig = md, ""
 			clear(w.kDig)
 		}
@@ -164,13 +165,13 @@ func (w *Worker) computeParts(ctx context.Context, tr *TaskRequest, s *shard.Sha
 	return res, nil
 }
 
-func dKey(tr *TaskRequest) string { return tr.Job + "/" + strconv.Itoa(tr.Shard) }
+func dKey(tr *wire.TaskRequest) string { return tr.Job + "/" + strconv.Itoa(tr.Shard) }
 
 // shardRows puts the task's shard's rows [lo, hi) of D block db of model
 // version tr.Iteration-1 into md: derived from the rows and statistics
 // kept from the previous version when their CRC matches the task's, else
 // fetched. It returns the bytes fetched and whether the rows were derived.
-func (w *Worker) shardRows(ctx context.Context, tr *TaskRequest, md *factor.Model, db, lo, hi int) (int64, bool, error) {
+func (w *Worker) shardRows(ctx context.Context, tr *wire.TaskRequest, md *factor.Model, db, lo, hi int) (int64, bool, error) {
 	m, v := md.M, tr.Iteration-1
 	key := dKey(tr)
 	st := w.drows[key]
@@ -194,14 +195,14 @@ func (w *Worker) shardRows(ctx context.Context, tr *TaskRequest, md *factor.Mode
 		st.version, st.statIter, derived = v, 0, true
 	}
 	var fetched int64
-	if st.version != v || CRC(bytesOf(st.rows)) != tr.DCRC {
+	if st.version != v || wire.CRC(bytesOf(st.rows)) != tr.DCRC {
 		st.version, st.statIter, derived = -1, 0, false
-		at := (rawHeader + db*md.N*m + lo*m) * 8
-		if _, err := FetchBlobRange(ctx, w.nc, tr.ModelBlob, at, len(st.rows)*8, bytesOf(st.rows), nil); err != nil {
+		at := wire.RawHeaderBytes + (db*md.N*m+lo*m)*8
+		if _, err := wire.FetchBlobRange(ctx, w.nc, tr.ModelBlob, at, len(st.rows)*8, bytesOf(st.rows), nil); err != nil {
 			return 0, false, fmt.Errorf("worker: model %s: rows of shard %d: %w", tr.ModelObject, tr.Shard, err)
 		}
 		fetched = int64(len(st.rows) * 8)
-		if crc := CRC(bytesOf(st.rows)); crc != tr.DCRC {
+		if crc := wire.CRC(bytesOf(st.rows)); crc != tr.DCRC {
 			return fetched, false, fmt.Errorf("worker: model %s: rows of shard %d have CRC %s, task says %s", tr.ModelObject, tr.Shard, crc, tr.DCRC)
 		}
 		st.version = v
@@ -214,7 +215,7 @@ func (w *Worker) shardRows(ctx context.Context, tr *TaskRequest, md *factor.Mode
 // returns the avail function of factor.ComputeStreamed and a wait
 // function that returns once the fetch has ended, with its error or a CRC
 // mismatch. *fetched counts the bytes once wait returns.
-func (w *Worker) streamK(ctx context.Context, tr *TaskRequest, kt []float64, kb, m int, fetched *int64) (func(int) (int, error), func() error) {
+func (w *Worker) streamK(ctx context.Context, tr *wire.TaskRequest, kt []float64, kb, m int, fetched *int64) (func(int) (int, error), func() error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	cond := sync.NewCond(&mu)
@@ -224,8 +225,8 @@ func (w *Worker) streamK(ctx context.Context, tr *TaskRequest, kt []float64, kb,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, err := FetchBlobRange(ctx, w.nc, tr.ModelBlob, tr.KOffset+kb*len(buf), len(buf), buf, func(nb int) {
-			crc = crc32.Update(crc, castagnoli, buf[have:nb])
+		_, err := wire.FetchBlobRange(ctx, w.nc, tr.ModelBlob, tr.KOffset+kb*len(buf), len(buf), buf, func(nb int) {
+			crc = crc32.Update(crc, wire.Castagnoli, buf[have:nb])
 			mu.Lock()
 			have = nb
 			mu.Unlock()

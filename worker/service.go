@@ -20,6 +20,7 @@ import (
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Config configures a NATS worker.
@@ -56,7 +57,8 @@ type Stats struct {
 	ModelFetches   int64   `json:"model_fetches"`
 	BytesFetched   int64   `json:"bytes_fetched"`
 	BytesSent      int64   `json:"bytes_sent"`
-	// LargePartials counts partials sent through the Object Store.
+	// LargePartials counts partials too large for a reply, served as
+	// raw partial blobs.
 	LargePartials int64 `json:"large_partials"`
 	// DerivedRows counts tasks whose shard's rows of D the worker derived
 	// from the previous iteration instead of fetching them (model parts).
@@ -74,7 +76,7 @@ type Worker struct {
 	cfg   Config
 	svc   micro.Service
 	id    string
-	blobs *BlobServer
+	blobs *wire.BlobServer
 	nblob atomic.Int64
 	log   hclog.Logger
 
@@ -98,23 +100,28 @@ type Worker struct {
 	pmu   sync.Mutex
 	pbufs [][]byte
 
+	// ctx is the parent of every task's context; Stop cancels it (cause
+	// ErrStopped) and waits for the handlers in tasks. stopped, guarded by
+	// stopMu, turns away tasks that arrive after Stop began.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	tasks  sync.WaitGroup
+	stopMu sync.Mutex
+	stop   bool
+
 	// Guarded by smu, so that $SRV.STATS answers while a task runs.
 	smu     sync.Mutex
 	stats   Stats
 	running atomic.Int32
-
-	// stopped ends at Stop (and cuts a Delay short).
-	stopped context.Context
-	stop    context.CancelFunc
 }
 
 // Start registers a worker on nc. The caller keeps nc: Stop the worker,
 // then drain or close nc.
 func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
+		cfg.Prefix = wire.DefaultPrefix
 	}
-	if err := CheckPrefix(cfg.Prefix); err != nil {
+	if err := wire.CheckPrefix(cfg.Prefix); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -126,13 +133,13 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{nc: nc, js: js, cfg: cfg, stores: map[string]jetstream.ObjectStore{}, shards: map[string]*shard.Shard{},
 		kDig: map[string][]bool{}, drows: map[string]*dRows{}}
-	w.stopped, w.stop = context.WithCancel(context.Background())
+	w.ctx, w.cancel = context.WithCancelCause(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:         ServiceName,
-		Version:      ServiceVersion,
+		Name:         wire.ServiceName,
+		Version:      wire.ServiceVersion,
 		Description:  "emsf worker: statistics of shards under model versions",
 		Metadata:     map[string]string{"prefix": cfg.Prefix},
-		QueueGroup:   QueueGroup(cfg.Prefix),
+		QueueGroup:   wire.QueueGroup(cfg.Prefix),
 		StatsHandler: func(*micro.Endpoint) any { return w.Stats() },
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
 			w.log.Error("service error", "subject", e.Subject, "error", e.Description)
@@ -144,15 +151,15 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 	w.svc = svc
 	w.id = svc.Info().ID
 	w.log = cfg.Logger.Named("worker").With("worker_id", w.id)
-	if err := svc.AddEndpoint("task", micro.HandlerFunc(w.handle), micro.WithEndpointSubject(TaskSubject(cfg.Prefix))); err != nil {
+	if err := svc.AddEndpoint("task", micro.HandlerFunc(w.handle), micro.WithEndpointSubject(wire.TaskSubject(cfg.Prefix))); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("worker: add endpoint: %w", err)
 	}
-	if err := svc.AddEndpoint("task-direct", micro.HandlerFunc(w.handle), micro.WithEndpointSubject(DirectTaskSubject(cfg.Prefix, w.id))); err != nil {
+	if err := svc.AddEndpoint("task-direct", micro.HandlerFunc(w.handle), micro.WithEndpointSubject(wire.DirectTaskSubject(cfg.Prefix, w.id))); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("worker: add endpoint: %w", err)
 	}
-	if w.blobs, err = ServeBlobs(nc, cfg.Prefix, w.id, 4); err != nil {
+	if w.blobs, err = wire.ServeBlobs(nc, cfg.Prefix, w.id, 4); err != nil {
 		_ = svc.Stop()
 		return nil, err
 	}
@@ -163,18 +170,34 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 			w.pbufs = append(w.pbufs, b)
 		}
 	})
-	w.log.Info("worker started", "subject", TaskSubject(cfg.Prefix), "queue_group", QueueGroup(cfg.Prefix))
+	w.log.Info("worker started", "subject", wire.TaskSubject(cfg.Prefix), "queue_group", wire.QueueGroup(cfg.Prefix))
 	return w, nil
 }
 
 // ID returns the worker's service instance id.
 func (w *Worker) ID() string { return w.id }
 
-// Stop stops taking tasks; the task running finishes when the caller
-// drains the connection.
+// ErrStopped is the cause of a task's context ending because its worker
+// stopped.
+var ErrStopped = errors.New("worker: stopped")
+
+// Stop stops taking tasks, cancels the tasks running (they answer with an
+// error that names ErrStopped, so that the coordinator hands them out
+// again at once) and returns when their handlers have returned. The
+// caller then drains or closes the connection. A second Stop does
+// nothing.
 func (w *Worker) Stop() error {
-	w.stop()
-	if err := w.svc.Stop(); err != nil {
+	w.stopMu.Lock()
+	if w.stop {
+		w.stopMu.Unlock()
+		return nil
+	}
+	w.stop = true
+	w.stopMu.Unlock()
+	err := w.svc.Stop()
+	w.cancel(ErrStopped)
+	w.tasks.Wait()
+	if err != nil {
 		return fmt.Errorf("worker: stop: %w", err)
 	}
 	if err := w.blobs.Close(); err != nil {
@@ -182,6 +205,18 @@ func (w *Worker) Stop() error {
 	}
 	w.log.Info("worker stopped", "tasks", w.Stats().Tasks)
 	return nil
+}
+
+// begin registers a task handler with Stop, or reports that the worker
+// is stopping.
+func (w *Worker) begin() bool {
+	w.stopMu.Lock()
+	defer w.stopMu.Unlock()
+	if w.stop {
+		return false
+	}
+	w.tasks.Add(1)
+	return true
 }
 
 // Stats returns a snapshot of the worker's counters.
@@ -204,50 +239,52 @@ func (w *Worker) count(f func(*Stats)) {
 }
 
 func (w *Worker) handle(req micro.Request) {
-	hdr := micro.Headers{HeaderWorker: []string{w.id}}
-	var tr TaskRequest
+	hdr := micro.Headers{wire.HeaderWorker: []string{w.id}}
+	if !w.begin() {
+		w.fail(req, hdr, wire.CodeFailed, ErrStopped)
+		return
+	}
+	defer w.tasks.Done()
+	var tr wire.TaskRequest
 	if err := json.Unmarshal(req.Data(), &tr); err != nil {
-		w.fail(req, hdr, CodeFailed, fmt.Errorf("worker: bad task: %w", err))
+		w.fail(req, hdr, wire.CodeFailed, fmt.Errorf("worker: bad task: %w", err))
 		return
 	}
 	log := w.log.With("job", tr.Job, "iter", tr.Iteration, "shard", tr.Shard, "attempt", tr.Attempt)
 	if tr.Task().Avoids(w.id) {
 		w.count(func(s *Stats) { s.Declined++ })
-		_ = req.Error(CodeDeclined, "declined: this worker failed the task before", nil, micro.WithHeaders(hdr))
+		_ = req.Error(wire.CodeDeclined, "declined: this worker failed the task before", nil, micro.WithHeaders(hdr))
 		return
 	}
 	deadline := time.Unix(0, tr.Deadline)
 	if tr.Deadline != 0 && time.Now().After(deadline) {
 		w.count(func(s *Stats) { s.Expired++ })
-		_ = req.Error(CodeExpired, "expired before it started", nil, micro.WithHeaders(hdr))
+		_ = req.Error(wire.CodeExpired, "expired before it started", nil, micro.WithHeaders(hdr))
 		return
 	}
 	if tr.Started != "" {
 		_ = w.nc.Publish(tr.Started, []byte(w.id))
 	}
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	ctx, cancel := context.WithCancel(w.ctx)
 	if tr.Deadline != 0 {
-		ctx, cancel = context.WithDeadline(ctx, deadline)
+		ctx, cancel = context.WithDeadline(w.ctx, deadline)
 	}
 	defer cancel()
 	w.running.Add(1)
-	data, obj, fetched, compute, err := w.run(ctx, &tr, hdr)
+	data, fetched, compute, err := w.run(ctx, &tr, hdr)
 	w.running.Add(-1)
 	if err != nil {
 		log.Warn("task failed", "error", err)
-		w.fail(req, hdr, CodeFailed, err)
+		w.fail(req, hdr, wire.CodeFailed, err)
 		return
 	}
-	hdr[HeaderComputeNanos] = []string{strconv.FormatInt(int64(compute), 10)}
-	hdr[HeaderFetchBytes] = []string{strconv.FormatInt(fetched, 10)}
-	if obj != "" {
-		hdr[HeaderObject] = []string{obj}
-	}
+	hdr[wire.HeaderComputeNanos] = []string{strconv.FormatInt(int64(compute), 10)}
+	hdr[wire.HeaderFetchBytes] = []string{strconv.FormatInt(fetched, 10)}
 	if err := req.Respond(data, micro.WithHeaders(hdr)); err != nil {
 		log.Warn("reply failed", "error", err)
 		return
 	}
-	log.Trace("task done", "compute", compute, "bytes", len(data), "via_object", obj != "")
+	log.Trace("task done", "compute", compute, "bytes", len(data), "via_blob", data == nil)
 }
 
 func (w *Worker) fail(req micro.Request, hdr micro.Headers, code string, err error) {
@@ -255,28 +292,30 @@ func (w *Worker) fail(req micro.Request, hdr micro.Headers, code string, err err
 	_ = req.Error(code, err.Error(), nil, micro.WithHeaders(hdr))
 }
 
-// run computes a task: it returns the encoded partial (or the name of the
-// object holding it), the bytes fetched and the compute time.
-func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (data []byte, obj string, fetched int64, compute time.Duration, err error) {
+// run computes a task: it returns the encoded partial (nil when it is
+// served as a blob named in hdr), the bytes fetched and the compute time.
+func (w *Worker) run(ctx context.Context, tr *wire.TaskRequest, hdr micro.Headers) (data []byte, fetched int64, compute time.Duration, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	obs, err := w.store(ctx, tr.Bucket)
 	if err != nil {
-		return nil, "", 0, 0, err
+		return nil, 0, 0, err
 	}
 	s, nb, err := w.shard(ctx, obs, tr)
 	fetched += nb
 	if err != nil {
-		return nil, "", fetched, 0, err
+		return nil, fetched, 0, err
 	}
 	if w.cfg.Delay > 0 && tr.Iteration >= w.cfg.DelayFrom {
 		t := time.NewTimer(w.cfg.Delay)
 		select {
 		case <-t.C:
-		case <-ctx.Done():
-		case <-w.stopped.Done():
+		case <-ctx.Done(): // also at Stop: task contexts derive from w.ctx
 		}
 		t.Stop()
+	}
+	if ctx.Err() != nil {
+		return nil, fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, context.Cause(ctx))
 	}
 	var pr partsResult
 	err = errNoParts
@@ -284,74 +323,67 @@ func (w *Worker) run(ctx context.Context, tr *TaskRequest, hdr micro.Headers) (d
 		pr, err = w.computeParts(ctx, tr, s)
 		fetched += pr.fetched
 		if err != nil && !errors.Is(err, errNoParts) {
-			return nil, "", fetched, 0, err
+			return nil, fetched, 0, err
 		}
 	}
+	// The label names the shard and model version computed: with model
+	// parts, every part was checked against the task's CRCs, so the
+	// version is the task's; else it is the one the worker holds.
+	label := wire.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
 	if err == nil {
 		compute = pr.compute
-		hdr[HeaderModelNanos] = []string{strconv.FormatInt(int64(pr.model), 10)}
+		hdr[wire.HeaderModelNanos] = []string{strconv.FormatInt(int64(pr.model), 10)}
 	} else {
 		t0 := time.Now()
 		md, nb, err := w.model(ctx, obs, tr)
 		fetched += nb
 		if err != nil {
-			return nil, "", fetched, 0, err
+			return nil, fetched, 0, err
 		}
-		hdr[HeaderModelNanos] = []string{strconv.FormatInt(int64(time.Since(t0)), 10)}
+		hdr[wire.HeaderModelNanos] = []string{strconv.FormatInt(int64(time.Since(t0)), 10)}
+		label.ModelDigest = w.mdDig
 		t0 = time.Now()
 		if err := factor.Compute(md, s.Block, &w.scratch, &w.partial, tr.WithLogLik); err != nil {
-			return nil, "", fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
+			return nil, fetched, 0, fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
 		}
 		compute = time.Since(t0)
 	}
+	hdr[wire.HeaderPartialOf] = []string{label.String()}
 	te := time.Now()
-	defer func() { hdr[HeaderEncodeNanos] = []string{strconv.FormatInt(int64(time.Since(te)), 10)} }()
+	defer func() { hdr[wire.HeaderEncodeNanos] = []string{strconv.FormatInt(int64(time.Since(te)), 10)} }()
 	// Headers and protocol overhead ride along with the body: keep a
 	// margin below the server's limit.
 	limit := w.nc.MaxPayload() - 8<<10
-	if tr.BlobPartials && int64(RawPartialSize(&w.partial)) > limit {
-		// Served from memory as a raw partial until the coordinator has
-		// pulled it (at most a few are kept).
-		data = EncodeRawPartial(&w.partial, w.partialBuffer(RawPartialSize(&w.partial)))
-		name := fmt.Sprintf("p%d", w.nblob.Add(1))
-		hdr[HeaderBlob] = []string{w.blobs.Put(name, data)}
-		hdr[HeaderBlobSize] = []string{strconv.Itoa(len(data))}
-		hdr[HeaderBlobCRC] = []string{CRC(data)}
-		hdr[HeaderPartialOf] = []string{PartialOf(tr.Job, tr.Iteration, tr.Shard)}
-		w.count(func(st *Stats) {
-			st.Tasks++
-			st.NNZ += int64(s.NNZ)
-			st.ComputeSeconds += compute.Seconds()
-			st.BytesSent += int64(len(data))
-			st.LargePartials++
-		})
-		return nil, "", fetched, compute, nil
+	if int64(wire.RawPartialSize(&w.partial)) <= limit {
+		data, err = arrowio.EncodePartial(&w.partial, arrowio.PartialMeta{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, Worker: w.id})
+		if err != nil {
+			return nil, fetched, 0, fmt.Errorf("worker: encode partial of shard %d: %w", tr.Shard, err)
+		}
+		if int64(len(data)) <= limit {
+			w.count(func(st *Stats) {
+				st.Tasks++
+				st.NNZ += int64(s.NNZ)
+				st.ComputeSeconds += compute.Seconds()
+				st.BytesSent += int64(len(data))
+			})
+			return data, fetched, compute, nil
+		}
 	}
-	data, err = arrowio.EncodePartial(&w.partial, arrowio.PartialMeta{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, Worker: w.id})
-	if err != nil {
-		return nil, "", fetched, 0, fmt.Errorf("worker: encode partial of shard %d: %w", tr.Shard, err)
-	}
+	// Too large for the reply: served from memory as a raw partial until
+	// the coordinator has pulled it (at most a few are kept).
+	data = wire.EncodeRawPartial(&w.partial, w.partialBuffer(wire.RawPartialSize(&w.partial)))
+	name := fmt.Sprintf("p%d", w.nblob.Add(1))
+	hdr[wire.HeaderBlob] = []string{w.blobs.Put(name, data)}
+	hdr[wire.HeaderBlobSize] = []string{strconv.Itoa(len(data))}
+	hdr[wire.HeaderBlobCRC] = []string{wire.CRC(data)}
 	w.count(func(st *Stats) {
 		st.Tasks++
 		st.NNZ += int64(s.NNZ)
 		st.ComputeSeconds += compute.Seconds()
 		st.BytesSent += int64(len(data))
+		st.LargePartials++
 	})
-	if int64(len(data)) > w.nc.MaxPayload()-8<<10 {
-		pobs := obs
-		if tr.PartialBucket != "" {
-			if pobs, err = w.store(ctx, tr.PartialBucket); err != nil {
-				return nil, "", fetched, 0, err
-			}
-		}
-		obj = PartialObject(tr.Job, tr.Iteration, tr.Shard, w.id)
-		if _, err := PutObject(ctx, pobs, w.nc.MaxPayload(), obj, data); err != nil {
-			return nil, "", fetched, 0, fmt.Errorf("worker: store partial of shard %d: %w", tr.Shard, err)
-		}
-		w.count(func(s *Stats) { s.LargePartials++ })
-		data = nil
-	}
-	return data, obj, fetched, compute, nil
+	return nil, fetched, compute, nil
 }
 
 // partialBuffer returns a dropped raw partial buffer of at least size
@@ -370,7 +402,7 @@ func (w *Worker) partialBuffer(size int) []byte {
 
 func (w *Worker) store(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
 	if bucket == "" {
-		bucket = DefaultObjectBucket
+		bucket = wire.DefaultObjectBucket
 	}
 	if obs, ok := w.stores[bucket]; ok {
 		return obs, nil
@@ -384,7 +416,7 @@ func (w *Worker) store(ctx context.Context, bucket string) (jetstream.ObjectStor
 }
 
 // shard returns the task's shard from the cache or the Object Store.
-func (w *Worker) shard(ctx context.Context, obs jetstream.ObjectStore, tr *TaskRequest) (*shard.Shard, int64, error) {
+func (w *Worker) shard(ctx context.Context, obs jetstream.ObjectStore, tr *wire.TaskRequest) (*shard.Shard, int64, error) {
 	if s, ok := w.shards[tr.ShardChecksum]; ok {
 		return s, 0, nil
 	}
@@ -417,7 +449,7 @@ func (w *Worker) shard(ctx context.Context, obs jetstream.ObjectStore, tr *TaskR
 
 // model returns the task's model version, fetching it when it is not the
 // one cached.
-func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *TaskRequest) (*factor.Model, int64, error) {
+func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *wire.TaskRequest) (*factor.Model, int64, error) {
 	if w.md != nil && w.mdDig == tr.ModelDigest {
 		return w.md, 0, nil
 	}
@@ -450,19 +482,19 @@ func (w *Worker) model(ctx context.Context, obs jetstream.ObjectStore, tr *TaskR
 
 // rawModel fetches the task's model version from the coordinator's blob
 // (a raw model, see EncodeRawModel) into the model the worker keeps.
-func (w *Worker) rawModel(ctx context.Context, tr *TaskRequest) (*factor.Model, int64, error) {
-	data, err := FetchBlob(ctx, w.nc, tr.ModelBlob, tr.ModelSize, w.mdBuf)
+func (w *Worker) rawModel(ctx context.Context, tr *wire.TaskRequest) (*factor.Model, int64, error) {
+	data, err := wire.FetchBlob(ctx, w.nc, tr.ModelBlob, tr.ModelSize, w.mdBuf)
 	if err != nil {
 		return nil, 0, fmt.Errorf("worker: fetch model %s: %w", tr.ModelObject, err)
 	}
 	w.mdBuf = data
-	if err := CheckRawDigest(data, tr.ModelDigest); err != nil {
+	if err := wire.CheckRawDigest(data, tr.ModelDigest); err != nil {
 		return nil, int64(len(data)), err
 	}
 	// The kept model is overwritten: it is no longer the cached version.
 	w.mdDig = ""
 	clear(w.kDig)
-	md, err := DecodeRawModel(data, w.md)
+	md, err := wire.DecodeRawModel(data, w.md)
 	if err != nil {
 		return nil, int64(len(data)), err
 	}

@@ -4,19 +4,23 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // natsFlags are the connection flags shared by emsf fit (cluster mode) and
@@ -39,7 +43,7 @@ func (n *natsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.tlsCA, "tls-ca", "", "CA certificates file to verify the NATS server with")
 	fs.StringVar(&n.tlsCert, "tls-cert", "", "TLS client certificate file")
 	fs.StringVar(&n.tlsKey, "tls-key", "", "TLS client key file")
-	fs.StringVar(&n.prefix, "subject-prefix", worker.DefaultPrefix, "prefix of every NATS subject emsf uses")
+	fs.StringVar(&n.prefix, "subject-prefix", wire.DefaultPrefix, "prefix of every NATS subject emsf uses")
 }
 
 func (n *natsFlags) validate() error {
@@ -49,7 +53,7 @@ func (n *natsFlags) validate() error {
 	if n.password != "" && n.user == "" {
 		return usagef("--password needs --user")
 	}
-	if err := worker.CheckPrefix(n.prefix); err != nil {
+	if err := wire.CheckPrefix(n.prefix); err != nil {
 		return usagef("--subject-prefix %q: want dot-separated tokens of letters, digits, '-' and '_'", n.prefix)
 	}
 	return nil
@@ -71,10 +75,12 @@ type clusterFlags struct {
 	probeEvery    time.Duration
 	objectBucket  string
 	kvBucket      string
-	partialBucket string
 	replicas      int
 	job           string
 	resume        bool
+	// params are the fit's parameters (fitFlags.params), recorded in the
+	// job state and compared by --resume.
+	params map[string]string
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -85,12 +91,11 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.waitWorkers, "wait-workers", 30*time.Second, "cluster mode: how long to wait for --min-workers")
 	fs.DurationVar(&c.workerTimeout, "worker-timeout", 30*time.Second, "cluster mode: a task not answered within this is handed to another worker")
 	fs.DurationVar(&c.probeEvery, "worker-probe", time.Second, "cluster mode: how often the worker holding a task is pinged; one that no longer answers loses the task at once")
-	fs.StringVar(&c.objectBucket, "bucket-objects", worker.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and large partials")
-	fs.StringVar(&c.kvBucket, "bucket-jobs", worker.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
-	fs.StringVar(&c.partialBucket, "bucket-partials", worker.DefaultPartialBucket, "cluster mode: JetStream Object Store bucket (memory storage) for partials too large for a message")
+	fs.StringVar(&c.objectBucket, "bucket-objects", wire.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and job manifests")
+	fs.StringVar(&c.kvBucket, "bucket-jobs", wire.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
 	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
-	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket (same data and parameters)")
+	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
 }
 
 // enabled reports whether cluster mode was asked for.
@@ -118,19 +123,16 @@ func (c *clusterFlags) validate() error {
 	if c.probeEvery <= 0 {
 		return usagef("--worker-probe %v: must be > 0", c.probeEvery)
 	}
-	if worker.CheckBucket(c.objectBucket) != nil {
+	if wire.CheckBucket(c.objectBucket) != nil {
 		return usagef("--bucket-objects %q: want letters, digits, '-' and '_'", c.objectBucket)
 	}
-	if worker.CheckBucket(c.partialBucket) != nil {
-		return usagef("--bucket-partials %q: want letters, digits, '-' and '_'", c.partialBucket)
-	}
-	if worker.CheckBucket(c.kvBucket) != nil {
+	if wire.CheckBucket(c.kvBucket) != nil {
 		return usagef("--bucket-jobs %q: want letters, digits, '-' and '_'", c.kvBucket)
 	}
 	if c.replicas < 1 || c.replicas > 5 {
 		return usagef("--replicas %d: must be in [1, 5]", c.replicas)
 	}
-	if c.job != "" && worker.CheckBucket(c.job) != nil {
+	if c.job != "" && wire.CheckBucket(c.job) != nil {
 		return usagef("--job %q: want letters, digits, '-' and '_'", c.job)
 	}
 	return c.natsFlags.validate()
@@ -156,7 +158,7 @@ func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts facto
 // whatever workers serve --nats.
 func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts factor.FitOptions, workers int) (factor.FitResult, error) {
 	log := logger.Named("cluster")
-	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket, PartialBucket: c.partialBucket,
+	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket,
 		Replicas: c.replicas, ProbeEvery: c.probeEvery, Logger: logger}
 	var exec *natsexec.Executor
 	minWorkers := c.minWorkers
@@ -196,9 +198,15 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		defer exec.Close()
 	}
 	job := c.jobName(man, md, opts)
+	params := c.jobParams(md, opts)
+	if c.resume {
+		if err := c.checkResume(ctx, exec, job, params, man); err != nil {
+			return factor.FitResult{}, err
+		}
+	}
 	return coordinator.Fit(ctx, exec, shards, man, md, coordinator.Options{
 		Job:         job,
-		Params:      map[string]string{"m": strconv.Itoa(md.M), "tie": md.Tie.String(), "seed": strconv.FormatUint(md.Seed, 10)},
+		Params:      params,
 		Alpha:       opts.Alpha,
 		Converger:   opts.Converger,
 		Progress:    opts.Progress,
@@ -216,4 +224,64 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 				"rejected", r.Rejected, "workers", r.Workers, "sum_x", r.SumX)
 		},
 	})
+}
+
+// jobParams are the parameters recorded in the job state: the fit's
+// flags, with the order, tie and seed of this model and the converger of
+// this fit.
+func (c *clusterFlags) jobParams(md *factor.Model, opts factor.FitOptions) map[string]string {
+	p := maps.Clone(c.params)
+	if p == nil {
+		p = map[string]string{}
+	}
+	// The restart count is not a property of one restart's job.
+	delete(p, "restarts")
+	p["order"] = strconv.Itoa(md.M)
+	p["tie"] = md.Tie.String()
+	p["seed"] = strconv.FormatUint(md.Seed, 10)
+	p["alpha"] = strconv.FormatFloat(opts.Alpha, 'g', -1, 64)
+	p["tol"] = strconv.FormatFloat(opts.Converger.Tol, 'g', -1, 64)
+	p["iters"] = strconv.Itoa(opts.Converger.MaxIter)
+	return p
+}
+
+// checkResume refuses --resume when the job's checkpoint is of other data
+// or parameters, naming what differs. A job named after its data and
+// parameters (no --job) that has no checkpoint is compared with the last
+// job in the bucket instead: the run it means to resume had other data or
+// parameters, or there is none to resume (an empty bucket starts afresh).
+func (c *clusterFlags) checkResume(ctx context.Context, exec *natsexec.Executor, job string, params map[string]string, man *shard.Manifest) error {
+	// The same data under another path is the same job.
+	cmp := maps.Clone(params)
+	delete(cmp, "input")
+	st, _, err := exec.State(ctx, job)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("cluster: --resume: %w", err)
+	}
+	if err == nil && st.Iteration > 0 {
+		return withInput(coordinator.CheckResume(st, cmp, man), st, params)
+	}
+	if c.job != "" {
+		return nil // a named job without a checkpoint starts afresh
+	}
+	last, err := exec.LatestJob(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: --resume: %w", err)
+	}
+	if last == nil {
+		return nil
+	}
+	if err := coordinator.CheckResume(last, cmp, man); err != nil {
+		return fmt.Errorf("cluster: --resume: bucket %s has no checkpoint of job %s (named after this run's data and parameters); the last job there: %w",
+			c.kvBucket, job, withInput(err, last, params))
+	}
+	return nil
+}
+
+// withInput adds the input files to a resume error when they differ.
+func withInput(err error, st *coordinator.JobState, params map[string]string) error {
+	if err == nil || st.Params["input"] == params["input"] || st.Params["input"] == "" {
+		return err
+	}
+	return fmt.Errorf("%w (input %s in the checkpoint, %s now)", err, st.Params["input"], params["input"])
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // buildBinary builds emsf into a temporary directory.
@@ -173,7 +174,7 @@ func TestClusterKillWorker(t *testing.T) {
 	}
 	coordtest.CheckFor(t, coordtest.Patience, func() error {
 		coordinatorAlive()
-		kv, err := js.KeyValue(ctx, worker.DefaultKVBucket)
+		kv, err := js.KeyValue(ctx, wire.DefaultKVBucket)
 		if err != nil {
 			return err
 		}
@@ -198,7 +199,7 @@ func TestClusterKillWorker(t *testing.T) {
 		}
 		return fmt.Errorf("worker 0 did not print its id")
 	})
-	statsSubj, err := micro.ControlSubject(micro.StatsVerb, worker.ServiceName, id)
+	statsSubj, err := micro.ControlSubject(micro.StatsVerb, wire.ServiceName, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -236,6 +236,7 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 		var res factor.FitResult
 		var err error
 		if f.cluster.enabled() {
+			f.cluster.params = f.params(m)
 			res, err = fitCluster(ctx, &f.cluster, log, shards, man, md, opts, f.workers)
 		} else {
 			res, err = factor.Fit(ctx, md, blocks, opts)

@@ -268,7 +268,7 @@ func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead float64
 		// most boxCores cores together.
 		c.Cores = math.Min(float64(r.p), boxCores) / float64(r.p)
 		// Today's raw partial: an int32 index and Σx per row, an int32
-		// index per column (worker.EncodeRawPartial).
+		// index per column (wire.EncodeRawPartial).
 		wl := costmodel.Workload{N: r.n, M: r.m, U: r.u, NNZ: r.nnz, RowExtra: 12, ColExtra: 4}
 		est, err := costmodel.Evaluate(wl, costmodel.StarA, r.p, c)
 		if err != nil {

@@ -29,7 +29,7 @@ import (
 	"github.com/emsf/emsf/coordinator/service"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // serviceFlags are the flags shared by serve, publish, retrain and model:
@@ -55,10 +55,10 @@ func (f *serviceFlags) validate() error {
 	if err := service.CheckName(f.name); err != nil {
 		return usagef("--name: %v", err)
 	}
-	if worker.CheckBucket(f.stateBucket) != nil {
+	if wire.CheckBucket(f.stateBucket) != nil {
 		return usagef("--bucket-serve %q: want letters, digits, '-' and '_'", f.stateBucket)
 	}
-	if worker.CheckBucket(f.modelBucket) != nil {
+	if wire.CheckBucket(f.modelBucket) != nil {
 		return usagef("--bucket-models %q: want letters, digits, '-' and '_'", f.modelBucket)
 	}
 	return f.natsFlags.validate()

@@ -12,10 +12,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // runWorker is emsf worker: a NATS micro service computing shard
-// statistics until SIGINT/SIGTERM (ctx), after which it drains and exits 0.
+// statistics until SIGINT/SIGTERM (ctx), after which it stops (cancelling
+// the task it runs: the coordinator hands it out again), drains and exits 0.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -39,7 +41,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(fs.Output(), "Usage: emsf worker --nats URL [flags]\n\n"+
 			"Runs a cluster worker: a NATS micro service (%q, see 'nats micro ls') that computes the\n"+
 			"statistics of shards for 'emsf fit --nats URL'. Start as many as you like, anywhere;\n"+
-			"SIGINT or SIGTERM finishes the task at hand and exits.\n\nFlags:\n", worker.ServiceName)
+			"SIGINT or SIGTERM cancels the task at hand (the coordinator hands it to another worker) and exits.\n\nFlags:\n", wire.ServiceName)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -95,7 +97,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		nc.Close()
 		return fail(1, "%v", err)
 	}
-	fmt.Fprintf(stdout, "worker %s ready on %s\n", w.ID(), worker.TaskSubject(nf.prefix))
+	fmt.Fprintf(stdout, "worker %s ready on %s\n", w.ID(), wire.TaskSubject(nf.prefix))
 	select {
 	case <-ctx.Done():
 	case <-closed:

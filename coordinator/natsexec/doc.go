@@ -7,25 +7,36 @@
 // as "shards/<checksum>" (skipped when an object of that name and size is
 // there already, so a rerun uploads nothing) and cached by the workers.
 // Each iteration's model version is served by the coordinator from memory
-// as a raw model blob (worker.EncodeRawModel; CRC-32C plus a nonce as its
+// as a raw model blob (wire.EncodeRawModel; CRC-32C plus a nonce as its
 // digest) that workers pull in chunk requests below max payload (the
 // reader sets the pace: no slow-consumer drops). Tasks also carry the
-// CRC-32C of each K block and of the shard's rows of D (worker protocol
-// 1.1, "model parts"): a worker fetches only the byte ranges its shard
-// reads, K while it computes, and derives its shard's rows of D from the
-// previous iteration when their CRC matches; a 1.0 worker ignores them
-// and pulls the whole blob. A worker's partial too
-// large for its reply is served by the worker the same way (a raw partial
-// the coordinator reads in place). Nothing on an iteration's critical path
+// CRC-32C of each K block and of the shard's rows of D ("model parts"): a
+// worker fetches only the byte ranges its shard reads, K while it
+// computes, and derives its shard's rows of D from the previous iteration
+// when their CRC matches. A worker's partial too large for its reply is
+// served by the worker the same way (a raw partial the coordinator reads
+// in place). Nothing on an iteration's critical path
 // is written to JetStream storage. The checkpoint of iteration v, the
 // Arrow model file "models/<job>/<v>" with its SHA-256 digest in the job
 // state, is stored in the background while iteration v+1 runs; the next
 // commit waits for it, and the last commit stores before it returns. A
 // version loaded by Resume is read from that object. Object Store chunks
 // are as large as max payload allows (at most 1 MiB), and its Get uses an
-// ordered consumer with flow control. With an older worker protocol,
-// large partials still go through "partials/..." objects in a memory
-// bucket. No message exceeds the server's max payload.
+// ordered consumer with flow control. No message exceeds the server's max
+// payload. Workers of protocol 1.x (no partial labels, Object Store
+// partials, chunk requests without a length) are not spoken to any more:
+// their partials fail the label check.
+//
+// Authenticity: every partial reply carries its wire.Label (job,
+// iteration, shard, the checksum of the shard computed and the digest of
+// the model version computed on); the executor drops a partial whose label
+// is not exactly the task's, whose transfer CRC or encoding is wrong,
+// whose values fail factor.CheckPartialValues, or whose log-likelihood is
+// NaN where the iteration asked for it, and reports it as the task's
+// error (the coordinator hands the task out again). A worker with
+// Config.QuarantineAfter such partials (default 3) is quarantined: logged
+// with its id, left out of direct hand-outs, named in every task's Avoid,
+// and its answers are dropped.
 //
 // Shard affinity: the first hand-out of shard k goes to the k-th worker of
 // the last census (sorted ids) on its own subject <prefix>.task.<id>, so
@@ -45,4 +56,11 @@
 // an Update on the revision of the previous write, so a coordinator that
 // was paused while another took over the job fails instead of committing
 // twice. Committed iterations are announced on <prefix>.jobs.<job>.committed.
+//
+// Files by concern: config.go (Config), exec.go (Executor, New, Close),
+// storage.go (shards and model versions: Object Store and served blobs),
+// census.go (which workers are alive), dispatch.go (tasks out, partials
+// in, liveness probes), quarantine.go (rejected partials and quarantined
+// workers), checkpoint.go (job state in KV, commits, resume),
+// embedded.go and local.go (an embedded server and in-process cluster).
 package natsexec

@@ -10,7 +10,7 @@ import (
 
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Mode is how a retrain uses the data.
@@ -47,7 +47,7 @@ const (
 type Config struct {
 	// Name is the model name the service owns (letters, digits, '-', '_').
 	Name string
-	// Prefix is the subject prefix (default worker.DefaultPrefix).
+	// Prefix is the subject prefix (default wire.DefaultPrefix).
 	Prefix string
 	// Mode is ModeRefit (default) or ModeIncremental.
 	Mode Mode
@@ -111,7 +111,7 @@ type Config struct {
 
 func (c *Config) defaults() error {
 	if c.Prefix == "" {
-		c.Prefix = worker.DefaultPrefix
+		c.Prefix = wire.DefaultPrefix
 	}
 	if c.Mode == "" {
 		c.Mode = ModeRefit
@@ -156,8 +156,8 @@ func (c *Config) defaults() error {
 	switch {
 	case CheckName(c.Name) != nil:
 		return fmt.Errorf("service: %w", CheckName(c.Name))
-	case worker.CheckPrefix(c.Prefix) != nil:
-		return fmt.Errorf("service: %w", worker.CheckPrefix(c.Prefix))
+	case wire.CheckPrefix(c.Prefix) != nil:
+		return fmt.Errorf("service: %w", wire.CheckPrefix(c.Prefix))
 	case c.Mode != ModeRefit && c.Mode != ModeIncremental:
 		return fmt.Errorf("service: mode %q: want refit or incremental", c.Mode)
 	case c.UseWorkers != WorkersAuto && c.UseWorkers != WorkersAlways && c.UseWorkers != WorkersNever:
@@ -168,10 +168,10 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("service: alpha %v: must be in (0, 1]", c.Alpha)
 	case c.MaxIter < 0 || c.Tol < 0 || c.EtaMax < 0 || c.Every < 0 || c.Interval < 0 || c.States < 0 || c.Actions < 0:
 		return fmt.Errorf("service: negative limit in %+v", *c)
-	case worker.CheckBucket(c.StateBucket) != nil:
-		return fmt.Errorf("service: %w", worker.CheckBucket(c.StateBucket))
-	case worker.CheckBucket(c.ModelBucket) != nil:
-		return fmt.Errorf("service: %w", worker.CheckBucket(c.ModelBucket))
+	case wire.CheckBucket(c.StateBucket) != nil:
+		return fmt.Errorf("service: %w", wire.CheckBucket(c.StateBucket))
+	case wire.CheckBucket(c.ModelBucket) != nil:
+		return fmt.Errorf("service: %w", wire.CheckBucket(c.ModelBucket))
 	}
 	return nil
 }

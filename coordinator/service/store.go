@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/arrowio"
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Version describes one model version: the JSON of NAME.latest, of every
@@ -152,7 +152,7 @@ func OpenStoresReadOnly(ctx context.Context, js jetstream.JetStream, stateBucket
 // put stores data as object name with metadata meta, in chunks below the
 // server's max payload.
 func (st *Stores) put(ctx context.Context, maxPayload int64, name string, data []byte, meta map[string]string) error {
-	if _, err := worker.PutObjectMeta(ctx, st.Models, maxPayload, jetstream.ObjectMeta{Name: name, Metadata: meta}, data); err != nil {
+	if _, err := wire.PutObjectMeta(ctx, st.Models, maxPayload, jetstream.ObjectMeta{Name: name, Metadata: meta}, data); err != nil {
 		return fmt.Errorf("service: store %s: %w", name, err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package worker
+package wire
 
 import (
 	"encoding/binary"
@@ -26,7 +26,9 @@ const (
 // RawHeaderBytes is the size of a raw model's header.
 const RawHeaderBytes = rawHeader * 8
 
-var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+// LittleEndian reports whether this machine stores numbers little-endian
+// (then raw models and partials are read and written in place).
+var LittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // EncodeRawModel returns md as a raw model and a model that shares the
 // raw model's memory (a snapshot of md that stays valid while the bytes
@@ -54,7 +56,7 @@ func EncodeRawModel(md *factor.Model) ([]byte, *factor.Model) {
 		off += nm
 	}
 	data := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
-	if !littleEndian {
+	if !LittleEndian {
 		for k, w := range words {
 			binary.LittleEndian.PutUint64(data[k*8:], *(*uint64)(unsafe.Pointer(&w)))
 		}
@@ -70,20 +72,20 @@ func float64frombits(b uint64) float64 { return *(*float64)(unsafe.Pointer(&b)) 
 // (overwriting it), else into a new model. It checks the header and the
 // size; the caller validates the values.
 func DecodeRawModel(data []byte, into *factor.Model) (*factor.Model, error) {
-	sh, err := parseRawHeader(data)
+	sh, err := ParseRawHeader(data)
 	if err != nil {
 		return nil, err
 	}
-	if want := sh.size(); len(data) != want {
-		return nil, fmt.Errorf("worker: raw model: %d bytes, want %d", len(data), want)
+	if want := sh.Size(); len(data) != want {
+		return nil, fmt.Errorf("wire: raw model: %d bytes, want %d", len(data), want)
 	}
-	md := sh.model(into)
-	nm := sh.n * sh.m
+	md := sh.Model(into)
+	nm := sh.N * sh.M
 	off := rawHeader * 8
 	for _, blocks := range [][][]float64{md.D, md.KT} {
 		for _, b := range blocks {
 			src := data[off : off+nm*8]
-			if littleEndian {
+			if LittleEndian {
 				copy(unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), nm*8), src)
 			} else {
 				for k := range b {
@@ -96,17 +98,18 @@ func DecodeRawModel(data []byte, into *factor.Model) (*factor.Model, error) {
 	return md, nil
 }
 
-// rawShape is the shape a raw model's header gives.
-type rawShape struct {
-	n, m, u, nd, nk int
-	tie             factor.Tie
+// RawShape is the shape a raw model's header gives: N, M, U and Tie of
+// the model and its numbers of D and K blocks.
+type RawShape struct {
+	N, M, U, ND, NK int
+	Tie             factor.Tie
 }
 
-// parseRawHeader reads and checks the header of a raw model (its first
-// rawHeader·8 bytes).
-func parseRawHeader(data []byte) (rawShape, error) {
+// ParseRawHeader reads and checks the header of a raw model (its first
+// RawHeaderBytes bytes).
+func ParseRawHeader(data []byte) (RawShape, error) {
 	if len(data) < rawHeader*8 {
-		return rawShape{}, errors.New("worker: raw model: short header")
+		return RawShape{}, errors.New("wire: raw model: short header")
 	}
 	var hdr [rawHeader]int64
 	for k := range hdr {
@@ -115,26 +118,26 @@ func parseRawHeader(data []byte) (rawShape, error) {
 	n, m, u, tie, nd, nk := hdr[1], hdr[2], hdr[3], factor.Tie(hdr[4]), hdr[5], hdr[6]
 	switch {
 	case hdr[0] != rawMagic:
-		return rawShape{}, errors.New("worker: raw model: bad magic")
+		return RawShape{}, errors.New("wire: raw model: bad magic")
 	case n < 1 || m < 1 || u < 1 || n > 1<<31 || m > 1<<20 || u > 1<<20:
-		return rawShape{}, fmt.Errorf("worker: raw model: bad shape n=%d m=%d u=%d", n, m, u)
+		return RawShape{}, fmt.Errorf("wire: raw model: bad shape n=%d m=%d u=%d", n, m, u)
 	case !validTie(tie) || nd != int64(factor.NumD(int(u), tie)) || nk != int64(factor.NumK(int(u), tie)):
-		return rawShape{}, fmt.Errorf("worker: raw model: %d D and %d K blocks do not fit u=%d tie=%v", nd, nk, u, tie)
+		return RawShape{}, fmt.Errorf("wire: raw model: %d D and %d K blocks do not fit u=%d tie=%v", nd, nk, u, tie)
 	}
-	return rawShape{n: int(n), m: int(m), u: int(u), nd: int(nd), nk: int(nk), tie: tie}, nil
+	return RawShape{N: int(n), M: int(m), U: int(u), ND: int(nd), NK: int(nk), Tie: tie}, nil
 }
 
-// size is the byte size of a raw model of this shape.
-func (sh rawShape) size() int { return (rawHeader + (sh.nd+sh.nk)*sh.n*sh.m) * 8 }
+// Size is the byte size of a raw model of this shape.
+func (sh RawShape) Size() int { return (rawHeader + (sh.ND+sh.NK)*sh.N*sh.M) * 8 }
 
-// dOffset and kOffset are the byte offsets of D block b and K block b.
-func (sh rawShape) dOffset(b int) int { return (rawHeader + b*sh.n*sh.m) * 8 }
-func (sh rawShape) kOffset(b int) int { return (rawHeader + (sh.nd+b)*sh.n*sh.m) * 8 }
+// DOffset and KOffset are the byte offsets of D block b and K block b.
+func (sh RawShape) DOffset(b int) int { return (rawHeader + b*sh.N*sh.M) * 8 }
+func (sh RawShape) KOffset(b int) int { return (rawHeader + (sh.ND+b)*sh.N*sh.M) * 8 }
 
-// model returns into when it has this shape, else a new model.
-func (sh rawShape) model(into *factor.Model) *factor.Model {
-	if into == nil || into.N != sh.n || into.M != sh.m || into.U != sh.u || into.Tie != sh.tie {
-		return factor.NewModel(sh.n, sh.m, sh.u, sh.tie)
+// Model returns into when it has this shape, else a new model.
+func (sh RawShape) Model(into *factor.Model) *factor.Model {
+	if into == nil || into.N != sh.N || into.M != sh.M || into.U != sh.U || into.Tie != sh.Tie {
+		return factor.NewModel(sh.N, sh.M, sh.U, sh.Tie)
 	}
 	return into
 }
@@ -143,25 +146,25 @@ func (sh rawShape) model(into *factor.Model) *factor.Model {
 // (EncodeRawModel) and the CRC-32C (hex) of each K block and of each given
 // row range [lo, hi) of each D block, for TaskRequest.KCRCs and DCRC.
 func RawModelParts(data []byte, dRanges []RowRange) (kOffset int, kCRCs, dCRCs []string, err error) {
-	sh, err := parseRawHeader(data)
+	sh, err := ParseRawHeader(data)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	if len(data) != sh.size() {
-		return 0, nil, nil, fmt.Errorf("worker: raw model: %d bytes, want %d", len(data), sh.size())
+	if len(data) != sh.Size() {
+		return 0, nil, nil, fmt.Errorf("wire: raw model: %d bytes, want %d", len(data), sh.Size())
 	}
-	nm := sh.n * sh.m * 8
-	for b := range sh.nk {
-		kCRCs = append(kCRCs, CRC(data[sh.kOffset(b):sh.kOffset(b)+nm]))
+	nm := sh.N * sh.M * 8
+	for b := range sh.NK {
+		kCRCs = append(kCRCs, CRC(data[sh.KOffset(b):sh.KOffset(b)+nm]))
 	}
 	for _, r := range dRanges {
-		if r.Block < 0 || r.Block >= sh.nd || r.Lo < 0 || r.Lo > r.Hi || r.Hi > sh.n {
-			return 0, nil, nil, fmt.Errorf("worker: raw model: rows [%d, %d) of D block %d out of range", r.Lo, r.Hi, r.Block)
+		if r.Block < 0 || r.Block >= sh.ND || r.Lo < 0 || r.Lo > r.Hi || r.Hi > sh.N {
+			return 0, nil, nil, fmt.Errorf("wire: raw model: rows [%d, %d) of D block %d out of range", r.Lo, r.Hi, r.Block)
 		}
-		at := sh.dOffset(r.Block)
-		dCRCs = append(dCRCs, CRC(data[at+r.Lo*sh.m*8:at+r.Hi*sh.m*8]))
+		at := sh.DOffset(r.Block)
+		dCRCs = append(dCRCs, CRC(data[at+r.Lo*sh.M*8:at+r.Hi*sh.M*8]))
 	}
-	return sh.kOffset(0), kCRCs, dCRCs, nil
+	return sh.KOffset(0), kCRCs, dCRCs, nil
 }
 
 // RowRange is rows [Lo, Hi) of D block Block.
@@ -177,10 +180,10 @@ func CheckRawDigest(data []byte, digest string) error {
 	rest, ok := strings.CutPrefix(digest, "raw-")
 	crc, _, ok2 := strings.Cut(rest, "-")
 	if !ok || !ok2 {
-		return fmt.Errorf("worker: raw model digest %q is malformed", digest)
+		return fmt.Errorf("wire: raw model digest %q is malformed", digest)
 	}
 	if got := CRC(data); got != crc {
-		return fmt.Errorf("worker: raw model has CRC %s, digest %s says %s", got, digest, crc)
+		return fmt.Errorf("wire: raw model has CRC %s, digest %s says %s", got, digest, crc)
 	}
 	return nil
 }

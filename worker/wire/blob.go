@@ -1,4 +1,4 @@
-package worker
+package wire
 
 import (
 	"context"
@@ -59,8 +59,7 @@ func (b *BlobServer) SetOnDrop(f func([]byte)) {
 }
 
 // ServeBlobs subscribes to BlobSubject(prefix, id).* on nc. Each request's
-// body is a decimal byte offset, optionally followed by a comma and a
-// decimal length (protocol 1.1); the reply is the chunk there (at most
+// body is a decimal byte offset, a comma and a decimal length; the reply is the chunk there (at most
 // that long; empty past the end), or a reply with header Emsf-Blob-Error
 // when the blob is gone.
 func ServeBlobs(nc *nats.Conn, prefix, id string, keep int) (*BlobServer, error) {
@@ -70,7 +69,7 @@ func ServeBlobs(nc *nats.Conn, prefix, id string, keep int) (*BlobServer, error)
 	b := &BlobServer{nc: nc, base: BlobSubject(prefix, id), chunk: blobChunk(nc), max: keep, blobs: map[string][]byte{}}
 	sub, err := nc.Subscribe(b.base+".*", b.serve)
 	if err != nil {
-		return nil, fmt.Errorf("worker: serve blobs: %w", err)
+		return nil, fmt.Errorf("wire: serve blobs: %w", err)
 	}
 	// Requests are small; never drop them.
 	_ = sub.SetPendingLimits(-1, -1)
@@ -95,11 +94,14 @@ func (b *BlobServer) serve(m *nats.Msg) {
 		}
 		return
 	}
-	// "off" or (protocol 1.1) "off,len".
+	// "off,len".
 	offs, lens, hasLen := strings.Cut(string(m.Data), ",")
 	off, err := strconv.Atoi(offs)
-	n := b.chunk
-	if hasLen && err == nil {
+	n := 0
+	if !hasLen && err == nil {
+		err = errors.New("no length")
+	}
+	if err == nil {
 		if n, err = strconv.Atoi(lens); err == nil && n < 0 {
 			err = errors.New("negative length")
 		}
@@ -111,7 +113,7 @@ func (b *BlobServer) serve(m *nats.Msg) {
 	reply := nats.NewMsg(m.Reply)
 	switch {
 	case err != nil || off < 0:
-		reply.Header.Set(HeaderBlobError, "bad offset")
+		reply.Header.Set(HeaderBlobError, "bad request: want offset,length")
 	case !ok:
 		reply.Header.Set(HeaderBlobError, "no blob "+name)
 	default:
@@ -153,7 +155,7 @@ func DropBlob(nc *nats.Conn, subject string) {
 // Close stops serving.
 func (b *BlobServer) Close() error {
 	if err := b.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		return fmt.Errorf("worker: blob server: %w", err)
+		return fmt.Errorf("wire: blob server: %w", err)
 	}
 	return nil
 }
@@ -165,7 +167,7 @@ const blobWindow = 4
 // too small) with up to blobWindow chunk requests in flight, and returns
 // it.
 func FetchBlob(ctx context.Context, nc *nats.Conn, subject string, size int, buf []byte) ([]byte, error) {
-	return fetchBlob(ctx, nc, subject, 0, size, buf, nil, false)
+	return FetchBlobRange(ctx, nc, subject, 0, size, buf, nil)
 }
 
 // FetchBlobRange pulls bytes [off, off+size) of a blob from subject into
@@ -173,16 +175,9 @@ func FetchBlob(ctx context.Context, nc *nats.Conn, subject string, size int, buf
 // if set, is called with the length of the prefix of the range in place
 // each time it grows, in order and from one goroutine at a time, so that
 // a reader can use the first bytes while later ones are in flight.
-//
-// It asks for lengths where a chunk is shorter than a whole one (protocol
-// 1.1): use it only with a blob server of that protocol.
 func FetchBlobRange(ctx context.Context, nc *nats.Conn, subject string, off, size int, buf []byte, progress func(n int)) ([]byte, error) {
-	return fetchBlob(ctx, nc, subject, off, size, buf, progress, true)
-}
-
-func fetchBlob(ctx context.Context, nc *nats.Conn, subject string, off, size int, buf []byte, progress func(n int), withLen bool) ([]byte, error) {
 	if size < 0 || off < 0 {
-		return nil, fmt.Errorf("worker: blob %s: range [%d, %d+%d)", subject, off, off, size)
+		return nil, fmt.Errorf("wire: blob %s: range [%d, %d+%d)", subject, off, off, size)
 	}
 	if cap(buf) < size {
 		buf = make([]byte, size)
@@ -213,13 +208,7 @@ func fetchBlob(ctx context.Context, nc *nats.Conn, subject string, off, size int
 			defer func() { <-sem }()
 			at := k * chunk
 			want := min(chunk, size-at)
-			body := strconv.Itoa(off + at)
-			if withLen && want < chunk {
-				// A range that ends before the blob does: ask for its
-				// length only (servers of protocol 1.0 know only offsets;
-				// they are asked for whole chunks and blob ends).
-				body += "," + strconv.Itoa(want)
-			}
+			body := strconv.Itoa(off+at) + "," + strconv.Itoa(want)
 			m, err := nc.RequestWithContext(ctx, subject, []byte(body))
 			switch {
 			case err != nil:
@@ -232,7 +221,7 @@ func fetchBlob(ctx context.Context, nc *nats.Conn, subject string, off, size int
 			}
 			if err != nil {
 				select {
-				case errs <- fmt.Errorf("worker: fetch blob %s: %w", subject, err):
+				case errs <- fmt.Errorf("wire: fetch blob %s: %w", subject, err):
 				default:
 				}
 				cancel()
@@ -260,15 +249,16 @@ func fetchBlob(ctx context.Context, nc *nats.Conn, subject string, off, size int
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("worker: fetch blob %s: %w", subject, err)
+		return nil, fmt.Errorf("wire: fetch blob %s: %w", subject, err)
 	}
 	return buf, nil
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// Castagnoli is the CRC-32C table of every CRC of the protocol (CRC).
+var Castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // CRC is the checksum of a partial blob (CRC-32C, hex): it guards the
 // transfer; the partial's content is checked by the coordinator.
 func CRC(data []byte) string {
-	return strconv.FormatUint(uint64(crc32.Checksum(data, castagnoli)), 16)
+	return strconv.FormatUint(uint64(crc32.Checksum(data, Castagnoli)), 16)
 }

@@ -1,4 +1,4 @@
-package worker
+package wire
 
 import (
 	"encoding/binary"
@@ -50,7 +50,7 @@ func EncodeRawPartial(p *factor.Partial, buf []byte) []byte {
 		off += pad8(4 * len(idx))
 	}
 	for _, xs := range [][]float64{p.X, p.Dh, p.KhT, p.Y} {
-		if littleEndian && len(xs) > 0 {
+		if LittleEndian && len(xs) > 0 {
 			copy(buf[off:], unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 8*len(xs)))
 		} else {
 			for k, v := range xs {
@@ -77,28 +77,28 @@ func AlignedBuffer(size int) []byte {
 // memory; otherwise they are copies.
 func DecodeRawPartial(data []byte) (*factor.Partial, error) {
 	if len(data) < rawHeader*8 {
-		return nil, errors.New("worker: raw partial: short header")
+		return nil, errors.New("wire: raw partial: short header")
 	}
 	var hdr [rawHeader]uint64
 	for k := range hdr {
 		hdr[k] = binary.LittleEndian.Uint64(data[k*8:])
 	}
 	if hdr[0] != rawPartialMagic {
-		return nil, errors.New("worker: raw partial: bad magic")
+		return nil, errors.New("wire: raw partial: bad magic")
 	}
 	const lim = 1 << 31
 	for k, name := range []string{"action", "m", "rows", "cols", "nonzeros"} {
 		if hdr[k+1] >= lim {
-			return nil, fmt.Errorf("worker: raw partial: %s %d out of range", name, hdr[k+1])
+			return nil, fmt.Errorf("wire: raw partial: %s %d out of range", name, hdr[k+1])
 		}
 	}
 	m, nr, nc := int(hdr[2]), int(hdr[3]), int(hdr[4])
 	p := &factor.Partial{Action: int(hdr[1]), NNZ: int(hdr[5]), SumX: math.Float64frombits(hdr[6]), LogLik: math.Float64frombits(hdr[7])}
 	want := rawHeader*8 + pad8(4*nr) + pad8(4*nc) + 8*(nr+(nr+nc)*m+m)
 	if m < 1 || len(data) != want {
-		return nil, fmt.Errorf("worker: raw partial: %d bytes for m=%d, %d rows, %d cols: want %d", len(data), m, nr, nc, want)
+		return nil, fmt.Errorf("wire: raw partial: %d bytes for m=%d, %d rows, %d cols: want %d", len(data), m, nr, nc, want)
 	}
-	inPlace := littleEndian && uintptr(unsafe.Pointer(&data[0]))%8 == 0
+	inPlace := LittleEndian && uintptr(unsafe.Pointer(&data[0]))%8 == 0
 	off := rawHeader * 8
 	ints := func(n int) []int32 {
 		src := data[off : off+4*n]

@@ -1,4 +1,4 @@
-package worker
+package wire
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,26 +22,21 @@ const (
 	// DefaultObjectBucket is the Object Store bucket of shards, models and
 	// large partials.
 	DefaultObjectBucket = "emsf-blobs"
-	// DefaultPartialBucket is the Object Store bucket of partials too
-	// large for a message: memory storage, they live for one iteration.
-	DefaultPartialBucket = "emsf-partials"
 	// DefaultKVBucket is the KV bucket of job state.
 	DefaultKVBucket = "emsf-jobs"
 	// ServiceName is the micro service name of workers.
 	ServiceName = "emsf-worker"
-	// ServiceVersion is the protocol version workers announce. 1.1.0 adds
-	// model parts (TaskRequest.KCRCs): a 1.0 worker ignores them and
-	// fetches the whole model blob.
-	ServiceVersion = "1.1.0"
+	// ServiceVersion is the protocol version workers announce. 2.0.0:
+	// every partial reply carries its Label (a 1.x partial is rejected),
+	// a partial too large for the reply is always a blob (no Object Store
+	// partials), and every blob chunk request names its length.
+	ServiceVersion = "2.0.0"
 )
 
 // Reply headers.
 const (
 	// HeaderWorker names the worker that answered.
 	HeaderWorker = "Emsf-Worker"
-	// HeaderObject names the Object Store object holding a partial too
-	// large for a message; the reply body is then empty.
-	HeaderObject = "Emsf-Object"
 	// HeaderComputeNanos is the time the worker spent computing (with
 	// model parts, including waits for K rows in flight);
 	// HeaderModelNanos the time it spent getting the model before that,
@@ -53,8 +50,8 @@ const (
 	HeaderBlob     = "Emsf-Blob"
 	HeaderBlobSize = "Emsf-Blob-Size"
 	HeaderBlobCRC  = "Emsf-Blob-Crc"
-	// HeaderPartialOf names the task a raw partial blob answers (see
-	// PartialOf).
+	// HeaderPartialOf is the Label of the partial a reply carries or
+	// names.
 	HeaderPartialOf = "Emsf-Partial-Of"
 	// HeaderFetchBytes is how many bytes the worker fetched from the Object
 	// Store for this task (0 when the shard and model were cached).
@@ -77,11 +74,11 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // of letters, digits, '-' and '_' separated by dots.
 func CheckPrefix(p string) error {
 	if p == "" {
-		return fmt.Errorf("worker: empty subject prefix")
+		return fmt.Errorf("wire: empty subject prefix")
 	}
 	tok := regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
 	if !tok.MatchString(p) {
-		return fmt.Errorf("worker: subject prefix %q: want dot-separated tokens of letters, digits, '-' and '_'", p)
+		return fmt.Errorf("wire: subject prefix %q: want dot-separated tokens of letters, digits, '-' and '_'", p)
 	}
 	return nil
 }
@@ -89,7 +86,7 @@ func CheckPrefix(p string) error {
 // CheckBucket returns an error unless b is a valid bucket name.
 func CheckBucket(b string) error {
 	if !namePattern.MatchString(b) {
-		return fmt.Errorf("worker: bucket name %q: want letters, digits, '-' and '_'", b)
+		return fmt.Errorf("wire: bucket name %q: want letters, digits, '-' and '_'", b)
 	}
 	return nil
 }
@@ -113,12 +110,56 @@ func ShardObject(checksum string) string { return "shards/" + checksum }
 // iterations) of a job.
 func ModelObject(job string, v int) string { return fmt.Sprintf("models/%s/%d", job, v) }
 
-// PartialOf is the value of HeaderPartialOf: job, iteration and shard.
-func PartialOf(job string, iter, shard int) string { return fmt.Sprintf("%s/%d/%d", job, iter, shard) }
+// Label names what a partial answers and what it was computed from: the
+// task's job, iteration and shard, the checksum of the shard the worker
+// computed and the digest of the model version it computed it on. Every
+// partial reply carries its label (HeaderPartialOf); the coordinator drops
+// a partial whose label is not exactly that of the task it handed out, so
+// that a partial of an earlier model version relabelled as the current
+// iteration (a stale cache, a replay) never changes the model.
+type Label struct {
+	Job           string
+	Iteration     int
+	Shard         int
+	ShardChecksum string
+	ModelDigest   string
+}
 
-// PartialObject is the Object Store name of a large partial.
-func PartialObject(job string, iter, shard int, worker string) string {
-	return fmt.Sprintf("partials/%s/%d/%d/%s", job, iter, shard, worker)
+// String is the label as HeaderPartialOf carries it:
+// job/iteration/shard/shard-checksum/model-digest.
+func (l Label) String() string {
+	return fmt.Sprintf("%s/%d/%d/%s/%s", l.Job, l.Iteration, l.Shard, l.ShardChecksum, l.ModelDigest)
+}
+
+// ParseLabel reads a label written by Label.String.
+func ParseLabel(s string) (Label, error) {
+	f := strings.Split(s, "/")
+	if len(f) != 5 {
+		return Label{}, fmt.Errorf("wire: partial label %q: want job/iteration/shard/shard-checksum/model-digest", s)
+	}
+	it, err1 := strconv.Atoi(f[1])
+	sh, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
+		return Label{}, fmt.Errorf("wire: partial label %q: iteration and shard must be integers", s)
+	}
+	return Label{Job: f[0], Iteration: it, Shard: sh, ShardChecksum: f[3], ModelDigest: f[4]}, nil
+}
+
+// Check returns an error naming the first field in which l differs from
+// want, or nil.
+func (l Label) Check(want Label) error {
+	for _, f := range []struct{ name, got, want string }{
+		{"job", l.Job, want.Job},
+		{"iteration", strconv.Itoa(l.Iteration), strconv.Itoa(want.Iteration)},
+		{"shard", strconv.Itoa(l.Shard), strconv.Itoa(want.Shard)},
+		{"shard checksum", l.ShardChecksum, want.ShardChecksum},
+		{"model digest", l.ModelDigest, want.ModelDigest},
+	} {
+		if f.got != f.want {
+			return fmt.Errorf("wire: partial of %s %s answers the task of %s %s", f.name, f.got, f.name, f.want)
+		}
+	}
+	return nil
 }
 
 // Task asks for the statistics of one shard under the model of one
@@ -174,10 +215,8 @@ type TaskRequest struct {
 	Avoid      []string `json:"avoid,omitempty"`
 	// Deadline is when the coordinator stops waiting (Unix nanoseconds).
 	Deadline int64 `json:"deadline"`
-	// Bucket is the Object Store bucket of the objects below;
-	// PartialBucket the one for a partial too large for the reply.
-	Bucket        string `json:"bucket"`
-	PartialBucket string `json:"partial_bucket,omitempty"`
+	// Bucket is the Object Store bucket of the objects below.
+	Bucket string `json:"bucket"`
 	// ShardObject and ShardChecksum name the shard (its manifest checksum).
 	ShardObject   string `json:"shard_object"`
 	ShardChecksum string `json:"shard_checksum"`
@@ -191,10 +230,7 @@ type TaskRequest struct {
 	// (its Arrow file is stored in the background, for resume).
 	ModelBlob string `json:"model_blob,omitempty"`
 	ModelSize int    `json:"model_size,omitempty"`
-	// BlobPartials asks the worker to serve a partial too large for the
-	// reply from memory (HeaderBlob) instead of the Object Store.
-	BlobPartials bool `json:"blob_partials,omitempty"`
-	// Model parts (protocol 1.1; with ModelBlob): a worker may fetch only
+	// Model parts (with ModelBlob): a worker may fetch only
 	// what its shard reads. KCRCs[b] is the CRC-32C (hex) of K block b in
 	// the blob (n·m·8 bytes from KOffset + b·n·m·8); DCRC that of the
 	// shard's rows [DRowLo, DRowHi) of its D block, which a worker that
@@ -210,7 +246,7 @@ type TaskRequest struct {
 	DRowHi      int      `json:"d_row_hi,omitempty"`
 	DCRC        string   `json:"d_crc,omitempty"`
 	Alpha       float64  `json:"alpha,omitempty"`
-	// Started, when set (protocol 1.1), is where the worker that takes
+	// Started, when set, is where the worker that takes
 	// the task publishes its id first, so that the coordinator can check
 	// that it stays connected.
 	Started string `json:"started,omitempty"`

@@ -1,0 +1,239 @@
+package natsexec
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/worker/wire"
+)
+
+// pendingCommit is a commit whose model and state are being stored in the
+// background; err is set before done is closed.
+type pendingCommit struct {
+	done chan struct{}
+	err  error
+}
+
+// Begin records a new run of a job in the KV bucket, replacing an older
+// run's state, and remembers the revision for the first Commit.
+func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
+	if st.Manifest != nil {
+		// The manifest grows with the shards: it goes to the Object Store,
+		// the KV value only names it (values stay below max payload).
+		data, err := json.Marshal(st.Manifest)
+		if err != nil {
+			return fmt.Errorf("natsexec: manifest: %w", err)
+		}
+		st.ManifestObject = "manifests/" + st.Job
+		if _, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), st.ManifestObject, data); err != nil {
+			return fmt.Errorf("natsexec: store manifest of job %s: %w", st.Job, err)
+		}
+	}
+	body, err := stateJSON(st)
+	if err != nil {
+		return err
+	}
+	var rev uint64
+	old, err := e.kv.Get(ctx, st.Job)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		rev, err = e.kv.Create(ctx, st.Job, body)
+	case err != nil:
+	default:
+		rev, err = e.kv.Update(ctx, st.Job, body, old.Revision())
+	}
+	if err != nil {
+		return fmt.Errorf("natsexec: begin job %s: %w", st.Job, err)
+	}
+	e.mu.Lock()
+	e.kvRev[st.Job] = rev
+	e.mu.Unlock()
+	return nil
+}
+
+// Commit stores md as the model version st.Iteration, then updates the
+// job's state with compare-and-set on the revision of this executor's
+// last write, then announces the commit.
+//
+// While the job is running (st.Status "running"), the model is served to
+// the workers from memory at once and the storing runs in the background,
+// overlapping the next iteration: Commit first waits for the previous
+// commit's storing and returns its error, and the last commit (any other
+// status) stores before it returns, so commits stay in order and the job
+// state never names a model that is not stored. A coordinator that dies
+// meanwhile resumes from the last stored commit.
+func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *factor.Model) error {
+	if err := e.waitCommit(st.Job); err != nil {
+		return err
+	}
+	snap := e.serveModel(st.Job, st.Iteration, md)
+	if st.Status != "running" {
+		return e.persistCommit(ctx, st, snap)
+	}
+	// The caller changes st and md after Commit returns: store copies.
+	stc := *st
+	pc := &pendingCommit{done: make(chan struct{})}
+	e.mu.Lock()
+	e.commits[st.Job] = pc
+	e.mu.Unlock()
+	persist := func() {
+		pc.err = e.persistCommit(context.WithoutCancel(ctx), &stc, snap)
+		close(pc.done)
+	}
+	if !e.goRoutine(persist) {
+		persist()
+	}
+	return nil
+}
+
+// waitCommit waits for the job's commit being stored and returns its
+// error.
+func (e *Executor) waitCommit(job string) error {
+	e.mu.Lock()
+	pc := e.commits[job]
+	delete(e.commits, job)
+	e.mu.Unlock()
+	if pc == nil {
+		return nil
+	}
+	<-pc.done
+	return pc.err
+}
+
+// persistCommit stores a committed model (md, version st.Iteration), then
+// the job state with compare-and-set on the revision of this executor's
+// last write, then announces the commit.
+func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, md *factor.Model) error {
+	name, digest, _, err := e.persistModel(ctx, st.Job, st.Iteration, md, st.Params)
+	if err != nil {
+		return err
+	}
+	st.ModelObject, st.ModelDigest = name, digest
+	body, err := stateJSON(st)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	rev := e.kvRev[st.Job]
+	e.mu.Unlock()
+	nrev, err := e.kv.Update(ctx, st.Job, body, rev)
+	if err != nil {
+		return fmt.Errorf("natsexec: commit job %s iteration %d on revision %d (did another coordinator take the job over?): %w",
+			st.Job, st.Iteration, rev, err)
+	}
+	e.mu.Lock()
+	e.kvRev[st.Job] = nrev
+	e.mu.Unlock()
+	if err := e.nc.Publish(wire.CommittedSubject(e.cfg.Prefix, st.Job), body); err != nil {
+		e.log.Warn("announce commit", "job", st.Job, "iteration", st.Iteration, "error", err)
+	}
+	return nil
+}
+
+// State returns the job state stored in the KV bucket.
+func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState, uint64, error) {
+	ent, err := e.kv.Get(ctx, job)
+	if err != nil {
+		return nil, 0, fmt.Errorf("natsexec: job %s: %w", job, err)
+	}
+	var st coordinator.JobState
+	if err := json.Unmarshal(ent.Value(), &st); err != nil {
+		return nil, 0, fmt.Errorf("natsexec: job %s: %w", job, err)
+	}
+	if st.ManifestObject != "" && st.Manifest == nil {
+		data, err := e.obs.GetBytes(ctx, st.ManifestObject)
+		if err != nil {
+			return nil, 0, fmt.Errorf("natsexec: job %s: manifest: %w", job, err)
+		}
+		if err := json.Unmarshal(data, &st.Manifest); err != nil {
+			return nil, 0, fmt.Errorf("natsexec: job %s: manifest: %w", job, err)
+		}
+	}
+	return &st, ent.Revision(), nil
+}
+
+// Resume returns the job's state and its committed model from the
+// buckets, or a nil state when the job has none.
+func (e *Executor) Resume(ctx context.Context, job string) (*coordinator.JobState, *factor.Model, error) {
+	st, _, err := e.State(ctx, job)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.ModelObject == "" {
+		return st, nil, nil
+	}
+	data, err := e.obs.GetBytes(ctx, st.ModelObject)
+	if err != nil {
+		return nil, nil, fmt.Errorf("natsexec: job %s: model %s: %w", job, st.ModelObject, err)
+	}
+	sum := sha256.Sum256(data)
+	if d := hex.EncodeToString(sum[:]); d != st.ModelDigest {
+		return nil, nil, fmt.Errorf("natsexec: job %s: model %s has digest %s, state says %s", job, st.ModelObject, d, st.ModelDigest)
+	}
+	mf, err := arrowio.DecodeModel(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("natsexec: job %s: %w", job, err)
+	}
+	// The next iteration runs on this version: no need to store it again.
+	e.mu.Lock()
+	e.models[job] = objRef{name: st.ModelObject, digest: st.ModelDigest, version: st.Iteration, size: int64(len(data))}
+	e.mu.Unlock()
+	return st, mf.Model, nil
+}
+
+// stateJSON is the KV value of a job state: without the manifest when it
+// is kept as an object.
+func stateJSON(st *coordinator.JobState) ([]byte, error) {
+	v := *st
+	if v.ManifestObject != "" {
+		v.Manifest = nil
+	}
+	body, err := json.Marshal(&v)
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: job state: %w", err)
+	}
+	return body, nil
+}
+
+// LatestJob returns the state of the job last updated in the KV bucket
+// (with its manifest), or nil when the bucket holds none.
+func (e *Executor) LatestJob(ctx context.Context) (*coordinator.JobState, error) {
+	keys, err := e.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: list jobs: %w", err)
+	}
+	var latest *coordinator.JobState
+	for key := range keys.Keys() {
+		ent, err := e.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("natsexec: job %s: %w", key, err)
+		}
+		var st coordinator.JobState
+		if json.Unmarshal(ent.Value(), &st) != nil {
+			continue
+		}
+		if latest == nil || st.Updated.After(latest.Updated) {
+			latest = &st
+		}
+	}
+	if latest == nil {
+		return nil, nil
+	}
+	st, _, err := e.State(ctx, latest.Job)
+	return st, err
+}
