@@ -43,6 +43,11 @@ func testData(t testing.TB, n, u, nnz, target int) ([]*shard.Shard, *shard.Manif
 	return shards, man
 }
 
+// testGroupNNZ is the reduction group size of the tests' fits: about 1500
+// nonzeros per action make trees of 8 groups (some empty) over 5 shards,
+// so that the canonical order is a real tree.
+const testGroupNNZ = 200
+
 // fitCase is one fit configuration and its local reference.
 type fitCase struct {
 	shards []*shard.Shard
@@ -61,7 +66,7 @@ func newFitCaseTie(t testing.TB, tie factor.Tie) *fitCase {
 	fc := &fitCase{shards: shards, man: man, init: factor.NewRandom(man.N, 4, man.U, tie, 3),
 		conv: factor.Converger{Tol: 1e-12, MaxIter: 5}}
 	fc.want = fc.init.Clone()
-	opts := factor.FitOptions{Workers: 3, Converger: fc.conv, Progress: func(s factor.IterStats) { fc.wantS = append(fc.wantS, s) }}
+	opts := factor.FitOptions{Workers: 3, GroupNNZ: testGroupNNZ, Converger: fc.conv, Progress: func(s factor.IterStats) { fc.wantS = append(fc.wantS, s) }}
 	var err error
 	if fc.wantR, err = factor.Fit(context.Background(), fc.want, shard.Blocks(shards), opts); err != nil {
 		t.Fatal(err)
@@ -78,7 +83,7 @@ func (fc *fitCase) run(t *testing.T, exec coordinator.Executor, ck coordinator.C
 	var reps []coordinator.IterReport
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
+	res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "test-job", Converger: fc.conv, TaskTimeout: 5 * time.Second, Checkpoint: ck,
 		Progress: func(s factor.IterStats) { stats = append(stats, s) },
 		Report:   func(r coordinator.IterReport) { reps = append(reps, r) },
@@ -194,7 +199,7 @@ func checkFaults(t *testing.T, f *faulty, reps []coordinator.IterReport) {
 
 func TestFitLocal(t *testing.T) {
 	fc := newFitCase(t)
-	for _, n := range []int{1, 3} {
+	for _, n := range []int{1, 3, 8} {
 		exec := worker.NewLocal(n)
 		fc.run(t, exec, nil)
 		exec.Close()

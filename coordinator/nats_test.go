@@ -89,7 +89,7 @@ func checkFor(t *testing.T, d time.Duration, f func() error) {
 
 func TestFitNATS(t *testing.T) {
 	fc := newFitCase(t)
-	for _, n := range []int{1, 2, 4} {
+	for _, n := range []int{1, 2, 3, 4, 8} {
 		t.Run(fmt.Sprintf("workers=%d", n), func(t *testing.T) {
 			s := startServer(t, 0)
 			ws := startWorkers(t, s, n)
@@ -194,7 +194,7 @@ func TestFitNATSVanishedWorker(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*lease)
 	defer cancel()
-	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
+	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "vanish", Converger: fc.conv, TaskTimeout: lease, Checkpoint: exec,
 		Report: func(r coordinator.IterReport) { retried += r.Retried },
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
@@ -268,7 +268,7 @@ func TestNoWorkers(t *testing.T) {
 	fc := newFitCase(t)
 	s := startServer(t, 0)
 	exec := newNATSExec(t, s)
-	_, err := coordinator.Fit(context.Background(), exec, fc.shards, fc.man, fc.init.Clone(), coordinator.Options{
+	_, err := coordinator.Fit(context.Background(), exec, fc.shards, fc.man, fc.init.Clone(), coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "none", Converger: fc.conv, WaitWorkers: 300 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "not enough workers") {
 		t.Fatalf("err = %v, want ErrNoWorkers", err)
@@ -338,7 +338,7 @@ func TestResume(t *testing.T) {
 	fit := func(conv factor.Converger, stats *[]factor.IterStats) (*factor.Model, factor.FitResult) {
 		exec := newNATSExec(t, s)
 		md := fc.init.Clone()
-		res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
+		res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
 			Job: "resume", Converger: conv, Checkpoint: exec, Resume: true,
 			Progress: func(s factor.IterStats) { *stats = append(*stats, s) }})
 		if err != nil {

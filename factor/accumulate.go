@@ -48,6 +48,8 @@ type Scratch struct {
 	dl []float64 // the block's rows of D, n_r×m
 	gs []float64 // g of every nonzero, in column order
 	t  []float64 // d ⊙ k of the current nonzero
+	// count is the working memory of building a block's column index.
+	count []int32
 	// pureGo forces the pure-Go kernel (tests compare it with AVX2).
 	pureGo bool
 }
@@ -83,7 +85,7 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 	d := md.D[md.DBlock(b.Action)]
 	kt := md.KT[md.KBlock(b.Action)]
 	nr := len(b.Rows)
-	ci := b.columns()
+	ci := b.columns(&s.count)
 
 	p.Action = b.Action
 	p.Rows = append(p.Rows[:0], b.Rows...)
@@ -279,40 +281,30 @@ func (a *Accumulator) Merge(p *Partial) error {
 	return nil
 }
 
-// mergeComputed merges a partial that Compute produced in this process
-// from a validated model. It skips the scan of every value: all posterior
-// weights are ≥ 0 by construction, and each weight w is added both to a
-// row of Dh and to a row of KhT, while Y is the sum of Dh's rows, so an
-// infinite or NaN weight anywhere makes Y non-finite. Checking Y (m values)
-// is therefore as strong as checking them all.
-func (a *Accumulator) mergeComputed(p *Partial) error {
+// checkComputed checks a partial that Compute produced in this process
+// from a validated model, where Merge would check every value. All
+// posterior weights are ≥ 0 by construction, and each weight w is added
+// both to a row of Dh and to a row of KhT, while Y is the sum of Dh's
+// rows, so an infinite or NaN weight anywhere makes Y non-finite.
+// Checking Y (m values) is therefore as strong as checking them all.
+func checkComputed(p *Partial) error {
 	for l, v := range p.Y {
 		if !(v >= 0) || math.IsInf(v, 0) {
 			return fmt.Errorf("factor: partial of action %d: Y[%d] = %v is not finite and non-negative", p.Action, l, v)
 		}
 	}
-	a.add(p)
 	return nil
 }
 
-// add adds a checked partial.
+// add adds a checked partial: a left fold, the order of Merge (the
+// order of a pass is the Reducer's).
 func (a *Accumulator) add(p *Partial) {
 	m := a.M
-	db, kb := p.Action, p.Action
-	if a.Tie == TieSharedD {
-		db = 0
-	}
+	kb := p.Action
 	if a.Tie == TieSharedK {
 		kb = 0
 	}
-	dh, x := a.Dh[db], a.X[db]
-	for r, i := range p.Rows {
-		dst := dh[int(i)*m : int(i)*m+m]
-		for l, v := range p.Dh[r*m : r*m+m] {
-			dst[l] += v
-		}
-		x[i] += p.X[r]
-	}
+	a.addRows(p)
 	kh := a.KhT[kb]
 	for c, j := range p.Cols {
 		dst := kh[int(j)*m : int(j)*m+m]
@@ -326,6 +318,23 @@ func (a *Accumulator) add(p *Partial) {
 	a.LogLik += p.LogLik
 	a.SumX += p.SumX
 	a.NNZ += p.NNZ
+}
+
+// addRows adds a checked partial's rows of D̂ and x.
+func (a *Accumulator) addRows(p *Partial) {
+	m := a.M
+	db := p.Action
+	if a.Tie == TieSharedD {
+		db = 0
+	}
+	dh, x := a.Dh[db], a.X[db]
+	for r, i := range p.Rows {
+		dst := dh[int(i)*m : int(i)*m+m]
+		for l, v := range p.Dh[r*m : r*m+m] {
+			dst[l] += v
+		}
+		x[i] += p.X[r]
+	}
 }
 
 // MergeChecked is Merge for a partial whose values CheckPartialValues

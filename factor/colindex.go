@@ -1,5 +1,7 @@
 package factor
 
+import "math"
+
 // colIndex is a block's nonzeros in compressed sparse column form, the
 // order in which Compute visits them: column cols[c] holds entries
 // ptr[c]..ptr[c+1] with local rows rows[·] (ascending; an index into
@@ -12,17 +14,23 @@ package factor
 // row of K is read once and its K̂ row accumulated in place, while the
 // block's rows of D and D̂ (whole rows, a few hundred KiB for a default
 // shard) are what is gathered, from cache.
+//
+// Positions are int32 (a block holds fewer than 2^31 nonzeros; Split's
+// shards hold about 2^17): the index is cached beside the block for the
+// whole fit, 16 bytes per nonzero plus 8 per touched column.
 type colIndex struct {
 	cols []int32
-	ptr  []int64
+	ptr  []int32
 	rows []int32
 	vals []float64
-	inv  []int64
+	inv  []int32
 }
 
-// columns returns b's column index, building and caching it on first use.
-// Concurrent first calls may both build it; they build the same thing.
-func (b *Block) columns() *colIndex {
+// columns returns b's column index, building and caching it on first use
+// (with scratch, n+1 int32s it reuses, as working memory: one
+// per block would be n·4 bytes of garbage each). Concurrent first calls
+// may both build it; they build the same thing.
+func (b *Block) columns(scratch *[]int32) *colIndex {
 	if ci := b.colIdx.Load(); ci != nil {
 		return ci
 	}
@@ -31,22 +39,29 @@ func (b *Block) columns() *colIndex {
 	for _, c := range b.Cols {
 		maxCol = max(maxCol, int(c))
 	}
-	count := make([]int64, maxCol+2)
+	if nnz > math.MaxInt32 {
+		panic("factor: block has more than 2^31-1 nonzeros")
+	}
+	if cap(*scratch) < maxCol+2 {
+		*scratch = make([]int32, maxCol+2)
+	}
+	count := (*scratch)[:maxCol+2]
+	clear(count)
 	for _, c := range b.Cols {
 		count[c+1]++
 	}
-	ci := &colIndex{rows: make([]int32, nnz), vals: make([]float64, nnz), inv: make([]int64, nnz)}
+	ci := &colIndex{rows: make([]int32, nnz), vals: make([]float64, nnz), inv: make([]int32, nnz)}
 	for j := 0; j <= maxCol; j++ {
 		if count[j+1] > 0 {
 			ci.cols = append(ci.cols, int32(j))
 		}
 		count[j+1] += count[j]
 	}
-	ci.ptr = make([]int64, 0, len(ci.cols)+1)
+	ci.ptr = make([]int32, 0, len(ci.cols)+1)
 	for _, j := range ci.cols {
 		ci.ptr = append(ci.ptr, count[j])
 	}
-	ci.ptr = append(ci.ptr, int64(nnz))
+	ci.ptr = append(ci.ptr, int32(nnz))
 	// Counting sort by column, stable in CSR order, so rows ascend within
 	// each column.
 	next := count[:maxCol+1]

@@ -196,6 +196,16 @@ func Split(mats []*factor.Block, n, target int) ([]*Shard, *Manifest) {
 	return out, man
 }
 
+// ReducePlan returns the canonical reduce order of the manifest's shards
+// (factor.PlanReduce): the same plan factor.Fit makes for their blocks.
+func (m *Manifest) ReducePlan(tie factor.Tie, groupNNZ int) *factor.ReducePlan {
+	actions, nnz := make([]int, len(m.Shards)), make([]int, len(m.Shards))
+	for k, in := range m.Shards {
+		actions[k], nnz[k] = in.Action, in.NNZ
+	}
+	return factor.PlanReduce(actions, nnz, tie, groupNNZ)
+}
+
 // Blocks returns the blocks of shards, in shard order.
 func Blocks(shards []*Shard) []*factor.Block {
 	out := make([]*factor.Block, len(shards))
