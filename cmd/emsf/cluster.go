@@ -200,6 +200,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		Job:         job,
 		Params:      map[string]string{"m": strconv.Itoa(md.M), "tie": md.Tie.String(), "seed": strconv.FormatUint(md.Seed, 10)},
 		Alpha:       opts.Alpha,
+		GroupNNZ:    opts.GroupNNZ,
 		Converger:   opts.Converger,
 		Progress:    opts.Progress,
 		TaskTimeout: c.workerTimeout,
