@@ -88,11 +88,11 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 	ci := b.columns(&s.count)
 
 	p.Action = b.Action
-	p.Rows = append(p.Rows[:0], b.Rows...)
+	p.Rows = copyIdx(p.Rows, b.Rows)
 	p.Dh = resize(p.Dh, nr*m)
 	p.X = resize(p.X, nr)
 	p.Y = resize(p.Y, m)
-	p.Cols = append(p.Cols[:0], ci.cols...)
+	p.Cols = copyIdx(p.Cols, ci.cols)
 	p.KhT = resize(p.KhT, len(ci.cols)*m)
 	p.NNZ = b.NNZ()
 
@@ -101,7 +101,7 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 		copy(s.dl[r*m:r*m+m], d[int(i)*m:int(i)*m+m])
 	}
 	if cap(s.gs) < len(ci.vals) {
-		s.gs = make([]float64, len(ci.vals))
+		s.gs = make([]float64, len(ci.vals), len(ci.vals)+len(ci.vals)/4)
 	}
 	gs := s.gs[:len(ci.vals)]
 	s.t = resize(s.t, m)
@@ -217,9 +217,23 @@ func scatter(s float64, t, dh, kh []float64) {
 	}
 }
 
+// copyIdx returns a copy of src in dst's memory when it has room, else in
+// a new slice with 1/4 headroom (see resize).
+func copyIdx(dst, src []int32) []int32 {
+	if cap(dst) < len(src) {
+		dst = make([]int32, 0, len(src)+len(src)/4)
+	}
+	return append(dst[:0], src...)
+}
+
+// resize returns x zeroed at length n, reusing its memory when it has
+// room. A new slice gets 1/4 headroom: the blocks of a pass need sizes
+// that differ by a few percent, and a reused partial that grew to each new
+// largest one would leave a trail of garbage its own size (hundreds of MB
+// at n = 10^6, and Go's GC lets the heap grow to twice the live data).
 func resize(x []float64, n int) []float64 {
 	if cap(x) < n {
-		return make([]float64, n)
+		return make([]float64, n, n+n/4)
 	}
 	x = x[:n]
 	clear(x)

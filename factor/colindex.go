@@ -51,6 +51,13 @@ func (b *Block) columns(scratch *[]int32) *colIndex {
 		count[c+1]++
 	}
 	ci := &colIndex{rows: make([]int32, nnz), vals: make([]float64, nnz), inv: make([]int32, nnz)}
+	ncols := 0
+	for _, c := range count[1:] {
+		if c > 0 {
+			ncols++
+		}
+	}
+	ci.cols = make([]int32, 0, ncols) // exact: the index is kept for the whole fit
 	for j := 0; j <= maxCol; j++ {
 		if count[j+1] > 0 {
 			ci.cols = append(ci.cols, int32(j))
