@@ -362,4 +362,12 @@ func TestResume(t *testing.T) {
 			t.Fatalf("resumed progress %+v, want %+v", s, w)
 		}
 	}
+	// Resuming under another reduction group size would change the bits
+	// mid-fit: refused.
+	exec := newNATSExec(t, s)
+	_, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, fc.init.Clone(), coordinator.Options{GroupNNZ: 2 * testGroupNNZ,
+		Job: "resume", Converger: fc.conv, Checkpoint: exec, Resume: true})
+	if err == nil || !strings.Contains(err.Error(), "group nnz") {
+		t.Fatalf("resume with another group size: %v, want an error naming it", err)
+	}
 }
