@@ -61,10 +61,11 @@ type Scratch struct {
 //
 // The pass runs column by column (see colindex.go): each touched row of K
 // is read once and its row of K̂ accumulated in place in p.KhT, while the
-// block's rows of D and D̂ (a few hundred KiB) stay in cache. Every sum
-// still receives its terms in the order of a row-major pass (rows
-// ascending, columns ascending within a row), so the result does not
-// depend on the traversal.
+// block's rows of D and D̂ (a few hundred KiB) stay in cache. Every row
+// of D̂ and K̂ still receives its terms in the order of a row-major pass
+// (rows ascending, columns ascending within a row); the loglik sums its
+// terms in the column-major order of the pass (since tree-v1: it needs no
+// map from CSR to column positions, 4 bytes per nonzero kept all fit).
 func Compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool) error {
 	return ComputeStreamed(md, b, s, p, withLogLik, nil)
 }
@@ -139,7 +140,8 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 		}
 	}
 
-	// Checks, logarithms and row sums in storage (row-major) order.
+	// Checks and logarithms in the pass's (column-major) order; row sums
+	// in storage (row-major) order.
 	bad := false
 	for _, g := range gs {
 		if !(g > 0) {
@@ -149,13 +151,13 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 	}
 	ll := 0.0
 	if bad || withLogLik {
-		for r, i := range b.Rows {
-			for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
-				g, c := gs[ci.inv[q]], b.Vals[q]
+		for c, j := range ci.cols {
+			for q := ci.ptr[c]; q < ci.ptr[c+1]; q++ {
+				g, v := gs[q], ci.vals[q]
 				if !(g > 0) {
-					return &TransitionError{Action: b.Action, From: int(i), To: int(b.Cols[q]), Count: c}
+					return &TransitionError{Action: b.Action, From: int(b.Rows[ci.rows[q]]), To: int(j), Count: v}
 				}
-				ll += c * math.Log(g)
+				ll += v * math.Log(g)
 			}
 		}
 	}

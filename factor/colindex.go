@@ -5,8 +5,7 @@ import "math"
 // colIndex is a block's nonzeros in compressed sparse column form, the
 // order in which Compute visits them: column cols[c] holds entries
 // ptr[c]..ptr[c+1] with local rows rows[·] (ascending; an index into
-// Block.Rows) and counts vals[·]. inv maps a CSR position of the block to
-// its position here.
+// Block.Rows) and counts vals[·].
 //
 // Why columns: each nonzero (i, j) reads row j of K and updates row j of
 // K̂. Visited row by row these are random accesses to n·m·16 bytes, which
@@ -17,13 +16,12 @@ import "math"
 //
 // Positions are int32 (a block holds fewer than 2^31 nonzeros; Split's
 // shards hold about 2^17): the index is cached beside the block for the
-// whole fit, 16 bytes per nonzero plus 8 per touched column.
+// whole fit, 12 bytes per nonzero plus 8 per touched column.
 type colIndex struct {
 	cols []int32
 	ptr  []int32
 	rows []int32
 	vals []float64
-	inv  []int32
 }
 
 // columns returns b's column index, building and caching it on first use
@@ -50,7 +48,7 @@ func (b *Block) columns(scratch *[]int32) *colIndex {
 	for _, c := range b.Cols {
 		count[c+1]++
 	}
-	ci := &colIndex{rows: make([]int32, nnz), vals: make([]float64, nnz), inv: make([]int32, nnz)}
+	ci := &colIndex{rows: make([]int32, nnz), vals: make([]float64, nnz)}
 	ncols := 0
 	for _, c := range count[1:] {
 		if c > 0 {
@@ -79,7 +77,6 @@ func (b *Block) columns(scratch *[]int32) *colIndex {
 			next[j]++
 			ci.rows[k] = int32(r)
 			ci.vals[k] = b.Vals[q]
-			ci.inv[q] = k
 		}
 	}
 	b.colIdx.Store(ci)
