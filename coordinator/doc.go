@@ -46,7 +46,7 @@
 //     dropped (counted in IterReport.Dropped).
 //   - A partial is checked before it is held: action and nonzero count as
 //     in the manifest, Σx equal to the shard's Σcount (to 1e-12 relative,
-//     as factor.CheckSumX); and when merged, by factor.Accumulator.Merge
+//     as factor.CheckSumX); and when merged, by factor.Reducer.Merge
 //     (dimensions, indices, finite and non-negative values; an executor may
 //     check the values as each partial arrives, in parallel, with
 //     factor.CheckPartialValues, and the merge then checks the rest with

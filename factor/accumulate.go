@@ -244,8 +244,9 @@ func resize(x []float64, n int) []float64 {
 
 // Accumulator sums Partials over all blocks of a pass, per D and K block of
 // the model: Dh and X per D block (n×m and n), KhT and Y per K block (n×m
-// and m). Merge partials in a fixed (shard) order for bitwise-reproducible
-// results; Commit turns the sums into the next model.
+// and m). A pass fills it through a Reducer, in the canonical order
+// (ReducePlan); Merge adds one partial (a left fold, as Incremental uses
+// it); Commit turns the sums into the next model.
 type Accumulator struct {
 	N, M, U int
 	Tie     Tie
@@ -355,8 +356,8 @@ func (a *Accumulator) addRows(p *Partial) {
 
 // MergeChecked is Merge for a partial whose values CheckPartialValues
 // accepted (a coordinator checks them as each partial arrives, in
-// parallel, and merges in shard order): it checks dimensions and indices
-// only, then adds.
+// parallel, and merges in the canonical order): it checks dimensions and
+// indices only, then adds.
 func (a *Accumulator) MergeChecked(p *Partial) error {
 	if err := a.checkShape(p); err != nil {
 		return err

@@ -150,8 +150,9 @@ const DefaultTargetNNZ = 1 << 17
 
 // Split cuts each action's matrix into shards of whole rows with about
 // target nonzeros each (a row with more than target nonzeros is a shard of
-// its own). Shards are numbered in (action, row) order; that order is the
-// reduce order. n is the number of states (the column range).
+// its own). Shards are numbered in (action, row) order, the order in which
+// the reduce order (Manifest.ReducePlan) visits them. n is the number of
+// states (the column range).
 func Split(mats []*factor.Block, n, target int) ([]*Shard, *Manifest) {
 	if target < 1 {
 		target = DefaultTargetNNZ
