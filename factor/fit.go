@@ -32,25 +32,12 @@ type Passer struct {
 	scratch []Scratch
 	pool    []*Partial
 	red     Reducer
-	plan    *ReducePlan
-	planFor []*Block
-	planKey [2]int // GroupNNZ, Tie the plan was made for
-}
-
-// planOf returns the plan of blocks, cached while the blocks are the same.
-func (ps *Passer) planOf(md *Model, blocks []*Block) *ReducePlan {
-	key := [2]int{ps.GroupNNZ, int(md.Tie)}
-	if ps.plan == nil || key != ps.planKey || len(blocks) != len(ps.planFor) ||
-		(len(blocks) > 0 && &blocks[0] != &ps.planFor[0]) {
-		ps.plan = PlanBlocks(blocks, md.Tie, ps.GroupNNZ)
-		ps.planFor, ps.planKey = blocks, key
-	}
-	return ps.plan
 }
 
 // Pass is the function Pass with p's memory.
 func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, workers int, withLogLik bool) error {
-	plan := ps.planOf(md, blocks)
+	// The plan costs O(blocks); made per pass, it can never be stale.
+	plan := PlanBlocks(blocks, md.Tie, ps.GroupNNZ)
 	ps.red.Reset(acc, plan)
 	order := plan.Order
 	workers = max(1, min(workers, len(blocks)))
