@@ -38,6 +38,8 @@ const (
 	keySeed        = "emsf.seed"
 	keyFingerprint = "emsf.fingerprint"
 	keyParamPrefix = "emsf.param."
+	keyReduceOrder = "emsf.reduce_order"
+	keyGroupNNZ    = "emsf.group_nnz"
 	// modelBatchBytes bounds the values of one record batch.
 	modelBatchBytes = 16 << 20
 )
@@ -50,6 +52,13 @@ type ModelFile struct {
 	Fingerprint string
 	// Params are the fit's parameters (free-form key/value).
 	Params map[string]string
+	// ReduceOrder names the order in which the fit summed its statistics
+	// (factor.ReduceOrder) and GroupNNZ its reduction group size
+	// (factor.ReducePlan): with the data, the shard size and the seed they
+	// fix the model's bits. Empty and 0 when the writer did not say
+	// (incremental fits, generated models, files of older versions).
+	ReduceOrder string
+	GroupNNZ    int
 }
 
 // modelFields is the model table. The fields are declared nullable (as
@@ -79,6 +88,10 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	mw.set(keyWKL, fmtFloat(md.WKL))
 	mw.set(keySeed, strconv.FormatUint(md.Seed, 10))
 	mw.set(keyFingerprint, mf.Fingerprint)
+	if mf.ReduceOrder != "" {
+		mw.set(keyReduceOrder, mf.ReduceOrder)
+		mw.int(keyGroupNNZ, mf.GroupNNZ)
+	}
 	keys := make([]string, 0, len(mf.Params))
 	for k := range mf.Params {
 		keys = append(keys, k)
@@ -294,6 +307,9 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 	md := &factor.Model{Iteration: mr.int(keyIteration), LogLik: mr.float(keyLogLik),
 		WKL: mr.float(keyWKL), Seed: mr.uint64(keySeed)}
 	r.mf.Fingerprint = mr.str(keyFingerprint)
+	if sc.Metadata().FindKey(keyReduceOrder) >= 0 {
+		r.mf.ReduceOrder, r.mf.GroupNNZ = mr.str(keyReduceOrder), mr.int(keyGroupNNZ)
+	}
 	if mr.err != nil {
 		return mr.err
 	}

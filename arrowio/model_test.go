@@ -25,7 +25,11 @@ func testModel(tie factor.Tie) *ModelFile {
 	md.LogLik = -1234.5678901234567
 	tenth := 0.1
 	md.WKL = tenth + 0.2 // 0.30000000000000004: not a short decimal
-	return &ModelFile{Model: md, Fingerprint: "sha256:abc", Params: map[string]string{"alpha": "1", "m": "5", "note": "a=b, c"}}
+	mf := &ModelFile{Model: md, Fingerprint: "sha256:abc", Params: map[string]string{"alpha": "1", "m": "5", "note": "a=b, c"}}
+	if tie != factor.TieSharedK { // the shared-K model says nothing of its reduce order
+		mf.ReduceOrder, mf.GroupNNZ = factor.ReduceOrder, 1<<25
+	}
+	return mf
 }
 
 func sameModelFile(t *testing.T, got, want *ModelFile) {
@@ -42,6 +46,9 @@ func sameModelFile(t *testing.T, got, want *ModelFile) {
 	}
 	if got.Fingerprint != want.Fingerprint || !reflect.DeepEqual(got.Params, want.Params) {
 		t.Errorf("got fingerprint %q params %v", got.Fingerprint, got.Params)
+	}
+	if got.ReduceOrder != want.ReduceOrder || got.GroupNNZ != want.GroupNNZ {
+		t.Errorf("got reduce order %q group nnz %d, want %q %d", got.ReduceOrder, got.GroupNNZ, want.ReduceOrder, want.GroupNNZ)
 	}
 }
 

@@ -173,7 +173,7 @@ func TestFitNATSRelabelledPartial(t *testing.T) {
 	md := fc.init.Clone()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
+	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "relabel", Converger: fc.conv, TaskTimeout: 10 * time.Second, Checkpoint: exec,
 		Logger: logger,
 	})
@@ -230,7 +230,7 @@ func TestFitNATSNaNLogLik(t *testing.T) {
 	startReplayer(t, connect(t, s, "nan-worker"), true)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, fc.init.Clone(), coordinator.Options{
+	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, fc.init.Clone(), coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "nan", Converger: fc.conv, TaskTimeout: 10 * time.Second, Checkpoint: exec, MaxAttempts: 4})
 	if err == nil {
 		t.Fatal("fit on NaN log-likelihoods succeeded")

@@ -1,7 +1,7 @@
 // Package coordinator runs a fit as a map-reduce: it plans one task per
 // shard and iteration, hands tasks to an Executor with a deadline (a
-// lease), gathers one factor.Partial per shard, checks it, reduces in shard
-// order, commits, checkpoints and announces.
+// lease), gathers one factor.Partial per shard, checks it, reduces in the
+// canonical order (factor.ReducePlan), commits, checkpoints and announces.
 //
 // The Executor is the coordinator's only view of the workers, so the same
 // loop runs against goroutines in this process (worker.Local) and against
@@ -29,15 +29,24 @@
 //
 // # Invariants
 //
-//   - Partials are merged in shard order, whatever order they arrive in, so
-//     the committed model is bitwise identical to factor.Fit on the same
-//     shards, for any number of workers and any failures.
+//   - Partials are folded in the canonical order of factor.ReducePlan
+//     ("tree-v1": a fixed binary tree over reduction groups of shards,
+//     from the manifest and Options.GroupNNZ), whatever order they arrive
+//     in, so the committed model is bitwise identical to factor.Fit on the
+//     same shards with the same GroupNNZ, for any number of workers and
+//     any failures. Shards are handed out in that order and a partial is
+//     folded as soon as its turn comes; early arrivals wait, at most a
+//     window of them.
+//   - The EM loop (iterations, Σx check, commit, convergence) is
+//     factor.Loop; the coordinator is its Stepper (publish the model, run
+//     the pass over the executor) and adds checkpoints, reports and resume
+//     through factor.LoopHooks.
 //   - Each (job, iteration, shard) is reduced at most once: a partial for
 //     another iteration, for a shard already merged or already held is
 //     dropped (counted in IterReport.Dropped).
 //   - A partial is checked before it is held: action and nonzero count as
 //     in the manifest, Σx equal to the shard's Σcount (to 1e-12 relative,
-//     as factor.CheckSumX); and when merged, by factor.Accumulator.Merge
+//     as factor.CheckSumX); and when merged, by factor.Reducer.Merge
 //     (dimensions, indices, finite and non-negative values; an executor may
 //     check the values as each partial arrives, in parallel, with
 //     factor.CheckPartialValues, and the merge then checks the rest with

@@ -36,6 +36,11 @@ type JobState struct {
 	// ManifestObject names where a Checkpointer keeps the manifest when it
 	// is too large to keep inline.
 	ManifestObject string `json:"manifest_object,omitempty"`
+	// ReduceOrder and GroupNNZ name the order of the sums
+	// (factor.ReduceOrder, factor.ReducePlan): a job resumes only under
+	// the same order, or its bits would change mid-fit.
+	ReduceOrder string `json:"reduce_order,omitempty"`
+	GroupNNZ    int    `json:"group_nnz,omitempty"`
 	// Iteration is the last committed iteration of the job.
 	Iteration int `json:"iteration"`
 	// ModelIteration is md.Iteration after that commit (it includes

@@ -12,7 +12,7 @@ import (
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
-	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Options configure Fit.
@@ -52,6 +52,10 @@ type Options struct {
 	// from the next iteration. The result is bitwise that of an
 	// uninterrupted fit (the elapsed time restarts from zero).
 	Resume bool
+	// GroupNNZ is the target nonzeros per reduction group of the
+	// canonical reduce order (factor.ReducePlan; 0: the default). The fit
+	// equals factor.Fit bitwise with the same GroupNNZ.
+	GroupNNZ int
 	// Logger receives the coordinator's logs (default: none).
 	Logger hclog.Logger
 }
@@ -93,18 +97,11 @@ var ErrNoWorkers = errors.New("coordinator: not enough workers")
 // Fit runs batch EMSF on md in place with the shards computed by exec, and
 // stops when opts.Converger says so. The result (the model, the progress
 // values, the FitResult) is bitwise the same as factor.Fit(ctx, md,
-// shard.Blocks(shards), factor.FitOptions{...}) with the same options.
+// shard.Blocks(shards), factor.FitOptions{...}) with the same options and
+// GroupNNZ: the EM loop is factor.Loop, with the executor as its stepper.
 func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts Options) (factor.FitResult, error) {
-	conv := opts.Converger
-	if err := conv.Validate(); err != nil {
+	if err := opts.Converger.Validate(); err != nil {
 		return factor.FitResult{}, err
-	}
-	alpha := opts.Alpha
-	if alpha == 0 {
-		alpha = 1
-	}
-	if !(alpha > 0 && alpha <= 1) {
-		return factor.FitResult{}, fmt.Errorf("coordinator: learning rate %v must be in (0, 1]", alpha)
 	}
 	if opts.Job == "" {
 		return factor.FitResult{}, fmt.Errorf("coordinator: job name is empty")
@@ -121,11 +118,9 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 		}
 	}
 	blocks := shard.Blocks(shards)
-	total := factor.TotalCount(blocks)
-	if !(total > 0) {
+	if total := factor.TotalCount(blocks); !(total > 0) {
 		return factor.FitResult{}, fmt.Errorf("factor: no data: the total count is %v", total)
 	}
-	dataTerm := factor.DataTerm(blocks)
 	log := opts.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -137,6 +132,13 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 	if opts.MaxAttempts <= 0 {
 		opts.MaxAttempts = 8
 	}
+	alpha := opts.Alpha
+	if alpha == 0 {
+		alpha = 1
+	}
+	if !(alpha > 0 && alpha <= 1) {
+		return factor.FitResult{}, fmt.Errorf("coordinator: learning rate %v must be in (0, 1]", alpha)
+	}
 
 	alive, err := waitWorkers(ctx, exec, opts, log)
 	if err != nil {
@@ -147,7 +149,9 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 		return factor.FitResult{}, fmt.Errorf("coordinator: load shards: %w", err)
 	}
 	log.Info("shards loaded", "shards", len(shards), "nnz", man.NNZ, "bytes", loadBytes, "workers", alive)
-	st := &JobState{Job: opts.Job, Params: opts.Params, Manifest: man, ModelIteration: md.Iteration, Status: "running"}
+	plan := man.ReducePlan(md.Tie, opts.GroupNNZ)
+	st := &JobState{Job: opts.Job, Params: opts.Params, Manifest: man, ModelIteration: md.Iteration, Status: "running",
+		ReduceOrder: factor.ReduceOrder, GroupNNZ: plan.GroupNNZ}
 	first := 1
 	if opts.Resume {
 		if first, err = resume(ctx, opts, man, md, st, log); err != nil {
@@ -160,76 +164,25 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 		}
 	}
 
-	p := &pass{exec: exec, opts: &opts, log: log, man: man, acc: factor.NewAccumulator(md), alpha: alpha}
-	start := time.Now()
-	prev := math.NaN()
-	res := factor.FitResult{LogLik: math.NaN()}
-	if first > 1 {
-		// The converger and the relative change go on from the last
-		// evaluation (md.LogLik, the loglik the last pass computed); a
-		// resumed job that reached its limit already stops at once.
-		prev = md.LogLik
-		if status := conv.Check(first-1, md.LogLik, 0); status == factor.IterationLimit {
-			return factor.FitResult{Status: status, Iterations: first - 1, LogLik: md.LogLik}, nil
-		}
-	}
-	for iter := first; ; iter++ {
-		t0 := time.Now()
-		rep := IterReport{Iteration: iter}
-		if iter > 1 {
-			if alive, err = exec.Workers(ctx); err != nil {
-				return res, fmt.Errorf("coordinator: count workers: %w", err)
-			}
-		}
-		rep.Workers = alive
-		withLL := conv.NeedsLogLik(iter)
-		b, err := exec.Publish(ctx, opts.Job, iter, md)
-		if err != nil {
-			return res, fmt.Errorf("coordinator: publish model for iteration %d: %w", iter, err)
-		}
-		rep.Bytes += b
-		tg := time.Now()
-		if err := p.run(ctx, iter, withLL, alive, &rep); err != nil {
-			return res, err
-		}
-		wait := time.Since(tg) - rep.Reduce
-		rep.Compute = min(rep.ComputeTotal/time.Duration(max(alive, 1)), max(wait, 0))
-		rep.Transfer = time.Since(t0) - rep.Reduce - rep.Compute
-		acc := p.acc
-		if err := factor.CheckSumX(acc.SumX, total); err != nil {
-			return res, err
-		}
-		tc := time.Now()
-		acc.Commit(md, alpha, dataTerm)
-		now := time.Now()
-		is := factor.IterStats{Iteration: iter, LogLik: acc.LogLik, RelChange: math.NaN(),
-			IterTime: now.Sub(t0), Elapsed: now.Sub(start), NNZ: acc.NNZ, SumX: acc.SumX}
-		if withLL {
-			if !math.IsNaN(prev) {
-				is.RelChange = (acc.LogLik - prev) / math.Abs(acc.LogLik)
-			}
-			prev = acc.LogLik
-			res.LogLik = acc.LogLik
-		}
-		res.Iterations = iter
-		res.Elapsed = is.Elapsed
-		status := conv.Check(iter, acc.LogLik, is.Elapsed)
+	p := &pass{exec: exec, opts: &opts, log: log, man: man, plan: plan, alpha: alpha, alive: alive}
+	committed := func(ctx context.Context, is factor.IterStats, status factor.Status) error {
+		iter, rep := is.Iteration, &p.rep
 		if opts.Checkpoint != nil {
-			st.Iteration, st.ModelIteration, st.SumX, st.Updated = iter, md.Iteration, acc.SumX, now
+			st.Iteration, st.ModelIteration, st.SumX, st.Updated = iter, md.Iteration, is.SumX, time.Now()
 			st.LogLik = nil
-			if ll := acc.LogLik; !math.IsNaN(ll) {
+			if ll := is.LogLik; !math.IsNaN(ll) {
 				st.LogLik = &ll
 			}
 			if status != factor.NotTerminated {
 				st.Status = status.String()
 			}
 			if err := opts.Checkpoint.Commit(ctx, st, md); err != nil {
-				return res, fmt.Errorf("coordinator: checkpoint iteration %d: %w", iter, err)
+				return fmt.Errorf("coordinator: checkpoint iteration %d: %w", iter, err)
 			}
 		}
-		rep.Commit = time.Since(tc)
-		rep.Wall = time.Since(t0)
-		rep.SumX = acc.SumX
+		rep.Commit = time.Since(p.passEnd)
+		rep.Wall = time.Since(p.t0)
+		rep.SumX = is.SumX
 		log.Debug("iteration committed", "iter", iter, "wall", rep.Wall, "compute", rep.Compute,
 			"transfer", rep.Transfer, "reduce", rep.Reduce, "commit", rep.Commit, "bytes", rep.Bytes,
 			"model_fetch", rep.ModelFetch, "partial_encode", rep.PartialEncode, "partial_fetch", rep.PartialFetch,
@@ -239,13 +192,12 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 			opts.Progress(is)
 		}
 		if opts.Report != nil {
-			opts.Report(rep)
+			opts.Report(*rep)
 		}
-		if status != factor.NotTerminated {
-			res.Status = status
-			return res, nil
-		}
+		return nil
 	}
+	return factor.Loop(ctx, md, blocks, p, factor.FitOptions{Alpha: opts.Alpha, Converger: opts.Converger},
+		factor.LoopHooks{Start: first, Committed: committed})
 }
 
 // waitWorkers polls exec until MinWorkers workers are alive.
@@ -282,15 +234,55 @@ func waitWorkers(ctx context.Context, exec Executor, opts Options, log hclog.Log
 }
 
 // pass is the gather-and-reduce state of the fit, reused across
-// iterations.
+// iterations: factor.Loop's stepper.
 type pass struct {
 	exec Executor
 	opts *Options
 	log  hclog.Logger
 	man  *shard.Manifest
-	acc  *factor.Accumulator
+	plan *factor.ReducePlan
+	red  factor.Reducer
 	// alpha is the learning rate of the commits (tasks carry it).
 	alpha float64
+	// alive is the number of workers at the last count.
+	alive int
+	// rep is the report of the current iteration; t0 its start, passEnd
+	// the end of its pass.
+	rep         IterReport
+	t0, passEnd time.Time
+}
+
+// Step publishes md for iteration iter and runs its pass over the
+// executor (factor.Stepper).
+func (p *pass) Step(ctx context.Context, iter int, md *factor.Model, acc *factor.Accumulator, withLL bool) error {
+	p.t0 = time.Now()
+	p.rep = IterReport{Iteration: iter}
+	rep := &p.rep
+	if iter > 1 {
+		var err error
+		if p.alive, err = p.exec.Workers(ctx); err != nil {
+			return fmt.Errorf("coordinator: count workers: %w", err)
+		}
+	}
+	rep.Workers = p.alive
+	b, err := p.exec.Publish(ctx, p.opts.Job, iter, md)
+	if err != nil {
+		return fmt.Errorf("coordinator: publish model for iteration %d: %w", iter, err)
+	}
+	rep.Bytes += b
+	tg := time.Now()
+	p.red.Reset(acc, p.plan)
+	if err := p.run(ctx, iter, withLL, p.alive, rep); err != nil {
+		return err
+	}
+	if !p.red.Done() {
+		return fmt.Errorf("coordinator: iteration %d: pass ended before every shard was reduced", iter)
+	}
+	wait := time.Since(tg) - rep.Reduce
+	rep.Compute = min(rep.ComputeTotal/time.Duration(max(p.alive, 1)), max(wait, 0))
+	rep.Transfer = time.Since(p.t0) - rep.Reduce - rep.Compute
+	p.passEnd = time.Now()
+	return nil
 }
 
 type lease struct {
@@ -300,19 +292,25 @@ type lease struct {
 	cancel   context.CancelFunc
 }
 
-// run computes one pass: every shard handed out, checked and merged in
-// shard order into p.acc.
+// run computes one pass: every shard handed out in the plan's order,
+// checked, and folded by p.red as soon as its turn comes. Partials that
+// arrive early wait in held, which the window bounds: shards are handed
+// out at most window positions ahead of the next one to fold.
 func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *IterReport) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p.acc.Reset()
-	ns := len(p.man.Shards)
+	order := p.plan.Order
+	ns := len(order)
+	posOf := make([]int, ns)
+	for pos, k := range order {
+		posOf[k] = pos
+	}
 	window := p.opts.Window
 	if window <= 0 {
 		window = max(2*alive, 2)
 	}
-	results := make(chan worker.Result, window)
-	deliver := func(r worker.Result) {
+	results := make(chan wire.Result, window)
+	deliver := func(r wire.Result) {
 		select {
 		case results <- r:
 		case <-ctx.Done():
@@ -320,8 +318,8 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 	}
 	leases := make(map[int]*lease)
 	attempts := make([]int, ns)
-	held := make(map[int]worker.Result)
-	next, sent, accepted := 0, 0, 0
+	held := make(map[int]wire.Result) // by position, at most window
+	next, sent, accepted := 0, 0, 0   // positions in order
 	defer func() {
 		for _, l := range leases {
 			l.cancel()
@@ -351,13 +349,13 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 		now := time.Now()
 		tctx, tcancel := context.WithDeadline(ctx, now.Add(p.opts.TaskTimeout))
 		leases[k] = &lease{attempt: attempts[k], deadline: now.Add(p.opts.TaskTimeout), avoid: avoid, cancel: tcancel}
-		t := worker.Task{Job: p.opts.Job, Iteration: iter, Shard: k, WithLogLik: withLL, Attempt: attempts[k], Avoid: avoid, Alpha: p.alpha}
+		t := wire.Task{Job: p.opts.Job, Iteration: iter, Shard: k, WithLogLik: withLL, Attempt: attempts[k], Avoid: avoid, Alpha: p.alpha}
 		p.exec.Submit(tctx, t, deliver)
 		return nil
 	}
 	fill := func() error {
 		for sent < ns && sent < next+window {
-			if err := handOut(sent, nil); err != nil {
+			if err := handOut(order[sent], nil); err != nil {
 				return err
 			}
 			sent++
@@ -383,7 +381,7 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 	tick := time.NewTicker(max(p.opts.TaskTimeout/4, 10*time.Millisecond))
 	defer tick.Stop()
 	for next < ns {
-		var r worker.Result
+		var r wire.Result
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -400,12 +398,13 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 		case r = <-results:
 		}
 		k := r.Task.Shard
-		if r.Task.Job != p.opts.Job || r.Task.Iteration != iter || k < next || k >= sent {
+		if r.Task.Job != p.opts.Job || r.Task.Iteration != iter || k < 0 || k >= ns || posOf[k] < next || posOf[k] >= sent {
 			rep.Dropped++
 			p.log.Debug("late partial dropped", "iter", iter, "task_iter", r.Task.Iteration, "shard", k, "worker", r.Worker)
 			continue
 		}
-		if _, ok := held[k]; ok {
+		pos := posOf[k]
+		if _, ok := held[pos]; ok {
 			rep.Dropped++
 			p.log.Debug("duplicate partial dropped", "iter", iter, "shard", k, "worker", r.Worker)
 			continue
@@ -431,7 +430,7 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 			}
 			continue
 		}
-		held[k] = r
+		held[pos] = r
 		if l != nil {
 			l.cancel()
 			rep.ComputeTotal += r.Compute
@@ -449,15 +448,16 @@ func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *I
 				break
 			}
 			delete(held, next)
-			merge := p.acc.Merge
+			merge := p.red.Merge
 			if h.Checked {
-				merge = p.acc.MergeChecked
+				merge = p.red.MergeChecked
 			}
 			if err := merge(h.Partial); err != nil {
+				k := order[next]
 				rep.Rejected++
-				err = fmt.Errorf("coordinator: iteration %d: partial of shard %d from worker %s rejected: %w", iter, next, h.Worker, err)
-				p.log.Error("partial rejected", "iter", iter, "shard", next, "worker", h.Worker, "error", err)
-				if rerr := retry(next, h.Worker, err); rerr != nil {
+				err = fmt.Errorf("coordinator: iteration %d: partial of shard %d from worker %s rejected: %w", iter, k, h.Worker, err)
+				p.log.Error("partial rejected", "iter", iter, "shard", k, "worker", h.Worker, "error", err)
+				if rerr := retry(k, h.Worker, err); rerr != nil {
 					return fmt.Errorf("%w; last: %w", rerr, err)
 				}
 				break
@@ -518,13 +518,12 @@ func resume(ctx context.Context, opts Options, man *shard.Manifest, md *factor.M
 		log.Info("no checkpoint to resume from: starting afresh")
 		return 1, nil
 	}
-	if old.Manifest == nil || len(old.Manifest.Shards) != len(man.Shards) {
-		return 0, fmt.Errorf("coordinator: resume job %s: its checkpoint is of other shards", opts.Job)
+	if err := CheckResume(old, opts.Params, man); err != nil {
+		return 0, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
 	}
-	for k, in := range man.Shards {
-		if old.Manifest.Shards[k].Checksum != in.Checksum {
-			return 0, fmt.Errorf("coordinator: resume job %s: shard %d differs from the checkpoint's", opts.Job, k)
-		}
+	if old.ReduceOrder != st.ReduceOrder || old.GroupNNZ != st.GroupNNZ {
+		return 0, fmt.Errorf("coordinator: resume job %s: its checkpoint was reduced in order %q with group nnz %d, this fit uses %q with %d",
+			opts.Job, old.ReduceOrder, old.GroupNNZ, st.ReduceOrder, st.GroupNNZ)
 	}
 	if err := m0.CheckCompatible(md.N, md.M, md.U, md.Tie); err != nil {
 		return 0, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // testData returns a small random data set: n states, u actions, about
@@ -44,6 +45,11 @@ func testData(t testing.TB, n, u, nnz, target int) ([]*shard.Shard, *shard.Manif
 	return shards, man
 }
 
+// testGroupNNZ is the reduction group size of the tests' fits: about 1500
+// nonzeros per action make trees of 8 groups (some empty) over 5 shards,
+// so that the canonical order is a real tree.
+const testGroupNNZ = 200
+
 // fitCase is one fit configuration and its local reference.
 type fitCase struct {
 	shards []*shard.Shard
@@ -62,7 +68,7 @@ func newFitCaseTie(t testing.TB, tie factor.Tie) *fitCase {
 	fc := &fitCase{shards: shards, man: man, init: factor.NewRandom(man.N, 4, man.U, tie, 3),
 		conv: factor.Converger{Tol: 1e-12, MaxIter: 5}}
 	fc.want = fc.init.Clone()
-	opts := factor.FitOptions{Workers: 3, Converger: fc.conv, Progress: func(s factor.IterStats) { fc.wantS = append(fc.wantS, s) }}
+	opts := factor.FitOptions{Workers: 3, GroupNNZ: testGroupNNZ, Converger: fc.conv, Progress: func(s factor.IterStats) { fc.wantS = append(fc.wantS, s) }}
 	var err error
 	if fc.wantR, err = factor.Fit(context.Background(), fc.want, shard.Blocks(shards), opts); err != nil {
 		t.Fatal(err)
@@ -81,7 +87,7 @@ func (fc *fitCase) run(t *testing.T, exec coordinator.Executor, ck coordinator.C
 	// hand a task out again, which the NATS tests count as a fault.
 	ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
 	defer cancel()
-	res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
+	res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "test-job", Converger: fc.conv, TaskTimeout: time.Minute, Checkpoint: ck,
 		Progress: func(s factor.IterStats) { stats = append(stats, s) },
 		Report:   func(r coordinator.IterReport) { reps = append(reps, r) },
@@ -132,17 +138,17 @@ type faulty struct {
 	badDone  bool
 	dupDone  bool
 	dupSent  bool
-	saved    chan worker.Result
+	saved    chan wire.Result
 	injected int
 }
 
-func (f *faulty) Submit(ctx context.Context, t worker.Task, deliver func(worker.Result)) {
+func (f *faulty) Submit(ctx context.Context, t wire.Task, deliver func(wire.Result)) {
 	f.mu.Lock()
 	if f.saved == nil {
-		f.saved = make(chan worker.Result, 1)
+		f.saved = make(chan wire.Result, 1)
 	}
 	f.mu.Unlock()
-	f.Executor.Submit(ctx, t, func(r worker.Result) {
+	f.Executor.Submit(ctx, t, func(r wire.Result) {
 		f.mu.Lock()
 		bad := t.Iteration == f.badIter && t.Shard == f.badShard && r.Err == nil && !f.badDone
 		if bad {
@@ -197,7 +203,7 @@ func checkFaults(t *testing.T, f *faulty, reps []coordinator.IterReport) {
 
 func TestFitLocal(t *testing.T) {
 	fc := newFitCase(t)
-	for _, n := range []int{1, 3} {
+	for _, n := range []int{1, 3, 8} {
 		exec := worker.NewLocal(n)
 		fc.run(t, exec, nil)
 		exec.Close()

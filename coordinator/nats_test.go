@@ -97,7 +97,7 @@ func waitCensus(t *testing.T, exec *natsexec.Executor, n int) {
 
 func TestFitNATS(t *testing.T) {
 	fc := newFitCase(t)
-	for _, n := range []int{1, 2, 4} {
+	for _, n := range []int{1, 2, 3, 4, 8} {
 		t.Run(fmt.Sprintf("workers=%d", n), func(t *testing.T) {
 			s := startServer(t, 0)
 			ws := startWorkers(t, s, n)
@@ -199,7 +199,7 @@ func TestFitNATSVanishedWorker(t *testing.T) {
 	}()
 	md := fc.init.Clone()
 	var retried int
-	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
+	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "vanish", Converger: fc.conv, TaskTimeout: time.Hour, Checkpoint: exec,
 		Report: func(r coordinator.IterReport) { retried += r.Retried },
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
@@ -295,7 +295,7 @@ func TestNoWorkers(t *testing.T) {
 	fc := newFitCase(t)
 	s := startServer(t, 0)
 	exec := newNATSExec(t, s)
-	_, err := coordinator.Fit(context.Background(), exec, fc.shards, fc.man, fc.init.Clone(), coordinator.Options{
+	_, err := coordinator.Fit(context.Background(), exec, fc.shards, fc.man, fc.init.Clone(), coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "none", Converger: fc.conv, WaitWorkers: 300 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "not enough workers") {
 		t.Fatalf("err = %v, want ErrNoWorkers", err)
@@ -365,7 +365,7 @@ func TestResume(t *testing.T) {
 	fit := func(conv factor.Converger, stats *[]factor.IterStats) (*factor.Model, factor.FitResult) {
 		exec := newNATSExec(t, s)
 		md := fc.init.Clone()
-		res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{
+		res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
 			Job: "resume", Converger: conv, Checkpoint: exec, Resume: true,
 			Progress: func(s factor.IterStats) { *stats = append(*stats, s) }})
 		if err != nil {
@@ -388,5 +388,13 @@ func TestResume(t *testing.T) {
 		if w := fc.wantS[k+2]; s.LogLik != w.LogLik || !(s.RelChange == w.RelChange) {
 			t.Fatalf("resumed progress %+v, want %+v", s, w)
 		}
+	}
+	// Resuming under another reduction group size would change the bits
+	// mid-fit: refused.
+	exec := newNATSExec(t, s)
+	_, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, fc.init.Clone(), coordinator.Options{GroupNNZ: 2 * testGroupNNZ,
+		Job: "resume", Converger: fc.conv, Checkpoint: exec, Resume: true})
+	if err == nil || !strings.Contains(err.Error(), "group nnz") {
+		t.Fatalf("resume with another group size: %v, want an error naming it", err)
 	}
 }

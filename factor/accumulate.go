@@ -48,6 +48,8 @@ type Scratch struct {
 	dl []float64 // the block's rows of D, n_r×m
 	gs []float64 // g of every nonzero, in column order
 	t  []float64 // d ⊙ k of the current nonzero
+	// count is the working memory of building a block's column index.
+	count []int32
 	// pureGo forces the pure-Go kernel (tests compare it with AVX2).
 	pureGo bool
 }
@@ -59,10 +61,11 @@ type Scratch struct {
 //
 // The pass runs column by column (see colindex.go): each touched row of K
 // is read once and its row of K̂ accumulated in place in p.KhT, while the
-// block's rows of D and D̂ (a few hundred KiB) stay in cache. Every sum
-// still receives its terms in the order of a row-major pass (rows
-// ascending, columns ascending within a row), so the result does not
-// depend on the traversal.
+// block's rows of D and D̂ (a few hundred KiB) stay in cache. Every row
+// of D̂ and K̂ still receives its terms in the order of a row-major pass
+// (rows ascending, columns ascending within a row); the loglik sums its
+// terms in the column-major order of the pass (since tree-v1: it needs no
+// map from CSR to column positions, 4 bytes per nonzero kept all fit).
 func Compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool) error {
 	return ComputeStreamed(md, b, s, p, withLogLik, nil)
 }
@@ -83,14 +86,14 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 	d := md.D[md.DBlock(b.Action)]
 	kt := md.KT[md.KBlock(b.Action)]
 	nr := len(b.Rows)
-	ci := b.columns()
+	ci := b.columns(&s.count)
 
 	p.Action = b.Action
-	p.Rows = append(p.Rows[:0], b.Rows...)
+	p.Rows = copyIdx(p.Rows, b.Rows)
 	p.Dh = resize(p.Dh, nr*m)
 	p.X = resize(p.X, nr)
 	p.Y = resize(p.Y, m)
-	p.Cols = append(p.Cols[:0], ci.cols...)
+	p.Cols = copyIdx(p.Cols, ci.cols)
 	p.KhT = resize(p.KhT, len(ci.cols)*m)
 	p.NNZ = b.NNZ()
 
@@ -99,7 +102,7 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 		copy(s.dl[r*m:r*m+m], d[int(i)*m:int(i)*m+m])
 	}
 	if cap(s.gs) < len(ci.vals) {
-		s.gs = make([]float64, len(ci.vals))
+		s.gs = make([]float64, len(ci.vals), len(ci.vals)+len(ci.vals)/4)
 	}
 	gs := s.gs[:len(ci.vals)]
 	s.t = resize(s.t, m)
@@ -137,7 +140,8 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 		}
 	}
 
-	// Checks, logarithms and row sums in storage (row-major) order.
+	// Checks and logarithms in the pass's (column-major) order; row sums
+	// in storage (row-major) order.
 	bad := false
 	for _, g := range gs {
 		if !(g > 0) {
@@ -147,13 +151,13 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 	}
 	ll := 0.0
 	if bad || withLogLik {
-		for r, i := range b.Rows {
-			for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
-				g, c := gs[ci.inv[q]], b.Vals[q]
+		for c, j := range ci.cols {
+			for q := ci.ptr[c]; q < ci.ptr[c+1]; q++ {
+				g, v := gs[q], ci.vals[q]
 				if !(g > 0) {
-					return &TransitionError{Action: b.Action, From: int(i), To: int(b.Cols[q]), Count: c}
+					return &TransitionError{Action: b.Action, From: int(b.Rows[ci.rows[q]]), To: int(j), Count: v}
 				}
-				ll += c * math.Log(g)
+				ll += v * math.Log(g)
 			}
 		}
 	}
@@ -215,9 +219,23 @@ func scatter(s float64, t, dh, kh []float64) {
 	}
 }
 
+// copyIdx returns a copy of src in dst's memory when it has room, else in
+// a new slice with 1/4 headroom (see resize).
+func copyIdx(dst, src []int32) []int32 {
+	if cap(dst) < len(src) {
+		dst = make([]int32, 0, len(src)+len(src)/4)
+	}
+	return append(dst[:0], src...)
+}
+
+// resize returns x zeroed at length n, reusing its memory when it has
+// room. A new slice gets 1/4 headroom: the blocks of a pass need sizes
+// that differ by a few percent, and a reused partial that grew to each new
+// largest one would leave a trail of garbage its own size (hundreds of MB
+// at n = 10^6, and Go's GC lets the heap grow to twice the live data).
 func resize(x []float64, n int) []float64 {
 	if cap(x) < n {
-		return make([]float64, n)
+		return make([]float64, n, n+n/4)
 	}
 	x = x[:n]
 	clear(x)
@@ -226,8 +244,9 @@ func resize(x []float64, n int) []float64 {
 
 // Accumulator sums Partials over all blocks of a pass, per D and K block of
 // the model: Dh and X per D block (n×m and n), KhT and Y per K block (n×m
-// and m). Merge partials in a fixed (shard) order for bitwise-reproducible
-// results; Commit turns the sums into the next model.
+// and m). A pass fills it through a Reducer, in the canonical order
+// (ReducePlan); Merge adds one partial (a left fold, as Incremental uses
+// it); Commit turns the sums into the next model.
 type Accumulator struct {
 	N, M, U int
 	Tie     Tie
@@ -279,40 +298,30 @@ func (a *Accumulator) Merge(p *Partial) error {
 	return nil
 }
 
-// mergeComputed merges a partial that Compute produced in this process
-// from a validated model. It skips the scan of every value: all posterior
-// weights are ≥ 0 by construction, and each weight w is added both to a
-// row of Dh and to a row of KhT, while Y is the sum of Dh's rows, so an
-// infinite or NaN weight anywhere makes Y non-finite. Checking Y (m values)
-// is therefore as strong as checking them all.
-func (a *Accumulator) mergeComputed(p *Partial) error {
+// checkComputed checks a partial that Compute produced in this process
+// from a validated model, where Merge would check every value. All
+// posterior weights are ≥ 0 by construction, and each weight w is added
+// both to a row of Dh and to a row of KhT, while Y is the sum of Dh's
+// rows, so an infinite or NaN weight anywhere makes Y non-finite.
+// Checking Y (m values) is therefore as strong as checking them all.
+func checkComputed(p *Partial) error {
 	for l, v := range p.Y {
 		if !(v >= 0) || math.IsInf(v, 0) {
 			return fmt.Errorf("factor: partial of action %d: Y[%d] = %v is not finite and non-negative", p.Action, l, v)
 		}
 	}
-	a.add(p)
 	return nil
 }
 
-// add adds a checked partial.
+// add adds a checked partial: a left fold, the order of Merge (the
+// order of a pass is the Reducer's).
 func (a *Accumulator) add(p *Partial) {
 	m := a.M
-	db, kb := p.Action, p.Action
-	if a.Tie == TieSharedD {
-		db = 0
-	}
+	kb := p.Action
 	if a.Tie == TieSharedK {
 		kb = 0
 	}
-	dh, x := a.Dh[db], a.X[db]
-	for r, i := range p.Rows {
-		dst := dh[int(i)*m : int(i)*m+m]
-		for l, v := range p.Dh[r*m : r*m+m] {
-			dst[l] += v
-		}
-		x[i] += p.X[r]
-	}
+	a.addRows(p)
 	kh := a.KhT[kb]
 	for c, j := range p.Cols {
 		dst := kh[int(j)*m : int(j)*m+m]
@@ -328,10 +337,27 @@ func (a *Accumulator) add(p *Partial) {
 	a.NNZ += p.NNZ
 }
 
+// addRows adds a checked partial's rows of D̂ and x.
+func (a *Accumulator) addRows(p *Partial) {
+	m := a.M
+	db := p.Action
+	if a.Tie == TieSharedD {
+		db = 0
+	}
+	dh, x := a.Dh[db], a.X[db]
+	for r, i := range p.Rows {
+		dst := dh[int(i)*m : int(i)*m+m]
+		for l, v := range p.Dh[r*m : r*m+m] {
+			dst[l] += v
+		}
+		x[i] += p.X[r]
+	}
+}
+
 // MergeChecked is Merge for a partial whose values CheckPartialValues
 // accepted (a coordinator checks them as each partial arrives, in
-// parallel, and merges in shard order): it checks dimensions and indices
-// only, then adds.
+// parallel, and merges in the canonical order): it checks dimensions and
+// indices only, then adds.
 func (a *Accumulator) MergeChecked(p *Partial) error {
 	if err := a.checkShape(p); err != nil {
 		return err

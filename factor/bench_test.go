@@ -247,3 +247,56 @@ func TestBenchDataDump(t *testing.T) {
 	}
 	t.Logf("wrote %s: n=%d nnz=%d Σc=%v", *benchDump, sz.n, nnz, TotalCount(blocks))
 }
+
+// BenchmarkMerge times the reduce of one pass's partials (computed once)
+// into an accumulator: "leftfold" is the order before tree-v1
+// (Accumulator.Merge in block order), "tree-G" the canonical order with G
+// reduction groups (G = 1: the same adds plus the touched-column
+// bookkeeping; larger G: plus the combines of subtree sums). Run with
+//
+//	go test -run NONE -bench BenchmarkMerge -benchtime 10x ./factor/
+func BenchmarkMerge(b *testing.B) {
+	const m = 32
+	for _, sz := range benchSizes {
+		blocks := benchBlocks(sz)
+		md := NewRandom(sz.n, m, 1, TieNone, benchSeed)
+		parts := make([]Partial, len(blocks))
+		for k, bl := range blocks {
+			if err := Compute(md, bl, new(Scratch), &parts[k], true); err != nil {
+				b.Fatal(err)
+			}
+		}
+		nnz := 0
+		for _, bl := range blocks {
+			nnz += bl.NNZ()
+		}
+		acc := NewAccumulator(md)
+		b.Run(sz.name+"/leftfold", func(b *testing.B) {
+			for b.Loop() {
+				acc.Reset()
+				for k := range parts {
+					if err := acc.Merge(&parts[k]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		for _, g := range []int{1, 4, 16} {
+			plan := PlanBlocks(blocks, TieNone, (nnz+g-1)/g)
+			if got := plan.Trees[0].Groups(); got != g {
+				b.Fatalf("plan has %d groups, want %d", got, g)
+			}
+			var r Reducer
+			b.Run(fmt.Sprintf("%s/tree-G%d", sz.name, g), func(b *testing.B) {
+				for b.Loop() {
+					r.Reset(acc, plan)
+					for r.Next() >= 0 {
+						if err := r.Merge(&parts[r.Next()]); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		}
+	}
+}

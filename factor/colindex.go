@@ -1,10 +1,11 @@
 package factor
 
+import "math"
+
 // colIndex is a block's nonzeros in compressed sparse column form, the
 // order in which Compute visits them: column cols[c] holds entries
 // ptr[c]..ptr[c+1] with local rows rows[·] (ascending; an index into
-// Block.Rows) and counts vals[·]. inv maps a CSR position of the block to
-// its position here.
+// Block.Rows) and counts vals[·].
 //
 // Why columns: each nonzero (i, j) reads row j of K and updates row j of
 // K̂. Visited row by row these are random accesses to n·m·16 bytes, which
@@ -12,17 +13,22 @@ package factor
 // row of K is read once and its K̂ row accumulated in place, while the
 // block's rows of D and D̂ (whole rows, a few hundred KiB for a default
 // shard) are what is gathered, from cache.
+//
+// Positions are int32 (a block holds fewer than 2^31 nonzeros; Split's
+// shards hold about 2^17): the index is cached beside the block for the
+// whole fit, 12 bytes per nonzero plus 8 per touched column.
 type colIndex struct {
 	cols []int32
-	ptr  []int64
+	ptr  []int32
 	rows []int32
 	vals []float64
-	inv  []int64
 }
 
-// columns returns b's column index, building and caching it on first use.
-// Concurrent first calls may both build it; they build the same thing.
-func (b *Block) columns() *colIndex {
+// columns returns b's column index, building and caching it on first use
+// (with scratch, n+1 int32s it reuses, as working memory: one
+// per block would be n·4 bytes of garbage each). Concurrent first calls
+// may both build it; they build the same thing.
+func (b *Block) columns(scratch *[]int32) *colIndex {
 	if ci := b.colIdx.Load(); ci != nil {
 		return ci
 	}
@@ -31,22 +37,36 @@ func (b *Block) columns() *colIndex {
 	for _, c := range b.Cols {
 		maxCol = max(maxCol, int(c))
 	}
-	count := make([]int64, maxCol+2)
+	if nnz > math.MaxInt32 {
+		panic("factor: block has more than 2^31-1 nonzeros")
+	}
+	if cap(*scratch) < maxCol+2 {
+		*scratch = make([]int32, maxCol+2)
+	}
+	count := (*scratch)[:maxCol+2]
+	clear(count)
 	for _, c := range b.Cols {
 		count[c+1]++
 	}
-	ci := &colIndex{rows: make([]int32, nnz), vals: make([]float64, nnz), inv: make([]int64, nnz)}
+	ci := &colIndex{rows: make([]int32, nnz), vals: make([]float64, nnz)}
+	ncols := 0
+	for _, c := range count[1:] {
+		if c > 0 {
+			ncols++
+		}
+	}
+	ci.cols = make([]int32, 0, ncols) // exact: the index is kept for the whole fit
 	for j := 0; j <= maxCol; j++ {
 		if count[j+1] > 0 {
 			ci.cols = append(ci.cols, int32(j))
 		}
 		count[j+1] += count[j]
 	}
-	ci.ptr = make([]int64, 0, len(ci.cols)+1)
+	ci.ptr = make([]int32, 0, len(ci.cols)+1)
 	for _, j := range ci.cols {
 		ci.ptr = append(ci.ptr, count[j])
 	}
-	ci.ptr = append(ci.ptr, int64(nnz))
+	ci.ptr = append(ci.ptr, int32(nnz))
 	// Counting sort by column, stable in CSR order, so rows ascend within
 	// each column.
 	next := count[:maxCol+1]
@@ -57,7 +77,6 @@ func (b *Block) columns() *colIndex {
 			next[j]++
 			ci.rows[k] = int32(r)
 			ci.vals[k] = b.Vals[q]
-			ci.inv[q] = k
 		}
 	}
 	b.colIdx.Store(ci)

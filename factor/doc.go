@@ -58,8 +58,28 @@
 // # Determinism
 //
 // Statistics are computed per Block (a shard of one action's nonzeros in
-// CSR form) into a Partial, and partials are merged into an Accumulator in
-// block order, never in arrival order. The committed model is therefore
-// bitwise identical for any number of workers, on any machine: the kernels
+// CSR form) into a Partial, and a pass folds the partials into an
+// Accumulator in a canonical order, never in arrival order: ReducePlan
+// ("tree-v1") cuts each K block's blocks into 2^k reduction groups by
+// nonzeros (GroupNNZ), left-folds each group and combines the groups by a
+// fixed balanced binary tree (TreeFold; DyadicPieces says which subtrees a
+// node holding a range of groups sends). The order depends on the data and
+// GroupNNZ only, so the committed model is bitwise identical for any
+// number of goroutines or cluster workers, on any machine: the kernels
 // write float64(x*y) + z where a fused multiply-add would change rounding.
+//
+// # Memory
+//
+// A Reducer folds each partial as soon as its turn comes, so a pass holds
+// at most 2·workers partials, the accumulator, and log2 G dense n×m
+// buffers of K̂ for the pending subtrees of a tree of G groups (none for
+// G = 1). DefaultGroupNNZ keeps G = 1 up to 33M nonzeros per K block: the
+// local fit's peak stays within 1.5× its arrays (docs/benchmarks.md).
+//
+// # The loop
+//
+// Loop is the one EM loop (iterations, Σx check, commit, convergence) of
+// Fit and of the cluster coordinator; a Stepper computes the passes
+// (goroutines here, an executor over NATS workers there) and LoopHooks
+// carry what the coordinator adds (checkpoints, reports, resume).
 package factor

@@ -10,44 +10,57 @@ import (
 )
 
 // Pass computes the statistics of all blocks under md into acc (which it
-// resets first), using up to workers goroutines. Partials are merged in
-// block order, so acc is bitwise the same for every number of workers. At
-// most 2·workers partials are held at once. Use a Passer to keep the
+// resets first), using up to workers goroutines. Partials are folded in
+// the canonical order (ReducePlan, with DefaultGroupNNZ) as soon as their
+// turn comes, so acc is bitwise the same for every number of workers and
+// at most workers+1 partials are held at once. Use a Passer to keep the
 // working memory across passes.
 func Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, workers int, withLogLik bool) error {
 	var ps Passer
 	return ps.Pass(ctx, md, blocks, acc, workers, withLogLik)
 }
 
-// Passer runs passes like Pass, keeping its scratch memory and partials
-// between calls (a pass at n = 20 000, m = 32 would otherwise allocate tens
-// of MB). The zero value is ready; a Passer runs one pass at a time.
+// Passer runs passes like Pass, keeping its scratch memory, partials and
+// reduction buffers between calls (a pass at n = 20 000, m = 32 would
+// otherwise allocate tens of MB). The zero value is ready; a Passer runs
+// one pass at a time.
 type Passer struct {
+	// GroupNNZ is the target nonzeros per reduction group of the
+	// canonical order (ReducePlan); 0 means DefaultGroupNNZ.
+	GroupNNZ int
+
 	scratch []Scratch
 	pool    []*Partial
+	red     Reducer
 }
 
 // Pass is the function Pass with p's memory.
 func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, workers int, withLogLik bool) error {
-	acc.Reset()
+	// The plan costs O(blocks); made per pass, it can never be stale.
+	plan := PlanBlocks(blocks, md.Tie, ps.GroupNNZ)
+	ps.red.Reset(acc, plan)
+	order := plan.Order
 	workers = max(1, min(workers, len(blocks)))
 	for len(ps.scratch) < workers {
 		ps.scratch = append(ps.scratch, Scratch{})
 	}
-	window := 2 * workers
+	// One partial per worker and one more, so that a worker computes
+	// while the merger folds (each is ≈ (rows + columns touched)·m·8
+	// bytes: 33 MB for a default shard at n = 10^6, m = 32).
+	window := workers + 1
 	for len(ps.pool) < window {
 		ps.pool = append(ps.pool, new(Partial))
 	}
 	if workers <= 1 {
 		p := ps.pool[0]
-		for k, b := range blocks {
-			if k%16 == 0 && ctx.Err() != nil {
+		for pos, k := range order {
+			if pos%16 == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if err := Compute(md, b, &ps.scratch[0], p, withLogLik); err != nil {
+			if err := Compute(md, blocks[k], &ps.scratch[0], p, withLogLik); err != nil {
 				return err
 			}
-			if err := acc.mergeComputed(p); err != nil {
+			if err := ps.red.mergeComputed(p); err != nil {
 				return fmt.Errorf("factor: block %d: %w", k, err)
 			}
 		}
@@ -66,9 +79,9 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 	for _, p := range ps.pool[:window] {
 		free <- p
 	}
-	ready := make([]chan result, len(blocks))
-	for k := range ready {
-		ready[k] = make(chan result, 1)
+	ready := make([]chan result, len(order))
+	for pos := range ready {
+		ready[pos] = make(chan result, 1)
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -83,12 +96,12 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 				case <-ctx.Done():
 					return
 				}
-				k := int(next.Add(1) - 1)
-				if k >= len(blocks) {
+				pos := int(next.Add(1) - 1)
+				if pos >= len(order) {
 					return
 				}
-				err := Compute(md, blocks[k], s, p, withLogLik)
-				ready[k] <- result{p, err}
+				err := Compute(md, blocks[order[pos]], s, p, withLogLik)
+				ready[pos] <- result{p, err}
 			}
 		}(&ps.scratch[w])
 	}
@@ -96,17 +109,17 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 	// workers blocked on a free partial would never return.
 	defer func() { cancel(); wg.Wait() }()
 
-	for k := range blocks {
+	for pos, k := range order {
 		var r result
 		select {
-		case r = <-ready[k]:
+		case r = <-ready[pos]:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		if r.err != nil {
 			return r.err
 		}
-		if err := acc.mergeComputed(r.p); err != nil {
+		if err := ps.red.mergeComputed(r.p); err != nil {
 			return fmt.Errorf("factor: block %d: %w", k, err)
 		}
 		free <- r.p
@@ -133,7 +146,11 @@ type FitOptions struct {
 	// Alpha is the learning rate of each commit; 0 means 1 (plain EM).
 	Alpha float64
 	// Workers is the number of goroutines computing partials; 0 means 1.
-	Workers   int
+	Workers int
+	// GroupNNZ is the target nonzeros per reduction group of the
+	// canonical order (ReducePlan); 0 means DefaultGroupNNZ. A cluster
+	// fit equals a local fit bitwise only with the same GroupNNZ.
+	GroupNNZ  int
 	Converger Converger
 	// Progress, if set, is called after every committed iteration.
 	Progress func(IterStats)
@@ -165,9 +182,51 @@ func DataTerm(blocks []*Block) float64 {
 	return t
 }
 
+// Stepper computes the passes of an EM loop: the loop's only part that
+// differs between a local fit (goroutines) and a cluster fit (the
+// coordinator's executor).
+type Stepper interface {
+	// Step fills acc (resetting it first) with the statistics of every
+	// block under md, in the canonical order, for iteration iter.
+	Step(ctx context.Context, iter int, md *Model, acc *Accumulator, withLogLik bool) error
+}
+
+// LoopHooks is what a caller of Loop adds around the iterations. The zero
+// value adds nothing.
+type LoopHooks struct {
+	// Start is the first iteration to run (0 or 1: from the start). A
+	// resumed fit starts after its last committed iteration: md then holds
+	// that iteration's model, and md.LogLik its last evaluation, from
+	// which the converger and the relative change go on.
+	Start int
+	// Committed, if set, is called after every commit, with the
+	// iteration's stats and the converger's verdict, before
+	// FitOptions.Progress; an error stops the fit.
+	Committed func(ctx context.Context, st IterStats, status Status) error
+}
+
 // Fit runs batch EMSF on md in place until the converger stops it. Every
 // pass checks that it saw every count exactly once (Σx = N).
 func Fit(ctx context.Context, md *Model, blocks []*Block, opts FitOptions) (FitResult, error) {
+	return Loop(ctx, md, blocks, &localStepper{blocks: blocks, workers: opts.Workers, ps: Passer{GroupNNZ: opts.GroupNNZ}}, opts, LoopHooks{})
+}
+
+// localStepper runs passes on goroutines of this process.
+type localStepper struct {
+	blocks  []*Block
+	workers int
+	ps      Passer
+}
+
+func (l *localStepper) Step(ctx context.Context, _ int, md *Model, acc *Accumulator, withLogLik bool) error {
+	return l.ps.Pass(ctx, md, l.blocks, acc, l.workers, withLogLik)
+}
+
+// Loop is the EM loop of every batch fit, local or cluster: it checks the
+// options and the data, then per iteration has step compute the pass,
+// checks Σx = N, commits with α, reports and asks the converger whether
+// to go on. opts.Workers and opts.GroupNNZ are the stepper's business.
+func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts FitOptions, hooks LoopHooks) (FitResult, error) {
 	conv := opts.Converger
 	if err := conv.Validate(); err != nil {
 		return FitResult{}, err
@@ -190,18 +249,29 @@ func Fit(ctx context.Context, md *Model, blocks []*Block, opts FitOptions) (FitR
 	}
 	dataTerm := DataTerm(blocks)
 	acc := NewAccumulator(md)
-	var ps Passer
 	start := time.Now()
 	prev := math.NaN()
 	res := FitResult{LogLik: math.NaN()}
-	for iter := 1; ; iter++ {
+	first := max(hooks.Start, 1)
+	if first > 1 {
+		// A resumed fit that reached its limit already stops at once.
+		prev = md.LogLik
+		if status := conv.Check(first-1, md.LogLik, 0); status == IterationLimit {
+			return FitResult{Status: status, Iterations: first - 1, LogLik: md.LogLik}, nil
+		}
+	}
+	for iter := first; ; iter++ {
 		t0 := time.Now()
 		withLL := conv.NeedsLogLik(iter)
-		if err := ps.Pass(ctx, md, blocks, acc, opts.Workers, withLL); err != nil {
+		if err := step.Step(ctx, iter, md, acc, withLL); err != nil {
 			return res, err
 		}
 		if err := CheckSumX(acc.SumX, total); err != nil {
 			return res, err
+		}
+		if withLL && math.IsNaN(acc.LogLik) {
+			// Never a model committed (or written) from a NaN pass.
+			return res, fmt.Errorf("factor: iteration %d: the log-likelihood is NaN", iter)
 		}
 		acc.Commit(md, alpha, dataTerm)
 		now := time.Now()
@@ -214,13 +284,19 @@ func Fit(ctx context.Context, md *Model, blocks []*Block, opts FitOptions) (FitR
 			prev = acc.LogLik
 			res.LogLik = acc.LogLik
 		}
+		res.Iterations = iter
+		res.Elapsed = st.Elapsed
+		status := conv.Check(iter, acc.LogLik, st.Elapsed)
+		if hooks.Committed != nil {
+			if err := hooks.Committed(ctx, st, status); err != nil {
+				return res, err
+			}
+		}
 		if opts.Progress != nil {
 			opts.Progress(st)
 		}
-		res.Iterations = iter
-		res.Elapsed = st.Elapsed
-		if s := conv.Check(iter, acc.LogLik, st.Elapsed); s != NotTerminated {
-			res.Status = s
+		if status != NotTerminated {
+			res.Status = status
 			return res, nil
 		}
 	}

@@ -56,7 +56,7 @@ func bitsEqual(a, b []float64) bool {
 }
 
 // TestMergeComputedRejectsNonFiniteY: the cheap check of locally computed
-// partials catches a non-finite weight through Y (see mergeComputed).
+// partials catches a non-finite weight through Y (see checkComputed).
 func TestMergeComputedRejectsNonFiniteY(t *testing.T) {
 	md := NewRandom(20, 4, 1, TieNone, 3)
 	b := RandomCounts(20, 1, 5, 3, 3)[0]
@@ -64,13 +64,12 @@ func TestMergeComputedRejectsNonFiniteY(t *testing.T) {
 	if err := Compute(md, b, new(Scratch), &p, false); err != nil {
 		t.Fatal(err)
 	}
-	acc := NewAccumulator(md)
-	if err := acc.mergeComputed(&p); err != nil {
+	if err := checkComputed(&p); err != nil {
 		t.Fatal(err)
 	}
 	for _, bad := range []float64{math.Inf(1), math.NaN(), -1} {
 		p.Y[2] = bad
-		if err := acc.mergeComputed(&p); err == nil {
+		if err := checkComputed(&p); err == nil {
 			t.Errorf("mergeComputed accepted Y[2] = %v", bad)
 		}
 	}

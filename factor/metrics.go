@@ -155,9 +155,11 @@ func checkStochastic(row []float64) error {
 
 // LogLikelihood returns ll = Σ c·log P^a_ij over the nonzeros (i, j, c) of
 // the blocks (incremental-emsf eq. 10, the part of the log-likelihood (9)
-// that depends on the model) and total = Σ c. Sums run block by block in
-// order. For a *Model, P^a_ij is computed with the arithmetic of Compute, so
-// on the training blocks ll equals bitwise the loglik of a Pass under md.
+// that depends on the model) and total = Σ c. For a *Model, P^a_ij is
+// computed with the arithmetic of Compute and ll summed in the order of a
+// pass (ReducePlan with DefaultGroupNNZ), so on the training blocks ll
+// equals bitwise the loglik of a Pass under md; for other estimates ll
+// sums block by block in order.
 //
 // An observed transition with probability 0 (or NaN) gives a
 // *TransitionError; a block that does not fit the estimate's shape gives an
@@ -169,32 +171,63 @@ func LogLikelihood(e Estimate, blocks []*Block) (ll, total float64, err error) {
 	if isModel {
 		t = make([]float64, md.M)
 	}
+	bls := make([]float64, len(blocks))
+	var count []int32
 	for k, b := range blocks {
 		if err := b.CheckShape(n, u); err != nil {
 			return 0, 0, fmt.Errorf("factor: block %d: %w", k, err)
 		}
-		bl := 0.0
-		for r, i := range b.Rows {
-			var drow []float64
-			if isModel {
-				drow = md.DRow(b.Action, int(i))
+		total += b.Sum()
+		if isModel {
+			// Compute's order: column by column.
+			ci := b.columns(&count)
+			for c, j := range ci.cols {
+				kcol := md.KCol(b.Action, int(j))
+				for q := ci.ptr[c]; q < ci.ptr[c+1]; q++ {
+					i := int(b.Rows[ci.rows[q]])
+					g := prodSum(t, md.DRow(b.Action, i), kcol)
+					if !(g > 0) {
+						return 0, 0, &TransitionError{Action: b.Action, From: i, To: int(j), Count: ci.vals[q]}
+					}
+					bls[k] += ci.vals[q] * math.Log(g)
+				}
 			}
+			continue
+		}
+		for r, i := range b.Rows {
 			for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
 				j, c := int(b.Cols[q]), b.Vals[q]
-				var g float64
-				if isModel {
-					g = prodSum(t, drow, md.KCol(b.Action, j))
-				} else {
-					g = e.Prob(b.Action, int(i), j)
-				}
+				g := e.Prob(b.Action, int(i), j)
 				if !(g > 0) {
 					return 0, 0, &TransitionError{Action: b.Action, From: int(i), To: j, Count: c}
 				}
-				bl += c * math.Log(g)
+				bls[k] += c * math.Log(g)
 			}
 		}
-		ll += bl
-		total += b.Sum()
+	}
+	if !isModel {
+		for _, bl := range bls {
+			ll += bl
+		}
+		return ll, total, nil
+	}
+	// A pass's order (ReducePlan with DefaultGroupNNZ): per K block a tree
+	// over groups, left folds inside; the roots folded in K block order.
+	plan := PlanBlocks(blocks, md.Tie, DefaultGroupNNZ)
+	add := func(l, r float64) float64 { return l + r }
+	for _, tr := range plan.Trees {
+		fold := NewTreeFold(tr.Groups(), add)
+		for g := range tr.Groups() {
+			leaf := 0.0
+			for _, k := range plan.Order[tr.Start[g]:tr.Start[g+1]] {
+				leaf += bls[k]
+			}
+			if err := fold.Push(Piece{g, 0}, leaf); err != nil {
+				panic(err) // pushed in order
+			}
+		}
+		root, _ := fold.Root()
+		ll += root
 	}
 	return ll, total, nil
 }

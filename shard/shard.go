@@ -150,8 +150,9 @@ const DefaultTargetNNZ = 1 << 17
 
 // Split cuts each action's matrix into shards of whole rows with about
 // target nonzeros each (a row with more than target nonzeros is a shard of
-// its own). Shards are numbered in (action, row) order; that order is the
-// reduce order. n is the number of states (the column range).
+// its own). Shards are numbered in (action, row) order, the order in which
+// the reduce order (Manifest.ReducePlan) visits them. n is the number of
+// states (the column range).
 func Split(mats []*factor.Block, n, target int) ([]*Shard, *Manifest) {
 	if target < 1 {
 		target = DefaultTargetNNZ
@@ -194,6 +195,16 @@ func Split(mats []*factor.Block, n, target int) ([]*Shard, *Manifest) {
 		}
 	}
 	return out, man
+}
+
+// ReducePlan returns the canonical reduce order of the manifest's shards
+// (factor.PlanReduce): the same plan factor.Fit makes for their blocks.
+func (m *Manifest) ReducePlan(tie factor.Tie, groupNNZ int) *factor.ReducePlan {
+	actions, nnz := make([]int, len(m.Shards)), make([]int, len(m.Shards))
+	for k, in := range m.Shards {
+		actions[k], nnz[k] = in.Action, in.NNZ
+	}
+	return factor.PlanReduce(actions, nnz, tie, groupNNZ)
 }
 
 // Blocks returns the blocks of shards, in shard order.

@@ -127,3 +127,26 @@ func TestVerifyDetectsCorruption(t *testing.T) {
 		t.Fatal("Verify accepted a shard whose count changed")
 	}
 }
+
+// TestManifestReducePlan: the plan of a manifest is the plan factor.Fit
+// makes for the shards' blocks (so a coordinator that sees only the
+// manifest folds in the local order), and Split's shard order is already
+// the reduce order (by action, then row).
+func TestManifestReducePlan(t *testing.T) {
+	mats := factor.RandomCounts(500, 3, 9, 4, 5)
+	shards, man := Split(mats, 500, 400)
+	for _, tie := range []factor.Tie{factor.TieNone, factor.TieSharedK, factor.TieSharedD} {
+		got, want := man.ReducePlan(tie, 1000), factor.PlanBlocks(Blocks(shards), tie, 1000)
+		if !slices.Equal(got.Order, want.Order) || len(got.Trees) != len(want.Trees) || !slices.IsSorted(got.Order) {
+			t.Fatalf("%v: manifest plan %+v, block plan %+v", tie, got, want)
+		}
+		for k := range got.Trees {
+			if got.Trees[k].KBlock != want.Trees[k].KBlock || !slices.Equal(got.Trees[k].Start, want.Trees[k].Start) {
+				t.Fatalf("%v: tree %d: %+v, want %+v", tie, k, got.Trees[k], want.Trees[k])
+			}
+			if g := got.Trees[k].Groups(); g < 4 {
+				t.Fatalf("%v: tree %d has %d groups; want several at 1000 nonzeros per group", tie, k, g)
+			}
+		}
+	}
+}

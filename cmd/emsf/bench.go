@@ -70,6 +70,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	local := map[int]float64{}
 	for _, w := range workers {
 		for _, withLL := range []bool{false, true} {
+			// The previous run's model and accumulator are garbage:
+			// collect them before allocating the next, so that the peak
+			// RSS is one fit's, not two.
+			runtime.GC()
 			md := factor.NewRandom(n, m, u, tie, seed)
 			acc := factor.NewAccumulator(md)
 			var ps factor.Passer

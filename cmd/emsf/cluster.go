@@ -208,6 +208,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		Job:         job,
 		Params:      params,
 		Alpha:       opts.Alpha,
+		GroupNNZ:    opts.GroupNNZ,
 		Converger:   opts.Converger,
 		Progress:    opts.Progress,
 		TaskTimeout: c.workerTimeout,

@@ -35,6 +35,7 @@ type fitFlags struct {
 	out       string
 	format    string
 	shardNNZ  int
+	groupNNZ  int
 	algorithm string
 	loss      string
 
@@ -64,6 +65,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model")
 	fs.StringVar(&f.format, "format", "arrow", "model file format: arrow (Arrow IPC file) or parquet")
 	fs.IntVar(&f.shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (the reduce order, hence the exact result, depends on it)")
+	fs.IntVar(&f.groupNNZ, "group-nnz", factor.DefaultGroupNNZ, "target nonzeros per reduction group: the sums of a pass follow a fixed tree over groups of shards (reduce order "+factor.ReduceOrder+"), so the exact result depends on it, never on --workers or the cluster")
 	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
 	fs.StringVar(&f.loss, "loss", "wkl", lossUsage)
 	if err := parse(fs, args); err != nil {
@@ -134,7 +136,8 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: f.params(bestM)}
+	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: f.params(bestM),
+		ReduceOrder: factor.ReduceOrder, GroupNNZ: f.groupNNZ}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
@@ -199,6 +202,9 @@ func (f *fitFlags) validate() error {
 	if f.shardNNZ < 1 {
 		return usagef("--shard-nnz %d: must be >= 1", f.shardNNZ)
 	}
+	if f.groupNNZ < 1 {
+		return usagef("--group-nnz %d: must be >= 1", f.groupNNZ)
+	}
 	if f.initModel != "" && (len(orders) > 1 || f.restarts > 1) {
 		return usagef("--init warm-starts one model: it cannot be combined with several --order values or --restarts")
 	}
@@ -230,6 +236,7 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 		opts := factor.FitOptions{
 			Alpha:     f.alpha,
 			Workers:   f.workers,
+			GroupNNZ:  f.groupNNZ,
 			Converger: factor.Converger{Tol: f.tol, MaxIter: f.iters, TimeLimit: f.timeLimit},
 			Progress:  progress(log.With("order", m, "seed", md.Seed)),
 		}
@@ -281,6 +288,7 @@ func (f *fitFlags) params(m int) map[string]string {
 		"alpha":     strconv.FormatFloat(f.alpha, 'g', -1, 64),
 		"holdout":   strconv.FormatFloat(f.holdout, 'g', -1, 64),
 		"shard_nnz": strconv.Itoa(f.shardNNZ),
+		"group_nnz": strconv.Itoa(f.groupNNZ),
 		"init":      f.initModel,
 	}
 }
