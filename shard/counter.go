@@ -20,7 +20,7 @@ import (
 // duplicates in that order, so the counts are bitwise those of a stable
 // sort by (action, state, next state) followed by a left-to-right sum.
 type Counter struct {
-	acts   []*actionLog           // by action, for actions < denseActions
+	acts   []*actionLog         // by action, for actions < denseActions
 	sparse map[int32]*actionLog // larger actions
 	maxS   int
 	maxA   int
