@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/emsf/emsf/factor"
 )
@@ -159,21 +162,34 @@ func (ct *Counter) Dims() (n, u int) { return ct.maxS, ct.maxA }
 // arrival order. It consumes the counter.
 func (ct *Counter) Matrices(u int) []*factor.Block {
 	out := make([]*factor.Block, u)
-	var sc rowScratch
-	if ct.maxS <= maxDenseCols {
-		sc.n = ct.maxS
-	}
+	logs := make([]*actionLog, u)
 	for a := range u {
-		var l *actionLog
 		if a < len(ct.acts) {
-			l = ct.acts[a]
-			ct.acts[a] = nil // let each action's log go once it is counted
+			logs[a] = ct.acts[a]
 		} else {
-			l = ct.sparse[int32(a)]
+			logs[a] = ct.sparse[int32(a)]
 		}
-		out[a] = l.block(a, &sc)
 	}
+	dense := ct.maxS <= maxDenseCols
+	n := ct.maxS
 	*ct = Counter{}
+	// Actions are independent: count them on every core, each goroutine
+	// taking the next action and freeing its log once counted.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(u, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			var sc rowScratch
+			if dense {
+				sc.n = n
+			}
+			for a := int(next.Add(1)) - 1; a < u; a = int(next.Add(1)) - 1 {
+				out[a] = logs[a].block(a, &sc)
+				logs[a] = nil
+			}
+		})
+	}
+	wg.Wait()
 	return out
 }
 
