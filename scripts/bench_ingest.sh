@@ -38,7 +38,7 @@ for ext in csv arrow parquet; do
 	if [ ! -s "$f" ]; then
 		"$tmp/emsf" gen --states "$STATES" --actions "$ACTIONS" --transitions "$TRANSITIONS" --seed 1 --out "$f" --truth "" >/dev/null
 	fi
-	echo "data: $f, $(du -m "$f" | cut -f1) MB"
+	echo "data: $f, $(du -mL "$f" | cut -f1) MB"
 done
 
 # rss FILE: the peak RSS in MiB that /usr/bin/time -v wrote to FILE.

@@ -87,7 +87,7 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	var train, held shard.Counter
 	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
 	h := newFingerprint()
-	err := arrowio.ScanTransitions(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+	err := scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
 		h.addBatch(b)
 		if holdout == 0 {
 			k, err := train.AddBatch(b.State, b.Action, b.Next, b.Count)

@@ -64,7 +64,7 @@ func (f *incrementalFlags) validate(ff *fitFlags) error {
 }
 
 // fitIncremental is `emsf fit --incremental`: incremental EMSF over the
-// input, streamed with arrowio.ScanTransitions once per pass, so that only
+// input, streamed (scanPipelined) once per pass, so that only
 // one batch of rows, the η_max buffer, the model and its accumulator are in
 // memory. The number of states n and of actions u come from --states and
 // --actions; when either is missing, a first streaming pass only finds the
@@ -79,7 +79,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 		var maxS, maxA int
 		rows := 0
 		h := newFingerprint()
-		err := arrowio.ScanTransitions(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+		err := scanPipelined(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
 			h.addBatch(b)
 			for k := range b.State {
 				maxS = max(maxS, int(b.State[k])+1, int(b.Next[k])+1)
@@ -143,7 +143,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			h = newFingerprint()
 		}
 		rows := 0
-		err := arrowio.ScanTransitions(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+		err := scanPipelined(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
 			if h != nil {
 				h.addBatch(b)
 			}
