@@ -4,7 +4,13 @@
 //
 // Counting sums duplicate (state, action, next_state) triples, in the order
 // they arrive (so the same transitions in the same order give bitwise the
-// same counts, whatever file format they came from). A shard holds the
+// same counts, whatever file format they came from). Counter keeps each
+// action's transitions in arrival order (8 bytes each; 16 once a count is
+// not 1) and builds its CSR matrix without a comparison sort: a counting
+// sort by state (stable, so each row's transitions stay in arrival
+// order), then each row's duplicates summed left to right in a dense
+// accumulator (or, for rows spread over many columns, after sorting
+// (column, arrival) keys); actions are counted on every core. A shard holds the
 // nonzeros of one action for a contiguous range of rows, sorted by (row,
 // col); a row is never split across shards, so the statistics of D's rows
 // are complete in one shard. The layout depends only on the data and the
