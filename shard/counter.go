@@ -31,8 +31,12 @@ type Counter struct {
 }
 
 const (
-	// chunkLen is the number of transitions per chunk of an actionLog.
-	chunkLen = 1 << 16
+	// chunkLen is the most transitions per chunk of an actionLog; its
+	// first chunks hold minChunkLen, twice that, ... (chunkLenGrowth
+	// sizes) up to chunkLen.
+	chunkLen       = 1 << 16
+	minChunkLen    = 1 << 8
+	chunkLenGrowth = 8 // minChunkLen << chunkLenGrowth == chunkLen
 	// denseActions bounds the actions kept in a slice (beyond: a map), so
 	// that one stray huge action index costs no memory.
 	denseActions = 1 << 16
@@ -52,14 +56,20 @@ type chunk struct {
 
 func (l *actionLog) add(i, j int32, c float64) {
 	var ch *chunk
-	if k := len(l.chunks); k > 0 && len(l.chunks[k-1].i) < chunkLen {
+	if k := len(l.chunks); k > 0 && len(l.chunks[k-1].i) < cap(l.chunks[k-1].i) {
 		ch = l.chunks[k-1]
 	} else {
-		ch = &chunk{i: make([]int32, 0, chunkLen), j: make([]int32, 0, chunkLen)}
+		// Chunks grow from minChunkLen to chunkLen, so that an action with
+		// few transitions takes little memory.
+		size := chunkLen
+		if k < chunkLenGrowth {
+			size = minChunkLen << k
+		}
+		ch = &chunk{i: make([]int32, 0, size), j: make([]int32, 0, size)}
 		l.chunks = append(l.chunks, ch)
 	}
 	if ch.c == nil && c != 1 {
-		ch.c = make([]float64, len(ch.i), chunkLen)
+		ch.c = make([]float64, len(ch.i), cap(ch.i))
 		for k := range ch.c {
 			ch.c[k] = 1
 		}
@@ -295,23 +305,36 @@ func (l *actionLog) bucketSparse(js []int32, cs []float64) (rows []int32, start 
 		}
 	}
 	slices.Sort(keys)
-	// Where arrival k is: chunk k/chunkLen, index k%chunkLen.
+	// The log in arrival order, to gather from.
+	flatJ := make([]int32, 0, l.n)
+	var flatC []float64
+	if cs != nil {
+		flatC = make([]float64, 0, l.n)
+	}
+	for _, ch := range l.chunks {
+		flatJ = append(flatJ, ch.j...)
+		if cs != nil {
+			if ch.c != nil {
+				flatC = append(flatC, ch.c...)
+			} else {
+				for range ch.j {
+					flatC = append(flatC, 1)
+				}
+			}
+		}
+	}
+	clear(l.chunks)
 	for p, key := range keys {
 		k := int(uint32(key))
-		ch, q := l.chunks[k/chunkLen], k%chunkLen
-		js[p] = ch.j[q]
+		js[p] = flatJ[k]
 		if cs != nil {
-			cs[p] = 1
-			if ch.c != nil {
-				cs[p] = ch.c[q]
-			}
+			cs[p] = flatC[k]
 		}
 		if i := int32(key >> 32); len(rows) == 0 || rows[len(rows)-1] != i {
 			rows = append(rows, i)
 			start = append(start, p)
 		}
 	}
-	clear(l.chunks)
 	return rows, append(start, l.n), js, cs
 }
 
