@@ -364,23 +364,35 @@ func (sc *rowScratch) sumRow(js []int32, cs []float64, lo, hi int, cols []int32,
 			sc.acc = make([]float64, sc.n)
 			sc.set = make([]uint64, (sc.n+63)/64)
 		}
-		for q := lo; q < hi; q++ {
-			j := js[q]
-			w, bit := j>>6, uint64(1)<<(j&63)
-			if sc.set[w]&bit == 0 {
-				sc.set[w] |= bit
-				sc.acc[j] = count(q)
-			} else {
-				sc.acc[j] += count(q)
+		acc, set := sc.acc, sc.set
+		if cs == nil {
+			for _, j := range js[lo:hi] {
+				w, bit := j>>6, uint64(1)<<(j&63)
+				if set[w]&bit == 0 {
+					set[w] |= bit
+					acc[j] = 1
+				} else {
+					acc[j]++
+				}
+			}
+		} else {
+			for q, j := range js[lo:hi] {
+				w, bit := j>>6, uint64(1)<<(j&63)
+				if set[w]&bit == 0 {
+					set[w] |= bit
+					acc[j] = cs[lo+q]
+				} else {
+					acc[j] += cs[lo+q]
+				}
 			}
 		}
 		for w := jmin >> 6; w <= jmax>>6; w++ {
-			for x := sc.set[w]; x != 0; x &= x - 1 {
+			for x := set[w]; x != 0; x &= x - 1 {
 				j := w<<6 | int32(bits.TrailingZeros64(x))
-				cols[out], vals[out] = j, sc.acc[j]
+				cols[out], vals[out] = j, acc[j]
 				out++
 			}
-			sc.set[w] = 0
+			set[w] = 0
 		}
 		return out
 	}
