@@ -202,3 +202,20 @@ func matrices(c *collected) any {
 	_, u := ct.Dims()
 	return ct.Matrices(u)
 }
+
+// FuzzCSVFastMatchesEncodingCSV checks on any input that the fast reader
+// gives the rows and the error that encoding/csv alone gives.
+func FuzzCSVFastMatchesEncodingCSV(f *testing.F) {
+	for _, s := range []string{
+		sampleCSV,
+		"state,action,next_state\r\n0,0,1\r\n\r\n1,0,2\r",
+		"next_state,count,state,action\n1,2.5,0,0\n3,1e3,2,1\n4,0.25,\"5\",0\n",
+		"state,action,next_state\n1,0,1\n2,0\n",
+		"state,action,next_state,count\n0,0,1,000.10\n0,0,1,5.\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sameScan(t, string(data), ReadOptions{BatchRows: 2, States: 1000, Actions: 50})
+	})
+}
