@@ -21,6 +21,21 @@
 // > 0, no data rows, a ragged CSV row, a truncated or corrupt Arrow or
 // Parquet file.
 //
+// Each format has one reader; all of them fill the same TransitionBatch,
+// whole columns at a time, and share the checks of indices and counts.
+// CSV is cut into chunks of whole lines that are parsed on every core
+// (csvfast.go) and delivered in order: a row of plain digits (a count of
+// digits, or digits "." digits) is converted by a digit parser whose
+// values are bitwise strconv's; any other row goes through the reference
+// row code (csvRow), which accepts "3.0" or " 3 " and words its errors;
+// and from the first line holding a quote or a carriage return that is not
+// part of a CRLF line end, the rest of the input is read by encoding/csv
+// (csvSlow's loop). Rows, batch boundaries and errors (file, row, column,
+// value; encoding/csv's line numbers) are the same as through encoding/csv
+// alone, for any chunk size (TestCSVFastMatchesEncodingCSV). Arrow IPC and
+// Parquet record batches are converted a column at a time from their typed
+// value slices.
+//
 // Readers never trust a length read from the input: IPC metadata is
 // verified before the Arrow library decodes it (flatverify.go), declared
 // message and buffer sizes are checked against the input's size, and

@@ -54,6 +54,10 @@ type ReadOptions struct {
 	BatchRows int
 	// Alloc allocates Arrow buffers (default memory.NewGoAllocator()).
 	Alloc memory.Allocator
+
+	// chunkBytes is the size of the CSV chunks parsed in parallel
+	// (default csvChunkBytes; tests make it small).
+	chunkBytes int
 }
 
 // TransitionBatch is a run of consecutive rows of transitions input. The
@@ -218,17 +222,18 @@ const (
 
 // scan is the state of one ScanTransitions call, shared by all formats.
 type scan struct {
-	file      string
-	format    string
-	names     [numCols]string
-	countOpt  bool // the count column may be absent
-	limit     [colNext + 1]int64
-	bounded   [colNext + 1]bool
-	batchRows int
-	mem       memory.Allocator
-	fn        func(*TransitionBatch) error
-	b         TransitionBatch
-	rows      int // data rows delivered so far
+	file       string
+	format     string
+	names      [numCols]string
+	countOpt   bool // the count column may be absent
+	limit      [colNext + 1]int64
+	bounded    [colNext + 1]bool
+	batchRows  int
+	chunkBytes int
+	mem        memory.Allocator
+	fn         func(*TransitionBatch) error
+	b          TransitionBatch
+	rows       int // data rows delivered so far
 }
 
 func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan, error) {
@@ -240,6 +245,7 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 	if s.batchRows <= 0 {
 		s.batchRows = DefaultBatchRows
 	}
+	s.chunkBytes = cmpOr(o.chunkBytes, csvChunkBytes)
 	if s.mem == nil {
 		s.mem = memory.NewGoAllocator()
 	}
@@ -258,8 +264,9 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 	return s, nil
 }
 
-func cmpOr(s, def string) string {
-	if s == "" {
+func cmpOr[T comparable](s, def T) T {
+	var zero T
+	if s == zero {
 		return def
 	}
 	return s

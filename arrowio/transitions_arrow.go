@@ -112,7 +112,13 @@ func openParquet(ctx context.Context, ra parquet.ReaderAtSeeker, mem memory.Allo
 	var pickErr error
 	err = func() (err error) {
 		defer catch(&err)
-		rdr, err := file.NewParquetReader(ra, file.WithReadProps(parquet.NewReaderProperties(mem)))
+		// Stream each column chunk through a buffer instead of reading it
+		// whole: memory is then one buffer per column, whatever the size
+		// of the row groups.
+		props := parquet.NewReaderProperties(mem)
+		props.BufferedStreamEnabled = true
+		props.BufferSize = 1 << 20
+		rdr, err := file.NewParquetReader(ra, file.WithReadProps(props))
 		if err != nil {
 			return err
 		}

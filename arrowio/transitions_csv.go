@@ -12,12 +12,12 @@ import (
 	"strings"
 )
 
-// csv reads CSV with a header row. Fields are trimmed of spaces; integers
-// may be written as floats ("3.0", "1e3") when they are exact.
-func (s *scan) csv(ctx context.Context, r io.Reader) error {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = -1 // checked here, for a better message
-	cr.ReuseRecord = true
+// csvSlow reads CSV with a header row through encoding/csv, row by row.
+// Fields are trimmed of spaces; integers may be written as floats ("3.0",
+// "1e3") when they are exact. It is the reference for the fast reader
+// (csv), which hands it the input wherever the fast reader is unsure.
+func (s *scan) csvSlow(ctx context.Context, r io.Reader) error {
+	cr := newCSVReader(r)
 	header, err := cr.Read()
 	if errors.Is(err, io.EOF) {
 		return &InputError{File: s.file, Reason: "empty file: no header row"}
@@ -25,20 +25,42 @@ func (s *scan) csv(ctx context.Context, r io.Reader) error {
 	if err != nil {
 		return &InputError{File: s.file, Reason: "malformed CSV header", Err: err}
 	}
+	idx, err := s.csvHeader(header)
+	if err != nil {
+		return err
+	}
+	s.reset(1)
+	return s.csvRecords(ctx, cr, idx, len(header), 0, 0)
+}
+
+func newCSVReader(r io.Reader) *csv.Reader {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1 // checked here, for a better message
+	cr.ReuseRecord = true
+	return cr
+}
+
+// csvHeader finds the columns to read in a CSV header: idx[k] is the field
+// of column slot k, -1 for an absent optional count column.
+func (s *scan) csvHeader(header []string) (idx [numCols]int, err error) {
 	header = slices.Clone(header)
 	for i, h := range header {
 		header[i] = strings.TrimSpace(h)
 	}
 	header[0] = strings.TrimPrefix(header[0], "\uFEFF") // byte order mark
-	var idx [numCols]int
 	for k := range numCols {
 		idx[k] = slices.Index(header, s.names[k])
 		if idx[k] < 0 && !(k == colCount && s.countOpt) {
-			return s.missingColumn(k, header)
+			return idx, s.missingColumn(k, header)
 		}
 	}
-	row := 0
-	s.reset(1)
+	return idx, nil
+}
+
+// csvRecords reads the data rows of cr into batches, after row data rows
+// and line lines (those before cr's input, for the line numbers of
+// encoding/csv's errors) and with s.b holding the rows not yet flushed.
+func (s *scan) csvRecords(ctx context.Context, cr *csv.Reader, idx [numCols]int, fields, row, line int) error {
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -46,36 +68,18 @@ func (s *scan) csv(ctx context.Context, r io.Reader) error {
 		}
 		row++
 		if err != nil {
+			if pe, ok := err.(*csv.ParseError); ok {
+				pe.StartLine += line
+				pe.Line += line
+			}
 			return &InputError{File: s.file, Row: row, Reason: "malformed CSV", Err: err}
 		}
-		if len(rec) != len(header) {
-			return &InputError{File: s.file, Row: row, Reason: fmt.Sprintf(
-				"has %d fields but the header has %d (ragged or truncated row)", len(rec), len(header))}
+		st, ac, nx, c, err := s.csvRow(row, rec, idx, fields)
+		if err != nil {
+			return err
 		}
-		var v [colNext + 1]int32
-		for k := range colNext + 1 {
-			x, err := s.parseIndex(row, k, rec[idx[k]])
-			if err != nil {
-				return err
-			}
-			v[k] = x
-		}
-		c := 1.0
-		if idx[colCount] >= 0 {
-			if c, err = s.parseCount(row, rec[idx[colCount]]); err != nil {
-				return err
-			}
-		}
-		b := &s.b
-		b.State = append(b.State, v[colState])
-		b.Action = append(b.Action, v[colAction])
-		b.Next = append(b.Next, v[colNext])
-		b.Count = append(b.Count, c)
-		if b.Len() >= s.batchRows {
-			if err := s.flush(ctx); err != nil {
-				return err
-			}
-			s.reset(row + 1)
+		if err := s.appendRow(ctx, st, ac, nx, c, row); err != nil {
+			return err
 		}
 	}
 	if err := s.flush(ctx); err != nil {
@@ -83,6 +87,43 @@ func (s *scan) csv(ctx context.Context, r io.Reader) error {
 	}
 	if row == 0 {
 		return s.noRows()
+	}
+	return nil
+}
+
+// csvRow checks and converts the fields of data row row.
+func (s *scan) csvRow(row int, rec []string, idx [numCols]int, fields int) (st, ac, nx int32, c float64, err error) {
+	if len(rec) != fields {
+		return 0, 0, 0, 0, &InputError{File: s.file, Row: row, Reason: fmt.Sprintf(
+			"has %d fields but the header has %d (ragged or truncated row)", len(rec), fields)}
+	}
+	var v [colNext + 1]int32
+	for k := range colNext + 1 {
+		if v[k], err = s.parseIndex(row, k, rec[idx[k]]); err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	c = 1.0
+	if idx[colCount] >= 0 {
+		if c, err = s.parseCount(row, rec[idx[colCount]]); err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	return v[colState], v[colAction], v[colNext], c, nil
+}
+
+// appendRow adds data row row to the batch, flushing it when full.
+func (s *scan) appendRow(ctx context.Context, st, ac, nx int32, c float64, row int) error {
+	b := &s.b
+	b.State = append(b.State, st)
+	b.Action = append(b.Action, ac)
+	b.Next = append(b.Next, nx)
+	b.Count = append(b.Count, c)
+	if b.Len() >= s.batchRows {
+		if err := s.flush(ctx); err != nil {
+			return err
+		}
+		s.reset(row + 1)
 	}
 	return nil
 }

@@ -4,7 +4,13 @@
 //
 // Counting sums duplicate (state, action, next_state) triples, in the order
 // they arrive (so the same transitions in the same order give bitwise the
-// same counts, whatever file format they came from). A shard holds the
+// same counts, whatever file format they came from). Counter keeps each
+// action's transitions in arrival order (8 bytes each; 16 once a count is
+// not 1) and builds its CSR matrix without a comparison sort: a counting
+// sort by state (stable, so each row's transitions stay in arrival
+// order), then each row's duplicates summed left to right in a dense
+// accumulator (or, for rows spread over many columns, after sorting
+// (column, arrival) keys); actions are counted on every core. A shard holds the
 // nonzeros of one action for a contiguous range of rows, sorted by (row,
 // col); a row is never split across shards, so the statistics of D's rows
 // are complete in one shard. The layout depends only on the data and the
@@ -15,13 +21,11 @@
 package shard
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/emsf/emsf/factor"
 )
@@ -68,81 +72,6 @@ func Checksum(b *factor.Block) string {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// Counter counts transitions into per-action sparse matrices. The zero
-// value is ready to use.
-type Counter struct {
-	entries []entry
-	maxS    int
-	maxA    int
-	total   int
-}
-
-type entry struct {
-	a, i, j int32
-	c       float64
-}
-
-// Add records count c of the transition i --a--> j. It returns an error for
-// negative indices or a count that is not finite and > 0.
-func (ct *Counter) Add(i, a, j int, c float64) error {
-	if i < 0 || a < 0 || j < 0 || i > math.MaxInt32 || a > math.MaxInt32 || j > math.MaxInt32 {
-		return fmt.Errorf("shard: transition %d --%d--> %d: indices must be in [0, %d]", i, a, j, math.MaxInt32)
-	}
-	if !(c > 0) || math.IsInf(c, 0) {
-		return fmt.Errorf("shard: transition %d --%d--> %d: count %v must be finite and > 0", i, a, j, c)
-	}
-	ct.entries = append(ct.entries, entry{int32(a), int32(i), int32(j), c})
-	ct.maxS = max(ct.maxS, i+1, j+1)
-	ct.maxA = max(ct.maxA, a+1)
-	ct.total++
-	return nil
-}
-
-// Len returns the number of transitions added.
-func (ct *Counter) Len() int { return ct.total }
-
-// Dims returns the smallest n and u that hold every transition added.
-func (ct *Counter) Dims() (n, u int) { return ct.maxS, ct.maxA }
-
-// Matrices returns the count matrix of every action a < u as one Block each
-// (an action without data gives an empty Block), duplicates summed in
-// arrival order. It consumes the counter.
-func (ct *Counter) Matrices(u int) []*factor.Block {
-	es := ct.entries
-	ct.entries = nil
-	slices.SortStableFunc(es, func(x, y entry) int {
-		return cmp.Or(cmp.Compare(x.a, y.a), cmp.Compare(x.i, y.i), cmp.Compare(x.j, y.j))
-	})
-	out := make([]*factor.Block, u)
-	k := 0
-	for a := range u {
-		b := &factor.Block{Action: a, Ptr: []int64{0}}
-		for k < len(es) && int(es[k].a) == a {
-			e := es[k]
-			k++
-			if n := len(b.Cols); n > 0 && b.Rows[len(b.Rows)-1] == e.i && b.Cols[n-1] == e.j {
-				b.Vals[n-1] += e.c
-				continue
-			}
-			if len(b.Rows) == 0 || b.Rows[len(b.Rows)-1] != e.i {
-				if len(b.Rows) > 0 {
-					b.Ptr = append(b.Ptr, int64(len(b.Cols)))
-				}
-				b.Rows = append(b.Rows, e.i)
-			}
-			b.Cols = append(b.Cols, e.j)
-			b.Vals = append(b.Vals, e.c)
-		}
-		if len(b.Rows) > 0 {
-			b.Ptr = append(b.Ptr, int64(len(b.Cols)))
-		} else {
-			b.Ptr = []int64{0}
-		}
-		out[a] = b
-	}
-	return out
 }
 
 // DefaultTargetNNZ is the default number of nonzeros per shard.

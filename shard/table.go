@@ -204,7 +204,8 @@ func (t *Table) Blocks(u int, pending bool) []*factor.Block {
 			c = e.Pending
 		}
 		if c > 0 && int(e.Action) < u {
-			ct.entries = append(ct.entries, entry{e.Action, e.State, e.Next, c})
+			// Entries hold valid transitions: Add cannot fail.
+			_ = ct.Add(int(e.State), int(e.Action), int(e.Next), c)
 		}
 	}
 	return ct.Matrices(u)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -63,7 +64,7 @@ func (f *incrementalFlags) validate(ff *fitFlags) error {
 }
 
 // fitIncremental is `emsf fit --incremental`: incremental EMSF over the
-// input, streamed with arrowio.ScanTransitions once per pass, so that only
+// input, streamed (scanPipelined) once per pass, so that only
 // one batch of rows, the η_max buffer, the model and its accumulator are in
 // memory. The number of states n and of actions u come from --states and
 // --actions; when either is missing, a first streaming pass only finds the
@@ -78,12 +79,11 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 		var maxS, maxA int
 		rows := 0
 		h := newFingerprint()
-		err := arrowio.ScanTransitions(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+		err := scanPipelined(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+			h.addBatch(b)
 			for k := range b.State {
-				s, a, s2 := int(b.State[k]), int(b.Action[k]), int(b.Next[k])
-				maxS = max(maxS, s+1, s2+1)
-				maxA = max(maxA, a+1)
-				h.add(s, a, s2, b.Count[k])
+				maxS = max(maxS, int(b.State[k])+1, int(b.Next[k])+1)
+				maxA = max(maxA, int(b.Action[k])+1)
 			}
 			rows += b.Len()
 			return nil
@@ -142,12 +142,12 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			h = newFingerprint()
 		}
 		rows := 0
-		err := arrowio.ScanTransitions(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+		err := scanPipelined(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+			if h != nil {
+				h.addBatch(b)
+			}
 			for k := range b.State {
 				s, a, s2, c := int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]
-				if h != nil {
-					h.add(s, a, s2, c)
-				}
 				if err := inc.Add(s, a, s2, c); err != nil {
 					return fmt.Errorf("%s: row %d: %w", in.input, b.FirstRow+k, err)
 				}
@@ -194,18 +194,24 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 // fingerprintHash is the training-data fingerprint of a batch fit
 // (loadData), computed while streaming.
 type fingerprintHash struct {
-	h   hash.Hash
-	buf [20]byte
+	h    hash.Hash
+	rows []byte // addBatch's buffer
 }
 
 func newFingerprint() *fingerprintHash { return &fingerprintHash{h: sha256.New()} }
 
-func (f *fingerprintHash) add(s, a, s2 int, c float64) {
-	binary.LittleEndian.PutUint32(f.buf[0:], uint32(s))
-	binary.LittleEndian.PutUint32(f.buf[4:], uint32(a))
-	binary.LittleEndian.PutUint32(f.buf[8:], uint32(s2))
-	binary.LittleEndian.PutUint64(f.buf[12:], math.Float64bits(c))
-	f.h.Write(f.buf[:])
+// addBatch adds every row of b, in order (20 bytes a row: state, action, next state as uint32 and the count's float64 bits, little-endian).
+func (f *fingerprintHash) addBatch(b *arrowio.TransitionBatch) {
+	buf := slices.Grow(f.rows[:0], 20*b.Len())[:20*b.Len()]
+	for k := range b.State {
+		r := buf[20*k : 20*k+20]
+		binary.LittleEndian.PutUint32(r[0:], uint32(b.State[k]))
+		binary.LittleEndian.PutUint32(r[4:], uint32(b.Action[k]))
+		binary.LittleEndian.PutUint32(r[8:], uint32(b.Next[k]))
+		binary.LittleEndian.PutUint64(r[12:], math.Float64bits(b.Count[k]))
+	}
+	f.h.Write(buf)
+	f.rows = buf
 }
 
 func (f *fingerprintHash) sum() string { return hex.EncodeToString(f.h.Sum(nil))[:16] }

@@ -1,0 +1,333 @@
+package arrowio
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"runtime"
+	"strings"
+)
+
+// The fast CSV reader. The input is cut into chunks of whole lines that
+// goroutines parse in parallel into columns; the chunks are delivered in
+// order. A row whose fields are plain digits (a count: digits, or digits
+// "." digits) is converted here; any other row is converted by csvRow,
+// the reader's reference code, which accepts what it accepts ("3.0",
+// spaces) and gives the same error otherwise. What encoding/csv would read
+// differently from a plain split at commas (a quote, a carriage return
+// other than in a CRLF line end) makes the fast reader hand the rest of
+// the input, from that line on, to encoding/csv (csvRecords), so every
+// input reads, and fails, exactly as it does through encoding/csv alone.
+
+// csvChunkBytes is the default size of the chunks parsed in parallel.
+const csvChunkBytes = 1 << 20
+
+// csvChunk is a run of whole lines of CSV data and what parsing it found.
+type csvChunk struct {
+	data []byte
+	done chan struct{}
+
+	// Results, valid after done is closed: the rows parsed, the lines
+	// they took (empty lines included), and where parsing stopped: at
+	// err (a bad row; its Row counts from the chunk's first row) or at
+	// byte stop of data, the first line the fast reader leaves to
+	// encoding/csv (stop < 0: at the end).
+	state, action, next []int32
+	count               []float64
+	lines               int
+	err                 *InputError
+	stop                int
+	// tail, when set, is a read error that ended the input after data:
+	// all of data then goes to encoding/csv, which reports it.
+	tail io.Reader
+}
+
+// csv reads CSV with a header row (see csvSlow for what it accepts).
+func (s *scan) csv(ctx context.Context, r io.Reader) error {
+	br := bufio.NewReaderSize(r, 1<<16)
+	head, err := br.ReadSlice('\n')
+	line := bytes.TrimSuffix(bytes.TrimSuffix(head, []byte("\n")), []byte("\r"))
+	if (err != nil && !errors.Is(err, io.EOF)) || len(line) == 0 || bytes.ContainsAny(line, "\"\r") {
+		// Not a plain first line: all of it goes through encoding/csv.
+		return s.csvSlow(ctx, io.MultiReader(bytes.NewReader(bytes.Clone(head)), br))
+	}
+	header, err := newCSVReader(bytes.NewReader(line)).Read()
+	if err != nil {
+		return &InputError{File: s.file, Reason: "malformed CSV header", Err: err}
+	}
+	idx, err := s.csvHeader(header)
+	if err != nil {
+		return err
+	}
+	p := csvParser{s: s, fields: len(header), idx: idx, role: make([]int, len(header))}
+	for f := range p.role {
+		p.role[f] = -1
+	}
+	for k, f := range idx {
+		if f >= 0 && p.role[f] >= 0 {
+			p.role = nil // one field read as two columns: every row by csvRow
+			break
+		}
+		if f >= 0 {
+			p.role[f] = k
+		}
+	}
+	s.reset(1)
+	return p.run(ctx, br)
+}
+
+// csvParser is the fast reader of the data rows of one CSV input.
+type csvParser struct {
+	s      *scan
+	fields int
+	idx    [numCols]int
+	role   []int // role[f]: the column slot of field f, or -1; nil: no fast rows
+}
+
+// run reads the data rows that follow the header line.
+func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
+	s := p.s
+	workers := runtime.GOMAXPROCS(0)
+	var queue []*csvChunk
+	defer func() {
+		for _, c := range queue { // stop: wait for the parsers still running
+			<-c.done
+		}
+	}()
+	row, line := 0, 1 // data rows delivered, lines consumed (the header)
+	var carry []byte
+	eof := false
+	for !eof || len(queue) > 0 {
+		if !eof && len(queue) < 2*workers {
+			var data []byte
+			var err error
+			data, carry, eof, err = readLines(br, carry, s.chunkBytes)
+			if err != nil {
+				c := &csvChunk{data: data, done: make(chan struct{}), tail: errReader{err}}
+				close(c.done)
+				queue = append(queue, c)
+				continue
+			}
+			if len(data) > 0 {
+				c := &csvChunk{data: data, done: make(chan struct{})}
+				queue = append(queue, c)
+				go p.parse(c)
+			}
+			continue
+		}
+		c := queue[0]
+		<-c.done
+		queue = queue[1:]
+		if c.tail != nil {
+			return s.csvRecords(ctx, newCSVReader(io.MultiReader(bytes.NewReader(c.data), c.tail)), p.idx, p.fields, row, line)
+		}
+		base := row
+		for k := range c.state {
+			row++
+			if err := s.appendRow(ctx, c.state[k], c.action[k], c.next[k], c.count[k], row); err != nil {
+				return err
+			}
+		}
+		line += c.lines
+		if c.err != nil {
+			c.err.Row += base
+			return c.err
+		}
+		if c.stop >= 0 {
+			// The rest, from c.stop on, is read by encoding/csv.
+			rest := []io.Reader{bytes.NewReader(c.data[c.stop:])}
+			for _, q := range queue {
+				<-q.done
+				rest = append(rest, bytes.NewReader(q.data))
+			}
+			queue = nil
+			rest = append(rest, bytes.NewReader(carry), br)
+			return s.csvRecords(ctx, newCSVReader(io.MultiReader(rest...)), p.idx, p.fields, row, line)
+		}
+	}
+	if err := s.flush(ctx); err != nil {
+		return err
+	}
+	if row == 0 {
+		return s.noRows()
+	}
+	return nil
+}
+
+// readLines reads the next chunk of whole lines from br, after carry (the
+// start of a line read before); it returns the chunk, the start of the
+// line that did not fit, and whether the input is at its end (then the
+// chunk holds all of it, the last line perhaps without a newline). A read
+// error comes back with the bytes read before it.
+func readLines(br *bufio.Reader, carry []byte, chunk int) (data, rest []byte, eof bool, err error) {
+	size := max(chunk, 2*len(carry))
+	for {
+		buf := make([]byte, size)
+		n := copy(buf, carry)
+		m, err := io.ReadFull(br, buf[n:])
+		buf = buf[:n+m]
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return buf, nil, true, nil
+		}
+		if err != nil {
+			return buf, nil, true, err
+		}
+		if cut := bytes.LastIndexByte(buf, '\n') + 1; cut > 0 {
+			return buf[:cut], bytes.Clone(buf[cut:]), false, nil
+		}
+		carry, size = buf, 2*size // a line longer than the chunk
+	}
+}
+
+// parse parses the lines of c.
+func (p *csvParser) parse(c *csvChunk) {
+	defer close(c.done)
+	data := c.data
+	c.stop = -1
+	quote := bytes.IndexByte(data, '"')
+	cr := bytes.IndexByte(data, '\r') >= 0
+	est := len(data)/16 + 1
+	c.state, c.action, c.next = make([]int32, 0, est), make([]int32, 0, est), make([]int32, 0, est)
+	c.count = make([]float64, 0, est)
+	var rec []string
+	for pos := 0; pos < len(data); {
+		end := bytes.IndexByte(data[pos:], '\n')
+		next := pos + end + 1
+		if end < 0 {
+			end, next = len(data)-pos, len(data)
+		}
+		end += pos
+		if quote >= 0 && quote < next {
+			c.stop = pos
+			return
+		}
+		line := data[pos:end]
+		if cr {
+			// encoding/csv drops the \r of a CRLF line end (and of a last
+			// line without \n) and keeps any other.
+			if n := len(line); n > 0 && line[n-1] == '\r' {
+				line = line[:n-1]
+			}
+			if bytes.IndexByte(line, '\r') >= 0 {
+				c.stop = pos
+				return
+			}
+		}
+		c.lines++
+		pos = next
+		if len(line) == 0 {
+			continue // encoding/csv skips empty lines
+		}
+		st, ac, nx, cnt, ok := p.fastRow(line)
+		if !ok {
+			rec = splitFields(rec[:0], line)
+			var err error
+			if st, ac, nx, cnt, err = p.s.csvRow(len(c.state)+1, rec, p.idx, p.fields); err != nil {
+				c.err = err.(*InputError)
+				return
+			}
+		}
+		c.state = append(c.state, st)
+		c.action = append(c.action, ac)
+		c.next = append(c.next, nx)
+		c.count = append(c.count, cnt)
+	}
+}
+
+// splitFields splits a line without quotes at its commas, as encoding/csv
+// does.
+func splitFields(rec []string, line []byte) []string {
+	str := string(line)
+	for {
+		i := strings.IndexByte(str, ',')
+		if i < 0 {
+			return append(rec, str)
+		}
+		rec = append(rec, str[:i])
+		str = str[i+1:]
+	}
+}
+
+// fastRow converts a line whose fields are plain: indices of 1 to 9
+// digits within their bounds, a count of up to 15 digits with at most one
+// "." between digits and a value > 0. Otherwise it returns false.
+func (p *csvParser) fastRow(line []byte) (st, ac, nx int32, cnt float64, ok bool) {
+	if p.role == nil {
+		return 0, 0, 0, 0, false
+	}
+	var v [colNext + 1]int32
+	cnt = 1
+	pos := 0
+	for f, role := range p.role {
+		if f > 0 {
+			if pos >= len(line) || line[pos] != ',' {
+				return 0, 0, 0, 0, false
+			}
+			pos++
+		}
+		switch role {
+		case -1:
+			for pos < len(line) && line[pos] != ',' {
+				pos++
+			}
+		case colCount:
+			var c float64
+			if c, pos, ok = parseCount(line, pos); !ok {
+				return 0, 0, 0, 0, false
+			}
+			cnt = c
+		default:
+			x, start := int64(0), pos
+			for pos < len(line) && line[pos]-'0' < 10 && pos-start < 9 {
+				x = x*10 + int64(line[pos]-'0')
+				pos++
+			}
+			if pos == start || x >= p.s.limit[role] {
+				return 0, 0, 0, 0, false
+			}
+			v[role] = int32(x)
+		}
+	}
+	if pos != len(line) {
+		return 0, 0, 0, 0, false
+	}
+	return v[colState], v[colAction], v[colNext], cnt, true
+}
+
+// pow10 holds the powers of ten that a float64 holds exactly.
+var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// parseCount parses a count field of digits, or digits "." digits, of at
+// most 15 digits, and > 0, at line[pos:]; it returns the value and the
+// end of the field. The value is bitwise strconv.ParseFloat's: the digits
+// make an integer below 2^53 and the power of ten is exact, so the one
+// division rounds correctly.
+func parseCount(line []byte, pos int) (float64, int, bool) {
+	mant, digits, frac, dot := int64(0), 0, 0, false
+	for ; pos < len(line) && line[pos] != ','; pos++ {
+		ch := line[pos]
+		switch {
+		case ch-'0' < 10:
+			mant = mant*10 + int64(ch-'0')
+			digits++
+			if dot {
+				frac++
+			}
+		case ch == '.' && !dot && digits > 0:
+			dot = true
+		default:
+			return 0, pos, false
+		}
+	}
+	if digits == 0 || digits > 15 || mant == 0 || (dot && frac == 0) {
+		return 0, pos, false
+	}
+	return float64(mant) / pow10[frac], pos, true
+}
+
+// errReader is a reader that fails with err.
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/emsf/emsf/arrowio"
+)
+
+func TestScanPipelined(t *testing.T) {
+	var text strings.Builder
+	text.WriteString("state,action,next_state,count\n")
+	for k := range 1000 {
+		fmt.Fprintf(&text, "%d,%d,%d,%d\n", k, k%3, k+1, 1+k%5)
+	}
+	p := writeFile(t, t.TempDir(), "t.csv", text.String())
+	opts := arrowio.ReadOptions{BatchRows: 7}
+	row := 0
+	err := scanPipelined(context.Background(), p, opts, func(b *arrowio.TransitionBatch) error {
+		if b.FirstRow != row+1 {
+			return fmt.Errorf("batch at row %d after %d rows", b.FirstRow, row)
+		}
+		for k := range b.State {
+			if int(b.State[k]) != row || int(b.Next[k]) != row+1 || b.Count[k] != float64(1+row%5) {
+				return fmt.Errorf("row %d: %d %d %v", row+1, b.State[k], b.Next[k], b.Count[k])
+			}
+			row++
+		}
+		return nil
+	})
+	if err != nil || row != 1000 {
+		t.Fatalf("scanPipelined: %v after %d rows", err, row)
+	}
+	// An error of fn comes back as is and stops the reading.
+	stop := errors.New("stop")
+	calls := 0
+	err = scanPipelined(context.Background(), p, opts, func(*arrowio.TransitionBatch) error {
+		calls++
+		if calls == 3 {
+			return stop
+		}
+		return nil
+	})
+	if err != stop || calls != 3 {
+		t.Fatalf("got %v after %d calls, want the callback's error after 3", err, calls)
+	}
+	// A bad row is the reader's error.
+	bad := writeFile(t, t.TempDir(), "bad.csv", "state,action,next_state\n0,0,1\n0,x,1\n")
+	err = scanPipelined(context.Background(), bad, opts, func(*arrowio.TransitionBatch) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), `row 2, column "action": value "x"`) {
+		t.Fatalf("got %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = scanPipelined(ctx, p, opts, func(*arrowio.TransitionBatch) error { return nil })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}

@@ -1,0 +1,191 @@
+package shard
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/emsf/emsf/factor"
+)
+
+// refMatrices is the counter as it was before the counting sort: a stable
+// comparison sort of every transition by (action, state, next state) and a
+// left-to-right sum of each run. Matrices must equal it bitwise.
+func refMatrices(es []refEntry, u int) []*factor.Block {
+	es = slices.Clone(es)
+	slices.SortStableFunc(es, func(x, y refEntry) int {
+		return cmp.Or(cmp.Compare(x.a, y.a), cmp.Compare(x.i, y.i), cmp.Compare(x.j, y.j))
+	})
+	out := make([]*factor.Block, u)
+	k := 0
+	for a := range u {
+		for k < len(es) && es[k].a < int32(a) {
+			k++
+		}
+		b := &factor.Block{Action: a, Ptr: []int64{0}}
+		for k < len(es) && int(es[k].a) == a {
+			e := es[k]
+			k++
+			if n := len(b.Cols); n > 0 && b.Rows[len(b.Rows)-1] == e.i && b.Cols[n-1] == e.j {
+				b.Vals[n-1] += e.c
+				continue
+			}
+			if len(b.Rows) == 0 || b.Rows[len(b.Rows)-1] != e.i {
+				if len(b.Rows) > 0 {
+					b.Ptr = append(b.Ptr, int64(len(b.Cols)))
+				}
+				b.Rows = append(b.Rows, e.i)
+			}
+			b.Cols = append(b.Cols, e.j)
+			b.Vals = append(b.Vals, e.c)
+		}
+		if len(b.Rows) > 0 {
+			b.Ptr = append(b.Ptr, int64(len(b.Cols)))
+		}
+		out[a] = b
+	}
+	return out
+}
+
+type refEntry struct {
+	a, i, j int32
+	c       float64
+}
+
+// sameBlocks fails unless got and want hold bitwise the same matrices.
+func sameBlocks(t *testing.T, got, want []*factor.Block) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d blocks, want %d", len(got), len(want))
+	}
+	for a := range want {
+		g, w := got[a], want[a]
+		bitsOf := func(v []float64) []uint64 {
+			out := make([]uint64, len(v))
+			for k, x := range v {
+				out[k] = math.Float64bits(x)
+			}
+			return out
+		}
+		if g.Action != w.Action || !slices.Equal(g.Rows, w.Rows) || !slices.Equal(g.Ptr, w.Ptr) ||
+			!slices.Equal(g.Cols, w.Cols) || !slices.Equal(bitsOf(g.Vals), bitsOf(w.Vals)) {
+			t.Fatalf("action %d: got rows %d nnz %d, want rows %d nnz %d (or different values)",
+				a, len(g.Rows), g.NNZ(), len(w.Rows), w.NNZ())
+		}
+	}
+}
+
+// TestCounterMatchesStableSort feeds random transitions (duplicates,
+// fractional weights whose sums depend on their order, rows short and
+// long, several chunks, a state far past the rest) through Add and
+// AddBatch and checks both against the reference bitwise.
+func TestCounterMatchesStableSort(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		n, u, count int
+		weighted    float64 // fraction of rows with a count other than 1
+		farState    bool
+	}{
+		{"unweighted dense rows", 50, 3, 20000, 0, false},
+		{"weighted dense rows", 50, 3, 20000, 1, false},
+		{"some weights", 300, 2, 3 * chunkLen, 0.01, false},
+		{"sparse rows", 100000, 2, 30000, 0.5, false},
+		{"far state", 1000, 2, 5000, 0.3, true},
+		{"one row", 1, 1, 1000, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(tc.count), 7))
+			var es []refEntry
+			for range tc.count {
+				// Skewed rows; next states from a small pool per row so
+				// that duplicates are common.
+				i := int32(float64(tc.n) * rng.Float64() * rng.Float64())
+				j := int32(rng.IntN(tc.n))
+				if rng.IntN(2) == 0 {
+					j = int32((int(i)*7 + rng.IntN(5)) % tc.n)
+				}
+				c := 1.0
+				if rng.Float64() < tc.weighted {
+					c = []float64{0.1, 0.2, 0.3, 1e-17, 3, 1e16}[rng.IntN(6)]
+				}
+				es = append(es, refEntry{int32(rng.IntN(tc.u)), i, j, c})
+			}
+			if tc.farState {
+				es = append(es, refEntry{1, math.MaxInt32 - 5, 3, 0.5}, refEntry{1, math.MaxInt32 - 5, 3, 0.25})
+			}
+			u := tc.u + 1 // one empty action at the end
+			want := refMatrices(es, u)
+
+			var one, batch Counter
+			for _, e := range es {
+				if err := one.Add(int(e.i), int(e.a), int(e.j), e.c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for lo := 0; lo < len(es); lo += 777 {
+				var s, a, n []int32
+				var c []float64
+				allOne := true
+				for _, e := range es[lo:min(lo+777, len(es))] {
+					s, a, n, c = append(s, e.i), append(a, e.a), append(n, e.j), append(c, e.c)
+					allOne = allOne && e.c == 1
+				}
+				if allOne && lo%2 == 0 {
+					c = nil
+				}
+				if k, err := batch.AddBatch(s, a, n, c); err != nil || k != len(s) {
+					t.Fatalf("AddBatch = %d, %v", k, err)
+				}
+			}
+			for _, ct := range []*Counter{&one, &batch} {
+				if ct.Len() != len(es) {
+					t.Fatalf("Len = %d, want %d", ct.Len(), len(es))
+				}
+				nn, uu := ct.Dims()
+				if tc.farState && nn != math.MaxInt32-4 || !tc.farState && nn > tc.n || uu != tc.u {
+					t.Fatalf("Dims = %d, %d", nn, uu)
+				}
+				sameBlocks(t, ct.Matrices(u), want)
+				if ct.Len() != 0 {
+					t.Fatal("Matrices did not consume the counter")
+				}
+			}
+		})
+	}
+}
+
+func TestCounterLargeAction(t *testing.T) {
+	var ct Counter
+	es := []refEntry{{denseActions + 2, 1, 2, 1}, {0, 0, 0, 1}, {denseActions + 2, 1, 2, 0.5}}
+	for _, e := range es {
+		if err := ct.Add(int(e.i), int(e.a), int(e.j), e.c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := denseActions + 3
+	sameBlocks(t, ct.Matrices(u), refMatrices(es, u))
+}
+
+func TestCounterAddBatchStopsAtBadRow(t *testing.T) {
+	var ct Counter
+	k, err := ct.AddBatch([]int32{0, 1, 2}, []int32{0, 0, 0}, []int32{1, 1, 1}, []float64{1, math.Inf(1), 1})
+	if k != 1 || err == nil || !strings.Contains(err.Error(), "count +Inf") {
+		t.Fatalf("AddBatch = %d, %v", k, err)
+	}
+	if ct.Len() != 1 {
+		t.Fatalf("Len = %d, want the one row before the bad one", ct.Len())
+	}
+	k, err = ct.AddBatch([]int32{0, -1}, []int32{0, 0}, []int32{1, 1}, nil)
+	if k != 1 || err == nil || !strings.Contains(err.Error(), "indices") {
+		t.Fatalf("AddBatch = %d, %v", k, err)
+	}
+	got := ct.Matrices(1)
+	want := refMatrices([]refEntry{{0, 0, 1, 1}, {0, 0, 1, 1}}, 1)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v", got[0], want[0])
+	}
+}
