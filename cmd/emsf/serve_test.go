@@ -109,7 +109,7 @@ func TestServeKillExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"crash", "clean"} {
-		out, err := exec.Command(bin, "publish", "--nats", url, "--name", name, "--input", data, "--max-rows", "50").CombinedOutput()
+		out, err := exec.Command(bin, "publish", "--nats", url, "--name", name, "--input", data, "--max-rows", "50", "--create").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "in 60 messages") {
 			t.Fatalf("emsf publish: %v\n%s", err, out)
 		}
