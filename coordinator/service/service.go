@@ -77,9 +77,9 @@ type Service struct {
 	nc     *nats.Conn
 	st     *Stores
 	stream jetstream.Stream
-	log hclog.Logger
-	m   *metrics
-	id  string
+	log    hclog.Logger
+	m      *metrics
+	id     string
 
 	// Owned by Run's goroutine.
 	table       *shard.Table
