@@ -76,8 +76,20 @@ func (f *serviceFlags) connect(client string) (*nats.Conn, error) {
 	return cc.Connect()
 }
 
+// connErr adds the connection's last asynchronous error (a permissions
+// violation arrives that way, and the call itself only times out) to err.
+func connErr(nc *nats.Conn, err error) error {
+	if err == nil || nc == nil {
+		return err
+	}
+	if last := nc.LastError(); last != nil && !strings.Contains(err.Error(), last.Error()) {
+		return fmt.Errorf("%w (%v)", err, worker.AuthHint(last))
+	}
+	return err
+}
+
 // runServe is emsf serve.
-func runServe(ctx context.Context, e *env, args []string) error {
+func runServe(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlagSet(e, "serve", "serve --name NAME (--nats URL | --embedded) [flags]")
 	var (
 		sf                       serviceFlags
@@ -260,6 +272,7 @@ Flags:
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = connErr(nc, err) }()
 
 	if metricsAddr != "" {
 		reg := prometheus.NewRegistry()
@@ -326,7 +339,7 @@ func serveMetrics(addr string, reg *prometheus.Registry, log hclog.Logger) (stop
 }
 
 // runPublish is emsf publish.
-func runPublish(ctx context.Context, e *env, args []string) error {
+func runPublish(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlagSet(e, "publish", "publish --name NAME --input FILE [--nats URL] [flags]")
 	var (
 		sf           serviceFlags
@@ -367,6 +380,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = connErr(nc, err) }()
 	res, err := service.PublishFile(ctx, nc, in.input, opts, service.StoreConfig{StateBucket: sf.stateBucket, ModelBucket: sf.modelBucket})
 	if res.Messages > 0 || err == nil {
 		fmt.Fprintf(e.stdout, "published %d transitions in %d messages (%d bytes) to %s, stream %s sequences %d..%d",
@@ -387,7 +401,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 }
 
 // runRetrain is emsf retrain.
-func runRetrain(ctx context.Context, e *env, args []string) error {
+func runRetrain(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlagSet(e, "retrain", "retrain --name NAME [--nats URL] [--after-seq N] [--wait D] [--timeout D]")
 	var (
 		sf       serviceFlags
@@ -420,6 +434,7 @@ func runRetrain(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = connErr(nc, err) }()
 	return request(ctx, e, nc, service.RetrainSubject(sf.prefix, sf.name), sf.name, body, timeout)
 }
 
@@ -451,7 +466,7 @@ func request(ctx context.Context, e *env, nc *nats.Conn, subject, name string, b
 }
 
 // runModel is emsf model get|list|status.
-func runModel(ctx context.Context, e *env, args []string) error {
+func runModel(ctx context.Context, e *env, args []string) (err error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(e.stderr, `Usage: emsf model <get|list|status> NAME [flags]
 
@@ -508,6 +523,7 @@ Run 'emsf model get -h' for the flags.
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = connErr(nc, err) }()
 	if sub == "status" {
 		return request(ctx, e, nc, service.StatusSubject(sf.prefix, sf.name), sf.name, nil, timeout)
 	}

@@ -91,6 +91,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	select {
 	case <-ctx.Done():
 	case <-closed:
+		if err := nc.LastError(); err != nil {
+			return fail(1, "connection to NATS closed: %v", worker.AuthHint(err))
+		}
 		return fail(1, "connection to NATS closed")
 	}
 	log.Info("draining")
