@@ -193,3 +193,29 @@ func TestDeployAuthorization(t *testing.T) {
 		t.Errorf("version 1 after the publisher's attempts: %v", err)
 	}
 }
+
+// The shipped cluster configs need credentials (the five role users) and
+// keep monitoring on loopback.
+func TestDeployConfigsNeedCredentials(t *testing.T) {
+	for _, role := range []string{"WORKER", "COORDINATOR", "SERVICE", "PUBLISHER", "READER"} {
+		t.Setenv("EMSF_"+role+"_PASSWORD", "pw")
+	}
+	for i := 1; i <= 3; i++ {
+		path := filepath.Join("..", "..", "deploy", "nats", fmt.Sprintf("nats-%d.conf", i))
+		opts, err := natsserver.ProcessConfigFile(path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(opts.Users) != 5 || opts.NoAuthUser != "" || opts.Authorization != "" {
+			t.Errorf("%s: %d users, no-auth user %q", path, len(opts.Users), opts.NoAuthUser)
+		}
+		for _, u := range opts.Users {
+			if u.Permissions == nil || u.Password != "pw" {
+				t.Errorf("%s: user %s has no permissions or no password from the environment", path, u.Username)
+			}
+		}
+		if opts.HTTPHost != "127.0.0.1" {
+			t.Errorf("%s: monitoring on %q, want 127.0.0.1", path, opts.HTTPHost)
+		}
+	}
+}
