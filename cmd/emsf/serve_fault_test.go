@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,4 +211,185 @@ func TestServeWalkthroughReadYourWrites(t *testing.T) {
 	if rc != 1 || !strings.Contains(stderr.String(), "of the 999999 asked for") {
 		t.Fatalf("retrain --after-seq beyond the stream: exit %d, %q", rc, stderr.String())
 	}
+}
+
+// writeCountedCSV writes n transitions with counts 0.5, 1 and 2 (their
+// sums are exact in any order) and returns their total count.
+func writeCountedCSV(t *testing.T, path string, n int, seed uint64) float64 {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 4))
+	var b bytes.Buffer
+	var sum float64
+	b.WriteString("state,action,next_state,count\n")
+	for range n {
+		c := []float64{0.5, 1, 2}[rng.IntN(3)]
+		fmt.Fprintf(&b, "%d,%d,%d,%v\n", rng.IntN(30), rng.IntN(2), rng.IntN(30), c)
+		sum += c
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+// waitCounted waits until serve counted up to seq and returns its status.
+func waitCounted(t *testing.T, nc *nats.Conn, name string, seq uint64, p *serveProc) service.Status {
+	t.Helper()
+	var st service.Status
+	checkFor(t, 2*time.Minute, func() error {
+		var err error
+		st, err = serveStatus(nc, name)
+		if err != nil || st.StreamSeq < seq {
+			return fmt.Errorf("serve counted up to %d of %d (%v)\n%s", st.StreamSeq, seq, err, p.err.String())
+		}
+		return nil
+	})
+	return st
+}
+
+// serve gets SIGKILL while emsf publish sends (it goes on: the stream
+// holds the messages), again while the restarted serve replays, and
+// restarts: it counts exactly what publish had acknowledged, and a
+// retrain holds all of it.
+func TestServeFaultKillDuringPublishAndReplay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	bin := buildBinary(t)
+	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	url := srv.ClientURL()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	data := filepath.Join(t.TempDir(), "t.csv")
+	const n, per = 6000, 20 // 300 messages
+	sum := writeCountedCSV(t, data, n, 7)
+
+	p := startServe(t, bin, url, "kp", "--ingest-delay", "5ms", "--checkpoint-every", "100ms")
+	checkFor(t, time.Minute, func() error { _, err := serveStatus(nc, "kp"); return err })
+	pub := exec.Command(bin, "publish", "--nats", url, "--name", "kp", "--input", data, "--max-rows", strconv.Itoa(per))
+	var pubOut syncBuffer
+	pub.Stdout, pub.Stderr = &pubOut, &pubOut
+	if err := pub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pub.Process.Kill(); _ = pub.Wait() }()
+	// Kill once serve counted and checkpointed part of the stream, while
+	// publish still sends.
+	checkFor(t, 2*time.Minute, func() error {
+		st, err := serveStatus(nc, "kp")
+		if err != nil || st.StreamSeq < 10 || st.Checkpointed == 0 {
+			return fmt.Errorf("serve counted up to %d, checkpointed %d (%v)", st.StreamSeq, st.Checkpointed, err)
+		}
+		return nil
+	})
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	// Whether publish was still sending at the kill depends on the
+	// machine's speed (the counts are checked either way).
+	t.Logf("serve killed; publish had printed %q so far", pubOut.String())
+	if err := pub.Wait(); err != nil {
+		t.Fatalf("emsf publish while serve was killed: %v\n%s", err, pubOut.String())
+	}
+	// Publish ran to the end on its own: 300 messages acknowledged.
+	if !strings.Contains(pubOut.String(), "stream sequence reached: 300") {
+		t.Fatalf("publish: %s", pubOut.String())
+	}
+	// Restart, kill again during the replay, restart again.
+	p = startServe(t, bin, url, "kp", "--ingest-delay", "5ms", "--checkpoint-every", "100ms")
+	checkFor(t, 2*time.Minute, func() error {
+		st, err := serveStatus(nc, "kp")
+		if err != nil || st.Checkpointed < 150 {
+			return fmt.Errorf("replay reached %d, checkpointed %d (%v)", st.StreamSeq, st.Checkpointed, err)
+		}
+		return nil
+	})
+	if st, _ := serveStatus(nc, "kp"); st.StreamSeq >= 300 {
+		t.Logf("the replay ended before the kill (still checked)")
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	p = startServe(t, bin, url, "kp")
+	st := waitCounted(t, nc, "kp", 300, p)
+	if st.Transitions != n || st.Count != sum || st.Rejected != 0 {
+		t.Fatalf("after two kills: %d rows, count %v; want %d, %v", st.Transitions, st.Count, n, sum)
+	}
+	out, err := exec.Command(bin, "retrain", "--nats", url, "--name", "kp").Output()
+	var v service.Version
+	if err != nil || json.Unmarshal(out, &v) != nil || v.Transitions != n || v.Count != sum {
+		t.Fatalf("retrain: %v %s", err, out)
+	}
+	p.stop(t)
+}
+
+// nats-server gets SIGKILL and restarts (same port, same store) under a
+// running serve: serve reconnects, counts what is published after, and
+// ends with exactly what was acknowledged.
+func TestServeFaultNATSServerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	bin := buildBinary(t)
+	natsBin := filepath.Join(t.TempDir(), "nats-server")
+	if out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
+		t.Fatalf("go build nats-server: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	_ = ln.Close()
+	store := t.TempDir()
+	startNATS := func() *exec.Cmd {
+		cmd := exec.Command(natsBin, "-a", "127.0.0.1", "-p", port, "-js", "-sd", store)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	url := "nats://127.0.0.1:" + port
+	ns := startNATS()
+	var nc *nats.Conn
+	checkFor(t, time.Minute, func() error {
+		var err error
+		nc, err = nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		return err
+	})
+	defer nc.Close()
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.csv"), filepath.Join(dir, "b.csv")
+	sum := writeCountedCSV(t, a, 1000, 8) + writeCountedCSV(t, b, 1000, 9)
+
+	p := startServe(t, bin, url, "nr", "--checkpoint-every", "100ms")
+	checkFor(t, time.Minute, func() error { _, err := serveStatus(nc, "nr"); return err })
+	if out, err := exec.Command(bin, "publish", "--nats", url, "--name", "nr", "--input", a, "--max-rows", "50").CombinedOutput(); err != nil {
+		t.Fatalf("publish: %v\n%s", err, out)
+	}
+	waitCounted(t, nc, "nr", 20, p)
+	_ = ns.Process.Kill()
+	_ = ns.Wait()
+	startNATS()
+	// serve answers again once it has reconnected.
+	checkFor(t, 2*time.Minute, func() error { _, err := serveStatus(nc, "nr"); return err })
+	if out, err := exec.Command(bin, "publish", "--nats", url, "--name", "nr", "--input", b, "--max-rows", "50").CombinedOutput(); err != nil {
+		t.Fatalf("publish after the restart: %v\n%s", err, out)
+	}
+	st := waitCounted(t, nc, "nr", 40, p)
+	if st.Transitions != 2000 || st.Count != sum {
+		t.Fatalf("after the nats-server restart: %d rows, count %v; want 2000, %v\n%s", st.Transitions, st.Count, sum, p.err.String())
+	}
+	out, err := exec.Command(bin, "retrain", "--nats", url, "--name", "nr").Output()
+	var v service.Version
+	if err != nil || json.Unmarshal(out, &v) != nil || v.Transitions != 2000 {
+		t.Fatalf("retrain: %v %s\n%s", err, out, p.err.String())
+	}
+	p.stop(t)
 }
