@@ -89,10 +89,20 @@ func (s *Service) ingest(ctx context.Context, m jetstream.Msg) {
 			return // not counted: the next run replays it
 		}
 	}
-	rows, err := s.parse(ctx, seq, m)
+	format := ""
+	if h := m.Headers(); h != nil {
+		format = h.Get(HeaderFormat)
+	}
+	rows, err := s.parse(ctx, seq, format, m.Data())
 	if ctx.Err() != nil {
 		return // stopping: not counted, the next run replays it
 	}
+	s.count(seq, rows, err)
+}
+
+// count applies message seq: its rows, or err when its payload could not
+// be read (then none of them).
+func (s *Service) count(seq uint64, rows *arrowio.TransitionBatch, err error) {
 	s.seq, s.dirty = seq, true
 	s.m.seq.Set(float64(seq))
 	if err != nil {
@@ -188,11 +198,8 @@ func (s *Service) tie() factor.Tie {
 
 // parse reads a whole payload into rows (nothing is counted before the
 // whole payload has been read).
-func (s *Service) parse(ctx context.Context, seq uint64, m jetstream.Msg) (*arrowio.TransitionBatch, error) {
-	format := ""
-	if h := m.Headers(); h != nil {
-		format = strings.TrimSpace(h.Get(HeaderFormat))
-	}
+func (s *Service) parse(ctx context.Context, seq uint64, format string, data []byte) (*arrowio.TransitionBatch, error) {
+	format = strings.TrimSpace(format)
 	if format != "" {
 		f, err := arrowio.NormalizeFormat(format)
 		if err != nil {
@@ -202,7 +209,7 @@ func (s *Service) parse(ctx context.Context, seq uint64, m jetstream.Msg) (*arro
 	}
 	var rows arrowio.TransitionBatch
 	name := fmt.Sprintf("%s message %d", StreamName(s.cfg.Prefix, s.cfg.Name), seq)
-	err := arrowio.ScanTransitionsReader(ctx, bytes.NewReader(m.Data()), name, format, arrowio.ReadOptions{}, func(b *arrowio.TransitionBatch) error {
+	err := arrowio.ScanTransitionsReader(ctx, bytes.NewReader(data), name, format, arrowio.ReadOptions{}, func(b *arrowio.TransitionBatch) error {
 		rows.State = append(rows.State, b.State...)
 		rows.Action = append(rows.Action, b.Action...)
 		rows.Next = append(rows.Next, b.Next...)
