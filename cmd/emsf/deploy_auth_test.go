@@ -112,18 +112,18 @@ func TestDeployAuthorization(t *testing.T) {
 	} {
 		done := make(chan struct{})
 		var rc int
-		var errOut string
+		var out, errOut string
 		go func() {
 			defer close(done)
-			rc, _, errOut = emsf(args...)
+			rc, out, errOut = emsf(args...)
 		}()
 		select {
 		case <-done:
 		case <-time.After(2 * time.Minute):
 			t.Fatalf("emsf %s with a wrong password did not exit", strings.Join(args, " "))
 		}
-		if rc == 0 || !strings.Contains(errOut, "authorization") {
-			t.Errorf("emsf %s with a wrong password: exit %d, %q; want the word authorization", strings.Join(args, " "), rc, errOut)
+		if rc == 0 || !strings.Contains(errOut, "authorization") || strings.Contains(out, "ready") {
+			t.Errorf("emsf %s with a wrong password: exit %d, stdout %q, stderr %q; want the word authorization (and no ready)", strings.Join(args, " "), rc, out, errOut)
 		}
 	}
 
