@@ -89,7 +89,12 @@ type PublishResult struct {
 // Arrow IPC stream payloads, each below the server's max payload, waiting
 // for the stream's acknowledgement of each. The whole file is read and
 // checked before the first message is sent, so a bad row publishes
-// nothing. The stream is created when missing.
+// nothing; so does a row the running service would reject (its Status
+// says its size and limits), unless opts.AllowRejects. When no service
+// answers and the stream does not exist, it returns a *NoServiceError
+// unless opts.Create; otherwise the stream is created when missing.
+// res.LastSeq is the stream sequence reached (a retrain with that
+// after_seq includes every row sent).
 func PublishFile(ctx context.Context, nc *nats.Conn, path string, opts PublishOptions, cfg StoreConfig) (PublishResult, error) {
 	res := PublishResult{Stream: StreamName(opts.Prefix, opts.Name), Subject: TransitionsSubject(opts.Prefix, opts.Name), MaxPayload: nc.MaxPayload()}
 	maxRows := int((nc.MaxPayload() - 4096) / arrowio.PayloadRowBytes)
