@@ -22,6 +22,18 @@ import (
 	"github.com/emsf/emsf/coordinator/service"
 )
 
+// TestServeFaults runs the multi-process tests of the service mode on one
+// build of emsf: the walkthrough's read-your-writes, serve --embedded
+// with NATS_URL set, and (not with -short) serve kill -9 during publish
+// and replay and a nats-server kill -9 and restart under serve.
+func TestServeFaults(t *testing.T) {
+	bin := buildBinary(t)
+	t.Run("EmbeddedIgnoresNATSURL", func(t *testing.T) { testServeEmbeddedIgnoresNATSURL(t, bin) })
+	t.Run("WalkthroughReadYourWrites", func(t *testing.T) { testServeWalkthroughReadYourWrites(t, bin) })
+	t.Run("KillDuringPublishAndReplay", func(t *testing.T) { testServeFaultKillDuringPublishAndReplay(t, bin) })
+	t.Run("NATSServerRestart", func(t *testing.T) { testServeFaultNATSServerRestart(t, bin) })
+}
+
 // startService runs a service in the test process until the test ends.
 func startService(t *testing.T, nc *nats.Conn, cfg service.Config) {
 	t.Helper()
@@ -122,8 +134,7 @@ func TestPublishClearExits(t *testing.T) {
 // serve --embedded with NATS_URL exported (as the README suggests for the
 // client commands) starts its own server and says NATS_URL is ignored;
 // --nats with --embedded names the conflict.
-func TestServeEmbeddedIgnoresNATSURL(t *testing.T) {
-	bin := buildBinary(t)
+func testServeEmbeddedIgnoresNATSURL(t *testing.T, bin string) {
 	cmd := exec.Command(bin, "serve", "--embedded", "--store", t.TempDir(), "--port", "-1", "--name", "env", "--use-workers", "no")
 	cmd.Env = append(os.Environ(), "NATS_URL=nats://127.0.0.1:1")
 	var out, errb syncBuffer
@@ -152,12 +163,13 @@ func TestServeEmbeddedIgnoresNATSURL(t *testing.T) {
 // a large file, retrain at once, model get: the version holds every
 // published transition (emsf retrain waits for ingestion to reach the
 // stream's last sequence).
-func TestServeWalkthroughReadYourWrites(t *testing.T) {
-	n := 1_000_000
+func testServeWalkthroughReadYourWrites(t *testing.T, bin string) {
+	// 10^6 in coordinator/service's TestServeRetrainReadsWrites; here a
+	// fifth of it keeps the package's race run short.
+	n := 200_000
 	if testing.Short() {
 		n = 50_000
 	}
-	bin := buildBinary(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "t.arrow")
 	if out, err := exec.Command(bin, "gen", "--out", data, "--truth", "", "--transitions", strconv.Itoa(n), "--states", "200", "--actions", "3").CombinedOutput(); err != nil {
@@ -251,11 +263,10 @@ func waitCounted(t *testing.T, nc *nats.Conn, name string, seq uint64, p *serveP
 // holds the messages), again while the restarted serve replays, and
 // restarts: it counts exactly what publish had acknowledged, and a
 // retrain holds all of it.
-func TestServeFaultKillDuringPublishAndReplay(t *testing.T) {
+func testServeFaultKillDuringPublishAndReplay(t *testing.T, bin string) {
 	if testing.Short() {
-		t.Skip("multi-process test")
+		t.Skip("multi-process fault test")
 	}
-	bin := buildBinary(t)
 	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -331,11 +342,10 @@ func TestServeFaultKillDuringPublishAndReplay(t *testing.T) {
 // nats-server gets SIGKILL and restarts (same port, same store) under a
 // running serve: serve reconnects, counts what is published after, and
 // ends with exactly what was acknowledged.
-func TestServeFaultNATSServerRestart(t *testing.T) {
+func testServeFaultNATSServerRestart(t *testing.T, bin string) {
 	if testing.Short() {
-		t.Skip("multi-process test")
+		t.Skip("multi-process fault test")
 	}
-	bin := buildBinary(t)
 	natsBin := filepath.Join(t.TempDir(), "nats-server")
 	if out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
 		t.Fatalf("go build nats-server: %v\n%s", err, out)
