@@ -2,6 +2,7 @@ package shard
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -37,13 +38,28 @@ type Table struct {
 	freshRows int64
 }
 
-// Add records count c of the transition i --a--> j.
+// MaxCount bounds a Table's total count (and so every entry's): 2^53,
+// beyond which adding 1 to a float64 no longer changes it, so counting
+// would silently stop. Every quantity derived from counts below it (sums,
+// expected counts, log-likelihoods) stays finite.
+const MaxCount = 1 << 53
+
+// ErrCountLimit is the error of an Add that would take the total count
+// above MaxCount (the row is not counted).
+var ErrCountLimit = errors.New("the total count would exceed the limit 2^53")
+
+// Add records count c of the transition i --a--> j. A count that would
+// take the total above MaxCount is refused with ErrCountLimit (wrapped),
+// and the table is left as it was.
 func (t *Table) Add(i, a, j int, c float64) error {
 	if i < 0 || a < 0 || j < 0 || i >= math.MaxInt32 || a >= math.MaxInt32 || j >= math.MaxInt32 {
 		return fmt.Errorf("shard: transition %d --%d--> %d: indices must be in [0, %d)", i, a, j, math.MaxInt32)
 	}
 	if !(c > 0) || math.IsInf(c, 0) {
 		return fmt.Errorf("shard: transition %d --%d--> %d: count %v must be finite and > 0", i, a, j, c)
+	}
+	if c > MaxCount-t.sum {
+		return fmt.Errorf("shard: transition %d --%d--> %d: count %v: %w (%v, the total so far %v)", i, a, j, c, ErrCountLimit, float64(MaxCount), t.sum)
 	}
 	if t.idx == nil {
 		t.idx = map[[3]int32]int{}
@@ -186,6 +202,9 @@ func Restore(entries []TableEntry, added, pending int64) (*Table, error) {
 		t.pend += e.Pending
 		t.n = max(t.n, int(e.State)+1, int(e.Next)+1)
 		t.u = max(t.u, int(e.Action)+1)
+	}
+	if !(t.sum <= MaxCount) {
+		return nil, fmt.Errorf("shard: restore: total count %v is above the limit %v", t.sum, float64(MaxCount))
 	}
 	if added < 0 || pending < 0 || pending > added {
 		return nil, fmt.Errorf("shard: restore: %d rows added, %d pending", added, pending)

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,7 +69,22 @@ func (c *ConnConfig) Connect(extra ...nats.Option) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(c.URL, append(opts, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("worker: connect to %s: %w", c.URL, err)
+		return nil, fmt.Errorf("worker: connect to %s: %w", c.URL, AuthHint(err))
 	}
 	return nc, nil
+}
+
+// AuthHint adds to an authentication or authorization failure of the
+// server (a connection refused for its credentials, or a subject the user
+// may not use) which flags give the credentials; other errors are
+// returned as they are.
+func AuthHint(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
+		errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		return fmt.Errorf("%w (authorization: the NATS server refused these credentials or this subject; check --creds, --nkey, --user with --password-file or NATS_PASSWORD, --token-file or NATS_TOKEN, and the user's permissions)", err)
+	}
+	return err
 }

@@ -170,6 +170,15 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 			w.pbufs = append(w.pbufs, b)
 		}
 	})
+	// Discoverable when Start returns: the server has processed the
+	// service's subscriptions before a census (or a test) pings.
+	// A flush that fails (not connected yet, or a slow server) is only
+	// logged: the subscriptions are processed when the connection is.
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := nc.FlushWithContext(fctx); err != nil {
+		w.log.Warn("subscriptions not yet confirmed by the server", "error", err)
+	}
+	cancel()
 	w.log.Info("worker started", "subject", wire.TaskSubject(cfg.Prefix), "queue_group", wire.QueueGroup(cfg.Prefix))
 	return w, nil
 }

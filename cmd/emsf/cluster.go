@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -23,12 +24,16 @@ import (
 	"github.com/emsf/emsf/worker/wire"
 )
 
-// natsFlags are the connection flags shared by emsf fit (cluster mode) and
-// emsf worker.
+// natsFlags are the connection flags shared by every command that talks to
+// NATS (fit in cluster mode, worker, serve, publish, retrain, model).
+// Secrets come from --password-file/--token-file or NATS_PASSWORD/
+// NATS_TOKEN; --password and --token work too but are visible in ps.
 type natsFlags struct {
 	url                    string
 	creds, nkey            string
 	user, password, token  string
+	passwordFile           string
+	tokenFile              string
 	tlsCA, tlsCert, tlsKey string
 	prefix                 string
 }
@@ -37,26 +42,59 @@ func (n *natsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.url, "nats", os.Getenv("NATS_URL"), "NATS server URL(s), comma-separated (default $NATS_URL)")
 	fs.StringVar(&n.creds, "creds", "", "NATS user credentials file (JWT)")
 	fs.StringVar(&n.nkey, "nkey", "", "NATS NKey seed file")
-	fs.StringVar(&n.user, "user", "", "NATS user name")
-	fs.StringVar(&n.password, "password", "", "NATS password")
-	fs.StringVar(&n.token, "token", "", "NATS authentication token")
+	fs.StringVar(&n.user, "user", os.Getenv("NATS_USER"), "NATS user name (default $NATS_USER)")
+	fs.StringVar(&n.password, "password", "", "NATS password (visible in ps: prefer --password-file or $NATS_PASSWORD)")
+	fs.StringVar(&n.passwordFile, "password-file", "", "file holding the NATS password (default: $NATS_PASSWORD)")
+	fs.StringVar(&n.token, "token", "", "NATS authentication token (visible in ps: prefer --token-file or $NATS_TOKEN)")
+	fs.StringVar(&n.tokenFile, "token-file", "", "file holding the NATS authentication token (default: $NATS_TOKEN)")
 	fs.StringVar(&n.tlsCA, "tls-ca", "", "CA certificates file to verify the NATS server with")
 	fs.StringVar(&n.tlsCert, "tls-cert", "", "TLS client certificate file")
 	fs.StringVar(&n.tlsKey, "tls-key", "", "TLS client key file")
 	fs.StringVar(&n.prefix, "subject-prefix", wire.DefaultPrefix, "prefix of every NATS subject emsf uses")
 }
 
+// validate checks the flags and resolves the password and token: the flag,
+// else the file, else the environment.
 func (n *natsFlags) validate() error {
 	if (n.tlsCert == "") != (n.tlsKey == "") {
 		return usagef("--tls-cert and --tls-key must be given together")
 	}
+	var err error
+	if n.password, err = secret(n.password, "--password", n.passwordFile, "--password-file", "NATS_PASSWORD"); err != nil {
+		return err
+	}
+	if n.token, err = secret(n.token, "--token", n.tokenFile, "--token-file", "NATS_TOKEN"); err != nil {
+		return err
+	}
 	if n.password != "" && n.user == "" {
-		return usagef("--password needs --user")
+		return usagef("a NATS password (--password, --password-file or NATS_PASSWORD) needs --user (or NATS_USER)")
 	}
 	if err := wire.CheckPrefix(n.prefix); err != nil {
 		return usagef("--subject-prefix %q: want dot-separated tokens of letters, digits, '-' and '_'", n.prefix)
 	}
 	return nil
+}
+
+// secret returns the value of a secret flag, else the content of its file
+// flag (trailing newline removed), else the environment variable.
+func secret(value, flagName, file, fileFlag, envName string) (string, error) {
+	switch {
+	case value != "" && file != "":
+		return "", usagef("give %s or %s, not both", flagName, fileFlag)
+	case value != "":
+		return value, nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", usagef("%s: %v", fileFlag, err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		if v == "" {
+			return "", usagef("%s %s is empty", fileFlag, file)
+		}
+		return v, nil
+	}
+	return os.Getenv(envName), nil
 }
 
 func (n *natsFlags) conn(name string) *worker.ConnConfig {

@@ -9,12 +9,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -29,6 +31,7 @@ import (
 	"github.com/emsf/emsf/coordinator/service"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
 	"github.com/emsf/emsf/worker/wire"
 )
 
@@ -74,8 +77,20 @@ func (f *serviceFlags) connect(client string) (*nats.Conn, error) {
 	return cc.Connect()
 }
 
+// connErr adds the connection's last asynchronous error (a permissions
+// violation arrives that way, and the call itself only times out) to err.
+func connErr(nc *nats.Conn, err error) error {
+	if err == nil || nc == nil {
+		return err
+	}
+	if last := nc.LastError(); last != nil && !strings.Contains(err.Error(), last.Error()) {
+		return fmt.Errorf("%w (%v)", err, worker.AuthHint(last))
+	}
+	return err
+}
+
 // runServe is emsf serve.
-func runServe(ctx context.Context, e *env, args []string) error {
+func runServe(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlagSet(e, "serve", "serve --name NAME (--nats URL | --embedded) [flags]")
 	var (
 		sf                       serviceFlags
@@ -114,6 +129,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&cfg.Interval, "interval", 0, "retrain this often when transitions arrived since the latest version (0: off)")
 	fs.IntVar(&cfg.States, "states", 0, "fix the number of states: transitions beyond it are rejected (0: the model grows)")
 	fs.IntVar(&cfg.Actions, "actions", 0, "fix the number of actions: transitions beyond it are rejected (0: the model grows)")
+	fs.Int64Var(&cfg.MaxModelBytes, "max-model-bytes", service.DefaultMaxModelBytes, "reject transitions that would grow the model (8·n·m·(D+K blocks) bytes) beyond this")
+	fs.IntVar(&cfg.MaxStates, "max-states", 0, "reject transitions with a state at or beyond this (0: the most states a one-action model within --max-model-bytes has)")
+	fs.IntVar(&cfg.MaxActions, "max-actions", 0, "reject transitions with an action at or beyond this (0: the most actions a one-state model within --max-model-bytes has)")
 	fs.DurationVar(&checkpoint, "checkpoint-every", 2*time.Second, "checkpoint the counts this often while transitions arrive")
 	fs.IntVar(&replicas, "replicas", 1, "replicas of the stream and buckets when they are created (3 on a 3-node cluster)")
 	fs.DurationVar(&streamMaxAge, "stream-max-age", 0, "when the stream is created: drop transitions older than this (0: keep)")
@@ -143,9 +161,17 @@ Flags:
 		return err
 	}
 	cfg.Name, cfg.Prefix, cfg.StateBucket, cfg.ModelBucket = sf.name, sf.prefix, sf.stateBucket, sf.modelBucket
+	natsGiven := false
+	fs.Visit(func(f *flag.Flag) { natsGiven = natsGiven || f.Name == "nats" })
+	envURL := ""
+	if embedded && !natsGiven {
+		// NATS_URL is for the client commands: the embedded server is
+		// this process's own.
+		envURL, sf.url = sf.url, ""
+	}
 	switch {
-	case embedded && sf.url != "":
-		return usagef("--embedded starts its own server: it cannot be combined with --nats %s (or NATS_URL)", sf.url)
+	case embedded && natsGiven:
+		return usagef("--embedded starts its own server: it cannot be combined with --nats %s (drop one of them)", sf.url)
 	case !embedded && sf.url == "":
 		return usagef("give --nats URL (or NATS_URL), or --embedded to start a server in this process")
 	case !embedded && (store != ""):
@@ -176,6 +202,12 @@ Flags:
 		return usagef("--states %d: must be >= 0", cfg.States)
 	case cfg.Actions < 0:
 		return usagef("--actions %d: must be >= 0", cfg.Actions)
+	case cfg.MaxModelBytes < 1:
+		return usagef("--max-model-bytes %d: must be >= 1", cfg.MaxModelBytes)
+	case cfg.MaxStates < 0 || cfg.MaxStates >= math.MaxInt32:
+		return usagef("--max-states %d: must be in [0, %d)", cfg.MaxStates, math.MaxInt32)
+	case cfg.MaxActions < 0 || cfg.MaxActions >= math.MaxInt32:
+		return usagef("--max-actions %d: must be in [0, %d)", cfg.MaxActions, math.MaxInt32)
 	case checkpoint <= 0:
 		return usagef("--checkpoint-every %v: must be > 0", checkpoint)
 	case replicas < 1 || replicas > 5:
@@ -213,6 +245,9 @@ Flags:
 		return err
 	}
 	cfg.Logger = log
+	if envURL != "" {
+		log.Info("NATS_URL ignored: --embedded starts its own server", "NATS_URL", envURL)
+	}
 
 	url := sf.url
 	if embedded {
@@ -238,6 +273,7 @@ Flags:
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = connErr(nc, err) }()
 
 	if metricsAddr != "" {
 		reg := prometheus.NewRegistry()
@@ -304,16 +340,20 @@ func serveMetrics(addr string, reg *prometheus.Registry, log hclog.Logger) (stop
 }
 
 // runPublish is emsf publish.
-func runPublish(ctx context.Context, e *env, args []string) error {
+func runPublish(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlagSet(e, "publish", "publish --name NAME --input FILE [--nats URL] [flags]")
 	var (
-		sf      serviceFlags
-		in      inputFlags
-		maxRows int
-		dedup   bool
+		sf           serviceFlags
+		in           inputFlags
+		maxRows      int
+		dedup        bool
+		create       bool
+		allowRejects bool
 	)
 	sf.register(fs)
 	in.register(fs)
+	fs.BoolVar(&create, "create", false, "create the model's stream when no emsf serve answers for --name and the stream does not exist (without it that is an error: a mistyped name)")
+	fs.BoolVar(&allowRejects, "allow-rejects", false, "send a file some of whose rows the served model rejects (outside its size or limits); without it such a file sends nothing and exits 1")
 	fs.IntVar(&maxRows, "max-rows", 0, "most transitions per message (default: as many as the server's max payload holds)")
 	fs.BoolVar(&dedup, "dedup", false, "give each message an id derived from the file's content, so that publishing the same file again within 2 minutes (e.g. a retry) stores nothing twice")
 	if err := parse(fs, args); err != nil {
@@ -328,7 +368,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	if maxRows < 0 {
 		return usagef("--max-rows %d: must be >= 0", maxRows)
 	}
-	opts := service.PublishOptions{Prefix: sf.prefix, Name: sf.name, Read: in.readOptions(), MaxRows: maxRows}
+	opts := service.PublishOptions{Prefix: sf.prefix, Name: sf.name, Read: in.readOptions(), MaxRows: maxRows, Create: create, AllowRejects: allowRejects}
 	if dedup {
 		sum, err := fileDigest(in.input)
 		if err != nil {
@@ -341,30 +381,39 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = connErr(nc, err) }()
 	res, err := service.PublishFile(ctx, nc, in.input, opts, service.StoreConfig{StateBucket: sf.stateBucket, ModelBucket: sf.modelBucket})
 	if res.Messages > 0 || err == nil {
 		fmt.Fprintf(e.stdout, "published %d transitions in %d messages (%d bytes) to %s, stream %s sequences %d..%d",
 			res.Rows, res.Messages, res.Bytes, res.Subject, res.Stream, res.FirstSeq, res.LastSeq)
-		if res.Outside > 0 {
-			fmt.Fprintf(e.stderr, "emsf publish: warning: %d transitions are outside the served model's fixed size and will be rejected by emsf serve (the rest is kept); first: %s\n", res.Outside, res.FirstOutside)
-		}
 		if res.Duplicates > 0 {
 			fmt.Fprintf(e.stdout, "; %d messages (%d transitions) were duplicates, not stored again", res.Duplicates, res.DuplicateRows)
 		}
-		fmt.Fprintln(e.stdout)
+		fmt.Fprintf(e.stdout, "\nstream sequence reached: %d (emsf retrain --name %s includes it; --after-seq %d)\n", res.LastSeq, sf.name, res.LastSeq)
+		if res.Outside > 0 {
+			fmt.Fprintf(e.stderr, "emsf publish: warning: %d transitions were sent that emsf serve rejects (--allow-rejects; the rest is kept); first: %s\n",
+				res.Outside, strings.Join(res.Reasons, "; "))
+		}
+		if !res.Served {
+			fmt.Fprintf(e.stderr, "emsf publish: warning: no emsf serve answers for model %s now: the transitions wait in stream %s until one starts\n", sf.name, res.Stream)
+		}
 	}
 	return err
 }
 
 // runRetrain is emsf retrain.
-func runRetrain(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "retrain", "retrain --name NAME [--nats URL] [--timeout D]")
+func runRetrain(ctx context.Context, e *env, args []string) (err error) {
+	fs := newFlagSet(e, "retrain", "retrain --name NAME [--nats URL] [--after-seq N] [--wait D] [--timeout D]")
 	var (
-		sf      serviceFlags
-		timeout time.Duration
+		sf       serviceFlags
+		timeout  time.Duration
+		wait     time.Duration
+		afterSeq uint64
 	)
 	sf.register(fs)
 	fs.DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the new version")
+	fs.Uint64Var(&afterSeq, "after-seq", 0, "the version includes the stream up to this sequence ('emsf publish' prints the one it reached; 0: the stream's last sequence now)")
+	fs.DurationVar(&wait, "wait", service.DefaultCatchUpWait, "how long the service waits for its ingestion to reach that sequence before it answers with an error")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -374,22 +423,33 @@ func runRetrain(ctx context.Context, e *env, args []string) error {
 	if timeout <= 0 {
 		return usagef("--timeout %v: must be > 0", timeout)
 	}
+	if wait < 0 {
+		return usagef("--wait %v: must be >= 0", wait)
+	}
+	body, err := json.Marshal(service.RetrainRequest{AfterSeq: afterSeq, Wait: wait.String()})
+	if err != nil {
+		return err
+	}
 	nc, err := sf.connect("emsf-retrain")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	return request(ctx, e, nc, service.RetrainSubject(sf.prefix, sf.name), sf.name, timeout)
+	defer func() { err = connErr(nc, err) }()
+	return request(ctx, e, nc, service.RetrainSubject(sf.prefix, sf.name), sf.name, body, timeout)
 }
 
 // request sends an empty request to an emsf serve endpoint and prints the
 // JSON reply; a micro error reply is an error.
-func request(ctx context.Context, e *env, nc *nats.Conn, subject, name string, timeout time.Duration) error {
+func request(ctx context.Context, e *env, nc *nats.Conn, subject, name string, body []byte, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	m, err := nc.RequestWithContext(ctx, subject, nil)
+	m, err := nc.RequestWithContext(ctx, subject, body)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("no emsf serve answers for model %s on %s (is it running?)", name, subject)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: no answer within --timeout %v", subject, timeout)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", subject, err)
@@ -407,7 +467,7 @@ func request(ctx context.Context, e *env, nc *nats.Conn, subject, name string, t
 }
 
 // runModel is emsf model get|list|status.
-func runModel(ctx context.Context, e *env, args []string) error {
+func runModel(ctx context.Context, e *env, args []string) (err error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(e.stderr, `Usage: emsf model <get|list|status> NAME [flags]
 
@@ -464,8 +524,9 @@ Run 'emsf model get -h' for the flags.
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = connErr(nc, err) }()
 	if sub == "status" {
-		return request(ctx, e, nc, service.StatusSubject(sf.prefix, sf.name), sf.name, timeout)
+		return request(ctx, e, nc, service.StatusSubject(sf.prefix, sf.name), sf.name, nil, timeout)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -122,7 +122,7 @@ func TestServeKillExactlyOnce(t *testing.T) {
 		if err := os.WriteFile(path, w.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(bin, "publish", "--nats", url, "--name", name, "--input", path, "--max-rows", "50").CombinedOutput()
+		out, err := exec.Command(bin, "publish", "--nats", url, "--name", name, "--input", path, "--max-rows", "50", "--create").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), fmt.Sprintf("in %d messages", messages)) {
 			t.Fatalf("emsf publish: %v\n%s", err, out)
 		}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -78,10 +79,12 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "emsf", Level: lvl, Output: stderr, JSONFormat: jsonLog, Color: hclog.ColorOff})
 
-	closed := make(chan struct{})
+	closed, connected := make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	nc, err := nf.conn(name).Connect(
 		nats.RetryOnFailedConnect(true),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
+		nats.ConnectHandler(func(*nats.Conn) { once.Do(func() { close(connected) }) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("disconnected", "error", err)
@@ -92,6 +95,19 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return fail(1, "%v", err)
 	}
+	// Ready only once connected: a server that refuses the credentials
+	// closes the connection, and that is the error.
+	if !nc.IsConnected() {
+		log.Info("waiting for the NATS server", "url", nf.url)
+		select {
+		case <-connected:
+		case <-closed:
+			return fail(1, "connection to NATS closed: %v", worker.AuthHint(nc.LastError()))
+		case <-ctx.Done():
+			nc.Close()
+			return 0
+		}
+	}
 	w, err := worker.Start(ctx, nc, worker.Config{Prefix: nf.prefix, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom})
 	if err != nil {
 		nc.Close()
@@ -101,6 +117,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	select {
 	case <-ctx.Done():
 	case <-closed:
+		if err := nc.LastError(); err != nil {
+			return fail(1, "connection to NATS closed: %v", worker.AuthHint(err))
+		}
 		return fail(1, "connection to NATS closed")
 	}
 	log.Info("draining")

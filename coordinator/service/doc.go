@@ -11,8 +11,9 @@
 //	                     action, next_state[, count]) or Arrow IPC (stream
 //	                     or file) with those columns; header Emsf-Format
 //	                     (csv, arrow, arrows) overrides detection
-//	P.NAME.retrain       request: retrain now; the reply is a Version (JSON)
-//	                     or a micro error
+//	P.NAME.retrain       request: retrain once ingestion reached the stream's
+//	                     last sequence (or RetrainRequest's after_seq); the
+//	                     reply is a Version (JSON) or a micro error
 //	P.NAME.status        request: the service's Status (JSON)
 //	P.NAME.model         announcements: one Version (JSON) per new version
 //
@@ -67,6 +68,26 @@
 // emsf_serve_transitions_rejected_total and reported (log and Status),
 // and the rest of the message is kept. A payload that cannot be read at
 // all is rejected whole (emsf_serve_messages_rejected_total).
+//
+// # Limits
+//
+// Nothing accepted can make a derived quantity infinite or a model
+// unallocatable: a row is rejected (as above, with its reason) when its
+// state or action is at or beyond MaxStates or MaxActions, when the model
+// it would grow to exceeds MaxModelBytes (ModelBytes), or when its count
+// would take the total above shard.MaxCount (2^53). A checkpoint that
+// cannot be decoded or breaks the limits (only an older service can have
+// written one) is not used: the counts are rebuilt from the whole stream.
+//
+// # Read your writes
+//
+// A retrain request is answered with a version that includes every
+// message up to a stream sequence: RetrainRequest.AfterSeq, or the
+// stream's last sequence when the request arrives. The request waits
+// (parked, Status.CatchingUp) until ingestion reaches it, at most
+// RetrainRequest.Wait (default DefaultCatchUpWait), then fails with code
+// 504 naming the sequences. PublishFile returns the last sequence it
+// reached.
 //
 // Ingestion, checkpoints and the service's state belong to one goroutine;
 // a fit runs on a goroutine of its own, on a snapshot of the counts taken

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 )
 
 // HeaderFormat names a transitions payload's format (csv, arrow for an IPC
@@ -87,10 +89,20 @@ func (s *Service) ingest(ctx context.Context, m jetstream.Msg) {
 			return // not counted: the next run replays it
 		}
 	}
-	rows, err := s.parse(ctx, seq, m)
+	format := ""
+	if h := m.Headers(); h != nil {
+		format = h.Get(HeaderFormat)
+	}
+	rows, err := s.parse(ctx, seq, format, m.Data())
 	if ctx.Err() != nil {
 		return // stopping: not counted, the next run replays it
 	}
+	s.count(seq, rows, err)
+}
+
+// count applies message seq: its rows, or err when its payload could not
+// be read (then none of them).
+func (s *Service) count(seq uint64, rows *arrowio.TransitionBatch, err error) {
 	s.seq, s.dirty = seq, true
 	s.m.seq.Set(float64(seq))
 	if err != nil {
@@ -106,12 +118,17 @@ func (s *Service) ingest(ctx context.Context, m jetstream.Msg) {
 		i, a, j := int(rows.State[k]), int(rows.Action[k]), int(rows.Next[k])
 		reason, why := s.outside(i, a, j)
 		if reason == "" {
-			if err := s.table.Add(i, a, j, rows.Count[k]); err != nil {
-				reason, why = "invalid", err.Error()
+			if err := s.table.Add(i, a, j, rows.Count[k]); errors.Is(err, shard.ErrCountLimit) {
+				reason, why = reasonCount, fmt.Sprintf("count %v would take the model's total count %v above the limit %v", rows.Count[k], s.table.Sum(), float64(shard.MaxCount))
+			} else if err != nil {
+				reason, why = reasonInvalid, err.Error()
 			}
 		}
 		if reason != "" {
 			s.m.rejected.WithLabelValues(reason).Inc()
+			if bad < maxLoggedRejects {
+				s.log.Warn("transition rejected", "seq", seq, "row", k+1, "reason", reason, "error", why)
+			}
 			if bad == 0 {
 				first = fmt.Sprintf("message %d row %d: %s", seq, k+1, why)
 			}
@@ -128,27 +145,61 @@ func (s *Service) ingest(ctx context.Context, m jetstream.Msg) {
 	s.m.pending.Set(float64(pending))
 }
 
-// outside says why transition i --a--> j is outside a fixed size ("" when
-// it is not).
+// maxLoggedRejects is how many rejected rows of one message are logged
+// one by one (all are counted, and the message's total is logged).
+const maxLoggedRejects = 5
+
+// outside says why transition i --a--> j is outside the model's size ("" when
+// it is not): a fixed size (--states, --actions), the limits (--max-states,
+// --max-actions), or a model that would exceed --max-model-bytes.
 func (s *Service) outside(i, a, j int) (reason, why string) {
+	c := &s.cfg
 	switch {
-	case s.cfg.States > 0 && i >= s.cfg.States:
-		return reasonState, fmt.Sprintf("state %d is outside the model's %d states (--states)", i, s.cfg.States)
-	case s.cfg.States > 0 && j >= s.cfg.States:
-		return reasonState, fmt.Sprintf("next_state %d is outside the model's %d states (--states)", j, s.cfg.States)
-	case s.cfg.Actions > 0 && a >= s.cfg.Actions:
-		return reasonAction, fmt.Sprintf("action %d is outside the model's %d actions (--actions)", a, s.cfg.Actions)
+	case c.States > 0 && i >= c.States:
+		return reasonState, fmt.Sprintf("state %d is outside the model's %d states (--states)", i, c.States)
+	case c.States > 0 && j >= c.States:
+		return reasonState, fmt.Sprintf("next_state %d is outside the model's %d states (--states)", j, c.States)
+	case c.Actions > 0 && a >= c.Actions:
+		return reasonAction, fmt.Sprintf("action %d is outside the model's %d actions (--actions)", a, c.Actions)
+	case i >= c.MaxStates:
+		return reasonState, fmt.Sprintf("state %d is beyond the limit of %d states (--max-states)", i, c.MaxStates)
+	case j >= c.MaxStates:
+		return reasonState, fmt.Sprintf("next_state %d is beyond the limit of %d states (--max-states)", j, c.MaxStates)
+	case a >= c.MaxActions:
+		return reasonAction, fmt.Sprintf("action %d is beyond the limit of %d actions (--max-actions)", a, c.MaxActions)
+	}
+	n, u := s.dims()
+	n2, u2 := max(n, i+1, j+1), max(u, a+1)
+	if n2 == n && u2 == u {
+		return "", ""
+	}
+	if b := ModelBytes(n2, s.order(), u2, s.tie()); b > c.MaxModelBytes {
+		return reasonSize, fmt.Sprintf("transition %d --%d--> %d would grow the model to %d states and %d actions, %d bytes, above the limit of %d bytes (--max-model-bytes)",
+			i, a, j, n2, u2, b, c.MaxModelBytes)
 	}
 	return "", ""
 }
 
+// order and tie are the model's: the latest version's, or the flags'
+// before the first.
+func (s *Service) order() int {
+	if s.model != nil {
+		return s.model.M
+	}
+	return s.cfg.Order
+}
+
+func (s *Service) tie() factor.Tie {
+	if s.model != nil {
+		return s.model.Tie
+	}
+	return s.cfg.Tie
+}
+
 // parse reads a whole payload into rows (nothing is counted before the
 // whole payload has been read).
-func (s *Service) parse(ctx context.Context, seq uint64, m jetstream.Msg) (*arrowio.TransitionBatch, error) {
-	format := ""
-	if h := m.Headers(); h != nil {
-		format = strings.TrimSpace(h.Get(HeaderFormat))
-	}
+func (s *Service) parse(ctx context.Context, seq uint64, format string, data []byte) (*arrowio.TransitionBatch, error) {
+	format = strings.TrimSpace(format)
 	if format != "" {
 		f, err := arrowio.NormalizeFormat(format)
 		if err != nil {
@@ -158,7 +209,7 @@ func (s *Service) parse(ctx context.Context, seq uint64, m jetstream.Msg) (*arro
 	}
 	var rows arrowio.TransitionBatch
 	name := fmt.Sprintf("%s message %d", StreamName(s.cfg.Prefix, s.cfg.Name), seq)
-	err := arrowio.ScanTransitionsReader(ctx, bytes.NewReader(m.Data()), name, format, arrowio.ReadOptions{}, func(b *arrowio.TransitionBatch) error {
+	err := arrowio.ScanTransitionsReader(ctx, bytes.NewReader(data), name, format, arrowio.ReadOptions{}, func(b *arrowio.TransitionBatch) error {
 		rows.State = append(rows.State, b.State...)
 		rows.Action = append(rows.Action, b.Action...)
 		rows.Next = append(rows.Next, b.Next...)

@@ -17,8 +17,11 @@ type metrics struct {
 
 // Rejection reasons (label reason of emsf_serve_transitions_rejected_total).
 const (
-	reasonState  = "state_out_of_range"
-	reasonAction = "action_out_of_range"
+	reasonState   = "state_out_of_range"
+	reasonAction  = "action_out_of_range"
+	reasonSize    = "model_too_large"
+	reasonCount   = "count_limit"
+	reasonInvalid = "invalid"
 )
 
 func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
@@ -35,7 +38,7 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		versions:     counter("versions_total", "Model versions published by this process."),
 		failures:     counter("retrain_failures_total", "Retrains that ended in an error."),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "emsf", Subsystem: "serve", Name: "transitions_rejected_total",
-			Help: "Transitions outside the fixed model size (--states/--actions), by reason.", ConstLabels: labels}, []string{"reason"}),
+			Help: "Transitions rejected, by reason: outside the fixed size (--states/--actions) or the limits (--max-states/--max-actions/--max-model-bytes), or a count that would take the total above 2^53.", ConstLabels: labels}, []string{"reason"}),
 		retrain: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "emsf", Subsystem: "serve", Name: "retrain_duration_seconds",
 			Help: "Wall time of a retrain, from the snapshot of the counts to the stored version.", ConstLabels: labels,
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10)}),
@@ -45,8 +48,9 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		seq:     gauge("stream_sequence", "Last stream sequence counted."),
 		pending: gauge("pending_transitions", "Transitions counted since the latest version."),
 	}
-	m.rejected.WithLabelValues(reasonState)
-	m.rejected.WithLabelValues(reasonAction)
+	for _, r := range []string{reasonState, reasonAction, reasonSize, reasonCount, reasonInvalid} {
+		m.rejected.WithLabelValues(r)
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -44,7 +44,17 @@ type Status struct {
 	// model grows).
 	FixedStates  int `json:"fixed_states,omitempty"`
 	FixedActions int `json:"fixed_actions,omitempty"`
-	// Rejected counts rows outside a fixed size, RejectedMessages payloads
+	// MaxStates, MaxActions and MaxModelBytes are the limits a row must
+	// keep the model within (--max-states, --max-actions,
+	// --max-model-bytes); MaxCount bounds the total count.
+	MaxStates     int     `json:"max_states"`
+	MaxActions    int     `json:"max_actions"`
+	MaxModelBytes int64   `json:"max_model_bytes"`
+	MaxCount      float64 `json:"max_count"`
+	// Order and Tie are the model's order m and tie mode.
+	Order int    `json:"order"`
+	Tie   string `json:"tie"`
+	// Rejected counts rows outside a fixed size or the limits, RejectedMessages payloads
 	// that could not be read; LastRejection describes the latest.
 	Rejected         int64  `json:"rejected"`
 	RejectedMessages int64  `json:"rejected_messages"`
@@ -55,17 +65,21 @@ type Status struct {
 	// Waiting counts the retrain requests queued behind it.
 	Retraining bool `json:"retraining"`
 	Waiting    int  `json:"waiting"`
+	// CatchingUp counts the retrain requests waiting for ingestion to
+	// reach the stream sequence they asked for.
+	CatchingUp int `json:"catching_up"`
 }
 
 // Service owns one model name; see the package doc. Create it with New and
 // run it with Run.
 type Service struct {
-	cfg Config
-	nc  *nats.Conn
-	st  *Stores
-	log hclog.Logger
-	m   *metrics
-	id  string
+	cfg    Config
+	nc     *nats.Conn
+	st     *Stores
+	stream jetstream.Stream
+	log    hclog.Logger
+	m      *metrics
+	id     string
 
 	// Owned by Run's goroutine.
 	table       *shard.Table
@@ -82,6 +96,7 @@ type Service struct {
 	fatal       error
 	job         *fitJob         // the retrain in progress, nil when none
 	waiting     []micro.Request // retrain requests that came during job
+	parked      []parked        // retrain requests waiting for ingestion to reach their sequence
 	done        chan fitResult  // a fit goroutine's result
 	wg          sync.WaitGroup  // the fit goroutine
 	fitHook     func()          // tests: called by the fit goroutine first
@@ -113,7 +128,8 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	scfg := cfg.storeConfig()
-	if _, err := EnsureStream(ctx, js, scfg); err != nil {
+	stream, err := EnsureStream(ctx, js, scfg)
+	if err != nil {
 		return nil, err
 	}
 	st, err := OpenStores(ctx, js, scfg)
@@ -124,7 +140,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, nc: nc, st: st, log: cfg.Logger.Named("serve").With("model", cfg.Name), m: m,
+	return &Service{cfg: cfg, nc: nc, st: st, stream: stream, log: cfg.Logger.Named("serve").With("model", cfg.Name), m: m,
 		id: "serve-" + rand.Text()[:10], table: &shard.Table{}, ctl: make(chan func()), ready: make(chan struct{}), done: make(chan fitResult, 1)}, nil
 }
 
@@ -187,7 +203,13 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		defer t.Stop()
 		interval = t.C
 	}
+	parkTick := time.NewTicker(100 * time.Millisecond)
+	defer parkTick.Stop()
 	for {
+		var parkC <-chan time.Time
+		if len(s.parked) > 0 {
+			parkC = parkTick.C
+		}
 		select {
 		case <-ctx.Done():
 			// Requests waiting for a retrain get an answer; a fit in
@@ -196,6 +218,9 @@ func (s *Service) Run(ctx context.Context) (err error) {
 				for _, req := range append(s.job.reqs, s.waiting...) {
 					_ = req.Error("503", "service stopping: the retrain was abandoned", nil)
 				}
+			}
+			for _, p := range s.parked {
+				_ = p.req.Error("503", "service stopping: the retrain was abandoned", nil)
 			}
 			// A last checkpoint with a context of its own: ctx is done.
 			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -217,6 +242,9 @@ func (s *Service) Run(ctx context.Context) (err error) {
 			if _, pending := s.table.Added(); s.cfg.Every > 0 && pending >= s.cfg.Every {
 				s.retrain(ctx, "every", nil)
 			}
+			s.unpark(ctx, time.Now())
+		case now := <-parkC:
+			s.unpark(ctx, now)
 		case r := <-s.done:
 			s.finish(ctx, r)
 		case f := <-s.ctl:
@@ -270,24 +298,36 @@ func (s *Service) restore(ctx context.Context) error {
 	return nil
 }
 
-// load reads the checkpoint and the latest version (restore).
+// load reads the checkpoint and the latest version (restore). A
+// checkpoint that cannot be decoded or breaks the limits (only an older
+// emsf serve can have written one) is not used: the counts are rebuilt
+// from the whole stream, whose rows the limits then check one by one, so
+// a restart always succeeds.
 func (s *Service) load(ctx context.Context) error {
 	data, err := s.st.Models.GetBytes(ctx, StateObject(s.cfg.Name))
 	var version int
+	rebuild := ""
 	switch {
 	case errors.Is(err, jetstream.ErrObjectNotFound):
 	case err != nil:
 		return fmt.Errorf("service: load checkpoint %s: %w", StateObject(s.cfg.Name), err)
 	default:
 		t, meta, err := arrowio.DecodeCounts(data)
-		if err != nil {
-			return fmt.Errorf("service: checkpoint %s: %w", StateObject(s.cfg.Name), err)
-		}
-		if meta.Name != s.cfg.Name {
+		switch {
+		case err != nil:
+			rebuild = err.Error()
+		case meta.Name != s.cfg.Name:
 			return fmt.Errorf("service: checkpoint %s belongs to model %q", StateObject(s.cfg.Name), meta.Name)
+		default:
+			s.table, s.seq, s.ckptSeq, version = t, meta.Seq, meta.Seq, meta.Version
+			if err := s.checkLimits(); err != nil {
+				rebuild = err.Error()
+				s.table, s.seq, s.ckptSeq = &shard.Table{}, 0, 0
+			}
 		}
-		s.table, s.seq, s.ckptSeq, version = t, meta.Seq, meta.Seq, meta.Version
-		s.log.Info("checkpoint loaded", "seq", s.seq, "nnz", t.NNZ(), "count", t.Sum(), "version", version)
+		if rebuild == "" {
+			s.log.Info("checkpoint loaded", "seq", s.seq, "nnz", s.table.NNZ(), "count", s.table.Sum(), "version", version)
+		}
 	}
 	if err := s.checkSize(); err != nil {
 		return err
@@ -297,6 +337,13 @@ func (s *Service) load(ctx context.Context) error {
 		return err
 	}
 	s.kvRev = rev
+	if rebuild != "" {
+		s.log.Error("checkpoint unusable: counting the whole stream again under the limits", "checkpoint", StateObject(s.cfg.Name), "error", rebuild)
+		s.dirty = true
+		if latest != nil {
+			version = max(version, latest.Version)
+		}
+	}
 	if version == 0 {
 		if latest != nil {
 			s.log.Warn("NAME.latest names a version the checkpoint does not know: ignored", "version", latest.Version)
@@ -319,6 +366,17 @@ func (s *Service) load(ctx context.Context) error {
 	if latest == nil || latest.Version < version {
 		s.log.Warn("repairing the latest version after a crash", "version", version)
 		return s.publish(ctx, info)
+	}
+	return nil
+}
+
+// checkLimits checks the restored counts against --max-states,
+// --max-actions and --max-model-bytes.
+func (s *Service) checkLimits() error {
+	n, u := s.table.Dims()
+	if n > s.cfg.MaxStates || u > s.cfg.MaxActions || ModelBytes(n, s.cfg.Order, u, s.cfg.Tie) > s.cfg.MaxModelBytes {
+		return fmt.Errorf("service: the counts need %d states and %d actions, beyond the limits of %d states, %d actions and %d model bytes",
+			n, u, s.cfg.MaxStates, s.cfg.MaxActions, s.cfg.MaxModelBytes)
 	}
 	return nil
 }
@@ -369,7 +427,7 @@ func (s *Service) storeCheckpoint(ctx context.Context, es []shard.TableEntry, al
 // snapshot records the current Status for status requests.
 func (s *Service) snapshot() {
 	st := s.status()
-	st.Retraining, st.Waiting = s.job != nil, len(s.waiting)
+	st.Retraining, st.Waiting, st.CatchingUp = s.job != nil, len(s.waiting), len(s.parked)
 	s.snap.Store(&st)
 }
 
@@ -380,6 +438,8 @@ func (s *Service) status() Status {
 	return Status{Name: s.cfg.Name, ID: s.id, Mode: s.cfg.Mode, StreamSeq: s.seq, Checkpointed: s.ckptSeq,
 		Transitions: all, Pending: pending, Count: s.table.Sum(), NNZ: s.table.NNZ(), States: n, Actions: u,
 		FixedStates: s.cfg.States, FixedActions: s.cfg.Actions,
+		MaxStates: s.cfg.MaxStates, MaxActions: s.cfg.MaxActions, MaxModelBytes: s.cfg.MaxModelBytes, MaxCount: shard.MaxCount,
+		Order: s.order(), Tie: s.tie().String(),
 		Rejected: s.rejected, RejectedMessages: s.rejectedMsg, LastRejection: s.lastReject, Latest: s.latest}
 }
 
@@ -415,8 +475,13 @@ func (s *Service) serveRequests(ctx context.Context) (micro.Service, error) {
 	// waits briefly; a request that arrives while the service stops gets
 	// an error reply.
 	err = svc.AddEndpoint("retrain", micro.HandlerFunc(func(req micro.Request) {
+		rr, code, err := s.retrainRequest(ctx, req.Data())
+		if err != nil {
+			_ = req.Error(code, err.Error(), nil)
+			return
+		}
 		select {
-		case s.ctl <- func() { s.retrain(ctx, "request", req) }:
+		case s.ctl <- func() { s.retrainAfter(ctx, rr, req) }:
 		case <-ctx.Done():
 			_ = req.Error("503", "service stopping", nil)
 		}
