@@ -34,11 +34,23 @@ import (
 	"github.com/emsf/emsf/worker/wire"
 )
 
-// buildBinary builds emsf into a temporary directory.
+// buildBinary builds emsf into a temporary directory, or returns
+// $EMSF_TEST_BINARY when set (a prebuilt emsf, for running the compiled
+// tests on a machine without Go: scripts/stress-tests.sh's notes).
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "emsf")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	return prebuiltOr(t, "EMSF_TEST_BINARY", "emsf", ".")
+}
+
+// prebuiltOr returns the binary named by the environment variable env, or
+// builds pkg into a temporary file called name.
+func prebuiltOr(t *testing.T, env, name, pkg string) string {
+	t.Helper()
+	if bin := os.Getenv(env); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(t.TempDir(), name)
+	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

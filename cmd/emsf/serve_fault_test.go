@@ -347,10 +347,7 @@ func testServeFaultNATSServerRestart(t *testing.T, bin string) {
 	if testing.Short() {
 		t.Skip("multi-process fault test")
 	}
-	natsBin := filepath.Join(t.TempDir(), "nats-server")
-	if out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
-		t.Fatalf("go build nats-server: %v\n%s", err, out)
-	}
+	natsBin := prebuiltOr(t, "EMSF_TEST_NATS_SERVER", "nats-server", "github.com/nats-io/nats-server/v2")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
