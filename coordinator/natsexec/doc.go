@@ -42,7 +42,9 @@
 // the last census (sorted ids) on its own subject <prefix>.task.<id>, so
 // every worker gets its share each iteration and its cached shards are
 // reused; a retry, or a worker that no longer answers, goes to the queue
-// group.
+// group. The last census is the latest of Workers' own (refreshed in the
+// background every PingEvery) and a caller's Census: a caller that waited
+// with Census until its workers answered hands that census to the fit.
 //
 // Liveness: while a task is outstanding the executor sends a $SRV.PING to
 // the worker holding it every ProbeEvery (the worker of a direct hand-out,
