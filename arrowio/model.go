@@ -37,6 +37,7 @@ const (
 	keyWKL         = "emsf.wkl"
 	keySeed        = "emsf.seed"
 	keyFingerprint = "emsf.fingerprint"
+	keyStatus      = "emsf.status"
 	keyParamPrefix = "emsf.param."
 	// modelBatchBytes bounds the values of one record batch.
 	modelBatchBytes = 16 << 20
@@ -50,6 +51,13 @@ type ModelFile struct {
 	Fingerprint string
 	// Params are the fit's parameters (free-form key/value).
 	Params map[string]string
+	// Status says how the fit that made the model ended: "converged",
+	// "iteration limit", "time limit" (both: stopped before reaching the
+	// tolerance) or "interrupted" (by a signal; the model is that of the
+	// last completed iteration, emsf.iteration). Empty when unknown (a
+	// file written before the field existed, or no fit); written only
+	// when set.
+	Status string
 }
 
 // modelFields is the model table. The fields are declared nullable (as
@@ -79,6 +87,9 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	mw.set(keyWKL, fmtFloat(md.WKL))
 	mw.set(keySeed, strconv.FormatUint(md.Seed, 10))
 	mw.set(keyFingerprint, mf.Fingerprint)
+	if mf.Status != "" {
+		mw.set(keyStatus, mf.Status)
+	}
 	keys := make([]string, 0, len(mf.Params))
 	for k := range mf.Params {
 		keys = append(keys, k)
@@ -294,6 +305,9 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 	md := &factor.Model{Iteration: mr.int(keyIteration), LogLik: mr.float(keyLogLik),
 		WKL: mr.float(keyWKL), Seed: mr.uint64(keySeed)}
 	r.mf.Fingerprint = mr.str(keyFingerprint)
+	if i := sc.Metadata().FindKey(keyStatus); i >= 0 {
+		r.mf.Status = sc.Metadata().Values()[i]
+	}
 	if mr.err != nil {
 		return mr.err
 	}

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -103,7 +104,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&tie, "tie", "none", "tie mode: none, shared-k or shared-d")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the first version's random init")
 	fs.IntVar(&cfg.MaxIter, "iters", 100, "refit: most EM iterations")
-	fs.Float64Var(&cfg.Tol, "tol", 1e-6, "refit: stop when the log-likelihood per transition improves less than this")
+	fs.Float64Var(&cfg.Tol, "tol", 1e-6, "refit: stop when the log-likelihood per transition improves less than this (0: never, run --iters)")
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "refit in this process: goroutines")
 	fs.IntVar(&cfg.ShardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "refit: nonzeros per shard")
 	fs.StringVar(&useWorkers, "use-workers", "auto", "refit on emsf workers of the NATS server: auto (when any answer), yes (wait for them) or no")
@@ -158,7 +159,7 @@ Flags:
 		return usagef("--order %d: must be >= 1", cfg.Order)
 	case cfg.MaxIter < 1:
 		return usagef("--iters %d: must be >= 1", cfg.MaxIter)
-	case cfg.Tol < 0:
+	case !(cfg.Tol >= 0):
 		return usagef("--tol %v: must be >= 0", cfg.Tol)
 	case cfg.Workers < 1:
 		return usagef("--workers %d: must be >= 1", cfg.Workers)
@@ -188,6 +189,13 @@ Flags:
 		return usagef("--worker-timeout %v: must be > 0", cfg.WorkerTimeout)
 	case cfg.IngestDelay < 0:
 		return usagef("--ingest-delay %v: must be >= 0", cfg.IngestDelay)
+	}
+	if cfg.Tol == 0 {
+		// service.Config reads a zero Tol as "the default"; --tol 0 means
+		// never stop on the tolerance. The smallest positive tolerance
+		// stops a refit only when its log-likelihood no longer changes at
+		// all, which is the same thing.
+		cfg.Tol = math.SmallestNonzeroFloat64
 	}
 	if embedded {
 		if port != -1 && (port < 1 || port > 65535) {
