@@ -77,6 +77,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 		tol        float64
 		emsfInit   string
 		logs       logFlags
+		prog       progressFlags
 	)
 	fs := newFlagSet(e, "experiment blackjack", "experiment blackjack [flags]")
 	fs.StringVar(&out, "out", "experiment-out", "folder for the CSV and the PNG")
@@ -94,6 +95,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&tol, "tol", 1e-6, "stop an EMSF fit when the relative change of its log-likelihood is at most this")
 	fs.StringVar(&emsfInit, "emsf-init", "uniform-unseen", "start of each EMSF fit: random (a fresh seeded random start per batch), uniform-unseen (random, with the rows of D of unvisited state-action pairs uniform), warm (the previous batch's model), warm-uniform (both)")
 	logs.register(fs)
+	prog.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -150,6 +152,9 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 			return usagef("--orders: %d: must be in [1, %d]", m, blackjack.NumStates)
 		}
 	}
+	if err := prog.validate(); err != nil {
+		return err
+	}
 	log, err := logs.logger(e, "emsf.experiment")
 	if err != nil {
 		return err
@@ -162,7 +167,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 	fit := factor.FitOptions{Workers: 1, Converger: factor.Converger{Tol: tol, MaxIter: iters}}
 	opts := blackjack.OnlineOptions{Batches: batches, BatchHands: batchHands, Epsilon: epsilon}
 	recs := make([]bjRecord, runs*len(agents)*batches)
-	err = forEach(ctx, runs*len(agents), workers, func(k int) error {
+	recs, interrupted, err := runAll(ctx, newProgress(e, &logs, &prog, log), runs*len(agents), batches, workers, recs, func(k int) error {
 		r, ai := k/len(agents), k%len(agents)
 		ag := agents[ai]
 		runSeed := seed + uint64(r)
@@ -212,7 +217,10 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return bjFinish(e, out, evalHands, batches, batchHands, epsilon, recs)
+	if err := bjFinish(e, out, evalHands, batches, batchHands, epsilon, recs); err != nil {
+		return err
+	}
+	return interruptedErr(interrupted, len(recs), out)
 }
 
 // bjQLearning runs Q-learning online: batches of hands played by the

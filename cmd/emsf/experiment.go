@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -70,15 +71,16 @@ func runExperiment(ctx context.Context, e *env, args []string) error {
 // paper's settings differ in the defaults of --runs and --sizes (and
 // whatever the experiment adds); a flag given explicitly always wins.
 type expFlags struct {
-	out     string
-	seed    uint64
-	runs    int
-	paper   bool
-	sizes   string
-	workers int
-	iters   int
-	tol     float64
-	logs    logFlags
+	out      string
+	seed     uint64
+	runs     int
+	paper    bool
+	sizes    string
+	workers  int
+	iters    int
+	tol      float64
+	logs     logFlags
+	progress progressFlags
 
 	sizesV []int
 }
@@ -99,6 +101,7 @@ func (x *expFlags) register(fs *flag.FlagSet, reduced, paper expSetting) {
 	fs.IntVar(&x.iters, "iters", 1000, "maximum EM (and KLM) iterations per fit")
 	fs.Float64Var(&x.tol, "tol", 1e-6, "stop a fit when the relative change of its objective is at most this")
 	x.logs.register(fs)
+	x.progress.register(fs)
 }
 
 // validate applies --paper to the flags not given and checks them all.
@@ -138,7 +141,7 @@ func (x *expFlags) validate(fs *flag.FlagSet, paper expSetting) error {
 		}
 	}
 	x.sizesV = sizes
-	return nil
+	return x.progress.validate()
 }
 
 func (x *expFlags) converger() factor.Converger {
@@ -158,19 +161,33 @@ type record struct {
 
 var csvHeader = []string{"setting", "method", "m", "transitions", "seed", "measure", "error"}
 
-// forEach calls job(k) for k in [0, count) on at most workers goroutines
-// and returns the error of the lowest k that failed. Results must be
-// written by index, so they do not depend on the schedule.
-func forEach(ctx context.Context, count, workers int, job func(k int) error) error {
+// runAll runs job(k) for k in [0, count) on at most workers goroutines;
+// job k fills recs[k*per : (k+1)*per] (results are written by index, so
+// they do not depend on the schedule). It reports the runs done on rep and
+// returns recs, or the error of the lowest k that failed. When ctx is
+// cancelled (Ctrl-C, SIGTERM) no new job starts and the running ones stop:
+// runAll then returns the records of the jobs that finished, in job order,
+// and interrupted; an error if none finished.
+func runAll[T any](ctx context.Context, rep *progress, count, per, workers int, recs []T, job func(k int) error) (kept []T, interrupted bool, err error) {
 	errs := make([]error, count)
+	finished := make([]bool, count)
 	next := make(chan int)
+	var mu sync.Mutex
+	done := 0
+	rep.runs(0, count)
 	var wg sync.WaitGroup
 	for range min(workers, count) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for k := range next {
-				errs[k] = job(k)
+				if errs[k] = job(k); errs[k] == nil {
+					finished[k] = true
+					mu.Lock()
+					done++
+					rep.runs(done, count)
+					mu.Unlock()
+				}
 			}
 		}()
 	}
@@ -182,12 +199,40 @@ func forEach(ctx context.Context, count, workers int, job func(k int) error) err
 	}
 	close(next)
 	wg.Wait()
+	rep.done()
+	if ctx.Err() != nil {
+		// A job stopped by the cancellation fails with ctx's error:
+		// whatever else failed is reported, the rest is kept.
+		for _, err := range errs {
+			if err != nil && !errors.Is(err, ctx.Err()) {
+				return nil, false, err
+			}
+		}
+		for k, ok := range finished {
+			if ok {
+				kept = append(kept, recs[k*per:(k+1)*per]...)
+			}
+		}
+		if len(kept) == 0 {
+			return nil, true, fmt.Errorf("interrupted before any of the %d runs finished: nothing written", count)
+		}
+		return kept, true, nil
+	}
 	for _, err := range errs {
 		if err != nil {
-			return err
+			return nil, false, err
 		}
 	}
-	return ctx.Err()
+	return recs, false, nil
+}
+
+// interruptedErr is the error of an experiment that was interrupted after
+// writing the records of the runs it finished (nil if it was not).
+func interruptedErr(interrupted bool, rows int, out string) error {
+	if !interrupted {
+		return nil
+	}
+	return fmt.Errorf("interrupted: wrote the %d rows of the finished runs to %s (the figure shows them; run again for all)", rows, out)
 }
 
 // sampleBlocks draws count transitions from truth and returns their count
@@ -422,7 +467,7 @@ func runSampleSize(ctx context.Context, e *env, args []string) error {
 	}
 	per := len(ms) + 1
 	recs := make([]record, x.runs*len(x.sizesV)*per)
-	err = forEach(ctx, x.runs*len(x.sizesV), x.workers, func(k int) error {
+	recs, interrupted, err := runAll(ctx, newProgress(e, &x.logs, &x.progress, log), x.runs*len(x.sizesV), per, x.workers, recs, func(k int) error {
 		r, si := k/len(x.sizesV), k%len(x.sizesV)
 		seed, size := x.seed+uint64(r), x.sizesV[si]
 		truth, err := factor.TrueModel(n, trueOrder, 1, factor.RowsUniform, 0, rand.New(rand.NewPCG(seed, 1)))
@@ -452,8 +497,11 @@ func runSampleSize(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return finish(e, &x, "sample-size", fmt.Sprintf("P = DK, n = %d, srk %d (emsf-ijcai2015 Fig. 2)", n, trueOrder),
-		"‖P − estimate‖_F", "frobenius", true, recs)
+	if err := finish(e, &x, "sample-size", fmt.Sprintf("P = DK, n = %d, srk %d (emsf-ijcai2015 Fig. 2)", n, trueOrder),
+		"‖P − estimate‖_F", "frobenius", true, recs); err != nil {
+		return err
+	}
+	return interruptedErr(interrupted, len(recs), x.out)
 }
 
 // runSampling is incremental-emsf Fig. 2: P = D'K' with the rows of D'
@@ -497,7 +545,7 @@ func runSampling(ctx context.Context, e *env, args []string) error {
 	jobs := x.runs * len(x.sizesV) * len(modes)
 	const per = 4
 	recs := make([]record, jobs*per)
-	err = forEach(ctx, jobs, x.workers, func(k int) error {
+	recs, interrupted, err := runAll(ctx, newProgress(e, &x.logs, &x.progress, log), jobs, per, x.workers, recs, func(k int) error {
 		r, rest := k/(len(x.sizesV)*len(modes)), k%(len(x.sizesV)*len(modes))
 		si, mi := rest/len(modes), rest%len(modes)
 		seed, size, mode := x.seed+uint64(r), x.sizesV[si], modes[mi]
@@ -527,8 +575,11 @@ func runSampling(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return finish(e, &x, "sampling", fmt.Sprintf("Dirichlet(0.5) P = D'K', n = %d, m = %d (incremental-emsf Fig. 2)", n, m),
-		"ρ-weighted ‖P − DK‖_F", "frobenius_rho", false, recs)
+	if err := finish(e, &x, "sampling", fmt.Sprintf("Dirichlet(0.5) P = D'K', n = %d, m = %d (incremental-emsf Fig. 2)", n, m),
+		"ρ-weighted ‖P − DK‖_F", "frobenius_rho", false, recs); err != nil {
+		return err
+	}
+	return interruptedErr(interrupted, len(recs), x.out)
 }
 
 // frobeniusRho returns sqrt(Σ_i n·ρ_i Σ_j (P_ij − P̃_ij)²) for one action:

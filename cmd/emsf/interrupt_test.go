@@ -116,3 +116,43 @@ func TestFitSignalKeepsModel(t *testing.T) {
 		})
 	}
 }
+
+// TestExperimentSignalKeepsRuns: an experiment interrupted after its first
+// runs writes the CSV of the runs it finished (whole runs only) and exits
+// non-zero.
+func TestExperimentSignalKeepsRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	// Far more runs than can finish before the signal: only it ends them.
+	cmd := exec.Command(bin, "experiment", "sample-size", "--runs", "100000", "--sizes", "2000", "--orders", "5",
+		"--workers", "1", "--log-every", "0", "--out", dir)
+	wait := startUntil(t, cmd, "done=2 ")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := wait()
+	if err == nil {
+		t.Fatalf("exit 0 after SIGINT; want non-zero\n%s", stderr)
+	}
+	if !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("stderr does not say it was interrupted:\n%s", stderr)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "sample-size.csv"))
+	if err != nil {
+		t.Fatalf("no CSV after SIGINT: %v\n%s", err, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	// A run is one EMSF and one CNT row.
+	rows := len(lines) - 1
+	if rows < 4 || rows%2 != 0 || rows >= 2*100000 {
+		t.Fatalf("CSV has %d rows; want whole runs (2 rows each), at least the 2 reported done:\n%s", rows, data)
+	}
+	for _, l := range lines[1:] {
+		if strings.Contains(l, ",,") && !strings.Contains(l, "CNT") || strings.HasPrefix(l, ",") {
+			t.Errorf("row %q of an unfinished run", l)
+		}
+	}
+}

@@ -142,7 +142,7 @@ func runOnline(ctx context.Context, e *env, args []string) error {
 	sizes := x.sizesV
 	per := len(sizes)
 	recs := make([]onlineRecord, x.runs*len(settings)*per)
-	err = forEach(ctx, x.runs*len(settings), x.workers, func(k int) error {
+	recs, interrupted, err := runAll(ctx, newProgress(e, &x.logs, &x.progress, log), x.runs*len(settings), per, x.workers, recs, func(k int) error {
 		r, st := k/len(settings), settings[k%len(settings)]
 		seed := x.seed + uint64(r)
 		out := recs[k*per : (k+1)*per]
@@ -158,7 +158,10 @@ func runOnline(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return onlineFinish(e, x.out, m, recs)
+	if err := onlineFinish(e, x.out, m, recs); err != nil {
+		return err
+	}
+	return interruptedErr(interrupted, len(recs), x.out)
 }
 
 // registerOnlineFlags registers the shared experiment flags that online
