@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 )
@@ -41,7 +42,7 @@ func experiments() []experiment {
 // runExperiment dispatches emsf experiment <name>.
 func runExperiment(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		w := e.stderr // like every command's -h
+		w := e.stdout // like every command's -h
 		fmt.Fprintln(w, "Usage: emsf experiment <name> [flags]\n\nReproduce a figure of the papers: a CSV of every run and a PNG plot in --out.\n\nExperiments:")
 		for _, x := range experiments() {
 			fmt.Fprintf(w, "  %-12s %s\n", x.name, x.summary)
@@ -357,31 +358,7 @@ func writeRows(path string, header []string, n int, row func(k int) []string) er
 	if err := w.Error(); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
-	return writeAtomic(path, buf.Bytes())
-}
-
-// writeAtomic writes data to path through a temporary file and a rename.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	werr := tmp.Chmod(0o644) // CreateTemp's 0600 is for secrets, not for results
-	if werr == nil {
-		_, werr = tmp.Write(data)
-	}
-	cerr := tmp.Close()
-	if werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, werr)
-	}
-	return nil
+	return arrowio.WriteFileAtomic(path, buf.Bytes())
 }
 
 // printSummary prints the table of means and standard errors.

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -59,7 +62,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.initModel, "init", "", "warm-start from this model file instead of a random initialisation")
 	fs.Float64Var(&f.holdout, "holdout", 0, "fraction of transitions held out to score each --order (0: none)")
 	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model")
-	fs.StringVar(&f.format, "format", "arrow", "model file format: arrow (Arrow IPC file) or parquet")
+	fs.StringVar(&f.format, "format", "", "model file format: arrow (Arrow IPC file) or parquet (default: parquet for an --out ending in .parquet or .pq, else arrow)")
 	fs.IntVar(&f.shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (the reduce order, hence the exact result, depends on it)")
 	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
 	if err := parse(fs, args); err != nil {
@@ -73,6 +76,9 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	f.report = newProgress(e, &f.logs, &f.progress, log)
+	if err := f.preflight(log); err != nil {
+		return err
+	}
 	if f.inc.enabled {
 		return fitIncremental(ctx, e, &f, log)
 	}
@@ -203,11 +209,11 @@ func (f *fitFlags) validate() error {
 	if !(f.holdout >= 0 && f.holdout < 1) {
 		return usagef("--holdout %v: must be in [0, 1)", f.holdout)
 	}
-	if f.format != "arrow" && f.format != "parquet" {
-		return usagef("--format %q: want arrow or parquet", f.format)
-	}
 	if f.out == "" {
 		return usagef("--out must name a file")
+	}
+	if err := modelFormat(&f.format, f.out); err != nil {
+		return err
 	}
 	if f.shardNNZ < 1 {
 		return usagef("--shard-nnz %d: must be >= 1", f.shardNNZ)
@@ -222,6 +228,56 @@ func (f *fitFlags) validate() error {
 		return err
 	}
 	return f.cluster.validate()
+}
+
+// preflight finds before any work what would otherwise fail after it: an
+// --out that cannot be written, a --nats server that cannot be reached;
+// and warns when the input's content and name disagree on its format.
+func (f *fitFlags) preflight(log hclog.Logger) error {
+	if f.in.format == "" {
+		if _, note, err := arrowio.DetectFormat(f.in.input); err != nil {
+			return err
+		} else if note != "" {
+			log.Warn(note)
+		}
+	}
+	if f.algorithm != algCNT {
+		if err := arrowio.CheckWritable(f.out); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	if f.cluster.url != "" {
+		nc, err := f.cluster.conn("emsf-preflight").Connect()
+		if err != nil {
+			return fmt.Errorf("--nats %s: %w", f.cluster.url, err)
+		}
+		nc.Close()
+	}
+	return nil
+}
+
+// modelFormat sets *format, the model file format, from the extension of
+// out unless it was given, and refuses a format that contradicts the
+// extension (Parquet written into model.arrow).
+func modelFormat(format *string, out string) error {
+	byName := arrowio.ModelArrow
+	switch strings.ToLower(filepath.Ext(out)) {
+	case ".parquet", ".pq":
+		byName = arrowio.ModelParquet
+	case ".arrow", ".feather", ".ipc":
+	default:
+		byName = ""
+	}
+	switch {
+	case *format == "":
+		*format = cmp.Or(byName, arrowio.ModelArrow)
+	case *format != arrowio.ModelArrow && *format != arrowio.ModelParquet:
+		return usagef("--format %q: want arrow or parquet", *format)
+	case byName != "" && byName != *format:
+		return usagef("--format %s but --out %s names a%s file: give --out a .%s name, or drop --format", *format, out,
+			map[string]string{arrowio.ModelArrow: "n Arrow", arrowio.ModelParquet: " Parquet"}[byName], *format)
+	}
+	return nil
 }
 
 // fitOrder fits order m from each restart's seed (or from the warm model)

@@ -143,7 +143,7 @@ func TestExperimentOnlineBadFlags(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("a failed experiment created %s", dir)
 	}
-	if code, _, errs := emsf(t, "experiment", "online", "-h"); code != 0 || !strings.Contains(errs, "-commit-every") || strings.Contains(errs, "-tol") {
+	if code, errs, _ := emsf(t, "experiment", "online", "-h"); code != 0 || !strings.Contains(errs, "-commit-every") || strings.Contains(errs, "-tol") {
 		t.Errorf("experiment online -h: exit %d\n%s", code, errs)
 	}
 }

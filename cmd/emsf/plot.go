@@ -11,6 +11,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/emsf/emsf/arrowio"
 )
 
 // plotCurves draws one line per curve (mean over runs against the number
@@ -116,7 +118,7 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []summary) e
 	if _, err := fc.WriteTo(&buf); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
-	return writeAtomic(path, buf.Bytes())
+	return arrowio.WriteFileAtomic(path, buf.Bytes())
 }
 
 // legendInside is the most curves whose legend is drawn inside the plot.

@@ -18,7 +18,7 @@ import (
 // statistics until SIGINT/SIGTERM (ctx), after which it drains and exits 0.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stderr) // errors
 	var (
 		nf        natsFlags
 		name      string
@@ -34,11 +34,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&maxShards, "max-cached-shards", 0, "shards kept in memory across iterations (0: all)")
 	fs.DurationVar(&delay, "task-delay", 0, "testing: wait this long before computing each task")
 	fs.Usage = func() {
+		fs.SetOutput(stdout) // help
 		fmt.Fprintf(fs.Output(), "Usage: emsf worker --nats URL [flags]\n\n"+
 			"Runs a cluster worker: a NATS micro service (%q, see 'nats micro ls') that computes the\n"+
 			"statistics of shards for 'emsf fit --nats URL'. Start as many as you like, anywhere;\n"+
-			"SIGINT or SIGTERM finishes the task at hand and exits.\n\nFlags:\n", worker.ServiceName)
-		fs.PrintDefaults()
+			"SIGINT or SIGTERM finishes the task at hand and exits.\n", worker.ServiceName)
+		printFlags(fs.Output(), fs)
+		fs.SetOutput(stderr)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
