@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -294,6 +295,27 @@ func TestGenFitEvalBeatsCNT(t *testing.T) {
 	}
 	if !strings.Contains(out, "CNT") || !strings.Contains(out, "‖P − P̃‖_F") {
 		t.Errorf("eval output lacks the comparison:\n%s", out)
+	}
+	// ρ is stated: empirical by default (the start states of --input), and
+	// CNT's infinite KL_ρ explained.
+	if !strings.Contains(out, "ρ, the weight of each row") || !strings.Contains(out, "empirical, the start-state frequencies of "+in) ||
+		!strings.Contains(out, "KL_ρ is +Inf: in ") {
+		t.Errorf("eval does not say which ρ weighs KL_ρ, or why CNT's is +Inf:\n%s", out)
+	}
+	// A --rho file of all weight on state 0 gives the KL of row 0 alone.
+	rhoFile := writeFile(t, dir, "rho.csv", "state,weight\n0,2\n")
+	out = mustEmsf(t, "eval", "--model", model, "--truth", truth, "--rho", rhoFile)
+	p, q := make([]float64, 100), make([]float64, 100)
+	mdTruth.Model.Row(0, 0, p)
+	mf.Model.Row(0, 0, q)
+	if want := fmt.Sprintf("%.6f", factor.KL(p, q)); !strings.Contains(out, want) || !strings.Contains(out, "from "+rhoFile) {
+		t.Errorf("--rho %s: output lacks KL of row 0 %s:\n%s", rhoFile, want, out)
+	}
+	for _, bad := range []string{"state,weight\n100,1\n", "state,weight\n0,-1\n", "state,weight\n0,0\n", "s,w\n0,1\n"} {
+		bf := writeFile(t, dir, "bad.csv", bad)
+		if code, _, errs := emsf(t, "eval", "--model", model, "--truth", truth, "--rho", bf); code == 0 || !strings.Contains(errs, "--rho") {
+			t.Errorf("--rho file %q: exit %d, stderr %q", bad, code, errs)
+		}
 	}
 }
 

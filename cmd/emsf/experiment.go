@@ -33,7 +33,7 @@ type experiment struct {
 func experiments() []experiment {
 	return []experiment{
 		{"sample-size", "emsf-ijcai2015 Fig. 2: ‖P − P̃‖_F against the number of transitions, EMSF (m = 5, 10, 20) vs CNT", runSampleSize},
-		{"sampling", "incremental-emsf Fig. 2: uniform vs skewed sampling, EMSF vs KLM (m = 10), error KL_ρ", runSampling},
+		{"sampling", "incremental-emsf Fig. 2: uniform vs skewed sampling, EMSF vs KLM (m = 10), ρ-weighted ‖P − DK‖_F (KL_ρ in the CSV)", runSampling},
 		{"online", "incremental-emsf Fig. 3: incremental EMSF (m = 30) on a stream, KL_ρ against transitions for several t_c and α", runOnline},
 		{"blackjack", "incremental-emsf Fig. 4: online blackjack, dealer vs Q-learning vs CNT+PI vs EMSF+PISF, exact returns", runBlackjack},
 	}
@@ -559,24 +559,32 @@ func runSampling(ctx context.Context, e *env, args []string) error {
 	return interruptedErr(interrupted, len(recs), x.out)
 }
 
-// frobeniusRho returns sqrt(Σ_i n·ρ_i Σ_j (P_ij − P̃_ij)²) for one action:
-// the Frobenius error with row i weighted by n·ρ_i (1 for uniform ρ).
+// frobeniusRho returns the Frobenius error with row (state i, action a)
+// weighted by n·u·w_ai: sqrt(Σ_a Σ_i n·u·w_ai ‖P^a_i − P̃^a_i‖²), with
+// w_ai = rho[a·n+i] when len(rho) = u·n, or rho[i]/u when len(rho) = n.
+// For uniform weights it is ‖P − P̃‖_F.
 func frobeniusRho(truth, est factor.Estimate, rho []float64) float64 {
-	n := truth.States()
+	n, u := truth.States(), truth.Actions()
 	p, q := make([]float64, n), make([]float64, n)
 	s := 0.0
-	for i := range n {
-		if rho[i] == 0 {
-			continue
+	for a := range u {
+		for i := range n {
+			w := rho[i] / float64(u)
+			if len(rho) == u*n {
+				w = rho[a*n+i]
+			}
+			if w == 0 {
+				continue
+			}
+			truth.Row(a, i, p)
+			est.Row(a, i, q)
+			r := 0.0
+			for j := range p {
+				d := p[j] - q[j]
+				r += d * d
+			}
+			s += float64(n*u) * w * r
 		}
-		truth.Row(0, i, p)
-		est.Row(0, i, q)
-		r := 0.0
-		for j := range p {
-			d := p[j] - q[j]
-			r += d * d
-		}
-		s += float64(n) * rho[i] * r
 	}
 	return math.Sqrt(s)
 }
