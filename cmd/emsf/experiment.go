@@ -16,6 +16,9 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"text/tabwriter"
+
+	"gonum.org/v1/gonum/stat"
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
@@ -299,18 +302,11 @@ func summarize(recs []record) []summary {
 	out := make([]summary, 0, len(keys))
 	for _, k := range keys {
 		v := vals[k]
-		mean := 0.0
-		for _, x := range v {
-			mean += x
-		}
-		mean /= float64(len(v))
-		se := 0.0
+		mean, se := stat.Mean(v, nil), 0.0
 		if len(v) > 1 {
-			ss := 0.0
-			for _, x := range v {
-				ss += (x - mean) * (x - mean)
-			}
-			se = math.Sqrt(ss/float64(len(v)-1)) / math.Sqrt(float64(len(v)))
+			// Standard error of the mean: the sample (n−1) standard
+			// deviation over √n.
+			se = stat.StdErr(stat.StdDev(v, nil), float64(len(v)))
 		}
 		out = append(out, summary{k.setting, k.method, k.m, k.x, mean, se, len(v)})
 	}
@@ -370,10 +366,12 @@ func printSummary(w io.Writer, measure string, sums []summary) {
 		}
 		return sorted[i].x < sorted[j].x
 	})
-	fmt.Fprintf(w, "%-28s %12s %14s %12s %5s\n", "curve", "transitions", measure, "std. error", "runs")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "curve\ttransitions\t%s\tstd. error\truns\t\n", measure)
 	for _, s := range sorted {
-		fmt.Fprintf(w, "%-28s %12d %14.6g %12.3g %5d\n", s.curveName(), s.x, s.mean, s.se, s.runs)
+		fmt.Fprintf(tw, "%s\t%d\t%.6g\t%.3g\t%d\t\n", s.curveName(), s.x, s.mean, s.se, s.runs)
 	}
+	tw.Flush()
 }
 
 // finish writes the CSV (all records) and the PNG (the records of
@@ -474,8 +472,8 @@ func runSampleSize(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := finish(e, &x, "sample-size", fmt.Sprintf("P = DK, n = %d, srk %d (emsf-ijcai2015 Fig. 2)", n, trueOrder),
-		"‖P − estimate‖_F", "frobenius", true, recs); err != nil {
+	if err := finish(e, &x, "sample-size", fmt.Sprintf("P = DK, n = %d states, true order %d (emsf-ijcai2015 Fig. 2)", n, trueOrder),
+		"Frobenius error ‖P − estimate‖", "frobenius", true, recs); err != nil {
 		return err
 	}
 	return interruptedErr(interrupted, len(recs), x.out)
@@ -552,8 +550,8 @@ func runSampling(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := finish(e, &x, "sampling", fmt.Sprintf("Dirichlet(0.5) P = D'K', n = %d, m = %d (incremental-emsf Fig. 2)", n, m),
-		"ρ-weighted ‖P − DK‖_F", "frobenius_rho", false, recs); err != nil {
+	if err := finish(e, &x, "sampling", fmt.Sprintf("Uniform vs skewed sampling (incremental-emsf Fig. 2)\nDirichlet(0.5) P = D'K', n = %d, m = %d; ρ: start states of each sample", n, m),
+		"ρ-weighted Frobenius error", "frobenius_rho", false, recs); err != nil {
 		return err
 	}
 	return interruptedErr(interrupted, len(recs), x.out)

@@ -299,20 +299,20 @@ func onlineFinish(e *env, out string, m int, recs []onlineRecord) error {
 		asRecords[i] = record{Method: st.label(), Transitions: r.Transitions, Measure: "kl_rho", Error: r.KLRho}
 	}
 	sums := summarize(asRecords)
-	var finite []summary
+	infinite := 0
 	for _, s := range sums {
-		if !math.IsInf(s.mean, 0) && !math.IsNaN(s.mean) {
-			finite = append(finite, s)
+		if math.IsInf(s.mean, 0) || math.IsNaN(s.mean) {
+			infinite++
 		}
 	}
 	pngPath := filepath.Join(out, "online.png")
-	title := fmt.Sprintf("Incremental EMSF online, Dirichlet(%g) P, n = %d, m = %d (incremental-emsf Fig. 3)", onlineConc, onlineStates, m)
-	if err := plotCurves(pngPath, title, "transitions seen", "KL_ρ(P ‖ DK), ρ stationary", false, finite); err != nil {
+	title := fmt.Sprintf("Incremental EMSF online (incremental-emsf Fig. 3)\nDirichlet(%g) P, n = %d, m = %d; ρ: stationary distribution of P", onlineConc, onlineStates, m)
+	if err := plotCurves(pngPath, title, "transitions seen", "KL divergence, ρ-weighted", false, sums); err != nil {
 		return err
 	}
 	printSummary(e.stdout, "kl_rho", sums)
-	if left := len(sums) - len(finite); left > 0 {
-		fmt.Fprintf(e.stdout, "%d points with KL_ρ = +Inf in some run (DK gives probability 0 to a transition of P) are left off the plot\n", left)
+	if infinite > 0 {
+		fmt.Fprintf(e.stdout, "%d points with KL_ρ = +Inf in some run (DK gives probability 0 to a transition of P) are left off the plot; the legend says which\n", infinite)
 	}
 	fmt.Fprintf(e.stdout, "wrote %s (%d rows) and %s\n", csvPath, len(recs), pngPath)
 	return nil
