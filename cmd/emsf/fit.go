@@ -20,25 +20,26 @@ import (
 
 // fitFlags are the flags of emsf fit.
 type fitFlags struct {
-	in        inputFlags
-	logs      logFlags
-	cluster   clusterFlags
-	inc       incrementalFlags
-	order     string
-	tie       string
-	stop      stopFlags
-	progress  progressFlags
-	report    *progress // set by runFit
-	seed      uint64
-	restarts  int
-	workers   int
-	alpha     float64
-	initModel string
-	holdout   float64
-	out       string
-	format    string
-	shardNNZ  int
-	algorithm string
+	in         inputFlags
+	logs       logFlags
+	cluster    clusterFlags
+	inc        incrementalFlags
+	order      string
+	tie        string
+	stop       stopFlags
+	progress   progressFlags
+	report     *progress // set by runFit
+	seed       uint64
+	restarts   int
+	workers    int
+	alpha      float64
+	initModel  string
+	initSmooth float64
+	holdout    float64
+	out        string
+	format     string
+	shardNNZ   int
+	algorithm  string
 
 	orders []int
 	tieV   factor.Tie
@@ -60,6 +61,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.workers, "workers", 2, "goroutines computing statistics in parallel (the result does not depend on it)")
 	fs.Float64Var(&f.alpha, "alpha", 1, "learning rate of each commit, in (0, 1]; 1 is plain EM")
 	fs.StringVar(&f.initModel, "init", "", "warm-start from this model file instead of a random initialisation")
+	fs.Float64Var(&f.initSmooth, "init-smooth", 0, "mix the --init model with the uniform distribution, this weight in [0, 1), so that new data may hold transitions it gives probability 0 (e.g. 0.01)")
 	fs.Float64Var(&f.holdout, "holdout", 0, "fraction of transitions held out to score each --order (0: none)")
 	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model")
 	fs.StringVar(&f.format, "format", "", "model file format: arrow (Arrow IPC file) or parquet (default: parquet for an --out ending in .parquet or .pq, else arrow)")
@@ -105,6 +107,9 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		if err := warm.Model.CheckCompatible(data.n, f.orders[0], data.u, f.tieV); err != nil {
 			return fmt.Errorf("--init %s: %w", f.initModel, err)
 		}
+		if err := warm.Model.Smooth(f.initSmooth); err != nil {
+			return usagef("--init-smooth %v: must be in [0, 1)", f.initSmooth)
+		}
 	}
 	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
 		"nonzeros", nnz(data.train), "held_out", f.holdout > 0)
@@ -122,7 +127,15 @@ func runFit(ctx context.Context, e *env, args []string) error {
 				// training part: the work done so far, kept.
 				return f.write(e, log, md, data, status, fmt.Sprintf("while fitting order %d on the training part", m))
 			}
-			ho, err := factor.HeldOut(md, data.holdout)
+			// Scored smoothed, as CNT's held-out score is (add-one): EM
+			// drives the probability of transitions never seen in training
+			// to 0 (exactly, once converged), and one such transition in
+			// the held-out part would make the score -Inf.
+			sm := md.Clone()
+			if err := sm.Smooth(heldOutSmoothing); err != nil {
+				return err
+			}
+			ho, err := factor.HeldOut(sm, data.holdout)
 			if err != nil {
 				return fmt.Errorf("held-out evaluation of order %d: %w", m, err)
 			}
@@ -131,7 +144,8 @@ func runFit(ctx context.Context, e *env, args []string) error {
 				bestHO, bestM = ho, m
 			}
 		}
-		fmt.Fprintf(e.stdout, "best order: %d; refitting it on all %d transitions\n", bestM, data.transitions)
+		fmt.Fprintf(e.stdout, "best order: %d (held-out scores of each model mixed with the uniform distribution, weight %g); refitting it on all %d transitions\n",
+			bestM, heldOutSmoothing, data.transitions)
 	} else {
 		bestM = f.orders[0]
 	}
@@ -141,6 +155,10 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	}
 	return f.write(e, log, best, data, status, "")
 }
+
+// heldOutSmoothing is the weight of the uniform distribution mixed into
+// each model (factor.Model.Smooth) before it is scored on held-out data.
+const heldOutSmoothing = 1e-3
 
 // statusInterrupted is the model status of a fit stopped by a signal.
 const statusInterrupted = "interrupted"
@@ -317,6 +335,9 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 		f.report.done()
 		interrupted := err != nil && ctx.Err() != nil
 		if err != nil && !interrupted {
+			if warm != nil && f.initSmooth == 0 && strings.Contains(err.Error(), "has probability 0") {
+				err = fmt.Errorf("%w\n(the --init model cannot explain a transition of this data: --init-smooth 0.01 mixes it with the uniform distribution)", err)
+			}
 			return nil, "", err
 		}
 		status := res.Status.String()
