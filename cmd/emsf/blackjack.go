@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"text/tabwriter"
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/factor/blackjack"
@@ -289,14 +290,16 @@ func bjFinish(e *env, out string, evalHands, batches, batchHands int, epsilon fl
 		"hands played", "return per hand ("+evalText+")", false, sums); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%-20s %8s %12s %12s %5s\n", "agent", "hands", "return", "std. error", "runs")
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "agent\thands\treturn\tstd. error\truns\t")
 	step := max(1, (batches+9)/10)
 	for _, s := range sums {
 		if b := s.x / batchHands; b != 1 && b%step != 0 {
 			continue
 		}
-		fmt.Fprintf(e.stdout, "%-20s %8d %12.5f %12.3g %5d\n", s.method, s.x, s.mean, s.se, s.runs)
+		fmt.Fprintf(tw, "%s\t%d\t%.5f\t%.3g\t%d\t\n", s.method, s.x, s.mean, s.se, s.runs)
 	}
+	tw.Flush()
 	fmt.Fprintf(e.stdout, "wrote %s (%d rows) and %s\n", csvPath, len(recs), pngPath)
 	return nil
 }
