@@ -13,6 +13,7 @@ import (
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/factor/blackjack"
+	"github.com/emsf/emsf/factor/experiment"
 )
 
 // bjRecord is one evaluation of one agent's greedy policy after one batch
@@ -167,8 +168,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 	}
 	fit := factor.FitOptions{Workers: 1, Converger: factor.Converger{Tol: tol, MaxIter: iters}}
 	opts := blackjack.OnlineOptions{Batches: batches, BatchHands: batchHands, Epsilon: epsilon}
-	recs := make([]bjRecord, runs*len(agents)*batches)
-	recs, interrupted, err := runAll(ctx, newProgress(e, &logs, &prog, log), runs*len(agents), batches, workers, recs, func(k int) error {
+	recs, interrupted, err := runAll(ctx, newProgress(e, &logs, &prog, log), runs*len(agents), workers, func(ctx context.Context, k int) ([]bjRecord, error) {
 		r, ai := k/len(agents), k%len(agents)
 		ag := agents[ai]
 		runSeed := seed + uint64(r)
@@ -177,7 +177,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 			name = fmt.Sprintf("%s m=%d", ag.name, ag.m)
 		}
 		evalRNG := rand.New(rand.NewPCG(runSeed, 1000+uint64(ai)))
-		rows := recs[k*batches : (k+1)*batches]
+		rows := make([]bjRecord, batches)
 		report := func(b, hands int, policy []int) error {
 			ret, err := bjEvaluate(policy, evalHands, evalRNG)
 			if err != nil {
@@ -210,10 +210,10 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 			err = blackjack.Online(plan, opts, play, report)
 		}
 		if err != nil {
-			return fmt.Errorf("run %d (seed %d), %s: %w", r, runSeed, name, err)
+			return nil, fmt.Errorf("run %d (seed %d), %s: %w", r, runSeed, name, err)
 		}
 		log.Debug("run done", "seed", runSeed, "agent", name, "return", rows[batches-1].Return)
-		return nil
+		return rows, nil
 	})
 	if err != nil {
 		return err
@@ -276,11 +276,11 @@ func bjFinish(e *env, out string, evalHands, batches, batchHands int, epsilon fl
 	}
 	// The summaries of the shared plot helper: the agent is the method and
 	// the hands played the x.
-	asRecords := make([]record, len(recs))
+	asRecords := make([]experiment.Record, len(recs))
 	for i, r := range recs {
-		asRecords[i] = record{Method: r.Agent, Transitions: r.Hands, Measure: "return", Error: r.Return}
+		asRecords[i] = experiment.Record{Method: r.Agent, Transitions: r.Hands, Measure: "return", Error: r.Return}
 	}
-	sums := summarize(asRecords)
+	sums := experiment.Summarize(asRecords)
 	evalText := "exact expected return"
 	if evalHands > 0 {
 		evalText = fmt.Sprintf("mean return on %d hands", evalHands)
@@ -294,10 +294,10 @@ func bjFinish(e *env, out string, evalHands, batches, batchHands int, epsilon fl
 	fmt.Fprintln(tw, "agent\thands\treturn\tstd. error\truns\t")
 	step := max(1, (batches+9)/10)
 	for _, s := range sums {
-		if b := s.x / batchHands; b != 1 && b%step != 0 {
+		if b := s.X / batchHands; b != 1 && b%step != 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.5f\t%.3g\t%d\t\n", s.method, s.x, s.mean, s.se, s.runs)
+		fmt.Fprintf(tw, "%s\t%d\t%.5f\t%.3g\t%d\t\n", s.Method, s.X, s.Mean, s.SE, s.Runs)
 	}
 	tw.Flush()
 	fmt.Fprintf(e.stdout, "wrote %s (%d rows) and %s\n", csvPath, len(recs), pngPath)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/factor/experiment"
 )
 
 func runEval(ctx context.Context, e *env, args []string) error {
@@ -117,7 +118,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		for _, est := range ests {
 			fro := factor.FrobeniusError(truth, est.est)
 			kl := factor.KLRho(truth, est.est, rho)
-			fmt.Fprintf(tw, "  %s\t%.6f\t%.6f\t%.6f\t\n", est.name, fro, frobeniusRho(truth, est.est, rho), kl)
+			fmt.Fprintf(tw, "  %s\t%.6f\t%.6f\t%.6f\t\n", est.name, fro, experiment.FrobeniusRho(truth, est.est, rho), kl)
 			if math.IsInf(kl, 1) {
 				rows, weighted := zeroRows(truth, est.est, rho)
 				notes = append(notes, fmt.Sprintf("  %s: KL_ρ is +Inf: in %d of the %d rows ρ weighs, it gives probability 0 to a next state the true P allows"+

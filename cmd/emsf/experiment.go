@@ -8,8 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,23 +16,21 @@ import (
 	"sync"
 	"text/tabwriter"
 
-	"gonum.org/v1/gonum/stat"
-
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
-	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/factor/experiment"
 )
 
-// experiment is one subcommand of emsf experiment: a figure of the papers.
-type experiment struct {
+// experimentCmd is one subcommand of emsf experiment: a figure of the papers.
+type experimentCmd struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, e *env, args []string) error
 }
 
 // experiments is the table of emsf experiment's subcommands.
-func experiments() []experiment {
-	return []experiment{
+func experiments() []experimentCmd {
+	return []experimentCmd{
 		{"sample-size", "emsf-ijcai2015 Fig. 2: ‖P − P̃‖_F against the number of transitions, EMSF (m = 5, 10, 20) vs CNT", runSampleSize},
 		{"sampling", "incremental-emsf Fig. 2: uniform vs skewed sampling, EMSF vs KLM (m = 10), ρ-weighted ‖P − DK‖_F (KL_ρ in the CSV)", runSampling},
 		{"online", "incremental-emsf Fig. 3: incremental EMSF (m = 30) on a stream, KL_ρ against transitions for several t_c and α", runOnline},
@@ -152,28 +148,17 @@ func (x *expFlags) converger() factor.Converger {
 	return factor.Converger{Tol: x.tol, MaxIter: x.iters}
 }
 
-// record is one fit of one run: a row of the CSV.
-type record struct {
-	Setting     string
-	Method      string
-	M           int // 0 for CNT, which has no order
-	Transitions int
-	Seed        uint64
-	Measure     string
-	Error       float64
-}
-
 var csvHeader = []string{"setting", "method", "m", "transitions", "seed", "measure", "error"}
 
-// runAll runs job(k) for k in [0, count) on at most workers goroutines;
-// job k fills recs[k*per : (k+1)*per] (results are written by index, so
-// they do not depend on the schedule). It reports the runs done on rep and
-// returns recs, or the error of the lowest k that failed. When ctx is
-// cancelled (Ctrl-C, SIGTERM) no new job starts and the running ones stop:
-// runAll then returns the records of the jobs that finished, in job order,
-// and interrupted; an error if none finished.
-func runAll[T any](ctx context.Context, rep *progress, count, per, workers int, recs []T, job func(k int) error) (kept []T, interrupted bool, err error) {
+// runAll runs job(ctx, k) for k in [0, count) on at most workers
+// goroutines and returns the rows of every job, in job order (so they do
+// not depend on the schedule), or the error of the lowest k that failed.
+// It reports the runs done on rep. When ctx is cancelled (Ctrl-C, SIGTERM)
+// no new job starts and the running ones stop: runAll then returns the
+// rows of the jobs that finished and interrupted; an error if none did.
+func runAll[T any](ctx context.Context, rep *progress, count, workers int, job func(ctx context.Context, k int) ([]T, error)) (rows []T, interrupted bool, err error) {
 	errs := make([]error, count)
+	out := make([][]T, count)
 	finished := make([]bool, count)
 	next := make(chan int)
 	var mu sync.Mutex
@@ -185,7 +170,7 @@ func runAll[T any](ctx context.Context, rep *progress, count, per, workers int, 
 		go func() {
 			defer wg.Done()
 			for k := range next {
-				if errs[k] = job(k); errs[k] == nil {
+				if out[k], errs[k] = job(ctx, k); errs[k] == nil {
 					finished[k] = true
 					mu.Lock()
 					done++
@@ -214,20 +199,23 @@ func runAll[T any](ctx context.Context, rep *progress, count, per, workers int, 
 		}
 		for k, ok := range finished {
 			if ok {
-				kept = append(kept, recs[k*per:(k+1)*per]...)
+				rows = append(rows, out[k]...)
 			}
 		}
-		if len(kept) == 0 {
+		if len(rows) == 0 {
 			return nil, true, fmt.Errorf("interrupted before any of the %d runs finished: nothing written", count)
 		}
-		return kept, true, nil
+		return rows, true, nil
 	}
 	for _, err := range errs {
 		if err != nil {
 			return nil, false, err
 		}
 	}
-	return recs, false, nil
+	for _, r := range out {
+		rows = append(rows, r...)
+	}
+	return rows, false, nil
 }
 
 // interruptedErr is the error of an experiment that was interrupted after
@@ -239,94 +227,8 @@ func interruptedErr(interrupted bool, rows int, out string) error {
 	return fmt.Errorf("interrupted: wrote the %d rows of the finished runs to %s (the figure shows them; run again for all)", rows, out)
 }
 
-// sampleBlocks draws count transitions from truth and returns their count
-// matrices, one block per action, and the empirical distribution of the
-// start states (ρ̂_i = x_i / N).
-func sampleBlocks(truth *factor.Model, count int, mode string, rng *rand.Rand) ([]*factor.Block, []float64, error) {
-	var ct shard.Counter
-	rho := make([]float64, truth.N)
-	var addErr error
-	err := factor.Sample(truth, count, factor.SampleOptions{Mode: mode}, rng, func(t factor.Transition) {
-		if addErr == nil {
-			addErr = ct.Add(t.State, t.Action, t.Next, 1)
-		}
-		rho[t.State]++
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	if addErr != nil {
-		return nil, nil, addErr
-	}
-	for i := range rho {
-		rho[i] /= float64(count)
-	}
-	return ct.Matrices(truth.U), rho, nil
-}
-
-// fitEMSF fits EMSF of order m from the random start of seed.
-func fitEMSF(ctx context.Context, n, m, u int, blocks []*factor.Block, seed uint64, conv factor.Converger) (*factor.Model, error) {
-	md := factor.NewRandom(n, m, u, factor.TieNone, seed)
-	if _, err := factor.Fit(ctx, md, blocks, factor.FitOptions{Workers: 1, Converger: conv}); err != nil {
-		return nil, fmt.Errorf("EMSF m=%d seed %d: %w", m, seed, err)
-	}
-	return md, nil
-}
-
-// summary is the mean and standard error of one curve's point.
-type summary struct {
-	setting, method string
-	m, x            int
-	mean, se        float64
-	runs            int
-}
-
-// summarize groups records by (setting, method, m, transitions) in the
-// order the groups first appear.
-func summarize(recs []record) []summary {
-	type key struct {
-		setting, method string
-		m, x            int
-	}
-	idx := map[key]int{}
-	var keys []key
-	vals := map[key][]float64{}
-	for _, r := range recs {
-		k := key{r.Setting, r.Method, r.M, r.Transitions}
-		if _, ok := idx[k]; !ok {
-			idx[k] = len(keys)
-			keys = append(keys, k)
-		}
-		vals[k] = append(vals[k], r.Error)
-	}
-	out := make([]summary, 0, len(keys))
-	for _, k := range keys {
-		v := vals[k]
-		mean, se := stat.Mean(v, nil), 0.0
-		if len(v) > 1 {
-			// Standard error of the mean: the sample (n−1) standard
-			// deviation over √n.
-			se = stat.StdErr(stat.StdDev(v, nil), float64(len(v)))
-		}
-		out = append(out, summary{k.setting, k.method, k.m, k.x, mean, se, len(v)})
-	}
-	return out
-}
-
-// curveName labels a curve of the plot.
-func (s summary) curveName() string {
-	name := s.method
-	if s.m > 0 {
-		name += fmt.Sprintf(" m=%d", s.m)
-	}
-	if s.setting != "" {
-		name += " (" + s.setting + ")"
-	}
-	return name
-}
-
 // writeCSV writes the records atomically.
-func writeCSV(path string, recs []record) error {
+func writeCSV(path string, recs []experiment.Record) error {
 	return writeRows(path, csvHeader, len(recs), func(k int) []string {
 		r := recs[k]
 		m := ""
@@ -358,25 +260,25 @@ func writeRows(path string, header []string, n int, row func(k int) []string) er
 }
 
 // printSummary prints the table of means and standard errors.
-func printSummary(w io.Writer, measure string, sums []summary) {
-	sorted := append([]summary(nil), sums...)
+func printSummary(w io.Writer, measure string, sums []experiment.Summary) {
+	sorted := append([]experiment.Summary(nil), sums...)
 	sort.SliceStable(sorted, func(i, j int) bool {
-		if sorted[i].curveName() != sorted[j].curveName() {
-			return sorted[i].curveName() < sorted[j].curveName()
+		if sorted[i].CurveName() != sorted[j].CurveName() {
+			return sorted[i].CurveName() < sorted[j].CurveName()
 		}
-		return sorted[i].x < sorted[j].x
+		return sorted[i].X < sorted[j].X
 	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "curve\ttransitions\t%s\tstd. error\truns\t\n", measure)
 	for _, s := range sorted {
-		fmt.Fprintf(tw, "%s\t%d\t%.6g\t%.3g\t%d\t\n", s.curveName(), s.x, s.mean, s.se, s.runs)
+		fmt.Fprintf(tw, "%s\t%d\t%.6g\t%.3g\t%d\t\n", s.CurveName(), s.X, s.Mean, s.SE, s.Runs)
 	}
 	tw.Flush()
 }
 
 // finish writes the CSV (all records) and the PNG (the records of
 // measure) of an experiment and prints a table per measure.
-func finish(e *env, x *expFlags, name, title, yLabel, measure string, logY bool, recs []record) error {
+func finish(e *env, x *expFlags, name, title, yLabel, measure string, logY bool, recs []experiment.Record) error {
 	if err := os.MkdirAll(x.out, 0o755); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
@@ -385,7 +287,7 @@ func finish(e *env, x *expFlags, name, title, yLabel, measure string, logY bool,
 		return err
 	}
 	var measures []string
-	byMeasure := map[string][]record{}
+	byMeasure := map[string][]experiment.Record{}
 	for _, r := range recs {
 		if _, ok := byMeasure[r.Measure]; !ok {
 			measures = append(measures, r.Measure)
@@ -393,20 +295,18 @@ func finish(e *env, x *expFlags, name, title, yLabel, measure string, logY bool,
 		byMeasure[r.Measure] = append(byMeasure[r.Measure], r)
 	}
 	pngPath := filepath.Join(x.out, name+".png")
-	if err := plotCurves(pngPath, title, "sampled transitions", yLabel, logY, summarize(byMeasure[measure])); err != nil {
+	if err := plotCurves(pngPath, title, "sampled transitions", yLabel, logY, experiment.Summarize(byMeasure[measure])); err != nil {
 		return err
 	}
 	for _, ms := range measures {
-		printSummary(e.stdout, ms, summarize(byMeasure[ms]))
+		printSummary(e.stdout, ms, experiment.Summarize(byMeasure[ms]))
 	}
 	fmt.Fprintf(e.stdout, "wrote %s (%d runs) and %s\n", csvPath, len(recs), pngPath)
 	return nil
 }
 
-// runSampleSize is emsf-ijcai2015 Fig. 2: P = DK with D 100×20 and K
-// 20×100, entries uniform then rows normalised (factor.RowsUniform); for
-// each run a new P, and for each sample size τ a new uniform sample (start
-// state and action uniform); ‖P − P̃‖_F for EMSF of each order and CNT.
+// runSampleSize is emsf experiment sample-size, emsf-ijcai2015 Fig. 2
+// (see experiment.SampleSize).
 func runSampleSize(ctx context.Context, e *env, args []string) error {
 	reduced := expSetting{runs: 5, sizes: "500,1000,2000,5000,10000,50000,200000,1000000"}
 	paper := expSetting{runs: 50, sizes: "500,1000,2000,5000,10000,20000,50000,100000,200000,500000,1000000,2000000,5000000"}
@@ -440,35 +340,15 @@ func runSampleSize(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	per := len(ms) + 1
-	recs := make([]record, x.runs*len(x.sizesV)*per)
-	recs, interrupted, err := runAll(ctx, newProgress(e, &x.logs, &x.progress, log), x.runs*len(x.sizesV), per, x.workers, recs, func(k int) error {
-		r, si := k/len(x.sizesV), k%len(x.sizesV)
-		seed, size := x.seed+uint64(r), x.sizesV[si]
-		truth, err := factor.TrueModel(n, trueOrder, 1, factor.RowsUniform, 0, rand.New(rand.NewPCG(seed, 1)))
-		if err != nil {
-			return err
-		}
-		blocks, _, err := sampleBlocks(truth, size, factor.SampleUniform, rand.New(rand.NewPCG(seed, 2+uint64(si))))
-		if err != nil {
-			return err
-		}
-		out := recs[k*per : (k+1)*per]
-		for q, m := range ms {
-			md, err := fitEMSF(ctx, n, m, 1, blocks, seed, x.converger())
-			if err != nil {
-				return err
+	job := &experiment.SampleSize{States: n, TrueOrder: trueOrder, Orders: ms, Sizes: x.sizesV, Seed: x.seed, Converger: x.converger()}
+	recs, interrupted, err := runAll(ctx, newProgress(e, &x.logs, &x.progress, log), job.Jobs(x.runs), x.workers,
+		func(ctx context.Context, k int) ([]experiment.Record, error) {
+			rows, err := job.Run(ctx, k)
+			if err == nil {
+				log.Debug("run done", "seed", rows[0].Seed, "transitions", rows[0].Transitions)
 			}
-			out[q] = record{"uniform", "EMSF", m, size, seed, "frobenius", factor.FrobeniusError(truth, md)}
-		}
-		cnt, err := factor.NewCNT(n, 1, blocks, 0)
-		if err != nil {
-			return err
-		}
-		out[len(ms)] = record{"uniform", "CNT", 0, size, seed, "frobenius", factor.FrobeniusError(truth, cnt)}
-		log.Debug("run done", "seed", seed, "transitions", size)
-		return nil
-	})
+			return rows, err
+		})
 	if err != nil {
 		return err
 	}
@@ -479,21 +359,9 @@ func runSampleSize(ctx context.Context, e *env, args []string) error {
 	return interruptedErr(interrupted, len(recs), x.out)
 }
 
-// runSampling is incremental-emsf Fig. 2: P = D'K' with the rows of D'
-// (100×20) and K' (20×100) drawn from Dirichlet(0.5); τ transitions whose
-// start states are drawn uniformly, or with 90% of the mass on a random
-// half of the states ("skewed"); EMSF and KLM of order 10 on the same
-// sample from the same random start. The paper says only "approximation
-// error"; its point is how each method weighs the rows of P by the
-// sampling distribution ρ, so the error is weighted by ρ (estimated by the
-// sample's start-state frequencies ρ̂_i = x_i/N, the weights of
-// incremental-emsf eq. 11):
-//   - frobenius_rho = sqrt(Σ_i n·ρ_i ‖P_i − (DK)_i‖²), plotted: for uniform
-//     ρ it is the ‖P − DK‖_F of the sample-size experiment;
-//   - kl_rho = KL_ρ(P ‖ DK) = Σ_i ρ_i KL(P_i ‖ (DK)_i) (eq. 12, the paper's
-//     measure of Fig. 3), in the CSV only: it is +Inf whenever a fit gives
-//     probability 0 to a transition P allows, which KLM does on
-//     Dirichlet(0.5) data (unseen entries of P̂ are driven to 0).
+// runSampling is emsf experiment sampling, incremental-emsf Fig. 2 (see
+// experiment.Sampling); the figure shows frobenius_rho, the CSV also
+// kl_rho.
 func runSampling(ctx context.Context, e *env, args []string) error {
 	reduced := expSetting{runs: 5, sizes: "3000,10000,30000,100000"}
 	paper := expSetting{runs: 50, sizes: "3000,10000,30000,100000,300000"}
@@ -508,7 +376,7 @@ func runSampling(ctx context.Context, e *env, args []string) error {
 	if err := x.validate(fs, paper); err != nil {
 		return err
 	}
-	const n, trueOrder = 100, 20
+	const n = experiment.SamplingStates
 	if m < 1 || m > n {
 		return usagef("--order %d: must be in [1, %d]", m, n)
 	}
@@ -516,37 +384,15 @@ func runSampling(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	modes := []string{factor.SampleUniform, factor.SampleSkewed}
-	jobs := x.runs * len(x.sizesV) * len(modes)
-	const per = 4
-	recs := make([]record, jobs*per)
-	recs, interrupted, err := runAll(ctx, newProgress(e, &x.logs, &x.progress, log), jobs, per, x.workers, recs, func(k int) error {
-		r, rest := k/(len(x.sizesV)*len(modes)), k%(len(x.sizesV)*len(modes))
-		si, mi := rest/len(modes), rest%len(modes)
-		seed, size, mode := x.seed+uint64(r), x.sizesV[si], modes[mi]
-		truth, err := factor.TrueModel(n, trueOrder, 1, factor.RowsDirichlet, 0.5, rand.New(rand.NewPCG(seed, 1)))
-		if err != nil {
-			return err
-		}
-		blocks, rho, err := sampleBlocks(truth, size, mode, rand.New(rand.NewPCG(seed, 2+uint64(si))))
-		if err != nil {
-			return err
-		}
-		md, err := fitEMSF(ctx, n, m, 1, blocks, seed, x.converger())
-		if err != nil {
-			return err
-		}
-		klm, _, err := factor.KLM(ctx, n, m, 1, blocks, seed, factor.KLMOptions{Converger: x.converger()})
-		if err != nil {
-			return fmt.Errorf("KLM m=%d seed %d: %w", m, seed, err)
-		}
-		recs[per*k] = record{mode, "EMSF", m, size, seed, "frobenius_rho", frobeniusRho(truth, md, rho)}
-		recs[per*k+1] = record{mode, "KLM", m, size, seed, "frobenius_rho", frobeniusRho(truth, klm, rho)}
-		recs[per*k+2] = record{mode, "EMSF", m, size, seed, "kl_rho", factor.KLRho(truth, md, rho)}
-		recs[per*k+3] = record{mode, "KLM", m, size, seed, "kl_rho", factor.KLRho(truth, klm, rho)}
-		log.Debug("run done", "seed", seed, "transitions", size, "sampling", mode)
-		return nil
-	})
+	job := &experiment.Sampling{M: m, Sizes: x.sizesV, Seed: x.seed, Converger: x.converger()}
+	recs, interrupted, err := runAll(ctx, newProgress(e, &x.logs, &x.progress, log), job.Jobs(x.runs), x.workers,
+		func(ctx context.Context, k int) ([]experiment.Record, error) {
+			rows, err := job.Run(ctx, k)
+			if err == nil {
+				log.Debug("run done", "seed", rows[0].Seed, "transitions", rows[0].Transitions, "sampling", rows[0].Setting)
+			}
+			return rows, err
+		})
 	if err != nil {
 		return err
 	}
@@ -555,34 +401,4 @@ func runSampling(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return interruptedErr(interrupted, len(recs), x.out)
-}
-
-// frobeniusRho returns the Frobenius error with row (state i, action a)
-// weighted by n·u·w_ai: sqrt(Σ_a Σ_i n·u·w_ai ‖P^a_i − P̃^a_i‖²), with
-// w_ai = rho[a·n+i] when len(rho) = u·n, or rho[i]/u when len(rho) = n.
-// For uniform weights it is ‖P − P̃‖_F.
-func frobeniusRho(truth, est factor.Estimate, rho []float64) float64 {
-	n, u := truth.States(), truth.Actions()
-	p, q := make([]float64, n), make([]float64, n)
-	s := 0.0
-	for a := range u {
-		for i := range n {
-			w := rho[i] / float64(u)
-			if len(rho) == u*n {
-				w = rho[a*n+i]
-			}
-			if w == 0 {
-				continue
-			}
-			truth.Row(a, i, p)
-			est.Row(a, i, q)
-			r := 0.0
-			for j := range p {
-				d := p[j] - q[j]
-				r += d * d
-			}
-			s += float64(n*u) * w * r
-		}
-	}
-	return math.Sqrt(s)
 }

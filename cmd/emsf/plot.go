@@ -14,6 +14,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor/experiment"
 )
 
 // plotCurves draws one line per curve (mean over runs against the number
@@ -22,14 +23,14 @@ import (
 // says what the bars are and over how many runs; it writes the PNG (1 200
 // pixels wide) atomically. Points whose mean is not finite are not drawn
 // and the legend says so (a curve that is +Inf everywhere keeps its entry).
-func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []summary) error {
+func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []experiment.Summary) error {
 	p := plot.New()
 	minRuns, maxRuns := 0, 0
 	for k, s := range sums {
-		if k == 0 || s.runs < minRuns {
-			minRuns = s.runs
+		if k == 0 || s.Runs < minRuns {
+			minRuns = s.Runs
 		}
-		maxRuns = max(maxRuns, s.runs)
+		maxRuns = max(maxRuns, s.Runs)
 	}
 	runs := fmt.Sprint(minRuns)
 	if maxRuns != minRuns {
@@ -47,9 +48,9 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []summary) e
 	p.Add(plotter.NewGrid())
 
 	var names []string
-	curves := map[string][]summary{}
+	curves := map[string][]experiment.Summary{}
 	for _, s := range sums {
-		name := s.curveName()
+		name := s.CurveName()
 		if _, ok := curves[name]; !ok {
 			names = append(names, name)
 		}
@@ -60,12 +61,12 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []summary) e
 		var errs plotter.YErrors
 		infinite := 0
 		for _, s := range curves[name] {
-			if math.IsInf(s.mean, 0) || math.IsNaN(s.mean) || logY && !(s.mean > 0) {
+			if math.IsInf(s.Mean, 0) || math.IsNaN(s.Mean) || logY && !(s.Mean > 0) {
 				infinite++
 				continue
 			}
-			xys = append(xys, plotter.XY{X: float64(s.x), Y: s.mean})
-			errs = append(errs, struct{ Low, High float64 }{s.se, s.se})
+			xys = append(xys, plotter.XY{X: float64(s.X), Y: s.Mean})
+			errs = append(errs, struct{ Low, High float64 }{s.SE, s.SE})
 		}
 		label := name
 		switch {
