@@ -117,6 +117,8 @@ func TestFitBadInput(t *testing.T) {
 		{"order not a number", good, []string{"--order", "five"}, []string{"--order", "five"}},
 		{"bad tie", good, []string{"--tie", "both"}, []string{"--tie", "both"}},
 		{"bad alpha", good, []string{"--alpha", "1.5"}, []string{"--alpha", "1.5"}},
+		{"bad init-smooth", good, []string{"--init-smooth", "1"}, []string{"--init-smooth", "1"}},
+		{"init-smooth without init", good, []string{"--init-smooth", "0.01"}, []string{"--init-smooth", "--init"}},
 		{"bad holdout", good, []string{"--holdout", "1"}, []string{"--holdout", "1"}},
 		{"several orders without holdout", good, []string{"--order", "1,2"}, []string{"--order", "--holdout"}},
 		{"bad format", good, []string{"--format", "xlsx"}, []string{"--format", "xlsx"}},

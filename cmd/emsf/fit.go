@@ -108,7 +108,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("--init %s: %w", f.initModel, err)
 		}
 		if err := warm.Model.Smooth(f.initSmooth); err != nil {
-			return usagef("--init-smooth %v: must be in [0, 1)", f.initSmooth)
+			return err // validate checked the weight
 		}
 	}
 	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
@@ -125,7 +125,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 			if status == statusInterrupted {
 				// The model of the interrupted fit, of order m on the
 				// training part: the work done so far, kept.
-				return f.write(e, log, md, data, status, fmt.Sprintf("while fitting order %d on the training part", m))
+				return f.write(e, md, data, status, fmt.Sprintf("while fitting order %d on the training part", m))
 			}
 			// Scored smoothed, as CNT's held-out score is (add-one): EM
 			// drives the probability of transitions never seen in training
@@ -153,7 +153,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return f.write(e, log, best, data, status, "")
+	return f.write(e, best, data, status, "")
 }
 
 // heldOutSmoothing is the weight of the uniform distribution mixed into
@@ -167,7 +167,7 @@ const statusInterrupted = "interrupted"
 // model is written too (the last completed iteration), and then write
 // returns an error so that emsf exits non-zero; where says what was being
 // fitted when the signal came.
-func (f *fitFlags) write(e *env, log hclog.Logger, md *factor.Model, data *dataset, status, where string) error {
+func (f *fitFlags) write(e *env, md *factor.Model, data *dataset, status, where string) error {
 	mf := &arrowio.ModelFile{Model: md, Fingerprint: data.fingerprint, Params: f.params(md.M), Status: status}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
@@ -235,6 +235,12 @@ func (f *fitFlags) validate() error {
 	}
 	if f.shardNNZ < 1 {
 		return usagef("--shard-nnz %d: must be >= 1", f.shardNNZ)
+	}
+	if !(f.initSmooth >= 0 && f.initSmooth < 1) {
+		return usagef("--init-smooth %v: must be in [0, 1)", f.initSmooth)
+	}
+	if f.initSmooth > 0 && f.initModel == "" {
+		return usagef("--init-smooth mixes the --init model: give --init FILE")
 	}
 	if f.initModel != "" && (len(orders) > 1 || f.restarts > 1) {
 		return usagef("--init warm-starts one model: it cannot be combined with several --order values or --restarts")
