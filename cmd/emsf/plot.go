@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -36,7 +37,11 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []experiment
 	if maxRuns != minRuns {
 		runs = fmt.Sprintf("%d to %d", minRuns, maxRuns)
 	}
-	p.Title.Text = title + "\nmean over " + runs + " runs; error bars: ±1 standard error of the mean"
+	unit := " runs"
+	if maxRuns == 1 {
+		unit = " run"
+	}
+	p.Title.Text = title + "\nmean over " + runs + unit + "; error bars: ±1 standard error of the mean"
 	p.X.Label.Text = xLabel
 	p.Y.Label.Text = yLabel
 	p.X.Scale = plot.LogScale{}
@@ -44,6 +49,8 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []experiment
 	if logY {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	} else {
+		p.Y.Tick.Marker = distinctTicks{}
 	}
 	p.Add(plotter.NewGrid())
 
@@ -122,6 +129,37 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []experiment
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return arrowio.WriteFileAtomic(path, buf.Bytes())
+}
+
+// distinctTicks are gonum's default ticks with the major ones labelled by
+// the fewest significant digits that tell them apart: the default labels
+// of a narrow range far from 0 (held-out log-likelihoods around −4.6) can
+// all read the same.
+type distinctTicks struct{}
+
+func (distinctTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for digits := 1; digits <= 12; digits++ {
+		seen := map[string]bool{}
+		distinct := true
+		for _, t := range ticks {
+			if t.Label == "" {
+				continue
+			}
+			l := strconv.FormatFloat(t.Value, 'g', digits, 64)
+			distinct = distinct && !seen[l]
+			seen[l] = true
+		}
+		if distinct || digits == 12 {
+			for k := range ticks {
+				if ticks[k].Label != "" {
+					ticks[k].Label = strconv.FormatFloat(ticks[k].Value, 'g', digits, 64)
+				}
+			}
+			return ticks
+		}
+	}
+	return ticks
 }
 
 // sortXY sorts the points of a curve by x (insertion sort: a few points).
