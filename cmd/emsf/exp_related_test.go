@@ -112,3 +112,24 @@ func TestExperimentEPCA(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, errs)
 	}
 }
+
+// TestDistinctTicks: on a narrow range far from 0 the labelled ticks read
+// differently and say their value.
+func TestDistinctTicks(t *testing.T) {
+	seen := map[string]bool{}
+	labelled := 0
+	for _, tk := range (distinctTicks{}).Ticks(-4.651, -4.562) {
+		if tk.Label == "" {
+			continue
+		}
+		labelled++
+		v, err := strconv.ParseFloat(tk.Label, 64)
+		if err != nil || math.Abs(v-tk.Value) > 1e-9 || seen[tk.Label] {
+			t.Errorf("tick %v labelled %q (seen before: %v)", tk.Value, tk.Label, seen[tk.Label])
+		}
+		seen[tk.Label] = true
+	}
+	if labelled < 2 {
+		t.Errorf("%d labelled ticks", labelled)
+	}
+}

@@ -132,7 +132,8 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []experiment
 }
 
 // distinctTicks are gonum's default ticks with the major ones labelled by
-// the fewest significant digits that tell them apart: the default labels
+// the fewest significant digits that tell them apart and say their value
+// (to 1e-9 of the range, so −4.625 is not shown as −4.62): the default labels
 // of a narrow range far from 0 (held-out log-likelihoods around −4.6) can
 // all read the same.
 type distinctTicks struct{}
@@ -147,7 +148,8 @@ func (distinctTicks) Ticks(lo, hi float64) []plot.Tick {
 				continue
 			}
 			l := strconv.FormatFloat(t.Value, 'g', digits, 64)
-			distinct = distinct && !seen[l]
+			v, _ := strconv.ParseFloat(l, 64)
+			distinct = distinct && !seen[l] && math.Abs(v-t.Value) <= 1e-9*(hi-lo)
 			seen[l] = true
 		}
 		if distinct || digits == 12 {
