@@ -33,6 +33,8 @@ func TestREADME(t *testing.T) {
 		{"nats-server ", "a NATS server installed separately"},
 		{"emsf bench", "timing runs of minutes (bench has its own tests)"},
 		{"emsf experiment ", "the reduced settings run for about a minute each (experiment has its own tests)"},
+		{"sudo scripts/netns-cluster.sh", "needs root, network namespaces and tc (the harness of docs/scaling.md)"},
+		{"emsf scaling --check ", "reads the output of the netns harness above"},
 	}
 	// readmeRemote matches lines that talk to a server on another machine.
 	readmeRemote := regexp.MustCompile(`nats://host`)

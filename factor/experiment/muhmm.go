@@ -21,7 +21,8 @@ import (
 //     objective, the seconds and the iterations taken (x = Observations);
 //   - "gen": P = D'K' (GenStates states, true order GenTrueOrder,
 //     Dirichlet(0.5) rows), GenTransitions uniform transitions, EMSF and
-//     the three MU rules under --loss wkl of order GenOrder for GenIters
+//     the three MU rules under the weighted KL loss (factor.LossWKL, fit
+//     --loss wkl) of order GenOrder for GenIters
 //     iterations; log-likelihood per transition at the checkpoints
 //     ("gen_loglik").
 type MUHMM struct {
