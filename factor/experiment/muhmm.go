@@ -22,9 +22,8 @@ import (
 //   - "gen": P = D'K' (GenStates states, true order GenTrueOrder,
 //     Dirichlet(0.5) rows), GenTransitions uniform transitions, EMSF and
 //     the three MU rules under the weighted KL loss (factor.LossWKL, fit
-//     --loss wkl) of order GenOrder for GenIters
-//     iterations; log-likelihood per transition at the checkpoints
-//     ("gen_loglik").
+//     --loss wkl) of order GenOrder for GenIters iterations;
+//     log-likelihood per transition at the checkpoints ("gen_loglik").
 type MUHMM struct {
 	Observations, HMMIters  int
 	HMMEps                  float64
