@@ -37,6 +37,7 @@ const (
 	keyWKL         = "emsf.wkl"
 	keySeed        = "emsf.seed"
 	keyFingerprint = "emsf.fingerprint"
+	keyStatus      = "emsf.status"
 	keyParamPrefix = "emsf.param."
 	keyReduceOrder = "emsf.reduce_order"
 	keyGroupNNZ    = "emsf.group_nnz"
@@ -59,6 +60,13 @@ type ModelFile struct {
 	// (incremental fits, generated models, files of older versions).
 	ReduceOrder string
 	GroupNNZ    int
+	// Status says how the fit that made the model ended: "converged",
+	// "iteration limit", "time limit" (both: stopped before reaching the
+	// tolerance) or "interrupted" (by a signal; the model is that of the
+	// last completed iteration, emsf.iteration). Empty when unknown (a
+	// file written before the field existed, or no fit); written only
+	// when set.
+	Status string
 }
 
 // modelFields is the model table. The fields are declared nullable (as
@@ -91,6 +99,9 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	if mf.ReduceOrder != "" {
 		mw.set(keyReduceOrder, mf.ReduceOrder)
 		mw.int(keyGroupNNZ, mf.GroupNNZ)
+	}
+	if mf.Status != "" {
+		mw.set(keyStatus, mf.Status)
 	}
 	keys := make([]string, 0, len(mf.Params))
 	for k := range mf.Params {
@@ -309,6 +320,9 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 	r.mf.Fingerprint = mr.str(keyFingerprint)
 	if sc.Metadata().FindKey(keyReduceOrder) >= 0 {
 		r.mf.ReduceOrder, r.mf.GroupNNZ = mr.str(keyReduceOrder), mr.int(keyGroupNNZ)
+	}
+	if i := sc.Metadata().FindKey(keyStatus); i >= 0 {
+		r.mf.Status = sc.Metadata().Values()[i]
 	}
 	if mr.err != nil {
 		return mr.err

@@ -25,7 +25,8 @@ func testModel(tie factor.Tie) *ModelFile {
 	md.LogLik = -1234.5678901234567
 	tenth := 0.1
 	md.WKL = tenth + 0.2 // 0.30000000000000004: not a short decimal
-	mf := &ModelFile{Model: md, Fingerprint: "sha256:abc", Params: map[string]string{"alpha": "1", "m": "5", "note": "a=b, c"}}
+	mf := &ModelFile{Model: md, Fingerprint: "sha256:abc", Params: map[string]string{"alpha": "1", "m": "5", "note": "a=b, c"},
+		Status: "iteration limit"}
 	if tie != factor.TieSharedK { // the shared-K model says nothing of its reduce order
 		mf.ReduceOrder, mf.GroupNNZ = factor.ReduceOrder, 1<<25
 	}
@@ -44,8 +45,8 @@ func sameModelFile(t *testing.T, got, want *ModelFile) {
 		t.Errorf("metadata: got it=%d ll=%v wkl=%v seed=%d, want it=%d ll=%v wkl=%v seed=%d",
 			g.Iteration, g.LogLik, g.WKL, g.Seed, w.Iteration, w.LogLik, w.WKL, w.Seed)
 	}
-	if got.Fingerprint != want.Fingerprint || !reflect.DeepEqual(got.Params, want.Params) {
-		t.Errorf("got fingerprint %q params %v", got.Fingerprint, got.Params)
+	if got.Fingerprint != want.Fingerprint || !reflect.DeepEqual(got.Params, want.Params) || got.Status != want.Status {
+		t.Errorf("got fingerprint %q params %v status %q", got.Fingerprint, got.Params, got.Status)
 	}
 	if got.ReduceOrder != want.ReduceOrder || got.GroupNNZ != want.GroupNNZ {
 		t.Errorf("got reduce order %q group nnz %d, want %q %d", got.ReduceOrder, got.GroupNNZ, want.ReduceOrder, want.GroupNNZ)

@@ -121,6 +121,54 @@ func formatFromMagic(head []byte) string {
 	return FormatCSV
 }
 
+// DetectFormat returns the format ScanTransitions reads path in when no
+// format is given: the content's magic bytes win over the extension (an
+// Arrow or Parquet file named .csv, a CSV named .parquet). note is
+// non-empty when the two disagree: a warning to show the user.
+func DetectFormat(path string) (format, note string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", "", &InputError{File: path, Reason: "cannot open", Err: err}
+	}
+	defer f.Close()
+	var head [64]byte
+	n, _ := f.ReadAt(head[:], 0)
+	format, note = detectFormat(path, head[:n])
+	return format, note, nil
+}
+
+// detectFormat decides a file's format from its name and first bytes
+// (see DetectFormat).
+func detectFormat(name string, head []byte) (format, note string) {
+	byName, byMagic := formatFromName(name), formatFromMagic(head)
+	switch {
+	case byName == "" || byName == byMagic:
+		return byMagic, ""
+	case byMagic != FormatCSV:
+		// A binary format's magic bytes are proof.
+		return byMagic, fmt.Sprintf("%s: the content is %s (by its first bytes), not %s as the name says: reading it as %s", name, byMagic, byName, byMagic)
+	case (byName == FormatParquet || byName == FormatArrowFile) && looksLikeText(head):
+		return FormatCSV, fmt.Sprintf("%s: the name says %s but the content looks like CSV text (no %s magic bytes): reading it as CSV", name, byName, byName)
+	}
+	// No magic and not text (a corrupt file), or an IPC stream whose
+	// first bytes prove nothing: the name decides, and the reader says
+	// what is wrong.
+	return byName, ""
+}
+
+// looksLikeText reports whether head is printable text (a CSV header).
+func looksLikeText(head []byte) bool {
+	if len(head) == 0 {
+		return false
+	}
+	for _, c := range head {
+		if c < 0x20 && c != '\n' && c != '\r' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // ScanTransitions reads the transitions in the file at path and calls fn
 // for each batch of rows, in file order, without holding the whole file in
 // memory. Bad input stops the scan with an *InputError naming the file, row,
@@ -147,12 +195,9 @@ func ScanTransitions(ctx context.Context, path string, opts ReadOptions, fn func
 	size := st.Size()
 	format := s.format
 	if format == "" {
-		format = formatFromName(path)
-	}
-	if format == "" {
-		var head [8]byte
+		var head [64]byte
 		n, _ := f.ReadAt(head[:], 0)
-		format = formatFromMagic(head[:n])
+		format, _ = detectFormat(path, head[:n])
 	}
 	switch format {
 	case FormatCSV:
@@ -187,12 +232,9 @@ func ScanTransitionsReader(ctx context.Context, r io.Reader, name, format string
 	}
 	format = s.format
 	if format == "" {
-		format = formatFromName(name)
-	}
-	if format == "" {
 		br := bufio.NewReaderSize(r, 1<<16)
-		head, _ := br.Peek(8)
-		format = formatFromMagic(head)
+		head, _ := br.Peek(64)
+		format, _ = detectFormat(name, head)
 		r = br
 	}
 	switch format {

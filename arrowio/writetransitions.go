@@ -2,10 +2,8 @@ package arrowio
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -37,9 +35,9 @@ const transitionBatchRows = 1 << 16
 // file. The file appears at its path only when Close succeeds; Abort (or a
 // failed Close) removes the temporary file, so no half-written file is left.
 type TransitionWriter struct {
-	path, tmp string
-	f         *os.File
-	format    string
+	path   string
+	f      *AtomicFile
+	format string
 
 	csv *bufio.Writer
 
@@ -72,11 +70,11 @@ func NewTransitionWriter(path, format string) (*TransitionWriter, error) {
 	if format != "csv" && format != "arrow" && format != "parquet" {
 		return nil, fmt.Errorf("arrowio: %s: unknown transitions format %q (want csv, arrow or parquet)", path, format)
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	f, err := CreateAtomic(path)
 	if err != nil {
-		return nil, fmt.Errorf("arrowio: create %s: %w", path, err)
+		return nil, err
 	}
-	w := &TransitionWriter{path: path, tmp: f.Name(), f: f, format: format}
+	w := &TransitionWriter{path: path, f: f, format: format}
 	schema := arrow.NewSchema(transitionFields, nil)
 	mem := memory.NewGoAllocator()
 	switch format {
@@ -154,22 +152,11 @@ func (w *TransitionWriter) flush() error {
 
 // Close finishes the file and moves it into place.
 func (w *TransitionWriter) Close() error {
-	err := w.finish()
-	// The Parquet writer closes the file itself; ErrClosed is expected then.
-	if serr := w.f.Sync(); err == nil && serr != nil && !errors.Is(serr, os.ErrClosed) {
-		err = serr
-	}
-	if cerr := w.f.Close(); err == nil && cerr != nil && !errors.Is(cerr, os.ErrClosed) {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(w.tmp, w.path)
-	}
-	if err != nil {
-		os.Remove(w.tmp)
+	if err := w.finish(); err != nil {
+		w.f.Abort()
 		return fmt.Errorf("arrowio: write %s: %w", w.path, err)
 	}
-	return nil
+	return w.f.Commit()
 }
 
 func (w *TransitionWriter) finish() error {
@@ -192,6 +179,5 @@ func (w *TransitionWriter) Abort() {
 		w.b.Release()
 		w.b = nil
 	}
-	w.f.Close()
-	os.Remove(w.tmp)
+	w.f.Abort()
 }

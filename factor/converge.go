@@ -1,6 +1,7 @@
 package factor
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
@@ -88,4 +89,26 @@ func (c *Converger) Check(iter int, loglik float64, elapsed time.Duration) Statu
 		return TimeLimit
 	}
 	return NotTerminated
+}
+
+// Early reports whether a fit that ended with s stopped before
+// the tolerance was reached (an iteration or time limit).
+func (s Status) Early() bool { return s == IterationLimit || s == TimeLimit }
+
+// Evaluate sets md.LogLik and md.WKL to those of md itself on blocks: one
+// pass with the log-likelihood and no commit. After Fit, md.LogLik is that
+// of the model before the last commit (the pass that made it evaluated
+// the previous model), or NaN when that pass skipped the logarithms; a
+// model written to a file should carry its own.
+func Evaluate(ctx context.Context, md *Model, blocks []*Block, workers int) error {
+	acc := NewAccumulator(md)
+	var ps Passer
+	if err := ps.Pass(ctx, md, blocks, acc, workers, true); err != nil {
+		return err
+	}
+	md.LogLik, md.WKL = acc.LogLik, math.NaN()
+	if acc.SumX > 0 {
+		md.WKL = (DataTerm(blocks) - acc.LogLik) / acc.SumX
+	}
+	return nil
 }

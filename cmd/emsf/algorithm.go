@@ -101,7 +101,7 @@ func fitBaseline(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	for r := range f.restarts {
 		seed := f.seed + uint64(r)
 		md, res, err := factor.KLM(ctx, data.n, m, data.u, data.train, seed,
-			factor.KLMOptions{Converger: factor.Converger{Tol: f.tol, MaxIter: f.iters, TimeLimit: f.timeLimit}})
+			factor.KLMOptions{Converger: f.stop.converger()})
 		if err != nil {
 			return err
 		}

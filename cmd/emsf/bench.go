@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"gonum.org/v1/gonum/stat"
+
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
@@ -134,8 +136,13 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
+// median returns the empirical median of ts (for an even count, the
+// lower of the two middle values).
 func median(ts []time.Duration) time.Duration {
-	s := slices.Clone(ts)
+	s := make([]float64, len(ts))
+	for k, t := range ts {
+		s[k] = float64(t)
+	}
 	slices.Sort(s)
-	return s[len(s)/2]
+	return time.Duration(stat.Quantile(0.5, stat.Empirical, s, nil))
 }

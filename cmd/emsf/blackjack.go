@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"text/tabwriter"
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/factor/blackjack"
+	"github.com/emsf/emsf/factor/experiment"
 )
 
 // bjRecord is one evaluation of one agent's greedy policy after one batch
@@ -77,6 +79,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 		tol        float64
 		emsfInit   string
 		logs       logFlags
+		prog       progressFlags
 	)
 	fs := newFlagSet(e, "experiment blackjack", "experiment blackjack [flags]")
 	fs.StringVar(&out, "out", "experiment-out", "folder for the CSV and the PNG")
@@ -94,6 +97,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&tol, "tol", 1e-6, "stop an EMSF fit when the relative change of its log-likelihood is at most this")
 	fs.StringVar(&emsfInit, "emsf-init", "uniform-unseen", "start of each EMSF fit: random (a fresh seeded random start per batch), uniform-unseen (random, with the rows of D of unvisited state-action pairs uniform), warm (the previous batch's model), warm-uniform (both)")
 	logs.register(fs)
+	prog.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -150,6 +154,9 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 			return usagef("--orders: %d: must be in [1, %d]", m, blackjack.NumStates)
 		}
 	}
+	if err := prog.validate(); err != nil {
+		return err
+	}
 	log, err := logs.logger(e, "emsf.experiment")
 	if err != nil {
 		return err
@@ -161,8 +168,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 	}
 	fit := factor.FitOptions{Workers: 1, Converger: factor.Converger{Tol: tol, MaxIter: iters}}
 	opts := blackjack.OnlineOptions{Batches: batches, BatchHands: batchHands, Epsilon: epsilon}
-	recs := make([]bjRecord, runs*len(agents)*batches)
-	err = forEach(ctx, runs*len(agents), workers, func(k int) error {
+	recs, interrupted, err := runAll(ctx, newProgress(e, &logs, &prog, log), runs*len(agents), workers, func(ctx context.Context, k int) ([]bjRecord, error) {
 		r, ai := k/len(agents), k%len(agents)
 		ag := agents[ai]
 		runSeed := seed + uint64(r)
@@ -171,7 +177,7 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 			name = fmt.Sprintf("%s m=%d", ag.name, ag.m)
 		}
 		evalRNG := rand.New(rand.NewPCG(runSeed, 1000+uint64(ai)))
-		rows := recs[k*batches : (k+1)*batches]
+		rows := make([]bjRecord, batches)
 		report := func(b, hands int, policy []int) error {
 			ret, err := bjEvaluate(policy, evalHands, evalRNG)
 			if err != nil {
@@ -204,15 +210,18 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 			err = blackjack.Online(plan, opts, play, report)
 		}
 		if err != nil {
-			return fmt.Errorf("run %d (seed %d), %s: %w", r, runSeed, name, err)
+			return nil, fmt.Errorf("run %d (seed %d), %s: %w", r, runSeed, name, err)
 		}
 		log.Debug("run done", "seed", runSeed, "agent", name, "return", rows[batches-1].Return)
-		return nil
+		return rows, nil
 	})
 	if err != nil {
 		return err
 	}
-	return bjFinish(e, out, evalHands, batches, batchHands, epsilon, recs)
+	if err := bjFinish(e, out, evalHands, batches, batchHands, epsilon, recs); err != nil {
+		return err
+	}
+	return interruptedErr(interrupted, len(recs), out)
 }
 
 // bjQLearning runs Q-learning online: batches of hands played by the
@@ -267,11 +276,11 @@ func bjFinish(e *env, out string, evalHands, batches, batchHands int, epsilon fl
 	}
 	// The summaries of the shared plot helper: the agent is the method and
 	// the hands played the x.
-	asRecords := make([]record, len(recs))
+	asRecords := make([]experiment.Record, len(recs))
 	for i, r := range recs {
-		asRecords[i] = record{Method: r.Agent, Transitions: r.Hands, Measure: "return", Error: r.Return}
+		asRecords[i] = experiment.Record{Method: r.Agent, Transitions: r.Hands, Measure: "return", Error: r.Return}
 	}
-	sums := summarize(asRecords)
+	sums := experiment.Summarize(asRecords)
 	evalText := "exact expected return"
 	if evalHands > 0 {
 		evalText = fmt.Sprintf("mean return on %d hands", evalHands)
@@ -281,14 +290,16 @@ func bjFinish(e *env, out string, evalHands, batches, batchHands int, epsilon fl
 		"hands played", "return per hand ("+evalText+")", false, sums); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%-20s %8s %12s %12s %5s\n", "agent", "hands", "return", "std. error", "runs")
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "agent\thands\treturn\tstd. error\truns\t")
 	step := max(1, (batches+9)/10)
 	for _, s := range sums {
-		if b := s.x / batchHands; b != 1 && b%step != 0 {
+		if b := s.X / batchHands; b != 1 && b%step != 0 {
 			continue
 		}
-		fmt.Fprintf(e.stdout, "%-20s %8d %12.5f %12.3g %5d\n", s.method, s.x, s.mean, s.se, s.runs)
+		fmt.Fprintf(tw, "%s\t%d\t%.5f\t%.3g\t%d\t\n", s.Method, s.X, s.Mean, s.SE, s.Runs)
 	}
+	tw.Flush()
 	fmt.Fprintf(e.stdout, "wrote %s (%d rows) and %s\n", csvPath, len(recs), pngPath)
 	return nil
 }

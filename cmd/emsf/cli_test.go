@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,9 +62,21 @@ func TestHelpListsEverySubcommand(t *testing.T) {
 		if !strings.Contains(out, c.name) {
 			t.Errorf("emsf help does not list %q", c.name)
 		}
-		if code, _, errs := emsf(t, c.name, "-h"); code != 0 || !strings.Contains(errs, "Usage: emsf "+c.name) {
-			t.Errorf("emsf %s -h: exit %d, usage %q", c.name, code, errs)
+		// Help goes to stdout (| less shows it), nothing to stderr.
+		if code, out, errs := emsf(t, c.name, "-h"); code != 0 || !strings.Contains(out, "Usage: emsf "+c.name) || errs != "" {
+			t.Errorf("emsf %s -h: exit %d, stdout %q, stderr %q", c.name, code, out, errs)
 		}
+	}
+	if code, out, errs := emsf(t, "help", "fit"); code != 0 || errs != "" ||
+		!strings.Contains(out, "\nInput:\n  --actions") || !strings.Contains(out, "\nCluster and NATS:\n") ||
+		strings.Index(out, "\n  --order ") > strings.Index(out, "\n  --nats ") || strings.Index(out, "\n  --out ") < strings.Index(out, "\n  --tol ") {
+		t.Errorf("emsf help fit: exit %d, stderr %q; want its flags grouped on stdout:\n%s", code, errs, out)
+	}
+	if code, out, _ := emsf(t, "--version"); code != 0 || !strings.HasPrefix(out, "emsf ") || !strings.Contains(out, "go1.") {
+		t.Errorf("emsf --version: exit %d, %q", code, out)
+	}
+	if code, _, errs := emsf(t, "fit", "--nope"); code != 2 || !strings.Contains(errs, "--nope") && !strings.Contains(errs, "-nope") || strings.Contains(errs, "Usage") {
+		t.Errorf("emsf fit --nope: exit %d, stderr %q; want one line naming the flag", code, errs)
 	}
 	if code, _, errs := emsf(t, "nope"); code != 2 || !strings.Contains(errs, `unknown command "nope"`) {
 		t.Errorf("unknown command: exit %d, %q", code, errs)
@@ -104,6 +117,8 @@ func TestFitBadInput(t *testing.T) {
 		{"order not a number", good, []string{"--order", "five"}, []string{"--order", "five"}},
 		{"bad tie", good, []string{"--tie", "both"}, []string{"--tie", "both"}},
 		{"bad alpha", good, []string{"--alpha", "1.5"}, []string{"--alpha", "1.5"}},
+		{"bad init-smooth", good, []string{"--init-smooth", "1"}, []string{"--init-smooth", "1"}},
+		{"init-smooth without init", good, []string{"--init-smooth", "0.01"}, []string{"--init-smooth", "--init"}},
 		{"bad holdout", good, []string{"--holdout", "1"}, []string{"--holdout", "1"}},
 		{"several orders without holdout", good, []string{"--order", "1,2"}, []string{"--order", "--holdout"}},
 		{"bad format", good, []string{"--format", "xlsx"}, []string{"--format", "xlsx"}},
@@ -283,6 +298,27 @@ func TestGenFitEvalBeatsCNT(t *testing.T) {
 	if !strings.Contains(out, "CNT") || !strings.Contains(out, "‖P − P̃‖_F") {
 		t.Errorf("eval output lacks the comparison:\n%s", out)
 	}
+	// ρ is stated: empirical by default (the start states of --input), and
+	// CNT's infinite KL_ρ explained.
+	if !strings.Contains(out, "ρ, the weight of each row") || !strings.Contains(out, "empirical, the start-state frequencies of "+in) ||
+		!strings.Contains(out, "KL_ρ is +Inf: in ") {
+		t.Errorf("eval does not say which ρ weighs KL_ρ, or why CNT's is +Inf:\n%s", out)
+	}
+	// A --rho file of all weight on state 0 gives the KL of row 0 alone.
+	rhoFile := writeFile(t, dir, "rho.csv", "state,weight\n0,2\n")
+	out = mustEmsf(t, "eval", "--model", model, "--truth", truth, "--rho", rhoFile)
+	p, q := make([]float64, 100), make([]float64, 100)
+	mdTruth.Model.Row(0, 0, p)
+	mf.Model.Row(0, 0, q)
+	if want := fmt.Sprintf("%.6f", factor.KL(p, q)); !strings.Contains(out, want) || !strings.Contains(out, "from "+rhoFile) {
+		t.Errorf("--rho %s: output lacks KL of row 0 %s:\n%s", rhoFile, want, out)
+	}
+	for _, bad := range []string{"state,weight\n100,1\n", "state,weight\n0,-1\n", "state,weight\n0,0\n", "s,w\n0,1\n"} {
+		bf := writeFile(t, dir, "bad.csv", bad)
+		if code, _, errs := emsf(t, "eval", "--model", model, "--truth", truth, "--rho", bf); code == 0 || !strings.Contains(errs, "--rho") {
+			t.Errorf("--rho file %q: exit %d, stderr %q", bad, code, errs)
+		}
+	}
 }
 
 func TestDemo(t *testing.T) {
@@ -318,5 +354,75 @@ func TestFitHoldoutPicksAnOrder(t *testing.T) {
 	// explain it and order 8 overfits 4 000 training transitions.
 	if mf.Params["order"] != "3" || mf.Model.M != 3 {
 		t.Errorf("held-out selection kept order %s; want the true order 3\n%s", mf.Params["order"], out)
+	}
+}
+
+// TestFitChecksBeforeWork: a bad --out, an unreachable --nats and a
+// --format that contradicts --out stop fit before it reads the data, with
+// a message that names the flag (and no temporary file name).
+func TestFitChecksBeforeWork(t *testing.T) {
+	dir := t.TempDir()
+	in := writeFile(t, dir, "t.csv", goodCSV)
+	for _, tc := range []struct {
+		args  []string
+		wants []string
+	}{
+		{[]string{"--out", filepath.Join(dir, "missing", "m.arrow")}, []string{"--out", "missing", "no such file"}},
+		{[]string{"--out", dir}, []string{"--out", "is a directory"}},
+		{[]string{"--out", filepath.Join(dir, "m.arrow"), "--format", "parquet"}, []string{"--format parquet", "m.arrow"}},
+		{[]string{"--out", filepath.Join(dir, "m.arrow"), "--nats", "nats://127.0.0.1:1"}, []string{"--nats nats://127.0.0.1:1"}},
+	} {
+		code, _, errs := emsf(t, append([]string{"fit", "--input", in, "--order", "2"}, tc.args...)...)
+		if code == 0 {
+			t.Errorf("%v: exit 0", tc.args)
+		}
+		for _, w := range tc.wants {
+			if !strings.Contains(errs, w) {
+				t.Errorf("%v: stderr %q does not mention %q", tc.args, errs, w)
+			}
+		}
+		if strings.Contains(errs, ".tmp") || strings.Contains(errs, ".check") || strings.Contains(errs, "data:") {
+			t.Errorf("%v: stderr %q shows a temporary file or came after reading the data", tc.args, errs)
+		}
+	}
+	assertOnlyFiles(t, dir, "t.csv")
+}
+
+// TestFitFormats: the model format follows --out's extension, and a CSV
+// named .parquet is read as CSV with a warning.
+func TestFitFormats(t *testing.T) {
+	dir := t.TempDir()
+	in := writeFile(t, dir, "t.parquet", goodCSV)
+	out := filepath.Join(dir, "m.parquet")
+	code, _, errs := emsf(t, "fit", "--input", in, "--order", "2", "--out", out)
+	if code != 0 || !strings.Contains(errs, "looks like CSV") {
+		t.Fatalf("exit %d, stderr %q; want a warning that the .parquet input is CSV", code, errs)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil || !bytes.HasPrefix(data, []byte("PAR1")) {
+		t.Fatalf("model %s is not Parquet (%v)", out, err)
+	}
+	fi, err := os.Stat(out)
+	if err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("model mode %v (%v); want 0644", fi.Mode().Perm(), err)
+	}
+}
+
+// TestModelGetNameAnywhere: NAME may follow the flags of model get; the
+// command then gets as far as connecting.
+func TestModelGetNameAnywhere(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m.arrow")
+	for _, args := range [][]string{
+		{"model", "get", "demo", "--out", out, "--nats", "nats://127.0.0.1:1"},
+		{"model", "get", "--out", out, "demo", "--nats", "nats://127.0.0.1:1"},
+		{"model", "get", "--out", out, "--nats", "nats://127.0.0.1:1", "demo"},
+	} {
+		code, _, errs := emsf(t, args...)
+		if code != 1 || !strings.Contains(errs, "127.0.0.1:1") || strings.Contains(errs, "unexpected argument") {
+			t.Errorf("%v: exit %d, stderr %q; want a connection error", args, code, errs)
+		}
+	}
+	if code, _, errs := emsf(t, "model", "get", "a", "--out", out, "b"); code != 2 || !strings.Contains(errs, `"b"`) {
+		t.Errorf("two names: exit %d, stderr %q", code, errs)
 	}
 }

@@ -67,6 +67,7 @@ const (
 // dataset is the counted transitions of one input, optionally with a
 // held-out part.
 type dataset struct {
+	file        string
 	n, u        int
 	transitions int
 	train       []*factor.Block // one per action
@@ -112,7 +113,7 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	}
 	n1, u1 := train.Dims()
 	n2, u2 := held.Dims()
-	d := &dataset{n: max(n1, n2), u: max(u1, u2), transitions: train.Len() + held.Len(),
+	d := &dataset{file: f.input, n: max(n1, n2), u: max(u1, u2), transitions: train.Len() + held.Len(),
 		fingerprint: h.sum()}
 	if d.transitions == 0 {
 		return nil, fmt.Errorf("%s: no transitions: the input has no data rows", f.input)

@@ -21,9 +21,13 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	var dir string
 	var m, workers int
 	var logs logFlags
+	var stop stopFlags
+	var prog progressFlags
 	fs := newFlagSet(e, "demo", "demo [flags]")
 	g.register(fs)
 	logs.register(fs)
+	stop.register(fs)
+	prog.register(fs)
 	fs.StringVar(&dir, "dir", "emsf-demo", "folder for the generated data and the fitted model")
 	fs.IntVar(&m, "order", 5, "order m of the fitted factorization")
 	fs.IntVar(&workers, "workers", 2, "goroutines computing statistics")
@@ -38,6 +42,12 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	}
 	if workers < 1 {
 		return usagef("--workers %d: must be >= 1", workers)
+	}
+	if err := stop.validate(); err != nil {
+		return err
+	}
+	if err := prog.validate(); err != nil {
+		return err
 	}
 	log, err := logs.logger(e, "emsf.demo")
 	if err != nil {
@@ -67,27 +77,36 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	shards, _ := shard.Split(ds.train, ds.n, shard.DefaultTargetNNZ)
+	blocks := shard.Blocks(shards)
 	md := factor.NewRandom(ds.n, m, ds.u, factor.TieNone, g.seed)
 	t0 := time.Now()
-	res, err := factor.Fit(ctx, md, shard.Blocks(shards), factor.FitOptions{
+	report := newProgress(e, &logs, &prog, log)
+	// The same stopping rule as emsf fit (stopFlags): emsf fit on the
+	// demo's data gives the demo's model.
+	res, err := factor.Fit(ctx, md, blocks, factor.FitOptions{
 		Workers:   workers,
-		Converger: factor.Converger{Tol: 1e-7, MaxIter: 1000},
-		Progress: func(s factor.IterStats) {
-			if s.Iteration%100 == 0 {
-				progress(log)(s)
-			}
-		},
+		Converger: stop.converger(),
+		Progress:  report.iterations(stop.iters),
 	})
+	report.done()
 	if err != nil {
 		return err
 	}
+	if err := factor.Evaluate(ctx, md, blocks, workers); err != nil {
+		return err
+	}
+	if res.Status.Early() && stop.tol > 0 {
+		log.Warn("the fit stopped before converging: raise --iters or --time-limit (or loosen --tol)",
+			"status", res.Status, "iterations", res.Iterations, "tol", stop.tol)
+	}
 	modelPath := filepath.Join(dir, "model.arrow")
-	mf := &arrowio.ModelFile{Model: md, Fingerprint: ds.fingerprint, Params: map[string]string{"source": "emsf demo"}}
+	mf := &arrowio.ModelFile{Model: md, Fingerprint: ds.fingerprint, Params: map[string]string{"source": "emsf demo"},
+		Status: res.Status.String()}
 	if err := arrowio.WriteModel(modelPath, mf, "arrow"); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "3. Fitted EMSF of order m=%d: %d iterations (%s) in %s, log-likelihood %.6g.\n",
-		m, res.Iterations, res.Status, time.Since(t0).Round(time.Millisecond), res.LogLik)
+		m, res.Iterations, res.Status, time.Since(t0).Round(time.Millisecond), md.LogLik)
 
 	cnt, err := factor.NewCNT(ds.n, ds.u, ds.train, 0)
 	if err != nil {

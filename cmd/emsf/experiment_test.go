@@ -137,7 +137,7 @@ func TestExperimentBadFlags(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("a failed experiment created %s", dir)
 	}
-	if code, _, errs := emsf(t, "experiment", "-h"); code != 0 || !strings.Contains(errs, "sample-size") || !strings.Contains(errs, "sampling") {
+	if code, errs, _ := emsf(t, "experiment", "-h"); code != 0 || !strings.Contains(errs, "sample-size") || !strings.Contains(errs, "sampling") {
 		t.Errorf("experiment -h: exit %d\n%s", code, errs)
 	}
 }

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,28 +20,29 @@ import (
 
 // fitFlags are the flags of emsf fit.
 type fitFlags struct {
-	in        inputFlags
-	logs      logFlags
-	cluster   clusterFlags
-	inc       incrementalFlags
-	onlineEM  onlineEMFlags
-	order     string
-	tie       string
-	iters     int
-	tol       float64
-	timeLimit time.Duration
-	seed      uint64
-	restarts  int
-	workers   int
-	alpha     float64
-	initModel string
-	holdout   float64
-	out       string
-	format    string
-	shardNNZ  int
-	groupNNZ  int
-	algorithm string
-	loss      string
+	in         inputFlags
+	logs       logFlags
+	cluster    clusterFlags
+	inc        incrementalFlags
+	onlineEM   onlineEMFlags
+	order      string
+	tie        string
+	stop       stopFlags
+	progress   progressFlags
+	report     *progress // set by runFit
+	seed       uint64
+	restarts   int
+	workers    int
+	alpha      float64
+	initModel  string
+	initSmooth float64
+	holdout    float64
+	out        string
+	format     string
+	shardNNZ   int
+	groupNNZ   int
+	algorithm  string
+	loss       string
 
 	orders []int
 	tieV   factor.Tie
@@ -53,17 +58,17 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	f.onlineEM.register(fs)
 	fs.StringVar(&f.order, "order", "", "order m of the factorization (number of hidden states); a list like 5,10,20 with --holdout picks the best (required)")
 	fs.StringVar(&f.tie, "tie", "none", "tie mode: none (D^a, K^a per action), shared-k (one K), shared-d (one D)")
-	fs.IntVar(&f.iters, "iters", 200, "maximum number of EM iterations (0: no limit)")
-	fs.Float64Var(&f.tol, "tol", 1e-6, "stop when the relative change of the log-likelihood is at most this (0: never)")
-	fs.DurationVar(&f.timeLimit, "time-limit", 0, "stop after this long, e.g. 10m (0: no limit)")
+	f.stop.register(fs)
+	f.progress.register(fs)
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the random initialisation and of the held-out split")
 	fs.IntVar(&f.restarts, "restarts", 1, "fit from this many random seeds (seed, seed+1, ...) and keep the best log-likelihood")
 	fs.IntVar(&f.workers, "workers", 2, "goroutines computing statistics in parallel (the result does not depend on it)")
 	fs.Float64Var(&f.alpha, "alpha", 1, "learning rate of each commit, in (0, 1]; 1 is plain EM")
 	fs.StringVar(&f.initModel, "init", "", "warm-start from this model file instead of a random initialisation")
+	fs.Float64Var(&f.initSmooth, "init-smooth", 0, "mix the --init model with the uniform distribution, this weight in [0, 1), so that new data may hold transitions it gives probability 0 (e.g. 0.01)")
 	fs.Float64Var(&f.holdout, "holdout", 0, "fraction of transitions held out to score each --order (0: none)")
 	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model")
-	fs.StringVar(&f.format, "format", "arrow", "model file format: arrow (Arrow IPC file) or parquet")
+	fs.StringVar(&f.format, "format", "", "model file format: arrow (Arrow IPC file) or parquet (default: parquet for an --out ending in .parquet or .pq, else arrow)")
 	fs.IntVar(&f.shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (the reduce order, hence the exact result, depends on it)")
 	fs.IntVar(&f.groupNNZ, "group-nnz", factor.DefaultGroupNNZ, "target nonzeros per reduction group: the sums of a pass follow a fixed tree over groups of shards (reduce order "+factor.ReduceOrder+"), so the exact result depends on it, never on --workers or the cluster")
 	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
@@ -76,6 +81,10 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	}
 	log, err := f.logs.logger(e, "emsf.fit")
 	if err != nil {
+		return err
+	}
+	f.report = newProgress(e, &f.logs, &f.progress, log)
+	if err := f.preflight(log); err != nil {
 		return err
 	}
 	if f.inc.enabled {
@@ -107,19 +116,35 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		if err := warm.Model.CheckCompatible(data.n, f.orders[0], data.u, f.tieV); err != nil {
 			return fmt.Errorf("--init %s: %w", f.initModel, err)
 		}
+		if err := warm.Model.Smooth(f.initSmooth); err != nil {
+			return err // validate checked the weight
+		}
 	}
 	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
 		"nonzeros", nnz(data.train), "held_out", f.holdout > 0)
 
-	best, bestM := (*factor.Model)(nil), 0
+	bestM := 0
 	if len(f.orders) > 1 || f.holdout > 0 {
 		bestHO := math.Inf(-1)
 		for _, m := range f.orders {
-			md, err := f.fitOrder(ctx, log, data.train, data.n, m, data.u, warm)
+			md, status, err := f.fitOrder(ctx, log, data.train, data.n, m, data.u, warm)
 			if err != nil {
 				return err
 			}
-			ho, err := factor.HeldOut(md, data.holdout)
+			if status == statusInterrupted {
+				// The model of the interrupted fit, of order m on the
+				// training part: the work done so far, kept.
+				return f.write(e, md, data, status, fmt.Sprintf("while fitting order %d on the training part", m))
+			}
+			// Scored smoothed, as CNT's held-out score is (add-one): EM
+			// drives the probability of transitions never seen in training
+			// to 0 (exactly, once converged), and one such transition in
+			// the held-out part would make the score -Inf.
+			sm := md.Clone()
+			if err := sm.Smooth(heldOutSmoothing); err != nil {
+				return err
+			}
+			ho, err := factor.HeldOut(sm, data.holdout)
 			if err != nil {
 				return fmt.Errorf("held-out evaluation of order %d: %w", m, err)
 			}
@@ -128,21 +153,43 @@ func runFit(ctx context.Context, e *env, args []string) error {
 				bestHO, bestM = ho, m
 			}
 		}
-		fmt.Fprintf(e.stdout, "best order: %d; refitting it on all %d transitions\n", bestM, data.transitions)
+		fmt.Fprintf(e.stdout, "best order: %d (held-out scores of each model mixed with the uniform distribution, weight %g); refitting it on all %d transitions\n",
+			bestM, heldOutSmoothing, data.transitions)
 	} else {
 		bestM = f.orders[0]
 	}
-	best, err = f.fitOrder(ctx, log, data.all(), data.n, bestM, data.u, warm)
+	best, status, err := f.fitOrder(ctx, log, data.all(), data.n, bestM, data.u, warm)
 	if err != nil {
 		return err
 	}
-	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: f.params(bestM),
+	return f.write(e, best, data, status, "")
+}
+
+// heldOutSmoothing is the weight of the uniform distribution mixed into
+// each model (factor.Model.Smooth) before it is scored on held-out data.
+const heldOutSmoothing = 1e-3
+
+// statusInterrupted is the model status of a fit stopped by a signal.
+const statusInterrupted = "interrupted"
+
+// write writes the fitted model with its status. An interrupted fit's
+// model is written too (the last completed iteration), and then write
+// returns an error so that emsf exits non-zero; where says what was being
+// fitted when the signal came.
+func (f *fitFlags) write(e *env, md *factor.Model, data *dataset, status, where string) error {
+	mf := &arrowio.ModelFile{Model: md, Fingerprint: data.fingerprint, Params: f.params(md.M), Status: status,
 		ReduceOrder: factor.ReduceOrder, GroupNNZ: f.groupNNZ}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations, log-likelihood %.6g, WKL %.6g\nwrote %s\n",
-		best.N, best.M, best.U, best.Tie, best.Iteration, best.LogLik, best.WKL, f.out)
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations (%s), log-likelihood %.6g, WKL %.6g\nwrote %s\n",
+		md.N, md.M, md.U, md.Tie, md.Iteration, status, md.LogLik, md.WKL, f.out)
+	if status == statusInterrupted {
+		if where != "" {
+			where = " " + where
+		}
+		return fmt.Errorf("interrupted%s: wrote the model of the last completed iteration (%d) to %s", where, md.Iteration, f.out)
+	}
 	return nil
 }
 
@@ -172,14 +219,11 @@ func (f *fitFlags) validate() error {
 	if f.tieV, err = factor.ParseTie(f.tie); err != nil {
 		return usagef("--tie %q: want none, shared-k or shared-d", f.tie)
 	}
-	if f.iters < 0 {
-		return usagef("--iters %d: must be >= 0", f.iters)
+	if err := f.stop.validate(); err != nil {
+		return err
 	}
-	if !(f.tol >= 0) {
-		return usagef("--tol %v: must be >= 0", f.tol)
-	}
-	if f.iters == 0 && f.tol == 0 && f.timeLimit == 0 {
-		return usagef("--iters 0 and --tol 0 with no --time-limit would never stop")
+	if err := f.progress.validate(); err != nil {
+		return err
 	}
 	if f.restarts < 1 {
 		return usagef("--restarts %d: must be >= 1", f.restarts)
@@ -193,17 +237,23 @@ func (f *fitFlags) validate() error {
 	if !(f.holdout >= 0 && f.holdout < 1) {
 		return usagef("--holdout %v: must be in [0, 1)", f.holdout)
 	}
-	if f.format != "arrow" && f.format != "parquet" {
-		return usagef("--format %q: want arrow or parquet", f.format)
-	}
 	if f.out == "" {
 		return usagef("--out must name a file")
+	}
+	if err := modelFormat(&f.format, f.out); err != nil {
+		return err
 	}
 	if f.shardNNZ < 1 {
 		return usagef("--shard-nnz %d: must be >= 1", f.shardNNZ)
 	}
 	if f.groupNNZ < 1 {
 		return usagef("--group-nnz %d: must be >= 1", f.groupNNZ)
+	}
+	if !(f.initSmooth >= 0 && f.initSmooth < 1) {
+		return usagef("--init-smooth %v: must be in [0, 1)", f.initSmooth)
+	}
+	if f.initSmooth > 0 && f.initModel == "" {
+		return usagef("--init-smooth mixes the --init model: give --init FILE")
 	}
 	if f.initModel != "" && (len(orders) > 1 || f.restarts > 1) {
 		return usagef("--init warm-starts one model: it cannot be combined with several --order values or --restarts")
@@ -220,12 +270,70 @@ func (f *fitFlags) validate() error {
 	return f.cluster.validate()
 }
 
+// preflight finds before any work what would otherwise fail after it: an
+// --out that cannot be written, a --nats server that cannot be reached;
+// and warns when the input's content and name disagree on its format.
+func (f *fitFlags) preflight(log hclog.Logger) error {
+	if f.in.format == "" {
+		if _, note, err := arrowio.DetectFormat(f.in.input); err != nil {
+			return err
+		} else if note != "" {
+			log.Warn(note)
+		}
+	}
+	if f.algorithm != algCNT {
+		if err := arrowio.CheckWritable(f.out); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	if f.cluster.url != "" {
+		nc, err := f.cluster.conn("emsf-preflight").Connect()
+		if err != nil {
+			return fmt.Errorf("--nats %s: %w", f.cluster.url, err)
+		}
+		nc.Close()
+	}
+	return nil
+}
+
+// modelFormat sets *format, the model file format, from the extension of
+// out unless it was given, and refuses a format that contradicts the
+// extension (Parquet written into model.arrow).
+func modelFormat(format *string, out string) error {
+	byName := arrowio.ModelArrow
+	switch strings.ToLower(filepath.Ext(out)) {
+	case ".parquet", ".pq":
+		byName = arrowio.ModelParquet
+	case ".arrow", ".feather", ".ipc":
+	default:
+		byName = ""
+	}
+	switch {
+	case *format == "":
+		*format = cmp.Or(byName, arrowio.ModelArrow)
+	case *format != arrowio.ModelArrow && *format != arrowio.ModelParquet:
+		return usagef("--format %q: want arrow or parquet", *format)
+	case byName != "" && byName != *format:
+		return usagef("--format %s but --out %s names a%s file: give --out a .%s name, or drop --format", *format, out,
+			map[string]string{arrowio.ModelArrow: "n Arrow", arrowio.ModelParquet: " Parquet"}[byName], *format)
+	}
+	return nil
+}
+
 // fitOrder fits order m from each restart's seed (or from the warm model)
-// and returns the model with the best log-likelihood.
-func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*factor.Block, n, m, u int, warm *arrowio.ModelFile) (*factor.Model, error) {
+// and returns the model with the best log-likelihood and how its fit
+// ended. Each model carries the log-likelihood of its own final
+// parameters (factor.Evaluate). A fit stopped by an iteration or time
+// limit before reaching a positive --tol is reported with a warning. When
+// ctx is cancelled (Ctrl-C, SIGTERM), fitOrder stops and returns the best
+// of the models fitted so far, the interrupted one included (it is the
+// model of its last completed iteration), with status "interrupted"; it
+// fails only if no iteration completed at all.
+func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*factor.Block, n, m, u int, warm *arrowio.ModelFile) (*factor.Model, string, error) {
 	shards, man := shard.Split(mats, n, f.shardNNZ)
 	blocks := shard.Blocks(shards)
 	var best *factor.Model
+	bestStatus := ""
 	for r := range f.restarts {
 		var md *factor.Model
 		if warm != nil {
@@ -237,8 +345,8 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 			Alpha:     f.alpha,
 			Workers:   f.workers,
 			GroupNNZ:  f.groupNNZ,
-			Converger: factor.Converger{Tol: f.tol, MaxIter: f.iters, TimeLimit: f.timeLimit},
-			Progress:  progress(log.With("order", m, "seed", md.Seed)),
+			Converger: f.stop.converger(),
+			Progress:  f.report.iterations(f.stop.iters, "order", m, "seed", md.Seed),
 		}
 		var res factor.FitResult
 		var err error
@@ -248,32 +356,43 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 		} else {
 			res, err = factor.Fit(ctx, md, blocks, opts)
 		}
-		if err != nil {
-			return nil, err
+		f.report.done()
+		interrupted := err != nil && ctx.Err() != nil
+		if err != nil && !interrupted {
+			if warm != nil && f.initSmooth == 0 && strings.Contains(err.Error(), "has probability 0") {
+				err = fmt.Errorf("%w\n(the --init model cannot explain a transition of this data: --init-smooth 0.01 mixes it with the uniform distribution)", err)
+			}
+			return nil, "", err
 		}
-		log.Info("fit done", "order", m, "seed", md.Seed, "status", res.Status, "iterations", res.Iterations,
-			"loglik", res.LogLik, "elapsed", res.Elapsed.Round(time.Millisecond))
+		status := res.Status.String()
+		if interrupted {
+			status = statusInterrupted
+			if warm == nil && md.Iteration == 0 {
+				if best != nil {
+					break
+				}
+				return nil, "", fmt.Errorf("interrupted before the first iteration completed: no model written: %w", err)
+			}
+		}
+		// The final pass is short (one E-step); it runs even after an
+		// interrupt, so the model written carries its own log-likelihood.
+		if err := factor.Evaluate(context.WithoutCancel(ctx), md, blocks, f.workers); err != nil {
+			return nil, "", err
+		}
+		log.Info("fit done", "order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations,
+			"loglik", md.LogLik, "elapsed", res.Elapsed.Round(time.Millisecond))
+		if res.Status.Early() && f.stop.tol > 0 && !interrupted {
+			log.Warn("the fit stopped before converging: raise --iters or --time-limit (or loosen --tol)",
+				"order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations, "tol", f.stop.tol)
+		}
 		if best == nil || md.LogLik > best.LogLik {
-			best = md
+			best, bestStatus = md, status
+		}
+		if interrupted {
+			return best, statusInterrupted, nil
 		}
 	}
-	return best, nil
-}
-
-// progress returns the per-iteration progress line.
-func progress(log hclog.Logger) func(factor.IterStats) {
-	return func(s factor.IterStats) {
-		args := []any{"iter", s.Iteration}
-		if !math.IsNaN(s.LogLik) {
-			args = append(args, "loglik", fmt.Sprintf("%.8g", s.LogLik))
-		}
-		if !math.IsNaN(s.RelChange) {
-			args = append(args, "delta", fmt.Sprintf("%.3g", s.RelChange))
-		}
-		rate := float64(s.NNZ) / s.IterTime.Seconds()
-		args = append(args, "elapsed", s.Elapsed.Round(time.Millisecond), "nnz_per_s", fmt.Sprintf("%.3g", rate))
-		log.Info("iteration", args...)
-	}
+	return best, bestStatus, nil
 }
 
 func (f *fitFlags) params(m int) map[string]string {
@@ -281,8 +400,8 @@ func (f *fitFlags) params(m int) map[string]string {
 		"input":     f.in.input,
 		"order":     strconv.Itoa(m),
 		"tie":       f.tieV.String(),
-		"iters":     strconv.Itoa(f.iters),
-		"tol":       strconv.FormatFloat(f.tol, 'g', -1, 64),
+		"iters":     strconv.Itoa(f.stop.iters),
+		"tol":       strconv.FormatFloat(f.stop.tol, 'g', -1, 64),
 		"seed":      strconv.FormatUint(f.seed, 10),
 		"restarts":  strconv.Itoa(f.restarts),
 		"alpha":     strconv.FormatFloat(f.alpha, 'g', -1, 64),
@@ -299,4 +418,45 @@ func nnz(bs []*factor.Block) int {
 		n += b.NNZ()
 	}
 	return n
+}
+
+// The stopping rule of fit and demo. The defaults converge (reach --tol)
+// on the README's data (100 states, 2 000 transitions, order 5: 621
+// iterations); a fit that stops at --iters or --time-limit first says so.
+const (
+	defaultIters = 1000
+	defaultTol   = 1e-7
+)
+
+// stopFlags are --iters, --tol and --time-limit.
+type stopFlags struct {
+	iters     int
+	tol       float64
+	timeLimit time.Duration
+}
+
+func (s *stopFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&s.iters, "iters", defaultIters, "maximum number of EM iterations (0: no limit)")
+	fs.Float64Var(&s.tol, "tol", defaultTol, "stop when the relative change of the log-likelihood is at most this (0: never)")
+	fs.DurationVar(&s.timeLimit, "time-limit", 0, "stop after this long, e.g. 10m (0: no limit)")
+}
+
+func (s *stopFlags) validate() error {
+	if s.iters < 0 {
+		return usagef("--iters %d: must be >= 0", s.iters)
+	}
+	if !(s.tol >= 0) {
+		return usagef("--tol %v: must be >= 0", s.tol)
+	}
+	if s.timeLimit < 0 {
+		return usagef("--time-limit %v: must be >= 0", s.timeLimit)
+	}
+	if s.iters == 0 && s.tol == 0 && s.timeLimit == 0 {
+		return usagef("--iters 0 and --tol 0 with no --time-limit would never stop")
+	}
+	return nil
+}
+
+func (s *stopFlags) converger() factor.Converger {
+	return factor.Converger{Tol: s.tol, MaxIter: s.iters, TimeLimit: s.timeLimit}
 }

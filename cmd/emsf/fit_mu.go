@@ -80,9 +80,10 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 		seed := f.seed + uint64(r)
 		md, res, err := factor.MU(ctx, data.n, m, data.u, blocks, seed, factor.MUOptions{
 			Rule: rule, Loss: loss, Tie: f.tieV, Workers: f.workers,
-			Converger: factor.Converger{Tol: f.tol, MaxIter: f.iters, TimeLimit: f.timeLimit},
-			Progress:  progress(log.With("order", m, "seed", seed)),
+			Converger: f.stop.converger(),
+			Progress:  f.report.iterations(f.stop.iters, "order", m, "seed", seed),
 		})
+		f.report.done()
 		if err != nil {
 			return err
 		}

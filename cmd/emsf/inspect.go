@@ -27,6 +27,9 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(w, "model %s\n", path)
 	fmt.Fprintf(w, "  states n     %d\n  order m      %d\n  actions u    %d\n  tie          %s\n", md.N, md.M, md.U, md.Tie)
 	fmt.Fprintf(w, "  iterations   %d\n  loglik       %.10g\n  WKL          %.10g\n  seed         %d\n", md.Iteration, md.LogLik, md.WKL, md.Seed)
+	if mf.Status != "" {
+		fmt.Fprintf(w, "  fit ended    %s\n", mf.Status)
+	}
 	if mf.Fingerprint != "" {
 		fmt.Fprintf(w, "  data         %s\n", mf.Fingerprint)
 	}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -72,6 +73,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	e := &env{stdout: stdout, stderr: stderr}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		fmt.Fprintln(stdout, version())
+		return 0
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		if len(args) > 1 {
 			return run([]string{args[1], "-h"}, stdout, stderr)
@@ -112,7 +117,35 @@ func usage(w io.Writer) {
 	for _, c := range cs {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'emsf help <command>' or 'emsf <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'emsf help <command>' or 'emsf <command> -h' for a command's flags; 'emsf --version' for the version.")
+}
+
+// version returns the module version and the VCS commit the binary was
+// built from (from the build information; "(devel)" for a build in a
+// checkout, whose commit is then the one checked out).
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "emsf (no build information)"
+	}
+	v := "emsf " + bi.Main.Version
+	var rev, at, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = ", modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += fmt.Sprintf(" (commit %s, %s%s)", rev, at, dirty)
+	}
+	return v + " " + bi.GoVersion
 }
 
 // usageError is a bad flag or argument; it exits with status 2.
@@ -122,30 +155,123 @@ func (u usageError) Error() string { return u.msg }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
-// newFlagSet returns a flag set that prints its usage to e.stderr with a
-// one-line summary, and returns errors instead of exiting.
+// newFlagSet returns a flag set whose help (-h) goes to e.stdout, its
+// flags grouped by what they are about (see printFlags), and that returns
+// errors instead of printing or exiting: parse turns them into usage
+// errors.
 func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: emsf %s\n\nFlags:\n", synopsis)
-		fs.PrintDefaults()
+		fmt.Fprintf(e.stdout, "Usage: emsf %s\n", synopsis)
+		printFlags(e.stdout, fs)
 	}
 	return fs
 }
 
-// parse parses args and turns flag errors into usage errors.
+// parse parses args and turns flag errors into usage errors. On -h it
+// prints the help (fs.Usage) and returns flag.ErrHelp. Arguments that are
+// not flags are refused.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
 	}
 	return nil
+}
+
+// parseArgs parses args, whose flags and other arguments may come in any
+// order ("get NAME --out f" and "get --out f NAME"), and returns the
+// arguments that are not flags.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	usage := fs.Usage
+	fs.Usage = func() {} // flag calls it on errors too: help is printed below, on -h only
+	defer func() { fs.Usage = usage }()
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				usage()
+				return nil, err
+			}
+			return nil, usageError{err.Error() + " (see 'emsf help " + fs.Name() + "')"}
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// flagGroups are the sections of a command's help, in order, and the flags
+// each holds; a flag in none is listed under "Other flags".
+type flagGroup struct {
+	title string
+	names []string
+}
+
+func flagGroups() []flagGroup {
+	return []flagGroup{
+		{"Input", []string{"input", "input-format", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "rho"}},
+		{"Model", []string{"order", "orders", "tie", "init", "algorithm", "seed", "true-order", "rows", "conc"}},
+		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "holdout", "shard-nnz", "incremental", "passes", "eta-max", "commit-every", "mode", "every", "interval"}},
+		{"Output", []string{"out", "format", "dir"}},
+		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key",
+			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",
+			"min-workers", "wait-workers", "worker-probe", "worker-timeout", "use-workers", "replicas", "store", "listen", "port",
+			"max-cached-shards", "task-delay", "stream-max-age", "stream-max-bytes", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
+		{"Logging and progress", []string{"quiet", "verbose", "log-level", "log-json", "log-every"}},
+	}
+}
+
+// printFlags prints fs's flags like flag.PrintDefaults, with two dashes,
+// in the sections of flagGroups that have any.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	groups := flagGroups()
+	group := map[string]int{}
+	for g, fg := range groups {
+		for _, n := range fg.names {
+			group[n] = g
+		}
+	}
+	sections := make([][]*flag.Flag, len(groups)+1)
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := group[f.Name]
+		if !ok {
+			g = len(groups)
+		}
+		sections[g] = append(sections[g], f)
+	})
+	for g, flags := range sections {
+		if len(flags) == 0 {
+			continue
+		}
+		title := "Other flags"
+		if g < len(groups) {
+			title = groups[g].title
+		}
+		fmt.Fprintf(w, "\n%s:\n", title)
+		for _, f := range flags {
+			kind, usage := flag.UnquoteUsage(f)
+			line := "  --" + f.Name
+			if kind != "" {
+				line += " " + kind
+			}
+			line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+			switch def := f.DefValue; {
+			case def == "" || def == "0" || def == "false" || def == "0s":
+			case fmt.Sprintf("%T", f.Value) == "*flag.stringValue":
+				line += fmt.Sprintf(" (default %q)", def)
+			default:
+				line += fmt.Sprintf(" (default %v)", def)
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
 }
 
 // logFlags are the logging flags every long-running command shares.

@@ -2,14 +2,11 @@ package main
 
 import (
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-
-	"gonum.org/v1/gonum/floats/scalar"
 )
 
 // TestExperimentOnline: 2 runs × (t_c = 1000, 10000) × (α = 0.5, 1) × 3
@@ -76,40 +73,6 @@ func TestExperimentOnline(t *testing.T) {
 	}
 }
 
-// TestOnlineTruth: the sampling model is P itself (D the identity, K = P),
-// the rows of P are distributions, and ρ is stationary: ρP = ρ.
-func TestOnlineTruth(t *testing.T) {
-	const n = 20
-	chain, truth, rho, err := onlineTruth(n, 0.5, rand.New(rand.NewPCG(1, 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := chain.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if err := truth.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for j := range n {
-		v := 0.0
-		for i := range n {
-			if p, q := chain.Prob(0, i, j), truth.Prob(0, i, j); p != q {
-				t.Fatalf("P[%d,%d]: sampling model %v, truth %v", i, j, p, q)
-			}
-			v += rho[i] * truth.Prob(0, i, j)
-		}
-		// 1e-12: a 20-state solve loses a few digits at most.
-		if !scalar.EqualWithinAbs(v, rho[j], 1e-12) {
-			t.Errorf("(ρP)_%d = %v, ρ_%d = %v", j, v, j, rho[j])
-		}
-		sum += rho[j]
-	}
-	if !scalar.EqualWithinAbs(sum, 1, 1e-12) {
-		t.Errorf("Σρ = %v", sum)
-	}
-}
-
 // TestExperimentOnlineBadFlags: each bad value is a usage error (exit 2)
 // naming the flag and the value, and nothing is written.
 func TestExperimentOnlineBadFlags(t *testing.T) {
@@ -143,7 +106,7 @@ func TestExperimentOnlineBadFlags(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("a failed experiment created %s", dir)
 	}
-	if code, _, errs := emsf(t, "experiment", "online", "-h"); code != 0 || !strings.Contains(errs, "-commit-every") || strings.Contains(errs, "-tol") {
+	if code, errs, _ := emsf(t, "experiment", "online", "-h"); code != 0 || !strings.Contains(errs, "-commit-every") || strings.Contains(errs, "-tol") {
 		t.Errorf("experiment online -h: exit %d\n%s", code, errs)
 	}
 }

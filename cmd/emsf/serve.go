@@ -118,7 +118,7 @@ func runServe(ctx context.Context, e *env, args []string) (err error) {
 	fs.StringVar(&tie, "tie", "none", "tie mode: none, shared-k or shared-d")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the first version's random init")
 	fs.IntVar(&cfg.MaxIter, "iters", 100, "refit: most EM iterations")
-	fs.Float64Var(&cfg.Tol, "tol", 1e-6, "refit: stop when the log-likelihood per transition improves less than this")
+	fs.Float64Var(&cfg.Tol, "tol", 1e-6, "refit: stop when the log-likelihood per transition improves less than this (0: never, run --iters)")
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "refit in this process: goroutines")
 	fs.IntVar(&cfg.ShardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "refit: nonzeros per shard")
 	fs.StringVar(&useWorkers, "use-workers", "auto", "refit on emsf workers of the NATS server: auto (when any answer), yes (wait for them) or no")
@@ -139,7 +139,7 @@ func runServe(ctx context.Context, e *env, args []string) (err error) {
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464 (path /metrics)")
 	fs.DurationVar(&cfg.IngestDelay, "ingest-delay", 0, "testing: wait this long before counting each message")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: emsf serve --name NAME (--nats URL | --embedded) [flags]
+		fmt.Fprintf(e.stdout, `Usage: emsf serve --name NAME (--nats URL | --embedded) [flags]
 
 Owns model NAME: counts the transitions published to the JetStream stream subject
 <prefix>.NAME.transitions (CSV or Arrow IPC payloads; 'emsf publish' sends a file),
@@ -149,10 +149,8 @@ the Object Store, records it as latest in KV and announces it on <prefix>.NAME.m
 ('emsf model get NAME --out FILE' fetches one). Counts are checkpointed with the
 stream sequence they include: a restart neither loses nor double-counts a
 transition. SIGINT or SIGTERM checkpoints and exits.
-
-Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(e.stdout, fs)
 	}
 	if err := parse(fs, args); err != nil {
 		return err
@@ -184,7 +182,7 @@ Flags:
 		return usagef("--order %d: must be >= 1", cfg.Order)
 	case cfg.MaxIter < 1:
 		return usagef("--iters %d: must be >= 1", cfg.MaxIter)
-	case cfg.Tol < 0:
+	case !(cfg.Tol >= 0):
 		return usagef("--tol %v: must be >= 0", cfg.Tol)
 	case cfg.Workers < 1:
 		return usagef("--workers %d: must be >= 1", cfg.Workers)
@@ -220,6 +218,13 @@ Flags:
 		return usagef("--worker-timeout %v: must be > 0", cfg.WorkerTimeout)
 	case cfg.IngestDelay < 0:
 		return usagef("--ingest-delay %v: must be >= 0", cfg.IngestDelay)
+	}
+	if cfg.Tol == 0 {
+		// service.Config reads a zero Tol as "the default"; --tol 0 means
+		// never stop on the tolerance. The smallest positive tolerance
+		// stops a refit only when its log-likelihood no longer changes at
+		// all, which is the same thing.
+		cfg.Tol = math.SmallestNonzeroFloat64
 	}
 	if embedded {
 		if port != -1 && (port < 1 || port > 65535) {
@@ -469,7 +474,7 @@ func request(ctx context.Context, e *env, nc *nats.Conn, subject, name string, b
 // runModel is emsf model get|list|status.
 func runModel(ctx context.Context, e *env, args []string) (err error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(e.stderr, `Usage: emsf model <get|list|status> NAME [flags]
+		fmt.Fprint(e.stdout, `Usage: emsf model <get|list|status> NAME [flags]
 
   get NAME [--version V] --out FILE   fetch a version (default: the latest) of a served model
   list NAME                           list the stored versions
@@ -496,16 +501,21 @@ Run 'emsf model get -h' for the flags.
 		fs.StringVar(&out, "out", "", "model file to write (Arrow IPC; required)")
 	}
 	fs.DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the server")
-	if len(rest) > 0 && rest[0] != "" && rest[0][0] != '-' {
-		rest = append([]string{"--name", rest[0]}, rest[1:]...)
-	}
 	switch sub {
 	case "get", "list", "status":
 	default:
 		return usagef("unknown subcommand %q: want get, list or status", sub)
 	}
-	if err := parse(fs, rest); err != nil {
+	// NAME may come anywhere among the flags.
+	pos, err := parseArgs(fs, rest)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 1 {
+		return usagef("unexpected argument %q (one NAME)", pos[1])
+	}
+	if len(pos) == 1 {
+		fs.Set("name", pos[0])
 	}
 	if err := sf.validate(); err != nil {
 		return err

@@ -21,7 +21,7 @@ import (
 // the task it runs: the coordinator hands it out again), drains and exits 0.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stderr) // errors
 	var (
 		nf        natsFlags
 		name      string
@@ -39,11 +39,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.DurationVar(&delay, "task-delay", 0, "testing: wait this long before computing each task")
 	fs.IntVar(&delayFrom, "task-delay-from", 0, "testing: apply --task-delay to the tasks of this iteration and later only (0: all)")
 	fs.Usage = func() {
+		fs.SetOutput(stdout) // help
 		fmt.Fprintf(fs.Output(), "Usage: emsf worker --nats URL [flags]\n\n"+
 			"Runs a cluster worker: a NATS micro service (%q, see 'nats micro ls') that computes the\n"+
 			"statistics of shards for 'emsf fit --nats URL'. Start as many as you like, anywhere;\n"+
-			"SIGINT or SIGTERM cancels the task at hand (the coordinator hands it to another worker) and exits.\n\nFlags:\n", wire.ServiceName)
-		fs.PrintDefaults()
+			"SIGINT or SIGTERM cancels the task at hand (the coordinator hands it to another worker) and exits.\n", wire.ServiceName)
+		printFlags(fs.Output(), fs)
+		fs.SetOutput(stderr)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
