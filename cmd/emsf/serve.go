@@ -243,10 +243,10 @@ Flags:
 	if err := onlineEM.validate(); err != nil {
 		return err
 	}
-	cfg.OnlineEM = onlineEM.options()
-	if cfg.OnlineEM.Floor == 0 {
-		cfg.OnlineEM.Floor = service.NoFloor // 0 in a Config is the default
+	if mode == string(service.ModeOnlineEM) && onlineEM.floor == 0 {
+		return usagef("--online-em-floor 0: emsf serve needs a floor > 0 (a transition of probability 0 would fail every later retrain)")
 	}
+	cfg.OnlineEM = onlineEM.options()
 	cfg.Tie, cfg.Seed, cfg.Every, cfg.Mode, cfg.UseWorkers = t, seed, every, service.Mode(mode), service.UseWorkers(useWorkers)
 	cfg.CheckpointEvery, cfg.Replicas, cfg.StreamMaxAge, cfg.StreamMaxBytes = checkpoint, replicas, streamMaxAge, streamMaxBytes
 	log, err := lf.logger(e, "emsf")

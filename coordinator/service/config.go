@@ -41,9 +41,6 @@ const (
 	WorkersNever UseWorkers = "no"
 )
 
-// NoFloor as Config.OnlineEM.Floor turns the online EM floor off.
-const NoFloor = -1
-
 // Default bucket names.
 const (
 	DefaultStateBucket = "emsf-serve"
@@ -86,8 +83,9 @@ type Config struct {
 	EtaMax int
 
 	// OnlineEM configures ModeOnlineEM (zero value: defaults a = 0.8,
-	// burn-in 100, floor factor.DefaultOnlineEMFloor; a zero Floor is
-	// the default, NoFloor (any negative value) means 0).
+	// burn-in 100, floor factor.DefaultOnlineEMFloor). The floor must be
+	// positive: without it a transition the model gives probability 0
+	// would fail the retrain, and every later one (it stays pending).
 	OnlineEM factor.OnlineEMOptions
 
 	// Every retrains when this many transitions (rows) arrived since the
@@ -166,11 +164,8 @@ func (c *Config) defaults() error {
 	if c.OnlineEM.BurnIn == 0 {
 		c.OnlineEM.BurnIn = 100
 	}
-	switch {
-	case c.OnlineEM.Floor == 0:
+	if c.OnlineEM.Floor == 0 {
 		c.OnlineEM.Floor = factor.DefaultOnlineEMFloor
-	case c.OnlineEM.Floor < 0:
-		c.OnlineEM.Floor = 0
 	}
 	if c.CheckpointEvery <= 0 {
 		c.CheckpointEvery = 2 * time.Second
@@ -214,8 +209,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("service: online EM step exponent %v: must be in (0.5, 1]", c.OnlineEM.GammaExp)
 	case c.OnlineEM.BurnIn < 1:
 		return fmt.Errorf("service: online EM burn-in %d: must be >= 1", c.OnlineEM.BurnIn)
-	case !(c.OnlineEM.Floor < 1):
-		return fmt.Errorf("service: online EM floor %v: must be in [0, 1)", c.OnlineEM.Floor)
+	case !(c.OnlineEM.Floor > 0 && c.OnlineEM.Floor < 1):
+		return fmt.Errorf("service: online EM floor %v: must be in (0, 1) (a transition of probability 0 would fail every retrain)", c.OnlineEM.Floor)
 	case c.MaxIter < 0 || c.Tol < 0 || c.EtaMax < 0 || c.Every < 0 || c.Interval < 0 || c.States < 0 || c.Actions < 0:
 		return fmt.Errorf("service: negative limit in %+v", *c)
 	case c.MaxModelBytes < 0 || c.MaxStates < 0 || c.MaxActions < 0:

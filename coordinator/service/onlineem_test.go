@@ -118,6 +118,7 @@ func TestServeOnlineEMConfig(t *testing.T) {
 		{factor.OnlineEMOptions{GammaExp: 1.2}, "step exponent 1.2"},
 		{factor.OnlineEMOptions{BurnIn: -3}, "burn-in -3"},
 		{factor.OnlineEMOptions{Floor: 1}, "floor 1"},
+		{factor.OnlineEMOptions{Floor: -1e-9}, "floor -1e-09"},
 	} {
 		_, err := New(t.Context(), nc, Config{Name: "oemc", Mode: ModeOnlineEM, OnlineEM: c.opts})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
