@@ -32,7 +32,7 @@ func (f *onlineEMFlags) register(fs *flag.FlagSet) {
 func (p *onlineEMParams) register(fs *flag.FlagSet, when string) {
 	fs.Float64Var(&p.gammaExp, "gamma-exp", 0.8, when+": exponent a of the steps γ_t = t^-a, in (0.5, 1]")
 	fs.Int64Var(&p.burnIn, "burn-in", 100, when+": unit transitions before the first M-step (>= 1)")
-	fs.Float64Var(&p.floor, "online-em-floor", factor.DefaultOnlineEMFloor, when+": after each M-step mix the rows with the uniform distribution, D ← (1-ε)D + ε/m, K ← (1-ε)K + ε/n, so that transitions to states not seen before the burn-in stay possible; 0 turns it off (such a transition is then an error), in [0, 1)")
+	fs.Float64Var(&p.floor, "online-em-floor", factor.DefaultOnlineEMFloor, when+": after each M-step mix the rows with the uniform distribution, D ← (1-ε)D + ε/m, K ← (1-ε)K + ε/n, so that transitions to states not seen before the burn-in stay possible; 0 turns it off (such a transition is then an error; emsf serve refuses 0), in [0, 1)")
 }
 
 // validate checks the settings, naming the bad flag.

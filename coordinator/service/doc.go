@@ -67,7 +67,8 @@
 // version's rows scaled by their shares of the counts that version saw
 // (the spec's parameter-averaging equivalence; the row masses are the
 // ones γ_t = 1/t gives). A version is therefore a function of stored
-// state only (previous version, Units, the checkpointed counts): a
+// state only (previous version, Units, the checkpointed counts; a version
+// of another mode has Units 0, and online EM starts at t = 0 from it): a
 // restarted service makes bitwise the versions a running one makes. It is
 // not bitwise one uninterrupted online EM pass (`emsf fit --incremental
 // --online-em`) over the same stream: that one keeps its own row masses
