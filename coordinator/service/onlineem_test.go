@@ -88,11 +88,12 @@ func TestServeOnlineEM(t *testing.T) {
 }
 
 // In online-em mode a count is a number of unit transitions: a row with
-// a fractional count is rejected (naming it), the others are kept.
+// a fractional count is rejected (naming it), the others are kept; a
+// count above onlineEMChunk is taken in parts.
 func TestServeOnlineEMFractionalCount(t *testing.T) {
 	nc, _ := server(t)
 	start(t, nc, Config{Name: "oemf", Order: 2, Mode: ModeOnlineEM, UseWorkers: WorkersNever})
-	b := &arrowio.TransitionBatch{State: []int32{0, 1, 2}, Action: []int32{0, 0, 0}, Next: []int32{1, 2, 0}, Count: []float64{2, 1.5, 3}}
+	b := &arrowio.TransitionBatch{State: []int32{0, 1, 2}, Action: []int32{0, 0, 0}, Next: []int32{1, 2, 0}, Count: []float64{2, 1.5, onlineEMChunk + 3}}
 	data, err := arrowio.EncodeTransitionsPayload(b, 0, b.Len())
 	if err != nil {
 		t.Fatal(err)
@@ -102,8 +103,8 @@ func TestServeOnlineEMFractionalCount(t *testing.T) {
 		t.Fatalf("status %+v: want row 2 (count 1.5) rejected, 2 kept", st)
 	}
 	v, err := retrain(t, nc, "oemf")
-	if err != nil || v.Units != 5 {
-		t.Fatalf("retrain: %+v, %v; want 5 unit transitions", v, err)
+	if err != nil || v.Units != onlineEMChunk+5 {
+		t.Fatalf("retrain: %+v, %v; want %d unit transitions", v, err, onlineEMChunk+5)
 	}
 }
 

@@ -234,7 +234,7 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 		v.Iterations = inc.Stats().Commits
 	case ModeOnlineEM:
 		var err error
-		if md, err = onlineEM(md, s.cfg.OnlineEM, job, v); err != nil {
+		if md, err = onlineEM(ctx, md, s.cfg.OnlineEM, job, v); err != nil {
 			return nil, err
 		}
 	}
@@ -264,8 +264,9 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 // latest version, grown and smoothed) at its unit transition job.units,
 // with statistics re-derived from md and the counts it has seen
 // (factor.ResumeOnlineEM), and takes the pending counts in the table's
-// order, each count c as c unit transitions.
-func onlineEM(md *factor.Model, opts factor.OnlineEMOptions, job *fitJob, v *Version) (*factor.Model, error) {
+// order, each count c as c unit transitions (O(c·m) time: it stops when
+// ctx ends).
+func onlineEM(ctx context.Context, md *factor.Model, opts factor.OnlineEMOptions, job *fitJob, v *Version) (*factor.Model, error) {
 	o, err := factor.ResumeOnlineEM(md, opts, job.units, job.prior)
 	if err != nil {
 		return nil, err
@@ -274,9 +275,12 @@ func onlineEM(md *factor.Model, opts factor.OnlineEMOptions, job *fitJob, v *Ver
 		for r, i := range b.Rows {
 			for p := b.Ptr[r]; p < b.Ptr[r+1]; p++ {
 				// A pending count is an integer (ingestion refuses others in
-				// this mode); Add takes at most maxOnlineEMAdd at once.
-				for c := b.Vals[p]; c > 0; c -= maxOnlineEMAdd {
-					if err := o.Add(int(i), b.Action, int(b.Cols[p]), min(c, maxOnlineEMAdd)); err != nil {
+				// this mode), given in parts of at most onlineEMChunk units.
+				for c := b.Vals[p]; c > 0; c -= onlineEMChunk {
+					if err := ctx.Err(); err != nil {
+						return nil, err
+					}
+					if err := o.Add(int(i), b.Action, int(b.Cols[p]), min(c, onlineEMChunk)); err != nil {
 						return nil, err
 					}
 				}
@@ -289,8 +293,9 @@ func onlineEM(md *factor.Model, opts factor.OnlineEMOptions, job *fitJob, v *Ver
 	return md, nil
 }
 
-// maxOnlineEMAdd is the largest count given to one factor.OnlineEM.Add.
-const maxOnlineEMAdd = 1 << 30
+// onlineEMChunk is the largest count given to one factor.OnlineEM.Add
+// (between two looks at the context).
+const onlineEMChunk = 1 << 16
 
 // priorBlocks are the counts of es without their pending part: what the
 // latest version has seen.
