@@ -258,3 +258,70 @@ func (o *OnlineEM) Model() *Model {
 	o.sinceModel = 0
 	return md
 }
+
+// ResumeOnlineEM returns an online EM fit of md that goes on from unit
+// transition t (the next one is t+1, with γ = (t+1)^−a), as a service
+// retrain does from its latest version. The statistics are re-derived
+// from md and the counts seen so far (prior): with σ_sa the share of
+// row s of action a in prior's total count,
+//
+//	S_D[s,:] = Σ_a σ_sa·D_s   (the D block of a)
+//	S_K[l,:] = κ_l·K_l,  κ_l = Σ_{s,a} σ_sa·D_sl   (the K block of a)
+//
+// so that the statistics normalize back to md (the spec's parameter
+// averaging equivalence: only the row masses σ and κ are not in the
+// model, and these are the ones the recursion has with γ_t = 1/t).
+// The M-step runs from the first transition when t ≥ BurnIn. With t = 0
+// it is NewOnlineEM. The next M-step applies the floor to the
+// re-derived rows: an entry moves by at most Floor.
+func ResumeOnlineEM(md *Model, opts OnlineEMOptions, t int64, prior []*Block) (*OnlineEM, error) {
+	o, err := NewOnlineEM(md, opts)
+	if err != nil || t == 0 {
+		return o, err
+	}
+	if t < 0 {
+		return nil, fmt.Errorf("factor: online EM: resume at unit transition %d: must be >= 0", t)
+	}
+	total := 0.0
+	for _, b := range prior {
+		if b.Action < 0 || b.Action >= md.U {
+			return nil, fmt.Errorf("factor: online EM: resume: counts of action %d out of range for u=%d actions", b.Action, md.U)
+		}
+		for r, i := range b.Rows {
+			if int(i) >= md.N {
+				return nil, fmt.Errorf("factor: online EM: resume: counts of state %d out of range for n=%d states", i, md.N)
+			}
+			for _, v := range b.Vals[b.Ptr[r]:b.Ptr[r+1]] {
+				total += v
+			}
+		}
+	}
+	o.stats.Units = t
+	o.mstepped = t >= opts.BurnIn
+	if !(total > 0) {
+		return o, nil // no counts: the rows are read from md
+	}
+	m := md.M
+	for _, b := range prior {
+		db, kb := md.DBlock(b.Action), md.KBlock(b.Action)
+		for r, i := range b.Rows {
+			sigma := 0.0
+			for _, v := range b.Vals[b.Ptr[r]:b.Ptr[r+1]] {
+				sigma += v
+			}
+			sigma /= total
+			sd := o.sD[db][int(i)*m : (int(i)+1)*m]
+			for l, v := range md.D[db][int(i)*m : (int(i)+1)*m] {
+				sd[l] += sigma * v
+				o.kSum[kb][l] += sigma * v
+			}
+			o.dSum[db][i] += sigma
+		}
+	}
+	for b, kt := range md.KT {
+		for p, v := range kt {
+			o.sK[b][p] = o.kSum[b][p%m] * v
+		}
+	}
+	return o, nil
+}

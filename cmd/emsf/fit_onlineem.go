@@ -10,7 +10,13 @@ import (
 // onlineEMFlags are the flags of `emsf fit --incremental --online-em`
 // (online-em-nmf_003 as a commit rule; factor.OnlineEM).
 type onlineEMFlags struct {
-	enabled  bool
+	enabled bool
+	onlineEMParams
+}
+
+// onlineEMParams are the settings of the online EM rule, shared by
+// `emsf fit --online-em` and `emsf serve --mode online-em`.
+type onlineEMParams struct {
 	gammaExp float64
 	burnIn   int64
 	floor    float64
@@ -18,9 +24,33 @@ type onlineEMFlags struct {
 
 func (f *onlineEMFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "online-em", false, "with --incremental: commit by online EM (online-em-nmf_003): running averages of the sufficient statistics with steps γ_t = t^-gamma-exp, an M-step after every transition from --burn-in on; --alpha, --commit-every and --eta-max do not apply; counts must be integers (a count c is c steps)")
-	fs.Float64Var(&f.gammaExp, "gamma-exp", 0.8, "with --online-em: exponent a of the steps γ_t = t^-a, in (0.5, 1]")
-	fs.Int64Var(&f.burnIn, "burn-in", 100, "with --online-em: unit transitions before the first M-step (>= 1)")
-	fs.Float64Var(&f.floor, "online-em-floor", factor.DefaultOnlineEMFloor, "with --online-em: after each M-step mix the rows with the uniform distribution, D ← (1-ε)D + ε/m, K ← (1-ε)K + ε/n, so that transitions to states not seen before the burn-in stay possible; 0 turns it off (such a transition is then an error), in [0, 1)")
+	f.onlineEMParams.register(fs, "with --online-em")
+}
+
+// register adds --gamma-exp, --burn-in and --online-em-floor, their help
+// starting with when (the condition under which they apply).
+func (p *onlineEMParams) register(fs *flag.FlagSet, when string) {
+	fs.Float64Var(&p.gammaExp, "gamma-exp", 0.8, when+": exponent a of the steps γ_t = t^-a, in (0.5, 1]")
+	fs.Int64Var(&p.burnIn, "burn-in", 100, when+": unit transitions before the first M-step (>= 1)")
+	fs.Float64Var(&p.floor, "online-em-floor", factor.DefaultOnlineEMFloor, when+": after each M-step mix the rows with the uniform distribution, D ← (1-ε)D + ε/m, K ← (1-ε)K + ε/n, so that transitions to states not seen before the burn-in stay possible; 0 turns it off (such a transition is then an error; emsf serve refuses 0), in [0, 1)")
+}
+
+// validate checks the settings, naming the bad flag.
+func (p *onlineEMParams) validate() error {
+	switch {
+	case !(p.gammaExp > 0.5 && p.gammaExp <= 1):
+		return usagef("--gamma-exp %v: must be in (0.5, 1]", p.gammaExp)
+	case p.burnIn < 1:
+		return usagef("--burn-in %d: must be >= 1", p.burnIn)
+	case !(p.floor >= 0 && p.floor < 1):
+		return usagef("--online-em-floor %v: must be in [0, 1)", p.floor)
+	}
+	return nil
+}
+
+// options are the settings as factor.OnlineEMOptions.
+func (p *onlineEMParams) options() factor.OnlineEMOptions {
+	return factor.OnlineEMOptions{GammaExp: p.gammaExp, BurnIn: p.burnIn, Floor: p.floor}
 }
 
 // validate checks the online EM flags against the incremental ones.
@@ -33,14 +63,8 @@ func (f *onlineEMFlags) validate(inc *incrementalFlags, ff *fitFlags) error {
 		return usagef("--online-em is a commit rule of --incremental: add --incremental")
 	case ff.alpha != 1 || inc.commitEvery != 0:
 		return usagef("--online-em commits after every transition with its own steps: drop --alpha and --commit-every")
-	case !(f.gammaExp > 0.5 && f.gammaExp <= 1):
-		return usagef("--gamma-exp %v: must be in (0.5, 1]", f.gammaExp)
-	case f.burnIn < 1:
-		return usagef("--burn-in %d: must be >= 1", f.burnIn)
-	case !(f.floor >= 0 && f.floor < 1):
-		return usagef("--online-em-floor %v: must be in [0, 1)", f.floor)
 	}
-	return nil
+	return f.onlineEMParams.validate()
 }
 
 // streamFit is what fitIncremental drives: factor.Incremental or the
@@ -67,7 +91,7 @@ func (f onlineEMFit) Stats() factor.IncrementalStats {
 // newStreamFit returns the incremental fit of md that the flags ask for.
 func (f *fitFlags) newStreamFit(md *factor.Model) (streamFit, error) {
 	if f.onlineEM.enabled {
-		o, err := factor.NewOnlineEM(md, factor.OnlineEMOptions{GammaExp: f.onlineEM.gammaExp, BurnIn: f.onlineEM.burnIn, Floor: f.onlineEM.floor})
+		o, err := factor.NewOnlineEM(md, f.onlineEM.options())
 		if err != nil {
 			return nil, err
 		}

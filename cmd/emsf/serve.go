@@ -106,6 +106,7 @@ func runServe(ctx context.Context, e *env, args []string) (err error) {
 		replicas                 int
 		streamMaxBytes           int64
 		streamMaxAge, checkpoint time.Duration
+		onlineEM                 onlineEMParams
 	)
 	sf.register(fs)
 	lf.register(fs)
@@ -113,7 +114,7 @@ func runServe(ctx context.Context, e *env, args []string) (err error) {
 	fs.StringVar(&store, "store", "", "with --embedded: JetStream store directory (default: $XDG_STATE_HOME/emsf/nats or ~/.local/state/emsf/nats)")
 	fs.StringVar(&listen, "listen", "127.0.0.1", "with --embedded: address to listen on")
 	fs.IntVar(&port, "port", 4222, "with --embedded: port to listen on (-1: a random free port)")
-	fs.StringVar(&mode, "mode", "refit", "retrain mode: refit (batch EM over all counts, warm-started) or incremental (commit the new counts with --alpha)")
+	fs.StringVar(&mode, "mode", "refit", "retrain mode: refit (batch EM over all counts, warm-started), incremental (commit the new counts with --alpha) or online-em (online EM over the new counts, going on from the latest version's step t; --gamma-exp, --burn-in, --online-em-floor; integer counts only)")
 	fs.IntVar(&cfg.Order, "order", 10, "m, the number of hidden states")
 	fs.StringVar(&tie, "tie", "none", "tie mode: none, shared-k or shared-d")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the first version's random init")
@@ -125,6 +126,7 @@ func runServe(ctx context.Context, e *env, args []string) (err error) {
 	fs.DurationVar(&cfg.WorkerTimeout, "worker-timeout", 30*time.Second, "refit on workers: a task not answered within this goes to another worker")
 	fs.Float64Var(&cfg.Alpha, "alpha", 0.5, "incremental: learning rate of a commit, in (0, 1]")
 	fs.IntVar(&cfg.EtaMax, "eta-max", 0, "incremental: buffered nonzeros before their statistics are accumulated (0: all)")
+	onlineEM.register(fs, "online-em")
 	fs.Int64Var(&every, "every", 0, "retrain when this many transitions arrived since the latest version (0: off)")
 	fs.DurationVar(&cfg.Interval, "interval", 0, "retrain this often when transitions arrived since the latest version (0: off)")
 	fs.IntVar(&cfg.States, "states", 0, "fix the number of states: transitions beyond it are rejected (0: the model grows)")
@@ -174,8 +176,8 @@ transition. SIGINT or SIGTERM checkpoints and exits.
 		return usagef("give --nats URL (or NATS_URL), or --embedded to start a server in this process")
 	case !embedded && (store != ""):
 		return usagef("--store is the embedded server's store: it needs --embedded")
-	case mode != string(service.ModeRefit) && mode != string(service.ModeIncremental):
-		return usagef("--mode %q: want refit or incremental", mode)
+	case mode != string(service.ModeRefit) && mode != string(service.ModeIncremental) && mode != string(service.ModeOnlineEM):
+		return usagef("--mode %q: want refit, incremental or online-em", mode)
 	case useWorkers != "auto" && useWorkers != "yes" && useWorkers != "no":
 		return usagef("--use-workers %q: want auto, yes or no", useWorkers)
 	case cfg.Order < 1:
@@ -243,6 +245,13 @@ transition. SIGINT or SIGTERM checkpoints and exits.
 	if err != nil {
 		return usagef("--tie %q: want none, shared-k or shared-d", tie)
 	}
+	if err := onlineEM.validate(); err != nil {
+		return err
+	}
+	if mode == string(service.ModeOnlineEM) && onlineEM.floor == 0 {
+		return usagef("--online-em-floor 0: emsf serve needs a floor > 0 (a transition of probability 0 would fail every later retrain)")
+	}
+	cfg.OnlineEM = onlineEM.options()
 	cfg.Tie, cfg.Seed, cfg.Every, cfg.Mode, cfg.UseWorkers = t, seed, every, service.Mode(mode), service.UseWorkers(useWorkers)
 	cfg.CheckpointEvery, cfg.Replicas, cfg.StreamMaxAge, cfg.StreamMaxBytes = checkpoint, replicas, streamMaxAge, streamMaxBytes
 	log, err := lf.logger(e, "emsf")

@@ -23,6 +23,9 @@ const (
 	ModeRefit Mode = "refit"
 	// ModeIncremental commits the new counts with learning rate Alpha.
 	ModeIncremental Mode = "incremental"
+	// ModeOnlineEM feeds the new counts to online EM (factor.OnlineEM),
+	// going on from the latest version's unit transitions (package doc).
+	ModeOnlineEM Mode = "online-em"
 )
 
 // UseWorkers says whether refits use the cluster's workers.
@@ -51,7 +54,7 @@ type Config struct {
 	Name string
 	// Prefix is the subject prefix (default wire.DefaultPrefix).
 	Prefix string
-	// Mode is ModeRefit (default) or ModeIncremental.
+	// Mode is ModeRefit (default), ModeIncremental or ModeOnlineEM.
 	Mode Mode
 
 	// Order is m, the number of hidden states (default 10); Tie the
@@ -78,6 +81,12 @@ type Config struct {
 	// EtaMax its buffer (default 0: unbounded; see factor.IncrementalOptions).
 	Alpha  float64
 	EtaMax int
+
+	// OnlineEM configures ModeOnlineEM (zero value: defaults a = 0.8,
+	// burn-in 100, floor factor.DefaultOnlineEMFloor). The floor must be
+	// positive: without it a transition the model gives probability 0
+	// would fail the retrain, and every later one (it stays pending).
+	OnlineEM factor.OnlineEMOptions
 
 	// Every retrains when this many transitions (rows) arrived since the
 	// latest version; Interval retrains this often when any did. 0: off.
@@ -149,6 +158,15 @@ func (c *Config) defaults() error {
 	if c.Alpha == 0 {
 		c.Alpha = 0.5
 	}
+	if c.OnlineEM.GammaExp == 0 {
+		c.OnlineEM.GammaExp = 0.8
+	}
+	if c.OnlineEM.BurnIn == 0 {
+		c.OnlineEM.BurnIn = 100
+	}
+	if c.OnlineEM.Floor == 0 {
+		c.OnlineEM.Floor = factor.DefaultOnlineEMFloor
+	}
 	if c.CheckpointEvery <= 0 {
 		c.CheckpointEvery = 2 * time.Second
 	}
@@ -179,14 +197,20 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("service: %w", CheckName(c.Name))
 	case wire.CheckPrefix(c.Prefix) != nil:
 		return fmt.Errorf("service: %w", wire.CheckPrefix(c.Prefix))
-	case c.Mode != ModeRefit && c.Mode != ModeIncremental:
-		return fmt.Errorf("service: mode %q: want refit or incremental", c.Mode)
+	case c.Mode != ModeRefit && c.Mode != ModeIncremental && c.Mode != ModeOnlineEM:
+		return fmt.Errorf("service: mode %q: want refit, incremental or online-em", c.Mode)
 	case c.UseWorkers != WorkersAuto && c.UseWorkers != WorkersAlways && c.UseWorkers != WorkersNever:
 		return fmt.Errorf("service: use-workers %q: want auto, yes or no", c.UseWorkers)
 	case c.Order < 1:
 		return fmt.Errorf("service: order %d: must be >= 1", c.Order)
 	case !(c.Alpha > 0 && c.Alpha <= 1):
 		return fmt.Errorf("service: alpha %v: must be in (0, 1]", c.Alpha)
+	case !(c.OnlineEM.GammaExp > 0.5 && c.OnlineEM.GammaExp <= 1):
+		return fmt.Errorf("service: online EM step exponent %v: must be in (0.5, 1]", c.OnlineEM.GammaExp)
+	case c.OnlineEM.BurnIn < 1:
+		return fmt.Errorf("service: online EM burn-in %d: must be >= 1", c.OnlineEM.BurnIn)
+	case !(c.OnlineEM.Floor > 0 && c.OnlineEM.Floor < 1):
+		return fmt.Errorf("service: online EM floor %v: must be in (0, 1) (a transition of probability 0 would fail every retrain)", c.OnlineEM.Floor)
 	case c.MaxIter < 0 || c.Tol < 0 || c.EtaMax < 0 || c.Every < 0 || c.Interval < 0 || c.States < 0 || c.Actions < 0:
 		return fmt.Errorf("service: negative limit in %+v", *c)
 	case c.MaxModelBytes < 0 || c.MaxStates < 0 || c.MaxActions < 0:

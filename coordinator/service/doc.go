@@ -57,6 +57,26 @@
 // shard.Split's, so the two give bitwise the same model. Mode incremental
 // commits the counts that arrived since the latest version with learning
 // rate Alpha (one commit of factor.Incremental): old data is not revisited.
+// Mode online-em feeds them to online EM (factor.OnlineEM with
+// Config.OnlineEM; online-em-nmf_003, related-methods spec §2.7), in the
+// count table's (action, state, next) order, each count c as c unit
+// transitions (so counts must be integers: ingestion rejects the others
+// in this mode). Its state is the latest version's model and its step
+// counter t, stored as Version.Units; the running statistics are not
+// stored but re-derived at every retrain by factor.ResumeOnlineEM: the
+// version's rows scaled by their shares of the counts that version saw
+// (the spec's parameter-averaging equivalence; the row masses are the
+// ones γ_t = 1/t gives). A version is therefore a function of stored
+// state only (previous version, Units, the checkpointed counts; a version
+// of another mode has Units 0, and online EM starts at t = 0 from it): a
+// restarted service makes bitwise the versions a running one makes. It is
+// not bitwise one uninterrupted online EM pass (`emsf fit --incremental
+// --online-em`) over the same stream: that one keeps its own row masses
+// (recency-weighted when a < 1) and sees the arrival order, and each
+// retrain applies the floor once more to rows no new count touches (they
+// move by at most the floor). The floor must be > 0 here: with 0, a
+// transition the model gives probability 0 would fail the retrain and,
+// staying pending, every later one.
 // The first version starts from factor.NewRandom with Seed; later ones
 // from the latest version, grown if needed and mixed with the uniform
 // distribution with weight WarmSmoothing (factor.Model.Smooth), so that a

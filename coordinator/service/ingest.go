@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -117,6 +118,9 @@ func (s *Service) count(seq uint64, rows *arrowio.TransitionBatch, err error) {
 	for k := range rows.State {
 		i, a, j := int(rows.State[k]), int(rows.Action[k]), int(rows.Next[k])
 		reason, why := s.outside(i, a, j)
+		if c := rows.Count[k]; reason == "" && s.cfg.Mode == ModeOnlineEM && c != math.Trunc(c) {
+			reason, why = reasonInvalid, fmt.Sprintf("count %v: online-em mode takes a count c as c unit transitions: want an integer", c)
+		}
 		if reason == "" {
 			if err := s.table.Add(i, a, j, rows.Count[k]); errors.Is(err, shard.ErrCountLimit) {
 				reason, why = reasonCount, fmt.Sprintf("count %v would take the model's total count %v above the limit %v", rows.Count[k], s.table.Sum(), float64(shard.MaxCount))

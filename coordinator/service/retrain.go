@@ -30,6 +30,10 @@ type fitJob struct {
 	blocks  []*factor.Block
 	pending []*factor.Block
 	v       *Version
+	// Online-em mode: the counts the latest version has seen and its
+	// unit transitions.
+	prior []*factor.Block
+	units int64
 }
 
 // fitResult is what a fit goroutine hands back to Run.
@@ -71,8 +75,15 @@ func (s *Service) retrain(ctx context.Context, reason string, req micro.Request)
 	if req != nil {
 		job.reqs = append(job.reqs, req)
 	}
-	if s.cfg.Mode == ModeIncremental {
+	switch s.cfg.Mode {
+	case ModeIncremental:
 		job.pending = s.table.Blocks(u, true)
+	case ModeOnlineEM:
+		job.pending = s.table.Blocks(u, true)
+		job.prior = priorBlocks(s.table.Entries(), u)
+		if s.latest != nil {
+			job.units = s.latest.Units
+		}
 	}
 	s.table.BeginSnapshot()
 	s.job = job
@@ -221,6 +232,11 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 		}
 		md = inc.Model()
 		v.Iterations = inc.Stats().Commits
+	case ModeOnlineEM:
+		var err error
+		if md, err = onlineEM(ctx, md, s.cfg.OnlineEM, job, v); err != nil {
+			return nil, err
+		}
 	}
 	// The metrics of the new version on all counts: −Inf and +Inf when it
 	// gives a counted transition probability 0 (an incremental commit
@@ -242,6 +258,56 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 	}
 	md.LogLik, md.WKL = v.LogLik, v.WKL
 	return md, nil
+}
+
+// onlineEM is the online-em retrain: online EM goes on from md (the
+// latest version, grown and smoothed) at its unit transition job.units,
+// with statistics re-derived from md and the counts it has seen
+// (factor.ResumeOnlineEM), and takes the pending counts in the table's
+// order, each count c as c unit transitions (O(c·m) time: it stops when
+// ctx ends).
+func onlineEM(ctx context.Context, md *factor.Model, opts factor.OnlineEMOptions, job *fitJob, v *Version) (*factor.Model, error) {
+	o, err := factor.ResumeOnlineEM(md, opts, job.units, job.prior)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range job.pending {
+		for r, i := range b.Rows {
+			for p := b.Ptr[r]; p < b.Ptr[r+1]; p++ {
+				// A pending count is an integer (ingestion refuses others in
+				// this mode), given in parts of at most onlineEMChunk units.
+				for c := b.Vals[p]; c > 0; c -= onlineEMChunk {
+					if err := ctx.Err(); err != nil {
+						return nil, err
+					}
+					if err := o.Add(int(i), b.Action, int(b.Cols[p]), min(c, onlineEMChunk)); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+	}
+	md = o.Model()
+	st := o.Stats()
+	v.Iterations, v.Units = int(st.MSteps), st.Units
+	return md, nil
+}
+
+// onlineEMChunk is the largest count given to one factor.OnlineEM.Add
+// (between two looks at the context).
+const onlineEMChunk = 1 << 16
+
+// priorBlocks are the counts of es without their pending part: what the
+// latest version has seen.
+func priorBlocks(es []shard.TableEntry, u int) []*factor.Block {
+	var ct shard.Counter
+	for _, e := range es {
+		if c := e.Count - e.Pending; c > 0 && int(e.Action) < u {
+			// Entries hold valid transitions: Add cannot fail.
+			_ = ct.Add(int(e.State), int(e.Action), int(e.Next), c)
+		}
+	}
+	return ct.Matrices(u)
 }
 
 // executor returns the NATS executor when refits use workers and some

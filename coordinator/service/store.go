@@ -47,9 +47,13 @@ type Version struct {
 	U           int     `json:"u"`
 	// Iterations is the number of EM iterations (refit) or commits
 	// (incremental) of this retrain; Seconds its wall time.
-	Iterations int       `json:"iterations"`
-	Seconds    float64   `json:"seconds"`
-	Created    time.Time `json:"created"`
+	Iterations int `json:"iterations"`
+	// Units is, in online-em mode, the number of unit transitions the
+	// online EM rule has taken up to this version: its step counter t,
+	// from which the next retrain goes on (0 in the other modes).
+	Units   int64     `json:"units,omitempty"`
+	Seconds float64   `json:"seconds"`
+	Created time.Time `json:"created"`
 	// New is false in a retrain reply that made no version (no data since
 	// the latest one, which the reply describes).
 	New bool `json:"new"`
