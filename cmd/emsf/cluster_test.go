@@ -57,6 +57,24 @@ func prebuiltOr(t *testing.T, env, name, pkg string) string {
 	return bin
 }
 
+// embeddedNATS starts an embedded NATS server with JetStream in a
+// temporary store (noSync: without fsync, for tests that never crash it)
+// and returns its URL and a connection to it, both closed at the test's end.
+func embeddedNATS(t *testing.T, noSync bool) (string, *nats.Conn) {
+	t.Helper()
+	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir(), NoSync: noSync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return srv.ClientURL(), nc
+}
+
 // writeTransitions writes a small CSV of random transitions with locality.
 func writeTransitions(t *testing.T, path string, n, u, count int) {
 	t.Helper()

@@ -19,7 +19,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/emsf/emsf/coordinator/coordtest"
-	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/coordinator/service"
 )
 
@@ -62,17 +61,7 @@ func startService(t *testing.T, nc *nats.Conn, cfg service.Config) {
 // --create; a file with rows the served model rejects sends nothing and
 // exits 1 with the count and the first reasons, unless --allow-rejects.
 func TestPublishClearExits(t *testing.T) {
-	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	url := srv.ClientURL()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	url, nc := embeddedNATS(t, true)
 	dir := t.TempDir()
 	ok := filepath.Join(dir, "ok.csv")
 	if err := os.WriteFile(ok, []byte("state,action,next_state\n0,0,1\n1,1,0\n"), 0o644); err != nil {
@@ -268,17 +257,7 @@ func testServeFaultKillDuringPublishAndReplay(t *testing.T, bin string) {
 	if testing.Short() {
 		t.Skip("multi-process fault test")
 	}
-	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	url := srv.ClientURL()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	url, nc := embeddedNATS(t, false)
 	data := filepath.Join(t.TempDir(), "t.csv")
 	const n, per = 6000, 20 // 300 messages
 	sum := writeCountedCSV(t, data, n, 7)

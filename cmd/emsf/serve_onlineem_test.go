@@ -9,10 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/emsf/emsf/coordinator/coordtest"
-	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/coordinator/service"
 )
 
@@ -23,17 +20,7 @@ func TestServeOnlineEMProcess(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	bin := buildBinary(t)
-	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	url := srv.ClientURL()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	url, nc := embeddedNATS(t, false)
 	startServe(t, bin, url, "oem", "--mode", "online-em", "--gamma-exp", "0.9", "--burn-in", "10", "--online-em-floor", "1e-3")
 	dir := t.TempDir()
 	units := 0

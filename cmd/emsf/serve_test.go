@@ -24,7 +24,6 @@ import (
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator/coordtest"
-	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/coordinator/service"
 	"github.com/emsf/emsf/shard"
 )
@@ -81,17 +80,7 @@ func TestServeKillExactlyOnce(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	bin := buildBinary(t)
-	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	url := srv.ClientURL()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	url, nc := embeddedNATS(t, false)
 
 	// 3000 transitions with counts 0.5, 1 and 2 (their sums are exact in
 	// any order, so equality below is exact whatever the replay did).
@@ -343,12 +332,7 @@ func TestServeCommandsBadFlags(t *testing.T) {
 // The client commands against a server where nothing is served: clear
 // errors, exit 1, no file written.
 func TestServeClientErrors(t *testing.T) {
-	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	url := srv.ClientURL()
+	url, _ := embeddedNATS(t, true)
 	out := filepath.Join(t.TempDir(), "m.arrow")
 	bad := filepath.Join(t.TempDir(), "bad.csv")
 	if err := os.WriteFile(bad, []byte("state,action,next_state\n1,0,2\n3,0,-4\n"), 0o644); err != nil {
