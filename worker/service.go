@@ -281,6 +281,11 @@ func (w *Worker) handle(req micro.Request) {
 	defer cancel()
 	w.running.Add(1)
 	data, fetched, compute, err := w.run(ctx, &tr, hdr)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)) {
+		// A step that saw only "context canceled" (a fetch, say) still
+		// names why: the worker stopped, or the task's deadline passed.
+		err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+	}
 	w.running.Add(-1)
 	if err != nil {
 		log.Warn("task failed", "error", err)
