@@ -63,7 +63,8 @@ type ModelFile struct {
 	// Status says how the fit that made the model ended: "converged",
 	// "iteration limit", "time limit" (both: stopped before reaching the
 	// tolerance) or "interrupted" (by a signal; the model is that of the
-	// last completed iteration, emsf.iteration). Empty when unknown (a
+	// last completed iteration, emsf.iteration). An incremental fit, with
+	// no convergence test, records "passes done". Empty when unknown (a
 	// file written before the field existed, or no fit); written only
 	// when set.
 	Status string

@@ -98,27 +98,32 @@ func fitBaseline(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	}
 	var best *factor.Model
 	var bestDiv float64
+	var bestStatus factor.Status
 	for r := range f.restarts {
 		seed := f.seed + uint64(r)
 		md, res, err := factor.KLM(ctx, data.n, m, data.u, data.train, seed,
 			factor.KLMOptions{Converger: f.stop.converger()})
+		if err != nil && ctx.Err() != nil {
+			return f.interruptedUnfinished(err)
+		}
 		if err != nil {
 			return err
 		}
 		log.Info("klm done", "order", m, "seed", seed, "status", res.Status, "iterations", res.Iterations,
 			"divergence", res.Divergence, "loglik", md.LogLik, "elapsed", res.Elapsed.Round(time.Millisecond))
+		f.warnEarly(log, res.Status, "order", m, "seed", seed, "iterations", res.Iterations)
 		if best == nil || res.Divergence < bestDiv {
-			best, bestDiv = md, res.Divergence
+			best, bestDiv, bestStatus = md, res.Divergence, res.Status
 		}
 	}
 	params := f.params(m)
 	params["algorithm"] = algKLM
-	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params}
+	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params, Status: bestStatus.String()}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "KLM model n=%d m=%d u=%d: %d iterations, KL(P̂‖DK) %.6g, log-likelihood %.6g, WKL %.6g\nwrote %s\n",
-		best.N, best.M, best.U, best.Iteration, bestDiv, best.LogLik, best.WKL, f.out)
+	fmt.Fprintf(e.stdout, "KLM model n=%d m=%d u=%d: %d iterations (%s), KL(P̂‖DK) %.6g, log-likelihood %.6g, WKL %.6g\nwrote %s\n",
+		best.N, best.M, best.U, best.Iteration, bestStatus, bestDiv, best.LogLik, best.WKL, f.out)
 	return nil
 }
 

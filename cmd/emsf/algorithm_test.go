@@ -32,6 +32,30 @@ func TestFitAlgorithms(t *testing.T) {
 	if mf.Model.Tie != factor.TieNone || mf.Params["algorithm"] != "klm" {
 		t.Errorf("tie %s, params %v", mf.Model.Tie, mf.Params)
 	}
+	if mf.Status != "converged" && mf.Status != "iteration limit" {
+		t.Errorf("klm status %q; want converged or iteration limit", mf.Status)
+	}
+	// emsf.status says how KLM stopped: a loose --tol converges, a few
+	// --iters with a tight one stop at the limit, with a WARN line.
+	for _, tc := range []struct {
+		args   []string
+		status string
+	}{{[]string{"--tol", "0.5"}, "converged"}, {[]string{"--iters", "3", "--tol", "1e-12"}, "iteration limit"}} {
+		code, stdout, errs := emsf(t, append([]string{"fit", "--input", data, "--order", "3", "--algorithm", "klm", "--out", out}, tc.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, errs)
+		}
+		mf, err := arrowio.ReadModel(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mf.Status != tc.status || !strings.Contains(stdout, "("+tc.status+")") {
+			t.Errorf("%v: status %q, output %q; want %q", tc.args, mf.Status, stdout, tc.status)
+		}
+		if warned := strings.Contains(errs, "stopped before converging"); warned != (tc.status == "iteration limit") {
+			t.Errorf("%v: warning %v, stderr:\n%s", tc.args, warned, errs)
+		}
+	}
 
 	cntOut := filepath.Join(dir, "cnt.arrow")
 	stdout = mustEmsf(t, "fit", "--input", data, "--algorithm", "cnt", "--holdout", "0.2", "--out", cntOut, "--quiet")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,48 +15,12 @@ import (
 	"github.com/emsf/emsf/factor/experiment"
 )
 
-// bjRecord is one evaluation of one agent's greedy policy after one batch
-// of one run: a row of blackjack.csv.
-type bjRecord struct {
-	Run    int
-	Seed   uint64
-	Agent  string
-	Batch  int
-	Hands  int
-	Return float64
-}
-
+// bjHeader is the header of blackjack.csv: experiment.BlackjackRow's
+// fields.
 var bjHeader = []string{"run", "seed", "agent", "batch", "hands", "return"}
 
-// bjAgent is one curve of the experiment.
-type bjAgent struct {
-	name string
-	m    int // EMSF order; 0 for the others
-}
-
-// runBlackjack is the online blackjack experiment of incremental-emsf §5
-// (Fig. 4; the batch version is emsf-ijcai2015 Fig. 3). Each run r (seed
-// --seed + r) and each agent: starting with the random policy, collect a
-// batch of 100 hands, improve the policy on all hands so far, evaluate its
-// greedy policy, then collect the next batch with the 0.15-greedy version
-// of it, and so on (blackjack.Online). The agents:
-//   - dealer: the dealer's policy (hit below 17), a constant baseline;
-//   - Q-learning: tabular Q-learning with learning rate 0.1, learning from
-//     its own hands, random in the first batch and 0.15-greedy after;
-//   - CNT+PI: the counted model and policy iteration (blackjack.PlanCNT);
-//   - EMSF+PISF m: EMSF with a shared K, refitted on all hands after every
-//     batch, and PISF (blackjack.EMSFPlanner). --emsf-init picks the start
-//     of each fit: uniform-unseen (default) a seeded random start with the
-//     rows of D of unvisited state-action pairs uniform, as CNT's; random
-//     the plain seeded random start (blackjack.PlanEMSF); warm and
-//     warm-uniform the previous batch's model (mixed 1% with the random
-//     start).
-//
-// The paper tests each policy on 10^6 simulated hands; by default we
-// compute the policy's expected return exactly (blackjack.Evaluate, the
-// noise-free limit of that estimate); --eval-hands N simulates N hands
-// instead. The model-based agents and Q-learning of one run share their
-// random stream, so their first batches (random play) are the same hands.
+// runBlackjack is emsf experiment blackjack, the online blackjack
+// experiment of incremental-emsf §5 (Fig. 4; see experiment.Blackjack).
 func runBlackjack(ctx context.Context, e *env, args []string) error {
 	const (
 		reducedRuns, paperRuns       = 10, 100
@@ -162,58 +125,16 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 
-	agents := []bjAgent{{name: "dealer"}, {name: "Q-learning"}, {name: "CNT+PI"}}
-	for _, m := range ms {
-		agents = append(agents, bjAgent{name: "EMSF+PISF", m: m})
-	}
-	fit := factor.FitOptions{Workers: 1, Converger: factor.Converger{Tol: tol, MaxIter: iters}}
-	opts := blackjack.OnlineOptions{Batches: batches, BatchHands: batchHands, Epsilon: epsilon}
-	recs, interrupted, err := runAll(ctx, newProgress(e, &logs, &prog, log), runs*len(agents), workers, func(ctx context.Context, k int) ([]bjRecord, error) {
-		r, ai := k/len(agents), k%len(agents)
-		ag := agents[ai]
-		runSeed := seed + uint64(r)
-		name := ag.name
-		if ag.m > 0 {
-			name = fmt.Sprintf("%s m=%d", ag.name, ag.m)
+	job := &experiment.Blackjack{Orders: ms, Seed: seed, Batches: batches, BatchHands: batchHands,
+		Epsilon: epsilon, Alpha: alpha, EvalHands: evalHands, Converger: factor.Converger{Tol: tol, MaxIter: iters},
+		Warm: warm, UniformUnseen: uniformUnseen}
+	recs, interrupted, err := runAll(ctx, newProgress(e, &logs, &prog, log), job.Jobs(runs), workers, func(ctx context.Context, k int) ([]experiment.BlackjackRow, error) {
+		rows, err := job.Run(ctx, k)
+		if err == nil {
+			last := rows[len(rows)-1]
+			log.Debug("run done", "seed", last.Seed, "agent", last.Agent, "return", last.Return)
 		}
-		evalRNG := rand.New(rand.NewPCG(runSeed, 1000+uint64(ai)))
-		rows := make([]bjRecord, batches)
-		report := func(b, hands int, policy []int) error {
-			ret, err := bjEvaluate(policy, evalHands, evalRNG)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			rows[b-1] = bjRecord{r, runSeed, name, b, hands, ret}
-			return nil
-		}
-		play := rand.New(rand.NewPCG(runSeed, 1))
-		var err error
-		switch {
-		case ag.name == "dealer":
-			dealer := blackjack.DealerPolicy()
-			for b := 1; b <= batches && err == nil; b++ {
-				err = report(b, b*batchHands, dealer)
-			}
-		case ag.name == "Q-learning":
-			err = bjQLearning(alpha, epsilon, batches, batchHands, play, report)
-		case ag.name == "CNT+PI":
-			err = blackjack.Online(blackjack.PlanCNT, opts, play, report)
-		default:
-			batch := 0
-			planner := &blackjack.EMSFPlanner{M: ag.m, Fit: fit, Warm: warm, UniformUnseen: uniformUnseen}
-			plan := func(eps []blackjack.Episode) ([]int, error) {
-				batch++
-				// A random start seeded by run and batch (with --emsf-init
-				// warm only the first batch's is used).
-				return planner.Plan(ctx, eps, runSeed<<20|uint64(batch))
-			}
-			err = blackjack.Online(plan, opts, play, report)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("run %d (seed %d), %s: %w", r, runSeed, name, err)
-		}
-		log.Debug("run done", "seed", runSeed, "agent", name, "return", rows[batches-1].Return)
-		return rows, nil
+		return rows, err
 	})
 	if err != nil {
 		return err
@@ -224,44 +145,9 @@ func runBlackjack(ctx context.Context, e *env, args []string) error {
 	return interruptedErr(interrupted, len(recs), out)
 }
 
-// bjQLearning runs Q-learning online: batches of hands played by the
-// learner itself, random in the first batch (like the model-based agents'
-// first batch) and ε-greedy after; its greedy policy is reported after each
-// batch.
-func bjQLearning(alpha, epsilon float64, batches, batchHands int, rng *rand.Rand, report func(batch, hands int, policy []int) error) error {
-	q, err := blackjack.NewQLearner(alpha, 1)
-	if err != nil {
-		return err
-	}
-	for b := 1; b <= batches; b++ {
-		for range batchHands {
-			q.Episode(rng)
-		}
-		q.Epsilon = epsilon
-		if err := report(b, b*batchHands, q.Greedy()); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// bjEvaluate returns the policy's expected return per hand: exact if hands
-// is 0, else the mean return of that many simulated hands.
-func bjEvaluate(policy []int, hands int, rng *rand.Rand) (float64, error) {
-	if hands == 0 {
-		return blackjack.Evaluate(policy)
-	}
-	play := blackjack.Table(policy)
-	sum := 0.0
-	for range hands {
-		sum += blackjack.Play(play, rng).Return
-	}
-	return sum / float64(hands), nil
-}
-
 // bjFinish writes blackjack.csv and blackjack.png into out and prints the
 // table of means (at most about ten batches per agent; the CSV has all).
-func bjFinish(e *env, out string, evalHands, batches, batchHands int, epsilon float64, recs []bjRecord) error {
+func bjFinish(e *env, out string, evalHands, batches, batchHands int, epsilon float64, recs []experiment.BlackjackRow) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
@@ -274,13 +160,7 @@ func bjFinish(e *env, out string, evalHands, batches, batchHands int, epsilon fl
 	if err != nil {
 		return err
 	}
-	// The summaries of the shared plot helper: the agent is the method and
-	// the hands played the x.
-	asRecords := make([]experiment.Record, len(recs))
-	for i, r := range recs {
-		asRecords[i] = experiment.Record{Method: r.Agent, Transitions: r.Hands, Measure: "return", Error: r.Return}
-	}
-	sums := experiment.Summarize(asRecords)
+	sums := experiment.BlackjackSummaries(recs)
 	evalText := "exact expected return"
 	if evalHands > 0 {
 		evalText = fmt.Sprintf("mean return on %d hands", evalHands)

@@ -381,9 +381,8 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 		}
 		log.Info("fit done", "order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations,
 			"loglik", md.LogLik, "elapsed", res.Elapsed.Round(time.Millisecond))
-		if res.Status.Early() && f.stop.tol > 0 && !interrupted {
-			log.Warn("the fit stopped before converging: raise --iters or --time-limit (or loosen --tol)",
-				"order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations, "tol", f.stop.tol)
+		if !interrupted {
+			f.warnEarly(log, res.Status, "order", m, "seed", md.Seed, "iterations", res.Iterations)
 		}
 		if best == nil || md.LogLik > best.LogLik {
 			best, bestStatus = md, status
@@ -393,6 +392,22 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 		}
 	}
 	return best, bestStatus, nil
+}
+
+// warnEarly warns when a fit (EMSF, KLM, MU) stopped at --iters or
+// --time-limit before reaching a positive --tol; fields say which fit.
+func (f *fitFlags) warnEarly(log hclog.Logger, st factor.Status, fields ...any) {
+	if st.Early() && f.stop.tol > 0 {
+		log.Warn("the fit stopped before converging: raise --iters or --time-limit (or loosen --tol)",
+			append(fields, "status", st.String(), "tol", f.stop.tol)...)
+	}
+}
+
+// interruptedUnfinished is the error of a KLM or MU fit stopped by a
+// signal: their iterates become a stochastic factorization only at the
+// end, so nothing is written.
+func (f *fitFlags) interruptedUnfinished(err error) error {
+	return fmt.Errorf("interrupted: --algorithm %s writes no model of an unfinished fit: %w", f.algorithm, err)
 }
 
 func (f *fitFlags) params(m int) map[string]string {

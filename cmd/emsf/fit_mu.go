@@ -84,12 +84,16 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 			Progress:  f.report.iterations(f.stop.iters, "order", m, "seed", seed),
 		})
 		f.report.done()
+		if err != nil && ctx.Err() != nil {
+			return f.interruptedUnfinished(err)
+		}
 		if err != nil {
 			return err
 		}
 		log.Info("mu done", "rule", rule, "loss", loss, "order", m, "seed", seed, "status", res.Status,
 			"iterations", res.Iterations, "objective", res.Objective, "loglik", md.LogLik,
 			"row_deviation", res.MaxRowDeviation, "elapsed", res.Elapsed.Round(time.Millisecond))
+		f.warnEarly(log, res.Status, "order", m, "seed", seed, "iterations", res.Iterations)
 		if best == nil || res.Objective > bestRes.Objective {
 			best, bestRes = md, res
 		}
@@ -97,12 +101,12 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 	params := f.params(m)
 	params["algorithm"] = f.algorithm
 	params["loss"] = loss.String()
-	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params}
+	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params, Status: bestRes.Status.String()}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s (--loss %s) model n=%d m=%d u=%d tie=%s: %d iterations, objective %.8g, log-likelihood %.8g, WKL %.6g, max row deviation before normalizing %.3g\nwrote %s\n",
-		f.algorithm, loss, best.N, best.M, best.U, best.Tie, best.Iteration, bestRes.Objective, best.LogLik, best.WKL,
+	fmt.Fprintf(e.stdout, "%s (--loss %s) model n=%d m=%d u=%d tie=%s: %d iterations (%s), objective %.8g, log-likelihood %.8g, WKL %.6g, max row deviation before normalizing %.3g\nwrote %s\n",
+		f.algorithm, loss, best.N, best.M, best.U, best.Tie, best.Iteration, bestRes.Status, bestRes.Objective, best.LogLik, best.WKL,
 		bestRes.MaxRowDeviation, f.out)
 	return nil
 }

@@ -43,6 +43,21 @@ func TestAlgorithmMU(t *testing.T) {
 	if mu.Params["algorithm"] != "mu-norm" || mu.Params["loss"] != "wkl" {
 		t.Errorf("params %v", mu.Params)
 	}
+	// --iters 15 --tol 0: both stop at the limit (no warning: --tol 0
+	// asks for no convergence), and say so as EMSF does.
+	if mu.Status != "iteration limit" || em.Status != mu.Status {
+		t.Errorf("status mu-norm %q, EMSF %q; want iteration limit", mu.Status, em.Status)
+	}
+	code, _, errs := emsf(t, "fit", "--input", data, "--order", "3", "--algorithm", "mu-repa", "--tol", "0.5", "--out", muOut)
+	if code != 0 {
+		t.Fatalf("mu-repa --tol 0.5: exit %d\n%s", code, errs)
+	}
+	if mu, err = arrowio.ReadModel(muOut); err != nil {
+		t.Fatal(err)
+	}
+	if mu.Status != "converged" {
+		t.Errorf("mu-repa --tol 0.5: status %q; want converged", mu.Status)
+	}
 
 	frob := filepath.Join(dir, "frob.arrow")
 	mustEmsf(t, append(common, "--algorithm", "mu-rela", "--loss", "frob", "--out", frob)...)

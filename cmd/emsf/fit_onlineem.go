@@ -73,6 +73,8 @@ type streamFit interface {
 	Add(i, a, j int, c float64) error
 	EndPass() error
 	Stats() factor.IncrementalStats
+	// Model returns the model of the last commit (M-step).
+	Model() *factor.Model
 }
 
 // onlineEMFit adapts factor.OnlineEM to streamFit: a pass ends by
@@ -82,6 +84,8 @@ type onlineEMFit struct{ o *factor.OnlineEM }
 func (f onlineEMFit) Add(i, a, j int, c float64) error { return f.o.Add(i, a, j, c) }
 
 func (f onlineEMFit) EndPass() error { f.o.Model(); return nil }
+
+func (f onlineEMFit) Model() *factor.Model { return f.o.Model() }
 
 func (f onlineEMFit) Stats() factor.IncrementalStats {
 	s := f.o.Stats()

@@ -74,6 +74,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	opts := in.readOptions()
 	n, u := in.states, in.actions
 	fingerprint := ""
+	rowsKnown := 0 // transitions of one pass, when a sizing pass counted them
 	if n == 0 || u == 0 {
 		t0 := time.Now()
 		var maxS, maxA int
@@ -88,6 +89,9 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			rows += b.Len()
 			return nil
 		})
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("interrupted during the sizing pass, before any commit: no model written: %w", err)
+		}
 		if err != nil {
 			return err
 		}
@@ -95,6 +99,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			return fmt.Errorf("%s: no transitions: the input has no data rows", in.input)
 		}
 		fingerprint = h.sum()
+		rowsKnown = rows
 		if n == 0 {
 			if maxS > maxInferredStates {
 				return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", in.input, maxS-1, maxS, maxInferredStates)
@@ -134,7 +139,16 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 		return err
 	}
 
+	// total is the number of transitions of every pass, once known (from
+	// the sizing pass or the first pass): the status line's ETA.
+	total := int64(0)
+	if rowsKnown > 0 {
+		total = int64(rowsKnown) * int64(f.inc.passes)
+	}
+	var read int64 // transitions read in all passes so far
+	f.report.restart()
 	start := time.Now()
+	passesDone := 0
 	for pass := 1; pass <= f.inc.passes; pass++ {
 		t0 := time.Now()
 		var h *fingerprintHash
@@ -153,9 +167,16 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 				}
 			}
 			rows += b.Len()
+			read += int64(b.Len())
+			f.report.stream(pass, f.inc.passes, read, total, inc.Stats().Commits)
 			return nil
 		})
+		if err != nil && ctx.Err() != nil {
+			f.report.done()
+			return f.writeInterrupted(e, inc, fingerprint, pass, passesDone, err)
+		}
 		if err != nil {
+			f.report.done()
 			return err
 		}
 		if rows == 0 {
@@ -164,10 +185,15 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 		if h != nil {
 			fingerprint = h.sum()
 		}
+		if total == 0 {
+			total = int64(rows) * int64(f.inc.passes)
+		}
 		if err := inc.EndPass(); err != nil {
 			return err
 		}
+		passesDone = pass
 		st := inc.Stats()
+		f.report.done()
 		log.Info("pass", "pass", pass, "transitions", rows, "commits", st.Commits, "flushes", st.Flushes,
 			"peak_buffered", st.PeakBuffered, "loglik", fmt.Sprintf("%.8g", md.LogLik),
 			"elapsed", time.Since(t0).Round(time.Millisecond))
@@ -176,19 +202,54 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	log.Info("fit done", "order", m, "seed", md.Seed, "passes", f.inc.passes, "commits", st.Commits,
 		"elapsed", time.Since(start).Round(time.Millisecond))
 
-	params := f.params(m)
-	params["incremental"] = "true"
-	params["eta_max"] = strconv.Itoa(f.inc.etaMax)
-	params["commit_every"] = strconv.FormatFloat(f.inc.commitEvery, 'g', -1, 64)
-	params["passes"] = strconv.Itoa(f.inc.passes)
-	f.onlineEMParams(params)
-	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: params}
+	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(m, passesDone), Status: statusPasses}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d passes, %d commits, %d iterations, log-likelihood %.6g (of the last commit's counts, before it); peak buffered nonzeros %d\nwrote %s\n",
 		md.N, md.M, md.U, md.Tie, f.inc.passes, st.Commits, md.Iteration, md.LogLik, st.PeakBuffered, f.out)
 	return nil
+}
+
+// statusPasses is the model status of an incremental fit that ran all its
+// --passes: it has no convergence test, so it neither converged nor hit a
+// limit.
+const statusPasses = "passes done"
+
+// incrementalParams are the parameters recorded in an incremental fit's
+// model: passesDone of the --passes completed.
+func (f *fitFlags) incrementalParams(m, passesDone int) map[string]string {
+	params := f.params(m)
+	params["incremental"] = "true"
+	params["eta_max"] = strconv.Itoa(f.inc.etaMax)
+	params["commit_every"] = strconv.FormatFloat(f.inc.commitEvery, 'g', -1, 64)
+	params["passes"] = strconv.Itoa(f.inc.passes)
+	params["passes_done"] = strconv.Itoa(passesDone)
+	f.onlineEMParams(params)
+	return params
+}
+
+// writeInterrupted writes the model of an incremental fit stopped by a
+// signal in pass pass (passesDone complete): that of its last completed
+// commit (for online EM, its last M-step), status "interrupted", the
+// commit count in emsf.iteration and passes_done in the parameters; then
+// it returns an error so that emsf exits non-zero. With no commit and no
+// --init model there is nothing to keep, and nothing is written. The
+// fingerprint is that of the whole input, or empty when the signal came
+// before one pass read all of it.
+func (f *fitFlags) writeInterrupted(e *env, inc streamFit, fingerprint string, pass, passesDone int, cause error) error {
+	commits := inc.Stats().Commits
+	if commits == 0 && f.initModel == "" {
+		return fmt.Errorf("interrupted in pass %d before the first commit: no model written: %w", pass, cause)
+	}
+	md := inc.Model()
+	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(md.M, passesDone), Status: statusInterrupted}
+	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d of %d passes complete, %d commits (%s), log-likelihood %.6g (of the last commit's counts, before it)\nwrote %s\n",
+		md.N, md.M, md.U, md.Tie, passesDone, f.inc.passes, commits, statusInterrupted, md.LogLik, f.out)
+	return fmt.Errorf("interrupted in pass %d of %d: wrote the model of the last completed commit (%d) to %s", pass, f.inc.passes, commits, f.out)
 }
 
 // fingerprintHash is the training-data fingerprint of a batch fit

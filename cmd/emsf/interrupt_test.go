@@ -156,3 +156,70 @@ func TestExperimentSignalKeepsRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestFitIncrementalSignalKeepsModel: `fit --incremental` (and with
+// --online-em) that receives SIGTERM or SIGINT in its third pass writes
+// the model of its last completed commit (status interrupted, the commits
+// in emsf.iteration, the passes completed in the parameters) and exits
+// non-zero; its progress lines give the pass, the transitions read of the
+// known total, the commits, the rate and the time left.
+func TestFitIncrementalSignalKeepsModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "t.csv")
+	writeTransitions(t, data, 200, 2, 20000)
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+		args []string
+	}{
+		{"commits", syscall.SIGTERM, []string{"--commit-every", "5000"}},
+		{"online-em", syscall.SIGINT, []string{"--online-em"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(dir, tc.name+".arrow")
+			// Far more passes than can run before the signal: only it
+			// ends this fit. --log-every 0 logs every batch read.
+			args := append([]string{"fit", "--incremental", "--input", data, "--order", "6", "--passes", "1000000",
+				"--log-every", "0", "--out", out}, tc.args...)
+			cmd := exec.Command(bin, args...)
+			wait := startUntil(t, cmd, "pass=3 passes=1000000")
+			if err := cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			stderr, err := wait()
+			if err == nil {
+				t.Fatalf("exit 0 after %v; want non-zero\n%s", tc.sig, stderr)
+			}
+			if !strings.Contains(stderr.String(), "interrupted") || !strings.Contains(stderr.String(), out) {
+				t.Errorf("stderr does not say it was interrupted and where the model is:\n%s", stderr)
+			}
+			for _, l := range strings.Split(stderr.String(), "\n") {
+				if strings.Contains(l, "pass=3 passes=1000000") {
+					for _, w := range []string{"transitions=", "commits=", "transitions_per_s=", "eta="} {
+						if !strings.Contains(l, w) {
+							t.Errorf("progress line lacks %s: %s", w, l)
+						}
+					}
+					break
+				}
+			}
+			mf, err := arrowio.ReadModel(out)
+			if err != nil {
+				t.Fatalf("no model after %v: %v\n%s", tc.sig, err, stderr)
+			}
+			if mf.Status != "interrupted" || mf.Model.Iteration < 2 || mf.Params["incremental"] != "true" {
+				t.Errorf("model status %q iteration %d incremental %q; want interrupted, >= 2 commits, true", mf.Status, mf.Model.Iteration, mf.Params["incremental"])
+			}
+			if p := mf.Params["passes_done"]; p == "" || p == "0" || p == "1" {
+				t.Errorf("passes_done %q; want at least 2 (the signal came in pass 3 or later)", p)
+			}
+			if err := mf.Model.Validate(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

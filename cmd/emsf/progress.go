@@ -145,6 +145,36 @@ func (p *progress) runs(done, total int) {
 	p.update(line, "runs", args, done == total)
 }
 
+// restart sets the start of the work to now (after a preliminary pass
+// that is not part of it).
+func (p *progress) restart() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.start = time.Now()
+}
+
+// stream reports an incremental fit in pass pass of passes: transitions
+// read in all passes so far, commits, transitions per second, elapsed and,
+// when total (the transitions of all passes) is known (> 0), the time
+// left at the rate so far.
+func (p *progress) stream(pass, passes int, read, total int64, commits int) {
+	elapsed := time.Since(p.start)
+	rate := float64(read) / elapsed.Seconds()
+	line := fmt.Sprintf("pass %d/%d  transitions %d", pass, passes, read)
+	if total > 0 {
+		line += fmt.Sprintf("/%d", total)
+	}
+	line += fmt.Sprintf("  commits %d  %.3g transitions/s  elapsed %s", commits, rate, roundDuration(elapsed))
+	args := []any{"pass", pass, "passes", passes, "transitions", read, "commits", commits,
+		"transitions_per_s", fmt.Sprintf("%.3g", rate), "elapsed", elapsed.Round(time.Millisecond)}
+	if total > 0 && rate > 0 && read < total {
+		left := time.Duration(float64(total-read) / rate * float64(time.Second))
+		line += fmt.Sprintf("  about %s left", roundDuration(left))
+		args = append(args, "eta", left.Round(time.Second))
+	}
+	p.update(line, "progress", args, false)
+}
+
 // roundDuration rounds d for a status line: to 0.1 s below a minute, to a
 // second above.
 func roundDuration(d time.Duration) time.Duration {
