@@ -27,6 +27,12 @@
 // window of tasks is outstanding (2 per live worker), so tasks do not wait
 // in worker buffers until their deadline passes.
 //
+// One pass is run by a scheduler (scheduler.go): it hands out, leases,
+// retries, holds and folds, and its timing is named there. The executor
+// ends a task at its lease; the scheduler's own check, a safety net for
+// executors that miss it, runs every TaskTimeout/4 (at least every 10 ms)
+// and hands out again a task whose lease ran out more than a second ago.
+//
 // # Invariants
 //
 //   - Partials are folded in the canonical order of factor.ReducePlan

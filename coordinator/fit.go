@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
-	"github.com/emsf/emsf/worker/wire"
 )
 
 // Options configure Fit.
@@ -91,6 +89,14 @@ type IterReport struct {
 	SumX    float64
 }
 
+// Defaults of Options, and how often waitWorkers counts the workers.
+const (
+	defaultTaskTimeout = 30 * time.Second
+	defaultMaxAttempts = 8
+	defaultWaitWorkers = 30 * time.Second
+	workerPoll         = 200 * time.Millisecond
+)
+
 // ErrNoWorkers is returned when fewer than MinWorkers workers answer.
 var ErrNoWorkers = errors.New("coordinator: not enough workers")
 
@@ -127,10 +133,10 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 	}
 	log = log.With("job", opts.Job)
 	if opts.TaskTimeout <= 0 {
-		opts.TaskTimeout = 30 * time.Second
+		opts.TaskTimeout = defaultTaskTimeout
 	}
 	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = 8
+		opts.MaxAttempts = defaultMaxAttempts
 	}
 	alpha := opts.Alpha
 	if alpha == 0 {
@@ -205,7 +211,7 @@ func waitWorkers(ctx context.Context, exec Executor, opts Options, log hclog.Log
 	want := max(opts.MinWorkers, 1)
 	wait := opts.WaitWorkers
 	if wait <= 0 {
-		wait = 30 * time.Second
+		wait = defaultWaitWorkers
 	}
 	deadline := time.Now().Add(wait)
 	logged := false
@@ -228,7 +234,7 @@ func waitWorkers(ctx context.Context, exec Executor, opts Options, log hclog.Log
 		select {
 		case <-ctx.Done():
 			return n, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(workerPoll):
 		}
 	}
 }
@@ -285,191 +291,14 @@ func (p *pass) Step(ctx context.Context, iter int, md *factor.Model, acc *factor
 	return nil
 }
 
-type lease struct {
-	attempt  int
-	deadline time.Time
-	avoid    []string
-	cancel   context.CancelFunc
-}
-
 // run computes one pass: every shard handed out in the plan's order,
-// checked, and folded by p.red as soon as its turn comes. Partials that
-// arrive early wait in held, which the window bounds: shards are handed
-// out at most window positions ahead of the next one to fold.
+// checked, and folded by p.red as soon as its turn comes (see scheduler).
 func (p *pass) run(ctx context.Context, iter int, withLL bool, alive int, rep *IterReport) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	order := p.plan.Order
-	ns := len(order)
-	posOf := make([]int, ns)
-	for pos, k := range order {
-		posOf[k] = pos
-	}
-	window := p.opts.Window
-	if window <= 0 {
-		window = max(2*alive, 2)
-	}
-	results := make(chan wire.Result, window)
-	deliver := func(r wire.Result) {
-		select {
-		case results <- r:
-		case <-ctx.Done():
-		}
-	}
-	leases := make(map[int]*lease)
-	attempts := make([]int, ns)
-	held := make(map[int]wire.Result) // by position, at most window
-	next, sent, accepted := 0, 0, 0   // positions in order
-	defer func() {
-		for _, l := range leases {
-			l.cancel()
-		}
-		if accepted > 0 {
-			rep.ModelFetch /= time.Duration(accepted)
-			rep.PartialEncode /= time.Duration(accepted)
-			rep.PartialFetch /= time.Duration(accepted)
-		}
-	}()
-
-	handOut := func(k int, avoid []string) error {
-		if attempts[k] >= p.opts.MaxAttempts {
-			return fmt.Errorf("coordinator: iteration %d: shard %d failed %d times", iter, k, attempts[k])
-		}
-		if old := leases[k]; old != nil {
-			old.cancel()
-		}
-		attempts[k]++
-		if attempts[k] > 1 {
-			rep.Retried++
-		}
-		rep.Tasks++
-		if len(avoid) > 0 && len(avoid) >= alive {
-			avoid = nil // nowhere else to go: let any worker take it
-		}
-		now := time.Now()
-		tctx, tcancel := context.WithDeadline(ctx, now.Add(p.opts.TaskTimeout))
-		leases[k] = &lease{attempt: attempts[k], deadline: now.Add(p.opts.TaskTimeout), avoid: avoid, cancel: tcancel}
-		t := wire.Task{Job: p.opts.Job, Iteration: iter, Shard: k, WithLogLik: withLL, Attempt: attempts[k], Avoid: avoid, Alpha: p.alpha}
-		p.exec.Submit(tctx, t, deliver)
-		return nil
-	}
-	fill := func() error {
-		for sent < ns && sent < next+window {
-			if err := handOut(order[sent], nil); err != nil {
-				return err
-			}
-			sent++
-		}
-		return nil
-	}
-	retry := func(k int, w string, why error) error {
-		l := leases[k]
-		var avoid []string
-		if l != nil {
-			avoid = l.avoid
-		}
-		if w != "" && !slices.Contains(avoid, w) {
-			avoid = append(slices.Clone(avoid), w)
-		}
-		p.log.Warn("task handed out again", "iter", iter, "shard", k, "worker", w, "reason", why)
-		return handOut(k, avoid)
-	}
-	if err := fill(); err != nil {
-		return err
-	}
-
-	tick := time.NewTicker(max(p.opts.TaskTimeout/4, 10*time.Millisecond))
-	defer tick.Stop()
-	for next < ns {
-		var r wire.Result
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case now := <-tick.C:
-			// Safety net for executors that miss their own deadline.
-			for k, l := range leases {
-				if now.After(l.deadline.Add(time.Second)) {
-					if err := retry(k, "", fmt.Errorf("lease expired")); err != nil {
-						return err
-					}
-				}
-			}
-			continue
-		case r = <-results:
-		}
-		k := r.Task.Shard
-		if r.Task.Job != p.opts.Job || r.Task.Iteration != iter || k < 0 || k >= ns || posOf[k] < next || posOf[k] >= sent {
-			rep.Dropped++
-			p.log.Debug("late partial dropped", "iter", iter, "task_iter", r.Task.Iteration, "shard", k, "worker", r.Worker)
-			continue
-		}
-		pos := posOf[k]
-		if _, ok := held[pos]; ok {
-			rep.Dropped++
-			p.log.Debug("duplicate partial dropped", "iter", iter, "shard", k, "worker", r.Worker)
-			continue
-		}
-		l := leases[k]
-		if r.Err != nil {
-			if l != nil && l.attempt == r.Task.Attempt {
-				if err := retry(k, r.Worker, r.Err); err != nil {
-					return fmt.Errorf("%w; last error from worker %s: %w", err, r.Worker, r.Err)
-				}
-			}
-			continue
-		}
-		if err := checkPartial(r.Partial, p.man.Shards[k]); err != nil {
-			rep.Rejected++
-			err = fmt.Errorf("coordinator: iteration %d: partial of shard %d from worker %s rejected: %w", iter, k, r.Worker, err)
-			p.log.Error("partial rejected", "iter", iter, "shard", k, "worker", r.Worker, "error", err)
-			if l != nil && l.attempt != r.Task.Attempt {
-				continue // a newer hand-out of the shard is under way
-			}
-			if rerr := retry(k, r.Worker, err); rerr != nil {
-				return fmt.Errorf("%w; last: %w", rerr, err)
-			}
-			continue
-		}
-		held[pos] = r
-		if l != nil {
-			l.cancel()
-			rep.ComputeTotal += r.Compute
-			rep.ModelFetch += r.Model
-			rep.PartialEncode += r.Encode
-			rep.PartialFetch += r.Fetch
-			accepted++
-			delete(leases, k)
-		}
-		rep.Bytes += r.Bytes
-		tr := time.Now()
-		for {
-			h, ok := held[next]
-			if !ok {
-				break
-			}
-			delete(held, next)
-			merge := p.red.Merge
-			if h.Checked {
-				merge = p.red.MergeChecked
-			}
-			if err := merge(h.Partial); err != nil {
-				k := order[next]
-				rep.Rejected++
-				err = fmt.Errorf("coordinator: iteration %d: partial of shard %d from worker %s rejected: %w", iter, k, h.Worker, err)
-				p.log.Error("partial rejected", "iter", iter, "shard", k, "worker", h.Worker, "error", err)
-				if rerr := retry(k, h.Worker, err); rerr != nil {
-					return fmt.Errorf("%w; last: %w", rerr, err)
-				}
-				break
-			}
-			next++
-		}
-		rep.Reduce += time.Since(tr)
-		if err := fill(); err != nil {
-			return err
-		}
-	}
-	return nil
+	s := newScheduler(ctx, p, iter, withLL, alive, rep)
+	defer s.close()
+	return s.run()
 }
 
 // checkPartial checks a partial against its shard's manifest line: action,
