@@ -102,16 +102,38 @@ func (x *Online) run(ctx context.Context, m int, st OnlineSetting, seed uint64, 
 	if err != nil {
 		return err
 	}
+	klAt := func(q int) OnlineRecord {
+		return OnlineRecord{Seed: seed, CommitEvery: st.CommitEvery, Alpha: st.Alpha, Transitions: sizes[q],
+			Commits: inc.Stats().Commits, KLRho: factor.KLRho(truth, md, rho)}
+	}
+	// Some (DK)_ij can reach 0 (with α = 1 a commit zeroes what its window
+	// does not show; with α < 1 entries stop at factor.EntryFloor) and then
+	// i → j is observed: EM cannot go on. P_ij > 0, so KL_ρ(P ‖ DK) is +Inf
+	// from there on; the remaining points say so.
+	infAt := func(q int) OnlineRecord {
+		return OnlineRecord{Seed: seed, CommitEvery: st.CommitEvery, Alpha: st.Alpha, Transitions: sizes[q],
+			Commits: inc.Stats().Commits, KLRho: math.Inf(1)}
+	}
+	return streamTrajectory(ctx, chain, seed, sizes, inc.Add, func(q int) { out[q] = klAt(q) }, func(q int) { out[q] = infAt(q) })
+}
+
+// streamTrajectory feeds one trajectory of sizes[len(sizes)-1] steps of
+// chain (seeded by seed) to add, calling at(q) once sizes[q] transitions
+// are in. When add fails with a factor.TransitionError (a transition the
+// model gives probability 0: EM cannot go on) it calls inf(q) for every
+// point not reached and returns nil; any other error is returned.
+func streamTrajectory(ctx context.Context, chain *factor.Model, seed uint64, sizes []int,
+	add func(i, a, j int, c float64) error, at, inf func(q int)) error {
 	total := sizes[len(sizes)-1]
 	seen, q := 0, 0
 	var addErr error
 	// One trajectory of total steps: EpisodeLen = total never restarts it.
-	err = factor.Sample(chain, total, factor.SampleOptions{Mode: factor.SampleTrajectory, EpisodeLen: total},
+	err := factor.Sample(chain, total, factor.SampleOptions{Mode: factor.SampleTrajectory, EpisodeLen: total},
 		rand.New(rand.NewPCG(seed, 2)), func(t factor.Transition) {
 			if addErr != nil {
 				return
 			}
-			if addErr = inc.Add(t.State, t.Action, t.Next, 1); addErr != nil {
+			if addErr = add(t.State, t.Action, t.Next, 1); addErr != nil {
 				return
 			}
 			seen++
@@ -119,8 +141,7 @@ func (x *Online) run(ctx context.Context, m int, st OnlineSetting, seed uint64, 
 				if addErr = ctx.Err(); addErr != nil {
 					return
 				}
-				out[q] = OnlineRecord{Seed: seed, CommitEvery: st.CommitEvery, Alpha: st.Alpha, Transitions: seen,
-					Commits: inc.Stats().Commits, KLRho: factor.KLRho(truth, md, rho)}
+				at(q)
 				q++
 			}
 		})
@@ -129,13 +150,8 @@ func (x *Online) run(ctx context.Context, m int, st OnlineSetting, seed uint64, 
 	}
 	var te *factor.TransitionError
 	if errors.As(addErr, &te) {
-		// Some (DK)_ij is 0 (with α = 1 a commit zeroes what its window
-		// does not show; with α < 1 entries stop at factor.EntryFloor) and
-		// then i → j was observed: EM cannot go on. P_ij > 0, so
-		// KL_ρ(P ‖ DK) is +Inf from here on; the remaining points say so.
 		for ; q < len(sizes); q++ {
-			out[q] = OnlineRecord{Seed: seed, CommitEvery: st.CommitEvery, Alpha: st.Alpha, Transitions: sizes[q],
-				Commits: inc.Stats().Commits, KLRho: math.Inf(1)}
+			inf(q)
 		}
 		return nil
 	}

@@ -2,7 +2,6 @@ package experiment
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -93,37 +92,13 @@ func (c *OnlineEM) stream(ctx context.Context, a float64, seed uint64, out []Rec
 		return err
 	}
 	name := fmt.Sprintf("online EM a=%g", a)
-	total := c.Sizes[len(c.Sizes)-1]
-	seen, q := 0, 0
-	var addErr error
-	err = factor.Sample(chain, total, factor.SampleOptions{Mode: factor.SampleTrajectory, EpisodeLen: total},
-		rand.New(rand.NewPCG(seed, 2)), func(t factor.Transition) {
-			if addErr != nil {
-				return
-			}
-			if addErr = o.Add(t.State, t.Action, t.Next, 1); addErr != nil {
-				return
-			}
-			seen++
-			if seen == c.Sizes[q] {
-				if addErr = ctx.Err(); addErr != nil {
-					return
-				}
-				out[q] = Record{"emsf", name, c.Order, seen, seed, "kl_rho", factor.KLRho(truth, o.Model(), rho)}
-				q++
-			}
-		})
-	if err != nil {
-		return err
-	}
-	var te *factor.TransitionError
-	if errors.As(addErr, &te) { // only with Floor 0: KL_ρ is +Inf from here on
-		for ; q < len(c.Sizes); q++ {
-			out[q] = Record{"emsf", name, c.Order, c.Sizes[q], seed, "kl_rho", math.Inf(1)}
-		}
-		return nil
-	}
-	return addErr
+	// Only with Floor 0 can a transition get probability 0: KL_ρ is +Inf
+	// from there on.
+	return streamTrajectory(ctx, chain, seed, c.Sizes, o.Add,
+		func(q int) {
+			out[q] = Record{"emsf", name, c.Order, c.Sizes[q], seed, "kl_rho", factor.KLRho(truth, o.Model(), rho)}
+		},
+		func(q int) { out[q] = Record{"emsf", name, c.Order, c.Sizes[q], seed, "kl_rho", math.Inf(1)} })
 }
 
 // nmfTruth returns the true B (M×K, entries Uniform(1, 10), the same for
