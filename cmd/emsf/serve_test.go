@@ -122,8 +122,8 @@ func TestServeKillExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// checkpointSeq reads the sequence of the crash service's checkpoint.
-	checkpointSeq := func() uint64 {
+	// checkpoint reads the crash service's checkpoint from the Object Store.
+	checkpoint := func() (*shard.Table, arrowio.CountsMeta) {
 		t.Helper()
 		obs, err := js.ObjectStore(t.Context(), service.DefaultModelBucket)
 		if err != nil {
@@ -133,11 +133,11 @@ func TestServeKillExactlyOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, meta, err := arrowio.DecodeCounts(raw)
+		got, meta, err := arrowio.DecodeCounts(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return meta.Seq
+		return got, meta
 	}
 
 	// A checkpoint of the first 20 messages (written by a clean stop).
@@ -149,8 +149,8 @@ func TestServeKillExactlyOnce(t *testing.T) {
 		return nil
 	})
 	p.stop(t)
-	if seq := checkpointSeq(); seq != 20 {
-		t.Fatalf("checkpoint at sequence %d after a clean stop at 20", seq)
+	if _, meta := checkpoint(); meta.Seq != 20 {
+		t.Fatalf("checkpoint at sequence %d after a clean stop at 20", meta.Seq)
 	}
 
 	// The crash: the rest of the stream arrives, and SIGKILL comes once
@@ -172,8 +172,8 @@ func TestServeKillExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p.cmd.Wait()
-	if seq := checkpointSeq(); seq != 20 {
-		t.Fatalf("checkpoint at sequence %d after the kill, want 20: nothing to replay", seq)
+	if _, meta := checkpoint(); meta.Seq != 20 {
+		t.Fatalf("checkpoint at sequence %d after the kill, want 20: nothing to replay", meta.Seq)
 	}
 	t.Logf("killed having counted at least up to sequence %d; checkpoint at 20", before.StreamSeq)
 
@@ -189,18 +189,7 @@ func TestServeKillExactlyOnce(t *testing.T) {
 		return nil
 	})
 	p.stop(t) // checkpoints: the state object must hold the stream exactly
-	obs, err := js.ObjectStore(t.Context(), service.DefaultModelBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := obs.GetBytes(t.Context(), service.StateObject("crash"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, meta, err := arrowio.DecodeCounts(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, meta := checkpoint()
 	if meta.Seq != 60 || meta.Added != 3000 || !reflect.DeepEqual(got.Entries(), want.Entries()) {
 		t.Fatalf("checkpoint after the crash: seq %d, %d rows, entries equal %v", meta.Seq, meta.Added, reflect.DeepEqual(got.Entries(), want.Entries()))
 	}
