@@ -154,6 +154,12 @@ type FitOptions struct {
 	Converger Converger
 	// Progress, if set, is called after every committed iteration.
 	Progress func(IterStats)
+	// Commit, if set, is the commit rule in place of EMSF's
+	// (Accumulator.Commit with Alpha): it updates md in place from acc,
+	// the statistics of the pass under md, and counts the iteration
+	// (md.Iteration++), as Accumulator.Commit does. Alpha must then be 0
+	// or 1. MUCommit.Commit is MU's rule under LossWKL.
+	Commit func(md *Model, acc *Accumulator)
 }
 
 // FitResult says how a fit ended.
@@ -224,8 +230,9 @@ func (l *localStepper) Step(ctx context.Context, _ int, md *Model, acc *Accumula
 
 // Loop is the EM loop of every batch fit, local or cluster: it checks the
 // options and the data, then per iteration has step compute the pass,
-// checks Σx = N, commits with α, reports and asks the converger whether
-// to go on. opts.Workers and opts.GroupNNZ are the stepper's business.
+// checks Σx = N, commits (EMSF's commit with α, or opts.Commit), reports
+// and asks the converger whether to go on. opts.Workers and
+// opts.GroupNNZ are the stepper's business.
 func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts FitOptions, hooks LoopHooks) (FitResult, error) {
 	conv := opts.Converger
 	if err := conv.Validate(); err != nil {
@@ -237,6 +244,9 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	}
 	if !(alpha > 0 && alpha <= 1) {
 		return FitResult{}, fmt.Errorf("factor: learning rate %v must be in (0, 1]", alpha)
+	}
+	if opts.Commit != nil && alpha != 1 {
+		return FitResult{}, fmt.Errorf("factor: learning rate %v: a fit with its own commit rule takes none (0 or 1)", alpha)
 	}
 	for k, b := range blocks {
 		if err := b.CheckShape(md.N, md.U); err != nil {
@@ -273,7 +283,11 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			// Never a model committed (or written) from a NaN pass.
 			return res, fmt.Errorf("factor: iteration %d: the log-likelihood is NaN", iter)
 		}
-		acc.Commit(md, alpha, dataTerm)
+		if opts.Commit != nil {
+			opts.Commit(md, acc)
+		} else {
+			acc.Commit(md, alpha, dataTerm)
+		}
 		now := time.Now()
 		st := IterStats{Iteration: iter, LogLik: acc.LogLik, RelChange: math.NaN(),
 			IterTime: now.Sub(t0), Elapsed: now.Sub(start), NNZ: acc.NNZ, SumX: acc.SumX}

@@ -93,6 +93,11 @@ type MUOptions struct {
 	// Workers is the number of goroutines; 0 means 1. The result does not
 	// depend on it.
 	Workers int
+	// GroupNNZ is the target nonzeros per reduction group of the passes
+	// under LossWKL and LossKL (FitOptions.GroupNNZ); 0 means
+	// DefaultGroupNNZ. A cluster fit equals a local one bitwise only with
+	// the same GroupNNZ.
+	GroupNNZ int
 	// Converger stops the iteration. It watches the objective of the
 	// iterate before each step: the log-likelihood Σ C log(DK) for
 	// LossWKL, Σ P̂ log(DK) for LossKL and −J for the Frobenius losses.
@@ -189,7 +194,6 @@ func MUFrom(ctx context.Context, md *Model, blocks []*Block, opts MUOptions) (MU
 		if err != nil {
 			return res, err
 		}
-		md.Iteration++
 		res.Iterations = iter
 		now := time.Now()
 		res.Elapsed = now.Sub(start)
@@ -211,15 +215,26 @@ func MUFrom(ctx context.Context, md *Model, blocks []*Block, opts MUOptions) (MU
 			break
 		}
 	}
-	res.MaxRowDeviation = maxRowDeviation(md)
+	res.MaxRowDeviation, err = MUFinish(md, blocks)
+	return res, err
+}
+
+// MUFinish ends an MU fit of md on blocks (the counts, whatever the
+// loss): it returns the largest deviation of a row of D or K from 1
+// (MUResult.MaxRowDeviation), normalizes every row and sets md.LogLik and
+// md.WKL on blocks. MUFrom ends with it; so must a fit that runs MU by
+// Loop with MUCommit.
+func MUFinish(md *Model, blocks []*Block) (float64, error) {
+	dev := maxRowDeviation(md)
 	normalizeModel(md)
+	var err error
 	if md.LogLik, _, err = LogLikelihood(md, blocks); err != nil {
-		return res, fmt.Errorf("factor: MU: %w", err)
+		return dev, fmt.Errorf("factor: MU: %w", err)
 	}
 	if md.WKL, err = WKL(md, blocks); err != nil {
-		return res, fmt.Errorf("factor: MU: %w", err)
+		return dev, fmt.Errorf("factor: MU: %w", err)
 	}
-	return res, nil
+	return dev, nil
 }
 
 // muState is the data and working memory of MU's steps.
@@ -229,13 +244,12 @@ type muState struct {
 	nnz     int
 
 	// LossWKL and LossKL: the blocks EMSF's pass runs on (the counts, or
-	// P̂ as pseudo-counts), their total, and x^a_i per action.
+	// P̂ as pseudo-counts), their total, and the commit rule.
 	blocks []*Block
 	total  float64
-	xa     [][]float64
 	ps     Passer
 	acc    *Accumulator
-	q      [][]float64 // per K block
+	commit *MUCommit
 
 	// Frobenius losses, per action.
 	frob []muFrobData
@@ -263,7 +277,7 @@ func newMUState(md *Model, blocks []*Block, opts MUOptions) (*muState, error) {
 	if total := TotalCount(blocks); !(total > 0) {
 		return nil, fmt.Errorf("factor: MU: no data: the total count is %v", total)
 	}
-	st := &muState{opts: opts, workers: max(1, opts.Workers)}
+	st := &muState{opts: opts, workers: max(1, opts.Workers), ps: Passer{GroupNNZ: opts.GroupNNZ}}
 	st.w, st.gp, st.gm = make([]float64, n), make([]float64, n), make([]float64, n)
 	switch opts.Loss {
 	case LossWKL:
@@ -290,25 +304,13 @@ func newMUState(md *Model, blocks []*Block, opts MUOptions) (*muState, error) {
 		return st, nil
 	}
 	st.total = TotalCount(st.blocks)
-	st.xa = make([][]float64, u)
-	for a := range st.xa {
-		st.xa[a] = make([]float64, n)
-	}
 	for _, b := range st.blocks {
-		x := st.xa[b.Action]
-		for r, i := range b.Rows {
-			for _, c := range b.Vals[b.Ptr[r]:b.Ptr[r+1]] {
-				x[i] += c
-			}
-		}
 		st.nnz += b.NNZ()
 	}
 	st.acc = NewAccumulator(md)
-	st.q = make([][]float64, NumK(u, md.Tie))
-	for b := range st.q {
-		st.q[b] = make([]float64, md.M)
-	}
-	return st, nil
+	commit, err := NewMUCommit(md, st.blocks, opts.Rule)
+	st.commit = commit
+	return st, err
 }
 
 // muPseudoRows is the number of rows of P̂ per block under LossKL: a
@@ -358,7 +360,8 @@ func (st *muState) step(ctx context.Context, md *Model, withObj bool) (float64, 
 	return st.stepKL(ctx, md, withObj)
 }
 
-// stepKL is a step under LossWKL or LossKL (on st.blocks).
+// stepKL is a step under LossWKL or LossKL (on st.blocks): an EMSF pass
+// and MU's commit.
 func (st *muState) stepKL(ctx context.Context, md *Model, withObj bool) (float64, error) {
 	acc := st.acc
 	if err := st.ps.Pass(ctx, md, st.blocks, acc, st.workers, withObj); err != nil {
@@ -367,13 +370,67 @@ func (st *muState) stepKL(ctx context.Context, md *Model, withObj bool) (float64
 	if err := CheckSumX(acc.SumX, st.total); err != nil {
 		return 0, fmt.Errorf("factor: MU: %w", err)
 	}
+	st.commit.Commit(md, acc)
+	return acc.LogLik, nil
+}
+
+// MUCommit is MU's step under LossWKL as a commit rule of Loop
+// (FitOptions.Commit; coordinator.Options.Commit on a cluster): under
+// that loss ∇⁺ and ∇⁻ are the statistics of an EMSF pass (D̂, K̂, x; see
+// MUFrom) plus q_l = Σ_i x_i D_il, which MUCommit sums from the old D and
+// the data's row totals. So MU runs wherever EMSF's passes run, on the
+// same blocks or shards and partials, and the result depends only on the
+// pass's statistics: a cluster fit equals MUFrom bitwise (with the same
+// GroupNNZ). End such a fit with MUFinish. MUFrom commits with it too
+// (on P̂ under LossKL); the Frobenius losses need other statistics.
+type MUCommit struct {
+	rule      MURule
+	xa        [][]float64 // x^a_i per action
+	q         [][]float64 // q per K block
+	w, gp, gm []float64   // row buffers
+}
+
+// NewMUCommit returns MU's commit rule by rule for models of md's shape
+// fitted on blocks (their row totals per action are summed once here).
+func NewMUCommit(md *Model, blocks []*Block, rule MURule) (*MUCommit, error) {
+	if rule < MUNorm || rule > MURela {
+		return nil, fmt.Errorf("factor: MU: unknown rule %v", rule)
+	}
+	n, u := md.N, md.U
+	c := &MUCommit{rule: rule, xa: make([][]float64, u), q: make([][]float64, NumK(u, md.Tie)),
+		w: make([]float64, n), gp: make([]float64, n), gm: make([]float64, n)}
+	for a := range c.xa {
+		c.xa[a] = make([]float64, n)
+	}
+	for k, b := range blocks {
+		if err := b.CheckShape(n, u); err != nil {
+			return nil, fmt.Errorf("factor: MU: block %d: %w", k, err)
+		}
+		x := c.xa[b.Action]
+		for r, i := range b.Rows {
+			for _, v := range b.Vals[b.Ptr[r]:b.Ptr[r+1]] {
+				x[i] += v
+			}
+		}
+	}
+	for b := range c.q {
+		c.q[b] = make([]float64, md.M)
+	}
+	return c, nil
+}
+
+// Commit updates D and K of md simultaneously by c's rule from acc, the
+// statistics of a pass under md, and counts the iteration; md.LogLik
+// becomes the pass's (the model's before the commit, as after
+// Accumulator.Commit), md.WKL NaN until MUFinish sets it.
+func (c *MUCommit) Commit(md *Model, acc *Accumulator) {
 	n, m := md.N, md.M
 	// q from the old D, before D changes.
-	for _, q := range st.q {
+	for _, q := range c.q {
 		clear(q)
 	}
 	for a := range md.U {
-		q, d, x := st.q[md.KBlock(a)], md.D[md.DBlock(a)], st.xa[a]
+		q, d, x := c.q[md.KBlock(a)], md.D[md.DBlock(a)], c.xa[a]
 		for i := range n {
 			if x[i] == 0 {
 				continue
@@ -383,7 +440,7 @@ func (st *muState) stepKL(ctx context.Context, md *Model, withObj bool) (float64
 			}
 		}
 	}
-	w, gp, gm := st.w[:m], st.gp[:m], st.gm[:m]
+	w, gp, gm := c.w[:m], c.gp[:m], c.gm[:m]
 	for b, d := range md.D {
 		dh, x := acc.Dh[b], acc.X[b]
 		for i := range n {
@@ -392,26 +449,27 @@ func (st *muState) stepKL(ctx context.Context, md *Model, withObj bool) (float64
 				gp[l] = x[i]
 				gm[l] = ratio(dh[i*m+l], row[l])
 			}
-			muRow(st.opts.Rule, row, gp, gm)
+			muRow(c.rule, row, gp, gm)
 		}
 	}
-	w, gp, gm = st.w[:n], st.gp[:n], st.gm[:n]
+	w, gp, gm = c.w[:n], c.gp[:n], c.gm[:n]
 	for b, kt := range md.KT {
-		kh, q := acc.KhT[b], st.q[b]
+		kh, q := acc.KhT[b], c.q[b]
 		for l := range m {
 			for j := range n {
 				w[j] = kt[j*m+l]
 				gp[j] = q[l]
 				gm[j] = ratio(kh[j*m+l], w[j])
 			}
-			if muRow(st.opts.Rule, w, gp, gm) {
+			if muRow(c.rule, w, gp, gm) {
 				for j := range n {
 					kt[j*m+l] = w[j]
 				}
 			}
 		}
 	}
-	return acc.LogLik, nil
+	md.Iteration++
+	md.LogLik, md.WKL = acc.LogLik, math.NaN()
 }
 
 // ratio returns num/w, the ∇⁻ of an entry whose W·∇⁻ is num, or 0 at
@@ -667,6 +725,7 @@ func (st *muState) stepFrob(md *Model, withObj bool) (float64, error) {
 		copy(d, newD)
 		copy(kt, newKT)
 	}
+	md.Iteration++
 	return obj, nil
 }
 

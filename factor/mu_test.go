@@ -2,7 +2,9 @@ package factor
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -344,5 +346,68 @@ func TestMUBadInput(t *testing.T) {
 	}
 	if _, err := ParseMURule("normal"); err == nil {
 		t.Error("rule normal accepted")
+	}
+}
+
+// TestMUCommitLoopEqualsMU: MU under wkl run by Loop (factor.Fit with
+// MUCommit as its commit rule, ended by MUFinish: how a cluster runs it)
+// equals MU bitwise, for every rule and tie mode, 1 and 3 workers, a
+// fixed iteration count and a tolerance, and with a group size other
+// than the default; progress reports the same objectives.
+func TestMUCommitLoopEqualsMU(t *testing.T) {
+	_, blocks := klmSampled(t, 30, 4, 2, 3000, 3)
+	for _, tie := range []Tie{TieNone, TieSharedK, TieSharedD} {
+		for _, rule := range []MURule{MUNorm, MURepa, MURela} {
+			for _, workers := range []int{1, 3} {
+				for _, conv := range []Converger{{MaxIter: 7}, {Tol: 1e-6, MaxIter: 500}} {
+					group := []int{0, 500}[workers%2]
+					var wantObjs, gotObjs []float64
+					want, wantRes, err := MU(context.Background(), 30, 5, 2, blocks, 9, MUOptions{Rule: rule, Tie: tie,
+						Workers: workers, GroupNNZ: group, Converger: conv,
+						Progress: func(s IterStats) { wantObjs = append(wantObjs, s.LogLik) }})
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := NewRandom(30, 5, 2, tie, 9)
+					c, err := NewMUCommit(got, blocks, rule)
+					if err != nil {
+						t.Fatal(err)
+					}
+					res, err := Fit(context.Background(), got, blocks, FitOptions{Workers: workers, GroupNNZ: group,
+						Converger: conv, Commit: c.Commit,
+						Progress: func(s IterStats) { gotObjs = append(gotObjs, s.LogLik) }})
+					if err != nil {
+						t.Fatal(err)
+					}
+					dev, err := MUFinish(got, blocks)
+					if err != nil {
+						t.Fatal(err)
+					}
+					name := fmt.Sprintf("tie %v rule %v workers %d tol %v", tie, rule, workers, conv.Tol)
+					if !got.Equal(want) || got.Iteration != want.Iteration || !sameBits(
+						[]float64{got.LogLik, got.WKL, res.LogLik, dev, float64(res.Iterations)},
+						[]float64{want.LogLik, want.WKL, wantRes.Objective, wantRes.MaxRowDeviation, float64(wantRes.Iterations)}) {
+						t.Fatalf("%s: Loop with MUCommit differs from MU: iterations %d/%d, loglik %v/%v, objective %v/%v",
+							name, res.Iterations, wantRes.Iterations, got.LogLik, want.LogLik, res.LogLik, wantRes.Objective)
+					}
+					if res.Status != wantRes.Status || !sameBits(gotObjs, wantObjs) {
+						t.Fatalf("%s: status %v/%v, progress objectives differ", name, res.Status, wantRes.Status)
+					}
+				}
+			}
+		}
+	}
+	// The learning rate is EMSF's: refused with another commit rule.
+	md := NewRandom(30, 5, 2, TieNone, 9)
+	c, err := NewMUCommit(md, blocks, MURepa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Fit(context.Background(), md, blocks, FitOptions{Alpha: 0.5, Commit: c.Commit, Converger: Converger{MaxIter: 1}}); err == nil ||
+		!strings.Contains(err.Error(), "learning rate 0.5") {
+		t.Errorf("alpha 0.5 with MUCommit: %v", err)
+	}
+	if _, err := NewMUCommit(md, blocks, MURule(7)); err == nil {
+		t.Error("rule 7 accepted")
 	}
 }
