@@ -20,7 +20,12 @@ type Options struct {
 	// Params are recorded in the job state.
 	Params map[string]string
 	// Alpha is the learning rate of each commit; 0 means 1 (plain EM).
-	Alpha     float64
+	Alpha float64
+	// Commit, if set, is the commit rule in place of EMSF's (see
+	// factor.FitOptions.Commit): factor.MUCommit.Commit runs MU under
+	// the wkl loss on the same workers and partials. Alpha must then be
+	// 0 or 1.
+	Commit    func(md *factor.Model, acc *factor.Accumulator)
 	Converger factor.Converger
 	// Progress, if set, is called after every committed iteration with the
 	// same values factor.Fit reports.
@@ -105,6 +110,7 @@ var ErrNoWorkers = errors.New("coordinator: not enough workers")
 // values, the FitResult) is bitwise the same as factor.Fit(ctx, md,
 // shard.Blocks(shards), factor.FitOptions{...}) with the same options and
 // GroupNNZ: the EM loop is factor.Loop, with the executor as its stepper.
+// With opts.Commit the same holds for factor.Fit with that commit rule.
 func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts Options) (factor.FitResult, error) {
 	if err := opts.Converger.Validate(); err != nil {
 		return factor.FitResult{}, err
@@ -144,6 +150,9 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 	}
 	if !(alpha > 0 && alpha <= 1) {
 		return factor.FitResult{}, fmt.Errorf("coordinator: learning rate %v must be in (0, 1]", alpha)
+	}
+	if opts.Commit != nil && alpha != 1 {
+		return factor.FitResult{}, fmt.Errorf("coordinator: learning rate %v: a fit with its own commit rule takes none (0 or 1)", alpha)
 	}
 
 	alive, err := waitWorkers(ctx, exec, opts, log)
@@ -202,7 +211,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 		}
 		return nil
 	}
-	return factor.Loop(ctx, md, blocks, p, factor.FitOptions{Alpha: opts.Alpha, Converger: opts.Converger},
+	return factor.Loop(ctx, md, blocks, p, factor.FitOptions{Alpha: opts.Alpha, Converger: opts.Converger, Commit: opts.Commit},
 		factor.LoopHooks{Start: first, Committed: committed})
 }
 
