@@ -41,19 +41,22 @@
 //   - FitEPCA (epca_004): exponential-family PCA with the exponential link,
 //     a log-linear baseline (an Estimate, not a stochastic factorization).
 //
-// Which MU variants can run on a cluster's shards and partials: under
+// Which MU variants run on a cluster's shards and partials: under
 // LossWKL every rule needs exactly the statistics of an EMSF pass, the
-// Partials of the shards merged in shard order (Dh, X, KhT, Y), plus
-// q_l = Σ_i x_i D_il, which the coordinator computes from the D it holds
-// and the row totals X; so mu-norm, mu-repa and mu-rela under wkl are a
-// different commit of the same reduce (mu-norm's commit is EMSF's). Under
-// LossKL the shards would have to carry P̂ (pseudo-counts C_ij/x_i, and
-// n entries for each unseen row) instead of the counts: the same reduce on
-// other shards. The Frobenius losses need other statistics (R Kᵀ per row,
-// Dᵀ R per column, the m×m Gram matrices KKᵀ and Dᵀdiag(ω)D) that Partial
-// does not carry; they run in one process only. emsf fit runs all of them
-// in one process (--algorithm mu-* rejects --nats/--embedded): the cluster
-// commit of the wkl variants is not wired.
+// Partials of the shards merged in the canonical order (Dh, X, KhT), plus
+// q_l = Σ_i x_i D_il, which the committer sums from the D it holds and
+// the data's row totals; so mu-norm, mu-repa and mu-rela under wkl are
+// another commit of the same reduce. MUCommit is that commit as a rule of
+// Loop (FitOptions.Commit; coordinator.Options.Commit), MUFinish ends the
+// fit as MU does, and emsf fit --algorithm mu-* --loss wkl --nats or
+// --embedded runs them so, bitwise equal to MU with the same GroupNNZ
+// (the workers are unchanged: they compute EMSF's partials). Under LossKL
+// the shards would have to carry P̂ (pseudo-counts C_ij/x_i, and n
+// entries for each unseen row) instead of the counts: the same reduce on
+// other shards, not wired (emsf fit refuses --loss kl on a cluster). The
+// Frobenius losses need other statistics (R Kᵀ per row, Dᵀ R per column,
+// the m×m Gram matrices KKᵀ and Dᵀdiag(ω)D) that Partial does not carry;
+// they run in one process only.
 //
 // # Determinism
 //

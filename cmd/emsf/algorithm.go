@@ -32,7 +32,7 @@ const algorithmUsage = `how to estimate P^a:
         stochastic (multiplicative-stochastic_002: normalize, reparametrize, or
         relax with closed-form Lagrange multipliers) on the objective --loss
         (writes --out; --order (one value), --iters, --tol, --time-limit, --seed,
-        --restarts, --workers, --tie with --loss wkl or kl).`
+        --restarts, --workers, --tie with --loss wkl or kl, --nats/--embedded with wkl).`
 
 // validateAlgorithm checks --algorithm and the flags a baseline cannot
 // honour (run after the EMSF flags were validated).

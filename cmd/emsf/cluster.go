@@ -187,6 +187,10 @@ func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts facto
 	}
 	fmt.Fprintf(h, "|%d|%d|%d|%s|%d|%d|%v|%v|%d", md.N, md.M, md.U, md.Tie, md.Seed, md.Iteration, opts.Alpha,
 		opts.Converger.Tol, opts.Converger.MaxIter)
+	if alg := c.params["algorithm"]; alg != "" {
+		// Not EMSF (whose names stay as they were): another job.
+		fmt.Fprintf(h, "|%s|%s", alg, c.params["loss"])
+	}
 	return "fit-" + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
@@ -246,6 +250,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		Job:         job,
 		Params:      params,
 		Alpha:       opts.Alpha,
+		Commit:      opts.Commit,
 		GroupNNZ:    opts.GroupNNZ,
 		Converger:   opts.Converger,
 		Progress:    opts.Progress,

@@ -22,8 +22,9 @@ const (
 )
 
 const lossUsage = `objective of --algorithm mu-*: wkl (EMSF's count-weighted KL: mu-norm is then exactly EMSF,
-mu-repa/mu-rela a damped EMSF), kl (the same on P̂, every row weighted 1, like klm),
-frob (½ Σ_i ‖P̂_i − (DK)_i‖², the paper's loss; --tie none), wfrob (rows weighted by their counts; --tie none)`
+mu-repa/mu-rela a damped EMSF; the only loss that runs on a cluster, --nats/--embedded, on EMSF's partials),
+kl (the same on P̂, every row weighted 1, like klm), frob (½ Σ_i ‖P̂_i − (DK)_i‖², the paper's loss; --tie none),
+wfrob (rows weighted by their counts; --tie none)`
 
 // muRule returns the rule of a mu-* algorithm name, and whether it is one.
 func muRule(alg string) (factor.MURule, bool) {
@@ -44,8 +45,9 @@ func (f *fitFlags) validateMU() error {
 	switch {
 	case f.inc.enabled:
 		return usagef("--algorithm %s: --incremental is for EMSF only", f.algorithm)
-	case f.cluster.enabled():
-		return usagef("--algorithm %s runs on one machine: drop --nats/--embedded", f.algorithm)
+	case f.cluster.enabled() && loss != factor.LossWKL:
+		return usagef("--loss %s: --algorithm %s runs on a cluster (--nats/--embedded) only with --loss wkl, whose statistics are the EMSF partials the workers compute (%s needs others): drop --nats/--embedded or use --loss wkl",
+			f.loss, f.algorithm, f.loss)
 	case f.initModel != "":
 		return usagef("--algorithm %s starts from --seed: --init is for EMSF only", f.algorithm)
 	case f.alpha != 1:
@@ -72,17 +74,27 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 	}
 	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
 		"nonzeros", nnz(data.train))
-	shards, _ := shard.Split(data.train, data.n, f.shardNNZ)
+	shards, man := shard.Split(data.train, data.n, f.shardNNZ)
 	blocks := shard.Blocks(shards)
+	params := f.params(m)
+	params["algorithm"] = f.algorithm
+	params["loss"] = loss.String()
 	var best *factor.Model
 	var bestRes factor.MUResult
 	for r := range f.restarts {
 		seed := f.seed + uint64(r)
-		md, res, err := factor.MU(ctx, data.n, m, data.u, blocks, seed, factor.MUOptions{
-			Rule: rule, Loss: loss, Tie: f.tieV, Workers: f.workers,
-			Converger: f.stop.converger(),
-			Progress:  f.report.iterations(f.stop.iters, "order", m, "seed", seed),
-		})
+		progress := f.report.iterations(f.stop.iters, "order", m, "seed", seed)
+		var md *factor.Model
+		var res factor.MUResult
+		if f.cluster.enabled() {
+			f.cluster.params = params
+			md, res, err = fitMUCluster(ctx, f, log, shards, man, rule, m, seed, progress)
+		} else {
+			md, res, err = factor.MU(ctx, data.n, m, data.u, blocks, seed, factor.MUOptions{
+				Rule: rule, Loss: loss, Tie: f.tieV, Workers: f.workers, GroupNNZ: f.groupNNZ,
+				Converger: f.stop.converger(), Progress: progress,
+			})
+		}
 		f.report.done()
 		if err != nil && ctx.Err() != nil {
 			return f.interruptedUnfinished(err)
@@ -98,9 +110,6 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 			best, bestRes = md, res
 		}
 	}
-	params := f.params(m)
-	params["algorithm"] = f.algorithm
-	params["loss"] = loss.String()
 	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params, Status: bestRes.Status.String()}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
@@ -109,4 +118,25 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 		f.algorithm, loss, best.N, best.M, best.U, best.Tie, best.Iteration, bestRes.Status, bestRes.Objective, best.LogLik, best.WKL,
 		bestRes.MaxRowDeviation, f.out)
 	return nil
+}
+
+// fitMUCluster runs --algorithm mu-* --loss wkl from seed on a cluster:
+// the workers compute EMSF's passes, this process commits by MU's rule
+// (factor.MUCommit). The model and result are bitwise those of factor.MU
+// on shard.Blocks(shards) with the same --group-nnz.
+func fitMUCluster(ctx context.Context, f *fitFlags, log hclog.Logger, shards []*shard.Shard, man *shard.Manifest, rule factor.MURule, m int, seed uint64, progress func(factor.IterStats)) (*factor.Model, factor.MUResult, error) {
+	md := factor.NewRandom(man.N, m, man.U, f.tieV, seed)
+	blocks := shard.Blocks(shards)
+	c, err := factor.NewMUCommit(md, blocks, rule)
+	if err != nil {
+		return nil, factor.MUResult{}, err
+	}
+	fr, err := fitCluster(ctx, &f.cluster, log, shards, man, md, factor.FitOptions{GroupNNZ: f.groupNNZ,
+		Converger: f.stop.converger(), Progress: progress, Commit: c.Commit}, f.workers)
+	res := factor.MUResult{Status: fr.Status, Iterations: fr.Iterations, Objective: fr.LogLik, Elapsed: fr.Elapsed}
+	if err != nil {
+		return nil, res, err
+	}
+	res.MaxRowDeviation, err = factor.MUFinish(md, blocks)
+	return md, res, err
 }

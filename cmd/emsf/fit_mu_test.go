@@ -87,3 +87,48 @@ func TestAlgorithmMU(t *testing.T) {
 	}
 	assertOnlyFiles(t, dir, "em.arrow", "frob.arrow", "mu.arrow", "t.csv")
 }
+
+// TestAlgorithmMUCluster: fit --algorithm mu-repa --embedded (3
+// in-process NATS workers computing EMSF's partials, MU's commit on the
+// coordinator) writes bitwise the model of the local fit, with two
+// restarts; --loss kl on a cluster is refused with one error naming the
+// flag, its value and why, before anything is written.
+func TestAlgorithmMUCluster(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "t.csv")
+	mustEmsf(t, "gen", "--states", "20", "--true-order", "3", "--transitions", "3000", "--actions", "2",
+		"--out", data, "--truth", "")
+	common := []string{"fit", "--input", data, "--order", "3", "--iters", "8", "--tol", "1e-9", "--seed", "4", "--restarts", "2",
+		"--quiet", "--shard-nnz", "40", "--group-nnz", "60", "--algorithm", "mu-repa"}
+	localOut, clusterOut := filepath.Join(dir, "local.arrow"), filepath.Join(dir, "cluster.arrow")
+	mustEmsf(t, append(common, "--out", localOut, "--workers", "2")...)
+	stdout := mustEmsf(t, append(common, "--out", clusterOut, "--embedded", "--store", filepath.Join(dir, "store"), "--workers", "3")...)
+	if !strings.Contains(stdout, "mu-repa (--loss wkl) model n=20 m=3 u=2") {
+		t.Errorf("output: %s", stdout)
+	}
+	local, err := arrowio.ReadModel(localOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := arrowio.ReadModel(clusterOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
+	if l, c := local.Model, cluster.Model; !c.Equal(l) || c.Iteration != l.Iteration || c.Seed != l.Seed ||
+		!same(c.LogLik, l.LogLik) || !same(c.WKL, l.WKL) || cluster.Status != local.Status {
+		t.Fatalf("cluster model (seed %d, %d iterations, loglik %v, %s) differs from the local one (seed %d, %d, %v, %s)",
+			c.Seed, c.Iteration, c.LogLik, cluster.Status, l.Seed, l.Iteration, l.LogLik, local.Status)
+	}
+	if cluster.Params["algorithm"] != "mu-repa" || cluster.Params["loss"] != "wkl" {
+		t.Errorf("params %v", cluster.Params)
+	}
+
+	bad := filepath.Join(dir, "kl.arrow")
+	code, _, errs := emsf(t, "fit", "--input", data, "--order", "3", "--algorithm", "mu-norm", "--loss", "kl", "--embedded", "--out", bad)
+	want := "--loss kl: --algorithm mu-norm runs on a cluster (--nats/--embedded) only with --loss wkl"
+	if code != 2 || !strings.Contains(errs, want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+		t.Errorf("--loss kl --embedded: exit %d, stderr %q; want 2 and one line saying %q", code, errs, want)
+	}
+	assertOnlyFiles(t, dir, "cluster.arrow", "local.arrow", "store", "t.csv")
+}
