@@ -187,8 +187,8 @@ func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts facto
 	}
 	fmt.Fprintf(h, "|%d|%d|%d|%s|%d|%d|%v|%v|%d", md.N, md.M, md.U, md.Tie, md.Seed, md.Iteration, opts.Alpha,
 		opts.Converger.Tol, opts.Converger.MaxIter)
-	if alg := c.params["algorithm"]; alg != "" {
-		// Not EMSF (whose names stay as they were): another job.
+	if alg := c.params["algorithm"]; alg != "" && alg != algEMSF {
+		// MU: another job (EMSF's names stay as they were).
 		fmt.Fprintf(h, "|%s|%s", alg, c.params["loss"])
 	}
 	return "fit-" + hex.EncodeToString(h.Sum(nil))[:16]
@@ -280,6 +280,9 @@ func (c *clusterFlags) jobParams(md *factor.Model, opts factor.FitOptions) map[s
 	}
 	// The restart count is not a property of one restart's job.
 	delete(p, "restarts")
+	if p["algorithm"] == "" {
+		p["algorithm"] = algEMSF
+	}
 	p["order"] = strconv.Itoa(md.M)
 	p["tie"] = md.Tie.String()
 	p["seed"] = strconv.FormatUint(md.Seed, 10)
@@ -303,7 +306,7 @@ func (c *clusterFlags) checkResume(ctx context.Context, exec *natsexec.Executor,
 		return fmt.Errorf("cluster: --resume: %w", err)
 	}
 	if err == nil && st.Iteration > 0 {
-		return withInput(coordinator.CheckResume(st, cmp, man), st, params)
+		return withInput(coordinator.CheckResume(emsfByDefault(st), cmp, man), st, params)
 	}
 	if c.job != "" {
 		return nil // a named job without a checkpoint starts afresh
@@ -315,11 +318,27 @@ func (c *clusterFlags) checkResume(ctx context.Context, exec *natsexec.Executor,
 	if last == nil {
 		return nil
 	}
-	if err := coordinator.CheckResume(last, cmp, man); err != nil {
+	if err := coordinator.CheckResume(emsfByDefault(last), cmp, man); err != nil {
 		return fmt.Errorf("cluster: --resume: bucket %s has no checkpoint of job %s (named after this run's data and parameters); the last job there: %w",
 			c.kvBucket, job, withInput(err, last, params))
 	}
 	return nil
+}
+
+// emsfByDefault returns st, with algorithm emsf in its parameters when
+// they name none (a checkpoint from before MU ran on a cluster), so that
+// resuming refuses to go on with another algorithm.
+func emsfByDefault(st *coordinator.JobState) *coordinator.JobState {
+	if st.Params["algorithm"] != "" {
+		return st
+	}
+	c := *st
+	c.Params = maps.Clone(st.Params)
+	if c.Params == nil {
+		c.Params = map[string]string{}
+	}
+	c.Params["algorithm"] = algEMSF
+	return &c
 }
 
 // withInput adds the input files to a resume error when they differ.

@@ -131,7 +131,7 @@ func fitMUCluster(ctx context.Context, f *fitFlags, log hclog.Logger, shards []*
 	if err != nil {
 		return nil, factor.MUResult{}, err
 	}
-	fr, err := fitCluster(ctx, &f.cluster, log, shards, man, md, factor.FitOptions{GroupNNZ: f.groupNNZ,
+	fr, err := fitCluster(ctx, &f.cluster, log, shards, man, md, factor.FitOptions{Alpha: f.alpha, GroupNNZ: f.groupNNZ,
 		Converger: f.stop.converger(), Progress: progress, Commit: c.Commit}, f.workers)
 	res := factor.MUResult{Status: fr.Status, Iterations: fr.Iterations, Objective: fr.LogLik, Elapsed: fr.Elapsed}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator"
 )
 
 // TestAlgorithmMU: fit --algorithm mu-norm (--loss wkl) gives the model
@@ -91,7 +92,7 @@ func TestAlgorithmMU(t *testing.T) {
 // TestAlgorithmMUCluster: fit --algorithm mu-repa --embedded (3
 // in-process NATS workers computing EMSF's partials, MU's commit on the
 // coordinator) writes bitwise the model of the local fit, with two
-// restarts; --loss kl on a cluster is refused with one error naming the
+// restarts, and its job resumes as MU only; --loss kl on a cluster is refused with one error naming the
 // flag, its value and why, before anything is written.
 func TestAlgorithmMUCluster(t *testing.T) {
 	dir := t.TempDir()
@@ -102,7 +103,9 @@ func TestAlgorithmMUCluster(t *testing.T) {
 		"--quiet", "--shard-nnz", "40", "--group-nnz", "60", "--algorithm", "mu-repa"}
 	localOut, clusterOut := filepath.Join(dir, "local.arrow"), filepath.Join(dir, "cluster.arrow")
 	mustEmsf(t, append(common, "--out", localOut, "--workers", "2")...)
-	stdout := mustEmsf(t, append(common, "--out", clusterOut, "--embedded", "--store", filepath.Join(dir, "store"), "--workers", "3")...)
+	store := filepath.Join(dir, "store")
+	clusterArgs := append(common, "--out", clusterOut, "--embedded", "--store", store, "--workers", "3", "--job", "mu")
+	stdout := mustEmsf(t, clusterArgs...)
 	if !strings.Contains(stdout, "mu-repa (--loss wkl) model n=20 m=3 u=2") {
 		t.Errorf("output: %s", stdout)
 	}
@@ -124,8 +127,25 @@ func TestAlgorithmMUCluster(t *testing.T) {
 		t.Errorf("params %v", cluster.Params)
 	}
 
+	// The job (the restarts share its name: the last one, seed 5, holds
+	// it) resumes as MU only: EMSF refuses its checkpoint, naming the
+	// algorithm, as MU refuses an EMSF checkpoint that names none (from
+	// before MU ran on a cluster).
+	mustEmsf(t, append(clusterArgs, "--seed", "5", "--restarts", "1", "--resume")...)
+	emsfArgs := []string{"fit", "--input", data, "--order", "3", "--iters", "8", "--tol", "1e-9", "--seed", "5",
+		"--shard-nnz", "40", "--group-nnz", "60", "--out", clusterOut, "--embedded", "--store", store, "--job", "mu", "--resume"}
+	code, _, errs := emsf(t, emsfArgs...)
+	if want := `algorithm ("mu-repa" in the checkpoint, "emsf" now)`; code == 0 || !strings.Contains(errs, want) {
+		t.Errorf("EMSF resuming an MU job: exit %d, stderr %q; want a refusal naming %s", code, errs, want)
+	}
+	old := &coordinator.JobState{Job: "old", Iteration: 3, Params: map[string]string{"order": "3"}}
+	if err := coordinator.CheckResume(emsfByDefault(old), map[string]string{"order": "3", "algorithm": "mu-norm"}, nil); err == nil ||
+		!strings.Contains(err.Error(), `algorithm ("emsf" in the checkpoint, "mu-norm" now)`) || old.Params["algorithm"] != "" {
+		t.Errorf("MU resuming a checkpoint that names no algorithm: %v (checkpoint params now %v)", err, old.Params)
+	}
+
 	bad := filepath.Join(dir, "kl.arrow")
-	code, _, errs := emsf(t, "fit", "--input", data, "--order", "3", "--algorithm", "mu-norm", "--loss", "kl", "--embedded", "--out", bad)
+	code, _, errs = emsf(t, "fit", "--input", data, "--order", "3", "--algorithm", "mu-norm", "--loss", "kl", "--embedded", "--out", bad)
 	want := "--loss kl: --algorithm mu-norm runs on a cluster (--nats/--embedded) only with --loss wkl"
 	if code != 2 || !strings.Contains(errs, want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
 		t.Errorf("--loss kl --embedded: exit %d, stderr %q; want 2 and one line saying %q", code, errs, want)
