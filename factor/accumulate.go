@@ -259,6 +259,16 @@ type Accumulator struct {
 	NNZ  int
 }
 
+// NewScalarAccumulator returns an accumulator of a pass's Y, loglik, Σx
+// and nonzero count only (N = 0: no D̂ or K̂), for models with m hidden
+// states, u actions and tie mode tie: what a coordinator that only
+// sequences folds (the owners of K's columns fold K̂). Partials merged into
+// it carry no rows or columns; a Reducer folds their Y in the canonical
+// order, bitwise as it folds them into a full accumulator.
+func NewScalarAccumulator(m, u int, tie Tie) *Accumulator {
+	return NewAccumulator(&Model{N: 0, M: m, U: u, Tie: tie})
+}
+
 // NewAccumulator returns an empty accumulator for models of md's shape.
 func NewAccumulator(md *Model) *Accumulator {
 	a := &Accumulator{N: md.N, M: md.M, U: md.U, Tie: md.Tie}
@@ -478,32 +488,50 @@ func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
 		panic("factor: Commit: accumulator and model differ in shape")
 	}
 	n, m := a.N, a.M
-	keep := 1 - alpha
 	for b, d := range md.D {
 		dh, x := a.Dh[b], a.X[b]
 		for i := 0; i < n; i++ {
 			CommitRow(d[i*m:i*m+m], dh[i*m:i*m+m], x[i], alpha)
 		}
 	}
-	f := make([]float64, m)
 	for b, kt := range md.KT {
-		y := a.Y[b]
-		for l := range f {
-			f[l] = 0
-			if y[l] > 0 {
-				f[l] = alpha / y[l]
-			}
+		CommitKRows(kt, a.KhT[b], a.Y[b], m, alpha)
+	}
+	a.RecordPass(md, dataTerm)
+}
+
+// CommitKRows commits rows of one K block (see Commit): kt and kh are the
+// same rows j of K^T and K̂^T (row-major, m per row), y the block's
+// global Y. A cluster node that owns a range of K's columns commits them
+// with it, bitwise what Commit commits for those columns.
+func CommitKRows(kt, kh, y []float64, m int, alpha float64) {
+	keep := 1 - alpha
+	var fs [64]float64
+	f := fs[:0]
+	if m > len(fs) {
+		f = make([]float64, m)
+	}
+	f = f[:m]
+	for l := range f {
+		f[l] = 0
+		if y[l] > 0 {
+			f[l] = alpha / y[l]
 		}
-		kh := a.KhT[b]
-		for j := 0; j < n; j++ {
-			row, src := kt[j*m:j*m+m], kh[j*m:j*m+m]
-			for l := range row {
-				if f[l] != 0 {
-					row[l] = commitEntry(row[l], keep, f[l]*src[l])
-				}
+	}
+	for j := 0; j+m <= len(kt); j += m {
+		row, src := kt[j:j+m], kh[j:j+m]
+		for l := range row {
+			if f[l] != 0 {
+				row[l] = commitEntry(row[l], keep, f[l]*src[l])
 			}
 		}
 	}
+}
+
+// RecordPass records the pass in md as Commit does after committing the
+// factors: md.Iteration is incremented, LogLik and WKL (with dataTerm =
+// Σ c·log(c/x_i)) are the pass's.
+func (a *Accumulator) RecordPass(md *Model, dataTerm float64) {
 	md.Iteration++
 	md.LogLik = a.LogLik
 	md.WKL = math.NaN()

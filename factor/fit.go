@@ -209,6 +209,14 @@ type LoopHooks struct {
 	// iteration's stats and the converger's verdict, before
 	// FitOptions.Progress; an error stops the fit.
 	Committed func(ctx context.Context, st IterStats, status Status) error
+	// Commit, if set, commits each pass in place of acc.Commit(md, α,
+	// dataTerm): a cluster whose nodes hold the factors commits them
+	// there. It must record the pass in md (Accumulator.RecordPass).
+	Commit func(ctx context.Context, iter int, md *Model, acc *Accumulator, alpha, dataTerm float64) error
+	// Accumulator, if set, is the loop's accumulator instead of
+	// NewAccumulator(md): a NewScalarAccumulator for a stepper whose D̂
+	// and K̂ are folded elsewhere.
+	Accumulator *Accumulator
 }
 
 // Fit runs batch EMSF on md in place until the converger stops it. Every
@@ -258,7 +266,10 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		return FitResult{}, fmt.Errorf("factor: no data: the total count is %v", total)
 	}
 	dataTerm := DataTerm(blocks)
-	acc := NewAccumulator(md)
+	acc := hooks.Accumulator
+	if acc == nil {
+		acc = NewAccumulator(md)
+	}
 	start := time.Now()
 	prev := math.NaN()
 	res := FitResult{LogLik: math.NaN()}
@@ -283,7 +294,11 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			// Never a model committed (or written) from a NaN pass.
 			return res, fmt.Errorf("factor: iteration %d: the log-likelihood is NaN", iter)
 		}
-		if opts.Commit != nil {
+		if hooks.Commit != nil {
+			if err := hooks.Commit(ctx, iter, md, acc, alpha, dataTerm); err != nil {
+				return res, err
+			}
+		} else if opts.Commit != nil {
 			opts.Commit(md, acc)
 		} else {
 			acc.Commit(md, alpha, dataTerm)

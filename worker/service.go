@@ -95,6 +95,14 @@ type Worker struct {
 	// job and shard.
 	kDig  map[string][]bool
 	drows map[string]*dRows
+	// The owners exchange (owners.go): the job states by job (guarded by
+	// omu), the K̂ slices served, the gather subscription, and the
+	// columns of the current task (guarded by mu).
+	omu     sync.Mutex
+	own     map[string]*ownJob
+	slices  *wire.BlobServer
+	gather  *nats.Subscription
+	ownCols []int32
 	// pbufs are raw partial buffers the coordinator has dropped (read
 	// whole), kept for reuse; guarded by pmu.
 	pmu   sync.Mutex
@@ -132,7 +140,7 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{nc: nc, js: js, cfg: cfg, stores: map[string]jetstream.ObjectStore{}, shards: map[string]*shard.Shard{},
-		kDig: map[string][]bool{}, drows: map[string]*dRows{}}
+		kDig: map[string][]bool{}, drows: map[string]*dRows{}, own: map[string]*ownJob{}}
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:         wire.ServiceName,
@@ -161,6 +169,11 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	if w.blobs, err = wire.ServeBlobs(nc, cfg.Prefix, w.id, 4); err != nil {
 		_ = svc.Stop()
+		return nil, err
+	}
+	if err := w.startOwners(); err != nil {
+		_ = svc.Stop()
+		_ = w.blobs.Close()
 		return nil, err
 	}
 	w.blobs.SetOnDrop(func(b []byte) {
@@ -211,6 +224,12 @@ func (w *Worker) Stop() error {
 	}
 	if err := w.blobs.Close(); err != nil {
 		return err
+	}
+	if err := w.slices.Close(); err != nil {
+		return err
+	}
+	if err := w.gather.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("worker: stop: %w", err)
 	}
 	w.log.Info("worker stopped", "tasks", w.Stats().Tasks)
 	return nil

@@ -1,0 +1,848 @@
+package natsexec
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
+)
+
+// The owners exchange (`emsf fit --exchange owners`; protocol in
+// worker/wire/owners.go): FitOwners sequences a fit whose factors live
+// on the workers. The coordinator plans (shards, column blocks, the
+// tree-v1 order), places (which worker computes which shard and owns
+// which column block), hands out tasks, folds the m-vectors Y and the
+// scalars (loglik, Σx, nonzeros) in the canonical order, sends each owner
+// the global Y and the list of its blocks' K̂ slices, and records the
+// committed blocks' CRCs. Per iteration its messages carry m-vectors,
+// CRCs and slice references: their size depends on the number of
+// shards, column blocks and workers, never on n (OwnersReport.Bytes
+// measures it).
+//
+// Placement, from the data and the census: with one K block per action
+// (--tie none) and at least as many actions as workers, whole actions go
+// to one worker each (balanced by nonzeros): its shards and all its
+// column blocks, so that K and K̂ never leave the worker. Otherwise the
+// workers are cut into one group per K block, the K block's shards are
+// spread over its group by nonzeros and its column blocks round-robin.
+//
+// Faults: any failed request (a worker gone, a task's lease, a refused or
+// malformed answer) rolls the job back to its last checkpoint (every
+// CheckpointEvery iterations; the initial model is checkpoint 0): the
+// epoch is incremented, a new census places the blocks and shards on the
+// workers alive, each loads its blocks from the checkpoint's objects
+// (CRC-checked), the shards' rows of D are read from the checkpoint's
+// objects, and the iterations since are replayed. Since every sum's
+// order is the plan's, the replay gives the same bits: the scalars of a
+// replayed pass are checked against the ones recorded. A worker of an
+// older epoch is refused by the workers of the new one. This trades a
+// replay of at most CheckpointEvery−1 iterations for keeping no second
+// copy of any block (a buddy copy would double the owners' memory and
+// traffic at every iteration, for a fault that is rare).
+//
+// Not yet: straggler backup tasks and pipelining the K̂ fold with the
+// pass (owners pull the slices after the pass), --tie shared-d (its D̂
+// rows would be folded across actions), and --resume of the coordinator
+// (a new coordinator starts the job afresh).
+
+// OwnersOptions configure FitOwners.
+type OwnersOptions struct {
+	Job       string
+	Alpha     float64
+	Converger factor.Converger
+	Progress  func(factor.IterStats)
+	// Report, if set, is called after each committed iteration.
+	Report func(OwnersReport)
+	// GroupNNZ is the canonical order's reduction group size (0: the
+	// default), as factor.Fit's.
+	GroupNNZ int
+	// ColBlocks is the number of column blocks of each K block (0: one
+	// per 4 MiB of K^T rows, at most 1024).
+	ColBlocks int
+	// CheckpointEvery is how often the owners store their blocks (default
+	// 10 iterations).
+	CheckpointEvery int
+	// TaskTimeout bounds every request (default 2 minutes); a worker that
+	// leaves NATS fails its request within ProbeEvery.
+	TaskTimeout time.Duration
+	// MaxRollbacks bounds the rollbacks of one fit (default 8).
+	MaxRollbacks int
+	// WaitWorkers is how long a placement waits for a worker (default
+	// 30s).
+	WaitWorkers time.Duration
+	// Committed, if set, is called after each committed iteration (a
+	// test hook: faults at chosen points).
+	Committed func(ctx context.Context, iter int) error
+}
+
+// OwnersReport is one committed iteration of FitOwners.
+type OwnersReport struct {
+	Iteration int
+	Wall      time.Duration
+	// Bytes is what the coordinator's connection sent and received for
+	// the iteration (tasks, replies, commits; replays included).
+	Bytes   int64
+	Workers int
+	Epoch   int
+	// Rollbacks counts the fit's rollbacks so far.
+	Rollbacks int
+}
+
+// ownCheckpoint is a complete checkpoint: the CRC of every column block
+// and of every shard's rows of D at one version.
+type ownCheckpoint struct {
+	version int
+	kcrc    [][]string
+	dcrc    []string
+}
+
+// passRecord is what a pass computed, to check a replay against.
+type passRecord struct {
+	withLL     bool
+	y          [][]float64
+	ll, sx     float64
+	nnz        int
+	checkpoint bool
+}
+
+// ownSeq is the state of one FitOwners.
+type ownSeq struct {
+	e   *Executor
+	opt OwnersOptions
+	n   int
+	m   int
+	u   int
+	tie factor.Tie
+
+	shards  []*shard.Shard
+	plan    *factor.ReducePlan
+	kshards [][]int           // per K block: its shards in block order
+	cols    [][]wire.ColBlock // per K block: its column blocks (owner, CRC at version)
+
+	version int // the committed version the workers hold
+	dcrc    []string
+	ck      ownCheckpoint
+	epoch   int
+	setup   bool
+	workers []string
+	shardW  []string
+
+	results   []*wire.OwnReply
+	history   map[int]passRecord
+	red       factor.Reducer
+	rollbacks int
+	alpha     float64
+}
+
+// FitOwners fits md (the initial model: random, or a warm start) to the
+// shards with the owners exchange and leaves the fitted model in md. It
+// is bitwise factor.Fit with the same GroupNNZ, for any number of
+// workers, placement and rollbacks.
+func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*shard.Shard, opt OwnersOptions) (factor.FitResult, error) {
+	if md.Tie == factor.TieSharedD {
+		return factor.FitResult{}, errors.New("natsexec: the owners exchange does not run --tie shared-d (its rows of D̂ are summed across actions); use --exchange coordinator")
+	}
+	if opt.Job == "" {
+		return factor.FitResult{}, errors.New("natsexec: owners: no job name")
+	}
+	if opt.CheckpointEvery <= 0 {
+		opt.CheckpointEvery = 10
+	}
+	if opt.TaskTimeout <= 0 {
+		opt.TaskTimeout = 2 * time.Minute
+	}
+	if opt.MaxRollbacks <= 0 {
+		opt.MaxRollbacks = 8
+	}
+	if opt.WaitWorkers <= 0 {
+		opt.WaitWorkers = 30 * time.Second
+	}
+	s := &ownSeq{e: e, opt: opt, n: md.N, m: md.M, u: md.U, tie: md.Tie, shards: shards, history: map[int]passRecord{}}
+	s.alpha = opt.Alpha
+	if s.alpha == 0 {
+		s.alpha = 1
+	}
+	blocks := make([]*factor.Block, len(shards))
+	for k, sh := range shards {
+		blocks[k] = sh.Block
+	}
+	s.plan = factor.PlanBlocks(blocks, md.Tie, opt.GroupNNZ)
+	s.kshards = make([][]int, factor.NumK(md.U, md.Tie))
+	for k, sh := range shards {
+		kb := md.KBlock(sh.Action)
+		s.kshards[kb] = append(s.kshards[kb], k)
+	}
+	c := opt.ColBlocks
+	if c <= 0 {
+		c = min(1024, max(1, (md.N*md.M*8+4<<20-1)/(4<<20)))
+	}
+	c = min(c, md.N)
+	w := (md.N + c - 1) / c
+	s.cols = make([][]wire.ColBlock, len(s.kshards))
+	for kb := range s.cols {
+		for lo, k := 0, 0; lo < md.N; lo, k = lo+w, k+1 {
+			s.cols[kb] = append(s.cols[kb], wire.ColBlock{KBlock: kb, C: k, Lo: lo, Hi: min(md.N, lo+w)})
+		}
+	}
+	if _, err := e.Load(ctx, opt.Job, shards); err != nil {
+		return factor.FitResult{}, err
+	}
+	if err := s.writeBase(ctx, md); err != nil {
+		return factor.FitResult{}, err
+	}
+	defer s.end()
+	var last time.Time
+	var lastBytes int64
+	hooks := factor.LoopHooks{
+		Accumulator: factor.NewScalarAccumulator(md.M, md.U, md.Tie),
+		Commit:      s.commit,
+		Committed: func(ctx context.Context, st factor.IterStats, _ factor.Status) error {
+			if opt.Report != nil {
+				b := s.bytes()
+				now := time.Now()
+				if last.IsZero() {
+					last = now.Add(-st.IterTime)
+				}
+				opt.Report(OwnersReport{Iteration: st.Iteration, Wall: now.Sub(last), Bytes: b - lastBytes,
+					Workers: len(s.workers), Epoch: s.epoch, Rollbacks: s.rollbacks})
+				last, lastBytes = now, b
+			}
+			if opt.Committed != nil {
+				return opt.Committed(ctx, st.Iteration)
+			}
+			return nil
+		},
+	}
+	lastBytes = s.bytes()
+	res, err := factor.Loop(ctx, md, blocks, s, factor.FitOptions{Alpha: opt.Alpha, Converger: opt.Converger, Progress: opt.Progress, GroupNNZ: opt.GroupNNZ}, hooks)
+	if err != nil {
+		return res, err
+	}
+	if err := s.finish(ctx, md); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func (s *ownSeq) bytes() int64 {
+	st := s.e.nc.Stats()
+	return int64(st.InBytes + st.OutBytes)
+}
+
+// writeBase stores md as checkpoint 0.
+func (s *ownSeq) writeBase(ctx context.Context, md *factor.Model) error {
+	m := s.m
+	s.ck = ownCheckpoint{version: 0, kcrc: make([][]string, len(s.cols)), dcrc: make([]string, len(s.shards))}
+	for kb, cbs := range s.cols {
+		for _, cb := range cbs {
+			data := wire.FloatBytes(md.KT[kb][cb.Lo*m : cb.Hi*m])
+			if err := s.put(ctx, wire.OwnersKObject(s.opt.Job, 0, kb, cb.C), data); err != nil {
+				return err
+			}
+			s.ck.kcrc[kb] = append(s.ck.kcrc[kb], wire.CRC(data))
+		}
+	}
+	for k, sh := range s.shards {
+		d := md.D[md.DBlock(sh.Action)]
+		rows := make([]float64, 0, len(sh.Block.Rows)*m)
+		for _, i := range sh.Block.Rows {
+			rows = append(rows, d[int(i)*m:int(i)*m+m]...)
+		}
+		data := wire.FloatBytes(rows)
+		if err := s.put(ctx, wire.OwnersDObject(s.opt.Job, 0, k), data); err != nil {
+			return err
+		}
+		s.ck.dcrc[k] = wire.CRC(data)
+	}
+	return nil
+}
+
+func (s *ownSeq) put(ctx context.Context, name string, data []byte) error {
+	if _, err := wire.PutObject(ctx, s.e.obs, s.e.nc.MaxPayload(), name, data); err != nil {
+		return fmt.Errorf("natsexec: owners: store %s: %w", name, err)
+	}
+	return nil
+}
+
+// Step is factor.Stepper: the pass of iteration iter, after a placement
+// and a replay where a rollback asks for them.
+func (s *ownSeq) Step(ctx context.Context, iter int, _ *factor.Model, acc *factor.Accumulator, withLL bool) error {
+	for {
+		err := s.ready(ctx, iter)
+		if err == nil {
+			if err = s.pass(ctx, iter, withLL, acc); err == nil {
+				return nil
+			}
+		}
+		if err = s.rollback(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// commit is the loop's commit: the owners fold and commit their blocks.
+func (s *ownSeq) commit(ctx context.Context, iter int, md *factor.Model, acc *factor.Accumulator, _, dataTerm float64) error {
+	rec := passRecord{withLL: !math.IsNaN(acc.LogLik), ll: acc.LogLik, sx: acc.SumX, nnz: acc.NNZ}
+	for _, y := range acc.Y {
+		rec.y = append(rec.y, slices.Clone(y))
+	}
+	for {
+		err := s.commitOwners(ctx, iter, acc.Y)
+		if err == nil {
+			s.history[iter] = rec
+			acc.RecordPass(md, dataTerm)
+			return nil
+		}
+		// Roll back, replay and recompute this pass, then commit again.
+		for err != nil {
+			if err = s.rollback(ctx, err); err != nil {
+				return err
+			}
+			if err = s.ready(ctx, iter); err == nil {
+				err = s.replayPass(ctx, iter, rec)
+			}
+		}
+	}
+}
+
+// replayPass recomputes pass iter and checks it against rec.
+func (s *ownSeq) replayPass(ctx context.Context, iter int, rec passRecord) error {
+	acc := factor.NewScalarAccumulator(s.m, s.u, s.tie)
+	if err := s.pass(ctx, iter, rec.withLL, acc); err != nil {
+		return err
+	}
+	same := acc.SumX == rec.sx && acc.NNZ == rec.nnz && (acc.LogLik == rec.ll || (math.IsNaN(acc.LogLik) && math.IsNaN(rec.ll)))
+	for b := range acc.Y {
+		for l := range acc.Y[b] {
+			same = same && acc.Y[b][l] == rec.y[b][l]
+		}
+	}
+	if !same {
+		return &fatalError{fmt.Errorf("natsexec: owners: the replay of iteration %d differs from its first pass (loglik %v vs %v): the workers do not compute deterministically", iter, acc.LogLik, rec.ll)}
+	}
+	return nil
+}
+
+// fatalError ends a fit instead of rolling back.
+type fatalError struct{ error }
+
+func (e *fatalError) Unwrap() error { return e.error }
+
+// ready places the job and replays up to version iter−1 when a rollback
+// asked for it.
+func (s *ownSeq) ready(ctx context.Context, iter int) error {
+	if s.setup {
+		return nil
+	}
+	if err := s.place(ctx); err != nil {
+		return err
+	}
+	s.setup = true
+	for v := s.version + 1; v < iter; v++ {
+		rec, ok := s.history[v]
+		if !ok {
+			return &fatalError{fmt.Errorf("natsexec: owners: no record of iteration %d to replay", v)}
+		}
+		if err := s.replayPass(ctx, v, rec); err != nil {
+			return err
+		}
+		if err := s.commitOwners(ctx, v, rec.y); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rollback handles a failed step: the job goes back to its last
+// checkpoint on a new placement (the next ready), or the fit ends.
+func (s *ownSeq) rollback(ctx context.Context, err error) error {
+	var fe *fatalError
+	if ctx.Err() != nil || errors.As(err, &fe) {
+		return err
+	}
+	s.rollbacks++
+	if s.rollbacks > s.opt.MaxRollbacks {
+		return fmt.Errorf("natsexec: owners: giving up after %d rollbacks: %w", s.opt.MaxRollbacks, err)
+	}
+	s.e.log.Warn("owners: rolling back to the last checkpoint", "job", s.opt.Job, "checkpoint", s.ck.version,
+		"version", s.version, "epoch", s.epoch+1, "error", err)
+	s.epoch++
+	s.setup = false
+	return nil
+}
+
+// place takes a census and gives every worker its blocks and shards of
+// the last checkpoint (a new epoch).
+func (s *ownSeq) place(ctx context.Context) error {
+	ids, err := s.census(ctx)
+	if err != nil {
+		return err
+	}
+	s.workers = ids
+	nk := len(s.kshards)
+	kload := make([]int, nk)
+	for kb, ks := range s.kshards {
+		for _, k := range ks {
+			kload[kb] += s.shards[k].NNZ
+		}
+	}
+	// groups[kb]: the workers of K block kb.
+	groups := make([][]string, nk)
+	if nk >= len(ids) {
+		load := make([]int, len(ids))
+		order := make([]int, nk)
+		for kb := range order {
+			order[kb] = kb
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(kload[b], kload[a]) })
+		for _, kb := range order {
+			best := slices.Index(load, slices.Min(load))
+			groups[kb] = []string{ids[best]}
+			load[best] += kload[kb]
+		}
+	} else {
+		for kb := range groups {
+			groups[kb] = ids[kb*len(ids)/nk : (kb+1)*len(ids)/nk]
+		}
+	}
+	s.shardW = make([]string, len(s.shards))
+	owned := map[string][]wire.ColBlock{}
+	for kb, ks := range s.kshards {
+		g := groups[kb]
+		load := make([]int, len(g))
+		for _, k := range ks {
+			best := slices.Index(load, slices.Min(load))
+			s.shardW[k] = g[best]
+			load[best] += s.shards[k].NNZ
+		}
+		for c := range s.cols[kb] {
+			cb := &s.cols[kb][c]
+			cb.Owner = g[c%len(g)]
+			cb.CRC = s.ck.kcrc[kb][c]
+			owned[cb.Owner] = append(owned[cb.Owner], *cb)
+		}
+	}
+	shapes := make([]wire.KShape, nk)
+	for kb, ks := range s.kshards {
+		shapes[kb] = wire.KShape{KBlock: kb, NNZ: make([]int, len(ks))}
+		for q, k := range ks {
+			shapes[kb].NNZ[q] = s.shards[k].NNZ
+		}
+	}
+	s.version = s.ck.version
+	s.dcrc = slices.Clone(s.ck.dcrc)
+	return s.each(ctx, ids, func(id string) *wire.OwnRequest {
+		r := s.request(wire.OpLoad, s.version)
+		r.Blocks = owned[id]
+		r.Shapes = shapes
+		return r
+	}, nil)
+}
+
+// census waits until at least one worker answers.
+func (s *ownSeq) census(ctx context.Context) ([]string, error) {
+	deadline := time.Now().Add(s.opt.WaitWorkers)
+	for {
+		ids, err := s.e.Census(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) > 0 {
+			return ids, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, &fatalError{fmt.Errorf("natsexec: owners: no worker answered within %v", s.opt.WaitWorkers)}
+		}
+		s.e.log.Warn("owners: waiting for workers", "job", s.opt.Job, "until", deadline)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(s.e.cfg.PingWait):
+		}
+	}
+}
+
+func (s *ownSeq) request(op string, iter int) *wire.OwnRequest {
+	return &wire.OwnRequest{Op: op, Job: s.opt.Job, Epoch: s.epoch, Iteration: iter, Bucket: s.e.cfg.ObjectBucket,
+		N: s.n, M: s.m, U: s.u, Tie: s.tie.String(), GroupNNZ: s.opt.GroupNNZ, Alpha: s.alpha,
+		Deadline: time.Now().Add(s.opt.TaskTimeout).UnixNano()}
+}
+
+// ask sends one request to worker id and waits for its answer, failing
+// early when the worker leaves NATS (see watch).
+func (s *ownSeq) ask(ctx context.Context, id string, r *wire.OwnRequest) (*wire.OwnReply, error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opt.TaskTimeout)
+	defer cancel()
+	msg, err := s.e.watched(ctx, id, wire.OwnSubject(s.e.cfg.Prefix, id), body)
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: owners: %s of iteration %d on worker %s: %w", r.Op, r.Iteration, id, err)
+	}
+	var rep wire.OwnReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return nil, fmt.Errorf("natsexec: owners: %s on worker %s: bad reply: %w", r.Op, id, err)
+	}
+	if rep.Error != "" {
+		return nil, fmt.Errorf("natsexec: owners: %s of iteration %d on worker %s: %s", r.Op, r.Iteration, id, rep.Error)
+	}
+	return &rep, nil
+}
+
+// each asks every worker of ids (in parallel) the request mk makes for it
+// and hands the replies to got (from one goroutine at a time).
+func (s *ownSeq) each(ctx context.Context, ids []string, mk func(id string) *wire.OwnRequest, got func(id string, rep *wire.OwnReply) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for _, id := range ids {
+		r := mk(id)
+		if r == nil {
+			continue
+		}
+		wg.Add(1)
+		if !s.e.goRoutine(func() {
+			defer wg.Done()
+			rep, err := s.ask(ctx, id, r)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil && got != nil {
+				err = got(id, rep)
+			}
+			if err != nil && first == nil {
+				first = err
+				cancel()
+			}
+		}) {
+			wg.Done()
+			return errors.New("natsexec: executor closed")
+		}
+	}
+	wg.Wait()
+	return first
+}
+
+// pass computes iteration iter on the workers and folds Y and the
+// scalars into acc in the canonical order.
+func (s *ownSeq) pass(ctx context.Context, iter int, withLL bool, acc *factor.Accumulator) error {
+	save := iter%s.opt.CheckpointEvery == 0
+	s.results = make([]*wire.OwnReply, len(s.shards))
+	byWorker := map[string][]int{}
+	for _, k := range s.plan.Order {
+		byWorker[s.shardW[k]] = append(byWorker[s.shardW[k]], k)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for id, ks := range byWorker {
+		wg.Add(1)
+		if !s.e.goRoutine(func() {
+			defer wg.Done()
+			for _, k := range ks {
+				rep, err := s.ask(ctx, id, s.task(iter, k, withLL, save))
+				if err == nil {
+					err = s.check(iter, k, withLL, rep)
+				}
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+					cancel()
+				}
+				s.results[k] = rep
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}) {
+			wg.Done()
+			cancel()
+			first = errors.New("natsexec: executor closed")
+		}
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	s.red.Reset(acc, s.plan)
+	for !s.red.Done() {
+		k := s.red.Next()
+		rep := s.results[k]
+		ll := math.NaN()
+		if rep.HasLogLik {
+			ll = rep.LogLik
+		}
+		if err := s.red.MergeChecked(&factor.Partial{Action: s.shards[k].Action, Y: rep.Y, SumX: rep.SumX, LogLik: ll, NNZ: rep.NNZ}); err != nil {
+			return &fatalError{fmt.Errorf("natsexec: owners: shard %d: %w", k, err)}
+		}
+	}
+	return nil
+}
+
+// task is the task of shard k in iteration iter.
+func (s *ownSeq) task(iter, k int, withLL, save bool) *wire.OwnRequest {
+	sh := s.shards[k]
+	r := s.request(wire.OpTask, iter)
+	r.Shard, r.ShardObject, r.ShardChecksum, r.WithLogLik = k, wire.ShardObject(sh.Checksum), sh.Checksum, withLL
+	r.K = s.cols[s.kblock(sh.Action)]
+	r.DCRC = s.dcrc[k]
+	if s.version == s.ck.version {
+		r.DObject = wire.OwnersDObject(s.opt.Job, s.ck.version, k)
+	}
+	if save {
+		r.SaveD = wire.OwnersDObject(s.opt.Job, iter, k)
+	}
+	return r
+}
+
+// check checks a task's answer: label, dimensions, values and Σx.
+func (s *ownSeq) check(iter, k int, withLL bool, rep *wire.OwnReply) error {
+	sh := s.shards[k]
+	want := wire.Label{Job: s.opt.Job, Iteration: iter, Shard: k, ShardChecksum: sh.Checksum, ModelDigest: worker.OwnersDigest(s.epoch)}
+	got, err := wire.ParseLabel(rep.Label)
+	if err == nil {
+		err = got.Check(want)
+	}
+	switch {
+	case err != nil:
+	case len(rep.Y) != s.m:
+		err = fmt.Errorf("Y has %d values, want %d", len(rep.Y), s.m)
+	case rep.NNZ != sh.NNZ:
+		err = fmt.Errorf("%d nonzeros, the shard has %d", rep.NNZ, sh.NNZ)
+	case math.Abs(rep.SumX-sh.Sum) > 1e-12*math.Abs(sh.Sum) || math.IsNaN(rep.SumX):
+		err = fmt.Errorf("Σx = %v, the shard's Σcount is %v", rep.SumX, sh.Sum)
+	case rep.HasLogLik != withLL || math.IsInf(rep.LogLik, 0):
+		err = fmt.Errorf("loglik %v (computed %v, asked %v)", rep.LogLik, rep.HasLogLik, withLL)
+	case len(rep.Slices) != len(s.cols[s.kblock(sh.Action)]):
+		err = fmt.Errorf("%d K̂ slices, the K block has %d column blocks", len(rep.Slices), len(s.cols[s.kblock(sh.Action)]))
+	case rep.DCRC == "":
+		err = errors.New("no CRC of the committed rows of D")
+	}
+	for l, v := range rep.Y {
+		if err == nil && (!(v >= 0) || math.IsInf(v, 0)) {
+			err = fmt.Errorf("Y[%d] = %v", l, v)
+		}
+	}
+	if err != nil {
+		s.e.strike(rep.Worker, err)
+		return fmt.Errorf("natsexec: owners: shard %d from worker %s: %w", k, rep.Worker, err)
+	}
+	return nil
+}
+
+// commitOwners has every owner fold and commit its blocks to version
+// iter with the global Y, and records their CRCs and the shards' rows.
+func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64) error {
+	save := iter%s.opt.CheckpointEvery == 0
+	type ownedRef struct{ kb, c int }
+	owned := map[string][]ownedRef{}
+	for kb, cbs := range s.cols {
+		for c, cb := range cbs {
+			owned[cb.Owner] = append(owned[cb.Owner], ownedRef{kb, c})
+		}
+	}
+	crcs := map[ownedRef]string{}
+	err := s.each(ctx, s.workers, func(id string) *wire.OwnRequest {
+		refs := owned[id]
+		if len(refs) == 0 {
+			return nil
+		}
+		r := s.request(wire.OpCommit, iter)
+		r.Save = save
+		seen := map[int]bool{}
+		for _, o := range refs {
+			if !seen[o.kb] {
+				seen[o.kb] = true
+				r.Y = append(r.Y, wire.KBlockY{KBlock: o.kb, Y: y[o.kb]})
+			}
+			sl := wire.OwnedSlices{KBlock: o.kb, C: o.c, Refs: make([]wire.SliceRef, len(s.kshards[o.kb]))}
+			for q, k := range s.kshards[o.kb] {
+				sl.Refs[q] = s.results[k].Slices[o.c]
+			}
+			r.Slices = append(r.Slices, sl)
+		}
+		return r
+	}, func(id string, rep *wire.OwnReply) error {
+		if len(rep.Blocks) != len(owned[id]) {
+			return fmt.Errorf("natsexec: owners: worker %s committed %d blocks, it owns %d", id, len(rep.Blocks), len(owned[id]))
+		}
+		for _, b := range rep.Blocks {
+			crcs[ownedRef{b.KBlock, b.C}] = b.CRC
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for kb := range s.cols {
+		for c := range s.cols[kb] {
+			s.cols[kb][c].CRC = crcs[ownedRef{kb, c}]
+		}
+	}
+	for k, rep := range s.results {
+		s.dcrc[k] = rep.DCRC
+	}
+	s.version = iter
+	if save {
+		s.checkpointed()
+	}
+	return nil
+}
+
+// checkpointed records the current version as the last checkpoint.
+func (s *ownSeq) checkpointed() {
+	s.ck = ownCheckpoint{version: s.version, kcrc: make([][]string, len(s.cols)), dcrc: slices.Clone(s.dcrc)}
+	for kb, cbs := range s.cols {
+		for _, cb := range cbs {
+			s.ck.kcrc[kb] = append(s.ck.kcrc[kb], cb.CRC)
+		}
+	}
+	for v := range s.history {
+		if v <= s.version {
+			delete(s.history, v)
+		}
+	}
+}
+
+// finish stores the last version where it is not a checkpoint and reads
+// it into md.
+func (s *ownSeq) finish(ctx context.Context, md *factor.Model) error {
+	last := s.version
+	for s.ck.version != last {
+		err := s.ready(ctx, last+1)
+		if err == nil {
+			err = s.saveAll(ctx)
+		}
+		if err == nil {
+			break
+		}
+		if err = s.rollback(ctx, err); err != nil {
+			return err
+		}
+	}
+	m := s.m
+	for kb, cbs := range s.cols {
+		for c, cb := range cbs {
+			name := wire.OwnersKObject(s.opt.Job, last, kb, cb.C)
+			data, err := s.e.obs.GetBytes(ctx, name)
+			if err == nil && wire.CRC(data) != s.ck.kcrc[kb][c] {
+				err = fmt.Errorf("CRC %s, the commit says %s", wire.CRC(data), s.ck.kcrc[kb][c])
+			}
+			if err == nil {
+				err = wire.ReadFloats(md.KT[kb][cb.Lo*m:cb.Hi*m], data)
+			}
+			if err != nil {
+				return fmt.Errorf("natsexec: owners: read %s: %w", name, err)
+			}
+		}
+	}
+	for k, sh := range s.shards {
+		name := wire.OwnersDObject(s.opt.Job, last, k)
+		data, err := s.e.obs.GetBytes(ctx, name)
+		if err == nil && wire.CRC(data) != s.ck.dcrc[k] {
+			err = fmt.Errorf("CRC %s, the commit says %s", wire.CRC(data), s.ck.dcrc[k])
+		}
+		rows := make([]float64, len(sh.Block.Rows)*m)
+		if err == nil {
+			err = wire.ReadFloats(rows, data)
+		}
+		if err != nil {
+			return fmt.Errorf("natsexec: owners: read %s: %w", name, err)
+		}
+		d := md.D[md.DBlock(sh.Action)]
+		for q, i := range sh.Block.Rows {
+			copy(d[int(i)*m:int(i)*m+m], rows[q*m:q*m+m])
+		}
+	}
+	return nil
+}
+
+// saveAll has the owners store their blocks and the shards' workers their
+// rows of D at the current version, and makes it the last checkpoint.
+func (s *ownSeq) saveAll(ctx context.Context) error {
+	owned := map[string][]wire.ColBlock{}
+	for _, cbs := range s.cols {
+		for _, cb := range cbs {
+			owned[cb.Owner] = append(owned[cb.Owner], cb)
+		}
+	}
+	held := map[string][]int{}
+	for k, id := range s.shardW {
+		held[id] = append(held[id], k)
+	}
+	err := s.each(ctx, s.workers, func(id string) *wire.OwnRequest {
+		if len(owned[id]) == 0 && len(held[id]) == 0 {
+			return nil
+		}
+		r := s.request(wire.OpSave, s.version)
+		r.Blocks, r.Shards = owned[id], held[id]
+		return r
+	}, func(id string, rep *wire.OwnReply) error {
+		if len(rep.Blocks) != len(owned[id]) || len(rep.DCRCs) != len(held[id]) {
+			return fmt.Errorf("natsexec: owners: worker %s saved %d blocks and %d shards, asked %d and %d", id, len(rep.Blocks), len(rep.DCRCs), len(owned[id]), len(held[id]))
+		}
+		for q, k := range held[id] {
+			if rep.DCRCs[q] != s.dcrc[k] {
+				return fmt.Errorf("natsexec: owners: worker %s saved rows of shard %d with CRC %s, the commit says %s", id, k, rep.DCRCs[q], s.dcrc[k])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.checkpointed()
+	return nil
+}
+
+// end tells the workers to forget the job (best effort).
+func (s *ownSeq) end() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, id := range s.workers {
+		body, _ := json.Marshal(s.request(wire.OpEnd, s.version))
+		_, _ = s.e.nc.RequestWithContext(ctx, wire.OwnSubject(s.e.cfg.Prefix, id), body)
+	}
+}
+
+// watched sends a request to worker id's subject and waits for the
+// reply, probing the worker as request does.
+func (e *Executor) watched(ctx context.Context, id, subject string, body []byte) (*nats.Msg, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e.goRoutine(func() { e.watch(ctx, id, nil, cancel) })
+	reply, err := e.nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+			return nil, cause
+		}
+		return nil, err
+	}
+	return reply, nil
+}
+
+// kblock is the K block of action a.
+func (s *ownSeq) kblock(a int) int {
+	if s.tie == factor.TieSharedK {
+		return 0
+	}
+	return a
+}

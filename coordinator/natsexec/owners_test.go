@@ -1,0 +1,190 @@
+package natsexec_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+)
+
+// ownersData is count data with n states, u actions and a few shards per
+// action.
+func ownersData(t *testing.T, n, u int, seed uint64) []*shard.Shard {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var ct shard.Counter
+	for range 6 * n * u {
+		i, a := rng.IntN(n), rng.IntN(u)
+		j := (i + rng.IntN(n/3+1)) % n
+		if err := ct.Add(i, a, j, float64(1+rng.IntN(3))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shards, _ := shard.Split(ct.Matrices(u), n, 6*n/4)
+	if len(shards) < 2*u {
+		t.Fatalf("test data has %d shards, want several per action", len(shards))
+	}
+	return shards
+}
+
+const ownersGroupNNZ = 150
+
+// fitLocal is the reference: factor.Fit on the same shards.
+func fitLocal(t *testing.T, shards []*shard.Shard, init *factor.Model, iters int) (*factor.Model, factor.FitResult) {
+	t.Helper()
+	md := init.Clone()
+	res, err := factor.Fit(context.Background(), md, shard.Blocks(shards), factor.FitOptions{
+		Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md, res
+}
+
+func sameModel(t *testing.T, what string, got, want *factor.Model) {
+	t.Helper()
+	for b := range want.D {
+		for k := range want.D[b] {
+			if math.Float64bits(got.D[b][k]) != math.Float64bits(want.D[b][k]) {
+				t.Fatalf("%s: D block %d entry %d = %v, local fit %v", what, b, k, got.D[b][k], want.D[b][k])
+			}
+		}
+	}
+	for b := range want.KT {
+		for k := range want.KT[b] {
+			if math.Float64bits(got.KT[b][k]) != math.Float64bits(want.KT[b][k]) {
+				t.Fatalf("%s: K block %d entry %d = %v, local fit %v", what, b, k, got.KT[b][k], want.KT[b][k])
+			}
+		}
+	}
+	if got.Iteration != want.Iteration || math.Float64bits(got.LogLik) != math.Float64bits(want.LogLik) {
+		t.Fatalf("%s: iteration %d loglik %v, local fit %d %v", what, got.Iteration, got.LogLik, want.Iteration, want.LogLik)
+	}
+}
+
+// TestFitOwnersBitwise: the owners exchange gives bitwise the local fit
+// for 1, 2 and 3 workers, both tie modes it runs, whole actions per
+// worker (u ≥ P) and groups of workers per action (u < P), and its
+// coordinator's bytes per iteration do not grow with n.
+func TestFitOwnersBitwise(t *testing.T) {
+	const iters = 4
+	for _, c := range []struct {
+		name    string
+		n, u    int
+		tie     factor.Tie
+		workers int
+	}{
+		{"none-u3-p1", 120, 3, factor.TieNone, 1},
+		{"none-u3-p2", 120, 3, factor.TieNone, 2},
+		{"none-u1-p3", 150, 1, factor.TieNone, 3},
+		{"sharedk-u2-p3", 120, 2, factor.TieSharedK, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			shards := ownersData(t, c.n, c.u, 3)
+			init := factor.NewRandom(c.n, 4, c.u, c.tie, 5)
+			want, wantRes := fitLocal(t, shards, init, iters)
+			lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: c.workers, InProcess: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lc.Close()
+			md := init.Clone()
+			res, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+				Job: "owners-" + c.name, Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
+				ColBlocks: 5, CheckpointEvery: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Iterations != wantRes.Iterations || math.Float64bits(res.LogLik) != math.Float64bits(wantRes.LogLik) {
+				t.Fatalf("result %+v, local %+v", res, wantRes)
+			}
+			sameModel(t, c.name, md, want)
+		})
+	}
+}
+
+// TestFitOwnersWorkerLost: a worker that owns blocks and holds shards'
+// rows of D is stopped after iteration 4 (its connection closed): the job
+// rolls back to the checkpoint of iteration 3, replays on the workers
+// left, and ends bitwise equal to the local fit.
+func TestFitOwnersWorkerLost(t *testing.T) {
+	const iters = 7
+	shards := ownersData(t, 150, 1, 9)
+	init := factor.NewRandom(150, 4, 1, factor.TieNone, 2)
+	want, _ := fitLocal(t, shards, init, iters)
+	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: 3, InProcess: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	var reports []natsexec.OwnersReport
+	md := init.Clone()
+	_, err = lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+		Job: "owners-lost", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
+		ColBlocks: 6, CheckpointEvery: 3,
+		Report: func(r natsexec.OwnersReport) { reports = append(reports, r) },
+		Committed: func(_ context.Context, iter int) error {
+			if iter == 4 {
+				return lc.Workers[1].Stop()
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameModel(t, "after a lost worker", md, want)
+	last := reports[len(reports)-1]
+	if last.Rollbacks < 1 || last.Workers != 2 || last.Epoch < 1 {
+		t.Fatalf("last report %+v: want a rollback onto 2 workers", last)
+	}
+}
+
+// TestFitOwnersBytesFlatInN: the coordinator's bytes per iteration are
+// the same at n and 4n (same shards count and column blocks): it moves
+// m-vectors, CRCs and slice references, never rows.
+func TestFitOwnersBytesFlatInN(t *testing.T) {
+	perIter := func(n int) float64 {
+		rng := rand.New(rand.NewPCG(1, 2))
+		var ct shard.Counter
+		for range 20 * n {
+			i := rng.IntN(n)
+			if err := ct.Add(i, 0, rng.IntN(n), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		shards, _ := shard.Split(ct.Matrices(1), n, 20*n/4)
+		if len(shards) != 4 {
+			t.Fatalf("n=%d: %d shards, want 4", n, len(shards))
+		}
+		lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: 2, InProcess: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lc.Close()
+		var rs []natsexec.OwnersReport
+		md := factor.NewRandom(n, 8, 1, factor.TieNone, 1)
+		if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+			Job: fmt.Sprintf("owners-bytes-%d", n), Converger: factor.Converger{MaxIter: 4}, ColBlocks: 4, CheckpointEvery: 100,
+			Report: func(r natsexec.OwnersReport) { rs = append(rs, r) }}); err != nil {
+			t.Fatal(err)
+		}
+		// Iterations 2..4 (the first includes the census).
+		var b int64
+		for _, r := range rs[1:] {
+			b += r.Bytes
+		}
+		return float64(b) / float64(len(rs)-1)
+	}
+	small, large := perIter(2000), perIter(8000)
+	t.Logf("coordinator bytes per iteration: n=2000 %.0f, n=8000 %.0f", small, large)
+	// Rows of K or D through the coordinator would be ≥ n·m·8 = 512 KB
+	// more at 4n; its messages differ only in digits.
+	if large > 1.1*small || large-small > 2000 {
+		t.Fatalf("coordinator bytes per iteration grew from %.0f at n=2000 to %.0f at n=8000", small, large)
+	}
+}

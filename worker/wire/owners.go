@@ -1,0 +1,244 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"unsafe"
+)
+
+// The owners exchange (protocol 2.1, `emsf fit --exchange owners`): the
+// coordinator only sequences. Every column block of every K block has an
+// owner worker that holds its rows of K^T and folds its K̂; a shard's rows
+// of D live with the worker that computes the shard. Per iteration:
+//
+//  1. task (coordinator → the shard's worker, OwnSubject): the worker
+//     gathers the K rows its shard touches from their owners
+//     (GatherSubject), computes the partial, commits its shard's rows of D
+//     (factor.CommitRow), serves the K̂ slice of every column block as a
+//     blob and answers with the small OwnReply (label, Y, Σx, loglik,
+//     nonzeros, the slices' sizes and CRCs, the CRC of its new D rows);
+//  2. the coordinator folds Y and the scalars in the canonical order and
+//     checks Σx;
+//  3. commit (coordinator → each owner): the owner pulls its blocks'
+//     slices from the workers that hold them, folds them in the
+//     canonical order (factor.ColumnFold), commits its columns with the
+//     global Y (factor.CommitKRows) and answers with their CRCs.
+//
+// Nothing in the coordinator's messages grows with the number of states
+// n: they carry m-vectors, CRCs and one slice reference per (shard,
+// column block). Checkpoints (every k iterations, and the last) are Object
+// Store objects written by the owners (OwnersKObject) and by the shards'
+// workers (OwnersDObject); after a fault every worker reloads what the new
+// placement gives it from the last checkpoint and the coordinator replays
+// the iterations since, which gives the same bits (every sum's order is
+// the plan's).
+
+// OwnSubject is where worker id takes the owners exchange's requests
+// (OwnRequest, JSON).
+func OwnSubject(prefix, id string) string { return prefix + ".own." + id }
+
+// GatherSubject is where worker id serves rows of the K blocks it owns:
+// the request's body is little-endian int32 column indices, its headers
+// HeaderOwnJob, HeaderOwnBlock and HeaderOwnVersion; the reply is the
+// rows' float64 values (m per column, little-endian), or a reply with
+// HeaderBlobError.
+func GatherSubject(prefix, id string) string { return prefix + ".gather." + id }
+
+// Gather request headers.
+const (
+	HeaderOwnJob     = "Emsf-Job"
+	HeaderOwnBlock   = "Emsf-Block" // "kblock/c"
+	HeaderOwnVersion = "Emsf-Version"
+	HeaderOwnEpoch   = "Emsf-Epoch"
+)
+
+// OwnersKObject is the Object Store name of column block c of K block kb
+// at model version v of a job: its rows of K^T, raw float64.
+func OwnersKObject(job string, v, kb, c int) string {
+	return "owners/" + job + "/" + strconv.Itoa(v) + "/k/" + strconv.Itoa(kb) + "/" + strconv.Itoa(c)
+}
+
+// OwnersDObject is the Object Store name of shard s's rows of D (the
+// shard's rows in order, m values each, raw float64) at version v.
+func OwnersDObject(job string, v, s int) string {
+	return "owners/" + job + "/" + strconv.Itoa(v) + "/d/" + strconv.Itoa(s)
+}
+
+// Operations of an OwnRequest.
+const (
+	OpLoad   = "load"
+	OpTask   = "task"
+	OpCommit = "commit"
+	OpSave   = "save"
+	OpEnd    = "end"
+)
+
+// ColBlock is one column block [Lo, Hi) of K block KBlock, with its owner
+// and the CRC-32C of its rows at the version in question.
+type ColBlock struct {
+	KBlock int    `json:"kblock"`
+	C      int    `json:"c"`
+	Lo     int    `json:"lo"`
+	Hi     int    `json:"hi"`
+	Owner  string `json:"owner"`
+	CRC    string `json:"crc,omitempty"`
+}
+
+// KShape is what an owner of K block KBlock's columns needs to fold them:
+// the nonzero counts of the K block's shards in block order.
+type KShape struct {
+	KBlock int   `json:"kblock"`
+	NNZ    []int `json:"nnz"`
+}
+
+// SliceRef names a K̂ slice a worker serves (empty Subject: the shard
+// touches no column of the block).
+type SliceRef struct {
+	Subject string `json:"subject,omitempty"`
+	Size    int    `json:"size,omitempty"`
+	CRC     string `json:"crc,omitempty"`
+}
+
+// OwnedSlices are the slices of one owned column block, one per shard of
+// its K block in block order.
+type OwnedSlices struct {
+	KBlock int        `json:"kblock"`
+	C      int        `json:"c"`
+	Refs   []SliceRef `json:"refs"`
+}
+
+// KBlockY is the global Y of one K block.
+type KBlockY struct {
+	KBlock int       `json:"kblock"`
+	Y      []float64 `json:"y"`
+}
+
+// OwnRequest is a request of the owners exchange. Iteration is, for a
+// task, the iteration computed (on version Iteration−1); for a commit,
+// the version committed; for a load or save, the version loaded or saved.
+type OwnRequest struct {
+	Op        string  `json:"op"`
+	Job       string  `json:"job"`
+	Epoch     int     `json:"epoch"`
+	Iteration int     `json:"iteration"`
+	Bucket    string  `json:"bucket"`
+	N         int     `json:"n"`
+	M         int     `json:"m"`
+	U         int     `json:"u"`
+	Tie       string  `json:"tie"`
+	GroupNNZ  int     `json:"group_nnz"`
+	Alpha     float64 `json:"alpha"`
+	// Deadline is when the coordinator stops waiting (Unix nanoseconds).
+	Deadline int64 `json:"deadline"`
+
+	// load: the blocks this worker owns from now on (loaded from
+	// OwnersKObject of version Iteration) and the shapes of their K
+	// blocks. save: the blocks to store at version Iteration.
+	Blocks []ColBlock `json:"blocks,omitempty"`
+	Shapes []KShape   `json:"shapes,omitempty"`
+
+	// task: the shard, and where its inputs are.
+	Shard         int    `json:"shard"`
+	ShardObject   string `json:"shard_object,omitempty"`
+	ShardChecksum string `json:"shard_checksum,omitempty"`
+	WithLogLik    bool   `json:"with_loglik,omitempty"`
+	// K lists the column blocks of the shard's K block (their owners
+	// serve version Iteration−1).
+	K []ColBlock `json:"k,omitempty"`
+	// DCRC is the CRC of the shard's rows of D at version Iteration−1;
+	// the worker uses the rows it holds when they match, else reads
+	// DObject (a checkpoint).
+	DCRC    string `json:"d_crc,omitempty"`
+	DObject string `json:"d_object,omitempty"`
+	// SaveD, when set, asks the worker to store its shard's committed
+	// rows (version Iteration) at that object. save: Shards lists the
+	// shards whose rows to store at version Iteration.
+	SaveD  string `json:"save_d,omitempty"`
+	Shards []int  `json:"shards,omitempty"`
+
+	// commit: the global Y of the owner's K blocks, the slices of each
+	// owned block, and whether to store the committed blocks.
+	Y      []KBlockY     `json:"y,omitempty"`
+	Slices []OwnedSlices `json:"slices,omitempty"`
+	Save   bool          `json:"save,omitempty"`
+}
+
+// OwnReply answers an OwnRequest (Error set: it failed).
+type OwnReply struct {
+	Error  string `json:"error,omitempty"`
+	Worker string `json:"worker"`
+	// task.
+	Label     string     `json:"label,omitempty"`
+	Y         []float64  `json:"y,omitempty"`
+	SumX      float64    `json:"sum_x,omitempty"`
+	LogLik    float64    `json:"loglik,omitempty"`
+	HasLogLik bool       `json:"has_loglik,omitempty"`
+	NNZ       int        `json:"nnz,omitempty"`
+	DCRC      string     `json:"d_crc,omitempty"`
+	Slices    []SliceRef `json:"slices,omitempty"`
+	// Nanoseconds spent gathering K and computing.
+	GatherNanos  int64 `json:"gather_ns,omitempty"`
+	ComputeNanos int64 `json:"compute_ns,omitempty"`
+	// commit, save: the blocks with their CRCs; save: the shards' D CRCs.
+	Blocks []ColBlock `json:"blocks,omitempty"`
+	DCRCs  []string   `json:"d_crcs,omitempty"`
+}
+
+// FloatBytes views xs as its bytes (little-endian machines: see
+// LittleEndian; elsewhere it copies).
+func FloatBytes(xs []float64) []byte {
+	if len(xs) == 0 {
+		return []byte{}
+	}
+	if LittleEndian {
+		return unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 8*len(xs))
+	}
+	b := make([]byte, 8*len(xs))
+	for k, v := range xs {
+		binary.LittleEndian.PutUint64(b[8*k:], math.Float64bits(v))
+	}
+	return b
+}
+
+// ReadFloats fills xs from little-endian float64 bytes.
+func ReadFloats(xs []float64, b []byte) error {
+	if len(b) != 8*len(xs) {
+		return fmt.Errorf("wire: %d bytes for %d float64 values", len(b), len(xs))
+	}
+	if LittleEndian && len(xs) > 0 {
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 8*len(xs)), b)
+		return nil
+	}
+	for k := range xs {
+		xs[k] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*k:]))
+	}
+	return nil
+}
+
+// EncodeCols writes column indices as little-endian int32s.
+func EncodeCols(cols []int32, buf []byte) []byte {
+	buf = buf[:0]
+	for _, j := range cols {
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(j))
+	}
+	return buf
+}
+
+// DecodeCols reads column indices written by EncodeCols, each in [lo, hi).
+func DecodeCols(b []byte, lo, hi int, into []int32) ([]int32, error) {
+	if len(b)%4 != 0 {
+		return nil, errors.New("wire: column list is not a multiple of 4 bytes")
+	}
+	into = into[:0]
+	for k := 0; k < len(b); k += 4 {
+		j := int32(binary.LittleEndian.Uint32(b[k:]))
+		if int(j) < lo || int(j) >= hi {
+			return nil, fmt.Errorf("wire: column %d outside [%d, %d)", j, lo, hi)
+		}
+		into = append(into, j)
+	}
+	return into, nil
+}
