@@ -116,6 +116,10 @@ type clusterFlags struct {
 	replicas      int
 	job           string
 	resume        bool
+	// The owners exchange (natsexec.FitOwners).
+	exchange        string
+	colBlocks       int
+	checkpointEvery int
 	// params are the fit's parameters (fitFlags.params), recorded in the
 	// job state and compared by --resume.
 	params map[string]string
@@ -133,6 +137,9 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kvBucket, "bucket-jobs", wire.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
 	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
+	fs.StringVar(&c.exchange, "exchange", "coordinator", "cluster mode: how statistics travel: coordinator (every K block and K̂ through the coordinator; supports --resume, MU and every --tie) or owners (each column block of K owned by a worker, K̂ folded by its owner, the coordinator moves only m-vectors: scales past one machine)")
+	fs.IntVar(&c.colBlocks, "col-blocks", 0, "with --exchange owners: column blocks per K block (0: one per 4 MiB of K, at most 1024)")
+	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 10, "with --exchange owners: iterations between checkpoints of the owners' blocks (a lost worker costs a replay of at most this many)")
 	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
 }
 
@@ -169,6 +176,21 @@ func (c *clusterFlags) validate() error {
 	}
 	if c.replicas < 1 || c.replicas > 5 {
 		return usagef("--replicas %d: must be in [1, 5]", c.replicas)
+	}
+	switch c.exchange {
+	case "coordinator":
+	case "owners":
+		if c.resume {
+			return usagef("--resume runs with --exchange coordinator only (an owners job restarts from its start)")
+		}
+	default:
+		return usagef("--exchange %q: want coordinator or owners", c.exchange)
+	}
+	if c.colBlocks < 0 {
+		return usagef("--col-blocks %d: must be >= 0", c.colBlocks)
+	}
+	if c.checkpointEvery < 1 {
+		return usagef("--checkpoint-every %d: must be >= 1", c.checkpointEvery)
 	}
 	if c.job != "" && wire.CheckBucket(c.job) != nil {
 		return usagef("--job %q: want letters, digits, '-' and '_'", c.job)
@@ -246,6 +268,9 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			return factor.FitResult{}, err
 		}
 	}
+	if c.exchange == "owners" {
+		return c.fitOwners(ctx, log, exec, job, shards, md, opts, minWorkers)
+	}
 	return coordinator.Fit(ctx, exec, shards, man, md, coordinator.Options{
 		Job:         job,
 		Params:      params,
@@ -266,6 +291,32 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 				"reduce", r.Reduce.Round(time.Microsecond), "commit", r.Commit.Round(time.Microsecond),
 				"bytes", r.Bytes, "tasks", r.Tasks, "retried", r.Retried, "dropped", r.Dropped,
 				"rejected", r.Rejected, "workers", r.Workers, "sum_x", r.SumX)
+		},
+	})
+}
+
+// fitOwners is fitCluster with the owners exchange.
+func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *natsexec.Executor, job string, shards []*shard.Shard, md *factor.Model, opts factor.FitOptions, minWorkers int) (factor.FitResult, error) {
+	if opts.Commit != nil {
+		return factor.FitResult{}, usagef("--exchange owners runs EMSF only: drop --algorithm %s or use --exchange coordinator", c.params["algorithm"])
+	}
+	if md.Tie == factor.TieSharedD {
+		return factor.FitResult{}, usagef("--exchange owners does not run --tie shared-d yet (its rows of D̂ are summed across actions): use --exchange coordinator")
+	}
+	return exec.FitOwners(ctx, md, shards, natsexec.OwnersOptions{
+		Job:             job,
+		Alpha:           opts.Alpha,
+		Converger:       opts.Converger,
+		Progress:        opts.Progress,
+		GroupNNZ:        opts.GroupNNZ,
+		ColBlocks:       c.colBlocks,
+		CheckpointEvery: c.checkpointEvery,
+		TaskTimeout:     c.workerTimeout,
+		MinWorkers:      minWorkers,
+		WaitWorkers:     c.waitWorkers,
+		Report: func(r natsexec.OwnersReport) {
+			log.Info("cluster iteration", "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
+				"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks)
 		},
 	})
 }

@@ -79,8 +79,10 @@ type OwnersOptions struct {
 	TaskTimeout time.Duration
 	// MaxRollbacks bounds the rollbacks of one fit (default 8).
 	MaxRollbacks int
-	// WaitWorkers is how long a placement waits for a worker (default
-	// 30s).
+	// MinWorkers is how many workers the first placement waits for
+	// (default 1; a placement after a rollback takes whoever answers);
+	// WaitWorkers is how long a placement waits (default 30s).
+	MinWorkers  int
 	WaitWorkers time.Duration
 	// Committed, if set, is called after each committed iteration (a
 	// test hook: faults at chosen points).
@@ -454,18 +456,22 @@ func (s *ownSeq) place(ctx context.Context) error {
 // census waits until at least one worker answers.
 func (s *ownSeq) census(ctx context.Context) ([]string, error) {
 	deadline := time.Now().Add(s.opt.WaitWorkers)
+	want := 1
+	if s.epoch == 0 {
+		want = max(1, s.opt.MinWorkers)
+	}
 	for {
 		ids, err := s.e.Census(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if len(ids) > 0 {
+		if len(ids) >= want {
 			return ids, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, &fatalError{fmt.Errorf("natsexec: owners: no worker answered within %v", s.opt.WaitWorkers)}
+			return nil, &fatalError{fmt.Errorf("natsexec: owners: %d of %d workers answered within %v (--wait-workers)", len(ids), want, s.opt.WaitWorkers)}
 		}
-		s.e.log.Warn("owners: waiting for workers", "job", s.opt.Job, "until", deadline)
+		s.e.log.Warn("owners: waiting for workers", "job", s.opt.Job, "have", len(ids), "want", want, "until", deadline.Format(time.RFC3339))
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
