@@ -111,6 +111,7 @@ type clusterFlags struct {
 	waitWorkers   time.Duration
 	workerTimeout time.Duration
 	probeEvery    time.Duration
+	frozenAfter   time.Duration
 	objectBucket  string
 	kvBucket      string
 	replicas      int
@@ -133,6 +134,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.waitWorkers, "wait-workers", 30*time.Second, "cluster mode: how long to wait for --min-workers")
 	fs.DurationVar(&c.workerTimeout, "worker-timeout", 30*time.Second, "cluster mode: a task not answered within this is handed to another worker")
 	fs.DurationVar(&c.probeEvery, "worker-probe", time.Second, "cluster mode: how often the worker holding a task is pinged; one that no longer answers loses the task at once")
+	fs.DurationVar(&c.frozenAfter, "worker-frozen", 15*time.Second, "cluster mode: a worker holding a task that leaves its pings unanswered this long counts as frozen (a stopped process): its task is recomputed elsewhere")
 	fs.StringVar(&c.objectBucket, "bucket-objects", wire.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and job manifests")
 	fs.StringVar(&c.kvBucket, "bucket-jobs", wire.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
@@ -167,6 +169,9 @@ func (c *clusterFlags) validate() error {
 	}
 	if c.probeEvery <= 0 {
 		return usagef("--worker-probe %v: must be > 0", c.probeEvery)
+	}
+	if c.frozenAfter <= 0 {
+		return usagef("--worker-frozen %v: must be > 0", c.frozenAfter)
 	}
 	if wire.CheckBucket(c.objectBucket) != nil {
 		return usagef("--bucket-objects %q: want letters, digits, '-' and '_'", c.objectBucket)
@@ -223,7 +228,7 @@ func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts facto
 func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts factor.FitOptions, workers int) (factor.FitResult, error) {
 	log := logger.Named("cluster")
 	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket,
-		Replicas: c.replicas, ProbeEvery: c.probeEvery, Logger: logger}
+		Replicas: c.replicas, ProbeEvery: c.probeEvery, FrozenAfter: c.frozenAfter, Logger: logger}
 	var exec *natsexec.Executor
 	minWorkers := c.minWorkers
 	if c.embedded {

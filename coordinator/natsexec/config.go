@@ -29,6 +29,12 @@ type Config struct {
 	// that finds no responders fails the task at once (it is handed out
 	// again) instead of at the end of its lease.
 	ProbeEvery time.Duration
+	// FrozenAfter is how long the worker holding a task may leave its
+	// PINGs unanswered before it counts as frozen (a stopped process, a
+	// machine that hangs) and loses the task (default 15s; it is
+	// recomputed elsewhere, a late answer is dropped). A live worker
+	// answers PING from its own goroutine while it computes.
+	FrozenAfter time.Duration
 	// QuarantineAfter is how many of a worker's partials may fail the
 	// executor's checks (label, CRC, encoding, values, log-likelihood)
 	// before it is quarantined (default 3): logged with its id, given no
@@ -57,6 +63,9 @@ func (c *Config) defaults() error {
 	}
 	if c.PingEvery <= 0 {
 		c.PingEvery = 5 * time.Second
+	}
+	if c.FrozenAfter <= 0 {
+		c.FrozenAfter = 15 * time.Second
 	}
 	if c.ProbeEvery <= 0 {
 		c.ProbeEvery = time.Second

@@ -91,8 +91,11 @@ func (e *Executor) do(ctx context.Context, t wire.Task) wire.Result {
 			reply, err = e.request(ctx, subject, direct, &req, &r.Bytes)
 		}
 		var gone *vanishedError
+		var frozen *frozenError
 		if errors.As(err, &gone) {
 			r.Worker = gone.id
+		} else if errors.As(err, &frozen) {
+			r.Worker = frozen.id
 		}
 		if err != nil {
 			r.Err = fmt.Errorf("natsexec: shard %d: request: %w", t.Shard, err)
@@ -167,8 +170,20 @@ func (e *Executor) request(ctx context.Context, subject, direct string, req *wir
 	return reply, nil
 }
 
+// frozenError says the worker that holds a task has left its PINGs
+// unanswered for Config.FrozenAfter.
+type frozenError struct {
+	id   string
+	for_ time.Duration
+}
+
+func (e *frozenError) Error() string {
+	return fmt.Sprintf("worker %s is frozen (no answer to $SRV.PING for %v)", e.id, e.for_.Round(time.Millisecond))
+}
+
 // watch probes the worker holding a task every ProbeEvery until ctx ends,
-// and cancels ctx with a *vanishedError when no one answers its PING.
+// and cancels ctx with a *vanishedError when no one answers its PING, or
+// a *frozenError when no PING was answered for FrozenAfter.
 func (e *Executor) watch(ctx context.Context, id string, started *nats.Subscription, cancel context.CancelCauseFunc) {
 	if id == "" {
 		if started == nil {
@@ -186,6 +201,7 @@ func (e *Executor) watch(ctx context.Context, id string, started *nats.Subscript
 	}
 	tick := time.NewTicker(e.cfg.ProbeEvery)
 	defer tick.Stop()
+	answered := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -195,8 +211,14 @@ func (e *Executor) watch(ctx context.Context, id string, started *nats.Subscript
 		pctx, pcancel := context.WithTimeout(ctx, max(e.cfg.PingWait, e.cfg.ProbeEvery))
 		_, err := e.nc.RequestWithContext(pctx, subj, nil)
 		pcancel()
-		if errors.Is(err, nats.ErrNoResponders) {
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
 			cancel(&vanishedError{id: id})
+			return
+		case err == nil:
+			answered = time.Now()
+		case ctx.Err() == nil && time.Since(answered) >= e.cfg.FrozenAfter:
+			cancel(&frozenError{id, time.Since(answered)})
 			return
 		}
 	}

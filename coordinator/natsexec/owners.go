@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
@@ -495,7 +493,7 @@ func (s *ownSeq) ask(ctx context.Context, id string, r *wire.OwnRequest) (*wire.
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opt.TaskTimeout)
 	defer cancel()
-	msg, err := s.e.watched(ctx, id, wire.OwnSubject(s.e.cfg.Prefix, id), body)
+	msg, err := s.e.nc.RequestWithContext(ctx, wire.OwnSubject(s.e.cfg.Prefix, id), body)
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: owners: %s of iteration %d on worker %s: %w", r.Op, r.Iteration, id, err)
 	}
@@ -512,6 +510,10 @@ func (s *ownSeq) ask(ctx context.Context, id string, r *wire.OwnRequest) (*wire.
 // each asks every worker of ids (in parallel) the request mk makes for it
 // and hands the replies to got (from one goroutine at a time).
 func (s *ownSeq) each(ctx context.Context, ids []string, mk func(id string) *wire.OwnRequest, got func(id string, rep *wire.OwnReply) error) error {
+	return s.guard(ctx, func(ctx context.Context) error { return s.eachGuarded(ctx, ids, mk, got) })
+}
+
+func (s *ownSeq) eachGuarded(ctx context.Context, ids []string, mk func(id string) *wire.OwnRequest, got func(id string, rep *wire.OwnReply) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -547,6 +549,16 @@ func (s *ownSeq) each(ctx context.Context, ids []string, mk func(id string) *wir
 // pass computes iteration iter on the workers and folds Y and the
 // scalars into acc in the canonical order.
 func (s *ownSeq) pass(ctx context.Context, iter int, withLL bool, acc *factor.Accumulator) error {
+	if err := s.guard(ctx, func(ctx context.Context) error { return s.tasks(ctx, iter, withLL) }); err != nil {
+		return err
+	}
+	s.red.Reset(acc, s.plan)
+	return s.foldScalars(acc)
+}
+
+// tasks has every shard computed by its worker (each worker's shards in
+// plan order, one at a time) and keeps the checked answers in s.results.
+func (s *ownSeq) tasks(ctx context.Context, iter int, withLL bool) error {
 	save := iter%s.opt.CheckpointEvery == 0
 	s.results = make([]*wire.OwnReply, len(s.shards))
 	byWorker := map[string][]int{}
@@ -585,10 +597,11 @@ func (s *ownSeq) pass(ctx context.Context, iter int, withLL bool, acc *factor.Ac
 		}
 	}
 	wg.Wait()
-	if first != nil {
-		return first
-	}
-	s.red.Reset(acc, s.plan)
+	return first
+}
+
+// foldScalars folds the pass's Y and scalars.
+func (s *ownSeq) foldScalars(acc *factor.Accumulator) error {
 	for !s.red.Done() {
 		k := s.red.Next()
 		rep := s.results[k]
@@ -829,20 +842,23 @@ func (s *ownSeq) end() {
 	}
 }
 
-// watched sends a request to worker id's subject and waits for the
-// reply, probing the worker as request does.
-func (e *Executor) watched(ctx context.Context, id, subject string, body []byte) (*nats.Msg, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
+// guard runs f with a context that ends, with the cause, as soon as a
+// worker of the placement leaves NATS or freezes (see watch): a request
+// that waits on another worker (a task gathering K from an owner, an
+// owner pulling K̂ slices) fails within seconds, not at its lease.
+func (s *ownSeq) guard(ctx context.Context, f func(ctx context.Context) error) error {
+	gctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	e.goRoutine(func() { e.watch(ctx, id, nil, cancel) })
-	reply, err := e.nc.RequestWithContext(ctx, subject, body)
-	if err != nil {
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
-			return nil, cause
-		}
-		return nil, err
+	for _, id := range s.workers {
+		s.e.goRoutine(func() { s.e.watch(gctx, id, nil, cancel) })
 	}
-	return reply, nil
+	err := f(gctx)
+	var gone *vanishedError
+	var frozen *frozenError
+	if cause := context.Cause(gctx); err != nil && (errors.As(cause, &gone) || errors.As(cause, &frozen)) {
+		return fmt.Errorf("natsexec: owners: %w (while: %w)", cause, err)
+	}
+	return err
 }
 
 // kblock is the K block of action a.

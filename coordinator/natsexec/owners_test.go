@@ -5,11 +5,18 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
+
+	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
 )
 
 // ownersData is count data with n states, u actions and a few shards per
@@ -187,4 +194,69 @@ func TestFitOwnersBytesFlatInN(t *testing.T) {
 	if large > 1.1*small || large-small > 2000 {
 		t.Fatalf("coordinator bytes per iteration grew from %.0f at n=2000 to %.0f at n=8000", small, large)
 	}
+}
+
+// waitLog is a log writer that closes seen once a line contains want.
+type waitLog struct {
+	want string
+	once sync.Once
+	seen chan struct{}
+}
+
+func (w *waitLog) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+// TestFitOwnersAllWorkersGone: every worker stops after iteration 2; the
+// coordinator logs that it waits for workers, a new worker joins, and the
+// fit goes on from the checkpoint and ends bitwise equal to the local fit.
+func TestFitOwnersAllWorkersGone(t *testing.T) {
+	const iters = 5
+	shards := ownersData(t, 120, 2, 4)
+	init := factor.NewRandom(120, 4, 2, factor.TieNone, 8)
+	want, _ := fitLocal(t, shards, init, iters)
+	wl := &waitLog{want: "waiting for workers", seen: make(chan struct{})}
+	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: 2, InProcess: true,
+		Exec: natsexec.Config{Logger: hclog.New(&hclog.LoggerOptions{Output: wl, Level: hclog.Warn})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	joined := make(chan error, 1)
+	md := init.Clone()
+	_, err = lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+		Job: "owners-gone", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
+		ColBlocks: 3, CheckpointEvery: 2, WaitWorkers: coordtest.Patience,
+		Committed: func(_ context.Context, iter int) error {
+			if iter != 2 {
+				return nil
+			}
+			for _, w := range lc.Workers {
+				if err := w.Stop(); err != nil {
+					return err
+				}
+			}
+			go func() {
+				<-wl.seen
+				nc, err := nats.Connect(lc.URL())
+				if err == nil {
+					var w *worker.Worker
+					if w, err = worker.Start(context.Background(), nc, worker.Config{}); err == nil {
+						t.Cleanup(func() { _ = w.Stop(); nc.Close() })
+					}
+				}
+				joined <- err
+			}()
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-joined; err != nil {
+		t.Fatal(err)
+	}
+	sameModel(t, "after every worker left and one joined", md, want)
 }
