@@ -53,6 +53,26 @@ type JobState struct {
 	SumX        float64   `json:"sum_x"`
 	Status      string    `json:"status"`
 	Updated     time.Time `json:"updated"`
+	// Owners is the last checkpoint of a job of the owners exchange
+	// (natsexec.FitOwners); nil for the coordinator exchange.
+	Owners *OwnersCheckpoint `json:"owners,omitempty"`
+}
+
+// OwnersCheckpoint is where a job of the owners exchange can go on from:
+// the model version whose column blocks and shards' rows of D are stored
+// as objects (wire.OwnersKObject, wire.OwnersDObject) with these CRCs,
+// and the epoch last used (a resumed or rolled back job takes the next:
+// workers refuse requests of older epochs).
+type OwnersCheckpoint struct {
+	Version   int        `json:"version"`
+	Epoch     int        `json:"epoch"`
+	ColBlocks int        `json:"col_blocks"`
+	KCRC      [][]string `json:"k_crc"`
+	DCRC      []string   `json:"d_crc"`
+	// LogLik and ModelIteration are the model's at Version (the loop
+	// goes on from them).
+	LogLik         *float64 `json:"loglik,omitempty"`
+	ModelIteration int      `json:"model_iteration"`
 }
 
 // Checkpointer records job state durably. Begin is called once before the

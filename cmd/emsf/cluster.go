@@ -185,9 +185,6 @@ func (c *clusterFlags) validate() error {
 	switch c.exchange {
 	case "coordinator":
 	case "owners":
-		if c.resume {
-			return usagef("--resume runs with --exchange coordinator only (an owners job restarts from its start)")
-		}
 	default:
 		return usagef("--exchange %q: want coordinator or owners", c.exchange)
 	}
@@ -274,7 +271,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		}
 	}
 	if c.exchange == "owners" {
-		return c.fitOwners(ctx, log, exec, job, shards, md, opts, minWorkers)
+		return c.fitOwners(ctx, log, exec, job, params, man, shards, md, opts, minWorkers)
 	}
 	return coordinator.Fit(ctx, exec, shards, man, md, coordinator.Options{
 		Job:         job,
@@ -301,7 +298,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 }
 
 // fitOwners is fitCluster with the owners exchange.
-func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *natsexec.Executor, job string, shards []*shard.Shard, md *factor.Model, opts factor.FitOptions, minWorkers int) (factor.FitResult, error) {
+func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *natsexec.Executor, job string, params map[string]string, man *shard.Manifest, shards []*shard.Shard, md *factor.Model, opts factor.FitOptions, minWorkers int) (factor.FitResult, error) {
 	if opts.Commit != nil {
 		return factor.FitResult{}, usagef("--exchange owners runs EMSF only: drop --algorithm %s or use --exchange coordinator", c.params["algorithm"])
 	}
@@ -319,6 +316,9 @@ func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *na
 		TaskTimeout:     c.workerTimeout,
 		MinWorkers:      minWorkers,
 		WaitWorkers:     c.waitWorkers,
+		Params:          params,
+		Manifest:        man,
+		Resume:          c.resume,
 		Report: func(r natsexec.OwnersReport) {
 			log.Info("cluster iteration", "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
 				"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks)
@@ -338,6 +338,10 @@ func (c *clusterFlags) jobParams(md *factor.Model, opts factor.FitOptions) map[s
 	delete(p, "restarts")
 	if p["algorithm"] == "" {
 		p["algorithm"] = algEMSF
+	}
+	p["exchange"] = c.exchange
+	if c.exchange == "owners" {
+		p["col_blocks"] = strconv.Itoa(c.colBlocks)
 	}
 	p["order"] = strconv.Itoa(md.M)
 	p["tie"] = md.Tie.String()

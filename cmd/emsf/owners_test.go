@@ -4,18 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/worker"
@@ -168,5 +172,125 @@ func TestOwnersWorkerFaults(t *testing.T) {
 				t.Fatalf("the model after a %s of an owner differs from the local fit", fault.name)
 			}
 		})
+	}
+}
+
+// TestOwnersCoordinatorKillResume: the coordinator of an owners job is
+// killed with SIGKILL after its checkpoint of iteration 4 is in the KV
+// bucket; `fit --resume` goes on from that checkpoint (a new epoch: the
+// workers drop what the dead coordinator had them do) and writes bitwise
+// the local fit's model. A --resume with other parameters is refused,
+// naming the parameter.
+func TestOwnersCoordinatorKillResume(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data.csv")
+	writeTransitions(t, data, 200, 2, 5000)
+	fitArgs := []string{"fit", "--input", data, "--order", "4", "--iters", "10", "--tol", "0", "--seed", "5", "--shard-nnz", "1000"}
+	local := filepath.Join(dir, "local.arrow")
+	if out, err := exec.Command(bin, append(fitArgs, "--out", local, "--quiet")...).CombinedOutput(); err != nil {
+		t.Fatalf("local fit: %v\n%s", err, out)
+	}
+	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	url := srv.ClientURL()
+	for k := range 2 {
+		// Slow tasks, so that the kill falls mid-fit.
+		cmd := exec.Command(bin, "worker", "--nats", url, "--log-level", "warn", "--task-delay", "150ms")
+		out := new(syncBuffer)
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("worker %d output:\n%s", k, out.String())
+			}
+		})
+	}
+	out := filepath.Join(dir, "cluster.arrow")
+	args := append(fitArgs, "--out", out, "--nats", url, "--min-workers", "2", "--exchange", "owners", "--col-blocks", "3",
+		"--checkpoint-every", "2", "--job", "owners-resume")
+	coord := exec.Command(bin, args...)
+	var coordOut syncBuffer
+	coord.Stdout, coord.Stderr = &coordOut, &coordOut
+	if err := coord.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- coord.Wait() }()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*coordtest.Patience)
+	defer cancel()
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("coordinator exited (%v) before the kill:\n%s", err, coordOut.String())
+		default:
+		}
+		kv, err := js.KeyValue(ctx, wire.DefaultKVBucket)
+		if err != nil {
+			return err
+		}
+		e, err := kv.Get(ctx, "owners-resume")
+		if err != nil {
+			return err
+		}
+		var st coordinator.JobState
+		if err := json.Unmarshal(e.Value(), &st); err != nil {
+			return err
+		}
+		if st.Owners == nil || st.Owners.Version < 4 {
+			return fmt.Errorf("checkpoint %+v, want version 4", st.Owners)
+		}
+		return nil
+	})
+	if err := coord.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if _, err := os.Stat(out); err == nil {
+		t.Fatalf("the killed coordinator wrote %s", out)
+	}
+
+	// Other parameters: refused, naming them.
+	bad := exec.Command(bin, append(slices.Clone(args), "--resume", "--alpha", "0.5")...)
+	if msg, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(msg), "alpha") {
+		t.Fatalf("--resume with another --alpha: %v\n%s", err, msg)
+	}
+	res := exec.Command(bin, append(args, "--resume")...)
+	msg, err := res.CombinedOutput()
+	if err != nil {
+		t.Fatalf("resume: %v\n%s", err, msg)
+	}
+	if !strings.Contains(string(msg), "resuming from the last checkpoint") {
+		t.Errorf("the resumed run did not resume:\n%s", msg)
+	}
+	want, err := arrowio.ReadModel(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := arrowio.ReadModel(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Model.Equal(want.Model) {
+		t.Fatalf("the resumed owners job's model differs from the local fit\n%s", msg)
 	}
 }

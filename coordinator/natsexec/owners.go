@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
@@ -85,6 +88,13 @@ type OwnersOptions struct {
 	// Committed, if set, is called after each committed iteration (a
 	// test hook: faults at chosen points).
 	Committed func(ctx context.Context, iter int) error
+	// Params and Manifest are recorded in the job state (KV), with the
+	// last checkpoint; Resume goes on from that checkpoint when the job
+	// has one (the caller checks first that params and data are the
+	// job's: coordinator.CheckResume), md being the same initial model.
+	Params   map[string]string
+	Manifest *shard.Manifest
+	Resume   bool
 }
 
 // OwnersReport is one committed iteration of FitOwners.
@@ -106,6 +116,9 @@ type ownCheckpoint struct {
 	version int
 	kcrc    [][]string
 	dcrc    []string
+	// ll is the loglik of the pass that made the version (NaN: not
+	// computed).
+	ll float64
 }
 
 // passRecord is what a pass computed, to check a replay against.
@@ -144,6 +157,9 @@ type ownSeq struct {
 	red       factor.Reducer
 	rollbacks int
 	alpha     float64
+	// st is the job state in KV; iter0 is md.Iteration at version 0.
+	st    *coordinator.JobState
+	iter0 int
 }
 
 // FitOwners fits md (the initial model: random, or a warm start) to the
@@ -199,13 +215,15 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 	if _, err := e.Load(ctx, opt.Job, shards); err != nil {
 		return factor.FitResult{}, err
 	}
-	if err := s.writeBase(ctx, md); err != nil {
+	start, err := s.begin(ctx, md)
+	if err != nil {
 		return factor.FitResult{}, err
 	}
 	defer s.end()
 	var last time.Time
 	var lastBytes int64
 	hooks := factor.LoopHooks{
+		Start:       start,
 		Accumulator: factor.NewScalarAccumulator(md.M, md.U, md.Tie),
 		Commit:      s.commit,
 		Committed: func(ctx context.Context, st factor.IterStats, _ factor.Status) error {
@@ -233,7 +251,81 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 	if err := s.finish(ctx, md); err != nil {
 		return res, err
 	}
-	return res, nil
+	s.st.Status = res.Status.String()
+	return res, s.saveState(ctx)
+}
+
+// begin starts the job's state: from its last checkpoint (Resume, when
+// the job has one; it returns the first iteration to run), or afresh with
+// md stored as checkpoint 0.
+func (s *ownSeq) begin(ctx context.Context, md *factor.Model) (int, error) {
+	s.st = &coordinator.JobState{Job: s.opt.Job, Params: s.opt.Params, Manifest: s.opt.Manifest, ReduceOrder: factor.ReduceOrder,
+		GroupNNZ: s.opt.GroupNNZ, SumX: factor.TotalCount(shard.Blocks(s.shards)), Status: "running"}
+	if s.opt.Resume {
+		old, _, err := s.e.State(ctx, s.opt.Job)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return 0, err
+		}
+		if old != nil && old.Owners != nil {
+			o := old.Owners
+			if len(o.KCRC) != len(s.cols) || len(o.DCRC) != len(s.shards) || (len(o.KCRC) > 0 && len(o.KCRC[0]) != len(s.cols[0])) {
+				return 0, fmt.Errorf("natsexec: owners: resume job %s: its checkpoint has %d K blocks × %d column blocks and %d shards, this run %d × %d and %d (--col-blocks?)",
+					s.opt.Job, len(o.KCRC), len(o.KCRC[0]), len(o.DCRC), len(s.cols), len(s.cols[0]), len(s.shards))
+			}
+			s.ck = ownCheckpoint{version: o.Version, kcrc: o.KCRC, dcrc: o.DCRC}
+			s.version, s.epoch = o.Version, o.Epoch+1
+			s.iter0 = o.ModelIteration - o.Version
+			md.Iteration, md.LogLik = o.ModelIteration, math.NaN()
+			if o.LogLik != nil {
+				md.LogLik = *o.LogLik
+			}
+			s.e.log.Info("owners: resuming from the last checkpoint", "job", s.opt.Job, "version", o.Version, "epoch", s.epoch)
+			s.fillState()
+			return o.Version + 1, s.e.Begin(ctx, s.st)
+		}
+		s.e.log.Warn("owners: --resume: the job has no checkpoint of the owners exchange; starting afresh", "job", s.opt.Job)
+	}
+	s.iter0 = md.Iteration
+	if err := s.writeBase(ctx, md); err != nil {
+		return 0, err
+	}
+	s.fillState()
+	return 1, s.e.Begin(ctx, s.st)
+}
+
+// saveState writes the job state with the last checkpoint and the epoch,
+// compare-and-set on this coordinator's last write: a coordinator that
+// another one replaced fails here.
+func (s *ownSeq) saveState(ctx context.Context) error {
+	s.fillState()
+	body, err := stateJSON(s.st)
+	if err != nil {
+		return err
+	}
+	s.e.mu.Lock()
+	rev := s.e.kvRev[s.st.Job]
+	s.e.mu.Unlock()
+	rev, err = s.e.kv.Update(ctx, s.st.Job, body, rev)
+	if err != nil {
+		return &fatalError{fmt.Errorf("natsexec: owners: job %s: write its state (another coordinator took it over?): %w", s.st.Job, err)}
+	}
+	s.e.mu.Lock()
+	s.e.kvRev[s.st.Job] = rev
+	s.e.mu.Unlock()
+	return nil
+}
+
+// fillState puts the last checkpoint and the epoch into s.st.
+func (s *ownSeq) fillState() {
+	st := s.st
+	st.Iteration, st.ModelIteration, st.Updated = s.ck.version, s.iter0+s.ck.version, time.Now().UTC()
+	st.LogLik = nil
+	if !math.IsNaN(s.ck.ll) {
+		ll := s.ck.ll
+		st.LogLik = &ll
+	}
+	st.Owners = &coordinator.OwnersCheckpoint{Version: s.ck.version, Epoch: s.epoch, ColBlocks: len(s.cols[0]),
+		KCRC: s.ck.kcrc, DCRC: s.ck.dcrc, LogLik: st.LogLik, ModelIteration: st.ModelIteration}
 }
 
 func (s *ownSeq) bytes() int64 {
@@ -244,7 +336,7 @@ func (s *ownSeq) bytes() int64 {
 // writeBase stores md as checkpoint 0.
 func (s *ownSeq) writeBase(ctx context.Context, md *factor.Model) error {
 	m := s.m
-	s.ck = ownCheckpoint{version: 0, kcrc: make([][]string, len(s.cols)), dcrc: make([]string, len(s.shards))}
+	s.ck = ownCheckpoint{version: 0, kcrc: make([][]string, len(s.cols)), dcrc: make([]string, len(s.shards)), ll: md.LogLik}
 	for kb, cbs := range s.cols {
 		for _, cb := range cbs {
 			data := wire.FloatBytes(md.KT[kb][cb.Lo*m : cb.Hi*m])
@@ -299,7 +391,7 @@ func (s *ownSeq) commit(ctx context.Context, iter int, md *factor.Model, acc *fa
 		rec.y = append(rec.y, slices.Clone(y))
 	}
 	for {
-		err := s.commitOwners(ctx, iter, acc.Y)
+		err := s.commitOwners(ctx, iter, acc.Y, acc.LogLik)
 		if err == nil {
 			s.history[iter] = rec
 			acc.RecordPass(md, dataTerm)
@@ -358,7 +450,7 @@ func (s *ownSeq) ready(ctx context.Context, iter int) error {
 		if err := s.replayPass(ctx, v, rec); err != nil {
 			return err
 		}
-		if err := s.commitOwners(ctx, v, rec.y); err != nil {
+		if err := s.commitOwners(ctx, v, rec.y, rec.ll); err != nil {
 			return err
 		}
 	}
@@ -443,6 +535,9 @@ func (s *ownSeq) place(ctx context.Context) error {
 	}
 	s.version = s.ck.version
 	s.dcrc = slices.Clone(s.ck.dcrc)
+	if err := s.saveState(ctx); err != nil {
+		return err
+	}
 	return s.each(ctx, ids, func(id string) *wire.OwnRequest {
 		r := s.request(wire.OpLoad, s.version)
 		r.Blocks = owned[id]
@@ -669,7 +764,7 @@ func (s *ownSeq) check(iter, k int, withLL bool, rep *wire.OwnReply) error {
 
 // commitOwners has every owner fold and commit its blocks to version
 // iter with the global Y, and records their CRCs and the shards' rows.
-func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64) error {
+func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64, ll float64) error {
 	save := iter%s.opt.CheckpointEvery == 0
 	type ownedRef struct{ kb, c int }
 	owned := map[string][]ownedRef{}
@@ -721,14 +816,15 @@ func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64) erro
 	}
 	s.version = iter
 	if save {
-		s.checkpointed()
+		return s.checkpointed(ctx, ll)
 	}
 	return nil
 }
 
-// checkpointed records the current version as the last checkpoint.
-func (s *ownSeq) checkpointed() {
-	s.ck = ownCheckpoint{version: s.version, kcrc: make([][]string, len(s.cols)), dcrc: slices.Clone(s.dcrc)}
+// checkpointed records the current version (made by a pass of loglik ll)
+// as the last checkpoint, in the job state too.
+func (s *ownSeq) checkpointed(ctx context.Context, ll float64) error {
+	s.ck = ownCheckpoint{version: s.version, kcrc: make([][]string, len(s.cols)), dcrc: slices.Clone(s.dcrc), ll: ll}
 	for kb, cbs := range s.cols {
 		for _, cb := range cbs {
 			s.ck.kcrc[kb] = append(s.ck.kcrc[kb], cb.CRC)
@@ -739,6 +835,7 @@ func (s *ownSeq) checkpointed() {
 			delete(s.history, v)
 		}
 	}
+	return s.saveState(ctx)
 }
 
 // finish stores the last version where it is not a checkpoint and reads
@@ -748,7 +845,7 @@ func (s *ownSeq) finish(ctx context.Context, md *factor.Model) error {
 	for s.ck.version != last {
 		err := s.ready(ctx, last+1)
 		if err == nil {
-			err = s.saveAll(ctx)
+			err = s.saveAll(ctx, md.LogLik)
 		}
 		if err == nil {
 			break
@@ -796,7 +893,7 @@ func (s *ownSeq) finish(ctx context.Context, md *factor.Model) error {
 
 // saveAll has the owners store their blocks and the shards' workers their
 // rows of D at the current version, and makes it the last checkpoint.
-func (s *ownSeq) saveAll(ctx context.Context) error {
+func (s *ownSeq) saveAll(ctx context.Context, ll float64) error {
 	owned := map[string][]wire.ColBlock{}
 	for _, cbs := range s.cols {
 		for _, cb := range cbs {
@@ -828,8 +925,7 @@ func (s *ownSeq) saveAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.checkpointed()
-	return nil
+	return s.checkpointed(ctx, ll)
 }
 
 // end tells the workers to forget the job (best effort).
