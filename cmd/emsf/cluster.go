@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/coordinator"
@@ -257,6 +258,12 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			return factor.FitResult{}, err
 		}
 		defer nc.Close()
+		nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected", "error", err)
+			}
+		})
+		nc.SetReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected", "url", nc.ConnectedUrlRedacted()) })
 		log.Info("connected", "url", nc.ConnectedUrlRedacted(), "max_payload", nc.MaxPayload())
 		if exec, err = natsexec.New(ctx, nc, ecfg); err != nil {
 			return factor.FitResult{}, err

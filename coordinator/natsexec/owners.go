@@ -306,8 +306,14 @@ func (s *ownSeq) saveState(ctx context.Context) error {
 	rev := s.e.kvRev[s.st.Job]
 	s.e.mu.Unlock()
 	rev, err = s.e.kv.Update(ctx, s.st.Job, body, rev)
+	var api *jetstream.APIError
+	if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return &fatalError{fmt.Errorf("natsexec: owners: job %s: another coordinator took it over (its state changed since this one's last write): %w", s.st.Job, err)}
+	}
 	if err != nil {
-		return &fatalError{fmt.Errorf("natsexec: owners: job %s: write its state (another coordinator took it over?): %w", s.st.Job, err)}
+		// The server may be restarting: the step is rolled back and
+		// tried again.
+		return fmt.Errorf("natsexec: owners: job %s: write its state: %w", s.st.Job, err)
 	}
 	s.e.mu.Lock()
 	s.e.kvRev[s.st.Job] = rev
@@ -555,11 +561,25 @@ func (s *ownSeq) census(ctx context.Context) ([]string, error) {
 	}
 	for {
 		ids, err := s.e.Census(ctx)
-		if err != nil {
+		switch {
+		case err != nil && s.e.nc.IsConnected():
 			return nil, err
-		}
-		if len(ids) >= want {
+		case err != nil:
+			// The server is away (restarting): wait for the reconnect.
+			s.e.log.Warn("owners: waiting for the NATS server", "job", s.opt.Job, "status", s.e.nc.Status().String(), "until", deadline.Format(time.RFC3339))
+		case len(ids) >= want:
 			return ids, nil
+		}
+		if err != nil && time.Now().After(deadline) {
+			return nil, &fatalError{fmt.Errorf("natsexec: owners: no NATS server within %v (--wait-workers): %w", s.opt.WaitWorkers, err)}
+		}
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(s.e.cfg.PingWait):
+			}
+			continue
 		}
 		if time.Now().After(deadline) {
 			return nil, &fatalError{fmt.Errorf("natsexec: owners: %d of %d workers answered within %v (--wait-workers)", len(ids), want, s.opt.WaitWorkers)}
@@ -948,13 +968,39 @@ func (s *ownSeq) guard(ctx context.Context, f func(ctx context.Context) error) e
 	for _, id := range s.workers {
 		s.e.goRoutine(func() { s.e.watch(gctx, id, nil, cancel) })
 	}
+	s.e.goRoutine(func() { s.watchReconnect(gctx, cancel) })
 	err := f(gctx)
 	var gone *vanishedError
 	var frozen *frozenError
-	if cause := context.Cause(gctx); err != nil && (errors.As(cause, &gone) || errors.As(cause, &frozen)) {
+	if cause := context.Cause(gctx); err != nil && (errors.As(cause, &gone) || errors.As(cause, &frozen) || errors.Is(cause, errReconnected)) {
 		return fmt.Errorf("natsexec: owners: %w (while: %w)", cause, err)
 	}
 	return err
+}
+
+// errReconnected ends a phase during which the coordinator's connection
+// was re-established: a request or reply in flight may have been lost
+// with the server, so the phase is redone at once (from the last
+// checkpoint) rather than after its lease.
+var errReconnected = errors.New("the connection to the NATS server was re-established")
+
+// watchReconnect cancels ctx with errReconnected when the connection's
+// reconnect count moves, checking every ProbeEvery.
+func (s *ownSeq) watchReconnect(ctx context.Context, cancel context.CancelCauseFunc) {
+	was := s.e.nc.Stats().Reconnects
+	tick := time.NewTicker(s.e.cfg.ProbeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if s.e.nc.Stats().Reconnects != was {
+			cancel(errReconnected)
+			return
+		}
+	}
 }
 
 // kblock is the K block of action a.
