@@ -30,6 +30,15 @@
 // coordinator's own commit arithmetic), fetching them only when their CRC
 // does not match (first iteration, a shard that moved, a shared D).
 //
+// The owners exchange (owners.go; protocol in wire/owners.go): the
+// worker's "own" endpoint (<prefix>.own.<id>) loads column blocks of K
+// from a checkpoint, computes a shard on rows of D it keeps and K rows it
+// gathers from their owners (<prefix>.gather.<id> serves its own blocks'
+// rows), commits the shard's rows of D and serves the K̂ slices, and, as
+// an owner, pulls and folds its blocks' slices in the canonical order
+// (factor.ColumnFold) and commits them. Its requests run on goroutines of
+// their own; a load of a newer epoch cancels what the older epoch runs.
+//
 // The protocol (subjects, headers, TaskRequest, labels, raw models and
 // partials, blobs) lives in package wire, which the coordinator's NATS
 // executor (coordinator/natsexec) imports too. Wire schemas of shards,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator/service"
+	"github.com/emsf/emsf/worker"
 )
 
 // authServer starts a NATS server with JetStream on loopback whose users
@@ -217,5 +220,63 @@ func TestDeployConfigsNeedCredentials(t *testing.T) {
 		if opts.HTTPHost != "127.0.0.1" {
 			t.Errorf("%s: monitoring on %q, want 127.0.0.1", path, opts.HTTPHost)
 		}
+	}
+}
+
+// TestDeployAuthorizationClusterFit: under the deploy/ permissions, a
+// worker logged in as "worker" and a coordinator as "coordinator" run a
+// fit with each exchange, bitwise the local fit: the worker role has
+// every subject and bucket the owners exchange needs (own, gather,
+// checkpoints), and no more than the coordinator exchange's plus those.
+func TestDeployAuthorizationClusterFit(t *testing.T) {
+	url := authServer(t)
+	var errs []error
+	var emu sync.Mutex
+	nc, err := nats.Connect(url, nats.UserInfo("worker", "pw-worker"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		emu.Lock()
+		errs = append(errs, err)
+		emu.Unlock()
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	w, err := worker.Start(context.Background(), nc, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "t.csv")
+	writeTransitions(t, data, 60, 2, 2000)
+	fit := []string{"fit", "--input", data, "--order", "3", "--iters", "5", "--tol", "0", "--shard-nnz", "200", "--quiet"}
+	local := filepath.Join(dir, "local.arrow")
+	var stdout, stderr bytes.Buffer
+	if rc := run(append(fit, "--out", local), &stdout, &stderr); rc != 0 {
+		t.Fatalf("local fit: exit %d: %s", rc, stderr.String())
+	}
+	want, err := arrowio.ReadModel(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NATS_PASSWORD", "pw-coordinator")
+	for _, ex := range []string{"coordinator", "owners"} {
+		out := filepath.Join(dir, ex+".arrow")
+		stderr.Reset()
+		if rc := run(append(fit, "--out", out, "--nats", url, "--user", "coordinator", "--exchange", ex, "--col-blocks", "2"), &stdout, &stderr); rc != 0 {
+			t.Fatalf("fit --exchange %s as coordinator: exit %d: %s", ex, rc, stderr.String())
+		}
+		got, err := arrowio.ReadModel(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Model.Equal(want.Model) {
+			t.Fatalf("fit --exchange %s under the deploy/ permissions differs from the local fit", ex)
+		}
+	}
+	emu.Lock()
+	defer emu.Unlock()
+	if len(errs) > 0 {
+		t.Fatalf("the worker's connection saw errors: %v", errs)
 	}
 }

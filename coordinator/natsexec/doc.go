@@ -64,5 +64,12 @@
 // census.go (which workers are alive), dispatch.go (tasks out, partials
 // in, liveness probes), quarantine.go (rejected partials and quarantined
 // workers), checkpoint.go (job state in KV, commits, resume),
-// embedded.go and local.go (an embedded server and in-process cluster).
+// embedded.go and local.go (an embedded server and in-process cluster),
+// owners.go (FitOwners: the owners exchange, where workers own column
+// blocks of K and the coordinator only sequences; see its comment).
+//
+// Everything above is the coordinator exchange (`fit --exchange
+// coordinator`, the default): the coordinator serves each model version
+// and reads back every partial, so its traffic grows with n and with the
+// number of workers. FitOwners is the exchange that scales out.
 package natsexec
