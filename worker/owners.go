@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,7 +37,10 @@ type ownJob struct {
 	groupNNZ int
 	bucket   string
 	blocks   map[[2]int]*ownBlock
-	shapes   map[int][]int
+	// layout[kblock] are the K block's column blocks with their owners,
+	// shapes[kblock] its shards and their workers: the epoch's placement.
+	layout [][]wire.ColBlock
+	shapes map[int]wire.KShape
 	// rows are the shards' rows of D by shard (the shard's rows in order,
 	// m values each).
 	rows map[int]*ownRows
@@ -182,7 +186,7 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 		return nil, fmt.Errorf("worker: job %s: bad shape n=%d m=%d u=%d", r.Job, r.N, r.M, r.U)
 	}
 	nj := &ownJob{job: r.Job, epoch: r.Epoch, n: r.N, m: r.M, u: r.U, tie: tie, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
-		blocks: map[[2]int]*ownBlock{}, shapes: map[int][]int{}, rows: map[int]*ownRows{}}
+		blocks: map[[2]int]*ownBlock{}, shapes: map[int]wire.KShape{}, rows: map[int]*ownRows{}}
 	nj.ctx, nj.cancel = context.WithCancelCause(w.ctx)
 	if j != nil {
 		j.cancel(errSuperseded)
@@ -207,14 +211,21 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 // ownLoad takes the blocks of a new placement from a checkpoint.
 func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) error {
 	for _, sh := range r.Shapes {
-		j.shapes[sh.KBlock] = sh.NNZ
+		if len(sh.NNZ) != len(sh.Shards) || len(sh.Workers) != len(sh.Shards) {
+			return fmt.Errorf("worker: job %s: K block %d: %d shards, %d nonzero counts, %d workers", r.Job, sh.KBlock, len(sh.Shards), len(sh.NNZ), len(sh.Workers))
+		}
+		j.shapes[sh.KBlock] = sh
 	}
+	if len(r.Layout) != factor.NumK(j.u, j.tie) {
+		return fmt.Errorf("worker: job %s: layout of %d K blocks, the model has %d", r.Job, len(r.Layout), factor.NumK(j.u, j.tie))
+	}
+	j.layout = r.Layout
 	obs, err := w.storeLocked(ctx, r.Bucket)
 	if err != nil {
 		return err
 	}
 	for _, cb := range r.Blocks {
-		nnz, ok := j.shapes[cb.KBlock]
+		sh, ok := j.shapes[cb.KBlock]
 		if !ok || cb.Lo < 0 || cb.Hi > j.n || cb.Lo > cb.Hi || cb.KBlock < 0 || cb.KBlock >= factor.NumK(j.u, j.tie) {
 			return fmt.Errorf("worker: job %s: bad column block %+v", r.Job, cb)
 		}
@@ -230,7 +241,7 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) err
 		if err := wire.ReadFloats(b.kt, data); err != nil {
 			return fmt.Errorf("worker: load %s: %w", name, err)
 		}
-		b.fold = factor.NewColumnFold(cb.Lo, cb.Hi, j.m, nnz, j.groupNNZ)
+		b.fold = factor.NewColumnFold(cb.Lo, cb.Hi, j.m, sh.NNZ, j.groupNNZ)
 		w.omu.Lock()
 		j.blocks[[2]int{cb.KBlock, cb.C}] = b
 		w.omu.Unlock()
@@ -299,7 +310,10 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 	// K rows of the columns the shard touches, from their owners.
 	t0 := time.Now()
 	cols := touchedColumns(b.Cols, &w.ownCols)
-	if err := w.gatherK(ctx, j, r, cols, md.KT[kb]); err != nil {
+	if kb >= len(j.layout) {
+		return fmt.Errorf("worker: shard %d: K block %d is not in the epoch's layout", r.Shard, kb)
+	}
+	if err := w.gatherK(ctx, j, r, j.layout[kb], cols, md.KT[kb]); err != nil {
 		return fmt.Errorf("worker: shard %d: %w", r.Shard, err)
 	}
 	t1 := time.Now()
@@ -329,16 +343,12 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 	w.dropSlices(j, r.Iteration)
 	w.omu.Unlock()
 	zero := make([]float64, m)
-	reply.Slices = make([]wire.SliceRef, len(r.K))
 	var sent int64
-	for k, cb := range r.K {
+	for _, cb := range j.layout[kb] {
 		a, e := factor.SliceColumns(p.Cols, cb.Lo, cb.Hi)
-		if e == a {
-			continue
-		}
 		data := wire.EncodeRawPartial(&factor.Partial{Action: kb, Cols: p.Cols[a:e], KhT: p.KhT[a*m : e*m], Y: zero}, nil)
-		name := fmt.Sprintf("%s-%d-%d-%d-%d", r.Job, r.Epoch, r.Iteration, r.Shard, cb.C)
-		reply.Slices[k] = wire.SliceRef{Subject: w.slices.Put(name, data), Size: len(data), CRC: wire.CRC(data)}
+		name := wire.SliceName(r.Job, r.Epoch, r.Iteration, r.Shard, cb.C)
+		w.slices.Put(name, data)
 		sent += int64(len(data))
 		w.omu.Lock()
 		j.served = append(j.served, servedSlice{name, r.Iteration})
@@ -382,7 +392,7 @@ const gatherWindow = 8
 // gatherK puts the K rows of cols (ascending) into kt: from this worker's
 // own blocks directly, from the others' owners by gather requests of at
 // most one blob chunk each.
-func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, cols []int32, kt []float64) error {
+func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, layout []wire.ColBlock, cols []int32, kt []float64) error {
 	m := j.m
 	per := max(1, min(wire.BlobChunk, int(w.nc.MaxPayload())-8<<10)/(8*m))
 	ctx, cancel := context.WithCancel(ctx)
@@ -399,7 +409,7 @@ func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, col
 		emu.Unlock()
 		cancel()
 	}
-	for _, cb := range r.K {
+	for _, cb := range layout {
 		a, e := factor.SliceColumns(cols, cb.Lo, cb.Hi)
 		if a == e {
 			continue
@@ -560,16 +570,25 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 			return err
 		}
 	}
-	for _, sl := range r.Slices {
-		b, err := w.ownBlockOf(r.Job, r.Epoch, sl.KBlock, sl.C, r.Iteration-1)
-		if err != nil {
-			return fmt.Errorf("worker: commit: %w", err)
-		}
-		y, ok := ys[sl.KBlock]
+	w.omu.Lock()
+	owned := make([]*ownBlock, 0, len(j.blocks))
+	for _, b := range j.blocks {
+		owned = append(owned, b)
+	}
+	w.omu.Unlock()
+	slices.SortFunc(owned, func(a, b *ownBlock) int { return cmp.Or(cmp.Compare(a.kb, b.kb), cmp.Compare(a.c, b.c)) })
+	var digest []byte
+	for _, b := range owned {
+		y, ok := ys[b.kb]
 		if !ok {
-			return fmt.Errorf("worker: commit: no Y for K block %d", sl.KBlock)
+			return fmt.Errorf("worker: commit: no Y for K block %d", b.kb)
 		}
-		if err := w.foldBlock(ctx, j, b, sl.Refs); err != nil {
+		sh := j.shapes[b.kb]
+		subjects := make([]string, len(sh.Shards))
+		for q, k := range sh.Shards {
+			subjects[q] = wire.SliceSubject(w.cfg.Prefix, sh.Workers[q]) + "." + wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c)
+		}
+		if err := w.foldBlock(ctx, j, b, subjects); err != nil {
 			return err
 		}
 		b.mu.Lock()
@@ -587,8 +606,12 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 				return err
 			}
 		}
-		reply.Blocks = append(reply.Blocks, cb)
+		digest = append(digest, cb.CRC...)
+		if r.Save {
+			reply.Blocks = append(reply.Blocks, cb)
+		}
 	}
+	reply.Digest = wire.CRC(digest)
 	return nil
 }
 
@@ -597,12 +620,9 @@ const foldWindow = 4
 
 // foldBlock pulls a block's K̂ slices (one per shard of its K block, in
 // block order) and folds them in the canonical order.
-func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []wire.SliceRef) error {
+func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []string) error {
 	f := b.fold
 	f.Reset()
-	if want := len(j.shapes[b.kb]); len(refs) != want {
-		return fmt.Errorf("worker: commit: block %d/%d: %d slices, its K block has %d shards", b.kb, b.c, len(refs), want)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type got struct {
@@ -619,23 +639,16 @@ func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []w
 	fetch := func(k int) {
 		defer wg.Done()
 		ref := refs[k]
-		if ref.Subject == "" {
-			out[k] <- got{}
-			return
-		}
-		data, err := wire.FetchBlob(ctx, w.nc, ref.Subject, ref.Size, wire.AlignedBuffer(ref.Size))
-		if err == nil && wire.CRC(data) != ref.CRC {
-			err = fmt.Errorf("slice %s has CRC %s, the task's reply said %s", ref.Subject, wire.CRC(data), ref.CRC)
-		}
+		data, err := wire.FetchBlobAll(ctx, w.nc, ref)
 		var p *factor.Partial
 		if err == nil {
 			p, err = wire.DecodeRawPartial(data)
 		}
 		if err == nil && (p.Action != b.kb || len(p.Y) != j.m) {
-			err = fmt.Errorf("slice %s is of K block %d with m = %d, want %d and %d", ref.Subject, p.Action, len(p.Y), b.kb, j.m)
+			err = fmt.Errorf("slice %s is of K block %d with m = %d, want %d and %d", ref, p.Action, len(p.Y), b.kb, j.m)
 		}
 		if err == nil {
-			wire.DropBlob(w.nc, ref.Subject)
+			wire.DropBlob(w.nc, ref)
 			w.count(func(s *Stats) { s.BytesFetched += int64(len(data)) })
 		}
 		out[k] <- got{p, err}
@@ -660,13 +673,7 @@ func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []w
 		if g.err != nil {
 			return fmt.Errorf("worker: commit: block %d/%d: %w", b.kb, b.c, g.err)
 		}
-		var err error
-		if g.p == nil {
-			err = f.Add(nil, nil)
-		} else {
-			err = f.Add(g.p.Cols, g.p.KhT)
-		}
-		if err != nil {
+		if err := f.Add(g.p.Cols, g.p.KhT); err != nil {
 			return fmt.Errorf("worker: commit: block %d/%d, shard %d of its K block: %w", b.kb, b.c, k, err)
 		}
 	}

@@ -152,7 +152,10 @@ type ownSeq struct {
 	workers []string
 	shardW  []string
 
-	results   []*wire.OwnReply
+	results []*wire.OwnReply
+	// digests are the owners' digests of their blocks at version, by
+	// worker (the commit record of a version that is not a checkpoint).
+	digests   map[string]string
 	history   map[int]passRecord
 	red       factor.Reducer
 	rollbacks int
@@ -534,9 +537,9 @@ func (s *ownSeq) place(ctx context.Context) error {
 	}
 	shapes := make([]wire.KShape, nk)
 	for kb, ks := range s.kshards {
-		shapes[kb] = wire.KShape{KBlock: kb, NNZ: make([]int, len(ks))}
+		shapes[kb] = wire.KShape{KBlock: kb, Shards: ks, NNZ: make([]int, len(ks)), Workers: make([]string, len(ks))}
 		for q, k := range ks {
-			shapes[kb].NNZ[q] = s.shards[k].NNZ
+			shapes[kb].NNZ[q], shapes[kb].Workers[q] = s.shards[k].NNZ, s.shardW[k]
 		}
 	}
 	s.version = s.ck.version
@@ -547,6 +550,7 @@ func (s *ownSeq) place(ctx context.Context) error {
 	return s.each(ctx, ids, func(id string) *wire.OwnRequest {
 		r := s.request(wire.OpLoad, s.version)
 		r.Blocks = owned[id]
+		r.Layout = s.cols
 		r.Shapes = shapes
 		return r
 	}, nil)
@@ -736,7 +740,6 @@ func (s *ownSeq) task(iter, k int, withLL, save bool) *wire.OwnRequest {
 	sh := s.shards[k]
 	r := s.request(wire.OpTask, iter)
 	r.Shard, r.ShardObject, r.ShardChecksum, r.WithLogLik = k, wire.ShardObject(sh.Checksum), sh.Checksum, withLL
-	r.K = s.cols[s.kblock(sh.Action)]
 	r.DCRC = s.dcrc[k]
 	if s.version == s.ck.version {
 		r.DObject = wire.OwnersDObject(s.opt.Job, s.ck.version, k)
@@ -765,8 +768,6 @@ func (s *ownSeq) check(iter, k int, withLL bool, rep *wire.OwnReply) error {
 		err = fmt.Errorf("Σx = %v, the shard's Σcount is %v", rep.SumX, sh.Sum)
 	case rep.HasLogLik != withLL || math.IsInf(rep.LogLik, 0):
 		err = fmt.Errorf("loglik %v (computed %v, asked %v)", rep.LogLik, rep.HasLogLik, withLL)
-	case len(rep.Slices) != len(s.cols[s.kblock(sh.Action)]):
-		err = fmt.Errorf("%d K̂ slices, the K block has %d column blocks", len(rep.Slices), len(s.cols[s.kblock(sh.Action)]))
 	case rep.DCRC == "":
 		err = errors.New("no CRC of the committed rows of D")
 	}
@@ -794,6 +795,7 @@ func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64, ll f
 		}
 	}
 	crcs := map[ownedRef]string{}
+	digests := map[string]string{}
 	err := s.each(ctx, s.workers, func(id string) *wire.OwnRequest {
 		refs := owned[id]
 		if len(refs) == 0 {
@@ -807,17 +809,13 @@ func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64, ll f
 				seen[o.kb] = true
 				r.Y = append(r.Y, wire.KBlockY{KBlock: o.kb, Y: y[o.kb]})
 			}
-			sl := wire.OwnedSlices{KBlock: o.kb, C: o.c, Refs: make([]wire.SliceRef, len(s.kshards[o.kb]))}
-			for q, k := range s.kshards[o.kb] {
-				sl.Refs[q] = s.results[k].Slices[o.c]
-			}
-			r.Slices = append(r.Slices, sl)
 		}
 		return r
 	}, func(id string, rep *wire.OwnReply) error {
-		if len(rep.Blocks) != len(owned[id]) {
-			return fmt.Errorf("natsexec: owners: worker %s committed %d blocks, it owns %d", id, len(rep.Blocks), len(owned[id]))
+		if rep.Digest == "" || (save && len(rep.Blocks) != len(owned[id])) {
+			return fmt.Errorf("natsexec: owners: worker %s committed %d blocks (digest %q), it owns %d", id, len(rep.Blocks), rep.Digest, len(owned[id]))
 		}
+		digests[id] = rep.Digest
 		for _, b := range rep.Blocks {
 			crcs[ownedRef{b.KBlock, b.C}] = b.CRC
 		}
@@ -826,9 +824,12 @@ func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64, ll f
 	if err != nil {
 		return err
 	}
-	for kb := range s.cols {
-		for c := range s.cols[kb] {
-			s.cols[kb][c].CRC = crcs[ownedRef{kb, c}]
+	s.digests = digests
+	if save {
+		for kb := range s.cols {
+			for c := range s.cols[kb] {
+				s.cols[kb][c].CRC = crcs[ownedRef{kb, c}]
+			}
 		}
 	}
 	for k, rep := range s.results {
@@ -934,6 +935,12 @@ func (s *ownSeq) saveAll(ctx context.Context, ll float64) error {
 	}, func(id string, rep *wire.OwnReply) error {
 		if len(rep.Blocks) != len(owned[id]) || len(rep.DCRCs) != len(held[id]) {
 			return fmt.Errorf("natsexec: owners: worker %s saved %d blocks and %d shards, asked %d and %d", id, len(rep.Blocks), len(rep.DCRCs), len(owned[id]), len(held[id]))
+		}
+		for _, b := range rep.Blocks {
+			if b.KBlock < 0 || b.KBlock >= len(s.cols) || b.C < 0 || b.C >= len(s.cols[b.KBlock]) || s.cols[b.KBlock][b.C].Owner != id {
+				return fmt.Errorf("natsexec: owners: worker %s saved block %d/%d, which it does not own", id, b.KBlock, b.C)
+			}
+			s.cols[b.KBlock][b.C].CRC = b.CRC
 		}
 		for q, k := range held[id] {
 			if rep.DCRCs[q] != s.dcrc[k] {

@@ -119,8 +119,42 @@ func (b *BlobServer) serve(m *nats.Msg) {
 	default:
 		off = min(off, len(data))
 		reply.Data = data[off:min(off+n, len(data))]
+		reply.Header.Set(HeaderBlobTotal, strconv.Itoa(len(data)))
 	}
 	_ = m.RespondMsg(reply)
+}
+
+// HeaderBlobTotal is the blob's whole size, on every chunk reply.
+const HeaderBlobTotal = "Emsf-Blob-Total"
+
+// FetchBlobAll pulls a blob whose size the reader does not know: the
+// first chunk's reply says it (HeaderBlobTotal), the rest is fetched as
+// FetchBlobRange does.
+func FetchBlobAll(ctx context.Context, nc *nats.Conn, subject string) ([]byte, error) {
+	chunk := blobChunk(nc)
+	m, err := nc.RequestWithContext(ctx, subject, []byte("0,"+strconv.Itoa(chunk)))
+	if err == nil && m.Header.Get(HeaderBlobError) != "" {
+		err = errors.New(m.Header.Get(HeaderBlobError))
+	}
+	var total int
+	if err == nil {
+		total, err = strconv.Atoi(m.Header.Get(HeaderBlobTotal))
+		if err == nil && (total < len(m.Data) || (total > len(m.Data) && len(m.Data) != chunk)) {
+			err = fmt.Errorf("first chunk of %d bytes for a blob of %d", len(m.Data), total)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("wire: fetch blob %s: %w", subject, err)
+	}
+	buf := AlignedBuffer(total)
+	copy(buf, m.Data)
+	if total == len(m.Data) {
+		return buf, nil
+	}
+	if _, err := FetchBlobRange(ctx, nc, subject, len(m.Data), total-len(m.Data), buf[len(m.Data):], nil); err != nil {
+		return nil, err
+	}
+	return buf, nil
 }
 
 // Put holds data as blob name (a single subject token) and returns the

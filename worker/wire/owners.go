@@ -87,28 +87,27 @@ type ColBlock struct {
 	CRC    string `json:"crc,omitempty"`
 }
 
-// KShape is what an owner of K block KBlock's columns needs to fold them:
-// the nonzero counts of the K block's shards in block order.
+// KShape is one K block's shards in block order, with their nonzero
+// counts (what an owner's fold needs) and the worker that computes each
+// in the epoch (where the owner pulls their K̂ slices).
 type KShape struct {
-	KBlock int   `json:"kblock"`
-	NNZ    []int `json:"nnz"`
+	KBlock  int      `json:"kblock"`
+	Shards  []int    `json:"shards"`
+	NNZ     []int    `json:"nnz"`
+	Workers []string `json:"workers"`
 }
 
-// SliceRef names a K̂ slice a worker serves (empty Subject: the shard
-// touches no column of the block).
-type SliceRef struct {
-	Subject string `json:"subject,omitempty"`
-	Size    int    `json:"size,omitempty"`
-	CRC     string `json:"crc,omitempty"`
+// SliceName is the name under which the worker that computed shard s in
+// iteration iter of an epoch serves the K̂ slice of column block c (on
+// BlobSubject(prefix, id+"-s")): a deterministic name, so that the
+// coordinator never relays one reference per shard and block. A shard
+// that touches no column of the block serves an empty slice.
+func SliceName(job string, epoch, iter, s, c int) string {
+	return job + "-" + strconv.Itoa(epoch) + "-" + strconv.Itoa(iter) + "-" + strconv.Itoa(s) + "-" + strconv.Itoa(c)
 }
 
-// OwnedSlices are the slices of one owned column block, one per shard of
-// its K block in block order.
-type OwnedSlices struct {
-	KBlock int        `json:"kblock"`
-	C      int        `json:"c"`
-	Refs   []SliceRef `json:"refs"`
-}
+// SliceSubject is where worker id serves its K̂ slices.
+func SliceSubject(prefix, id string) string { return BlobSubject(prefix, id+"-s") }
 
 // KBlockY is the global Y of one K block.
 type KBlockY struct {
@@ -135,19 +134,19 @@ type OwnRequest struct {
 	Deadline int64 `json:"deadline"`
 
 	// load: the blocks this worker owns from now on (loaded from
-	// OwnersKObject of version Iteration) and the shapes of their K
-	// blocks. save: the blocks to store at version Iteration.
-	Blocks []ColBlock `json:"blocks,omitempty"`
-	Shapes []KShape   `json:"shapes,omitempty"`
+	// OwnersKObject of version Iteration), every K block's column blocks
+	// with their owners (Layout[kblock][c]) and shards (Shapes): the
+	// epoch's placement, fixed until the next load. save: the blocks to
+	// store at version Iteration.
+	Blocks []ColBlock   `json:"blocks,omitempty"`
+	Layout [][]ColBlock `json:"layout,omitempty"`
+	Shapes []KShape     `json:"shapes,omitempty"`
 
 	// task: the shard, and where its inputs are.
 	Shard         int    `json:"shard"`
 	ShardObject   string `json:"shard_object,omitempty"`
 	ShardChecksum string `json:"shard_checksum,omitempty"`
 	WithLogLik    bool   `json:"with_loglik,omitempty"`
-	// K lists the column blocks of the shard's K block (their owners
-	// serve version Iteration−1).
-	K []ColBlock `json:"k,omitempty"`
 	// DCRC is the CRC of the shard's rows of D at version Iteration−1;
 	// the worker uses the rows it holds when they match, else reads
 	// DObject (a checkpoint).
@@ -159,11 +158,10 @@ type OwnRequest struct {
 	SaveD  string `json:"save_d,omitempty"`
 	Shards []int  `json:"shards,omitempty"`
 
-	// commit: the global Y of the owner's K blocks, the slices of each
-	// owned block, and whether to store the committed blocks.
-	Y      []KBlockY     `json:"y,omitempty"`
-	Slices []OwnedSlices `json:"slices,omitempty"`
-	Save   bool          `json:"save,omitempty"`
+	// commit: the global Y of the owner's K blocks, and whether to store
+	// the committed blocks.
+	Y    []KBlockY `json:"y,omitempty"`
+	Save bool      `json:"save,omitempty"`
 }
 
 // OwnReply answers an OwnRequest (Error set: it failed).
@@ -171,18 +169,23 @@ type OwnReply struct {
 	Error  string `json:"error,omitempty"`
 	Worker string `json:"worker"`
 	// task.
-	Label     string     `json:"label,omitempty"`
-	Y         []float64  `json:"y,omitempty"`
-	SumX      float64    `json:"sum_x,omitempty"`
-	LogLik    float64    `json:"loglik,omitempty"`
-	HasLogLik bool       `json:"has_loglik,omitempty"`
-	NNZ       int        `json:"nnz,omitempty"`
-	DCRC      string     `json:"d_crc,omitempty"`
-	Slices    []SliceRef `json:"slices,omitempty"`
+	Label     string    `json:"label,omitempty"`
+	Y         []float64 `json:"y,omitempty"`
+	SumX      float64   `json:"sum_x,omitempty"`
+	LogLik    float64   `json:"loglik,omitempty"`
+	HasLogLik bool      `json:"has_loglik,omitempty"`
+	NNZ       int       `json:"nnz,omitempty"`
+	DCRC      string    `json:"d_crc,omitempty"`
 	// Nanoseconds spent gathering K and computing.
 	GatherNanos  int64 `json:"gather_ns,omitempty"`
 	ComputeNanos int64 `json:"compute_ns,omitempty"`
-	// commit, save: the blocks with their CRCs; save: the shards' D CRCs.
+	// commit: Digest is the CRC-32C of the committed blocks' CRCs (in
+	// K block and column block order), and Blocks, in a commit that
+	// stores a checkpoint, the blocks with their CRCs (so the
+	// coordinator's bytes per iteration do not grow with the number of
+	// column blocks). save: the blocks with their CRCs and the shards' D
+	// CRCs.
+	Digest string     `json:"digest,omitempty"`
 	Blocks []ColBlock `json:"blocks,omitempty"`
 	DCRCs  []string   `json:"d_crcs,omitempty"`
 }
