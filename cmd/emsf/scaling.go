@@ -27,7 +27,8 @@ func runScaling(_ context.Context, e *env, args []string) error {
 		check              string
 		skip               int
 		boxCores, overhead float64
-		colBlocks          int
+		colBlocks, shards  int
+		serial             bool
 	)
 	fs := newFlagSet(e, "scaling", "scaling [flags]")
 	fs.IntVar(&n, "states", 10_000_000, "n, states")
@@ -44,7 +45,9 @@ func runScaling(_ context.Context, e *env, args []string) error {
 	fs.IntVar(&window, "window", 1, "chunk requests a pull keeps outstanding")
 	fs.Float64Var(&membw, "merge-bw", 0, "design A: the coordinator's reduce rate (bytes of partial per s; 0: not counted)")
 	fs.StringVar(&check, "check", "", "compare the model of designs A and B (owners, grouped, gather/compute/fold in turn) with the iterations.csv of scripts/netns-cluster.sh instead")
-	fs.IntVar(&colBlocks, "col-blocks", 8, "with --check: column blocks per K block of the design B runs (the harness's --col-blocks)")
+	fs.IntVar(&colBlocks, "col-blocks", 0, "design B as built (emsf fit --exchange owners): column blocks per K block, the coordinator's bytes then those of its protocol (-1: emsf's default for n and m; 0: the spec's per-group idealisation; with --check 0 means 8, the harness's --col-blocks)")
+	fs.IntVar(&shards, "shards", 0, "design B: shards in total (0: one per node and K block; a node's shards each gather and send their own slice)")
+	fs.BoolVar(&serial, "serial", false, "designs B and C: gather, compute and fold in turn (today's owners exchange) instead of overlapping the transfers with compute")
 	fs.IntVar(&skip, "skip", 2, "with --check: leading iterations of each run left out (shard and D downloads)")
 	fs.Float64Var(&boxCores, "box-cores", 2, "with --check: cores of the machine the emulated nodes share")
 	fs.Float64Var(&overhead, "wire-overhead", 0, "with --check: wire bytes per payload byte (TCP/IP and NATS framing); 0: measured on the P = 1 runs (coordinator veth bytes / emsf's byte count)")
@@ -68,8 +71,11 @@ func runScaling(_ context.Context, e *env, args []string) error {
 			return usagef("--box-cores %v: must be > 0", boxCores)
 		case overhead != 0 && !(overhead >= 1):
 			return usagef("--wire-overhead %v: must be >= 1 (or 0: measured)", overhead)
-		case colBlocks < 1:
-			return usagef("--col-blocks %d: must be >= 1", colBlocks)
+		case colBlocks < 0:
+			return usagef("--col-blocks %d: must be >= 0 with --check", colBlocks)
+		}
+		if colBlocks == 0 {
+			colBlocks = 8
 		}
 		return scalingCheck(e.stdout, check, skip, boxCores, overhead, colBlocks, cal)
 	}
@@ -85,12 +91,23 @@ func runScaling(_ context.Context, e *env, args []string) error {
 		}
 		gbits = append(gbits, g)
 	}
-	w := costmodel.Workload{N: n, M: m, U: u, NNZ: nnz}
+	if colBlocks == -1 && n > 0 && m > 0 {
+		colBlocks = costmodel.DefaultColBlocks(n, m)
+	}
+	if colBlocks < 0 || shards < 0 {
+		return usagef("--col-blocks %d, --shards %d: must be >= 0 (or -1 for --col-blocks)", colBlocks, shards)
+	}
+	cal.Serial = serial
+	w := costmodel.Workload{N: n, M: m, U: u, NNZ: nnz, Shards: shards, ColBlocks: colBlocks}
 	if err := w.Validate(); err != nil {
 		return usagef("%v", err)
 	}
-	fmt.Fprintf(e.stdout, "cost model per iteration: n=%d m=%d u=%d η=%.3g s=8, t=%g ns/nnz, c=%g cores, κ=%g s/B over %d connection(s), RTT=%g s, window %d\n\n",
+	fmt.Fprintf(e.stdout, "cost model per iteration: n=%d m=%d u=%d η=%.3g s=8, t=%g ns/nnz, c=%g cores, κ=%g s/B over %d connection(s), RTT=%g s, window %d\n",
 		n, m, u, nnz, ns, cores, kappa, conns, rtt, window)
+	if colBlocks > 0 || shards > 0 || serial {
+		fmt.Fprintf(e.stdout, "design B as built: %d column blocks per K block (0: the spec's coordinator), %d shards (0: one per node and K block), serial %v\n", colBlocks, shards, serial)
+	}
+	fmt.Fprintln(e.stdout)
 	fmt.Fprintf(e.stdout, "| P | design | f | node in / out (GB) | coordinator in / out (GB) | T_comp (s) |")
 	for _, g := range gbits {
 		fmt.Fprintf(e.stdout, " T_iter @%gG (s) |", g)

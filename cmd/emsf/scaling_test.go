@@ -19,7 +19,16 @@ func TestScalingTable(t *testing.T) {
 			t.Errorf("emsf scaling: no line with %q in\n%s", want, out)
 		}
 	}
-	for _, bad := range [][]string{{"--nodes", "8,x"}, {"--gbit", "0"}, {"--states", "0"}, {"--check", "x.csv", "--skip", "-1"}, {"--cores", "0"}, {"--check", "x.csv", "--ns-per-nnz", "-1"}} {
+	// Design B as built at the target scale: emsf's default column blocks
+	// (611) and shards (η / 2^17), the exchange serial.
+	out = mustEmsf(t, "scaling", "--nodes", "64", "--col-blocks", "-1", "--shards", "76294", "--serial")
+	for _, want := range []string{"611 column blocks", "| 64 | B spread | 0.01 | 78.4 / 78.4 | 7.29 / 7.29 |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("emsf scaling, B as built: no line with %q in\n%s", want, out)
+		}
+	}
+	for _, bad := range [][]string{{"--nodes", "8,x"}, {"--gbit", "0"}, {"--states", "0"}, {"--check", "x.csv", "--skip", "-1"}, {"--cores", "0"}, {"--check", "x.csv", "--ns-per-nnz", "-1"},
+		{"--col-blocks", "-2"}, {"--shards", "-1"}, {"--check", "x.csv", "--col-blocks", "-1"}} {
 		if code, _, errs := emsf(t, append([]string{"scaling"}, bad...)...); code != 2 {
 			t.Errorf("emsf scaling %v: exit %d (%s), want 2", bad, code, errs)
 		}
