@@ -27,6 +27,7 @@ func runScaling(_ context.Context, e *env, args []string) error {
 		check              string
 		skip               int
 		boxCores, overhead float64
+		boxKappa           float64
 		colBlocks, shards  int
 		serial             bool
 	)
@@ -50,6 +51,7 @@ func runScaling(_ context.Context, e *env, args []string) error {
 	fs.BoolVar(&serial, "serial", false, "designs B and C: gather, compute and fold in turn (today's owners exchange) instead of overlapping the transfers with compute")
 	fs.IntVar(&skip, "skip", 2, "with --check: leading iterations of each run left out (shard and D downloads)")
 	fs.Float64Var(&boxCores, "box-cores", 2, "with --check: cores of the machine the emulated nodes share")
+	fs.Float64Var(&boxKappa, "box-cpu-per-byte", 0, "with --check, design B: CPU seconds per byte moved between the emulated nodes, of the machine they share (all nodes exchange at once and their transport CPU adds to the iteration; real nodes have their own)")
 	fs.Float64Var(&overhead, "wire-overhead", 0, "with --check: wire bytes per payload byte (TCP/IP and NATS framing); 0: measured on the P = 1 runs (coordinator veth bytes / emsf's byte count)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -73,11 +75,13 @@ func runScaling(_ context.Context, e *env, args []string) error {
 			return usagef("--wire-overhead %v: must be >= 1 (or 0: measured)", overhead)
 		case colBlocks < 0:
 			return usagef("--col-blocks %d: must be >= 0 with --check", colBlocks)
+		case !(boxKappa >= 0):
+			return usagef("--box-cpu-per-byte %v: must be >= 0", boxKappa)
 		}
 		if colBlocks == 0 {
 			colBlocks = 8
 		}
-		return scalingCheck(e.stdout, check, skip, boxCores, overhead, colBlocks, cal)
+		return scalingCheck(e.stdout, check, skip, boxCores, overhead, boxKappa, colBlocks, cal)
 	}
 	nodes, err := intList("nodes", nodesS)
 	if err != nil {
@@ -262,7 +266,7 @@ func meanOf(xs []float64) float64 {
 // of a node that exchanges only the coordinator's few kB), design B's
 // coordinator bytes (emsf's own count) by more than 10%, or an iteration
 // time by more than 25%.
-func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead float64, colBlocks int, cal costmodel.Calibration) error {
+func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead, boxKappa float64, colBlocks int, cal costmodel.Calibration) error {
 	runs, err := readHarness(path, skip)
 	if err != nil {
 		return err
@@ -327,7 +331,7 @@ func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead float64
 			r.medWall, est.TIter, 100*t, verdict(ok), verdict(okT))
 	}
 	if len(other) > 0 {
-		fmt.Fprintf(w, "\ndesign B (owners, grouped: whole actions per node when u >= P, else P/u nodes per action; gather, compute, fold in turn), %d column blocks per K block\n\n", colBlocks)
+		fmt.Fprintf(w, "\ndesign B (owners, grouped: whole actions per node when u >= P, else P/u nodes per action; gather, compute, fold in turn), %d column blocks per K block, %g s of the shared machine's CPU per byte between nodes\n\n", colBlocks, boxKappa)
 		fmt.Fprintln(w, "| P | n | rate (Mbit/s) | shards | node in meas / model (kB) | node out meas / model (kB) | node retransmitted (kB) | coordinator bytes emsf / model (kB) | coord tx / rx (kB) | s/iter meas / model | within ±5% / ±10% / ±25% |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	}
@@ -346,6 +350,9 @@ func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead float64
 		if err != nil {
 			return err
 		}
+		// The emulated nodes' transport shares the machine's cores: all
+		// of them exchange at once, in turn with compute.
+		est.TIter += float64(r.p) * est.NodeIn * boxKappa / boxCores
 		sent := r.mTx - r.mRetx
 		near := func(meas, model float64) bool {
 			return math.Abs(meas-model) <= 2000 || math.Abs(rel(meas, model)) <= 0.05
