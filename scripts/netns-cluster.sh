@@ -73,7 +73,7 @@ while [ $# -gt 0 ]; do
 	--col-blocks) col_blocks=$2; shift ;;
 	--out) out=$2; shift ;;
 	--bin) bin=$2; shift ;;
-	-h | --help) sed -n '2,45p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,44p' "$0"; exit 0 ;;
 	*) echo "netns-cluster: unknown flag $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift

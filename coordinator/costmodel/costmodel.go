@@ -223,7 +223,7 @@ const (
 // fitted by least squares on emsf's own count (the coordinator_bytes of
 // `emsf fit --exchange owners --log-json`) of 10 embedded fits at n =
 // 2000, m = 32, u = 2 with 1–8 workers, 2–8 shards and 1–32 column
-// blocks, every one within ±3.1 % (docs/scaling.md §8). The m-vectors
+// blocks, every one within ±3.1 % (docs/scaling.md §7.3). The m-vectors
 // are JSON numbers of about 20 bytes, so the per-shard and per-owner
 // figures grow by 20 bytes per hidden state (1110 and 850 at m = 32).
 const (

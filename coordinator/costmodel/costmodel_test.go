@@ -198,7 +198,7 @@ func TestValidate(t *testing.T) {
 
 // TestOwnersCoordBytes pins the fitted owners protocol against the
 // coordinator_bytes emsf counted (mean of iterations 3-5) in embedded
-// fits at n = 2000, m = 32, u = 2 (docs/scaling.md §8): workers, shards,
+// fits at n = 2000, m = 32, u = 2 (docs/scaling.md §7.3): workers, shards,
 // column blocks per K block, bytes.
 func TestOwnersCoordBytes(t *testing.T) {
 	for _, c := range []struct{ w, s, cb, bytes int }{
