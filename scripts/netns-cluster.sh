@@ -18,8 +18,14 @@
 # nats-servers' /varz in/out bytes.
 #
 # Usage: scripts/netns-cluster.sh [flags]   (as root)
-#   --short          CI form: P = 1 2, n = 400, 4 iterations, 20mbit (seconds);
-#                    skips (exit 0) when root, ip, tc or namespaces are missing
+#   --short          CI form, 20mbit, 4 iterations: design A at P = 1 2, n = 400,
+#                    design B at P = 2, n = 400 and 1600 (seconds); skips (exit 0)
+#                    when root, ip, tc or namespaces are missing
+#   --exchange "coordinator owners"  emsf fit --exchange of each run (default
+#                    coordinator): every (n, P) runs each exchange in turn, so
+#                    the designs are compared in the same session
+#   --col-blocks C   with owners: emsf fit --col-blocks (default 8: divisible by
+#                    the owners of a K block at P = 1 .. 8, u = 2)
 #   --nodes "1 2 4 8"   emulated worker nodes P per run
 #   --states "2000 8000" n per run (each with every P)
 #   --actions U      actions u (default 2)
@@ -27,7 +33,8 @@
 #   --per-row R      sampled transitions per state and action (default 40)
 #   --iters I        iterations per fit (default 4; the first two fill caches)
 #   --rate R         tc rate of every link, e.g. 50mbit (default)
-#   --design NAME    label written in the CSV (default A: today's code)
+#   --design NAME    label written in the CSV (default A for coordinator, B
+#                    for owners)
 #   --out DIR        results directory (default: a new one under $TMPDIR)
 #   --bin DIR        take emsf and nats-server from DIR instead of building
 #
@@ -46,7 +53,9 @@ order=32
 per_row=40
 iters=4
 rate=50mbit
-design=A
+design=
+exchanges=coordinator
+col_blocks=8
 out=
 bin=
 while [ $# -gt 0 ]; do
@@ -60,15 +69,26 @@ while [ $# -gt 0 ]; do
 	--iters) iters=$2; shift ;;
 	--rate) rate=$2; shift ;;
 	--design) design=$2; shift ;;
+	--exchange) exchanges=$2; shift ;;
+	--col-blocks) col_blocks=$2; shift ;;
 	--out) out=$2; shift ;;
 	--bin) bin=$2; shift ;;
-	-h | --help) sed -n '2,37p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,44p' "$0"; exit 0 ;;
 	*) echo "netns-cluster: unknown flag $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
 done
+for x in $exchanges; do
+	case $x in coordinator | owners) ;; *) echo "netns-cluster: --exchange $x: want coordinator or owners" >&2; exit 2 ;; esac
+done
+# runs: "exchange P n" per run, n outermost so that each data file is made
+# once and the designs of one (n, P) run back to back.
+runs_list=()
 if [ -n "$short" ]; then
-	nodes="1 2" states=400 iters=4 rate=20mbit
+	iters=4 rate=20mbit
+	runs_list=("coordinator 1 400" "coordinator 2 400" "owners 2 400" "owners 2 1600")
+else
+	for n in $states; do for p in $nodes; do for x in $exchanges; do runs_list+=("$x $p $n"); done; done; done
 fi
 
 log() { echo "netns-cluster: $*"; }
@@ -87,7 +107,7 @@ unavailable() {
 for tool in ip tc curl jq awk; do
 	command -v "$tool" >/dev/null || unavailable "needs '$tool' on PATH (iproute2 for ip and tc)"
 done
-for v in $nodes $states $actions $order $per_row $iters; do
+for v in $nodes $states $actions $order $per_row $iters $col_blocks; do
 	case $v in '' | *[!0-9]* | 0) echo "netns-cluster: '$v' is not a positive integer" >&2; exit 2 ;; esac
 done
 [ "$iters" -ge 3 ] || { echo "netns-cluster: --iters $iters: need >= 3 (the first two fill caches)" >&2; exit 2; }
@@ -267,41 +287,56 @@ runs=$out/runs.csv
 echo "design,P,n,u,m,nnz,shards,rate_mbit,iter,wall_s,emsf_bytes,coord_tx,coord_rx,node_tx_mean,node_tx_max,node_rx_mean,node_rx_max,coord_retx,node_retx_mean,load1" >"$csv"
 echo "design,P,n,u,m,nnz,shards,shard_nnz,rate_mbit,iters,fit_s,nats_in_bytes,nats_out_bytes,coord_ingress_drops,node_ingress_drops,load1_start,load1_end" >"$runs"
 
-for n in $states; do
+for run in "${runs_list[@]}"; do
+	read -r x p n <<<"$run"
 	data=$out/data-$n.csv
-	log "data: n=$n u=$actions, $((per_row * n * actions)) transitions"
-	"$emsf" gen --states "$n" --actions "$actions" --true-order 8 --transitions "$((per_row * n * actions))" \
-		--seed 7 --out "$data" --truth "" >/dev/null
+	if [ ! -f "$data" ]; then
+		log "data: n=$n u=$actions, $((per_row * n * actions)) transitions"
+		"$emsf" gen --states "$n" --actions "$actions" --true-order 8 --transitions "$((per_row * n * actions))" \
+			--seed 7 --out "$data" --truth "" >/dev/null
+	fi
 	# nonzeros per action and the largest row, to cut one shard per action
 	# and node (the layout the spec's design A formulas assume).
 	read -r nnz nnz_a_max row_max < <(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
 		{ k = $c["action"] " " $c["state"] " " $c["next_state"]; if (!(k in seen)) { seen[k] = 1; a[$c["action"]]++
 		  r[$c["action"] " " $c["state"]]++; t++ } }
 		END { for (x in a) if (a[x] > am) am = a[x]; for (x in r) if (r[x] > rm) rm = r[x]; print t, am, rm }' "$data")
-	for p in $nodes; do
-		shard_nnz=$(((nnz_a_max + p - 1) / p + row_max))
-		log "run: design $design, P=$p, n=$n, nnz=$nnz, shard-nnz=$shard_nnz, rate $rate"
+	{
+		# Design A: one shard per action and node. Design B: one shard per
+		# action and node of the action's group (emsf places whole actions
+		# on a node when u >= P, else groups of P/u nodes per action), so
+		# that a node holds one shard of its K block, the layout of the
+		# cost model's B grouped.
+		cut=$p fit_x=()
+		d=${design:-A}
+		if [ "$x" = owners ]; then
+			cut=$((p > actions ? p / actions : 1))
+			fit_x=(--exchange owners --col-blocks "$col_blocks")
+			d=${design:-B}
+		fi
+		shard_nnz=$(((nnz_a_max + cut - 1) / cut + row_max))
+		log "run: design $d ($x), P=$p, n=$n, nnz=$nnz, shard-nnz=$shard_nnz, rate $rate"
 		teardown
 		topology "$p"
 		servers "$p"
 		for k in $(seq 1 "$p"); do
 			nsx "$k" "$emsf" worker --nats "nats://$(addr "$k"):4222" --name "w$k" --log-level warn \
-				>"$out/logs/worker-$p-$n-$k.log" 2>&1 &
+				>"$out/logs/worker-$d-$p-$n-$k.log" 2>&1 &
 			pids+=($!)
 		done
 		load_start=$(cut -d' ' -f1 /proc/loadavg)
 		varz0=$(varz_totals "$p")
-		samples=$out/logs/samples-$p-$n.txt
+		samples=$out/logs/samples-$d-$p-$n.txt
 		: >"$samples"
 		sampler "$p" "$samples" &
 		sampler_pid=$!
 		pids+=($sampler_pid)
 		t0=$EPOCHREALTIME
-		fitlog=$out/logs/fit-$p-$n.log
+		fitlog=$out/logs/fit-$d-$p-$n.log
 		if ! nsx 0 "$emsf" fit --input "$data" --order "$order" --iters "$iters" --tol 0 --seed 1 --shard-nnz "$shard_nnz" \
-			--nats "nats://$(addr 0):4222" --min-workers "$p" --wait-workers 120s --worker-timeout 600s \
-			--job "nc-$p-$n" --log-json --out "$out/model-$p-$n.arrow" >"$fitlog" 2>&1; then
-			echo "netns-cluster: fit P=$p n=$n failed" >&2
+			--nats "nats://$(addr 0):4222" --min-workers "$p" --wait-workers 120s --worker-timeout 600s "${fit_x[@]}" \
+			--job "nc-$d-$p-$n" --log-json --out "$out/model-$d-$p-$n.arrow" >"$fitlog" 2>&1; then
+			echo "netns-cluster: fit design $d P=$p n=$n failed" >&2
 			exit 1
 		fi
 		fit_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')
@@ -313,10 +348,15 @@ for n in $states; do
 		drops=$(for k in $(seq 0 "$p"); do tc -s qdisc show dev "$tag${k}h" | awk '/dropped/ { sub(",", "", $7); print $7; exit }'; done |
 			awk 'NR == 1 { c = $1; next } { s += $1 } END { print c + 0 "," s + 0 }')
 		# Each iteration ends at its report's timestamp; the counters there
-		# are interpolated between the two samples around it.
-		jq -rR --arg m "cluster iteration" 'fromjson? | select(.["@message"]? == $m) | "\(.["@timestamp"]) \(.iter) \(.bytes) \(.tasks)"' "$fitlog" |
+		# are interpolated between the two samples around it. emsf_bytes is
+		# emsf's own count of the coordinator's bytes (design A: bytes,
+		# design B: coordinator_bytes); the owners report names no tasks, so
+		# B's shards are the ones the cut above makes (one per action and
+		# node of the action's group).
+		jq -rR --arg m "cluster iteration" 'fromjson? | select(.["@message"]? == $m) |
+			"\(.["@timestamp"]) \(.iter) \(.bytes // .coordinator_bytes) \(.tasks // "-")"' "$fitlog" |
 			TZ=UTC awk -v p="$p" -v t0="$t0" -v samples="$samples" -v load="$(cut -d' ' -f1 /proc/loadavg)" \
-				-v pre="$design,$p,$n,$actions,$order,$nnz" -v rate="$rate_mbit" '
+				-v pre="$d,$p,$n,$actions,$order,$nnz" -v rate="$rate_mbit" -v cutshards="$((actions * cut))" '
 			function at(t, k,   i) { # counter k interpolated at time t
 				for (i = 2; i < ns && st[i] < t; i++) ;
 				if (st[i] <= st[i-1]) return sv[i, k]
@@ -332,22 +372,30 @@ for n in $states; do
 			  for (j = 1; j <= p; j++) { tx = dc[2*j+1]; rx = dc[2*j+2]; st_tx += tx; st_rx += rx
 				if (tx > mt) mt = tx; if (rx > mr) mr = rx; st_rs += dc[2*(p+1)+j+1] }
 			  # a retransmitted segment: MSS 1448 + 66 bytes of headers
-			  printf "%s,%d,%s,%d,%.3f,%s,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%s\n", pre, $4, rate, $2, t - tp, $3,
+			  printf "%s,%d,%s,%d,%.3f,%s,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%s\n", pre, ($4 == "-" ? cutshards : $4), rate, $2, t - tp, $3,
 				dc[1], dc[2], st_tx / p, mt, st_rx / p, mr, 1514 * dc[2*(p+1)+1], 1514 * st_rs / p, load
 			  for (k in c) prev[k] = c[k]; tp = t }' >>"$csv"
 		shards=$(tail -n 1 "$csv" | cut -d, -f7)
-		echo "$design,$p,$n,$actions,$order,$nnz,$shards,$shard_nnz,$rate_mbit,$iters,$fit_s,$((${varz1% *} - ${varz0% *})),$((${varz1#* } - ${varz0#* })),$drops,$load_start,$(cut -d' ' -f1 /proc/loadavg)" >>"$runs"
+		echo "$d,$p,$n,$actions,$order,$nnz,$shards,$shard_nnz,$rate_mbit,$iters,$fit_s,$((${varz1% *} - ${varz0% *})),$((${varz1#* } - ${varz0#* })),$drops,$load_start,$(cut -d' ' -f1 /proc/loadavg)" >>"$runs"
 		tail -n "$iters" "$csv" | sed 's/^/  /'
-	done
+	}
 done
 teardown
 
 if [ -n "$short" ]; then
 	# Design A's coordinator sends every node the K blocks: its tx per
 	# steady iteration doubles from P = 1 to P = 2 (bytes, not time).
-	awk -F, '$9 > 2 { tx[$2] += $12; it[$2]++ } END {
+	awk -F, '$1 == "A" && $9 > 2 { tx[$2] += $12; it[$2]++ } END {
 		r = (tx[2] / it[2]) / (tx[1] / it[1])
-		printf "netns-cluster: coordinator tx per iteration P=1 %d, P=2 %d (ratio %.2f)\n", tx[1] / it[1], tx[2] / it[2], r
+		printf "netns-cluster: design A coordinator tx per iteration P=1 %d, P=2 %d (ratio %.2f)\n", tx[1] / it[1], tx[2] / it[2], r
 		exit !(r > 1.5 && r < 2.6) }' "$csv" || { echo "netns-cluster: FAIL: coordinator bytes not ∝ P" >&2; exit 1; }
+	# Design B's coordinator moves m-vectors, CRCs and slice references:
+	# emsf's own count per steady iteration is the same at n = 400 and
+	# 1600 (±25 %), and far below design A's at the same P and n.
+	awk -F, '$9 > 2 && $2 == 2 { k = $1 " " $3; b[k] += $11; it[k]++ } END {
+		a = b["A 400"] / it["A 400"]; b1 = b["B 400"] / it["B 400"]; b4 = b["B 1600"] / it["B 1600"]
+		printf "netns-cluster: coordinator bytes per iteration at P=2: A n=400 %d; B n=400 %d, n=1600 %d (ratio %.2f)\n", a, b1, b4, b4 / b1
+		exit !(b4 / b1 > 0.8 && b4 / b1 < 1.25 && b1 * 5 < a) }' "$csv" ||
+		{ echo "netns-cluster: FAIL: design B's coordinator bytes grow with n or are not below design A's" >&2; exit 1; }
 fi
 [ -n "$short" ] && [ -n "$auto_out" ] || log "results: $csv, $runs"

@@ -19,7 +19,16 @@ func TestScalingTable(t *testing.T) {
 			t.Errorf("emsf scaling: no line with %q in\n%s", want, out)
 		}
 	}
-	for _, bad := range [][]string{{"--nodes", "8,x"}, {"--gbit", "0"}, {"--states", "0"}, {"--check", "x.csv", "--skip", "-1"}, {"--cores", "0"}, {"--check", "x.csv", "--ns-per-nnz", "-1"}} {
+	// Design B as built at the target scale: emsf's default column blocks
+	// (611) and shards (η / 2^17), the exchange serial.
+	out = mustEmsf(t, "scaling", "--nodes", "64", "--col-blocks", "-1", "--shards", "76294", "--serial")
+	for _, want := range []string{"611 column blocks", "| 64 | B spread | 0.01 | 78.4 / 78.4 | 7.29 / 7.29 |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("emsf scaling, B as built: no line with %q in\n%s", want, out)
+		}
+	}
+	for _, bad := range [][]string{{"--nodes", "8,x"}, {"--gbit", "0"}, {"--states", "0"}, {"--check", "x.csv", "--skip", "-1"}, {"--cores", "0"}, {"--check", "x.csv", "--ns-per-nnz", "-1"},
+		{"--col-blocks", "-2"}, {"--shards", "-1"}, {"--check", "x.csv", "--col-blocks", "-1"}} {
 		if code, _, errs := emsf(t, append([]string{"scaling"}, bad...)...); code != 2 {
 			t.Errorf("emsf scaling %v: exit %d (%s), want 2", bad, code, errs)
 		}
@@ -65,5 +74,45 @@ func TestScalingCheck(t *testing.T) {
 	noCol := writeFile(t, t.TempDir(), "nocol.csv", "design,P\nA,1\n")
 	if code, _, errs := emsf(t, "scaling", "--check", noCol); code != 1 || !strings.Contains(errs, `no column "n"`) {
 		t.Errorf("missing column: exit %d, %s", code, errs)
+	}
+}
+
+// TestScalingCheckOwners: design B runs are checked against the owners
+// model (grouped, serial, the protocol's coordinator bytes), their last
+// iteration left out (the final checkpoint starts there).
+func TestScalingCheckOwners(t *testing.T) {
+	csvOf := func(scale float64) string {
+		var b strings.Builder
+		b.WriteString("design,P,n,u,m,nnz,shards,rate_mbit,iter,wall_s,emsf_bytes,coord_tx,coord_rx,node_tx_mean,node_tx_max,node_rx_mean,node_rx_max,coord_retx,node_retx_mean,load1\n")
+		const n, u, m, nnz, rate = 2000, 2, 32, 160000.0, 50.0
+		for _, p := range []int{1, 4, 8} {
+			shards := u * max(1, p/u)
+			w := costmodel.Workload{N: n, M: m, U: u, NNZ: nnz, ColExtra: 4, Shards: shards, ColBlocks: 8}
+			c := costmodel.Calibration{NsPerNNZ: 100, Cores: min(float64(p), 2) / float64(p), LinkBytesPerSec: rate * 1e6 / 8, Serial: true}
+			e, err := costmodel.Evaluate(w, costmodel.OwnersGrouped, p, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for it := 1; it <= 5; it++ {
+				extra := 0.0
+				if it == 5 {
+					extra = 1e6 // the final checkpoint: left out
+				}
+				fmt.Fprintf(&b, "B,%d,%d,%d,%d,%g,%d,%g,%d,%g,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,0,0,3.5\n", p, n, u, m, nnz, shards, rate, it,
+					e.TIter, e.CoordIn+e.CoordOut, e.CoordOut, e.CoordIn, e.NodeOut*scale+extra, e.NodeOut*scale+extra, e.NodeIn*scale+extra, e.NodeIn*scale+extra)
+			}
+		}
+		return writeFile(t, t.TempDir(), "iterations.csv", b.String())
+	}
+	args := []string{"scaling", "--check", "", "--ns-per-nnz", "100", "--wire-overhead", "1"}
+	args[2] = csvOf(1)
+	out := mustEmsf(t, args...)
+	if strings.Count(out, "yes / yes / yes") != 3 {
+		t.Errorf("the model's own figures do not pass its check:\n%s", out)
+	}
+	args[2] = csvOf(1.08)
+	code, out, errs := emsf(t, args...)
+	if code != 1 || !strings.Contains(errs, "outside the tolerance") || strings.Count(out, "**no** / yes / yes") != 2 {
+		t.Errorf("8%% more bytes than the model: exit %d (want the P = 4 and 8 runs to fail, P = 1's few kB to pass)\n%s%s", code, out, errs)
 	}
 }

@@ -25,9 +25,20 @@
 //     (expand the touched columns owned elsewhere, fold the K̂ slices of
 //     columns owned elsewhere); spread: P_a = P, × u actions; grouped:
 //     P_a = P/u, one action per node (0 bytes when P ≤ u: whole actions
-//     per node, the busiest node computing ⌈u/P⌉ actions). The
-//     coordinator carries G·u·(m·s + 256) bytes of per-group sums in and
-//     P·(control + u·m·s) out, independent of n.
+//     per node, the busiest node computing ⌈u/P⌉ actions). With k shards
+//     of a K block on one node (Workload.Shards) each shard gathers and
+//     sends its own slice: × k, f_a taken per shard; ColExtra adds the
+//     int32 column index of a gather request and of a K̂ slice. The
+//     coordinator (whose messages a node's link carries too, 1/P of
+//     them), in the spec's idealisation, carries G·u·(m·s + 256)
+//     bytes of per-group sums in and P·(control + u·m·s) out. The
+//     protocol as built (worker/wire/owners.go, Workload.ColBlocks > 0)
+//     sends per iteration a task and a reply per shard, a commit and its
+//     answer per owner, a slice reference per shard and column block of
+//     its K block and a CRC per column block: OwnersCoordBytes, fitted on
+//     emsf's own byte count. Neither depends on n for fixed shards and
+//     column blocks (emsf's default column blocks grow with n up to
+//     1024, its default shards with η).
 //   - C, 2D grid pr×pc per action: per node and action in = out =
 //     2·m·s·((n/pr)(pc−1)/pc + (n/pc)(pr−1)/pr).
 //
@@ -35,7 +46,9 @@
 // bytes over a node's link: X·max(1/B, κ/conns) + RTT·⌈chunks/W⌉, with κ
 // the CPU per byte of NATS transport. Iteration: max(T_comp, T_comm) +
 // T_sync when the expand overlaps compute (B, C), and T_comm + T_merge +
-// the compute tail for A, plus T_sync (a few RTTs).
+// the compute tail for A, plus T_sync (a few RTTs). Calibration.Serial models today's owners
+// exchange, which gathers, computes and folds one after the other:
+// T_iter = T_comm + T_comp + T_sync.
 package costmodel
 
 import (
@@ -62,6 +75,12 @@ type Workload struct {
 	// an int32 index and Σx per row, 12; an int32 index per column, 4).
 	// The spec's table counts 0.
 	RowExtra, ColExtra float64
+	// Shards is the number of shards in total (design B; 0: one per node
+	// and K block it works on, the spec's layout). ColBlocks, when > 0,
+	// is the column blocks per K block of the owners protocol as built:
+	// the coordinator's bytes are then OwnersCoordBytes instead of the
+	// spec's per-group idealisation.
+	Shards, ColBlocks int
 }
 
 func (w Workload) s() float64 {
@@ -91,6 +110,8 @@ func (w Workload) Validate() error {
 		return fmt.Errorf("costmodel: partial framing %v/%v bytes per row/column: must be >= 0", w.RowExtra, w.ColExtra)
 	case w.TouchedFraction < 0 || w.TouchedFraction > 1:
 		return fmt.Errorf("costmodel: touched fraction %v: must be in [0, 1]", w.TouchedFraction)
+	case w.Shards < 0 || w.ColBlocks < 0:
+		return fmt.Errorf("costmodel: %d shards, %d column blocks: must be >= 0", w.Shards, w.ColBlocks)
 	}
 	return nil
 }
@@ -133,6 +154,10 @@ type Calibration struct {
 	// SyncRTTs is the number of round trips an iteration spends on
 	// control (begin, y, commit record; 0 means 4).
 	SyncRTTs float64
+	// Serial: designs B and C gather, compute and fold one after the
+	// other instead of overlapping the transfers with compute (today's
+	// owners exchange: the owners pull the K̂ slices after the pass).
+	Serial bool
 }
 
 // Validate reports a calibration the formulas cannot use.
@@ -192,6 +217,46 @@ const (
 	// controlBytes is the plan, begin and commit messages per node.
 	controlBytes = 4096
 )
+
+// The owners protocol as built (worker/wire/owners.go, JSON requests and
+// replies), per iteration through the coordinator, in and out together:
+// fitted by least squares on emsf's own count (the coordinator_bytes of
+// `emsf fit --exchange owners --log-json`) of 10 embedded fits at n =
+// 2000, m = 32, u = 2 with 1–8 workers, 2–8 shards and 1–32 column
+// blocks, every one within ±3.1 % (docs/scaling.md §7.3). The m-vectors
+// are JSON numbers of about 20 bytes, so the per-shard and per-owner
+// figures grow by 20 bytes per hidden state (1110 and 850 at m = 32).
+const (
+	// ownShardBytes + ownJSONFloat·m: a shard's task and its reply
+	// (scalars, Y, its D CRC) without the column blocks.
+	ownShardBytes = 470
+	// ownOwnerBytes + ownJSONFloat·m: a commit to one owner and its
+	// answer, without the slices and blocks.
+	ownOwnerBytes = 210
+	ownJSONFloat  = 20
+	// ownRefBytes: per shard and column block of its K block, the block
+	// in the task, the slice reference in the reply and in the commit.
+	ownRefBytes = 311
+	// ownBlockBytes: per column block, its CRC in the commit's answer.
+	ownBlockBytes = 108
+	// ownIterBytes: once per iteration.
+	ownIterBytes = 576
+)
+
+// OwnersCoordBytes is the bytes through the coordinator per iteration
+// (in and out together) of the owners protocol as built: shards in
+// total, owners the workers owning column blocks, kblocks K blocks of
+// colBlocks column blocks each.
+func OwnersCoordBytes(m, shards, owners, kblocks, colBlocks int) float64 {
+	return float64(shards)*(ownShardBytes+ownJSONFloat*float64(m)+ownRefBytes*float64(colBlocks)) +
+		float64(owners)*(ownOwnerBytes+ownJSONFloat*float64(m)) + ownBlockBytes*float64(kblocks*colBlocks) + ownIterBytes
+}
+
+// DefaultColBlocks is emsf fit's default column blocks per K block: one
+// per 4 MiB of K^T rows, at most 1024 (natsexec.FitOwners).
+func DefaultColBlocks(n, m int) int {
+	return min(1024, max(1, (n*m*8+4<<20-1)/(4<<20)), n)
+}
 
 // Estimate is one design at one P.
 type Estimate struct {
@@ -262,14 +327,37 @@ func Evaluate(w Workload, d Design, p int, c Calibration) (Estimate, error) {
 				blocks = 0
 			}
 		}
+		kblocks := u
+		if w.SharedK {
+			kblocks = 1
+		}
+		// k: shards of one K block on a node.
+		k := 1.0
+		if w.Shards > 0 {
+			k = math.Max(1, float64(w.Shards)/(kblocks*e.Pa))
+		}
 		if blocks > 0 {
-			e.F = touched(perBlockNNZ / e.Pa)
-			e.NodeIn = blocks * 2 * e.F * (1 - 1/e.Pa) * nms
+			e.F = touched(perBlockNNZ / (e.Pa * k))
+			e.NodeIn = blocks * k * 2 * e.F * (1 - 1/e.Pa) * n * (m*s + w.ColExtra)
 		}
 		e.NodeOut = e.NodeIn
-		g := float64(GroupsPerAction)
-		e.CoordIn = g*u*(m*s+groupStatsBytes) + P*controlBytes
-		e.CoordOut = P * (controlBytes + u*m*s)
+		if w.ColBlocks > 0 {
+			shards := w.Shards
+			if shards == 0 {
+				shards = int(kblocks * e.Pa)
+			}
+			// Owners: every node when there are enough column blocks.
+			owners := min(p, int(kblocks)*w.ColBlocks)
+			b := OwnersCoordBytes(w.M, shards, owners, int(kblocks), w.ColBlocks)
+			e.CoordIn, e.CoordOut = b/2, b/2
+		} else {
+			g := float64(GroupsPerAction)
+			e.CoordIn = g*u*(m*s+groupStatsBytes) + P*controlBytes
+			e.CoordOut = P * (controlBytes + u*m*s)
+		}
+		// A node's share of the coordinator's messages crosses its link.
+		e.NodeIn += e.CoordOut / P
+		e.NodeOut += e.CoordIn / P
 	case GridSpread, GridGrouped:
 		pa := P
 		if d == GridGrouped && !w.SharedK {
@@ -318,6 +406,10 @@ func Evaluate(w Workload, d Design, p int, c Calibration) (Estimate, error) {
 		return e, nil
 	}
 	e.TComm = c.transfer(math.Max(e.NodeIn, e.NodeOut), c.LinkBytesPerSec)
+	if c.Serial {
+		e.TIter = e.TComm + e.TComp + e.TSync
+		return e, nil
+	}
 	e.TIter = math.Max(e.TComp, e.TComm) + e.TSync
 	return e, nil
 }

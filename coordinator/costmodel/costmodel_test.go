@@ -115,8 +115,8 @@ func TestSpecCompute(t *testing.T) {
 		}
 	}
 	e, _ := Evaluate(target, OwnersGrouped, 8, lineRate(10))
-	if math.Abs(e.TComp-0.625) > 0.001 || e.NodeIn != 0 {
-		t.Errorf("grouped P=8: T_comp %v s and %v bytes in, want 0.625 s (2 actions on a node) and 0", e.TComp, e.NodeIn)
+	if math.Abs(e.TComp-0.625) > 0.001 || e.NodeIn != e.CoordOut/8 {
+		t.Errorf("grouped P=8: T_comp %v s and %v bytes in, want 0.625 s (2 actions on a node) and only the coordinator's messages", e.TComp, e.NodeIn)
 	}
 }
 
@@ -193,5 +193,70 @@ func TestValidate(t *testing.T) {
 	}
 	if _, err := Evaluate(target, Design(99), 4, cal); err == nil {
 		t.Error("unknown design: no error")
+	}
+}
+
+// TestOwnersCoordBytes pins the fitted owners protocol against the
+// coordinator_bytes emsf counted (mean of iterations 3-5) in embedded
+// fits at n = 2000, m = 32, u = 2 (docs/scaling.md §7.3): workers, shards,
+// column blocks per K block, bytes.
+func TestOwnersCoordBytes(t *testing.T) {
+	for _, c := range []struct{ w, s, cb, bytes int }{
+		{1, 2, 8, 10668}, {2, 2, 8, 10930}, {4, 4, 8, 20015}, {4, 8, 8, 34463}, {2, 8, 8, 32722},
+		{2, 2, 32, 31277}, {4, 4, 1, 8142}, {4, 4, 32, 55099}, {8, 8, 8, 37949}, {3, 6, 4, 18141},
+	} {
+		got := OwnersCoordBytes(32, c.s, min(c.w, 2*c.cb), 2, c.cb)
+		if math.Abs(got/float64(c.bytes)-1) > 0.04 {
+			t.Errorf("%d workers, %d shards, %d column blocks: model %.0f bytes, measured %d", c.w, c.s, c.cb, got, c.bytes)
+		}
+	}
+	// Through Evaluate: n does not enter, shards and column blocks do.
+	w := Workload{N: 2000, M: 32, U: 2, NNZ: 160000, Shards: 8, ColBlocks: 8}
+	small, err := Evaluate(w, OwnersGrouped, 8, lineRate(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.N, w.NNZ = 8000, 640000
+	big, err := Evaluate(w, OwnersGrouped, 8, lineRate(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if small.CoordIn+small.CoordOut != big.CoordIn+big.CoordOut || math.Abs((small.CoordIn+small.CoordOut)/37949-1) > 0.05 {
+		t.Errorf("coordinator bytes at n = 2000 / 8000: %.0f / %.0f, want equal and ≈ 37949", small.CoordIn+small.CoordOut, big.CoordIn+big.CoordOut)
+	}
+	if DefaultColBlocks(2000, 32) != 1 || DefaultColBlocks(10_000_000, 32) != 611 || DefaultColBlocks(100_000_000, 32) != 1024 {
+		t.Errorf("DefaultColBlocks: %d %d %d", DefaultColBlocks(2000, 32), DefaultColBlocks(10_000_000, 32), DefaultColBlocks(100_000_000, 32))
+	}
+}
+
+// TestOwnersShardsAndSerial: k shards of a K block on one node each
+// gather and send their own slice, and Serial adds transfer and compute.
+func TestOwnersShardsAndSerial(t *testing.T) {
+	w := Workload{N: 1000, M: 32, U: 2, NNZ: 1e6, ColExtra: 4}
+	one, err := Evaluate(w, OwnersGrouped, 8, lineRate(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// P_a = 4, f = 1: 2·(3/4)·n·(m·s + 4) per node, and 1/P of the
+	// coordinator's messages.
+	if want := 2*0.75*1000*(256+4.0) + one.CoordOut/8; math.Abs(one.NodeIn-want) > 1e-6*want {
+		t.Errorf("one shard per node: %.0f bytes in, want %.0f", one.NodeIn, want)
+	}
+	w.Shards = 16
+	two, err := Evaluate(w, OwnersGrouped, 8, lineRate(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctl := one.CoordOut / 8; math.Abs((two.NodeIn-ctl)/(one.NodeIn-ctl)-2) > 1e-9 {
+		t.Errorf("two shards per node: %.0f bytes in, want 2 × %.0f", two.NodeIn, one.NodeIn)
+	}
+	c := lineRate(1)
+	c.Serial = true
+	ser, err := Evaluate(w, OwnersGrouped, 8, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(ser.TIter-(ser.TComm+ser.TComp+ser.TSync)) > 1e-12 || !(ser.TIter > two.TIter) {
+		t.Errorf("serial: T_iter %g, want T_comm %g + T_comp %g (> overlapped %g)", ser.TIter, ser.TComm, ser.TComp, two.TIter)
 	}
 }
