@@ -473,8 +473,9 @@ func (w *Worker) gatherPart(ctx context.Context, r *wire.OwnRequest, cb wire.Col
 	return nil
 }
 
-// ownBlockOf returns an owned block serving version v of epoch e.
-func (w *Worker) ownBlockOf(job string, epoch, kb, c, v int) (*ownBlock, error) {
+// ownBlockOf returns block (kb, c) of the job if this worker owns it in
+// that epoch.
+func (w *Worker) ownBlockOf(job string, epoch, kb, c int) (*ownBlock, error) {
 	w.omu.Lock()
 	j := w.own[job]
 	var b *ownBlock
@@ -490,7 +491,7 @@ func (w *Worker) ownBlockOf(job string, epoch, kb, c, v int) (*ownBlock, error) 
 
 // copyOwn copies rows of a block this worker owns.
 func (w *Worker) copyOwn(j *ownJob, r *wire.OwnRequest, cb wire.ColBlock, cols []int32, kt []float64) error {
-	b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C, r.Iteration-1)
+	b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -524,7 +525,7 @@ func (w *Worker) serveGather(msg *nats.Msg) {
 		fail(fmt.Errorf("bad gather request: %w", err))
 		return
 	}
-	b, err := w.ownBlockOf(job, e, kb, c, v)
+	b, err := w.ownBlockOf(job, e, kb, c)
 	if err != nil {
 		fail(err)
 		return
@@ -698,7 +699,7 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		return err
 	}
 	for _, cb := range r.Blocks {
-		b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C, r.Iteration)
+		b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C)
 		if err != nil {
 			return fmt.Errorf("worker: save: %w", err)
 		}

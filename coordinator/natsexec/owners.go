@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -490,6 +491,12 @@ func (s *ownSeq) place(ctx context.Context) error {
 	ids, err := s.census(ctx)
 	if err != nil {
 		return err
+	}
+	if q := s.e.Quarantined(); len(q) > 0 {
+		ids = slices.DeleteFunc(ids, func(id string) bool { return slices.Contains(q, id) })
+		if len(ids) == 0 {
+			return &fatalError{fmt.Errorf("natsexec: owners: every worker that answers is quarantined (%s)", strings.Join(q, ", "))}
+		}
 	}
 	s.workers = ids
 	nk := len(s.kshards)
