@@ -25,13 +25,25 @@ import (
 // worker/wire/owners.go): FitOwners sequences a fit whose factors live
 // on the workers. The coordinator plans (shards, column blocks, the
 // tree-v1 order), places (which worker computes which shard and owns
-// which column block), hands out tasks, folds the m-vectors Y and the
-// scalars (loglik, Σx, nonzeros) in the canonical order, sends each owner
-// the global Y and the list of its blocks' K̂ slices, and records the
-// committed blocks' CRCs. Per iteration its messages carry m-vectors,
-// CRCs and slice references: their size depends on the number of
-// shards, column blocks and workers, never on n (OwnersReport.Bytes
-// measures it).
+// which column block; sent to every worker once per epoch), hands out one
+// small task per shard, folds the m-vectors Y and the scalars (loglik,
+// Σx, nonzeros) in the canonical order, and sends each owner the global
+// Y; the owner pulls its blocks' K̂ slices from the workers under
+// deterministic names and answers with one digest of its committed
+// blocks. Per iteration the coordinator moves O(S·m + O·u·m) bytes for S
+// shards and O owners: nothing that depends on n or on the number of
+// column blocks (OwnersReport.Bytes measures it; TestFitOwnersBytesFlatInN
+// at n and 4n). Its memory is the caller's model (written back at the
+// end) and the shards it cut; no iteration reads either.
+//
+// Why this design (the survey in ../shared/specs/scale-out.md): it is the
+// "owner computes" decomposition of parameter servers and of Spark's
+// EM-LDA, with NATS request-reply as the only transport. K rows are
+// pulled by the readers (a gather of the columns a shard touches, at most
+// one max-payload reply each), K̂ slices are pulled by their owners (the
+// reader sets the pace: no slow-consumer drops, no push windows), and the
+// fold follows the plan's tree exactly, so an owner's columns are bitwise
+// the local fit's (factor.ColumnFold).
 //
 // Placement, from the data and the census: with one K block per action
 // (--tie none) and at least as many actions as workers, whole actions go
@@ -39,25 +51,33 @@ import (
 // column blocks, so that K and K̂ never leave the worker. Otherwise the
 // workers are cut into one group per K block, the K block's shards are
 // spread over its group by nonzeros and its column blocks round-robin.
+// Quarantined workers are left out.
 //
-// Faults: any failed request (a worker gone, a task's lease, a refused or
-// malformed answer) rolls the job back to its last checkpoint (every
-// CheckpointEvery iterations; the initial model is checkpoint 0): the
-// epoch is incremented, a new census places the blocks and shards on the
-// workers alive, each loads its blocks from the checkpoint's objects
+// Faults: any failed phase (a worker gone, frozen or out of its lease, a
+// refused or malformed answer, the coordinator's connection re-established
+// after a server restart) rolls the job back to its last checkpoint
+// (every CheckpointEvery iterations; the initial model is checkpoint 0):
+// the epoch is incremented and written to the job state, a new census
+// places the blocks and shards on the workers alive (waiting for one when
+// none is), each loads its blocks from the checkpoint's objects
 // (CRC-checked), the shards' rows of D are read from the checkpoint's
-// objects, and the iterations since are replayed. Since every sum's
-// order is the plan's, the replay gives the same bits: the scalars of a
-// replayed pass are checked against the ones recorded. A worker of an
-// older epoch is refused by the workers of the new one. This trades a
-// replay of at most CheckpointEvery−1 iterations for keeping no second
+// objects, and the iterations since are replayed. Since every sum's order
+// is the plan's, the replay gives the same bits: the scalars of a
+// replayed pass are checked against the ones recorded. Workers refuse
+// requests of an older epoch and cancel what it still runs. This trades
+// a replay of at most CheckpointEvery−1 iterations for keeping no second
 // copy of any block (a buddy copy would double the owners' memory and
-// traffic at every iteration, for a fault that is rare).
+// traffic at every iteration, for a fault that is rare). A coordinator
+// that dies is replaced by `fit --resume`, which goes on from the job
+// state's checkpoint under a new epoch.
 //
-// Not yet: straggler backup tasks and pipelining the K̂ fold with the
-// pass (owners pull the slices after the pass), --tie shared-d (its D̂
-// rows would be folded across actions), and --resume of the coordinator
-// (a new coordinator starts the job afresh).
+// Not yet: straggler backup tasks (a shard's rows of D live with one
+// worker; a backup would need them copied), pipelining the K̂ fold with
+// the pass (owners pull the slices after it), pre-summing a worker's
+// shards (one task and slice per shard today), --tie shared-d (its D̂
+// rows would be folded across actions) and MU's commit rules. A worker's
+// K rows are gathered into arrays of the full shape whose untouched pages
+// are never allocated: with random columns that is most of a K block.
 
 // OwnersOptions configure FitOwners.
 type OwnersOptions struct {
