@@ -73,6 +73,11 @@ type OwnersCheckpoint struct {
 	// goes on from them).
 	LogLik         *float64 `json:"loglik,omitempty"`
 	ModelIteration int      `json:"model_iteration"`
+	// The commit record of the last committed iteration (JobState.
+	// Iteration): each owner's digest of its committed blocks (the
+	// CRC-32C of their CRCs) by worker, and the global Y by K block.
+	Digests map[string]string `json:"digests,omitempty"`
+	Y       [][]float64       `json:"y,omitempty"`
 }
 
 // Checkpointer records job state durably. Begin is called once before the

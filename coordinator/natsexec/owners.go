@@ -175,8 +175,11 @@ type ownSeq struct {
 
 	results []*wire.OwnReply
 	// digests are the owners' digests of their blocks at version, by
-	// worker (the commit record of a version that is not a checkpoint).
+	// worker, and lastY and lastLL the pass's that made it: the commit
+	// record of the version.
 	digests   map[string]string
+	lastY     [][]float64
+	lastLL    float64
 	history   map[int]passRecord
 	red       factor.Reducer
 	rollbacks int
@@ -345,17 +348,34 @@ func (s *ownSeq) saveState(ctx context.Context) error {
 	return nil
 }
 
-// fillState puts the last checkpoint and the epoch into s.st.
+// announce publishes the job state on the job's committed subject.
+func (s *ownSeq) announce(ctx context.Context) {
+	body, err := stateJSON(s.st)
+	if err == nil {
+		err = s.e.nc.Publish(wire.CommittedSubject(s.e.cfg.Prefix, s.st.Job), body)
+	}
+	if err != nil {
+		s.e.log.Warn("announce commit", "job", s.st.Job, "iteration", s.st.Iteration, "error", err)
+	}
+}
+
+// fillState puts the commit record of the current version, the last
+// checkpoint and the epoch into s.st.
 func (s *ownSeq) fillState() {
 	st := s.st
-	st.Iteration, st.ModelIteration, st.Updated = s.ck.version, s.iter0+s.ck.version, time.Now().UTC()
+	st.Iteration, st.ModelIteration, st.Updated = s.version, s.iter0+s.version, time.Now().UTC()
 	st.LogLik = nil
-	if !math.IsNaN(s.ck.ll) {
-		ll := s.ck.ll
+	if !math.IsNaN(s.lastLL) {
+		ll := s.lastLL
 		st.LogLik = &ll
 	}
-	st.Owners = &coordinator.OwnersCheckpoint{Version: s.ck.version, Epoch: s.epoch, ColBlocks: len(s.cols[0]),
-		KCRC: s.ck.kcrc, DCRC: s.ck.dcrc, LogLik: st.LogLik, ModelIteration: st.ModelIteration}
+	o := &coordinator.OwnersCheckpoint{Version: s.ck.version, Epoch: s.epoch, ColBlocks: len(s.cols[0]),
+		KCRC: s.ck.kcrc, DCRC: s.ck.dcrc, ModelIteration: s.iter0 + s.ck.version, Digests: s.digests, Y: s.lastY}
+	if !math.IsNaN(s.ck.ll) {
+		ll := s.ck.ll
+		o.LogLik = &ll
+	}
+	st.Owners = o
 }
 
 func (s *ownSeq) bytes() int64 {
@@ -422,9 +442,14 @@ func (s *ownSeq) commit(ctx context.Context, iter int, md *factor.Model, acc *fa
 	}
 	for {
 		err := s.commitOwners(ctx, iter, acc.Y, acc.LogLik)
+		if err == nil && s.ck.version != iter {
+			// The commit record (a checkpoint wrote it already).
+			err = s.saveState(ctx)
+		}
 		if err == nil {
 			s.history[iter] = rec
 			acc.RecordPass(md, dataTerm)
+			s.announce(ctx)
 			return nil
 		}
 		// Roll back, replay and recompute this pass, then commit again.
@@ -852,6 +877,7 @@ func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64, ll f
 		return err
 	}
 	s.digests = digests
+	s.lastY, s.lastLL = y, ll
 	if save {
 		for kb := range s.cols {
 			for c := range s.cols[kb] {

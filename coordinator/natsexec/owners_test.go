@@ -75,7 +75,7 @@ func sameModel(t *testing.T, what string, got, want *factor.Model) {
 }
 
 // TestFitOwnersBitwise: the owners exchange gives bitwise the local fit
-// for 1, 2 and 3 workers, both tie modes it runs, whole actions per
+// for 1, 2, 3, 4 and 8 workers, both tie modes it runs, whole actions per
 // worker (u ≥ P) and groups of workers per action (u < P), and its
 // coordinator's bytes per iteration do not grow with n.
 func TestFitOwnersBitwise(t *testing.T) {
@@ -90,6 +90,8 @@ func TestFitOwnersBitwise(t *testing.T) {
 		{"none-u3-p2", 120, 3, factor.TieNone, 2},
 		{"none-u1-p3", 150, 1, factor.TieNone, 3},
 		{"sharedk-u2-p3", 120, 2, factor.TieSharedK, 3},
+		{"none-u2-p4", 120, 2, factor.TieNone, 4},
+		{"sharedk-u2-p8", 160, 2, factor.TieSharedK, 8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			shards := ownersData(t, c.n, c.u, 3)
@@ -111,6 +113,15 @@ func TestFitOwnersBitwise(t *testing.T) {
 				t.Fatalf("result %+v, local %+v", res, wantRes)
 			}
 			sameModel(t, c.name, md, want)
+			// The commit record of the last iteration, and its checkpoint.
+			st, _, err := lc.Exec.State(context.Background(), "owners-"+c.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o := st.Owners; st.Iteration != iters || o == nil || o.Version != iters || len(o.Y) != len(md.KT) ||
+				len(o.Digests) == 0 || len(o.Digests) > c.workers || len(o.DCRC) != len(shards) || st.Status != "iteration limit" {
+				t.Fatalf("job state %+v, owners %+v", st, st.Owners)
+			}
 		})
 	}
 }
