@@ -43,6 +43,16 @@ type msgReader struct {
 	refs    atomic.Int64
 	cur     *ipc.Message
 	batches int // record batch messages read so far
+	// reuse: the bodies of known-size inputs are read into one buffer,
+	// which the next message overwrites (for readers that keep nothing
+	// of a message once the next is asked for).
+	reuse bool
+	buf   []byte
+	// The current message's metadata, body and type, and whether the
+	// next Message returns it again (unread).
+	meta, body []byte
+	typ        ipc.MessageType
+	again      bool
 }
 
 func newMsgReader(r io.Reader, size int64, needEOS bool) *msgReader {
@@ -76,7 +86,14 @@ func (m *msgReader) full(p []byte) error {
 	return err
 }
 
+// unread makes the next Message return the current message again.
+func (m *msgReader) unread() { m.again = true }
+
 func (m *msgReader) Message() (*ipc.Message, error) {
+	if m.again {
+		m.again = false
+		return m.cur, nil
+	}
 	if m.cur != nil {
 		m.cur.Release()
 		m.cur = nil
@@ -133,7 +150,14 @@ func (m *msgReader) Message() (*ipc.Message, error) {
 	}
 	var body []byte
 	if m.remain >= 0 {
-		body = make([]byte, bodyLen)
+		if m.reuse {
+			if int64(cap(m.buf)) < bodyLen {
+				m.buf = make([]byte, bodyLen)
+			}
+			body = m.buf[:bodyLen]
+		} else {
+			body = make([]byte, bodyLen)
+		}
 		if err := m.full(body); err != nil {
 			return nil, err
 		}
@@ -151,6 +175,7 @@ func (m *msgReader) Message() (*ipc.Message, error) {
 	if typ == ipc.MessageRecordBatch {
 		m.batches++
 	}
+	m.meta, m.body, m.typ = meta, body, typ
 	mb, bb := memory.NewBufferBytes(meta), memory.NewBufferBytes(body)
 	m.cur = ipc.NewMessage(mb, bb)
 	mb.Release()
@@ -177,6 +202,10 @@ type ipcSource struct {
 	ra   io.ReaderAt
 	size int64
 	file bool
+	// transient: the callback keeps no record (nor any of its arrays)
+	// past its return, so record batches of a flat schema are decoded
+	// without copying from one reused body buffer (flatRecord).
+	transient bool
 }
 
 // readIPC calls onSchema once and then fn for every record batch of src, in
@@ -199,6 +228,7 @@ func readIPC(src ipcSource, mem memory.Allocator, onSchema func(*arrow.Schema) e
 	} else {
 		mr = newMsgReader(src.r, src.size, true)
 	}
+	mr.reuse = src.transient
 	rd, err := newIPCReader(mr, mem)
 	if err != nil {
 		mr.Release()
@@ -208,15 +238,20 @@ func readIPC(src ipcSource, mem memory.Allocator, onSchema func(*arrow.Schema) e
 	if err := onSchema(rd.Schema()); err != nil {
 		return err
 	}
+	flat := src.transient && flatSchema(rd.Schema())
 	for {
-		rec, err := nextRecord(rd)
+		rec, owned, err := nextFlat(mr, rd, flat)
 		if err != nil {
 			return &decodeError{err}
 		}
 		if rec == nil {
 			break
 		}
-		if err := fn(rec); err != nil {
+		err = fn(rec)
+		if owned {
+			rec.Release()
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -233,6 +268,30 @@ func newIPCReader(mr *msgReader, mem memory.Allocator) (rd *ipc.Reader, err erro
 		return nil, err
 	}
 	return rd, nil
+}
+
+// nextFlat returns the next record of mr, nil at the end. With flat, a
+// record batch that flatRecord decodes comes back owned (the caller
+// releases it); anything else is decoded by rd, which owns it.
+func nextFlat(mr *msgReader, rd *ipc.Reader, flat bool) (rec arrow.Record, owned bool, err error) {
+	if flat {
+		msg, err := mr.Message()
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil, false, nil
+		case err != nil:
+			return nil, false, err
+		}
+		if msg.Type() == ipc.MessageRecordBatch {
+			rec, ok, err := flatRecord(rd.Schema(), mr.meta, mr.body)
+			if err != nil || ok {
+				return rec, ok, err
+			}
+		}
+		mr.unread()
+	}
+	rec, err = nextRecord(rd)
+	return rec, false, err
 }
 
 // nextRecord returns the next record (owned by rd), nil at the end.

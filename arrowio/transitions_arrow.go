@@ -25,6 +25,7 @@ func (s *scan) ipc(ctx context.Context, src ipcSource) error {
 		what = "Arrow IPC file"
 	}
 	var cols [numCols]int
+	src.transient = !s.libraryIPC // record converts each record batch and keeps nothing
 	err := readIPC(src, s.mem, func(sc *arrow.Schema) error {
 		var err error
 		cols, err = s.columns(sc)
