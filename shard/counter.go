@@ -223,10 +223,20 @@ func (l *actionLog) block(a int, sc *rowScratch) *factor.Block {
 		return &factor.Block{Action: a, Ptr: []int64{0}}
 	}
 	rows, start, js, cs := l.bucket()
+	return sc.sumRows(a, rows, start, js, cs)
+}
+
+// sumRows builds the CSR matrix of action a from its transitions bucketed
+// by state: rows are the distinct states ascending, start the start of
+// each one's run in js (next states) and cs (counts; nil when every count
+// is 1), in arrival order. It sums each row's duplicates in that order,
+// writing the columns over js (and the sums over cs).
+func (sc *rowScratch) sumRows(a int, rows []int32, start []int, js []int32, cs []float64) *factor.Block {
 	b := &factor.Block{Action: a, Rows: rows, Ptr: make([]int64, len(rows)+1)}
 	vals := cs
 	if vals == nil {
-		vals = make([]float64, l.n)
+		vals = make([]float64, len(js))
+		adviseHuge(vals)
 	}
 	out := 0
 	for r := range rows {
@@ -252,9 +262,11 @@ func shrink[T any](x []T, n int) []T {
 // every count is 1) in that order.
 func (l *actionLog) bucket() (rows []int32, start []int, js []int32, cs []float64) {
 	js = make([]int32, l.n)
+	adviseHuge(js)
 	for _, ch := range l.chunks {
 		if ch.c != nil {
 			cs = make([]float64, l.n)
+			adviseHuge(cs)
 			break
 		}
 	}
