@@ -47,7 +47,14 @@ type actionLog struct {
 	chunks []*chunk
 	n      int
 	maxI   int32
+	// slabI and slabJ are the unused rest of the arrays that full-size
+	// chunks are cut from, slabChunks at a time: large enough for
+	// transparent huge pages (adviseHuge).
+	slabI, slabJ []int32
 }
+
+// slabChunks is the number of full-size chunks cut from one slab.
+const slabChunks = 16
 
 type chunk struct {
 	i, j []int32
@@ -61,11 +68,18 @@ func (l *actionLog) add(i, j int32, c float64) {
 	} else {
 		// Chunks grow from minChunkLen to chunkLen, so that an action with
 		// few transitions takes little memory.
-		size := chunkLen
 		if k < chunkLenGrowth {
-			size = minChunkLen << k
+			size := minChunkLen << k
+			ch = &chunk{i: make([]int32, 0, size), j: make([]int32, 0, size)}
+		} else {
+			if len(l.slabI) < chunkLen {
+				l.slabI, l.slabJ = make([]int32, slabChunks*chunkLen), make([]int32, slabChunks*chunkLen)
+				adviseHuge(l.slabI)
+				adviseHuge(l.slabJ)
+			}
+			ch = &chunk{i: l.slabI[:0:chunkLen], j: l.slabJ[:0:chunkLen]}
+			l.slabI, l.slabJ = l.slabI[chunkLen:], l.slabJ[chunkLen:]
 		}
-		ch = &chunk{i: make([]int32, 0, size), j: make([]int32, 0, size)}
 		l.chunks = append(l.chunks, ch)
 	}
 	if ch.c == nil && c != 1 {
