@@ -51,6 +51,7 @@ type actionLog struct {
 	// chunks are cut from, slabChunks at a time: large enough for
 	// transparent huge pages (adviseHuge).
 	slabI, slabJ []int32
+	tail         *chunk // the last chunk
 }
 
 // slabChunks is the number of full-size chunks cut from one slab.
@@ -61,6 +62,7 @@ type chunk struct {
 	c    []float64 // nil while every count of the chunk is 1
 }
 
+// add appends a transition to the log.
 func (l *actionLog) add(i, j int32, c float64) {
 	var ch *chunk
 	if k := len(l.chunks); k > 0 && len(l.chunks[k-1].i) < cap(l.chunks[k-1].i) {
@@ -81,6 +83,7 @@ func (l *actionLog) add(i, j int32, c float64) {
 			l.slabI, l.slabJ = l.slabI[chunkLen:], l.slabJ[chunkLen:]
 		}
 		l.chunks = append(l.chunks, ch)
+		l.tail = ch
 	}
 	if ch.c == nil && c != 1 {
 		ch.c = make([]float64, len(ch.i), cap(ch.i))
@@ -165,9 +168,24 @@ func (ct *Counter) AddBatch(states, actions, nexts []int32, counts []float64) (i
 			return k, check(int(i), int(a), int(j), c)
 		}
 		if a != last {
-			l, last = ct.log(a), a
+			if int(a) < len(ct.acts) && ct.acts[a] != nil {
+				l = ct.acts[a]
+			} else {
+				l = ct.log(a)
+			}
+			last = a
 		}
-		l.add(i, j, c)
+		// The common case inline: a count of 1 into a chunk with room
+		// and no counts.
+		if ch := l.tail; ch != nil && c == 1 && ch.c == nil && len(ch.i) < cap(ch.i) {
+			n := len(ch.i)
+			ch.i, ch.j = ch.i[:n+1], ch.j[:n+1]
+			ch.i[n], ch.j[n] = i, j
+			l.maxI = max(l.maxI, i)
+			l.n++
+		} else {
+			l.add(i, j, c)
+		}
 		maxS = max(maxS, i, j)
 		maxA = max(maxA, a)
 		ct.total++
