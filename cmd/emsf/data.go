@@ -160,6 +160,9 @@ func (d *dataset) size(f *inputFlags) error {
 	return nil
 }
 
+// firstPassGCPercent is the GOGC of loadTwoPass's first read.
+const firstPassGCPercent = 400
+
 // twoPassFormat reports whether loadData reads f twice (shard.TwoPass):
 // Arrow IPC and Parquet files, which decode fast, so that a second read
 // costs less than keeping every transition while the matrices are built.
@@ -179,6 +182,11 @@ func twoPassFormat(f *inputFlags) bool {
 // histogram: the caller counts in one pass instead. The dataset is the
 // one loadData builds in one pass, bitwise.
 func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err error) {
+	// The first read keeps almost nothing live, so loadData's GOGC would
+	// collect at every MiB or so of the readers' garbage: collect less
+	// often until Plan.
+	gcPercent := debug.SetGCPercent(firstPassGCPercent)
+	defer debug.SetGCPercent(gcPercent)
 	var tp shard.TwoPass
 	h := newFingerprint()
 	err = scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
@@ -200,6 +208,7 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	if !tp.Fits() {
 		return nil, false, nil
 	}
+	debug.SetGCPercent(gcPercent)
 	tp.Plan()
 	err = scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
 		return tp.Fill(b.State, b.Action, b.Next, b.Count)
