@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -216,8 +217,11 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	if err == nil {
 		d.train, err = tp.Matrices(d.u)
 	}
-	if err != nil {
+	if errors.Is(err, shard.ErrInputChanged) {
 		return nil, false, fmt.Errorf("%s: %w", f.input, err)
+	}
+	if err != nil {
+		return nil, false, err // the reader's, naming the file
 	}
 	return d, true, nil
 }
