@@ -48,10 +48,9 @@ type msgReader struct {
 	// of a message once the next is asked for).
 	reuse bool
 	buf   []byte
-	// The current message's metadata, body and type, and whether the
-	// next Message returns it again (unread).
+	// The current message's metadata and body, and whether the next
+	// Message returns it again (unread).
 	meta, body []byte
-	typ        ipc.MessageType
 	again      bool
 }
 
@@ -175,7 +174,7 @@ func (m *msgReader) Message() (*ipc.Message, error) {
 	if typ == ipc.MessageRecordBatch {
 		m.batches++
 	}
-	m.meta, m.body, m.typ = meta, body, typ
+	m.meta, m.body = meta, body
 	mb, bb := memory.NewBufferBytes(meta), memory.NewBufferBytes(body)
 	m.cur = ipc.NewMessage(mb, bb)
 	mb.Release()
