@@ -123,6 +123,66 @@ func flatRecord(sc *arrow.Schema, meta, body []byte) (rec arrow.Record, ok bool,
 	return array.NewRecord(sc, cols, rows), true, nil
 }
 
+// flatRanges returns the byte ranges [offset, offset+length) of a record
+// batch's body (of bodyLen bytes) that hold the buffers flatRecord loads for
+// the given fields (a flat schema's field i has buffers 2i, validity, and
+// 2i+1, values). ok is false when the body must be read whole: a compressed
+// batch, or metadata that does not describe buffers inside the body (then
+// flatRecord reports it).
+func flatRanges(meta []byte, bodyLen int64, fields []int) (ranges [][2]int64, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ranges, ok = nil, false
+		}
+	}()
+	v := newFBVerifier(meta)
+	msg, err := v.root()
+	if err != nil {
+		return nil, false
+	}
+	p, err := msg.ref(2)
+	if err != nil || p < 0 {
+		return nil, false
+	}
+	rb, err := v.table(p)
+	if err != nil {
+		return nil, false
+	}
+	if c, err := rb.ref(3); err != nil || c >= 0 {
+		return nil, false
+	}
+	nodes, nn, err := rb.vector(1, 16)
+	if err != nil {
+		return nil, false
+	}
+	bufs, nb, err := rb.vector(2, 16)
+	if err != nil {
+		return nil, false
+	}
+	add := func(i int64) bool {
+		if i >= nb {
+			return false
+		}
+		off, n := v.i64at(bufs+16*i), v.i64at(bufs+16*i+8)
+		if off < 0 || n < 0 || off > bodyLen || n > bodyLen-off {
+			return false
+		}
+		ranges = append(ranges, [2]int64{off, n})
+		return true
+	}
+	for _, f := range fields {
+		i := int64(f)
+		if i >= nn {
+			return nil, false
+		}
+		length, nulls := v.i64at(nodes+16*i), v.i64at(nodes+16*i+8)
+		if nulls != 0 && !add(2*i) || length != 0 && !add(2*i+1) {
+			return nil, false
+		}
+	}
+	return ranges, true
+}
+
 // i64at returns the little-endian int64 at p, which the caller has
 // checked lies in the buffer.
 func (v *fbVerifier) i64at(p int64) int64 {

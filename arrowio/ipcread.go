@@ -48,6 +48,10 @@ type msgReader struct {
 	// of a message once the next is asked for).
 	reuse bool
 	buf   []byte
+	// ranges, when set (with reuse, on an input that is an io.ReaderAt
+	// and io.Seeker), gives the parts of a record batch's body to read;
+	// the rest of the buffer keeps whatever it held (flatRanges).
+	ranges func(meta []byte, bodyLen int64) ([][2]int64, bool)
 	// The current message's metadata and body, and whether the next
 	// Message returns it again (unread).
 	meta, body []byte
@@ -157,7 +161,7 @@ func (m *msgReader) Message() (*ipc.Message, error) {
 		} else {
 			body = make([]byte, bodyLen)
 		}
-		if err := m.full(body); err != nil {
+		if err := m.readBody(meta, typ, body); err != nil {
 			return nil, err
 		}
 	} else {
@@ -180,6 +184,37 @@ func (m *msgReader) Message() (*ipc.Message, error) {
 	mb.Release()
 	bb.Release()
 	return m.cur, nil
+}
+
+// readBody reads a message body of known size: the parts that m.ranges
+// names when it names them, else all of it.
+func (m *msgReader) readBody(meta []byte, typ ipc.MessageType, body []byte) error {
+	ra, okRA := m.r.(io.ReaderAt)
+	sk, okSk := m.r.(io.Seeker)
+	if m.ranges == nil || typ != ipc.MessageRecordBatch || !okRA || !okSk {
+		return m.full(body)
+	}
+	ranges, ok := m.ranges(meta, int64(len(body)))
+	if !ok {
+		return m.full(body)
+	}
+	base, err := sk.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return err
+	}
+	for _, r := range ranges {
+		if _, err := ra.ReadAt(body[r[0]:r[0]+r[1]], base+r[0]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return errTruncated
+			}
+			return err
+		}
+	}
+	if _, err := sk.Seek(int64(len(body)), io.SeekCurrent); err != nil {
+		return err
+	}
+	m.remain -= int64(len(body))
+	return nil
 }
 
 // peekMessage decodes the body length and type of a message from its
@@ -205,6 +240,11 @@ type ipcSource struct {
 	// past its return, so record batches of a flat schema are decoded
 	// without copying from one reused body buffer (flatRecord).
 	transient bool
+	// fields, when set, returns the fields the callback reads (valid
+	// after onSchema): with transient, a file's record batches of a flat
+	// schema are then read only in the byte ranges of those fields'
+	// buffers; the other columns' arrays hold stale bytes.
+	fields func() []int
 }
 
 // readIPC calls onSchema once and then fn for every record batch of src, in
@@ -238,6 +278,12 @@ func readIPC(src ipcSource, mem memory.Allocator, onSchema func(*arrow.Schema) e
 		return err
 	}
 	flat := src.transient && flatSchema(rd.Schema())
+	if flat && src.file && src.fields != nil {
+		fields := src.fields()
+		mr.ranges = func(meta []byte, bodyLen int64) ([][2]int64, bool) {
+			return flatRanges(meta, bodyLen, fields)
+		}
+	}
 	for {
 		rec, owned, err := nextFlat(mr, rd, flat)
 		if err != nil {
