@@ -41,6 +41,8 @@
 // library's reader copies every buffer of every column), built as the
 // library builds them, so rows and errors are the library's
 // (TestFlatRecordMatchesLibrary); any other batch goes to the library.
+// From an IPC file only the byte ranges of the converted columns' buffers
+// are read (flatRanges).
 //
 // Readers never trust a length read from the input: IPC metadata is
 // verified before the Arrow library decodes it (flatverify.go), declared
