@@ -179,9 +179,10 @@ func twoPassFormat(f *inputFlags) bool {
 // loadTwoPass is loadData without a holdout, in two reads of the file
 // (shard.TwoPass): the first validates, hashes and counts each (action,
 // state); the second puts each transition in its place. ok is false, with
-// no error, when the states are too spread for the first pass's
-// histogram: the caller counts in one pass instead. The dataset is the
-// one loadData builds in one pass, bitwise.
+// no error, when the states are too spread for the first pass's histogram
+// or when the second read differs from the first (shard.ErrInputChanged):
+// the caller counts in one pass instead. The dataset is the one loadData
+// builds in one pass, bitwise.
 func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err error) {
 	// The first read keeps almost nothing live, so loadData's GOGC would
 	// collect at every MiB or so of the readers' garbage: collect less
@@ -218,7 +219,9 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 		d.train, err = tp.Matrices(d.u)
 	}
 	if errors.Is(err, shard.ErrInputChanged) {
-		return nil, false, fmt.Errorf("%s: %w", f.input, err)
+		// Written to while read (a growing log): count what one read
+		// sees, as the one-pass path always has.
+		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err // the reader's, naming the file
