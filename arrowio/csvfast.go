@@ -98,20 +98,27 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 	}()
 	row, line := 0, 1 // data rows delivered, lines consumed (the header)
 	var carry []byte
+	// spare holds delivered chunks whose buffers the next chunks reuse
+	// (fresh memory is slow to touch, and garbage costs collections).
+	var spare []*csvChunk
 	eof := false
 	for !eof || len(queue) > 0 {
 		if !eof && len(queue) < 2*workers {
-			var data []byte
+			c := &csvChunk{}
+			if k := len(spare); k > 0 {
+				c, spare = spare[k-1], spare[:k-1]
+				*c = csvChunk{data: c.data, state: c.state, action: c.action, next: c.next, count: c.count}
+			}
+			c.done = make(chan struct{})
 			var err error
-			data, carry, eof, err = readLines(br, carry, s.chunkBytes)
+			c.data, carry, eof, err = readLines(br, carry, s.chunkBytes, c.data)
 			if err != nil {
-				c := &csvChunk{data: data, done: make(chan struct{}), tail: errReader{err}}
+				c.tail = errReader{err}
 				close(c.done)
 				queue = append(queue, c)
 				continue
 			}
-			if len(data) > 0 {
-				c := &csvChunk{data: data, done: make(chan struct{})}
+			if len(c.data) > 0 {
 				queue = append(queue, c)
 				go p.parse(c)
 			}
@@ -131,6 +138,9 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 			}
 		}
 		line += c.lines
+		if c.err == nil && c.stop < 0 {
+			spare = append(spare, c)
+		}
 		if c.err != nil {
 			c.err.Row += base
 			return c.err
@@ -157,14 +167,19 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 }
 
 // readLines reads the next chunk of whole lines from br, after carry (the
-// start of a line read before); it returns the chunk, the start of the
-// line that did not fit, and whether the input is at its end (then the
-// chunk holds all of it, the last line perhaps without a newline). A read
-// error comes back with the bytes read before it.
-func readLines(br *bufio.Reader, carry []byte, chunk int) (data, rest []byte, eof bool, err error) {
+// start of a line read before), into buf when it is large enough; it
+// returns the chunk, the start of the line that did not fit, and whether
+// the input is at its end (then the chunk holds all of it, the last line
+// perhaps without a newline). A read error comes back with the bytes read
+// before it.
+func readLines(br *bufio.Reader, carry []byte, chunk int, buf []byte) (data, rest []byte, eof bool, err error) {
 	size := max(chunk, 2*len(carry))
 	for {
-		buf := make([]byte, size)
+		if cap(buf) >= size {
+			buf = buf[:size]
+		} else {
+			buf = make([]byte, size)
+		}
 		n := copy(buf, carry)
 		m, err := io.ReadFull(br, buf[n:])
 		buf = buf[:n+m]
@@ -177,7 +192,7 @@ func readLines(br *bufio.Reader, carry []byte, chunk int) (data, rest []byte, eo
 		if cut := bytes.LastIndexByte(buf, '\n') + 1; cut > 0 {
 			return buf[:cut], bytes.Clone(buf[cut:]), false, nil
 		}
-		carry, size = buf, 2*size // a line longer than the chunk
+		carry, size, buf = buf, 2*size, nil // a line longer than the chunk
 	}
 }
 
@@ -189,8 +204,11 @@ func (p *csvParser) parse(c *csvChunk) {
 	quote := bytes.IndexByte(data, '"')
 	cr := bytes.IndexByte(data, '\r') >= 0
 	est := len(data)/16 + 1
-	c.state, c.action, c.next = make([]int32, 0, est), make([]int32, 0, est), make([]int32, 0, est)
-	c.count = make([]float64, 0, est)
+	if cap(c.state) < est {
+		c.state, c.action, c.next = make([]int32, 0, est), make([]int32, 0, est), make([]int32, 0, est)
+		c.count = make([]float64, 0, est)
+	}
+	c.state, c.action, c.next, c.count = c.state[:0], c.action[:0], c.next[:0], c.count[:0]
 	var rec []string
 	for pos := 0; pos < len(data); {
 		end := bytes.IndexByte(data[pos:], '\n')

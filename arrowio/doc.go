@@ -34,7 +34,15 @@
 // value; encoding/csv's line numbers) are the same as through encoding/csv
 // alone, for any chunk size (TestCSVFastMatchesEncodingCSV). Arrow IPC and
 // Parquet record batches are converted a column at a time from their typed
-// value slices.
+// value slices. An Arrow IPC record batch whose schema is flat (every
+// column a fixed-width primitive, native byte order) and whose body is not
+// compressed is decoded without copying: its arrays are slices of one
+// message-body buffer that the next message reuses (ipcflat.go; the
+// library's reader copies every buffer of every column), built as the
+// library builds them, so rows and errors are the library's
+// (TestFlatRecordMatchesLibrary); any other batch goes to the library.
+// From an IPC file only the byte ranges of the converted columns' buffers
+// are read (flatRanges).
 //
 // Readers never trust a length read from the input: IPC metadata is
 // verified before the Arrow library decodes it (flatverify.go), declared

@@ -43,6 +43,19 @@ type msgReader struct {
 	refs    atomic.Int64
 	cur     *ipc.Message
 	batches int // record batch messages read so far
+	// reuse: the bodies of known-size inputs are read into one buffer,
+	// which the next message overwrites (for readers that keep nothing
+	// of a message once the next is asked for).
+	reuse bool
+	buf   []byte
+	// ranges, when set (with reuse, on an input that is an io.ReaderAt
+	// and io.Seeker), gives the parts of a record batch's body to read;
+	// the rest of the buffer keeps whatever it held (flatRanges).
+	ranges func(meta []byte, bodyLen int64) ([][2]int64, bool)
+	// The current message's metadata and body, and whether the next
+	// Message returns it again (unread).
+	meta, body []byte
+	again      bool
 }
 
 func newMsgReader(r io.Reader, size int64, needEOS bool) *msgReader {
@@ -76,7 +89,14 @@ func (m *msgReader) full(p []byte) error {
 	return err
 }
 
+// unread makes the next Message return the current message again.
+func (m *msgReader) unread() { m.again = true }
+
 func (m *msgReader) Message() (*ipc.Message, error) {
+	if m.again {
+		m.again = false
+		return m.cur, nil
+	}
 	if m.cur != nil {
 		m.cur.Release()
 		m.cur = nil
@@ -133,8 +153,15 @@ func (m *msgReader) Message() (*ipc.Message, error) {
 	}
 	var body []byte
 	if m.remain >= 0 {
-		body = make([]byte, bodyLen)
-		if err := m.full(body); err != nil {
+		if m.reuse {
+			if int64(cap(m.buf)) < bodyLen {
+				m.buf = make([]byte, bodyLen)
+			}
+			body = m.buf[:bodyLen]
+		} else {
+			body = make([]byte, bodyLen)
+		}
+		if err := m.readBody(meta, typ, body); err != nil {
 			return nil, err
 		}
 	} else {
@@ -151,11 +178,43 @@ func (m *msgReader) Message() (*ipc.Message, error) {
 	if typ == ipc.MessageRecordBatch {
 		m.batches++
 	}
+	m.meta, m.body = meta, body
 	mb, bb := memory.NewBufferBytes(meta), memory.NewBufferBytes(body)
 	m.cur = ipc.NewMessage(mb, bb)
 	mb.Release()
 	bb.Release()
 	return m.cur, nil
+}
+
+// readBody reads a message body of known size: the parts that m.ranges
+// names when it names them, else all of it.
+func (m *msgReader) readBody(meta []byte, typ ipc.MessageType, body []byte) error {
+	ra, okRA := m.r.(io.ReaderAt)
+	sk, okSk := m.r.(io.Seeker)
+	if m.ranges == nil || typ != ipc.MessageRecordBatch || !okRA || !okSk {
+		return m.full(body)
+	}
+	ranges, ok := m.ranges(meta, int64(len(body)))
+	if !ok {
+		return m.full(body)
+	}
+	base, err := sk.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return err
+	}
+	for _, r := range ranges {
+		if _, err := ra.ReadAt(body[r[0]:r[0]+r[1]], base+r[0]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return errTruncated
+			}
+			return err
+		}
+	}
+	if _, err := sk.Seek(int64(len(body)), io.SeekCurrent); err != nil {
+		return err
+	}
+	m.remain -= int64(len(body))
+	return nil
 }
 
 // peekMessage decodes the body length and type of a message from its
@@ -177,6 +236,15 @@ type ipcSource struct {
 	ra   io.ReaderAt
 	size int64
 	file bool
+	// transient: the callback keeps no record (nor any of its arrays)
+	// past its return, so record batches of a flat schema are decoded
+	// without copying from one reused body buffer (flatRecord).
+	transient bool
+	// fields, when set, returns the fields the callback reads (valid
+	// after onSchema): with transient, a file's record batches of a flat
+	// schema are then read only in the byte ranges of those fields'
+	// buffers; the other columns' arrays hold stale bytes.
+	fields func() []int
 }
 
 // readIPC calls onSchema once and then fn for every record batch of src, in
@@ -199,6 +267,7 @@ func readIPC(src ipcSource, mem memory.Allocator, onSchema func(*arrow.Schema) e
 	} else {
 		mr = newMsgReader(src.r, src.size, true)
 	}
+	mr.reuse = src.transient
 	rd, err := newIPCReader(mr, mem)
 	if err != nil {
 		mr.Release()
@@ -208,15 +277,26 @@ func readIPC(src ipcSource, mem memory.Allocator, onSchema func(*arrow.Schema) e
 	if err := onSchema(rd.Schema()); err != nil {
 		return err
 	}
+	flat := src.transient && flatSchema(rd.Schema())
+	if flat && src.file && src.fields != nil {
+		fields := src.fields()
+		mr.ranges = func(meta []byte, bodyLen int64) ([][2]int64, bool) {
+			return flatRanges(meta, bodyLen, fields)
+		}
+	}
 	for {
-		rec, err := nextRecord(rd)
+		rec, owned, err := nextFlat(mr, rd, flat)
 		if err != nil {
 			return &decodeError{err}
 		}
 		if rec == nil {
 			break
 		}
-		if err := fn(rec); err != nil {
+		err = fn(rec)
+		if owned {
+			rec.Release()
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -233,6 +313,30 @@ func newIPCReader(mr *msgReader, mem memory.Allocator) (rd *ipc.Reader, err erro
 		return nil, err
 	}
 	return rd, nil
+}
+
+// nextFlat returns the next record of mr, nil at the end. With flat, a
+// record batch that flatRecord decodes comes back owned (the caller
+// releases it); anything else is decoded by rd, which owns it.
+func nextFlat(mr *msgReader, rd *ipc.Reader, flat bool) (rec arrow.Record, owned bool, err error) {
+	if flat {
+		msg, err := mr.Message()
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil, false, nil
+		case err != nil:
+			return nil, false, err
+		}
+		if msg.Type() == ipc.MessageRecordBatch {
+			rec, ok, err := flatRecord(rd.Schema(), mr.meta, mr.body)
+			if err != nil || ok {
+				return rec, ok, err
+			}
+		}
+		mr.unread()
+	}
+	rec, err = nextRecord(rd)
+	return rec, false, err
 }
 
 // nextRecord returns the next record (owned by rd), nil at the end.

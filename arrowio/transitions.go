@@ -58,6 +58,9 @@ type ReadOptions struct {
 	// chunkBytes is the size of the CSV chunks parsed in parallel
 	// (default csvChunkBytes; tests make it small).
 	chunkBytes int
+	// libraryIPC: decode every Arrow record batch with the library,
+	// never with flatRecord (tests compare the two).
+	libraryIPC bool
 }
 
 // TransitionBatch is a run of consecutive rows of transitions input. The
@@ -272,6 +275,7 @@ type scan struct {
 	bounded    [colNext + 1]bool
 	batchRows  int
 	chunkBytes int
+	libraryIPC bool
 	mem        memory.Allocator
 	fn         func(*TransitionBatch) error
 	b          TransitionBatch
@@ -288,6 +292,7 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 		s.batchRows = DefaultBatchRows
 	}
 	s.chunkBytes = cmpOr(o.chunkBytes, csvChunkBytes)
+	s.libraryIPC = o.libraryIPC
 	if s.mem == nil {
 		s.mem = memory.NewGoAllocator()
 	}

@@ -25,6 +25,16 @@ func (s *scan) ipc(ctx context.Context, src ipcSource) error {
 		what = "Arrow IPC file"
 	}
 	var cols [numCols]int
+	src.transient = !s.libraryIPC // record converts each record batch and keeps nothing
+	src.fields = func() []int {
+		var fs []int
+		for _, c := range cols {
+			if c >= 0 {
+				fs = append(fs, c)
+			}
+		}
+		return fs
+	}
 	err := readIPC(src, s.mem, func(sc *arrow.Schema) error {
 		var err error
 		cols, err = s.columns(sc)

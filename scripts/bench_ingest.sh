@@ -79,7 +79,7 @@ printf '%-12s %10s %14s %10s %10s %10s\n' "pandas csv" "$psecs" "$prate" "$pcpu"
 # and incremental EMSF's per-transition work, factor.Incremental.Add).
 /usr/bin/time -v "$tmp/emsf" fit --incremental --input "$data/t-$TRANSITIONS.arrow" --states "$STATES" --actions "$ACTIONS" \
 	--order 4 --log-json --out "$tmp/inc.arrow" >/dev/null 2>"$tmp/time"
-pass=$(grep '"pass"' "$tmp/time" | sed -E 's/.*"elapsed":([0-9]+).*/\1/')
+pass=$(grep '"@message":"pass"' "$tmp/time" | sed -E 's/.*"elapsed":([0-9]+).*/\1/')
 irate=$(awk -v n="$TRANSITIONS" -v ns="$pass" 'BEGIN {printf "%.3f", n / (ns / 1e9) / 1e6}')
 printf '%-12s %10s %14s %10s %10s   (--incremental, arrow, m=4: the pass)\n' "emsf inc" "$(awk -v ns="$pass" 'BEGIN {printf "%.3f", ns / 1e9}')" "$irate" "$(cpu "$tmp/time")" "$(rss "$tmp/time")"
 

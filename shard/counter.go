@@ -47,13 +47,22 @@ type actionLog struct {
 	chunks []*chunk
 	n      int
 	maxI   int32
+	// slabI and slabJ are the unused rest of the arrays that full-size
+	// chunks are cut from, slabChunks at a time: large enough for
+	// transparent huge pages (adviseHuge).
+	slabI, slabJ []int32
+	tail         *chunk // the last chunk
 }
+
+// slabChunks is the number of full-size chunks cut from one slab.
+const slabChunks = 16
 
 type chunk struct {
 	i, j []int32
 	c    []float64 // nil while every count of the chunk is 1
 }
 
+// add appends a transition to the log.
 func (l *actionLog) add(i, j int32, c float64) {
 	var ch *chunk
 	if k := len(l.chunks); k > 0 && len(l.chunks[k-1].i) < cap(l.chunks[k-1].i) {
@@ -61,12 +70,20 @@ func (l *actionLog) add(i, j int32, c float64) {
 	} else {
 		// Chunks grow from minChunkLen to chunkLen, so that an action with
 		// few transitions takes little memory.
-		size := chunkLen
 		if k < chunkLenGrowth {
-			size = minChunkLen << k
+			size := minChunkLen << k
+			ch = &chunk{i: make([]int32, 0, size), j: make([]int32, 0, size)}
+		} else {
+			if len(l.slabI) < chunkLen {
+				l.slabI, l.slabJ = make([]int32, slabChunks*chunkLen), make([]int32, slabChunks*chunkLen)
+				adviseHuge(l.slabI)
+				adviseHuge(l.slabJ)
+			}
+			ch = &chunk{i: l.slabI[:0:chunkLen], j: l.slabJ[:0:chunkLen]}
+			l.slabI, l.slabJ = l.slabI[chunkLen:], l.slabJ[chunkLen:]
 		}
-		ch = &chunk{i: make([]int32, 0, size), j: make([]int32, 0, size)}
 		l.chunks = append(l.chunks, ch)
+		l.tail = ch
 	}
 	if ch.c == nil && c != 1 {
 		ch.c = make([]float64, len(ch.i), cap(ch.i))
@@ -151,9 +168,24 @@ func (ct *Counter) AddBatch(states, actions, nexts []int32, counts []float64) (i
 			return k, check(int(i), int(a), int(j), c)
 		}
 		if a != last {
-			l, last = ct.log(a), a
+			if int(a) < len(ct.acts) && ct.acts[a] != nil {
+				l = ct.acts[a]
+			} else {
+				l = ct.log(a)
+			}
+			last = a
 		}
-		l.add(i, j, c)
+		// The common case inline: a count of 1 into a chunk with room
+		// and no counts.
+		if ch := l.tail; ch != nil && c == 1 && ch.c == nil && len(ch.i) < cap(ch.i) {
+			n := len(ch.i)
+			ch.i, ch.j = ch.i[:n+1], ch.j[:n+1]
+			ch.i[n], ch.j[n] = i, j
+			l.maxI = max(l.maxI, i)
+			l.n++
+		} else {
+			l.add(i, j, c)
+		}
 		maxS = max(maxS, i, j)
 		maxA = max(maxA, a)
 		ct.total++
@@ -223,10 +255,20 @@ func (l *actionLog) block(a int, sc *rowScratch) *factor.Block {
 		return &factor.Block{Action: a, Ptr: []int64{0}}
 	}
 	rows, start, js, cs := l.bucket()
+	return sc.sumRows(a, rows, start, js, cs)
+}
+
+// sumRows builds the CSR matrix of action a from its transitions bucketed
+// by state: rows are the distinct states ascending, start the start of
+// each one's run in js (next states) and cs (counts; nil when every count
+// is 1), in arrival order. It sums each row's duplicates in that order,
+// writing the columns over js (and the sums over cs).
+func (sc *rowScratch) sumRows(a int, rows []int32, start []int, js []int32, cs []float64) *factor.Block {
 	b := &factor.Block{Action: a, Rows: rows, Ptr: make([]int64, len(rows)+1)}
 	vals := cs
 	if vals == nil {
-		vals = make([]float64, l.n)
+		vals = make([]float64, len(js))
+		adviseHuge(vals)
 	}
 	out := 0
 	for r := range rows {
@@ -252,9 +294,11 @@ func shrink[T any](x []T, n int) []T {
 // every count is 1) in that order.
 func (l *actionLog) bucket() (rows []int32, start []int, js []int32, cs []float64) {
 	js = make([]int32, l.n)
+	adviseHuge(js)
 	for _, ch := range l.chunks {
 		if ch.c != nil {
 			cs = make([]float64, l.n)
+			adviseHuge(cs)
 			break
 		}
 	}

@@ -141,6 +141,7 @@ func TestCounterMatchesStableSort(t *testing.T) {
 					t.Fatalf("AddBatch = %d, %v", k, err)
 				}
 			}
+			checkTwoPass(t, es, u, want, !tc.farState && tc.n*tc.u <= tc.count/histPerTransition+histSlack)
 			for _, ct := range []*Counter{&one, &batch} {
 				if ct.Len() != len(es) {
 					t.Fatalf("Len = %d, want %d", ct.Len(), len(es))

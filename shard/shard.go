@@ -10,7 +10,14 @@
 // sort by state (stable, so each row's transitions stay in arrival
 // order), then each row's duplicates summed left to right in a dense
 // accumulator (or, for rows spread over many columns, after sorting
-// (column, arrival) keys); actions are counted on every core. A shard holds the
+// (column, arrival) keys); actions are counted on every core. TwoPass
+// counts an input that can be read twice without keeping it: a first read
+// validates and counts each (action, state), a second puts each
+// transition's next state and count straight into its row's place, in
+// arrival order, so memory is about the size of the CSR and the matrices
+// are bitwise a Counter's. Large count arrays ask the kernel for
+// transparent huge pages (adviseHuge: on a virtual machine a first touch
+// of each 4 KiB page is what filling them mostly costs). A shard holds the
 // nonzeros of one action for a contiguous range of rows, sorted by (row,
 // col); a row is never split across shards, so the statistics of D's rows
 // are complete in one shard. The layout depends only on the data and the

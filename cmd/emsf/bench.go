@@ -23,6 +23,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	var cluster clusterFlags
 	var clusterBench bool
 	var ingest inputFlags
+	var ingestProfile string
 	fs := newFlagSet(e, "bench", "bench [flags]")
 	fs.IntVar(&n, "states", 20000, "number of states n")
 	fs.IntVar(&perRow, "per-row", 100, "nonzeros per row of each count matrix (nnz = n·per-row·u)")
@@ -36,11 +37,12 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	cluster.register(fs)
 	fs.BoolVar(&clusterBench, "cluster", false, "also time cluster iterations over loopback NATS (embedded server, in-process workers, one per --workers entry) on the same shards and print their ratio to local")
 	fs.StringVar(&ingest.input, "ingest", "", "instead: read and count this transitions file as emsf fit does (any format) and report transitions/s, the CSR's size and the peak RSS")
+	fs.StringVar(&ingestProfile, "ingest-cpuprofile", "", "with --ingest: write a CPU profile of the ingest to this file (go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if ingest.input != "" {
-		return benchIngest(ctx, e, &ingest)
+		return benchIngest(ctx, e, &ingest, ingestProfile)
 	}
 	workers, err := intList("workers", workersList)
 	if err != nil {

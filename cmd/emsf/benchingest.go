@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"time"
 )
@@ -13,14 +14,28 @@ import (
 // benchIngest is `emsf bench --ingest FILE`: it reads and counts the file
 // exactly as emsf fit does (loadData, no holdout) and reports the rate,
 // the size of the CSR matrices it built and the process's peak resident
-// memory (Linux: VmHWM; the process does nothing else before).
-func benchIngest(ctx context.Context, e *env, in *inputFlags) error {
+// memory (Linux: VmHWM; the process does nothing else before). With
+// profile set it writes a CPU profile of the ingest there.
+func benchIngest(ctx context.Context, e *env, in *inputFlags, profile string) error {
+	if profile != "" {
+		pf, err := os.Create(profile)
+		if err != nil {
+			return fmt.Errorf("--ingest-cpuprofile: %w", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return fmt.Errorf("--ingest-cpuprofile: %w", err)
+		}
+	}
 	t0 := time.Now()
 	d, err := loadData(ctx, in, 0, 0)
+	el := time.Since(t0)
+	if profile != "" {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return err
 	}
-	el := time.Since(t0)
 	nnz, csr := 0, 0
 	for _, b := range d.train {
 		nnz += b.NNZ()

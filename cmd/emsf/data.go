@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -85,6 +86,13 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	// read batch, the counter's log and the CSR being built) rather than
 	// twice that.
 	defer debug.SetGCPercent(debug.SetGCPercent(ingestGCPercent))
+	if holdout == 0 && twoPassFormat(f) {
+		d, ok, err := loadTwoPass(ctx, f)
+		if err != nil || ok {
+			return d, err
+		}
+		// Too many states for a histogram: count in one pass.
+	}
 	var train, held shard.Counter
 	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
 	h := newFingerprint()
@@ -115,21 +123,8 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	n2, u2 := held.Dims()
 	d := &dataset{file: f.input, n: max(n1, n2), u: max(u1, u2), transitions: train.Len() + held.Len(),
 		fingerprint: h.sum()}
-	if d.transitions == 0 {
-		return nil, fmt.Errorf("%s: no transitions: the input has no data rows", f.input)
-	}
-	// An inferred size is a guess from the largest index seen: one stray
-	// huge index would make the model too big for memory, so past these
-	// limits the user must confirm the size with a flag.
-	if f.states > 0 {
-		d.n = f.states
-	} else if d.n > maxInferredStates {
-		return nil, usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", f.input, d.n-1, d.n, maxInferredStates)
-	}
-	if f.actions > 0 {
-		d.u = f.actions
-	} else if d.u > maxInferredActions {
-		return nil, usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", f.input, d.u-1, d.u, maxInferredActions)
+	if err := d.size(f); err != nil {
+		return nil, err
 	}
 	if train.Len() == 0 {
 		return nil, usagef("--holdout %v left no training transitions out of %d", holdout, d.transitions)
@@ -142,6 +137,96 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 		d.holdout = held.Matrices(d.u)
 	}
 	return d, nil
+}
+
+// size checks that d has transitions and sets its n and u from the flags,
+// or checks the sizes inferred from the data.
+func (d *dataset) size(f *inputFlags) error {
+	if d.transitions == 0 {
+		return fmt.Errorf("%s: no transitions: the input has no data rows", f.input)
+	}
+	// An inferred size is a guess from the largest index seen: one stray
+	// huge index would make the model too big for memory, so past these
+	// limits the user must confirm the size with a flag.
+	if f.states > 0 {
+		d.n = f.states
+	} else if d.n > maxInferredStates {
+		return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", f.input, d.n-1, d.n, maxInferredStates)
+	}
+	if f.actions > 0 {
+		d.u = f.actions
+	} else if d.u > maxInferredActions {
+		return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", f.input, d.u-1, d.u, maxInferredActions)
+	}
+	return nil
+}
+
+// firstPassGCPercent is the GOGC of loadTwoPass's first read.
+const firstPassGCPercent = 400
+
+// twoPassFormat reports whether loadData reads f twice (shard.TwoPass):
+// Arrow IPC and Parquet files, which decode fast, so that a second read
+// costs less than keeping every transition while the matrices are built.
+// CSV, whose parsing is most of its cost, is read once.
+func twoPassFormat(f *inputFlags) bool {
+	format, err := arrowio.NormalizeFormat(f.format)
+	if err == nil && format == "" {
+		format, _, err = arrowio.DetectFormat(f.input)
+	}
+	return err == nil && format != arrowio.FormatCSV
+}
+
+// loadTwoPass is loadData without a holdout, in two reads of the file
+// (shard.TwoPass): the first validates, hashes and counts each (action,
+// state); the second puts each transition in its place. ok is false, with
+// no error, when the states are too spread for the first pass's histogram
+// or when the second read differs from the first (shard.ErrInputChanged):
+// the caller counts in one pass instead. The dataset is the one loadData
+// builds in one pass, bitwise.
+func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err error) {
+	// The first read keeps almost nothing live, so loadData's GOGC would
+	// collect at every MiB or so of the readers' garbage: collect less
+	// often until Plan.
+	gcPercent := debug.SetGCPercent(firstPassGCPercent)
+	defer debug.SetGCPercent(gcPercent)
+	var tp shard.TwoPass
+	h := newFingerprint()
+	err = scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+		h.addBatch(b)
+		k, err := tp.Hist(b.State, b.Action, b.Next, b.Count)
+		if err != nil {
+			return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	n, u := tp.Dims()
+	d = &dataset{file: f.input, n: n, u: u, transitions: tp.Len(), fingerprint: h.sum()}
+	if err := d.size(f); err != nil {
+		return nil, false, err
+	}
+	if !tp.Fits() {
+		return nil, false, nil
+	}
+	debug.SetGCPercent(gcPercent)
+	tp.Plan()
+	err = scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+		return tp.Fill(b.State, b.Action, b.Next, b.Count)
+	})
+	if err == nil {
+		d.train, err = tp.Matrices(d.u)
+	}
+	if errors.Is(err, shard.ErrInputChanged) {
+		// Written to while read (a growing log): count what one read
+		// sees, as the one-pass path always has.
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err // the reader's, naming the file
+	}
+	return d, true, nil
 }
 
 // all returns the training and held-out counts together, as one matrix per

@@ -1,0 +1,32 @@
+package shard
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// hugePage is the size of a transparent huge page on linux/amd64 and arm64
+// (with 4 KiB base pages).
+const hugePage = 2 << 20
+
+// adviseHuge asks the kernel to back the whole huge pages inside x's
+// backing array with transparent huge pages when they are first touched
+// (madvise MADV_HUGEPAGE; a hint, ignored where THP is off). On a virtual
+// machine a first touch of a 4 KiB page can cost microseconds; one fault
+// per 2 MiB instead makes filling a fresh array of counts several times
+// faster (measured in docs/benchmarks.md, section Ingest). Arrays under
+// two huge pages are left alone.
+func adviseHuge[T any](x []T) {
+	var zero T
+	n := uintptr(cap(x)) * unsafe.Sizeof(zero)
+	if n < 2*hugePage {
+		return
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x[:cap(x)]))), n)
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	beg := (p+hugePage-1)&^(hugePage-1) - p
+	end := (p+n)&^(hugePage-1) - p
+	if beg < end {
+		_ = syscall.Madvise(b[beg:end], syscall.MADV_HUGEPAGE) // a hint: an error changes nothing
+	}
+}
