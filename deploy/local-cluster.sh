@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # local-cluster.sh: start a 3-node NATS JetStream cluster and N emsf workers
-# on loopback, run a cluster fit against it (R3 buckets), run the same fit
-# locally, and check that the two model files are identical.
+# on loopback, run a cluster fit against it (R3 buckets) with each exchange
+# (coordinator, owners), run the same fit locally, and check that the model
+# files are identical.
 #
 # Usage: deploy/local-cluster.sh [-w WORKERS] [-k]
 #   -w N   number of emsf worker processes (default 3)
@@ -130,5 +131,17 @@ else
 	echo "local-cluster: FAIL: the cluster model differs from the local one" >&2
 	"$work/emsf" inspect --model "$work/cluster.arrow" >&2 || true
 	"$work/emsf" inspect --model "$work/local.arrow" >&2 || true
+	exit 1
+fi
+
+log "cluster fit with --exchange owners: workers own column blocks, across 3 NATS servers"
+"$work/emsf" "${fit[@]}" --out "$work/owners.arrow" --nats "$urls" --replicas 3 --exchange owners \
+	--col-blocks 4 --checkpoint-every 5 --min-workers "$workers" --worker-timeout 10s --job local-cluster-owners \
+	>"$work/fit-owners.log" 2>&1
+if cmp -s "$work/owners.arrow" "$work/local.arrow"; then
+	log "OK: the owners exchange's model is identical to the local one"
+else
+	echo "local-cluster: FAIL: the owners exchange's model differs from the local one" >&2
+	tail -20 "$work/fit-owners.log" >&2 || true
 	exit 1
 fi
