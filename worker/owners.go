@@ -44,10 +44,6 @@ type ownJob struct {
 	// rows are the shards' rows of D by shard (the shard's rows in order,
 	// m values each).
 	rows map[int]*ownRows
-	// md is the model the kernel reads: the shard's rows of D and the K
-	// rows it gathered, in arrays of the full shape that the kernel
-	// touches only there (untouched pages are never allocated).
-	md *factor.Model
 	// served are the K̂ slice blobs served, with the iteration they are of.
 	served []servedSlice
 	// ctx is the epoch's: cancelled when a newer epoch, the job's end or
@@ -191,18 +187,9 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 	if j != nil {
 		j.cancel(errSuperseded)
 		if j.n == nj.n && j.m == nj.m && j.u == nj.u && j.tie == nj.tie {
-			nj.rows, nj.md = j.rows, j.md
+			nj.rows = j.rows
 		}
 		w.dropSlices(j, math.MaxInt)
-	}
-	if nj.md == nil {
-		nj.md = &factor.Model{N: r.N, M: r.M, U: r.U, Tie: tie}
-		for range factor.NumD(r.U, tie) {
-			nj.md.D = append(nj.md.D, make([]float64, r.N*r.M))
-		}
-		for range factor.NumK(r.U, tie) {
-			nj.md.KT = append(nj.md.KT, make([]float64, r.N*r.M))
-		}
 	}
 	w.own[r.Job] = nj
 	return nj, nil
@@ -279,11 +266,16 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		}
 		t.Stop()
 	}
-	b, md, m := s.Block, j.md, j.m
+	b, m := s.Block, j.m
 	if err := b.CheckShape(j.n, j.u); err != nil {
 		return fmt.Errorf("worker: shard %d: %w", r.Shard, err)
 	}
-	db, kb := md.DBlock(b.Action), md.KBlock(b.Action)
+	kb := b.Action
+	if j.tie == factor.TieSharedK {
+		kb = 0
+	}
+	cs := w.compactShard(s.Checksum, b)
+	md := w.compactModel(cs, m)
 	// Rows of D at version Iteration−1.
 	rows := j.rows[r.Shard]
 	if rows == nil || rows.version != r.Iteration-1 || rows.crc != r.DCRC || len(rows.rows) != len(b.Rows)*m {
@@ -303,23 +295,30 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		}
 		j.rows[r.Shard] = rows
 	}
-	d := md.D[db]
-	for q, i := range b.Rows {
+	d := md.D[0]
+	for q, i := range cs.blk.Rows {
 		copy(d[int(i)*m:int(i)*m+m], rows.rows[q*m:q*m+m])
 	}
 	// K rows of the columns the shard touches, from their owners.
 	t0 := time.Now()
-	cols := touchedColumns(b.Cols, &w.ownCols)
 	if kb >= len(j.layout) {
 		return fmt.Errorf("worker: shard %d: K block %d is not in the epoch's layout", r.Shard, kb)
 	}
-	if err := w.gatherK(ctx, j, r, j.layout[kb], cols, md.KT[kb]); err != nil {
+	if err := w.gatherK(ctx, j, r, j.layout[kb], cs.cols, md.KT[0]); err != nil {
 		return fmt.Errorf("worker: shard %d: %w", r.Shard, err)
 	}
 	t1 := time.Now()
 	p := &w.partial
-	if err := factor.Compute(md, b, &w.scratch, p, r.WithLogLik); err != nil {
+	if err := factor.Compute(md, cs.blk, &w.scratch, p, r.WithLogLik); err != nil {
 		return fmt.Errorf("worker: shard %d: %w", r.Shard, err)
+	}
+	// Back to the shard's indices (the renumbering kept their order).
+	p.Action = b.Action
+	for q := range p.Rows {
+		p.Rows[q] += cs.rowLo
+	}
+	for c, lc := range p.Cols {
+		p.Cols[c] = cs.cols[lc]
 	}
 	t2 := time.Now()
 	// Commit the shard's rows of D: they are complete in this shard.
@@ -377,21 +376,72 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 // served by the owner of that version).
 func OwnersDigest(epoch int) string { return "owners-e" + strconv.Itoa(epoch) }
 
-// touchedColumns returns the distinct columns of cols, ascending.
-func touchedColumns(cols []int32, buf *[]int32) []int32 {
-	out := append((*buf)[:0], cols...)
-	slices.Sort(out)
-	out = slices.Compact(out)
-	*buf = out
-	return out
+// ownShard is a shard in the compact form an owners task computes on:
+// its rows and the columns it touches renumbered 0, 1, … in order, so
+// that the worker holds only the rows of D and K^T its shard reads (not
+// arrays of the model's full shape). The kernel visits columns ascending
+// and rows ascending within a column, so the renumbered block adds every
+// term in the same order: the partial is bitwise the shard's.
+type ownShard struct {
+	blk   *factor.Block
+	rowLo int32
+	// cols is the shard's column of each local column, ascending.
+	cols []int32
+}
+
+// compactShard returns the compact form of shard b (cached by checksum
+// beside the shard). The caller holds w.mu.
+func (w *Worker) compactShard(checksum string, b *factor.Block) *ownShard {
+	if cs, ok := w.ownShards[checksum]; ok {
+		return cs
+	}
+	cols := slices.Clone(b.Cols)
+	slices.Sort(cols)
+	cols = slices.Compact(cols)
+	cs := &ownShard{cols: slices.Clip(cols)}
+	if len(b.Rows) > 0 {
+		cs.rowLo = b.Rows[0]
+	}
+	lb := &factor.Block{Action: 0, Rows: make([]int32, len(b.Rows)), Ptr: b.Ptr, Cols: make([]int32, len(b.Cols)), Vals: b.Vals}
+	for q, i := range b.Rows {
+		lb.Rows[q] = i - cs.rowLo
+	}
+	for k, c := range b.Cols {
+		lc, _ := slices.BinarySearch(cs.cols, c)
+		lb.Cols[k] = int32(lc)
+	}
+	cs.blk = lb
+	if w.cfg.MaxCachedShards > 0 && len(w.ownShards) >= w.cfg.MaxCachedShards {
+		clear(w.ownShards)
+	}
+	w.ownShards[checksum] = cs
+	return cs
+}
+
+// compactModel returns the worker's model for computing cs: one action,
+// N = max(rows spanned, columns touched), arrays reused across tasks
+// (entries outside what a task writes are never read). The caller holds
+// w.mu.
+func (w *Worker) compactModel(cs *ownShard, m int) *factor.Model {
+	n := len(cs.cols)
+	if k := len(cs.blk.Rows); k > 0 {
+		n = max(n, int(cs.blk.Rows[k-1])+1)
+	}
+	n = max(n, 1)
+	md := w.ownMd
+	if md == nil || md.M != m || md.N < n {
+		md = &factor.Model{N: n, M: m, U: 1, D: [][]float64{make([]float64, n*m)}, KT: [][]float64{make([]float64, n*m)}}
+		w.ownMd = md
+	}
+	return md
 }
 
 // gatherWindow is how many gather requests a task keeps in flight.
 const gatherWindow = 8
 
-// gatherK puts the K rows of cols (ascending) into kt: from this worker's
-// own blocks directly, from the others' owners by gather requests of at
-// most one blob chunk each.
+// gatherK puts the K rows of cols (ascending) into kt, row q for cols[q]:
+// from this worker's own blocks directly, from the others' owners by
+// gather requests of at most one blob chunk each.
 func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, layout []wire.ColBlock, cols []int32, kt []float64) error {
 	m := j.m
 	per := max(1, min(wire.BlobChunk, int(w.nc.MaxPayload())-8<<10)/(8*m))
@@ -415,13 +465,14 @@ func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, lay
 			continue
 		}
 		if cb.Owner == w.id {
-			if err := w.copyOwn(j, r, cb, cols[a:e], kt); err != nil {
+			if err := w.copyOwn(j, r, cb, cols[a:e], kt[a*m:e*m]); err != nil {
 				return err
 			}
 			continue
 		}
 		for lo := a; lo < e; lo += per {
 			part := cols[lo:min(lo+per, e)]
+			dst := kt[lo*m : (lo+len(part))*m]
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
@@ -433,7 +484,7 @@ func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, lay
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				if err := w.gatherPart(ctx, r, cb, part, kt, m); err != nil {
+				if err := w.gatherPart(ctx, r, cb, part, dst, m); err != nil {
 					fail(err)
 				}
 			}()
@@ -446,8 +497,9 @@ func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, lay
 	return ctx.Err()
 }
 
-// gatherPart requests the K rows of part (columns of block cb) from cb's owner.
-func (w *Worker) gatherPart(ctx context.Context, r *wire.OwnRequest, cb wire.ColBlock, part []int32, kt []float64, m int) error {
+// gatherPart requests the K rows of part (columns of block cb) from cb's
+// owner into dst (the rows in part's order).
+func (w *Worker) gatherPart(ctx context.Context, r *wire.OwnRequest, cb wire.ColBlock, part []int32, dst []float64, m int) error {
 	msg := nats.NewMsg(wire.GatherSubject(w.cfg.Prefix, cb.Owner))
 	msg.Header.Set(wire.HeaderOwnJob, r.Job)
 	msg.Header.Set(wire.HeaderOwnBlock, strconv.Itoa(cb.KBlock)+"/"+strconv.Itoa(cb.C))
@@ -464,10 +516,8 @@ func (w *Worker) gatherPart(ctx context.Context, r *wire.OwnRequest, cb wire.Col
 	if len(rep.Data) != len(part)*m*8 {
 		return fmt.Errorf("gather K block %d/%d from %s: %d bytes for %d rows", cb.KBlock, cb.C, cb.Owner, len(rep.Data), len(part))
 	}
-	for q, c := range part {
-		if err := wire.ReadFloats(kt[int(c)*m:int(c)*m+m], rep.Data[q*m*8:(q+1)*m*8]); err != nil {
-			return err
-		}
+	if err := wire.ReadFloats(dst, rep.Data); err != nil {
+		return err
 	}
 	w.count(func(s *Stats) { s.BytesFetched += int64(len(rep.Data)) })
 	return nil
@@ -489,8 +539,9 @@ func (w *Worker) ownBlockOf(job string, epoch, kb, c int) (*ownBlock, error) {
 	return b, nil
 }
 
-// copyOwn copies rows of a block this worker owns.
-func (w *Worker) copyOwn(j *ownJob, r *wire.OwnRequest, cb wire.ColBlock, cols []int32, kt []float64) error {
+// copyOwn copies the rows of cols from a block this worker owns into dst
+// (in cols' order).
+func (w *Worker) copyOwn(j *ownJob, r *wire.OwnRequest, cb wire.ColBlock, cols []int32, dst []float64) error {
 	b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -501,9 +552,9 @@ func (w *Worker) copyOwn(j *ownJob, r *wire.OwnRequest, cb wire.ColBlock, cols [
 		return fmt.Errorf("worker: block %d/%d is at version %d, the task reads %d", cb.KBlock, cb.C, b.version, r.Iteration-1)
 	}
 	m := j.m
-	for _, c := range cols {
+	for q, c := range cols {
 		at := (int(c) - b.lo) * m
-		copy(kt[int(c)*m:int(c)*m+m], b.kt[at:at+m])
+		copy(dst[q*m:q*m+m], b.kt[at:at+m])
 	}
 	return nil
 }

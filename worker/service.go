@@ -98,11 +98,12 @@ type Worker struct {
 	// The owners exchange (owners.go): the job states by job (guarded by
 	// omu), the K̂ slices served, the gather subscription, and the
 	// columns of the current task (guarded by mu).
-	omu     sync.Mutex
-	own     map[string]*ownJob
-	slices  *wire.BlobServer
-	gather  *nats.Subscription
-	ownCols []int32
+	omu       sync.Mutex
+	own       map[string]*ownJob
+	slices    *wire.BlobServer
+	gather    *nats.Subscription
+	ownShards map[string]*ownShard
+	ownMd     *factor.Model
 	// pbufs are raw partial buffers the coordinator has dropped (read
 	// whole), kept for reuse; guarded by pmu.
 	pmu   sync.Mutex
@@ -140,7 +141,7 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{nc: nc, js: js, cfg: cfg, stores: map[string]jetstream.ObjectStore{}, shards: map[string]*shard.Shard{},
-		kDig: map[string][]bool{}, drows: map[string]*dRows{}, own: map[string]*ownJob{}}
+		kDig: map[string][]bool{}, drows: map[string]*dRows{}, own: map[string]*ownJob{}, ownShards: map[string]*ownShard{}}
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:         wire.ServiceName,

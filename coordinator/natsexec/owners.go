@@ -75,9 +75,14 @@ import (
 // worker; a backup would need them copied), pipelining the K̂ fold with
 // the pass (owners pull the slices after it), pre-summing a worker's
 // shards (one task and slice per shard today), --tie shared-d (its D̂
-// rows would be folded across actions) and MU's commit rules. A worker's
-// K rows are gathered into arrays of the full shape whose untouched pages
-// are never allocated: with random columns that is most of a K block.
+// rows would be folded across actions) and MU's commit rules.
+//
+// Memory: a worker holds its shards (and a renumbered copy of each: rows
+// and touched columns 0, 1, …, which the kernel computes bitwise the
+// same), the rows of D of its shards, its owned column blocks with their
+// fold (a block's K̂ and at most log2 G pending subtrees), the K rows of
+// the columns the shard it computes touches, and the K̂ slices of the
+// current iteration; never an array of the model's full shape.
 
 // OwnersOptions configure FitOwners.
 type OwnersOptions struct {
