@@ -132,8 +132,12 @@ type OwnersReport struct {
 	Bytes   int64
 	Workers int
 	Epoch   int
-	// Rollbacks counts the fit's rollbacks so far.
-	Rollbacks int
+	// Rollbacks counts the fit's rollbacks so far, Rebalances its
+	// re-placements for stragglers; Shards is how many shards each worker
+	// computed in the iteration's pass.
+	Rollbacks  int
+	Rebalances int
+	Shards     map[string]int
 }
 
 // ownCheckpoint is a complete checkpoint: the CRC of every column block
@@ -189,6 +193,13 @@ type ownSeq struct {
 	red       factor.Reducer
 	rollbacks int
 	alpha     float64
+	// cost is each worker's measured seconds per nonzero (a task's time
+	// from request to answer); busy and nnz are the last pass's per
+	// worker; rebalances counts re-placements for stragglers.
+	cost       map[string]float64
+	busy       map[string]time.Duration
+	nnz        map[string]int
+	rebalances int
 	// st is the job state in KV; iter0 is md.Iteration at version 0.
 	st    *coordinator.JobState
 	iter0 int
@@ -265,8 +276,12 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 				if last.IsZero() {
 					last = now.Add(-st.IterTime)
 				}
+				shards := map[string]int{}
+				for _, id := range s.shardW {
+					shards[id]++
+				}
 				opt.Report(OwnersReport{Iteration: st.Iteration, Wall: now.Sub(last), Bytes: b - lastBytes,
-					Workers: len(s.workers), Epoch: s.epoch, Rollbacks: s.rollbacks})
+					Workers: len(s.workers), Epoch: s.epoch, Rollbacks: s.rollbacks, Rebalances: s.rebalances, Shards: shards})
 				last, lastBytes = now, b
 			}
 			if opt.Committed != nil {
@@ -455,6 +470,9 @@ func (s *ownSeq) commit(ctx context.Context, iter int, md *factor.Model, acc *fa
 			s.history[iter] = rec
 			acc.RecordPass(md, dataTerm)
 			s.announce(ctx)
+			if s.ck.version == iter {
+				s.rebalance()
+			}
 			return nil
 		}
 		// Roll back, replay and recompute this pass, then commit again.
@@ -550,41 +568,11 @@ func (s *ownSeq) place(ctx context.Context) error {
 	}
 	s.workers = ids
 	nk := len(s.kshards)
-	kload := make([]int, nk)
-	for kb, ks := range s.kshards {
-		for _, k := range ks {
-			kload[kb] += s.shards[k].NNZ
-		}
-	}
-	// groups[kb]: the workers of K block kb.
-	groups := make([][]string, nk)
-	if nk >= len(ids) {
-		load := make([]int, len(ids))
-		order := make([]int, nk)
-		for kb := range order {
-			order[kb] = kb
-		}
-		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(kload[b], kload[a]) })
-		for _, kb := range order {
-			best := slices.Index(load, slices.Min(load))
-			groups[kb] = []string{ids[best]}
-			load[best] += kload[kb]
-		}
-	} else {
-		for kb := range groups {
-			groups[kb] = ids[kb*len(ids)/nk : (kb+1)*len(ids)/nk]
-		}
-	}
-	s.shardW = make([]string, len(s.shards))
+	var groups [][]string
+	groups, s.shardW, _ = s.assign(ids, s.cost)
 	owned := map[string][]wire.ColBlock{}
-	for kb, ks := range s.kshards {
+	for kb := range s.kshards {
 		g := groups[kb]
-		load := make([]int, len(g))
-		for _, k := range ks {
-			best := slices.Index(load, slices.Min(load))
-			s.shardW[k] = g[best]
-			load[best] += s.shards[k].NNZ
-		}
 		for c := range s.cols[kb] {
 			cb := &s.cols[kb][c]
 			cb.Owner = g[c%len(g)]
@@ -611,6 +599,132 @@ func (s *ownSeq) place(ctx context.Context) error {
 		r.Shapes = shapes
 		return r
 	}, nil)
+}
+
+// Stragglers: a worker much slower than the others (a loaded machine, a
+// slow disk) would make every pass wait for its shards. Instead of
+// MapReduce's backup copies of its last tasks (a shard's rows of D live
+// with its worker: a backup would first copy them, and two owners of one
+// result would have to agree which one the folds read), the coordinator
+// re-places at a checkpoint: when a worker's measured seconds per nonzero
+// are at least twice the median's and the last pass's per-worker times
+// predict that a placement weighted by each worker's measured seconds per
+// nonzero ends the pass in under 3/4 of the time, it starts a new epoch
+// on that placement (from the checkpoint just written: nothing is
+// replayed). The straggler keeps the share it can finish in time.
+const (
+	rebalanceGain   = 0.75
+	stragglerFactor = 2
+)
+
+// rebalance re-places the job for stragglers when it pays (see above).
+func (s *ownSeq) rebalance() {
+	if len(s.workers) < 2 || len(s.busy) == 0 {
+		return
+	}
+	if s.cost == nil {
+		s.cost = map[string]float64{}
+	}
+	var was time.Duration
+	for id, b := range s.busy {
+		if s.nnz[id] > 0 {
+			s.cost[id] = b.Seconds() / float64(s.nnz[id])
+		}
+		was = max(was, b)
+	}
+	// Only a real straggler: its cost at least twice the median's.
+	var cs []float64
+	for _, id := range s.workers {
+		if c, ok := s.cost[id]; ok {
+			cs = append(cs, c)
+		}
+	}
+	slices.Sort(cs)
+	if len(cs) < 2 || cs[len(cs)-1] < stragglerFactor*cs[len(cs)/2] {
+		return
+	}
+	_, _, busy := s.assign(s.workers, s.cost)
+	will := 0.0
+	for _, b := range busy {
+		will = max(will, b)
+	}
+	if will >= rebalanceGain*was.Seconds() {
+		return
+	}
+	s.rebalances++
+	s.e.log.Info("owners: re-placing for a straggler", "job", s.opt.Job, "version", s.version,
+		"pass", was.Round(time.Millisecond), "predicted", time.Duration(will*float64(time.Second)).Round(time.Millisecond))
+	s.epoch++
+	s.setup = false
+}
+
+// assign places the shards on workers ids: each K block gets a group of
+// workers (a whole one per K block when there are at least as many K
+// blocks as workers), and each shard the worker of its group that would
+// finish it first, by nonzeros × cost[worker] (a worker's seconds per
+// nonzero as measured; workers not measured yet cost the median of the
+// others, or 1). It returns the groups, each shard's worker and each
+// worker's predicted busy time.
+func (s *ownSeq) assign(ids []string, cost map[string]float64) ([][]string, []string, map[string]float64) {
+	def := 1.0
+	if len(cost) > 0 {
+		var cs []float64
+		for _, c := range cost {
+			cs = append(cs, c)
+		}
+		slices.Sort(cs)
+		def = cs[len(cs)/2]
+	}
+	costOf := func(id string) float64 {
+		if c, ok := cost[id]; ok {
+			return c
+		}
+		return def
+	}
+	nk := len(s.kshards)
+	kload := make([]int, nk)
+	for kb, ks := range s.kshards {
+		for _, k := range ks {
+			kload[kb] += s.shards[k].NNZ
+		}
+	}
+	busy := map[string]float64{}
+	first := func(g []string, nnz int) string {
+		best, at := "", math.Inf(1)
+		for _, id := range g {
+			if t := busy[id] + float64(nnz)*costOf(id); t < at {
+				best, at = id, t
+			}
+		}
+		return best
+	}
+	groups := make([][]string, nk)
+	if nk >= len(ids) {
+		order := make([]int, nk)
+		for kb := range order {
+			order[kb] = kb
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(kload[b], kload[a]) })
+		for _, kb := range order {
+			id := first(ids, kload[kb])
+			groups[kb] = []string{id}
+			busy[id] += float64(kload[kb]) * costOf(id)
+		}
+		clear(busy)
+	} else {
+		for kb := range groups {
+			groups[kb] = ids[kb*len(ids)/nk : (kb+1)*len(ids)/nk]
+		}
+	}
+	shardW := make([]string, len(s.shards))
+	for kb, ks := range s.kshards {
+		for _, k := range ks {
+			id := first(groups[kb], s.shards[k].NNZ)
+			shardW[k] = id
+			busy[id] += float64(s.shards[k].NNZ) * costOf(id)
+		}
+	}
+	return groups, shardW, busy
 }
 
 // census waits until at least one worker answers.
@@ -737,6 +851,7 @@ func (s *ownSeq) pass(ctx context.Context, iter int, withLL bool, acc *factor.Ac
 func (s *ownSeq) tasks(ctx context.Context, iter int, withLL bool) error {
 	save := iter%s.opt.CheckpointEvery == 0
 	s.results = make([]*wire.OwnReply, len(s.shards))
+	s.busy, s.nnz = map[string]time.Duration{}, map[string]int{}
 	byWorker := map[string][]int{}
 	for _, k := range s.plan.Order {
 		byWorker[s.shardW[k]] = append(byWorker[s.shardW[k]], k)
@@ -751,11 +866,14 @@ func (s *ownSeq) tasks(ctx context.Context, iter int, withLL bool) error {
 		if !s.e.goRoutine(func() {
 			defer wg.Done()
 			for _, k := range ks {
+				t0 := time.Now()
 				rep, err := s.ask(ctx, id, s.task(iter, k, withLL, save))
 				if err == nil {
 					err = s.check(iter, k, withLL, rep)
 				}
 				mu.Lock()
+				s.busy[id] += time.Since(t0)
+				s.nnz[id] += s.shards[k].NNZ
 				if err != nil && first == nil {
 					first = err
 					cancel()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
@@ -22,6 +23,11 @@ import (
 // ownersData is count data with n states, u actions and a few shards per
 // action.
 func ownersData(t *testing.T, n, u int, seed uint64) []*shard.Shard {
+	return ownersDataSplit(t, n, u, seed, 4)
+}
+
+// ownersDataSplit is ownersData with about per shards per action.
+func ownersDataSplit(t *testing.T, n, u int, seed uint64, per int) []*shard.Shard {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	var ct shard.Counter
@@ -32,7 +38,7 @@ func ownersData(t *testing.T, n, u int, seed uint64) []*shard.Shard {
 			t.Fatal(err)
 		}
 	}
-	shards, _ := shard.Split(ct.Matrices(u), n, 6*n/4)
+	shards, _ := shard.Split(ct.Matrices(u), n, 6*n/per)
 	if len(shards) < 2*u {
 		t.Fatalf("test data has %d shards, want several per action", len(shards))
 	}
@@ -272,4 +278,49 @@ func TestFitOwnersAllWorkersGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameModel(t, "after every worker left and one joined", md, want)
+}
+
+// TestFitOwnersStraggler: one of three workers takes 150 ms more per
+// task than the others; at the first checkpoint the coordinator re-places
+// the job weighted by the measured speeds, the straggler computes fewer
+// shards afterwards, and the model is bitwise the local fit's.
+func TestFitOwnersStraggler(t *testing.T) {
+	const iters = 6
+	shards := ownersDataSplit(t, 240, 1, 11, 12)
+	if len(shards) < 6 {
+		t.Fatalf("%d shards, want at least 6", len(shards))
+	}
+	init := factor.NewRandom(240, 4, 1, factor.TieNone, 3)
+	want, _ := fitLocal(t, shards, init, iters)
+	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: 2, InProcess: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	nc, err := nats.Connect(lc.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	slow, err := worker.Start(context.Background(), nc, worker.Config{Delay: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Stop()
+	var reports []natsexec.OwnersReport
+	md := init.Clone()
+	if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+		Job: "owners-straggler", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
+		ColBlocks: 3, CheckpointEvery: 2, MinWorkers: 3,
+		Report: func(r natsexec.OwnersReport) { reports = append(reports, r) }}); err != nil {
+		t.Fatal(err)
+	}
+	sameModel(t, "with a straggler", md, want)
+	first, last := reports[0], reports[len(reports)-1]
+	if last.Rebalances < 1 || last.Rollbacks != 0 {
+		t.Fatalf("last report %+v: want a re-placement and no rollback", last)
+	}
+	if last.Shards[slow.ID()] >= first.Shards[slow.ID()] {
+		t.Fatalf("the straggler computed %d shards per pass before the re-placement and %d after", first.Shards[slow.ID()], last.Shards[slow.ID()])
+	}
 }
