@@ -71,8 +71,7 @@ import (
 // that dies is replaced by `fit --resume`, which goes on from the job
 // state's checkpoint under a new epoch.
 //
-// Not yet: straggler backup tasks (a shard's rows of D live with one
-// worker; a backup would need them copied), pipelining the K̂ fold with
+// Not yet: pipelining the K̂ fold with
 // the pass (owners pull the slices after it), pre-summing a worker's
 // shards (one task and slice per shard today), --tie shared-d (its D̂
 // rows would be folded across actions) and MU's commit rules.
