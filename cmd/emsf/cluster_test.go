@@ -22,7 +22,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator"
@@ -30,7 +29,6 @@ import (
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
-	"github.com/emsf/emsf/worker"
 	"github.com/emsf/emsf/worker/wire"
 )
 
@@ -221,34 +219,7 @@ func TestClusterKillWorker(t *testing.T) {
 		}
 		return nil
 	})
-	id := ""
-	coordtest.CheckFor(t, coordtest.Patience, func() error {
-		if f := strings.Fields(workerOut[0].String()); len(f) > 1 && f[0] == "worker" {
-			id = f[1]
-			return nil
-		}
-		return fmt.Errorf("worker 0 did not print its id")
-	})
-	statsSubj, err := micro.ControlSubject(micro.StatsVerb, wire.ServiceName, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	coordtest.CheckFor(t, coordtest.Patience, func() error {
-		coordinatorAlive()
-		m, err := nc.Request(statsSubj, nil, 10*time.Second)
-		if err != nil {
-			return fmt.Errorf("worker 0 stats: %w", err)
-		}
-		var ms micro.Stats
-		if err := json.Unmarshal(m.Data, &ms); err != nil || len(ms.Endpoints) == 0 {
-			return fmt.Errorf("worker 0 stats %s (%v)", m.Data, err)
-		}
-		var ws worker.Stats
-		if err := json.Unmarshal(ms.Endpoints[0].Data, &ws); err != nil || ws.Running == 0 {
-			return fmt.Errorf("worker 0 holds no task: %s (%v)\n%s", ms.Endpoints[0].Data, err, coordOut.String())
-		}
-		return nil
-	})
+	waitHoldsTask(t, nc, workerOut[0], coordinatorAlive)
 	if err := workers[0].Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -326,31 +324,9 @@ func testServeFaultNATSServerRestart(t *testing.T, bin string) {
 	if testing.Short() {
 		t.Skip("multi-process fault test")
 	}
-	natsBin := prebuiltOr(t, "EMSF_TEST_NATS_SERVER", "nats-server", "github.com/nats-io/nats-server/v2")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	_ = ln.Close()
-	store := t.TempDir()
-	startNATS := func() *exec.Cmd {
-		cmd := exec.Command(natsBin, "-a", "127.0.0.1", "-p", port, "-js", "-sd", store)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd
-	}
-	url := "nats://127.0.0.1:" + port
-	ns := startNATS()
-	var nc *nats.Conn
-	coordtest.CheckFor(t, coordtest.Patience, func() error {
-		var err error
-		nc, err = nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		return err
-	})
-	defer nc.Close()
+	ns := startNATSProcess(t)
+	url := ns.url
+	nc := ns.connect(t)
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.csv"), filepath.Join(dir, "b.csv")
 	sum := writeCountedCSV(t, a, 1000, 8) + writeCountedCSV(t, b, 1000, 9)
@@ -361,9 +337,7 @@ func testServeFaultNATSServerRestart(t *testing.T, bin string) {
 		t.Fatalf("publish: %v\n%s", err, out)
 	}
 	waitCounted(t, nc, "nr", 20, p)
-	_ = ns.Process.Kill()
-	_ = ns.Wait()
-	startNATS()
+	ns.restart(t)
 	// serve answers again once it has reconnected.
 	coordtest.CheckFor(t, coordtest.Patience, func() error { _, err := serveStatus(nc, "nr"); return err })
 	if out, err := exec.Command(bin, "publish", "--nats", url, "--name", "nr", "--input", b, "--max-rows", "50").CombinedOutput(); err != nil {
