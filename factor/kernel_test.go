@@ -1,7 +1,9 @@
 package factor
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -193,4 +195,84 @@ func TestMergeCheckedSplitsMerge(t *testing.T) {
 	if err := a2.MergeChecked(&short); err == nil {
 		t.Error("MergeChecked accepted a partial with a short Dh")
 	}
+}
+
+// TestFusedPassMatchesMerge: a one-goroutine pass, which adds each
+// block's K̂ rows straight into the reduction (compute with a
+// destination), gives bitwise the accumulator of computing every partial
+// and merging it through the Reducer, with the AVX2 and the pure-Go
+// kernel, in every tie mode, for orders that are and are not multiples
+// of 4, with one reduction group per tree (the accumulator's own arrays)
+// and with many (pooled buffers), and with columns of one and of several
+// nonzeros per block.
+func TestFusedPassMatchesMerge(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ n, m, perRow, rowsPerBlock int }{
+		{60, 5, 7, 4}, {300, 8, 20, 37}, {2000, 32, 9, 150}, {500, 12, 40, 500},
+	} {
+		mats := RandomCounts(tc.n, 2, tc.perRow, 5, uint64(tc.n))
+		var blocks []*Block
+		for _, mat := range mats {
+			blocks = append(blocks, splitRows(mat, tc.rowsPerBlock)...)
+		}
+		for _, tie := range []Tie{TieNone, TieSharedK, TieSharedD} {
+			md := NewRandom(tc.n, tc.m, 2, tie, 3)
+			for _, groupNNZ := range []int{0, 50} {
+				want := NewAccumulator(md)
+				var r Reducer
+				r.Reset(want, PlanBlocks(blocks, tie, groupNNZ))
+				for k := r.Next(); k >= 0; k = r.Next() {
+					var p Partial
+					if err := Compute(md, blocks[k], new(Scratch), &p, true); err != nil {
+						t.Fatal(err)
+					}
+					if err := r.Merge(&p); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !r.Done() {
+					t.Fatal("reducer not done after every block")
+				}
+				for _, pureGo := range []bool{false, true} {
+					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: pureGo}}}
+					acc := NewAccumulator(md)
+					// Twice: the second pass reuses the Passer's buffers.
+					for range 2 {
+						if err := ps.Pass(ctx, md, blocks, acc, 1, true); err != nil {
+							t.Fatal(err)
+						}
+					}
+					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d pureGo=%v", tc.n, tc.m, tie, groupNNZ, pureGo)
+					for b := range acc.KhT {
+						if !bitsEqual(acc.KhT[b], want.KhT[b]) || !bitsEqual(acc.Y[b], want.Y[b]) {
+							t.Fatalf("%s: K block %d differs from the merged partials'", name, b)
+						}
+					}
+					for b := range acc.Dh {
+						if !bitsEqual(acc.Dh[b], want.Dh[b]) || !bitsEqual(acc.X[b], want.X[b]) {
+							t.Fatalf("%s: D block %d differs from the merged partials'", name, b)
+						}
+					}
+					if !bitsEqual([]float64{acc.LogLik, acc.SumX}, []float64{want.LogLik, want.SumX}) || acc.NNZ != want.NNZ {
+						t.Fatalf("%s: scalars %v %v %d, want %v %v %d", name, acc.LogLik, acc.SumX, acc.NNZ, want.LogLik, want.SumX, want.NNZ)
+					}
+				}
+			}
+		}
+	}
+}
+
+// splitRows cuts mat into blocks of at most k rows.
+func splitRows(mat *Block, k int) []*Block {
+	var out []*Block
+	for r := 0; r < len(mat.Rows); r += k {
+		hi := min(r+k, len(mat.Rows))
+		lo := mat.Ptr[r]
+		b := &Block{Action: mat.Action, Rows: mat.Rows[r:hi], Cols: mat.Cols[lo:mat.Ptr[hi]], Vals: mat.Vals[lo:mat.Ptr[hi]]}
+		for q := r; q <= hi; q++ {
+			b.Ptr = append(b.Ptr, mat.Ptr[q]-lo)
+		}
+		out = append(out, b)
+	}
+	return out
 }
