@@ -93,18 +93,32 @@ const prefetchAhead = 8
 
 // compute is Compute and ComputeStreamed. With dst nil it fills p.Cols and
 // p.KhT; otherwise it adds the block's K̂ rows straight into dst (the
-// reduction's current group, see Reducer.fused) and leaves p.Cols and
+// reduction's current group, see Reducer.dest) and leaves p.Cols and
 // p.KhT empty. Each row of dst then receives the block's terms of that
 // row summed from zero first, then added: bitwise what merging p.KhT
 // into it would do, without writing p.KhT and reading it back (31 MB per
 // default shard at n = 10^6) or a second random pass over K̂.
 func compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail func(j int) (int, error), dst *kSum) error {
-	n, m := md.N, md.M
-	if err := b.CheckShape(n, md.U); err != nil {
+	ci, err := prepare(md, b, s, p, dst != nil)
+	if err != nil {
 		return err
 	}
+	if err := runColumns(md, ci, s, p, 0, len(ci.cols), avail, dst); err != nil {
+		return err
+	}
+	return finishBlock(b, ci, s, p, withLogLik)
+}
+
+// prepare starts block b's pass: it sizes and zeroes p, copies the
+// block's rows of D into s and returns the block's column index. With
+// fused true p.Cols and p.KhT stay empty (the K̂ rows go to a
+// destination, see compute).
+func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex, error) {
+	n, m := md.N, md.M
+	if err := b.CheckShape(n, md.U); err != nil {
+		return nil, err
+	}
 	d := md.D[md.DBlock(b.Action)]
-	kt := md.KT[md.KBlock(b.Action)]
 	nr := len(b.Rows)
 	ci := b.columns(&s.count)
 
@@ -113,11 +127,11 @@ func compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail
 	p.Dh = resize(p.Dh, nr*m)
 	p.X = resize(p.X, nr)
 	p.Y = resize(p.Y, m)
-	if dst == nil {
+	if fused {
+		p.Cols, p.KhT = p.Cols[:0], p.KhT[:0]
+	} else {
 		p.Cols = copyIdx(p.Cols, ci.cols)
 		p.KhT = resize(p.KhT, len(ci.cols)*m)
-	} else {
-		p.Cols, p.KhT = p.Cols[:0], p.KhT[:0]
 	}
 	p.NNZ = b.NNZ()
 
@@ -128,18 +142,29 @@ func compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail
 	if cap(s.gs) < len(ci.vals) {
 		s.gs = make([]float64, len(ci.vals), len(ci.vals)+len(ci.vals)/4)
 	}
-	gs := s.gs[:len(ci.vals)]
+	s.gs = s.gs[:len(ci.vals)]
 	s.t = resize(s.t, m)
-	t := s.t
 	s.col = resize(s.col, m)
+	return ci, nil
+}
 
+// runColumns runs the pass over the columns at positions [c0, c1) of the
+// block's column index (prepared by prepare with s and p), adding into
+// p.KhT or, with dst non-nil, into dst (see compute). The block's
+// columns must be run in ascending ranges, each after the one before it
+// finished: a row of D̂ receives its terms in column order.
+func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, avail func(j int) (int, error), dst *kSum) error {
+	n, m := md.N, md.M
+	kt := md.KT[md.KBlock(p.Action)]
+	gs, t := s.gs, s.t
 	fast := m%4 == 0 && !s.pureGo && useAVX2()
 	have := n
 	if avail != nil {
 		have = 0
 	}
-	cols := ci.cols
-	for c, j := range cols {
+	cols := ci.cols[:c1]
+	for c := c0; c < c1; c++ {
+		j := cols[c]
 		if int(j) >= have {
 			var err error
 			if have, err = avail(int(j)); err != nil {
@@ -149,7 +174,7 @@ func compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail
 				return fmt.Errorf("factor: row %d of K not in place (%d rows are)", j, have)
 			}
 		}
-		if a := c + prefetchAhead; a < len(cols) {
+		if a := c + prefetchAhead; a < c1 {
 			ja := int(cols[a]) * m
 			if dst == nil {
 				prefetchR(&kt[ja], m*8)
@@ -188,7 +213,14 @@ func compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail
 			addTo(dst.kh[int(j)*m:int(j)*m+m], s.col)
 		}
 	}
+	return nil
+}
 
+// finishBlock ends block b's pass once every column ran: it checks g,
+// sums the loglik when asked, and fills p.X, p.SumX, p.Y and p.LogLik.
+func finishBlock(b *Block, ci *colIndex, s *Scratch, p *Partial, withLogLik bool) error {
+	m := len(p.Y)
+	gs := s.gs
 	// Checks and logarithms in the pass's (column-major) order; row sums
 	// in storage (row-major) order.
 	bad := false

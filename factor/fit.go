@@ -31,6 +31,7 @@ type Passer struct {
 
 	scratch []Scratch
 	pool    []*Partial
+	slots   []*stageSlot
 	red     Reducer
 }
 
@@ -73,6 +74,10 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 			ps.red.finish(p, dst)
 		}
 		return nil
+	}
+
+	if pipelinable(plan) {
+		return ps.pipeline(ctx, md, blocks, plan, workers, withLogLik)
 	}
 
 	type result struct {

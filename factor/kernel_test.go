@@ -197,23 +197,24 @@ func TestMergeCheckedSplitsMerge(t *testing.T) {
 	}
 }
 
-// TestFusedPassMatchesMerge: a one-goroutine pass, which adds each
-// block's K̂ rows straight into the reduction (compute with a
-// destination), gives bitwise the accumulator of computing every partial
-// and merging it through the Reducer, with the AVX2 and the pure-Go
-// kernel, in every tie mode, for orders that are and are not multiples
-// of 4, with one reduction group per tree (the accumulator's own arrays)
-// and with many (pooled buffers), and with columns of one and of several
-// nonzeros per block.
+// TestFusedPassMatchesMerge: a pass that adds each block's K̂ rows
+// straight into the reduction (compute with a destination: one goroutine,
+// or the pipeline over column ranges on 2 and 3) gives bitwise the
+// accumulator of computing every partial and merging it through the
+// Reducer, with the AVX2 and the pure-Go kernel, in every tie mode, for
+// orders that are and are not multiples of 4, with one reduction group
+// per tree (the accumulator's own arrays; the pipeline) and with many
+// (pooled buffers; partials merged on 2 and 3), and with columns of one
+// and of several nonzeros per block.
 func TestFusedPassMatchesMerge(t *testing.T) {
 	ctx := context.Background()
-	for _, tc := range []struct{ n, m, perRow, rowsPerBlock int }{
-		{60, 5, 7, 4}, {300, 8, 20, 37}, {2000, 32, 9, 150}, {500, 12, 40, 500},
+	for _, tc := range []struct{ n, m, perRow, blockNNZ int }{
+		{60, 5, 7, 28}, {300, 8, 20, 740}, {2000, 32, 9, 1350}, {500, 12, 40, 20000},
 	} {
 		mats := RandomCounts(tc.n, 2, tc.perRow, 5, uint64(tc.n))
 		var blocks []*Block
 		for _, mat := range mats {
-			blocks = append(blocks, splitRows(mat, tc.rowsPerBlock)...)
+			blocks = append(blocks, splitBlock(mat, tc.blockNNZ)...)
 		}
 		for _, tie := range []Tie{TieNone, TieSharedK, TieSharedD} {
 			md := NewRandom(tc.n, tc.m, 2, tie, 3)
@@ -233,16 +234,19 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 				if !r.Done() {
 					t.Fatal("reducer not done after every block")
 				}
-				for _, pureGo := range []bool{false, true} {
-					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: pureGo}}}
+				for _, run := range []struct {
+					workers int
+					pureGo  bool
+				}{{1, false}, {1, true}, {2, false}, {3, false}} {
+					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}}
 					acc := NewAccumulator(md)
 					// Twice: the second pass reuses the Passer's buffers.
 					for range 2 {
-						if err := ps.Pass(ctx, md, blocks, acc, 1, true); err != nil {
+						if err := ps.Pass(ctx, md, blocks, acc, run.workers, true); err != nil {
 							t.Fatal(err)
 						}
 					}
-					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d pureGo=%v", tc.n, tc.m, tie, groupNNZ, pureGo)
+					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d workers=%d pureGo=%v", tc.n, tc.m, tie, groupNNZ, run.workers, run.pureGo)
 					for b := range acc.KhT {
 						if !bitsEqual(acc.KhT[b], want.KhT[b]) || !bitsEqual(acc.Y[b], want.Y[b]) {
 							t.Fatalf("%s: K block %d differs from the merged partials'", name, b)
@@ -260,19 +264,4 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 			}
 		}
 	}
-}
-
-// splitRows cuts mat into blocks of at most k rows.
-func splitRows(mat *Block, k int) []*Block {
-	var out []*Block
-	for r := 0; r < len(mat.Rows); r += k {
-		hi := min(r+k, len(mat.Rows))
-		lo := mat.Ptr[r]
-		b := &Block{Action: mat.Action, Rows: mat.Rows[r:hi], Cols: mat.Cols[lo:mat.Ptr[hi]], Vals: mat.Vals[lo:mat.Ptr[hi]]}
-		for q := r; q <= hi; q++ {
-			b.Ptr = append(b.Ptr, mat.Ptr[q]-lo)
-		}
-		out = append(out, b)
-	}
-	return out
 }

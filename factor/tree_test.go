@@ -131,7 +131,16 @@ func treeCase(t *testing.T, seed uint64, tie Tie) ([]*Block, *Model) {
 	const n = 60
 	var blocks []*Block
 	for _, mat := range RandomCounts(n, 2, 7, 5, seed) {
-		blocks = append(blocks, splitRows(mat, 4)...) // blocks of 4 rows
+		// Blocks of 4 rows.
+		for r := 0; r < len(mat.Rows); r += 4 {
+			hi := min(r+4, len(mat.Rows))
+			lo := mat.Ptr[r]
+			b := &Block{Action: mat.Action, Rows: mat.Rows[r:hi], Cols: mat.Cols[lo:mat.Ptr[hi]], Vals: mat.Vals[lo:mat.Ptr[hi]]}
+			for q := r; q <= hi; q++ {
+				b.Ptr = append(b.Ptr, mat.Ptr[q]-lo)
+			}
+			blocks = append(blocks, b)
+		}
 	}
 	return blocks, NewRandom(n, 5, 2, tie, seed)
 }
