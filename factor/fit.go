@@ -33,6 +33,9 @@ type Passer struct {
 	pool    []*Partial
 	slots   []*stageSlot
 	red     Reducer
+	// forcePipeline: use the pipelined pass whenever the plan allows, whatever
+	// the model's size (tests).
+	forcePipeline bool
 }
 
 // Pass is the function Pass with p's memory.
@@ -76,7 +79,7 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 		return nil
 	}
 
-	if pipelinable(plan) {
+	if pipelinable(plan) && (ps.forcePipeline || md.N*md.M*8 >= pipelineMinBytes) {
 		return ps.pipeline(ctx, md, blocks, plan, workers, withLogLik)
 	}
 

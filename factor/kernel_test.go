@@ -238,7 +238,7 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 					workers int
 					pureGo  bool
 				}{{1, false}, {1, true}, {2, false}, {3, false}} {
-					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}}
+					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}, forcePipeline: true}
 					acc := NewAccumulator(md)
 					// Twice: the second pass reuses the Passer's buffers.
 					for range 2 {
@@ -262,6 +262,37 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestPipelineErrors: a pipelined pass returns a block's TransitionError
+// and a cancelled context's error, and a later pass with the same Passer
+// runs normally (no stage left behind holding a slot).
+func TestPipelineErrors(t *testing.T) {
+	mat := RandomCounts(300, 1, 9, 5, 11)[0]
+	blocks := splitBlock(mat, 200)
+	md := NewRandom(300, 8, 1, TieNone, 4)
+	bad := md.Clone()
+	row := int(blocks[len(blocks)/2].Rows[0])
+	clear(bad.D[0][row*8 : row*8+8]) // every transition from row has g = 0
+	for _, workers := range []int{2, 3} {
+		ps := Passer{forcePipeline: true}
+		acc := NewAccumulator(md)
+		var te *TransitionError
+		if err := ps.Pass(context.Background(), bad, blocks, acc, workers, false); !errors.As(err, &te) || te.From != row {
+			t.Fatalf("%d workers: pass over a zero row of D: %v, want a TransitionError from %d", workers, err, row)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := ps.Pass(ctx, md, blocks, acc, workers, false); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%d workers: cancelled pass: %v", workers, err)
+		}
+		if err := ps.Pass(context.Background(), md, blocks, acc, workers, true); err != nil {
+			t.Fatalf("%d workers: pass after errors: %v", workers, err)
+		}
+		if err := CheckSumX(acc.SumX, TotalCount(blocks)); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

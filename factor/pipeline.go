@@ -7,6 +7,14 @@ import (
 	"sync"
 )
 
+// pipelineMinBytes is the size of one K block (n·m·8 bytes) from which a
+// pass on several goroutines runs as a pipeline. Below it K and K̂ stay in
+// cache, merging partials costs little, and computing whole blocks in
+// parallel balances better: at n = 20 000, m = 32 (5 MB) the pipeline was
+// 10–15 % slower on 2 goroutines; at n = 10^6 (256 MB) it used 31 % less
+// CPU than merging partials (docs/benchmarks.md, "DRAM-regime kernel").
+const pipelineMinBytes = 32 << 20
+
 // pipelinable reports whether a pass of plan can run as a pipeline
 // (Passer.pipeline): every tree has one reduction group, so every block's
 // K̂ rows go straight into the accumulator's own arrays (the default
@@ -129,6 +137,9 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 	last := workers - 1
 	done := 0
 	for done < len(order) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		var sl *stageSlot
 		var ok bool
 		select {
