@@ -87,8 +87,8 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 // prefetchAhead is how many columns ahead of the pass the rows of K (and,
 // in a fused pass, of the accumulator's K̂) are prefetched. At n = 10^6 a
 // default shard has ≈ 1.07 nonzeros per touched column, so this is also
-// about how many nonzeros ahead; 8 and 16 measured alike (docs/benchmarks.md,
-// "DRAM-regime kernel").
+// about how many nonzeros ahead. 4, 16 and 32 were tried and were within
+// the noise of a loaded machine (docs/benchmarks.md, "DRAM-regime kernel").
 const prefetchAhead = 8
 
 // compute is Compute and ComputeStreamed. With dst nil it fills p.Cols and
