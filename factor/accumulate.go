@@ -48,6 +48,8 @@ type Scratch struct {
 	dl []float64 // the block's rows of D, n_r×m
 	gs []float64 // g of every nonzero, in column order
 	t  []float64 // d ⊙ k of the current nonzero
+	// col is a column's K̂ row summed from zero, in a fused pass.
+	col []float64
 	// count is the working memory of building a block's column index.
 	count []int32
 	// pureGo forces the pure-Go kernel (tests compare it with AVX2).
@@ -79,12 +81,44 @@ func Compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool) error
 // visited in the same order whatever avail does, so the partial is
 // bitwise that of Compute. A nil avail means every row is in place.
 func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail func(j int) (int, error)) error {
-	n, m := md.N, md.M
-	if err := b.CheckShape(n, md.U); err != nil {
+	return compute(md, b, s, p, withLogLik, avail, nil)
+}
+
+// prefetchAhead is how many columns ahead of the pass the rows of K (and,
+// in a fused pass, of the accumulator's K̂) are prefetched. At n = 10^6 a
+// default shard has ≈ 1.07 nonzeros per touched column, so this is also
+// about how many nonzeros ahead. 4, 16 and 32 were tried and were within
+// the noise of a loaded machine (docs/benchmarks.md, "DRAM-regime kernel").
+const prefetchAhead = 8
+
+// compute is Compute and ComputeStreamed. With dst nil it fills p.Cols and
+// p.KhT; otherwise it adds the block's K̂ rows straight into dst (the
+// reduction's current group, see Reducer.dest) and leaves p.Cols and
+// p.KhT empty. Each row of dst then receives the block's terms of that
+// row summed from zero first, then added: bitwise what merging p.KhT
+// into it would do, without writing p.KhT and reading it back (31 MB per
+// default shard at n = 10^6) or a second random pass over K̂.
+func compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail func(j int) (int, error), dst *kSum) error {
+	ci, err := prepare(md, b, s, p, dst != nil)
+	if err != nil {
 		return err
 	}
+	if err := runColumns(md, ci, s, p, 0, len(ci.cols), avail, dst); err != nil {
+		return err
+	}
+	return finishBlock(b, ci, s, p, withLogLik)
+}
+
+// prepare starts block b's pass: it sizes and zeroes p, copies the
+// block's rows of D into s and returns the block's column index. With
+// fused true p.Cols and p.KhT stay empty (the K̂ rows go to a
+// destination, see compute).
+func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex, error) {
+	n, m := md.N, md.M
+	if err := b.CheckShape(n, md.U); err != nil {
+		return nil, err
+	}
 	d := md.D[md.DBlock(b.Action)]
-	kt := md.KT[md.KBlock(b.Action)]
 	nr := len(b.Rows)
 	ci := b.columns(&s.count)
 
@@ -93,8 +127,12 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 	p.Dh = resize(p.Dh, nr*m)
 	p.X = resize(p.X, nr)
 	p.Y = resize(p.Y, m)
-	p.Cols = copyIdx(p.Cols, ci.cols)
-	p.KhT = resize(p.KhT, len(ci.cols)*m)
+	if fused {
+		p.Cols, p.KhT = p.Cols[:0], p.KhT[:0]
+	} else {
+		p.Cols = copyIdx(p.Cols, ci.cols)
+		p.KhT = resize(p.KhT, len(ci.cols)*m)
+	}
 	p.NNZ = b.NNZ()
 
 	s.dl = resize(s.dl, nr*m)
@@ -104,16 +142,29 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 	if cap(s.gs) < len(ci.vals) {
 		s.gs = make([]float64, len(ci.vals), len(ci.vals)+len(ci.vals)/4)
 	}
-	gs := s.gs[:len(ci.vals)]
+	s.gs = s.gs[:len(ci.vals)]
 	s.t = resize(s.t, m)
-	t := s.t
+	s.col = resize(s.col, m)
+	return ci, nil
+}
 
+// runColumns runs the pass over the columns at positions [c0, c1) of the
+// block's column index (prepared by prepare with s and p), adding into
+// p.KhT or, with dst non-nil, into dst (see compute). The block's
+// columns must be run in ascending ranges, each after the one before it
+// finished: a row of D̂ receives its terms in column order.
+func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, avail func(j int) (int, error), dst *kSum) error {
+	n, m := md.N, md.M
+	kt := md.KT[md.KBlock(p.Action)]
+	gs, t := s.gs, s.t
 	fast := m%4 == 0 && !s.pureGo && useAVX2()
 	have := n
 	if avail != nil {
 		have = 0
 	}
-	for c, j := range ci.cols {
+	cols := ci.cols[:c1]
+	for c := c0; c < c1; c++ {
+		j := cols[c]
 		if int(j) >= have {
 			var err error
 			if have, err = avail(int(j)); err != nil {
@@ -123,23 +174,53 @@ func ComputeStreamed(md *Model, b *Block, s *Scratch, p *Partial, withLogLik boo
 				return fmt.Errorf("factor: row %d of K not in place (%d rows are)", j, have)
 			}
 		}
+		if a := c + prefetchAhead; a < c1 {
+			ja := int(cols[a]) * m
+			if dst == nil {
+				prefetchR(&kt[ja], m*8)
+			} else {
+				prefetchRW(&kt[ja], &dst.kh[ja], m*8)
+			}
+		}
 		lo, hi := ci.ptr[c], ci.ptr[c+1]
 		krow := kt[int(j)*m : int(j)*m+m]
-		kh := p.KhT[c*m : c*m+m]
+		var kh []float64
+		switch {
+		case dst == nil:
+			kh = p.KhT[c*m : c*m+m]
+		case hi-lo == 1:
+			// One term: 0 + w is w exactly, so it goes straight in.
+			dst.touch(j)
+			kh = dst.kh[int(j)*m : int(j)*m+m]
+		default:
+			clear(s.col)
+			kh = s.col
+		}
 		if fast {
 			// The roles of D and K swap: the fixed vector is row j of K,
 			// the gathered rows are the block's rows of D.
 			runAVX2(&krow[0], &kh[0], &s.dl[0], &p.Dh[0], &t[0], &ci.rows[lo], &ci.vals[lo], &gs[lo], int(hi-lo), m*8)
-			continue
+		} else {
+			for q := lo; q < hi; q++ {
+				r := int(ci.rows[q])
+				g := prodSum(t, s.dl[r*m:r*m+m], krow)
+				gs[q] = g
+				scatter(ci.vals[q]/g, t, p.Dh[r*m:r*m+m], kh)
+			}
 		}
-		for q := lo; q < hi; q++ {
-			r := int(ci.rows[q])
-			g := prodSum(t, s.dl[r*m:r*m+m], krow)
-			gs[q] = g
-			scatter(ci.vals[q]/g, t, p.Dh[r*m:r*m+m], kh)
+		if dst != nil && hi-lo > 1 {
+			dst.touch(j)
+			addTo(dst.kh[int(j)*m:int(j)*m+m], s.col)
 		}
 	}
+	return nil
+}
 
+// finishBlock ends block b's pass once every column ran: it checks g,
+// sums the loglik when asked, and fills p.X, p.SumX, p.Y and p.LogLik.
+func finishBlock(b *Block, ci *colIndex, s *Scratch, p *Partial, withLogLik bool) error {
+	m := len(p.Y)
+	gs := s.gs
 	// Checks and logarithms in the pass's (column-major) order; row sums
 	// in storage (row-major) order.
 	bad := false
@@ -219,6 +300,14 @@ func scatter(s float64, t, dh, kh []float64) {
 	}
 }
 
+// addTo adds src to dst elementwise.
+func addTo(dst, src []float64) {
+	dst = dst[:len(src)]
+	for l, v := range src {
+		dst[l] += v
+	}
+}
+
 // copyIdx returns a copy of src in dst's memory when it has room, else in
 // a new slice with 1/4 headroom (see resize).
 func copyIdx(dst, src []int32) []int32 {
@@ -274,11 +363,11 @@ func NewAccumulator(md *Model) *Accumulator {
 	a := &Accumulator{N: md.N, M: md.M, U: md.U, Tie: md.Tie}
 	n, m := md.N, md.M
 	for range NumD(md.U, md.Tie) {
-		a.Dh = append(a.Dh, make([]float64, n*m))
+		a.Dh = append(a.Dh, bigFloats(n*m))
 		a.X = append(a.X, make([]float64, n))
 	}
 	for range NumK(md.U, md.Tie) {
-		a.KhT = append(a.KhT, make([]float64, n*m))
+		a.KhT = append(a.KhT, bigFloats(n*m))
 		a.Y = append(a.Y, make([]float64, m))
 	}
 	return a

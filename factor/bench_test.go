@@ -35,6 +35,10 @@ var benchSizes = []benchSize{
 	{"medium", 20000, 100}, // 2 000 000 nonzeros: the target size, K and K̂ in L3
 }
 
+// benchLarge is the DRAM-regime family (issue 13): K and K̂ are 256 MB
+// each at m = 32, far beyond L3; BenchmarkIterationLarge times it.
+var benchLarge = benchSize{"large", 1000000, 20} // 20 000 000 nonzeros
+
 // benchSeed fixes the data of every family.
 const benchSeed = 20150725
 
@@ -90,6 +94,16 @@ func BenchmarkIteration(b *testing.B) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkIterationLarge is BenchmarkIteration on the large family
+// (n = 10^6, 20M nonzeros), m = 32, without loglik: the size of
+// `emsf bench --states 1000000 --per-row 20`. Generating the data takes
+// ≈ 10 s and the arrays ≈ 1.5 GB; run it with -benchtime 3x.
+func BenchmarkIterationLarge(b *testing.B) {
+	for _, workers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("m=32/workers=%d", workers), func(b *testing.B) { benchIteration(b, benchLarge, 32, workers, false) })
 	}
 }
 

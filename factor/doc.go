@@ -79,6 +79,19 @@
 // G = 1). DefaultGroupNNZ keeps G = 1 up to 33M nonzeros per K block: the
 // local fit's peak stays within 1.5× its arrays (docs/benchmarks.md).
 //
+// # The DRAM regime
+//
+// At n = 10^6 every row of K and K̂ a pass touches is a DRAM miss. Within
+// one process a pass therefore never writes a partial's K̂ rows to merge
+// them later: on one goroutine each block's K̂ rows go straight into the
+// reduction's current group, and on W ≥ 2 goroutines (one group per tree)
+// the pass is a pipeline whose stage w owns the K̂ rows of the column
+// range [w·n/W, (w+1)·n/W) (Passer.pipeline); the sums are bitwise those
+// of computing and merging partials, which is what remote workers still
+// do. The kernel prefetches the rows of K and K̂ eight columns ahead
+// (kernel_amd64.s), and D, K^T, D̂ and K̂^T are allocated on transparent
+// huge pages where Linux allows (bigFloats).
+//
 // # The loop
 //
 // Loop is the one EM loop (iterations, Σx check, commit, convergence) of

@@ -31,7 +31,11 @@ type Passer struct {
 
 	scratch []Scratch
 	pool    []*Partial
+	slots   []*stageSlot
 	red     Reducer
+	// forcePipeline: use the pipelined pass whenever the plan allows, whatever
+	// the model's size (tests).
+	forcePipeline bool
 }
 
 // Pass is the function Pass with p's memory.
@@ -57,14 +61,26 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 			if pos%16 == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if err := Compute(md, blocks[k], &ps.scratch[0], p, withLogLik); err != nil {
-				return err
-			}
-			if err := ps.red.mergeComputed(p); err != nil {
+			// One goroutine computes and folds in the canonical order,
+			// so the block's K̂ rows go straight into the reduction
+			// (compute with a destination): bitwise the same sums.
+			dst, err := ps.red.dest(blocks[k].Action)
+			if err != nil {
 				return fmt.Errorf("factor: block %d: %w", k, err)
 			}
+			if err := compute(md, blocks[k], &ps.scratch[0], p, withLogLik, nil, dst); err != nil {
+				return err
+			}
+			if err := checkComputed(p); err != nil {
+				return fmt.Errorf("factor: block %d: %w", k, err)
+			}
+			ps.red.finish(p, dst)
 		}
 		return nil
+	}
+
+	if pipelinable(plan) && (ps.forcePipeline || md.N*md.M*8 >= pipelineMinBytes) {
+		return ps.pipeline(ctx, md, blocks, plan, workers, withLogLik)
 	}
 
 	type result struct {

@@ -13,3 +13,18 @@ func useAVX2() bool { return cpu.X86.HasAVX2 }
 //
 //go:noescape
 func runAVX2(d, dh, kt, kh, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
+
+// prefetchR, prefetchRW and prefetchW hint rows of the big arrays into the
+// cache ahead of their use (see kernel_amd64.s); they change no value.
+// Go has no prefetch intrinsic, and at n = 10^6 every row of K and K̂ a
+// pass touches is a DRAM miss: issued a few columns early, the misses
+// overlap instead of queueing one after another.
+
+//go:noescape
+func prefetchR(p *float64, bytes int)
+
+//go:noescape
+func prefetchRW(r, w *float64, bytes int)
+
+//go:noescape
+func prefetchW(w *float64, bytes int)

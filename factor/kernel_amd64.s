@@ -93,3 +93,57 @@ scatter:
 done:
 	VZEROUPPER
 	RET
+
+// func prefetchR(p *float64, bytes int)
+//
+// Hints the cache lines of [p, p+bytes) into L1 for reading (PREFETCHT0).
+TEXT ·prefetchR(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), AX
+	MOVQ bytes+8(FP), CX
+	MOVQ AX, DX
+	ANDQ $63, DX
+	ADDQ DX, CX
+pr:
+	PREFETCHT0 (AX)
+	ADDQ $64, AX
+	SUBQ $64, CX
+	JG pr
+	RET
+
+// func prefetchRW(r, w *float64, bytes int)
+//
+// Hints [r, r+bytes) for reading (PREFETCHT0) and [w, w+bytes) for
+// writing (PREFETCHW, 0F 0D /1, which the Go assembler does not name;
+// a CPU without it executes it as a NOP). The line count follows r's
+// alignment within a line (the rows passed share it).
+TEXT ·prefetchRW(SB), NOSPLIT, $0-24
+	MOVQ r+0(FP), AX
+	MOVQ w+8(FP), BX
+	MOVQ bytes+16(FP), CX
+	MOVQ AX, DX
+	ANDQ $63, DX
+	ADDQ DX, CX
+prw:
+	PREFETCHT0 (AX)
+	BYTE $0x0F; BYTE $0x0D; BYTE $0x0B // PREFETCHW (BX)
+	ADDQ $64, AX
+	ADDQ $64, BX
+	SUBQ $64, CX
+	JG prw
+	RET
+
+// func prefetchW(w *float64, bytes int)
+//
+// Hints [w, w+bytes) for writing (PREFETCHW, see prefetchRW).
+TEXT ·prefetchW(SB), NOSPLIT, $0-16
+	MOVQ w+0(FP), BX
+	MOVQ bytes+8(FP), CX
+	MOVQ BX, DX
+	ANDQ $63, DX
+	ADDQ DX, CX
+pw:
+	BYTE $0x0F; BYTE $0x0D; BYTE $0x0B // PREFETCHW (BX)
+	ADDQ $64, BX
+	SUBQ $64, CX
+	JG pw
+	RET

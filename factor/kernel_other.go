@@ -7,3 +7,12 @@ func useAVX2() bool { return false }
 func runAVX2(d, dh, kt, kh, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int) {
 	panic("factor: runAVX2 without AVX2")
 }
+
+// Without the assembly the prefetch hints are no-ops: they change no
+// value, only when lines arrive.
+
+func prefetchR(p *float64, bytes int) {}
+
+func prefetchRW(r, w *float64, bytes int) {}
+
+func prefetchW(w *float64, bytes int) {}

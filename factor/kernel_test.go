@@ -1,7 +1,9 @@
 package factor
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -192,5 +194,105 @@ func TestMergeCheckedSplitsMerge(t *testing.T) {
 	short.Dh = p.Dh[:len(p.Dh)-1]
 	if err := a2.MergeChecked(&short); err == nil {
 		t.Error("MergeChecked accepted a partial with a short Dh")
+	}
+}
+
+// TestFusedPassMatchesMerge: a pass that adds each block's K̂ rows
+// straight into the reduction (compute with a destination: one goroutine,
+// or the pipeline over column ranges on 2 and 3) gives bitwise the
+// accumulator of computing every partial and merging it through the
+// Reducer, with the AVX2 and the pure-Go kernel, in every tie mode, for
+// orders that are and are not multiples of 4, with one reduction group
+// per tree (the accumulator's own arrays; the pipeline) and with many
+// (pooled buffers; partials merged on 2 and 3), and with columns of one
+// and of several nonzeros per block.
+func TestFusedPassMatchesMerge(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ n, m, perRow, blockNNZ int }{
+		{60, 5, 7, 28}, {300, 8, 20, 740}, {2000, 32, 9, 1350}, {500, 12, 40, 20000},
+	} {
+		mats := RandomCounts(tc.n, 2, tc.perRow, 5, uint64(tc.n))
+		var blocks []*Block
+		for _, mat := range mats {
+			blocks = append(blocks, splitBlock(mat, tc.blockNNZ)...)
+		}
+		for _, tie := range []Tie{TieNone, TieSharedK, TieSharedD} {
+			md := NewRandom(tc.n, tc.m, 2, tie, 3)
+			for _, groupNNZ := range []int{0, 50} {
+				want := NewAccumulator(md)
+				var r Reducer
+				r.Reset(want, PlanBlocks(blocks, tie, groupNNZ))
+				for k := r.Next(); k >= 0; k = r.Next() {
+					var p Partial
+					if err := Compute(md, blocks[k], new(Scratch), &p, true); err != nil {
+						t.Fatal(err)
+					}
+					if err := r.Merge(&p); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !r.Done() {
+					t.Fatal("reducer not done after every block")
+				}
+				for _, run := range []struct {
+					workers int
+					pureGo  bool
+				}{{1, false}, {1, true}, {2, false}, {3, false}} {
+					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}, forcePipeline: true}
+					acc := NewAccumulator(md)
+					// Twice: the second pass reuses the Passer's buffers.
+					for range 2 {
+						if err := ps.Pass(ctx, md, blocks, acc, run.workers, true); err != nil {
+							t.Fatal(err)
+						}
+					}
+					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d workers=%d pureGo=%v", tc.n, tc.m, tie, groupNNZ, run.workers, run.pureGo)
+					for b := range acc.KhT {
+						if !bitsEqual(acc.KhT[b], want.KhT[b]) || !bitsEqual(acc.Y[b], want.Y[b]) {
+							t.Fatalf("%s: K block %d differs from the merged partials'", name, b)
+						}
+					}
+					for b := range acc.Dh {
+						if !bitsEqual(acc.Dh[b], want.Dh[b]) || !bitsEqual(acc.X[b], want.X[b]) {
+							t.Fatalf("%s: D block %d differs from the merged partials'", name, b)
+						}
+					}
+					if !bitsEqual([]float64{acc.LogLik, acc.SumX}, []float64{want.LogLik, want.SumX}) || acc.NNZ != want.NNZ {
+						t.Fatalf("%s: scalars %v %v %d, want %v %v %d", name, acc.LogLik, acc.SumX, acc.NNZ, want.LogLik, want.SumX, want.NNZ)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestPipelineErrors: a pipelined pass returns a block's TransitionError
+// and a cancelled context's error, and a later pass with the same Passer
+// runs normally (no stage left behind holding a slot).
+func TestPipelineErrors(t *testing.T) {
+	mat := RandomCounts(300, 1, 9, 5, 11)[0]
+	blocks := splitBlock(mat, 200)
+	md := NewRandom(300, 8, 1, TieNone, 4)
+	bad := md.Clone()
+	row := int(blocks[len(blocks)/2].Rows[0])
+	clear(bad.D[0][row*8 : row*8+8]) // every transition from row has g = 0
+	for _, workers := range []int{2, 3} {
+		ps := Passer{forcePipeline: true}
+		acc := NewAccumulator(md)
+		var te *TransitionError
+		if err := ps.Pass(context.Background(), bad, blocks, acc, workers, false); !errors.As(err, &te) || te.From != row {
+			t.Fatalf("%d workers: pass over a zero row of D: %v, want a TransitionError from %d", workers, err, row)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := ps.Pass(ctx, md, blocks, acc, workers, false); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%d workers: cancelled pass: %v", workers, err)
+		}
+		if err := ps.Pass(context.Background(), md, blocks, acc, workers, true); err != nil {
+			t.Fatalf("%d workers: pass after errors: %v", workers, err)
+		}
+		if err := CheckSumX(acc.SumX, TotalCount(blocks)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

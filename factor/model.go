@@ -112,11 +112,11 @@ func NewModel(n, m, u int, tie Tie) *Model {
 	md := &Model{N: n, M: m, U: u, Tie: tie, LogLik: math.NaN(), WKL: math.NaN()}
 	md.D = make([][]float64, NumD(u, tie))
 	for b := range md.D {
-		md.D[b] = make([]float64, n*m)
+		md.D[b] = bigFloats(n * m)
 	}
 	md.KT = make([][]float64, NumK(u, tie))
 	for b := range md.KT {
-		md.KT[b] = make([]float64, n*m)
+		md.KT[b] = bigFloats(n * m)
 	}
 	return md
 }
@@ -183,11 +183,11 @@ func (md *Model) Clone() *Model {
 	c := *md
 	c.D = make([][]float64, len(md.D))
 	for b := range md.D {
-		c.D[b] = append([]float64(nil), md.D[b]...)
+		c.D[b] = cloneFloats(md.D[b])
 	}
 	c.KT = make([][]float64, len(md.KT))
 	for b := range md.KT {
-		c.KT[b] = append([]float64(nil), md.KT[b]...)
+		c.KT[b] = cloneFloats(md.KT[b])
 	}
 	return &c
 }

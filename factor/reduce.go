@@ -39,21 +39,31 @@ type kSum struct {
 func newKSum(n, m int, kh, y []float64) *kSum {
 	bottom := kh != nil
 	if !bottom {
-		kh, y = make([]float64, n*m), make([]float64, m)
+		kh, y = bigFloats(n*m), make([]float64, m)
 	}
 	return &kSum{kh: kh, y: y, mark: make([]uint64, (n+63)/64), bottom: bottom}
 }
 
+// touch records that row j of s.kh has terms. The accumulator's own
+// arrays (bottom) need no record: they are always the left operand of a
+// combine and are cleared whole by Accumulator.Reset.
+func (s *kSum) touch(j int32) {
+	if s.bottom {
+		return
+	}
+	if w, b := j>>6, uint64(1)<<(j&63); s.mark[w]&b == 0 {
+		s.mark[w] |= b
+		s.cols = append(s.cols, j)
+	}
+}
+
 func (s *kSum) addCols(cols []int32, kh []float64, m int) {
 	for c, j := range cols {
-		if w, b := j>>6, uint64(1)<<(j&63); s.mark[w]&b == 0 {
-			s.mark[w] |= b
-			s.cols = append(s.cols, j)
+		if a := c + prefetchAhead; a < len(cols) {
+			prefetchW(&s.kh[int(cols[a])*m], m*8)
 		}
-		dst := s.kh[int(j)*m : int(j)*m+m]
-		for l, v := range kh[c*m : c*m+m] {
-			dst[l] += v
-		}
+		s.touch(j)
+		addTo(s.kh[int(j)*m:int(j)*m+m], kh[c*m:c*m+m])
 	}
 }
 
@@ -75,14 +85,8 @@ func (s *kSum) addScalars(y []float64, ll, sx float64, nnz int) {
 // addSum adds o (a right sibling) to s.
 func (s *kSum) addSum(o *kSum, m int) {
 	for _, j := range o.cols {
-		if w, b := j>>6, uint64(1)<<(j&63); s.mark[w]&b == 0 {
-			s.mark[w] |= b
-			s.cols = append(s.cols, j)
-		}
-		dst, src := s.kh[int(j)*m:int(j)*m+m], o.kh[int(j)*m:int(j)*m+m]
-		for l, v := range src {
-			dst[l] += v
-		}
+		s.touch(j)
+		addTo(s.kh[int(j)*m:int(j)*m+m], o.kh[int(j)*m:int(j)*m+m])
 	}
 	s.addScalars(o.y, o.ll, o.sx, o.nnz)
 }
@@ -246,22 +250,39 @@ func (r *Reducer) mergeComputed(p *Partial) error {
 }
 
 func (r *Reducer) add(p *Partial) error {
+	leaf, err := r.dest(p.Action)
+	if err != nil {
+		return err
+	}
+	leaf.addCols(p.Cols, p.KhT, r.acc.M)
+	r.finish(p, leaf)
+	return nil
+}
+
+// dest returns the sums into which the K̂ rows of block Next(), of the
+// given action, are folded: the current group's left fold (the
+// accumulator's own arrays in a tree's first group).
+func (r *Reducer) dest(action int) (*kSum, error) {
 	if r.pos >= len(r.plan.Order) {
-		return fmt.Errorf("factor: partial of action %d merged after the pass was complete", p.Action)
+		return nil, fmt.Errorf("factor: partial of action %d merged after the pass was complete", action)
 	}
 	t := &r.plan.Trees[r.tree]
-	a := r.acc
-	if kb := p.Action; a.Tie != TieSharedK && kb != t.KBlock {
-		return fmt.Errorf("factor: partial of action %d merged where block %d (K block %d) is due", p.Action, r.Next(), t.KBlock)
+	if r.acc.Tie != TieSharedK && action != t.KBlock {
+		return nil, fmt.Errorf("factor: partial of action %d merged where block %d (K block %d) is due", action, r.Next(), t.KBlock)
 	}
-	a.addRows(p)
 	if r.leaf == nil {
 		r.leaf = r.get()
 	}
-	r.leaf.addPartial(p, a.M)
+	return r.leaf, nil
+}
+
+// finish folds the rest of p (rows of D̂, x, Y and the scalars) after its
+// K̂ rows went into leaf (from dest), and moves to the next block.
+func (r *Reducer) finish(p *Partial, leaf *kSum) {
+	r.acc.addRows(p)
+	leaf.addScalars(p.Y, p.LogLik, p.SumX, p.NNZ)
 	r.pos++
 	if r.settle() {
 		r.startTree()
 	}
-	return nil
 }

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package factor
+
+// adviseHuge is a no-op where madvise(MADV_HUGEPAGE) is not available.
+func adviseHuge(x []float64) {}

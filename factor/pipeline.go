@@ -1,0 +1,179 @@
+package factor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// pipelineMinBytes is the size of one K block (n·m·8 bytes) from which a
+// pass on several goroutines runs as a pipeline. Below it K and K̂ stay in
+// cache, merging partials costs little, and computing whole blocks in
+// parallel balances better: at n = 20 000, m = 32 (5 MB) the pipeline was
+// 10–15 % slower on 2 goroutines; at n = 10^6 (256 MB) it used 31 % less
+// CPU than merging partials (docs/benchmarks.md, "DRAM-regime kernel").
+const pipelineMinBytes = 32 << 20
+
+// pipelinable reports whether a pass of plan can run as a pipeline
+// (Passer.pipeline): every tree has one reduction group, so every block's
+// K̂ rows go straight into the accumulator's own arrays (the default
+// GroupNNZ gives one group up to 2^25 nonzeros per K block).
+func pipelinable(plan *ReducePlan) bool {
+	for k := range plan.Trees {
+		if plan.Trees[k].Groups() != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// stageSlot carries one block through the stages of a pipelined pass.
+type stageSlot struct {
+	pos int
+	ci  *colIndex
+	err error
+	s   Scratch
+	p   Partial
+}
+
+// pipeline runs a pass on workers ≥ 2 goroutines as a pipeline over
+// column ranges: stage w runs, for every block in the canonical order,
+// the block's columns j with w·n/W ≤ j < (w+1)·n/W, adding its K̂ rows
+// straight into the accumulator (compute with a destination); the block
+// then moves to stage w+1, which continues its rows of D̂. So each row
+// of K̂ receives its terms from one stage in block order, each row of D̂
+// in column order, and the sums are bitwise those of one goroutine,
+// without a partial's K̂ rows written and merged again: at n = 10^6 the
+// stages split the random rows of K and K̂ between the cores. Stage 0
+// also prepares each block; the last (the caller's goroutine) finishes it
+// and folds its D̂, Y and scalars in order. Requires pipelinable(plan) and
+// ps.red reset to plan.
+func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan *ReducePlan, workers int, withLogLik bool) error {
+	order := plan.Order
+	dest := make([]*kSum, len(order))
+	for k := range plan.Trees {
+		t := &plan.Trees[k]
+		for pos := t.Start[0]; pos < t.Start[1]; pos++ {
+			dest[pos] = ps.red.bottom[t.KBlock]
+		}
+	}
+	// split[w] is the first column of stage w.
+	split := make([]int32, workers+1)
+	for w := range split {
+		split[w] = int32(w * md.N / workers)
+	}
+	span := func(ci *colIndex, w int) (int, int) {
+		lo, _ := slices.BinarySearch(ci.cols, split[w])
+		hi, _ := slices.BinarySearch(ci.cols, split[w+1])
+		return lo, hi
+	}
+	// Two slots per stage keep every stage busy while the next one works.
+	nslots := 2 * workers
+	for len(ps.slots) < nslots {
+		ps.slots = append(ps.slots, new(stageSlot))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	free := make(chan *stageSlot, nslots)
+	for _, sl := range ps.slots[:nslots] {
+		free <- sl
+	}
+	// link[w] carries slots from stage w to stage w+1.
+	link := make([]chan *stageSlot, workers-1)
+	for w := range link {
+		link[w] = make(chan *stageSlot, nslots)
+	}
+	send := func(c chan<- *stageSlot, sl *stageSlot) bool {
+		select {
+		case c <- sl:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	var wg sync.WaitGroup
+	// Deferred calls run last-in-first-out: cancel before waiting.
+	defer func() { cancel(); wg.Wait() }()
+	wg.Add(workers - 1)
+	go func() { // stage 0
+		defer wg.Done()
+		defer close(link[0])
+		for pos, k := range order {
+			var sl *stageSlot
+			select {
+			case sl = <-free:
+			case <-ctx.Done():
+				return
+			}
+			sl.pos = pos
+			sl.ci, sl.err = prepare(md, blocks[k], &sl.s, &sl.p, true)
+			if sl.err == nil {
+				lo, hi := span(sl.ci, 0)
+				sl.err = runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[pos])
+			}
+			// The slot is the next stage's once sent: read err before.
+			if err := sl.err; !send(link[0], sl) || err != nil {
+				return
+			}
+		}
+	}()
+	for w := 1; w < workers-1; w++ {
+		go func() { // middle stages
+			defer wg.Done()
+			defer close(link[w])
+			for sl := range link[w-1] {
+				if sl.err == nil {
+					lo, hi := span(sl.ci, w)
+					sl.err = runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[sl.pos])
+				}
+				if err := sl.err; !send(link[w], sl) || err != nil {
+					return
+				}
+			}
+		}()
+	}
+	// The last stage, in order.
+	last := workers - 1
+	done := 0
+	for done < len(order) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var sl *stageSlot
+		var ok bool
+		select {
+		case sl, ok = <-link[last-1]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !ok {
+			return ctx.Err() // an earlier stage stopped on cancellation
+		}
+		if sl.err != nil {
+			return sl.err
+		}
+		k := order[sl.pos]
+		lo, hi := span(sl.ci, last)
+		if err := runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[sl.pos]); err != nil {
+			return err
+		}
+		if err := finishBlock(blocks[k], sl.ci, &sl.s, &sl.p, withLogLik); err != nil {
+			return err
+		}
+		if err := checkComputed(&sl.p); err != nil {
+			return fmt.Errorf("factor: block %d: %w", k, err)
+		}
+		leaf, err := ps.red.dest(sl.p.Action)
+		if err != nil {
+			return fmt.Errorf("factor: block %d: %w", k, err)
+		}
+		if leaf != dest[sl.pos] {
+			panic("factor: pipelined pass out of step with its reduction plan")
+		}
+		ps.red.finish(&sl.p, leaf)
+		done++
+		free <- sl
+	}
+	return nil
+}
