@@ -33,12 +33,13 @@
 //     them), in the spec's idealisation, carries G·u·(m·s + 256)
 //     bytes of per-group sums in and P·(control + u·m·s) out. The
 //     protocol as built (worker/wire/owners.go, Workload.ColBlocks > 0)
-//     sends per iteration a task and a reply per shard, a commit and its
-//     answer per owner, a slice reference per shard and column block of
-//     its K block and a CRC per column block: OwnersCoordBytes, fitted on
-//     emsf's own byte count. Neither depends on n for fixed shards and
-//     column blocks (emsf's default column blocks grow with n up to
-//     1024, its default shards with η).
+//     sends the epoch's layout once (in the load) and per iteration a
+//     task and a reply per shard (scalars, an m-vector, a CRC) and a
+//     commit (the global Y of the owner's K blocks) and its digest per
+//     owner; the owners pull the K̂ slices from the workers under
+//     deterministic names: OwnersCoordBytes, fitted on emsf's own byte
+//     count. Neither depends on n or on the column blocks (beyond the
+//     owners they make); emsf's default shards grow with η.
 //   - C, 2D grid pr×pc per action: per node and action in = out =
 //     2·m·s·((n/pr)(pc−1)/pc + (n/pc)(pr−1)/pr).
 //
@@ -220,36 +221,36 @@ const (
 
 // The owners protocol as built (worker/wire/owners.go, JSON requests and
 // replies), per iteration through the coordinator, in and out together:
-// fitted by least squares on emsf's own count (the coordinator_bytes of
-// `emsf fit --exchange owners --log-json`) of 10 embedded fits at n =
-// 2000, m = 32, u = 2 with 1–8 workers, 2–8 shards and 1–32 column
-// blocks, every one within ±3.1 % (docs/scaling.md §7.3). The m-vectors
-// are JSON numbers of about 20 bytes, so the per-shard and per-owner
-// figures grow by 20 bytes per hidden state (1110 and 850 at m = 32).
+// fitted by least squares (relative errors) on emsf's own count (the
+// coordinator_bytes of `emsf fit --exchange owners --log-json`, mean of
+// iterations 3–5) of 19 embedded fits at n = 2000 with u = 2 and 4, m =
+// 16–64, 1–8 workers, 2–32 shards and 1–32 column blocks, every one within
+// ±1.1 % (docs/scaling.md §7.3). The epoch's layout goes to the workers
+// once, in the load, so nothing depends on the column blocks or on n: a
+// task and its reply per shard, a commit and its digest per owner, the
+// global Y of each K block an owner owns in its commit. The m-vectors are
+// JSON numbers of about 18.6 bytes. The fit's constant per iteration is 3
+// bytes, left out.
 const (
 	// ownShardBytes + ownJSONFloat·m: a shard's task and its reply
-	// (scalars, Y, its D CRC) without the column blocks.
-	ownShardBytes = 470
-	// ownOwnerBytes + ownJSONFloat·m: a commit to one owner and its
-	// answer, without the slices and blocks.
-	ownOwnerBytes = 210
-	ownJSONFloat  = 20
-	// ownRefBytes: per shard and column block of its K block, the block
-	// in the task, the slice reference in the reply and in the commit.
-	ownRefBytes = 311
-	// ownBlockBytes: per column block, its CRC in the commit's answer.
-	ownBlockBytes = 108
-	// ownIterBytes: once per iteration.
-	ownIterBytes = 576
+	// (scalars, Y, its D CRC).
+	ownShardBytes = 609
+	// ownOwnerBytes: a commit to one owner and its digest, without Y.
+	ownOwnerBytes = 241
+	// ownOwnerKBytes + ownJSONFloat·m: the global Y of one K block in an
+	// owner's commit.
+	ownOwnerKBytes = 37
+	ownJSONFloat   = 18.6
 )
 
 // OwnersCoordBytes is the bytes through the coordinator per iteration
 // (in and out together) of the owners protocol as built: shards in
-// total, owners the workers owning column blocks, kblocks K blocks of
-// colBlocks column blocks each.
-func OwnersCoordBytes(m, shards, owners, kblocks, colBlocks int) float64 {
-	return float64(shards)*(ownShardBytes+ownJSONFloat*float64(m)+ownRefBytes*float64(colBlocks)) +
-		float64(owners)*(ownOwnerBytes+ownJSONFloat*float64(m)) + ownBlockBytes*float64(kblocks*colBlocks) + ownIterBytes
+// total, owners the workers owning column blocks, ownerKBlocks the (owner,
+// K block) pairs, i.e. the K blocks each owner holds column blocks of,
+// summed over the owners.
+func OwnersCoordBytes(m, shards, owners, ownerKBlocks int) float64 {
+	y := ownJSONFloat * float64(m)
+	return float64(shards)*(ownShardBytes+y) + float64(owners)*ownOwnerBytes + float64(ownerKBlocks)*(ownOwnerKBytes+y)
 }
 
 // DefaultColBlocks is emsf fit's default column blocks per K block: one
@@ -346,9 +347,11 @@ func Evaluate(w Workload, d Design, p int, c Calibration) (Estimate, error) {
 			if shards == 0 {
 				shards = int(kblocks * e.Pa)
 			}
-			// Owners: every node when there are enough column blocks.
-			owners := min(p, int(kblocks)*w.ColBlocks)
-			b := OwnersCoordBytes(w.M, shards, owners, int(kblocks), w.ColBlocks)
+			// Column block c of a K block is owned by node c mod P_a of
+			// its group: min(P_a, C) owners per K block (whole actions:
+			// one), each K block's owners distinct when grouped.
+			pairs := int(kblocks) * min(int(math.Round(math.Max(1, e.Pa))), w.ColBlocks)
+			b := OwnersCoordBytes(w.M, shards, min(p, pairs), pairs)
 			e.CoordIn, e.CoordOut = b/2, b/2
 		} else {
 			g := float64(GroupsPerAction)

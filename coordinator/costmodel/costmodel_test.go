@@ -198,16 +198,21 @@ func TestValidate(t *testing.T) {
 
 // TestOwnersCoordBytes pins the fitted owners protocol against the
 // coordinator_bytes emsf counted (mean of iterations 3-5) in embedded
-// fits at n = 2000, m = 32, u = 2 (docs/scaling.md §7.3): workers, shards,
-// column blocks per K block, bytes.
+// fits at n = 2000 (docs/scaling.md §7.3): u, m, workers, shards, column
+// blocks per K block, owners, (owner, K block) pairs, bytes.
 func TestOwnersCoordBytes(t *testing.T) {
-	for _, c := range []struct{ w, s, cb, bytes int }{
-		{1, 2, 8, 10668}, {2, 2, 8, 10930}, {4, 4, 8, 20015}, {4, 8, 8, 34463}, {2, 8, 8, 32722},
-		{2, 2, 32, 31277}, {4, 4, 1, 8142}, {4, 4, 32, 55099}, {8, 8, 8, 37949}, {3, 6, 4, 18141},
+	for _, c := range []struct{ u, m, w, s, cb, o, q, bytes int }{
+		{2, 32, 1, 2, 8, 1, 2, 3905}, {2, 32, 2, 2, 8, 2, 2, 4164}, {2, 32, 4, 4, 8, 4, 4, 8364},
+		{2, 32, 4, 8, 8, 4, 4, 13030}, {2, 32, 2, 8, 8, 2, 2, 11296}, {2, 32, 2, 2, 32, 2, 2, 4165},
+		{2, 32, 4, 4, 1, 2, 2, 6628}, {2, 32, 4, 4, 32, 4, 4, 8367}, {2, 32, 8, 8, 8, 8, 8, 16506},
+		{2, 32, 8, 16, 8, 8, 8, 26337}, {2, 32, 8, 32, 8, 8, 8, 46037}, {2, 32, 3, 6, 4, 3, 3, 9781},
+		{2, 16, 4, 4, 8, 4, 4, 5940}, {2, 64, 4, 4, 8, 4, 4, 12978}, {2, 64, 8, 16, 16, 8, 8, 40948},
+		{2, 16, 2, 16, 4, 2, 2, 15657}, {4, 32, 4, 4, 8, 4, 4, 8338}, {4, 32, 8, 16, 8, 8, 8, 26086},
+		{4, 32, 2, 8, 2, 2, 4, 12737},
 	} {
-		got := OwnersCoordBytes(32, c.s, min(c.w, 2*c.cb), 2, c.cb)
-		if math.Abs(got/float64(c.bytes)-1) > 0.04 {
-			t.Errorf("%d workers, %d shards, %d column blocks: model %.0f bytes, measured %d", c.w, c.s, c.cb, got, c.bytes)
+		got := OwnersCoordBytes(c.m, c.s, c.o, c.q)
+		if math.Abs(got/float64(c.bytes)-1) > 0.015 {
+			t.Errorf("u = %d, m = %d, %d workers, %d shards, %d column blocks: model %.0f bytes, measured %d", c.u, c.m, c.w, c.s, c.cb, got, c.bytes)
 		}
 	}
 	// Through Evaluate: n does not enter, shards and column blocks do.
@@ -221,8 +226,23 @@ func TestOwnersCoordBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if small.CoordIn+small.CoordOut != big.CoordIn+big.CoordOut || math.Abs((small.CoordIn+small.CoordOut)/37949-1) > 0.05 {
-		t.Errorf("coordinator bytes at n = 2000 / 8000: %.0f / %.0f, want equal and ≈ 37949", small.CoordIn+small.CoordOut, big.CoordIn+big.CoordOut)
+	if small.CoordIn+small.CoordOut != big.CoordIn+big.CoordOut || math.Abs((small.CoordIn+small.CoordOut)/16506-1) > 0.015 {
+		t.Errorf("coordinator bytes at n = 2000 / 8000: %.0f / %.0f, want equal and ≈ 16506", small.CoordIn+small.CoordOut, big.CoordIn+big.CoordOut)
+	}
+	// Nor do the column blocks, beyond the owners they make: 1 column
+	// block per K block at P = 4 is 2 owners (6628 bytes measured).
+	w.Shards, w.ColBlocks = 4, 1
+	one, err := Evaluate(w, OwnersGrouped, 4, lineRate(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ColBlocks = 32
+	many, err := Evaluate(w, OwnersGrouped, 4, lineRate(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs((one.CoordIn+one.CoordOut)/6628-1) > 0.015 || math.Abs((many.CoordIn+many.CoordOut)/8367-1) > 0.015 {
+		t.Errorf("P = 4, 4 shards, 1 / 32 column blocks: model %.0f / %.0f bytes, measured 6628 / 8367", one.CoordIn+one.CoordOut, many.CoordIn+many.CoordOut)
 	}
 	if DefaultColBlocks(2000, 32) != 1 || DefaultColBlocks(10_000_000, 32) != 611 || DefaultColBlocks(100_000_000, 32) != 1024 {
 		t.Errorf("DefaultColBlocks: %d %d %d", DefaultColBlocks(2000, 32), DefaultColBlocks(10_000_000, 32), DefaultColBlocks(100_000_000, 32))
