@@ -9,32 +9,39 @@ import (
 	"unsafe"
 )
 
-// The owners exchange (protocol 2.1, `emsf fit --exchange owners`): the
-// coordinator only sequences. Every column block of every K block has an
-// owner worker that holds its rows of K^T and folds its K̂; a shard's rows
-// of D live with the worker that computes the shard. Per iteration:
+// The owners exchange (`emsf fit --exchange owners`): the coordinator
+// only sequences. Every column block of every K block has an owner worker
+// that holds its rows of K^T and folds its K̂; a shard's rows of D live
+// with the worker that computes the shard. Once per epoch:
+//
+//  0. load (coordinator → every worker): the worker's blocks (read from a
+//     checkpoint) and the epoch's layout (column blocks and owners, each K
+//     block's shards and their workers).
+//
+// Per iteration:
 //
 //  1. task (coordinator → the shard's worker, OwnSubject): the worker
 //     gathers the K rows its shard touches from their owners
 //     (GatherSubject), computes the partial, commits its shard's rows of D
 //     (factor.CommitRow), serves the K̂ slice of every column block as a
-//     blob and answers with the small OwnReply (label, Y, Σx, loglik,
-//     nonzeros, the slices' sizes and CRCs, the CRC of its new D rows);
+//     blob under SliceName and answers with the small OwnReply (label, Y,
+//     Σx, loglik, nonzeros, the CRC of its new D rows);
 //  2. the coordinator folds Y and the scalars in the canonical order and
 //     checks Σx;
 //  3. commit (coordinator → each owner): the owner pulls its blocks'
-//     slices from the workers that hold them, folds them in the
+//     slices from the workers the layout names, folds them in the
 //     canonical order (factor.ColumnFold), commits its columns with the
-//     global Y (factor.CommitKRows) and answers with their CRCs.
+//     global Y (factor.CommitKRows) and answers with one digest of their
+//     CRCs (the CRCs themselves in checkpoint commits).
 //
 // Nothing in the coordinator's messages grows with the number of states
-// n: they carry m-vectors, CRCs and one slice reference per (shard,
-// column block). Checkpoints (every k iterations, and the last) are Object
-// Store objects written by the owners (OwnersKObject) and by the shards'
-// workers (OwnersDObject); after a fault every worker reloads what the new
-// placement gives it from the last checkpoint and the coordinator replays
-// the iterations since, which gives the same bits (every sum's order is
-// the plan's).
+// n or of column blocks: per iteration they carry m-vectors, scalars and
+// CRCs, one task per shard and one commit per owner. Checkpoints (every k
+// iterations, and the last) are Object Store objects written by the
+// owners (OwnersKObject) and by the shards' workers (OwnersDObject); after
+// a fault every worker reloads what the new placement gives it from the
+// last checkpoint and the coordinator replays the iterations since, which
+// gives the same bits (every sum's order is the plan's).
 
 // OwnSubject is where worker id takes the owners exchange's requests
 // (OwnRequest, JSON).
