@@ -116,6 +116,9 @@ func (w *Worker) serveOwn(req micro.Request) {
 	if err != nil {
 		err = fmt.Errorf("worker: bad owners request: %w", err)
 	}
+	if err == nil && !slices.Contains([]string{wire.OpLoad, wire.OpTask, wire.OpCommit, wire.OpSave, wire.OpEnd}, r.Op) {
+		err = fmt.Errorf("worker: unknown owners operation %q", r.Op)
+	}
 	var j *ownJob
 	if err == nil && r.Op != wire.OpEnd {
 		j, err = w.ownState(&r, r.Op == wire.OpLoad)
@@ -223,6 +226,9 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) err
 		}
 		if crc := wire.CRC(data); crc != cb.CRC {
 			return fmt.Errorf("worker: load %s: CRC %s, the checkpoint says %s", name, crc, cb.CRC)
+		}
+		if len(data) != 8*(cb.Hi-cb.Lo)*j.m {
+			return fmt.Errorf("worker: load %s: %d bytes, block [%d, %d) of m = %d has %d", name, len(data), cb.Lo, cb.Hi, j.m, 8*(cb.Hi-cb.Lo)*j.m)
 		}
 		b := &ownBlock{kb: cb.KBlock, c: cb.C, lo: cb.Lo, hi: cb.Hi, version: r.Iteration, kt: make([]float64, (cb.Hi-cb.Lo)*j.m), crc: cb.CRC}
 		if err := wire.ReadFloats(b.kt, data); err != nil {
@@ -587,12 +593,16 @@ func (w *Worker) serveGather(msg *nats.Msg) {
 		fail(fmt.Errorf("block %d/%d is at version %d, not %d", kb, c, b.version, v))
 		return
 	}
+	m := len(b.kt) / max(1, b.hi-b.lo)
+	if limit := max(1, min(wire.BlobChunk, int(w.nc.MaxPayload())-8<<10)/(8*m)); len(msg.Data) > 4*limit {
+		fail(fmt.Errorf("gather of %d columns: at most %d per request", len(msg.Data)/4, limit))
+		return
+	}
 	cols, err := wire.DecodeCols(msg.Data, b.lo, b.hi, nil)
 	if err != nil {
 		fail(err)
 		return
 	}
-	m := len(b.kt) / max(1, b.hi-b.lo)
 	out := make([]float64, 0, len(cols)*m)
 	for _, j := range cols {
 		at := (int(j) - b.lo) * m
@@ -675,6 +685,8 @@ const foldWindow = 4
 func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []string) error {
 	f := b.fold
 	f.Reset()
+	// The largest slice of this block: every column touched.
+	maxSlice := wire.RawPartialSizeOf(0, b.hi-b.lo, j.m)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type got struct {
@@ -691,7 +703,7 @@ func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []s
 	fetch := func(k int) {
 		defer wg.Done()
 		ref := refs[k]
-		data, err := wire.FetchBlobAll(ctx, w.nc, ref)
+		data, err := wire.FetchBlobAll(ctx, w.nc, ref, maxSlice)
 		var p *factor.Partial
 		if err == nil {
 			p, err = wire.DecodeRawPartial(data)

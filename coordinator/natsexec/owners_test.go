@@ -2,9 +2,11 @@ package natsexec_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // ownersData is count data with n states, u actions and a few shards per
@@ -323,4 +326,108 @@ func TestFitOwnersStraggler(t *testing.T) {
 	if last.Shards[slow.ID()] >= first.Shards[slow.ID()] {
 		t.Fatalf("the straggler computed %d shards per pass before the re-placement and %d after", first.Shards[slow.ID()], last.Shards[slow.ID()])
 	}
+}
+
+// TestOwnersHostileRequests: malformed or forged owners requests to a
+// worker (bad JSON, unknown operations and jobs, an older epoch, huge
+// shapes, oversized and out-of-range gathers, a blob whose header claims a
+// huge size) each get one clear error and change nothing: the worker then
+// takes part in a fit bitwise equal to the local one.
+func TestOwnersHostileRequests(t *testing.T) {
+	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: 1, InProcess: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	nc, err := nats.Connect(lc.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	id := lc.Workers[0].ID()
+	ask := func(body []byte) wire.OwnReply {
+		t.Helper()
+		m, err := nc.Request(wire.OwnSubject(wire.DefaultPrefix, id), body, coordtest.Patience)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep wire.OwnReply
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			t.Fatalf("reply %q: %v", m.Data, err)
+		}
+		return rep
+	}
+	req := func(r wire.OwnRequest) []byte {
+		b, _ := json.Marshal(r)
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		body []byte
+		want string
+	}{
+		{"bad json", []byte("{not json"), "bad owners request"},
+		{"unknown op", req(wire.OwnRequest{Op: "explode", Job: "h", N: 4, M: 2, U: 1, Tie: "none"}), "unknown owners operation"},
+		{"task of no job", req(wire.OwnRequest{Op: wire.OpTask, Job: "nojob"}), "no blocks loaded"},
+		{"bad shape", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", N: 0, M: 2, U: 1, Tie: "none"}), "bad shape"},
+		{"bad tie", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", N: 4, M: 2, U: 1, Tie: "sideways"}), "tie"},
+		{"huge block", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", Epoch: 1, N: 1 << 40, M: 64, U: 1, Tie: "none",
+			Layout: [][]wire.ColBlock{{{Lo: 0, Hi: 1 << 40}}}, Shapes: []wire.KShape{{KBlock: 0}},
+			Blocks: []wire.ColBlock{{Lo: 0, Hi: 1 << 40, CRC: "0"}}}), "load owners/h/0/k/0/0"},
+		{"older epoch", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", Epoch: 0, N: 4, M: 2, U: 1, Tie: "none"}), "epoch 0"},
+	} {
+		rep := ask(c.body)
+		if !strings.Contains(rep.Error, c.want) {
+			t.Errorf("%s: error %q, want it to name %q", c.name, rep.Error, c.want)
+		}
+	}
+	// Gathers of a block this worker does not own, too many columns, a
+	// column outside the block: an error header each.
+	gather := func(hdr map[string]string, cols []int32) string {
+		t.Helper()
+		msg := nats.NewMsg(wire.GatherSubject(wire.DefaultPrefix, id))
+		for k, v := range hdr {
+			msg.Header.Set(k, v)
+		}
+		msg.Data = wire.EncodeCols(cols, nil)
+		rep, err := nc.RequestMsg(msg, coordtest.Patience)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Header.Get(wire.HeaderBlobError)
+	}
+	if e := gather(map[string]string{wire.HeaderOwnJob: "h", wire.HeaderOwnBlock: "0/0", wire.HeaderOwnVersion: "0", wire.HeaderOwnEpoch: "1"}, []int32{1}); !strings.Contains(e, "not owned here") {
+		t.Errorf("gather of an unowned block: %q", e)
+	}
+	if e := gather(map[string]string{wire.HeaderOwnJob: "h"}, nil); !strings.Contains(e, "bad gather request") {
+		t.Errorf("gather without headers: %q", e)
+	}
+	// A blob whose header claims 1 TB: refused before allocating.
+	sub, err := nc.Subscribe("emsf.blob.forger.x", func(m *nats.Msg) {
+		// A whole first chunk (the length asked for), so that only the
+		// limit can refuse it.
+		_, n, _ := strings.Cut(string(m.Data), ",")
+		size, _ := strconv.Atoi(n)
+		r := nats.NewMsg(m.Reply)
+		r.Data = make([]byte, size)
+		r.Header.Set(wire.HeaderBlobTotal, "1000000000000")
+		_ = m.RespondMsg(r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if _, err := wire.FetchBlobAll(context.Background(), nc, "emsf.blob.forger.x", 1<<20); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("a forged blob size: %v", err)
+	}
+	// The worker still works.
+	shards := ownersData(t, 100, 1, 5)
+	init := factor.NewRandom(100, 3, 1, factor.TieNone, 4)
+	want, _ := fitLocal(t, shards, init, 3)
+	md := init.Clone()
+	if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+		Job: "after-hostile", Converger: factor.Converger{MaxIter: 3}, GroupNNZ: ownersGroupNNZ, ColBlocks: 2}); err != nil {
+		t.Fatal(err)
+	}
+	sameModel(t, "after hostile requests", md, want)
 }

@@ -129,8 +129,10 @@ const HeaderBlobTotal = "Emsf-Blob-Total"
 
 // FetchBlobAll pulls a blob whose size the reader does not know: the
 // first chunk's reply says it (HeaderBlobTotal), the rest is fetched as
-// FetchBlobRange does.
-func FetchBlobAll(ctx context.Context, nc *nats.Conn, subject string) ([]byte, error) {
+// FetchBlobRange does. A blob said to be larger than limit bytes is an
+// error before anything is allocated for it (the server is another
+// process: its header is not trusted).
+func FetchBlobAll(ctx context.Context, nc *nats.Conn, subject string, limit int) ([]byte, error) {
 	chunk := blobChunk(nc)
 	m, err := nc.RequestWithContext(ctx, subject, []byte("0,"+strconv.Itoa(chunk)))
 	if err == nil && m.Header.Get(HeaderBlobError) != "" {
@@ -141,6 +143,9 @@ func FetchBlobAll(ctx context.Context, nc *nats.Conn, subject string) ([]byte, e
 		total, err = strconv.Atoi(m.Header.Get(HeaderBlobTotal))
 		if err == nil && (total < len(m.Data) || (total > len(m.Data) && len(m.Data) != chunk)) {
 			err = fmt.Errorf("first chunk of %d bytes for a blob of %d", len(m.Data), total)
+		}
+		if err == nil && total > limit {
+			err = fmt.Errorf("blob of %d bytes, at most %d expected", total, limit)
 		}
 	}
 	if err != nil {

@@ -22,8 +22,13 @@ const rawPartialMagic = 0x31505241524d45 // "EMRARP1"
 
 // RawPartialSize is the size of p as a raw partial.
 func RawPartialSize(p *factor.Partial) int {
-	m := len(p.Y)
-	return rawHeader*8 + pad8(4*len(p.Rows)) + pad8(4*len(p.Cols)) + 8*(len(p.Rows)+len(p.Rows)*m+len(p.Cols)*m+m)
+	return RawPartialSizeOf(len(p.Rows), len(p.Cols), len(p.Y))
+}
+
+// RawPartialSizeOf is the size of a raw partial with rows rows, cols
+// columns and m hidden states.
+func RawPartialSizeOf(rows, cols, m int) int {
+	return rawHeader*8 + pad8(4*rows) + pad8(4*cols) + 8*(rows+rows*m+cols*m+m)
 }
 
 func pad8(n int) int { return (n + 7) &^ 7 }
