@@ -199,9 +199,11 @@ type ownSeq struct {
 	busy       map[string]time.Duration
 	nnz        map[string]int
 	rebalances int
-	// st is the job state in KV; iter0 is md.Iteration at version 0.
-	st    *coordinator.JobState
-	iter0 int
+	// st is the job state in KV, stBody its JSON as last written; iter0
+	// is md.Iteration at version 0.
+	st     *coordinator.JobState
+	stBody []byte
+	iter0  int
 }
 
 // FitOwners fits md (the initial model: random, or a warm start) to the
@@ -364,16 +366,14 @@ func (s *ownSeq) saveState(ctx context.Context) error {
 	s.e.mu.Lock()
 	s.e.kvRev[s.st.Job] = rev
 	s.e.mu.Unlock()
+	s.stBody = body
 	return nil
 }
 
-// announce publishes the job state on the job's committed subject.
-func (s *ownSeq) announce(ctx context.Context) {
-	body, err := stateJSON(s.st)
-	if err == nil {
-		err = s.e.nc.Publish(wire.CommittedSubject(s.e.cfg.Prefix, s.st.Job), body)
-	}
-	if err != nil {
+// announce publishes the job state last written (saveState) on the job's
+// committed subject.
+func (s *ownSeq) announce() {
+	if err := s.e.nc.Publish(wire.CommittedSubject(s.e.cfg.Prefix, s.st.Job), s.stBody); err != nil {
 		s.e.log.Warn("announce commit", "job", s.st.Job, "iteration", s.st.Iteration, "error", err)
 	}
 }
@@ -468,7 +468,7 @@ func (s *ownSeq) commit(ctx context.Context, iter int, md *factor.Model, acc *fa
 		if err == nil {
 			s.history[iter] = rec
 			acc.RecordPass(md, dataTerm)
-			s.announce(ctx)
+			s.announce()
 			if s.ck.version == iter {
 				s.rebalance()
 			}

@@ -50,6 +50,29 @@ func ownersDataSplit(t *testing.T, n, u int, seed uint64, per int) []*shard.Shar
 
 const ownersGroupNNZ = 150
 
+// ownersCluster starts an in-process cluster of workers workers (exec
+// configures its executor), closed at the test's end.
+func ownersCluster(t *testing.T, workers int, exec natsexec.Config) *natsexec.LocalCluster {
+	t.Helper()
+	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: workers, InProcess: true, Exec: exec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lc.Close() })
+	return lc
+}
+
+// dial connects to lc's server, closed at the test's end.
+func dial(t *testing.T, lc *natsexec.LocalCluster) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(lc.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 // fitLocal is the reference: factor.Fit on the same shards.
 func fitLocal(t *testing.T, shards []*shard.Shard, init *factor.Model, iters int) (*factor.Model, factor.FitResult) {
 	t.Helper()
@@ -106,11 +129,7 @@ func TestFitOwnersBitwise(t *testing.T) {
 			shards := ownersData(t, c.n, c.u, 3)
 			init := factor.NewRandom(c.n, 4, c.u, c.tie, 5)
 			want, wantRes := fitLocal(t, shards, init, iters)
-			lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: c.workers, InProcess: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer lc.Close()
+			lc := ownersCluster(t, c.workers, natsexec.Config{})
 			md := init.Clone()
 			res, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
 				Job: "owners-" + c.name, Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
@@ -144,14 +163,10 @@ func TestFitOwnersWorkerLost(t *testing.T) {
 	shards := ownersData(t, 150, 1, 9)
 	init := factor.NewRandom(150, 4, 1, factor.TieNone, 2)
 	want, _ := fitLocal(t, shards, init, iters)
-	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: 3, InProcess: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
+	lc := ownersCluster(t, 3, natsexec.Config{})
 	var reports []natsexec.OwnersReport
 	md := init.Clone()
-	_, err = lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+	_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
 		Job: "owners-lost", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
 		ColBlocks: 6, CheckpointEvery: 3,
 		Report: func(r natsexec.OwnersReport) { reports = append(reports, r) },
@@ -190,11 +205,7 @@ func TestFitOwnersBytesFlatInN(t *testing.T) {
 		if len(shards) != 4 {
 			t.Fatalf("n=%d: %d shards, want 4", n, len(shards))
 		}
-		lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: 2, InProcess: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lc.Close()
+		lc := ownersCluster(t, 2, natsexec.Config{})
 		var rs []natsexec.OwnersReport
 		md := factor.NewRandom(n, 8, 1, factor.TieNone, 1)
 		if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
@@ -241,15 +252,10 @@ func TestFitOwnersAllWorkersGone(t *testing.T) {
 	init := factor.NewRandom(120, 4, 2, factor.TieNone, 8)
 	want, _ := fitLocal(t, shards, init, iters)
 	wl := &waitLog{want: "waiting for workers", seen: make(chan struct{})}
-	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: 2, InProcess: true,
-		Exec: natsexec.Config{Logger: hclog.New(&hclog.LoggerOptions{Output: wl, Level: hclog.Warn})}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
+	lc := ownersCluster(t, 2, natsexec.Config{Logger: hclog.New(&hclog.LoggerOptions{Output: wl, Level: hclog.Warn})})
 	joined := make(chan error, 1)
 	md := init.Clone()
-	_, err = lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+	_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
 		Job: "owners-gone", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
 		ColBlocks: 3, CheckpointEvery: 2, WaitWorkers: coordtest.Patience,
 		Committed: func(_ context.Context, iter int) error {
@@ -295,16 +301,8 @@ func TestFitOwnersStraggler(t *testing.T) {
 	}
 	init := factor.NewRandom(240, 4, 1, factor.TieNone, 3)
 	want, _ := fitLocal(t, shards, init, iters)
-	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: 2, InProcess: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
-	nc, err := nats.Connect(lc.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	lc := ownersCluster(t, 2, natsexec.Config{})
+	nc := dial(t, lc)
 	slow, err := worker.Start(context.Background(), nc, worker.Config{Delay: 150 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -334,16 +332,8 @@ func TestFitOwnersStraggler(t *testing.T) {
 // huge size) each get one clear error and change nothing: the worker then
 // takes part in a fit bitwise equal to the local one.
 func TestOwnersHostileRequests(t *testing.T) {
-	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: 1, InProcess: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
-	nc, err := nats.Connect(lc.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	lc := ownersCluster(t, 1, natsexec.Config{})
+	nc := dial(t, lc)
 	id := lc.Workers[0].ID()
 	ask := func(body []byte) wire.OwnReply {
 		t.Helper()
