@@ -23,14 +23,14 @@ import (
 
 // The owners exchange (`emsf fit --exchange owners`; protocol in
 // worker/wire/owners.go): FitOwners sequences a fit whose factors live
-// on the workers. The coordinator plans (shards, column blocks, the
-// tree-v1 order), places (which worker computes which shard and owns
-// which column block; sent to every worker once per epoch), hands out one
-// small task per shard, folds the m-vectors Y and the scalars (loglik,
-// Σx, nonzeros) in the canonical order, and sends each owner the global
-// Y; the owner pulls its blocks' K̂ slices from the workers under
-// deterministic names and answers with one digest of its committed
-// blocks. Per iteration the coordinator moves O(S·m + O·u·m) bytes for S
+// on the workers. The coordinator plans (shards, column blocks of K, row
+// groups of D, the tree-v1 order), places (which worker computes which
+// shard and owns which column block and row group; sent to every worker
+// once per epoch), hands out one small task per shard, folds the
+// m-vectors Y and the scalars (loglik, Σx, nonzeros) in the canonical
+// order, and sends each owner the global Y; the owner pulls its blocks'
+// K̂ slices and its groups' D̂ slices from the workers under
+// deterministic names and answers with one digest of what it committed. Per iteration the coordinator moves O(S·m + O·u·m) bytes for S
 // shards and O owners: nothing that depends on n or on the number of
 // column blocks (OwnersReport.Bytes measures it; TestFitOwnersBytesFlatInN
 // at n and 4n). Its memory is the caller's model (written back at the
@@ -50,8 +50,24 @@ import (
 // to one worker each (balanced by nonzeros): its shards and all its
 // column blocks, so that K and K̂ never leave the worker. Otherwise the
 // workers are cut into one group per K block, the K block's shards are
-// spread over its group by nonzeros and its column blocks round-robin.
-// Quarantined workers are left out.
+// spread over its group by nonzeros, each shard's worker owns its rows of
+// D, and the column blocks go round-robin. Quarantined workers are left
+// out.
+//
+// That 1D layout makes each worker of a group read the K rows of (nearly)
+// every column and fold as many K̂ rows: ≈ 2·(1 − 1/P_a)·n·m·8 bytes per
+// iteration and worker on data where each shard touches most columns,
+// growing toward 2·n·m·8 as workers are added. With column cells
+// (`--col-cells`, shard.SplitGrid: each row range cut by column ranges,
+// the cells' rows of D̂ summed in cell order, which the local fit does
+// too) a group is a p_r × p_c grid (assign, GridCols): a worker reads rows
+// of D from its grid row and rows of K from its grid column only, and
+// the rows of D of each range are cut into row groups owned round the
+// grid row, so it moves ≈ 2·n·m·8·((1 − 1/p_c)/p_r + (1 − 1/p_r)/p_c): flat
+// from 2 to 8 workers, then falling (the 2D decomposition of HPC-NMF and
+// PLANC, specs/scale-out.md; measured in docs/scaling.md §7.8). The grid
+// changes no sum's order beyond the cells themselves: which worker owns a
+// row of D or a column of K is not part of the order.
 //
 // Faults: any failed phase (a worker gone, frozen or out of its lease, a
 // refused or malformed answer, the coordinator's connection re-established
@@ -71,17 +87,17 @@ import (
 // that dies is replaced by `fit --resume`, which goes on from the job
 // state's checkpoint under a new epoch.
 //
-// Not yet: pipelining the K̂ fold with
-// the pass (owners pull the slices after it), pre-summing a worker's
-// shards (one task and slice per shard today), --tie shared-d (its D̂
-// rows would be folded across actions) and MU's commit rules.
+// Not yet: pre-summing a worker's shards (one task and slice per shard
+// today), --tie shared-d (its D̂ rows would be folded across actions of
+// different row ranges) and MU's commit rules.
 //
 // Memory: a worker holds its shards (and a renumbered copy of each: rows
 // and touched columns 0, 1, …, which the kernel computes bitwise the
-// same), the rows of D of its shards, its owned column blocks with their
-// fold (a block's K̂ and at most log2 G pending subtrees), the K rows of
-// the columns the shard it computes touches, and the K̂ slices of the
-// current iteration; never an array of the model's full shape.
+// same), its owned row groups (rows of D and their D̂), its owned column
+// blocks with their fold (a block's K̂ and at most log2 G pending
+// subtrees), the rows of D and K the shard it computes reads, and the D̂
+// and K̂ slices of the current iteration; never an array of the model's
+// full shape.
 
 // OwnersOptions configure FitOwners.
 type OwnersOptions struct {
@@ -754,8 +770,7 @@ type placement struct {
 // worker's seconds per nonzero as measured; workers not measured yet cost
 // the median of the others, or 1), owns its row group, and the column
 // blocks go round the group. With column cells (shard.SplitGrid) a group
-// of P_a workers is a grid of p_r × p_c (p_c the largest divisor of P_a
-// not above the cells per row range): the cell of row range r and column
+// of P_a workers is a grid of p_r × p_c (GridCols): the cell of row range r and column
 // cell c goes to worker (r mod p_r, c mod p_c), the row group of range r
 // to a worker of grid row r mod p_r, the column blocks of column cell c to
 // the workers of grid column c mod p_c, so that a worker reads rows of D
@@ -846,6 +861,25 @@ func (s *ownSeq) assign(ids []string, cost map[string]float64) placement {
 	return pl
 }
 
+// GridCols is p_c of the grid that a group of p workers forms over q
+// column cells (see assign): the divisor of p, at most q, whose grid
+// p/p_c × p_c moves least per worker, ∝ (1 − 1/p_c)/p_r + (1 − 1/p_r)/p_c
+// (rows of D within a grid row, rows of K within a grid column; the
+// smaller p_c on a tie: rows of D̂ cost a little more than rows of K̂).
+func GridCols(p, q int) int {
+	best, cost := 1, math.Inf(1)
+	for pc := 1; pc <= min(p, q); pc++ {
+		if p%pc != 0 {
+			continue
+		}
+		pr := p / pc
+		if c := (1-1/float64(pc))/float64(pr) + (1-1/float64(pr))/float64(pc); c < cost-1e-12 {
+			best, cost = pc, c
+		}
+	}
+	return best
+}
+
 // cellsPerRange is the number of column cells the row ranges of K block
 // kb are cut into (1: no grid): the distinct ColLo of its shards.
 func (s *ownSeq) cellsPerRange(kb int) int {
@@ -860,12 +894,7 @@ func (s *ownSeq) cellsPerRange(kb int) int {
 // kgroups, q distinct column cells) on the worker group g as a grid (see
 // assign).
 func (s *ownSeq) assignGrid(pl *placement, kb int, g []string, kgroups []int, q int) {
-	pc := 1
-	for d := 1; d <= min(q, len(g)); d++ {
-		if len(g)%d == 0 {
-			pc = d
-		}
-	}
+	pc := GridCols(len(g), q)
 	pr := len(g) / pc
 	at := func(r, c int) string { return g[(r%pr)*pc+c%pc] }
 	// Column cell index of each ColLo, ascending.
