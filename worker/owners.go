@@ -73,6 +73,14 @@ type ownBlock struct {
 	fold    *factor.ColumnFold
 }
 
+// dblock is the D block of action a.
+func (j *ownJob) dblock(a int) int {
+	if j.tie == factor.TieSharedD {
+		return 0
+	}
+	return a
+}
+
 // ownGroup is an owned row group g of D: its rows (ascending) and their
 // values at version (m per row), and the sums of its fold.
 type ownGroup struct {
@@ -368,8 +376,8 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 	for q, g := range groups {
 		grp := j.rowLayout[g]
 		a, e := factor.SliceColumns(b.Rows, grp.Lo, grp.Hi)
-		if grp.Action != b.Action || a != covered {
-			return fmt.Errorf("worker: shard %d (action %d): row group %d (action %d, rows [%d, %d)) does not follow its rows before", r.Shard, b.Action, g, grp.Action, grp.Lo, grp.Hi)
+		if grp.Action != j.dblock(b.Action) || a != covered {
+			return fmt.Errorf("worker: shard %d (action %d): row group %d (D block %d, rows [%d, %d)) does not follow its rows before", r.Shard, b.Action, g, grp.Action, grp.Lo, grp.Hi)
 		}
 		spans[q], covered = [2]int{a, e}, e
 		if a == e {
@@ -926,7 +934,7 @@ func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *wire.OwnRequest, g
 	// The largest slice of this group: every row.
 	limit := wire.RawPartialSizeOf(len(g.rows), 0, m)
 	return w.pullInOrder(ctx, refs, limit, func(q int, p *factor.Partial) error {
-		if p.Action != g.action || len(p.Y) != m || len(p.Cols) != 0 || len(p.Dh) != len(p.Rows)*m || len(p.X) != len(p.Rows) {
+		if p.Action < 0 || p.Action >= j.u || j.dblock(p.Action) != g.action || len(p.Y) != m || len(p.Cols) != 0 || len(p.Dh) != len(p.Rows)*m || len(p.X) != len(p.Rows) {
 			return fmt.Errorf("worker: commit: row group %d: the D̂ slice of shard %d is of action %d with m = %d, %d rows and %d columns", g.g, cells[q], p.Action, len(p.Y), len(p.Rows), len(p.Cols))
 		}
 		if err := factor.CheckPartialValues(p); err != nil {

@@ -232,9 +232,6 @@ type ownSeq struct {
 // is bitwise factor.Fit with the same GroupNNZ, for any number of
 // workers, placement and rollbacks.
 func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*shard.Shard, opt OwnersOptions) (factor.FitResult, error) {
-	if md.Tie == factor.TieSharedD {
-		return factor.FitResult{}, errors.New("natsexec: the owners exchange does not run --tie shared-d (its rows of D̂ are summed across actions); use --exchange coordinator")
-	}
 	if opt.Job == "" {
 		return factor.FitResult{}, errors.New("natsexec: owners: no job name")
 	}
@@ -264,7 +261,7 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 	for k, sh := range shards {
 		infos[k] = sh.Info
 	}
-	s.groups = rowGroups(shards, infos)
+	s.groups = rowGroups(shards, infos, md.Tie)
 	s.kshards = make([][]int, factor.NumK(md.U, md.Tie))
 	for k, sh := range shards {
 		kb := md.KBlock(sh.Action)
@@ -448,7 +445,7 @@ func (s *ownSeq) writeBase(ctx context.Context, md *factor.Model) error {
 		}
 	}
 	for g, rg := range s.groups {
-		d := md.D[md.DBlock(rg.action)]
+		d := md.D[rg.dblock]
 		rows := make([]float64, 0, len(rg.rows)*m)
 		for _, i := range rg.rows {
 			rows = append(rows, d[int(i)*m:int(i)*m+m]...)
@@ -462,10 +459,11 @@ func (s *ownSeq) writeBase(ctx context.Context, md *factor.Model) error {
 	return nil
 }
 
-// rowGroup is a row group of D: rows (ascending) of one action's row
-// range, whose D̂ is the sum over the range's shards (cells, in order).
+// rowGroup is a row group of D: rows (ascending) of D block dblock,
+// whose D̂ is the sum over the shards cells (in shard order) that hold
+// them.
 type rowGroup struct {
-	action int
+	dblock int
 	cells  []int
 	rows   []int32
 }
@@ -478,11 +476,21 @@ type rowGroup struct {
 // row's D̂ is folded over the range's cells whoever owns it. Cutting a
 // range lets the p_c workers of a grid row (see assign) each own 1/p_c of
 // its rows, so that each folds and serves n/(p_r·p_c) rows.
-func rowGroups(shards []*shard.Shard, infos []shard.Info) []rowGroup {
+//
+// With --tie shared-d every action's shards add to the rows of the one D:
+// its rows (of every shard) are cut into as many groups as the actions
+// have ranges at most, times the column cells, each with the shards (of
+// any action) whose row range meets it. A row's D̂ is then the left fold
+// over actions ascending and cells in order, the order of the local pass
+// (shards are numbered by action first).
+func rowGroups(shards []*shard.Shard, infos []shard.Info, tie factor.Tie) []rowGroup {
 	ranges := shard.RowGroups(infos)
 	q := 0
 	for _, cells := range ranges {
 		q = max(q, len(cells))
+	}
+	if tie == factor.TieSharedD {
+		return sharedRowGroups(shards, len(ranges), q)
 	}
 	var out []rowGroup
 	for _, cells := range ranges {
@@ -500,9 +508,48 @@ func rowGroups(shards []*shard.Shard, infos []shard.Info) []rowGroup {
 		for b := range parts {
 			part := rows[b*len(rows)/parts : (b+1)*len(rows)/parts]
 			if len(part) > 0 || b == 0 {
-				out = append(out, rowGroup{action: shards[cells[0]].Action, cells: cells, rows: part})
+				out = append(out, rowGroup{dblock: shards[cells[0]].Action, cells: cells, rows: part})
 			}
 		}
+	}
+	return out
+}
+
+// sharedRowGroups is rowGroups under --tie shared-d: ranges row ranges
+// (of all actions), q column cells.
+func sharedRowGroups(shards []*shard.Shard, ranges, q int) []rowGroup {
+	var rows []int32
+	perAction := map[int]int{}
+	for _, sh := range shards {
+		rows = append(rows, sh.Block.Rows...)
+		if sh.ColLo == 0 {
+			perAction[sh.Action]++
+		}
+	}
+	slices.Sort(rows)
+	rows = slices.Compact(rows)
+	most := 1
+	for _, r := range perAction {
+		most = max(most, r)
+	}
+	parts := min(max(1, most*max(1, q)), max(1, len(rows)))
+	var out []rowGroup
+	for b := range parts {
+		part := rows[b*len(rows)/parts : (b+1)*len(rows)/parts]
+		if len(part) == 0 && b > 0 {
+			continue
+		}
+		g := rowGroup{dblock: 0, rows: part}
+		for k, sh := range shards {
+			if len(part) > 0 && sh.RowLo <= int(part[len(part)-1]) && int(part[0]) < sh.RowHi {
+				g.cells = append(g.cells, k)
+			}
+		}
+		if len(g.cells) == 0 {
+			// Only when there are no rows at all: a group needs a cell.
+			g.cells = []int{0}
+		}
+		out = append(out, g)
 	}
 	return out
 }
@@ -670,7 +717,7 @@ func (s *ownSeq) place(ctx context.Context) error {
 	}
 	layout := make([]wire.RowGroup, len(s.groups))
 	for g, rg := range s.groups {
-		layout[g] = wire.RowGroup{G: g, Action: rg.action, Cells: rg.cells, Owner: s.gowner[g], CRC: s.ck.dcrc[g], RowsCRC: s.rowsCRC[g]}
+		layout[g] = wire.RowGroup{G: g, Action: rg.dblock, Cells: rg.cells, Owner: s.gowner[g], CRC: s.ck.dcrc[g], RowsCRC: s.rowsCRC[g]}
 		if len(rg.rows) > 0 {
 			layout[g].Lo, layout[g].Hi = int(rg.rows[0]), int(rg.rows[len(rg.rows)-1])+1
 		}
@@ -831,13 +878,13 @@ func (s *ownSeq) assign(ids []string, cost map[string]float64) placement {
 	// Row groups of each K block, in order.
 	kgroups := make([][]int, nk)
 	for g, rg := range s.groups {
-		kb := s.kblock(rg.action)
+		kb := s.kblock(s.shards[rg.cells[0]].Action)
 		kgroups[kb] = append(kgroups[kb], g)
 	}
 	for kb := range s.kshards {
 		g := groups[kb]
 		cells := s.cellsPerRange(kb)
-		if cells > 1 && len(g) > 1 {
+		if cells > 1 && len(g) > 1 && s.tie != factor.TieSharedD {
 			s.assignGrid(&pl, kb, g, kgroups[kb], cells)
 			for _, k := range s.kshards[kb] {
 				busy[pl.shardW[k]] += float64(s.shards[k].NNZ) * costOf(pl.shardW[k])
@@ -849,12 +896,15 @@ func (s *ownSeq) assign(ids []string, cost map[string]float64) placement {
 			pl.shardW[k] = id
 			busy[id] += float64(s.shards[k].NNZ) * costOf(id)
 		}
-		for _, gr := range kgroups[kb] {
-			pl.gowner[gr] = pl.shardW[s.groups[gr].cells[0]]
-		}
 		pl.colOwner[kb] = make([]string, len(s.cols[kb]))
 		for c := range s.cols[kb] {
 			pl.colOwner[kb][c] = g[c%len(g)]
+		}
+	}
+	for gr, rg := range s.groups {
+		if pl.gowner[gr] == "" {
+			// Without a grid: the worker of the group's first shard.
+			pl.gowner[gr] = pl.shardW[rg.cells[0]]
 		}
 	}
 	pl.busy = busy
@@ -1307,7 +1357,7 @@ func (s *ownSeq) finish(ctx context.Context, md *factor.Model) error {
 		if err != nil {
 			return fmt.Errorf("natsexec: owners: read %s: %w", name, err)
 		}
-		d := md.D[md.DBlock(rg.action)]
+		d := md.D[rg.dblock]
 		for q, i := range idx {
 			copy(d[int(i)*m:int(i)*m+m], rows[q*m:q*m+m])
 		}

@@ -139,6 +139,12 @@ func TestFitOwnersBitwise(t *testing.T) {
 		{"grid-u1-p3-q2", 150, 1, factor.TieNone, 3, 2},
 		{"grid-u3-p2-q3", 120, 3, factor.TieNone, 2, 3},
 		{"grid-sharedk-u2-p4-q2", 160, 2, factor.TieSharedK, 4, 2},
+		// Shared D: every action's shards add to one D, folded by the
+		// owners of its row groups across actions.
+		{"sharedd-u3-p1", 120, 3, factor.TieSharedD, 1, 1},
+		{"sharedd-u3-p2", 120, 3, factor.TieSharedD, 2, 1},
+		{"sharedd-u2-p4", 160, 2, factor.TieSharedD, 4, 1},
+		{"sharedd-u2-p4-q2", 160, 2, factor.TieSharedD, 4, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			shards := ownersDataGrid(t, c.n, c.u, 3, 4, c.cells)
@@ -162,7 +168,7 @@ func TestFitOwnersBitwise(t *testing.T) {
 				t.Fatal(err)
 			}
 			if o := st.Owners; st.Iteration != iters || o == nil || o.Version != iters || len(o.Y) != len(md.KT) ||
-				len(o.Digests) == 0 || len(o.Digests) > c.workers || len(o.DCRC) < len(shard.RowGroups(infos(shards))) || st.Status != "iteration limit" {
+				len(o.Digests) == 0 || len(o.Digests) > c.workers || len(o.DCRC) == 0 || (c.tie != factor.TieSharedD && len(o.DCRC) < len(shard.RowGroups(infos(shards)))) || st.Status != "iteration limit" {
 				t.Fatalf("job state %+v, owners %+v", st, st.Owners)
 			}
 		})

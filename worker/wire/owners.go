@@ -121,9 +121,10 @@ func SliceName(job string, epoch, iter, s, c int) string {
 // SliceSubject is where worker id serves its K̂ slices.
 func SliceSubject(prefix, id string) string { return BlobSubject(prefix, id+"-s") }
 
-// RowGroup is row group G of D: rows in [Lo, Hi) of one action's row
-// range, whose shards (or column cells: shard.SplitGrid) are Cells in
-// order; with its owner worker, the CRC-32C of its rows of D at the
+// RowGroup is row group G of D: rows in [Lo, Hi) of D block Action (the
+// action; 0 under --tie shared-d), whose D̂ is summed over the shards
+// Cells (the shards or column cells of one row range: shard.SplitGrid;
+// under shared-d every action's shards that meet the rows) in order; with its owner worker, the CRC-32C of its rows of D at the
 // version in question (CRC) and of its row list (RowsCRC,
 // OwnersRowsObject). The owner holds the group's rows of D, serves them
 // to the workers of its cells (gather, HeaderOwnBlock "d/G") and folds
