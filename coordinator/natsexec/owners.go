@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/coordinator/costmodel"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
@@ -912,23 +913,9 @@ func (s *ownSeq) assign(ids []string, cost map[string]float64) placement {
 }
 
 // GridCols is p_c of the grid that a group of p workers forms over q
-// column cells (see assign): the divisor of p, at most q, whose grid
-// p/p_c × p_c moves least per worker, ∝ (1 − 1/p_c)/p_r + (1 − 1/p_r)/p_c
-// (rows of D within a grid row, rows of K within a grid column; the
-// smaller p_c on a tie: rows of D̂ cost a little more than rows of K̂).
-func GridCols(p, q int) int {
-	best, cost := 1, math.Inf(1)
-	for pc := 1; pc <= min(p, q); pc++ {
-		if p%pc != 0 {
-			continue
-		}
-		pr := p / pc
-		if c := (1-1/float64(pc))/float64(pr) + (1-1/float64(pr))/float64(pc); c < cost-1e-12 {
-			best, cost = pc, c
-		}
-	}
-	return best
-}
+// column cells (see assign): costmodel.GridCols, the grid that moves
+// least per worker.
+func GridCols(p, q int) int { return costmodel.GridCols(p, q) }
 
 // cellsPerRange is the number of column cells the row ranges of K block
 // kb are cut into (1: no grid): the distinct ColLo of its shards.
