@@ -318,7 +318,9 @@ for run in "${runs_list[@]}"; do
 		cells=1
 		if [ "$x" = owners ]; then
 			cut=$((p > actions ? p / actions : 1))
-			fit_x=(--exchange owners --col-blocks "$col_blocks")
+			# No speculative copies: the runs measure the protocol's own
+			# bytes (a backup copy on the loaded machine would add to them).
+			fit_x=(--exchange owners --col-blocks "$col_blocks" --speculation=false)
 			d=${design:-B}
 			if [ "$col_cells" -gt 1 ]; then
 				# The grid emsf forms (natsexec.GridCols): p_c the divisor

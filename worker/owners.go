@@ -821,8 +821,17 @@ func (w *Worker) serveGatherD(msg, reply *nats.Msg, job string, epoch, g, v int)
 	_ = msg.RespondMsg(reply)
 }
 
-// ownCommit folds the owned blocks' K̂ slices and commits their columns.
+// ownCommit folds the owned blocks' K̂ slices and the owned row groups'
+// D̂ slices and commits their columns and rows.
 func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
+	// Shards whose slices a backup copy's worker serves this iteration.
+	moved := map[int]string{}
+	for _, sw := range r.Moved {
+		if sw.Worker == "" || strings.ContainsAny(sw.Worker, ".*> \t") {
+			return fmt.Errorf("worker: commit: shard %d moved to a bad worker name %q", sw.Shard, sw.Worker)
+		}
+		moved[sw.Shard] = sw.Worker
+	}
 	ys := map[int][]float64{}
 	for _, y := range r.Y {
 		if len(y.Y) != j.m {
@@ -857,7 +866,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 		sh := j.shapes[b.kb]
 		refs := make([]sliceRef, len(sh.Shards))
 		for q, k := range sh.Shards {
-			refs[q] = sliceRef{worker: sh.Workers[q], name: wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c)}
+			refs[q] = sliceRef{worker: cmp.Or(moved[k], sh.Workers[q]), name: wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c)}
 		}
 		if err := w.foldBlock(ctx, j, b, refs); err != nil {
 			return err
@@ -890,7 +899,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 	w.omu.Unlock()
 	slices.SortFunc(groups, func(a, b *ownGroup) int { return cmp.Compare(a.g, b.g) })
 	for _, g := range groups {
-		if err := w.foldGroup(ctx, j, r, g); err != nil {
+		if err := w.foldGroup(ctx, j, r, g, moved); err != nil {
 			return err
 		}
 		g.mu.Lock()
@@ -920,12 +929,12 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 // foldGroup pulls the D̂ slices of a row group's cells (in cell order)
 // and sums them into g.dh and g.x, left to right from zero: the order in
 // which a local pass adds the cells' rows of D̂ (factor.ReducePlan).
-func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *wire.OwnRequest, g *ownGroup) error {
+func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *wire.OwnRequest, g *ownGroup, moved map[int]string) error {
 	m := j.m
 	cells := j.rowLayout[g.g].Cells
 	refs := make([]sliceRef, len(cells))
 	for q, k := range cells {
-		refs[q] = sliceRef{worker: j.cellWorker[k], name: wire.DSliceName(r.Job, r.Epoch, r.Iteration, k, g.g)}
+		refs[q] = sliceRef{worker: cmp.Or(moved[k], j.cellWorker[k]), name: wire.DSliceName(r.Job, r.Epoch, r.Iteration, k, g.g)}
 	}
 	g.dh = slices.Grow(g.dh[:0], len(g.rows)*m)[:len(g.rows)*m]
 	g.x = slices.Grow(g.x[:0], len(g.rows))[:len(g.rows)]

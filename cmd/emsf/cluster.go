@@ -122,6 +122,7 @@ type clusterFlags struct {
 	exchange        string
 	colBlocks       int
 	checkpointEvery int
+	speculation     bool
 	// params are the fit's parameters (fitFlags.params), recorded in the
 	// job state and compared by --resume.
 	params map[string]string
@@ -142,6 +143,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
 	fs.StringVar(&c.exchange, "exchange", "coordinator", "cluster mode: how statistics travel: coordinator (every K block and K̂ through the coordinator; runs --algorithm mu-* and every --tie) or owners (each column block of K owned by a worker, K̂ folded by its owner, the coordinator moves only m-vectors and scalars: scales past one machine; not with mu-*)")
 	fs.IntVar(&c.colBlocks, "col-blocks", 0, "with --exchange owners: column blocks per K block (0: one per 4 MiB of K, at most 1024)")
+	fs.BoolVar(&c.speculation, "speculation", true, "with --exchange owners: idle workers take a straggler's queued shards and back up its running task (first answer wins; the model is the same); false for measuring the protocol's own bytes")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 10, "with --exchange owners: iterations between checkpoints of the owners' blocks (a lost worker costs a replay of at most this many)")
 	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
 }
@@ -317,6 +319,7 @@ func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *na
 		GroupNNZ:        opts.GroupNNZ,
 		ColBlocks:       c.colBlocks,
 		CheckpointEvery: c.checkpointEvery,
+		NoBackups:       !c.speculation,
 		TaskTimeout:     c.workerTimeout,
 		MinWorkers:      minWorkers,
 		WaitWorkers:     c.waitWorkers,

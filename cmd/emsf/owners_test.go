@@ -132,3 +132,32 @@ func TestOwnersNATSServerRestart(t *testing.T) {
 		t.Errorf("the coordinator never saw the server go:\n%s", coord.out.String())
 	}
 }
+
+// TestOwnersStraggler: one of three real `emsf worker` processes takes
+// 300 ms more per task than the others: the others take its queued shards
+// and back up its running ones (first answer wins), the fit never rolls
+// back, and the model is bitwise the local fit's.
+func TestOwnersStraggler(t *testing.T) {
+	c := newOwnersCase(t, 4, 4, 150)
+	url, _ := embeddedNATS(t, true)
+	c.workers(t, url, 3, func(k int) []string {
+		if k == 0 {
+			return []string{"--task-delay", "300ms"}
+		}
+		return nil
+	})
+	out := filepath.Join(c.dir, "straggler.arrow")
+	coord := startProc(t, "coordinator", c.bin, append(c.fitArgs, "--out", out, "--nats", url, "--min-workers", "3", "--exchange", "owners",
+		"--col-blocks", "5", "--checkpoint-every", "2", "--job", "owners-straggler")...)
+	if err := coord.wait(t, "coordinator"); err != nil {
+		t.Fatalf("coordinator: %v\n%s", err, coord.out.String())
+	}
+	log := coord.out.String()
+	if !strings.Contains(log, "straggling task") && !strings.Contains(log, "straggler's queued shard taken") {
+		t.Errorf("no backup of the straggler's tasks logged:\n%s", log)
+	}
+	if strings.Contains(log, "rolling back") {
+		t.Errorf("a straggler made the fit roll back:\n%s", log)
+	}
+	c.check(t, out, "with a straggler", log)
+}

@@ -120,6 +120,10 @@ type OwnersOptions struct {
 	// TaskTimeout bounds every request (default 2 minutes); a worker that
 	// leaves NATS fails its request within ProbeEvery.
 	TaskTimeout time.Duration
+	// NoBackups turns off the backup copies of stragglers' tasks (see
+	// passSched): for measurements of the protocol's own bytes, which
+	// a backup copy (timing-dependent) would add to.
+	NoBackups bool
 	// MaxRollbacks bounds the rollbacks of one fit (default 8).
 	MaxRollbacks int
 	// MinWorkers is how many workers the first placement waits for
@@ -153,7 +157,10 @@ type OwnersReport struct {
 	// computed in the iteration's pass.
 	Rollbacks  int
 	Rebalances int
-	Shards     map[string]int
+	// Backups counts the tasks of stragglers that other workers took
+	// (queued shards and backup copies) so far.
+	Backups int
+	Shards  map[string]int
 }
 
 // ownCheckpoint is a complete checkpoint: the CRC of every column block
@@ -202,6 +209,9 @@ type ownSeq struct {
 	setup   bool
 	workers []string
 	shardW  []string
+	// winner is who computed each shard in the last pass (its placed
+	// worker, or a backup's: the owners pull its slices from there).
+	winner []string
 
 	results []*wire.OwnReply
 	// digests are the owners' digests of their blocks at version, by
@@ -221,6 +231,7 @@ type ownSeq struct {
 	busy       map[string]time.Duration
 	nnz        map[string]int
 	rebalances int
+	backups    int
 	// st is the job state in KV, stBody its JSON as last written; iter0
 	// is md.Iteration at version 0.
 	st     *coordinator.JobState
@@ -302,11 +313,11 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 					last = now.Add(-st.IterTime)
 				}
 				shards := map[string]int{}
-				for _, id := range s.shardW {
+				for _, id := range s.winner {
 					shards[id]++
 				}
 				opt.Report(OwnersReport{Iteration: st.Iteration, Wall: now.Sub(last), Bytes: b - lastBytes,
-					Workers: len(s.workers), Epoch: s.epoch, Rollbacks: s.rollbacks, Rebalances: s.rebalances, Shards: shards})
+					Workers: len(s.workers), Epoch: s.epoch, Rollbacks: s.rollbacks, Rebalances: s.rebalances, Backups: s.backups, Shards: shards})
 				last, lastBytes = now, b
 			}
 			if opt.Committed != nil {
@@ -746,16 +757,17 @@ func (s *ownSeq) place(ctx context.Context) error {
 }
 
 // Stragglers: a worker much slower than the others (a loaded machine, a
-// slow disk) would make every pass wait for its shards. Instead of
-// MapReduce's backup copies of its last tasks (a shard's rows of D live
-// with its worker: a backup would first copy them, and two owners of one
-// result would have to agree which one the folds read), the coordinator
-// re-places at a checkpoint: when a worker's measured seconds per nonzero
-// are at least twice the median's and the last pass's per-worker times
-// predict that a placement weighted by each worker's measured seconds per
-// nonzero ends the pass in under 3/4 of the time, it starts a new epoch
-// on that placement (from the checkpoint just written: nothing is
-// replayed). The straggler keeps the share it can finish in time.
+// slow disk) would make every pass wait for its shards. Within a pass the
+// other workers take its queued shards and back up its running task
+// (passSched: MapReduce's backup tasks, first answer wins). A worker that
+// stays slow is also re-placed at a checkpoint, so that it does not own
+// more column blocks and row groups than it can serve: when its measured
+// seconds per nonzero are at least twice the median's and the last pass's
+// per-worker times predict that a placement weighted by each worker's
+// measured seconds per nonzero ends the pass in under 3/4 of the time,
+// the coordinator starts a new epoch on that placement (from the
+// checkpoint just written: nothing is replayed). The straggler keeps the
+// share it can finish in time.
 const (
 	rebalanceGain   = 0.75
 	stragglerFactor = 2
@@ -1090,53 +1102,6 @@ func (s *ownSeq) pass(ctx context.Context, iter int, withLL bool, acc *factor.Ac
 	return s.foldScalars(acc)
 }
 
-// tasks has every shard computed by its worker (each worker's shards in
-// plan order, one at a time) and keeps the checked answers in s.results.
-func (s *ownSeq) tasks(ctx context.Context, iter int, withLL bool) error {
-	s.results = make([]*wire.OwnReply, len(s.shards))
-	s.busy, s.nnz = map[string]time.Duration{}, map[string]int{}
-	byWorker := map[string][]int{}
-	for _, k := range s.plan.Order {
-		byWorker[s.shardW[k]] = append(byWorker[s.shardW[k]], k)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for id, ks := range byWorker {
-		wg.Add(1)
-		if !s.e.goRoutine(func() {
-			defer wg.Done()
-			for _, k := range ks {
-				t0 := time.Now()
-				rep, err := s.ask(ctx, id, s.task(iter, k, withLL))
-				if err == nil {
-					err = s.check(iter, k, withLL, rep)
-				}
-				mu.Lock()
-				s.busy[id] += time.Since(t0)
-				s.nnz[id] += s.shards[k].NNZ
-				if err != nil && first == nil {
-					first = err
-					cancel()
-				}
-				s.results[k] = rep
-				mu.Unlock()
-				if err != nil {
-					return
-				}
-			}
-		}) {
-			wg.Done()
-			cancel()
-			first = errors.New("natsexec: executor closed")
-		}
-	}
-	wg.Wait()
-	return first
-}
-
 // foldScalars folds the pass's Y and scalars.
 func (s *ownSeq) foldScalars(acc *factor.Accumulator) error {
 	for !s.red.Done() {
@@ -1212,6 +1177,14 @@ func (s *ownSeq) owned() (map[string][]wire.ColBlock, map[string][]int) {
 func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64, ll float64) error {
 	save := iter%s.opt.CheckpointEvery == 0
 	blocks, groups := s.owned()
+	// Shards whose slices another worker than the placed one serves (it
+	// won a backup copy).
+	var moved []wire.ShardWorker
+	for k, id := range s.winner {
+		if id != "" && id != s.shardW[k] {
+			moved = append(moved, wire.ShardWorker{Shard: k, Worker: id})
+		}
+	}
 	crcs := map[[2]int]string{}
 	dcrcs := map[int]string{}
 	digests := map[string]string{}
@@ -1221,6 +1194,7 @@ func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64, ll f
 		}
 		r := s.request(wire.OpCommit, iter)
 		r.Save = save
+		r.Moved = moved
 		seen := map[int]bool{}
 		for _, cb := range blocks[id] {
 			if !seen[cb.KBlock] {

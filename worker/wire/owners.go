@@ -198,10 +198,18 @@ type OwnRequest struct {
 	ShardChecksum string `json:"shard_checksum,omitempty"`
 	WithLogLik    bool   `json:"with_loglik,omitempty"`
 
-	// commit: the global Y of the owner's K blocks, and whether to store
-	// the committed blocks.
-	Y    []KBlockY `json:"y,omitempty"`
-	Save bool      `json:"save,omitempty"`
+	// commit: the global Y of the owner's K blocks, whether to store the
+	// committed blocks, and the shards whose slices another worker than
+	// the layout's serves this iteration (a backup copy won).
+	Y     []KBlockY     `json:"y,omitempty"`
+	Save  bool          `json:"save,omitempty"`
+	Moved []ShardWorker `json:"moved,omitempty"`
+}
+
+// ShardWorker names the worker that serves a shard's slices.
+type ShardWorker struct {
+	Shard  int    `json:"shard"`
+	Worker string `json:"worker"`
 }
 
 // OwnReply answers an OwnRequest (Error set: it failed).
