@@ -141,7 +141,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kvBucket, "bucket-jobs", wire.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
 	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
-	fs.StringVar(&c.exchange, "exchange", "coordinator", "cluster mode: how statistics travel: coordinator (every K block and K̂ through the coordinator; runs --algorithm mu-* and every --tie) or owners (each column block of K owned by a worker, K̂ folded by its owner, the coordinator moves only m-vectors and scalars: scales past one machine; not with mu-*)")
+	fs.StringVar(&c.exchange, "exchange", "auto", "cluster mode: how statistics travel: owners (each column block of K and row group of D owned by a worker and folded there, the coordinator moves only m-vectors and scalars: scales past one machine; EMSF only), coordinator (every K block and K̂ through the coordinator; also runs --algorithm mu-*), or auto: owners, and coordinator for --algorithm mu-*")
 	fs.IntVar(&c.colBlocks, "col-blocks", 0, "with --exchange owners: column blocks per K block (0: one per 4 MiB of K, at most 1024)")
 	fs.BoolVar(&c.speculation, "speculation", true, "with --exchange owners: idle workers take a straggler's queued shards and back up its running task (first answer wins; the model is the same); false for measuring the protocol's own bytes")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 10, "with --exchange owners: iterations between checkpoints of the owners' blocks (a lost worker costs a replay of at most this many)")
@@ -186,10 +186,9 @@ func (c *clusterFlags) validate() error {
 		return usagef("--replicas %d: must be in [1, 5]", c.replicas)
 	}
 	switch c.exchange {
-	case "coordinator":
-	case "owners":
+	case "auto", "coordinator", "owners":
 	default:
-		return usagef("--exchange %q: want coordinator or owners", c.exchange)
+		return usagef("--exchange %q: want auto, owners or coordinator", c.exchange)
 	}
 	if c.colBlocks < 0 {
 		return usagef("--col-blocks %d: must be >= 0", c.colBlocks)
@@ -273,6 +272,19 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		defer exec.Close()
 	}
 	job := c.jobName(man, md, opts)
+	if c.exchange == "auto" {
+		// MU's commit rules run on the coordinator (factor.MUCommit); a
+		// resumed job keeps the exchange it started with.
+		c.exchange = "owners"
+		if opts.Commit != nil {
+			c.exchange = "coordinator"
+		}
+		if c.resume {
+			if st, _, err := exec.State(ctx, job); err == nil && (st.Params["exchange"] == "owners" || st.Params["exchange"] == "coordinator") {
+				c.exchange = st.Params["exchange"]
+			}
+		}
+	}
 	params := c.jobParams(md, opts)
 	if c.resume {
 		if err := c.checkResume(ctx, exec, job, params, man); err != nil {

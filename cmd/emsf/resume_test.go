@@ -52,3 +52,30 @@ func TestResumeMismatch(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeKeepsExchange: --exchange auto (the default) resumes a job
+// with the exchange it started with, and a job's recorded exchange is a
+// parameter: --resume with the other one, named, is refused.
+func TestResumeKeepsExchange(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "a.csv")
+	writeTransitions(t, data, 60, 2, 2000)
+	store := filepath.Join(dir, "store")
+	out := filepath.Join(dir, "model.arrow")
+	fit := func(extra ...string) []string {
+		return append([]string{"fit", "--input", data, "--order", "3", "--iters", "3", "--tol", "0", "--seed", "1",
+			"--embedded", "--store", store, "--workers", "2", "--out", out, "--log-level", "info"}, extra...)
+	}
+	mustEmsf(t, fit("--exchange", "coordinator", "--job", "coord")...)
+	mustEmsf(t, fit("--job", "auto")...)
+	for _, job := range []string{"coord", "auto"} {
+		code, stdout, stderr := emsf(t, fit("--resume", "--job", job)...)
+		if code != 0 || !strings.Contains(stderr, "resuming") {
+			t.Fatalf("--resume --job %s: exit %d\nstdout:\n%s\nstderr:\n%s", job, code, stdout, stderr)
+		}
+	}
+	code, _, stderr := emsf(t, fit("--resume", "--job", "coord", "--exchange", "owners")...)
+	if code == 0 || !strings.Contains(stderr, `exchange ("coordinator" in the checkpoint, "owners" now)`) {
+		t.Fatalf("--resume of a coordinator job with --exchange owners: exit %d, stderr:\n%s", code, stderr)
+	}
+}
