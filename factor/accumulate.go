@@ -50,6 +50,8 @@ type Scratch struct {
 	t  []float64 // d ⊙ k of the current nonzero
 	// col is a column's K̂ row summed from zero, in a fused pass.
 	col []float64
+	// k is the current row of K widened from a Float32 model's copy.
+	k []float64
 	// count is the working memory of building a block's column index.
 	count []int32
 	// pureGo forces the pure-Go kernel (tests compare it with AVX2).
@@ -145,6 +147,7 @@ func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex
 	s.gs = s.gs[:len(ci.vals)]
 	s.t = resize(s.t, m)
 	s.col = resize(s.col, m)
+	s.k = resize(s.k, m)
 	return ci, nil
 }
 
@@ -159,8 +162,13 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 	gs, t := s.gs, s.t
 	fast := m%4 == 0 && !s.pureGo && useAVX2()
 	have := n
+	// kt32 is the float32 copy of a Float32 model's K (its rows widen
+	// exactly to those of kt); a streamed pass reads the rows kt receives.
+	var kt32 []float32
 	if avail != nil {
 		have = 0
+	} else {
+		kt32 = md.kt32For(md.KBlock(p.Action))
 	}
 	cols := ci.cols[:c1]
 	for c := c0; c < c1; c++ {
@@ -176,14 +184,30 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 		}
 		if a := c + prefetchAhead; a < c1 {
 			ja := int(cols[a]) * m
-			if dst == nil {
+			switch {
+			case kt32 != nil:
+				prefetchR32(&kt32[ja], m*4)
+				if dst != nil {
+					prefetchW(&dst.kh[ja], m*8)
+				}
+			case dst == nil:
 				prefetchR(&kt[ja], m*8)
-			} else {
+			default:
 				prefetchRW(&kt[ja], &dst.kh[ja], m*8)
 			}
 		}
 		lo, hi := ci.ptr[c], ci.ptr[c+1]
-		krow := kt[int(j)*m : int(j)*m+m]
+		var krow []float64
+		switch {
+		case kt32 == nil:
+			krow = kt[int(j)*m : int(j)*m+m]
+		case fast:
+			krow = s.k
+			widenAVX2(&krow[0], &kt32[int(j)*m], m)
+		default:
+			krow = s.k
+			widen(krow, kt32[int(j)*m:int(j)*m+m])
+		}
 		var kh []float64
 		switch {
 		case dst == nil:

@@ -42,6 +42,7 @@ type Passer struct {
 func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, workers int, withLogLik bool) error {
 	// The plan costs O(blocks); made per pass, it can never be stale.
 	plan := PlanBlocks(blocks, md.Tie, ps.GroupNNZ)
+	md.ensure32() // before any goroutine reads md
 	ps.red.Reset(acc, plan)
 	order := plan.Order
 	workers = max(1, min(workers, len(blocks)))
@@ -282,6 +283,10 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		return FitResult{}, fmt.Errorf("factor: no data: the total count is %v", total)
 	}
 	dataTerm := DataTerm(blocks)
+	if md.Precision == Float32 {
+		// Idempotent on a model rounded before (a resumed fit's).
+		md.RoundFactors()
+	}
 	acc := hooks.Accumulator
 	if acc == nil {
 		acc = NewAccumulator(md)
@@ -318,6 +323,9 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			opts.Commit(md, acc)
 		} else {
 			acc.Commit(md, alpha, dataTerm)
+		}
+		if md.Precision == Float32 {
+			md.RoundFactors()
 		}
 		now := time.Now()
 		st := IterStats{Iteration: iter, LogLik: acc.LogLik, RelChange: math.NaN(),

@@ -147,3 +147,27 @@ pw:
 	SUBQ $64, CX
 	JG pw
 	RET
+
+// func prefetchR32(p *float32, bytes int)
+//
+// prefetchR for a row of the float32 copy of K^T.
+TEXT ·prefetchR32(SB), NOSPLIT, $0-16
+	JMP ·prefetchR(SB)
+
+// func widenAVX2(dst *float64, src *float32, n int)
+//
+// dst[l] = float64(src[l]) for l in [0, n), n a positive multiple of 4
+// (VCVTPS2PD: exact, as the conversion in Go is).
+TEXT ·widenAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+widen:
+	VCVTPS2PD (SI)(AX*4), Y0
+	VMOVUPD Y0, (DI)(AX*8)
+	ADDQ $4, AX
+	CMPQ AX, CX
+	JLT widen
+	VZEROUPPER
+	RET

@@ -43,9 +43,11 @@ type fitFlags struct {
 	groupNNZ   int
 	algorithm  string
 	loss       string
+	precision  string
 
-	orders []int
-	tieV   factor.Tie
+	orders     []int
+	tieV       factor.Tie
+	precisionV factor.Precision
 }
 
 func runFit(ctx context.Context, e *env, args []string) error {
@@ -73,6 +75,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.groupNNZ, "group-nnz", factor.DefaultGroupNNZ, "target nonzeros per reduction group: the sums of a pass follow a fixed tree over groups of shards (reduce order "+factor.ReduceOrder+"), so the exact result depends on it, never on --workers or the cluster")
 	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
 	fs.StringVar(&f.loss, "loss", "wkl", lossUsage)
+	fs.StringVar(&f.precision, "precision", "float64", precisionUsage)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -261,6 +264,9 @@ func (f *fitFlags) validate() error {
 	if err := f.validateAlgorithm(); err != nil {
 		return err
 	}
+	if err := f.validatePrecision(); err != nil {
+		return err
+	}
 	if err := f.inc.validate(f); err != nil {
 		return err
 	}
@@ -341,6 +347,9 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 		} else {
 			md = factor.NewRandom(n, m, u, f.tieV, f.seed+uint64(r))
 		}
+		if f.precisionV != factor.Float64 {
+			md.SetPrecision(f.precisionV)
+		}
 		opts := factor.FitOptions{
 			Alpha:     f.alpha,
 			Workers:   f.workers,
@@ -411,7 +420,7 @@ func (f *fitFlags) interruptedUnfinished(err error) error {
 }
 
 func (f *fitFlags) params(m int) map[string]string {
-	return map[string]string{
+	p := map[string]string{
 		"input":     f.in.input,
 		"order":     strconv.Itoa(m),
 		"tie":       f.tieV.String(),
@@ -425,6 +434,43 @@ func (f *fitFlags) params(m int) map[string]string {
 		"group_nnz": strconv.Itoa(f.groupNNZ),
 		"init":      f.initModel,
 	}
+	// Recorded only when not the default: a float64 fit's files and job
+	// state stay as they were, and a file without it is float64.
+	if f.precisionV != factor.Float64 {
+		p[paramPrecision] = f.precisionV.String()
+	}
+	return p
+}
+
+// paramPrecision is the fit parameter (model file emsf.param.precision,
+// job state) naming a --precision other than float64.
+const paramPrecision = "precision"
+
+const precisionUsage = "precision of the factors D and K: float64, or float32 (stored rounded to float32 and read by the pass at half the bytes; " +
+	"statistics still summed in float64; agrees with float64 to about 1e-7 in the loglik per transition; emsf fit --algorithm emsf, not --incremental or --exchange owners, --alpha >= 0.1)"
+
+// validatePrecision parses --precision and refuses the fits that do not
+// run float32 factors.
+func (f *fitFlags) validatePrecision() error {
+	p, err := factor.ParsePrecision(f.precision)
+	if err != nil {
+		return usagef("--precision %q: want float64 or float32", f.precision)
+	}
+	f.precisionV = p
+	if p == factor.Float64 {
+		return nil
+	}
+	switch {
+	case f.algorithm != algEMSF:
+		return usagef("--precision %s runs --algorithm emsf only (not %s)", p, f.algorithm)
+	case f.inc.enabled:
+		return usagef("--precision %s does not run with --incremental: the batch fit only", p)
+	case f.cluster.exchange == "owners" && f.cluster.enabled():
+		return usagef("--precision %s does not run with --exchange owners yet: use --exchange coordinator (the default)", p)
+	case f.alpha < factor.MinAlpha32:
+		return usagef("--precision %s needs --alpha >= %v (rounding drifts row sums by up to 6e-8/alpha), got %v", p, factor.MinAlpha32, f.alpha)
+	}
+	return nil
 }
 
 func nnz(bs []*factor.Block) int {
