@@ -595,20 +595,31 @@ func commitEntry(v, keep, add float64) float64 {
 // Rows without data keep their values; with α < 1 a positive entry never
 // drops below EntryFloor (underflow guard). It records the accumulated loglik
 // and WKL (with dataTerm = Σ c·log(c/x_i), see Block.DataTerm) in md and
-// increments md.Iteration.
+// increments md.Iteration. A Float32 model's committed rows are rounded
+// (Round32) and copied to its float32 K^T as they are written: bitwise
+// Commit then RoundFactors, without a second sweep over the model.
 func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
 	if md.N != a.N || md.M != a.M || md.U != a.U || md.Tie != a.Tie {
 		panic("factor: Commit: accumulator and model differ in shape")
 	}
+	md.ensure32()
 	n, m := a.N, a.M
 	for b, d := range md.D {
 		dh, x := a.Dh[b], a.X[b]
 		for i := 0; i < n; i++ {
-			CommitRow(d[i*m:i*m+m], dh[i*m:i*m+m], x[i], alpha)
+			row := d[i*m : i*m+m]
+			CommitRow(row, dh[i*m:i*m+m], x[i], alpha)
+			if md.Precision == Float32 && x[i] > 0 {
+				RoundRows32(row)
+			}
 		}
 	}
 	for b, kt := range md.KT {
-		CommitKRows(kt, a.KhT[b], a.Y[b], m, alpha)
+		var k32 []float32
+		if md.Precision == Float32 {
+			k32 = md.kt32[b]
+		}
+		commitKRows(kt, a.KhT[b], a.Y[b], m, alpha, k32)
 	}
 	a.RecordPass(md, dataTerm)
 }
@@ -618,6 +629,13 @@ func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
 // global Y. A cluster node that owns a range of K's columns commits them
 // with it, bitwise what Commit commits for those columns.
 func CommitKRows(kt, kh, y []float64, m int, alpha float64) {
+	commitKRows(kt, kh, y, m, alpha, nil)
+}
+
+// commitKRows is CommitKRows; with k32 non-nil (a Float32 model's float32
+// copy of the same rows) each committed row is rounded (Round32) and
+// copied into k32 while it is in cache.
+func commitKRows(kt, kh, y []float64, m int, alpha float64, k32 []float32) {
 	keep := 1 - alpha
 	var fs [64]float64
 	f := fs[:0]
@@ -636,6 +654,14 @@ func CommitKRows(kt, kh, y []float64, m int, alpha float64) {
 		for l := range row {
 			if f[l] != 0 {
 				row[l] = commitEntry(row[l], keep, f[l]*src[l])
+			}
+		}
+		if k32 != nil {
+			r32 := k32[j : j+m]
+			for l, v := range row {
+				v = Round32(v)
+				row[l] = v
+				r32[l] = float32(v)
 			}
 		}
 	}

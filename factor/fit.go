@@ -322,9 +322,9 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		} else if opts.Commit != nil {
 			opts.Commit(md, acc)
 		} else {
-			acc.Commit(md, alpha, dataTerm)
+			acc.Commit(md, alpha, dataTerm) // rounds a Float32 model itself
 		}
-		if md.Precision == Float32 {
+		if md.Precision == Float32 && (hooks.Commit != nil || opts.Commit != nil) {
 			md.RoundFactors()
 		}
 		now := time.Now()

@@ -2,9 +2,11 @@ package factor
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 // f32Pair returns md rounded to float32 twice: as a Float32 model (the
@@ -266,4 +268,63 @@ func TestFloat32RefusedElsewhere(t *testing.T) {
 	if _, err := NewOnlineEM(md, OnlineEMOptions{GammaExp: 0.6}); err == nil || !strings.Contains(err.Error(), "float32") {
 		t.Errorf("online EM: %v", err)
 	}
+}
+
+// BenchmarkPrecision times float64 and float32 iterations (Pass + Commit)
+// interleaved on the same blocks, one of each per b.N round, so that a
+// loaded machine's noise falls on both alike: the ns/nnz and CPU ns/nnz
+// of each, and their ratio (float32 / float64). Run it with
+//
+//	go test -run NONE -bench BenchmarkPrecision -benchtime 4x ./factor/
+//
+// (large: n = 10^6, 20M nonzeros, m = 32; medium: n = 20 000, 2M).
+func BenchmarkPrecision(b *testing.B) {
+	for _, sz := range []benchSize{benchLarge, benchSizes[1]} {
+		for _, workers := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/m=32/workers=%d", sz.name, workers), func(b *testing.B) { benchPrecision(b, sz, 32, workers) })
+		}
+	}
+}
+
+func benchPrecision(b *testing.B, sz benchSize, m, workers int) {
+	blocks := benchBlocks(sz)
+	nnz := 0
+	for _, bl := range blocks {
+		nnz += bl.NNZ()
+	}
+	dataTerm := DataTerm(blocks)
+	type arm struct {
+		md       *Model
+		acc      *Accumulator
+		ps       Passer
+		wall, cp time.Duration
+	}
+	var arms [2]*arm
+	for k, p := range []Precision{Float64, Float32} {
+		md := NewRandom(sz.n, m, 1, TieNone, 1)
+		md.SetPrecision(p)
+		arms[k] = &arm{md: md, acc: NewAccumulator(md)}
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		for k := range arms {
+			a := arms[(k+i)%2] // alternate which goes first
+			cpu0, _ := processCPU()
+			t0 := time.Now()
+			if err := a.ps.Pass(ctx, a.md, blocks, a.acc, workers, false); err != nil {
+				b.Fatal(err)
+			}
+			a.acc.Commit(a.md, 1, dataTerm)
+			a.wall += time.Since(t0)
+			cpu1, _ := processCPU()
+			a.cp += cpu1 - cpu0
+		}
+	}
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N) / float64(nnz) }
+	b.ReportMetric(per(arms[0].wall), "f64-ns/nnz")
+	b.ReportMetric(per(arms[1].wall), "f32-ns/nnz")
+	b.ReportMetric(per(arms[0].cp), "f64-cpu-ns/nnz")
+	b.ReportMetric(per(arms[1].cp), "f32-cpu-ns/nnz")
+	b.ReportMetric(per(arms[1].wall)/per(arms[0].wall), "f32/f64")
 }
