@@ -1,9 +1,6 @@
 package factor
 
-import (
-	"fmt"
-	"math"
-)
+import "fmt"
 
 // Precision is the precision in which a model's factors D and K are
 // stored and read by a pass. The statistics (D̂, K̂, x, Y, the loglik)
@@ -76,7 +73,7 @@ const StochasticTol32 = 1e-6
 const MinAlpha32 = 0.1
 
 // smallestNormal32 is the smallest positive normal float32, 2^-126.
-var smallestNormal32 = math.Float64frombits(uint64(1023-126) << 52)
+const smallestNormal32 = 0x1p-126
 
 // Round32 returns v rounded to the nearest float32 value, as a float64. A
 // positive v that would round to 0 (or to a subnormal) gives 2^-126
@@ -104,9 +101,10 @@ func RoundRows32(xs []float64) {
 // Float32 it rounds every entry of D and K (Round32) and refreshes the
 // float32 copy of K^T that a pass reads; with Float64 it drops that copy
 // and changes nothing else. Loop calls it when a fit starts and after
-// every commit; whoever changes D or K of a Float32 model in place
-// between passes (Smooth, a resume's copy) must call it before the next
-// pass, or the pass reads the stale copy.
+// every commit, and Smooth after mixing; whoever else changes D or K of a
+// Float32 model in place between passes must call it before the next
+// pass, or the pass reads a stale copy (a resume's copy is followed by
+// Loop's call at the start).
 func (md *Model) RoundFactors() {
 	if md.Precision != Float32 {
 		md.kt32 = nil
