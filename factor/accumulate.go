@@ -610,7 +610,7 @@ func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
 			row := d[i*m : i*m+m]
 			CommitRow(row, dh[i*m:i*m+m], x[i], alpha)
 			if md.Precision == Float32 && x[i] > 0 {
-				RoundRows32(row)
+				round32Row(row, nil, false)
 			}
 		}
 	}
@@ -657,12 +657,7 @@ func commitKRows(kt, kh, y []float64, m int, alpha float64, k32 []float32) {
 			}
 		}
 		if k32 != nil {
-			r32 := k32[j : j+m]
-			for l, v := range row {
-				v = Round32(v)
-				row[l] = v
-				r32[l] = float32(v)
-			}
+			round32Row(row, k32[j:j+m], false)
 		}
 	}
 }

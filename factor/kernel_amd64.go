@@ -39,3 +39,9 @@ func prefetchR32(p *float32, bytes int)
 //
 //go:noescape
 func widenAVX2(dst *float64, src *float32, n int)
+
+// round32AVX2 is round32Row in AVX2 for n a positive multiple of 4 (see
+// kernel_amd64.s); x32 may be nil.
+//
+//go:noescape
+func round32AVX2(x *float64, x32 *float32, n int)

@@ -148,6 +148,32 @@ func (md *Model) kt32For(kb int) []float32 {
 	return md.kt32[kb]
 }
 
+// round32Row rounds the row x with Round32 in place and, with x32
+// non-nil (of x's length), stores the float32 values there too: in AVX2
+// where available and len(x) is a multiple of 4 (a commit at n = 10^6
+// rounds 64M entries; the scalar loop cost more than the rest of the
+// commit), else in Go; bitwise the same (TestRound32AVX2).
+func round32Row(x []float64, x32 []float32, pureGo bool) {
+	if len(x) > 0 && len(x)%4 == 0 && !pureGo && useAVX2() {
+		var p *float32
+		if x32 != nil {
+			p = &x32[:len(x)][0]
+		}
+		round32AVX2(&x[0], p, len(x))
+		return
+	}
+	if x32 == nil {
+		RoundRows32(x)
+		return
+	}
+	x32 = x32[:len(x)]
+	for l, v := range x {
+		v = Round32(v)
+		x[l] = v
+		x32[l] = float32(v)
+	}
+}
+
 // all32 reports whether every value of xs is a float32 value.
 func all32(xs []float64) bool {
 	for _, v := range xs {

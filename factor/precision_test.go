@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -48,6 +49,57 @@ func TestRound32(t *testing.T) {
 	for _, v := range []float64{EntryFloor, 1e-40, 1e-300} {
 		if r := Round32(v); r != 0x1p-126 {
 			t.Errorf("Round32(%v) = %v, want 2^-126", v, r)
+		}
+	}
+}
+
+// TestRound32AVX2: the AVX2 rounding of a row (the commit's) is bitwise
+// Round32 entry by entry, on random magnitudes, ties of float32 rounding
+// (exact midpoints), zeros, values below float32's normal range and the
+// entry floor, with and without the float32 copy.
+func TestRound32AVX2(t *testing.T) {
+	if !useAVX2() {
+		t.Log("no AVX2 on this machine (or -tags purego): both paths are Go")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := make([]float64, 4096)
+	for k := range x {
+		switch k % 8 {
+		case 0:
+			x[k] = 0
+		case 1:
+			x[k] = EntryFloor * (1 + rng.Float64())
+		case 2:
+			x[k] = math.Ldexp(rng.Float64(), -120-rng.IntN(40)) // around 2^-126
+		case 3:
+			// A midpoint between two float32 values: a tie.
+			f := float32(rng.Float64())
+			x[k] = (float64(f) + float64(math.Nextafter32(f, 2))) / 2
+		default:
+			x[k] = math.Ldexp(rng.Float64(), -rng.IntN(60))
+		}
+	}
+	for _, withCopy := range []bool{false, true} {
+		fast, slow := slices.Clone(x), slices.Clone(x)
+		var f32, s32 []float32
+		if withCopy {
+			f32, s32 = make([]float32, len(x)), make([]float32, len(x))
+		}
+		for lo := 0; lo < len(x); lo += 32 {
+			var fr, sr []float32
+			if withCopy {
+				fr, sr = f32[lo:lo+32], s32[lo:lo+32]
+			}
+			round32Row(fast[lo:lo+32], fr, false)
+			round32Row(slow[lo:lo+32], sr, true)
+		}
+		for k := range x {
+			if math.Float64bits(fast[k]) != math.Float64bits(slow[k]) || math.Float64bits(slow[k]) != math.Float64bits(Round32(x[k])) {
+				t.Fatalf("x=%v: AVX2 %v, Go %v, Round32 %v", x[k], fast[k], slow[k], Round32(x[k]))
+			}
+			if withCopy && (math.Float32bits(f32[k]) != math.Float32bits(s32[k]) || float64(s32[k]) != slow[k]) {
+				t.Fatalf("x=%v: float32 copy AVX2 %v, Go %v", x[k], f32[k], s32[k])
+			}
 		}
 	}
 }
