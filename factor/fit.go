@@ -273,6 +273,10 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	if opts.Commit != nil && alpha != 1 {
 		return FitResult{}, fmt.Errorf("factor: learning rate %v: a fit with its own commit rule takes none (0 or 1)", alpha)
 	}
+	if md.Precision != Float64 && hooks.Commit != nil {
+		// The nodes that commit would have to round as Commit does.
+		return FitResult{}, fmt.Errorf("factor: precision %s: a fit whose nodes commit the factors (LoopHooks.Commit) runs float64 models only", md.Precision)
+	}
 	for k, b := range blocks {
 		if err := b.CheckShape(md.N, md.U); err != nil {
 			return FitResult{}, fmt.Errorf("factor: block %d: %w", k, err)
@@ -324,7 +328,7 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		} else {
 			acc.Commit(md, alpha, dataTerm) // rounds a Float32 model itself
 		}
-		if md.Precision == Float32 && (hooks.Commit != nil || opts.Commit != nil) {
+		if md.Precision == Float32 && opts.Commit != nil {
 			md.RoundFactors()
 		}
 		now := time.Now()

@@ -29,6 +29,13 @@ import "fmt"
 // Memory: the float64 model stays (commits and output use it); the float32
 // copy of K^T adds half of K's size. The rows of D are read once per
 // block (contiguous, cache-resident) and stay float64.
+//
+// Where it runs: Fit and Loop (any Stepper, so the coordinator exchange
+// of a cluster too), with EMSF's commit or a FitOptions.Commit (rounded
+// after it). Loop refuses a Float32 model with LoopHooks.Commit (the
+// owners exchange, whose nodes commit without rounding), and the
+// incremental fit, MU and online EM refuse one (they commit outside
+// Loop).
 type Precision int
 
 const (

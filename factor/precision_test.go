@@ -414,3 +414,16 @@ func TestFloat32Smooth(t *testing.T) {
 		t.Fatal("pass after Smooth differs from the float64 pass on the same values (stale float32 copy)")
 	}
 }
+
+// TestFloat32LoopRefusesCommitHook: a loop whose commit happens elsewhere
+// (the owners exchange's nodes) refuses a Float32 model: those nodes
+// would not round.
+func TestFloat32LoopRefusesCommitHook(t *testing.T) {
+	blocks, md := treeCase(t, 3, TieNone)
+	md.SetPrecision(Float32)
+	hooks := LoopHooks{Commit: func(context.Context, int, *Model, *Accumulator, float64, float64) error { return nil }}
+	_, err := Loop(context.Background(), md, blocks, &localStepper{blocks: blocks, workers: 1}, FitOptions{Converger: Converger{MaxIter: 1}}, hooks)
+	if err == nil || !strings.Contains(err.Error(), "float32") {
+		t.Fatalf("err = %v; want a refusal naming float32", err)
+	}
+}
