@@ -446,8 +446,9 @@ func (f *fitFlags) params(m int) map[string]string {
 // job state) naming a --precision other than float64.
 const paramPrecision = "precision"
 
-const precisionUsage = "precision of the factors D and K: float64, or float32 (stored rounded to float32 and read by the pass at half the bytes; " +
-	"statistics still summed in float64; agrees with float64 to about 1e-7 in the loglik per transition; emsf fit --algorithm emsf, not --incremental or --exchange owners, --alpha >= 0.1)"
+const precisionUsage = "precision of the factors D and K: float64, or float32 (stored rounded to float32, K read by the pass at half the bytes; " +
+	"statistics still summed in float64; agrees with float64 to about 1e-7 in the loglik per transition; EMSF only: " +
+	"not with --incremental, --algorithm mu-*/klm/cnt or --exchange owners; needs --alpha >= 0.1)"
 
 // validatePrecision parses --precision and refuses the fits that do not
 // run float32 factors.
