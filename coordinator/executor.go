@@ -59,8 +59,9 @@ type JobState struct {
 }
 
 // OwnersCheckpoint is where a job of the owners exchange can go on from:
-// the model version whose column blocks and shards' rows of D are stored
-// as objects (wire.OwnersKObject, wire.OwnersDObject) with these CRCs,
+// the model version whose column blocks and row groups of D are stored
+// as objects (wire.OwnersKObject, wire.OwnersDObject; DCRC by group) with
+// these CRCs,
 // and the epoch last used (a resumed or rolled back job takes the next:
 // workers refuse requests of older epochs).
 type OwnersCheckpoint struct {

@@ -26,6 +26,10 @@
 #                    the designs are compared in the same session
 #   --col-blocks C   with owners: emsf fit --col-blocks (default 8: divisible by
 #                    the owners of a K block at P = 1 .. 8, u = 2)
+#   --col-cells Q    with owners: emsf fit --col-cells (default 1). With Q > 1
+#                    each action's P_a nodes form the grid emsf places
+#                    (p_r × p_c, p_c = natsexec.GridCols(P_a, Q)) and the data
+#                    is cut into p_r row ranges per action; design C
 #   --nodes "1 2 4 8"   emulated worker nodes P per run
 #   --states "2000 8000" n per run (each with every P)
 #   --actions U      actions u (default 2)
@@ -56,6 +60,7 @@ rate=50mbit
 design=
 exchanges=coordinator
 col_blocks=8
+col_cells=1
 out=
 bin=
 while [ $# -gt 0 ]; do
@@ -71,6 +76,7 @@ while [ $# -gt 0 ]; do
 	--design) design=$2; shift ;;
 	--exchange) exchanges=$2; shift ;;
 	--col-blocks) col_blocks=$2; shift ;;
+	--col-cells) col_cells=$2; shift ;;
 	--out) out=$2; shift ;;
 	--bin) bin=$2; shift ;;
 	-h | --help) sed -n '2,44p' "$0"; exit 0 ;;
@@ -309,10 +315,22 @@ for run in "${runs_list[@]}"; do
 		# cost model's B grouped.
 		cut=$p fit_x=()
 		d=${design:-A}
+		cells=1
 		if [ "$x" = owners ]; then
 			cut=$((p > actions ? p / actions : 1))
 			fit_x=(--exchange owners --col-blocks "$col_blocks")
 			d=${design:-B}
+			if [ "$col_cells" -gt 1 ]; then
+				# The grid emsf forms (natsexec.GridCols): p_c the divisor
+				# of P_a, at most Q, moving least; p_r row ranges.
+				pc=$(awk -v p="$cut" -v q="$col_cells" 'BEGIN { best = 1; cost = 1e9
+					for (c = 1; c <= p && c <= q; c++) if (p % c == 0) { r = p / c
+						f = (1 - 1 / c) / r + (1 - 1 / r) / c; if (f < cost - 1e-12) { best = c; cost = f } }
+					print best }')
+				cut=$((cut / pc)) cells=$col_cells
+				fit_x+=(--col-cells "$col_cells")
+				d=${design:-C}
+			fi
 		fi
 		shard_nnz=$(((nnz_a_max + cut - 1) / cut + row_max))
 		log "run: design $d ($x), P=$p, n=$n, nnz=$nnz, shard-nnz=$shard_nnz, rate $rate"
@@ -356,7 +374,7 @@ for run in "${runs_list[@]}"; do
 		jq -rR --arg m "cluster iteration" 'fromjson? | select(.["@message"]? == $m) |
 			"\(.["@timestamp"]) \(.iter) \(.bytes // .coordinator_bytes) \(.tasks // "-")"' "$fitlog" |
 			TZ=UTC awk -v p="$p" -v t0="$t0" -v samples="$samples" -v load="$(cut -d' ' -f1 /proc/loadavg)" \
-				-v pre="$d,$p,$n,$actions,$order,$nnz" -v rate="$rate_mbit" -v cutshards="$((actions * cut))" '
+				-v pre="$d,$p,$n,$actions,$order,$nnz" -v rate="$rate_mbit" -v cutshards="$((actions * cut * cells))" '
 			function at(t, k,   i) { # counter k interpolated at time t
 				for (i = 2; i < ns && st[i] < t; i++) ;
 				if (st[i] <= st[i-1]) return sv[i, k]

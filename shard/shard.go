@@ -19,10 +19,12 @@
 // transparent huge pages (adviseHuge: on a virtual machine a first touch
 // of each 4 KiB page is what filling them mostly costs). A shard holds the
 // nonzeros of one action for a contiguous range of rows, sorted by (row,
-// col); a row is never split across shards, so the statistics of D's rows
-// are complete in one shard. The layout depends only on the data and the
-// target shard size, never on the number of workers, which is what makes
-// fits bitwise reproducible across worker counts.
+// col); Split never cuts a row across shards, so the statistics of D's
+// rows are complete in one shard, while SplitGrid cuts each row range
+// further into column cells, whose rows of D̂ are summed over the cells
+// of the range. The layout depends only on the data, the target shard
+// size and the number of column cells, never on the number of workers,
+// which is what makes fits bitwise reproducible across worker counts.
 //
 // The package is pure: no files, no logging, no networking.
 package shard
@@ -33,6 +35,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/emsf/emsf/factor"
 )
@@ -133,6 +136,78 @@ func Split(mats []*factor.Block, n, target int) ([]*Shard, *Manifest) {
 	return out, man
 }
 
+// MaxColCells caps SplitGrid's column cells per row range.
+const MaxColCells = 1024
+
+// SplitGrid is Split with each row range cut further into q column
+// cells: the columns [c·n/q, (c+1)·n/q) of the range's rows, c = 0 … q−1,
+// each a shard of its own (Info.ColLo, ColHi) holding the rows that have
+// a nonzero in it; cells without nonzeros are left out. Shards are
+// numbered in (action, row range, column cell) order, so the cells of a
+// row range are consecutive (RowGroups). The rows of D̂ of a range are
+// then summed over its cells in that order (the canonical order adds the
+// blocks' rows of D̂ left to right, factor.ReducePlan), which is what
+// lets a cluster spread one action's data over a grid of nodes whose
+// traffic falls as the grid grows (the owners exchange). q ≤ 1 is Split:
+// the same shards, the same bits.
+func SplitGrid(mats []*factor.Block, n, target, q int) ([]*Shard, *Manifest) {
+	rows, man := Split(mats, n, target)
+	if q <= 1 {
+		return rows, man
+	}
+	q = min(q, MaxColCells, max(n, 1))
+	man = &Manifest{N: n, U: len(mats)}
+	var out []*Shard
+	for _, rs := range rows {
+		b := rs.Block
+		for c := range q {
+			lo, hi := int32(int64(c)*int64(n)/int64(q)), int32(int64(c+1)*int64(n)/int64(q))
+			cell := &factor.Block{Action: b.Action, Ptr: []int64{0}}
+			for r, i := range b.Rows {
+				row := b.Cols[b.Ptr[r]:b.Ptr[r+1]]
+				a, _ := slices.BinarySearch(row, lo)
+				e, _ := slices.BinarySearch(row, hi)
+				if a == e {
+					continue
+				}
+				at := int(b.Ptr[r])
+				cell.Rows = append(cell.Rows, i)
+				cell.Cols = append(cell.Cols, row[a:e]...)
+				cell.Vals = append(cell.Vals, b.Vals[at+a:at+e]...)
+				cell.Ptr = append(cell.Ptr, int64(len(cell.Cols)))
+			}
+			if len(cell.Cols) == 0 {
+				continue
+			}
+			sh := &Shard{Info: Info{ID: len(out), Action: b.Action, RowLo: rs.RowLo, RowHi: rs.RowHi,
+				ColLo: int(lo), ColHi: int(hi), NNZ: cell.NNZ(), Sum: cell.Sum(), Checksum: Checksum(cell)}, Block: cell}
+			out = append(out, sh)
+			man.Shards = append(man.Shards, sh.Info)
+			man.NNZ += sh.NNZ
+			man.Total += sh.Sum
+		}
+	}
+	return out, man
+}
+
+// RowGroups returns the shards' row groups: runs of consecutive shards of
+// one action and row range (SplitGrid's cells of one range; every shard
+// of Split is a group of its own), as shard indices in order.
+func RowGroups(infos []Info) [][]int {
+	var out [][]int
+	for k, in := range infos {
+		if k > 0 {
+			p := infos[k-1]
+			if p.Action == in.Action && p.RowLo == in.RowLo && p.RowHi == in.RowHi {
+				out[len(out)-1] = append(out[len(out)-1], k)
+				continue
+			}
+		}
+		out = append(out, []int{k})
+	}
+	return out
+}
+
 // ReducePlan returns the canonical reduce order of the manifest's shards
 // (factor.PlanReduce): the same plan factor.Fit makes for their blocks.
 func (m *Manifest) ReducePlan(tie factor.Tie, groupNNZ int) *factor.ReducePlan {
@@ -161,6 +236,13 @@ func (s *Shard) Verify() error {
 	}
 	if len(b.Rows) > 0 && (int(b.Rows[0]) < s.RowLo || int(b.Rows[len(b.Rows)-1]) >= s.RowHi) {
 		return fmt.Errorf("shard: shard %d: rows [%d, %d] outside [%d, %d)", s.ID, b.Rows[0], b.Rows[len(b.Rows)-1], s.RowLo, s.RowHi)
+	}
+	if s.ColLo != 0 || s.ColHi != 0 {
+		for _, j := range b.Cols {
+			if int(j) < s.ColLo || int(j) >= s.ColHi {
+				return fmt.Errorf("shard: shard %d: column %d outside [%d, %d)", s.ID, j, s.ColLo, s.ColHi)
+			}
+		}
 	}
 	if b.NNZ() != s.NNZ {
 		return fmt.Errorf("shard: shard %d: %d nonzeros, manifest says %d", s.ID, b.NNZ(), s.NNZ)

@@ -23,10 +23,11 @@ import (
 
 // The owners exchange (see wire/owners.go for the protocol): this worker
 // owns column blocks of K (their rows of K^T, served to the workers that
-// gather them, and the fold of their K̂) and the rows of D of the shards
-// it computes. All of it is per job and epoch: a request of an older
-// epoch is refused, and a load of a newer epoch drops every block owned
-// before (the coordinator rolled the job back to a checkpoint).
+// gather them, and the fold of their K̂) and row groups of D (their rows,
+// served the same way, and the fold of their D̂). All of it is per job
+// and epoch: a request of an older epoch is refused, and a load of a
+// newer epoch drops every block and group owned before (the coordinator
+// rolled the job back to a checkpoint).
 
 // ownJob is a job's state in the owners exchange.
 type ownJob struct {
@@ -41,9 +42,13 @@ type ownJob struct {
 	// shapes[kblock] its shards and their workers: the epoch's placement.
 	layout [][]wire.ColBlock
 	shapes map[int]wire.KShape
-	// rows are the shards' rows of D by shard (the shard's rows in order,
-	// m values each).
-	rows map[int]*ownRows
+	// groups are the row groups of D owned here; rowLayout is every
+	// group of the epoch (index = group), cellGroups each shard's groups
+	// (in row order) and cellWorker each shard's worker.
+	groups     map[int]*ownGroup
+	rowLayout  []wire.RowGroup
+	cellGroups map[int][]int
+	cellWorker map[int]string
 	// served are the K̂ slice blobs served, with the iteration they are of.
 	served []servedSlice
 	// ctx is the epoch's: cancelled when a newer epoch, the job's end or
@@ -68,11 +73,25 @@ type ownBlock struct {
 	fold    *factor.ColumnFold
 }
 
-// ownRows are a shard's rows of D at one version.
-type ownRows struct {
+// dblock is the D block of action a.
+func (j *ownJob) dblock(a int) int {
+	if j.tie == factor.TieSharedD {
+		return 0
+	}
+	return a
+}
+
+// ownGroup is an owned row group g of D: its rows (ascending) and their
+// values at version (m per row), and the sums of its fold.
+type ownGroup struct {
+	mu      sync.RWMutex
+	g       int
+	action  int
+	rows    []int32
 	version int
-	rows    []float64
+	d       []float64
 	crc     string
+	dh, x   []float64
 }
 
 // startOwners registers the owners exchange's endpoints.
@@ -162,8 +181,7 @@ func (w *Worker) serveOwn(req micro.Request) {
 var errSuperseded = errors.New("worker: superseded by a newer epoch of the job")
 
 // ownState returns the job's state for a request of epoch e: a newer
-// epoch starts afresh (keeping the shards' rows, which are checked by
-// CRC before use), an older one is refused.
+// epoch starts afresh, an older one is refused.
 func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 	w.omu.Lock()
 	defer w.omu.Unlock()
@@ -185,13 +203,11 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 		return nil, fmt.Errorf("worker: job %s: bad shape n=%d m=%d u=%d", r.Job, r.N, r.M, r.U)
 	}
 	nj := &ownJob{job: r.Job, epoch: r.Epoch, n: r.N, m: r.M, u: r.U, tie: tie, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
-		blocks: map[[2]int]*ownBlock{}, shapes: map[int]wire.KShape{}, rows: map[int]*ownRows{}}
+		blocks: map[[2]int]*ownBlock{}, shapes: map[int]wire.KShape{}, groups: map[int]*ownGroup{},
+		cellGroups: map[int][]int{}, cellWorker: map[int]string{}}
 	nj.ctx, nj.cancel = context.WithCancelCause(w.ctx)
 	if j != nil {
 		j.cancel(errSuperseded)
-		if j.n == nj.n && j.m == nj.m && j.u == nj.u && j.tie == nj.tie {
-			nj.rows = j.rows
-		}
 		w.dropSlices(j, math.MaxInt)
 	}
 	w.own[r.Job] = nj
@@ -240,6 +256,73 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) err
 		w.omu.Unlock()
 		w.count(func(s *Stats) { s.BytesFetched += int64(len(data)) })
 	}
+	return w.loadGroups(ctx, obs, j, r)
+}
+
+// loadGroups takes the epoch's row layout and loads the groups this
+// worker owns: their row lists and their rows of D at version
+// r.Iteration, each checked against the CRCs of the layout.
+func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *ownJob, r *wire.OwnRequest) error {
+	for _, sh := range j.shapes {
+		for q, k := range sh.Shards {
+			j.cellWorker[k] = sh.Workers[q]
+		}
+	}
+	for gi, g := range r.Groups {
+		if g.G != gi || g.Action < 0 || g.Action >= j.u || len(g.Cells) == 0 || g.Lo < 0 || g.Hi > j.n || g.Lo > g.Hi {
+			return fmt.Errorf("worker: job %s: bad row group %d: %+v", r.Job, gi, g)
+		}
+		for _, k := range g.Cells {
+			if gs := j.cellGroups[k]; len(gs) > 0 && r.Groups[gs[len(gs)-1]].Hi > g.Lo {
+				return fmt.Errorf("worker: job %s: row groups %d and %d of shard %d overlap or are out of order", r.Job, gs[len(gs)-1], gi, k)
+			}
+			j.cellGroups[k] = append(j.cellGroups[k], gi)
+		}
+	}
+	j.rowLayout = r.Groups
+	for _, g := range r.Groups {
+		if g.Owner != w.id {
+			continue
+		}
+		name := wire.OwnersRowsObject(r.Job, g.G)
+		data, err := obs.GetBytes(ctx, name)
+		if err == nil && wire.CRC(data) != g.RowsCRC {
+			err = fmt.Errorf("CRC %s, the layout says %s", wire.CRC(data), g.RowsCRC)
+		}
+		var rows []int32
+		if err == nil {
+			rows, err = wire.DecodeCols(data, 0, j.n, nil)
+		}
+		if err == nil && len(rows) == 0 {
+			err = errors.New("no rows")
+		}
+		for q := 1; err == nil && q < len(rows); q++ {
+			if rows[q] <= rows[q-1] {
+				err = fmt.Errorf("row %d after row %d: the list must ascend", rows[q], rows[q-1])
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("worker: load %s: %w", name, err)
+		}
+		name = wire.OwnersDObject(r.Job, r.Iteration, g.G)
+		if data, err = obs.GetBytes(ctx, name); err == nil && wire.CRC(data) != g.CRC {
+			err = fmt.Errorf("CRC %s, the checkpoint says %s", wire.CRC(data), g.CRC)
+		}
+		if err == nil && len(data) != 8*len(rows)*j.m {
+			err = fmt.Errorf("%d bytes, %d rows of m = %d have %d", len(data), len(rows), j.m, 8*len(rows)*j.m)
+		}
+		og := &ownGroup{g: g.G, action: g.Action, rows: rows, version: r.Iteration, d: make([]float64, len(rows)*j.m), crc: g.CRC}
+		if err == nil {
+			err = wire.ReadFloats(og.d, data)
+		}
+		if err != nil {
+			return fmt.Errorf("worker: load %s: %w", name, err)
+		}
+		w.omu.Lock()
+		j.groups[g.G] = og
+		w.omu.Unlock()
+		w.count(func(s *Stats) { s.BytesFetched += int64(len(data)) })
+	}
 	return nil
 }
 
@@ -282,31 +365,43 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 	}
 	cs := w.compactShard(s.Checksum, b)
 	md := w.compactModel(cs, m)
-	// Rows of D at version Iteration−1.
-	rows := j.rows[r.Shard]
-	if rows == nil || rows.version != r.Iteration-1 || rows.crc != r.DCRC || len(rows.rows) != len(b.Rows)*m {
-		if r.DObject == "" {
-			return fmt.Errorf("worker: shard %d: rows of D of version %d are not here and the task names no checkpoint", r.Shard, r.Iteration-1)
+	// Rows of D at version Iteration−1, from the owners of the shard's
+	// row groups (which split its rows: spans[q] are group q's).
+	groups := j.cellGroups[r.Shard]
+	w.ownD = slices.Grow(w.ownD[:0], len(b.Rows)*m)[:len(b.Rows)*m]
+	spans := make([][2]int, len(groups))
+	t0 := time.Now()
+	var parts []gatherPart
+	covered := 0
+	for q, g := range groups {
+		grp := j.rowLayout[g]
+		a, e := factor.SliceColumns(b.Rows, grp.Lo, grp.Hi)
+		if grp.Action != j.dblock(b.Action) || a != covered {
+			return fmt.Errorf("worker: shard %d (action %d): row group %d (D block %d, rows [%d, %d)) does not follow its rows before", r.Shard, b.Action, g, grp.Action, grp.Lo, grp.Hi)
 		}
-		data, err := obs.GetBytes(ctx, r.DObject)
-		if err != nil {
-			return fmt.Errorf("worker: shard %d: rows of D: %w", r.Shard, err)
+		spans[q], covered = [2]int{a, e}, e
+		if a == e {
+			continue
 		}
-		if crc := wire.CRC(data); crc != r.DCRC {
-			return fmt.Errorf("worker: shard %d: rows of D in %s have CRC %s, the task says %s", r.Shard, r.DObject, crc, r.DCRC)
+		if grp.Owner == w.id {
+			if err := w.copyOwnRows(j, r, g, b.Rows[a:e], w.ownD[a*m:e*m]); err != nil {
+				return fmt.Errorf("worker: shard %d: rows of D: %w", r.Shard, err)
+			}
+			continue
 		}
-		rows = &ownRows{version: r.Iteration - 1, rows: make([]float64, len(b.Rows)*m), crc: r.DCRC}
-		if err := wire.ReadFloats(rows.rows, data); err != nil {
-			return fmt.Errorf("worker: shard %d: rows of D: %w", r.Shard, err)
-		}
-		j.rows[r.Shard] = rows
+		parts = append(parts, gatherPart{owner: grp.Owner, block: "d/" + strconv.Itoa(g), idx: b.Rows[a:e], dst: w.ownD[a*m : e*m]})
+	}
+	if covered != len(b.Rows) {
+		return fmt.Errorf("worker: shard %d (action %d): the row groups of the epoch's layout hold %d of its %d rows", r.Shard, b.Action, covered, len(b.Rows))
+	}
+	if err := w.gatherParts(ctx, r, parts, m); err != nil {
+		return fmt.Errorf("worker: shard %d: rows of D: %w", r.Shard, err)
 	}
 	d := md.D[0]
 	for q, i := range cs.blk.Rows {
-		copy(d[int(i)*m:int(i)*m+m], rows.rows[q*m:q*m+m])
+		copy(d[int(i)*m:int(i)*m+m], w.ownD[q*m:q*m+m])
 	}
 	// K rows of the columns the shard touches, from their owners.
-	t0 := time.Now()
 	if kb >= len(j.layout) {
 		return fmt.Errorf("worker: shard %d: K block %d is not in the epoch's layout", r.Shard, kb)
 	}
@@ -327,28 +422,28 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		p.Cols[c] = cs.cols[lc]
 	}
 	t2 := time.Now()
-	// Commit the shard's rows of D: they are complete in this shard.
-	alpha := r.Alpha
-	if alpha == 0 {
-		alpha = 1
-	}
-	for q := range p.Rows {
-		factor.CommitRow(rows.rows[q*m:q*m+m], p.Dh[q*m:q*m+m], p.X[q], alpha)
-	}
-	rows.version, rows.crc = r.Iteration, wire.CRC(wire.FloatBytes(rows.rows))
-	if r.SaveD != "" {
-		if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), r.SaveD, wire.FloatBytes(rows.rows)); err != nil {
-			rows.version = -1
-			return fmt.Errorf("worker: shard %d: store rows of D: %w", r.Shard, err)
-		}
-	}
 	// Serve the K̂ slices; drop those of earlier iterations (their
 	// commits are done: the coordinator sequences).
 	w.omu.Lock()
 	w.dropSlices(j, r.Iteration)
 	w.omu.Unlock()
 	zero := make([]float64, m)
+	// The D̂ slice of each row group, for its owner.
 	var sent int64
+	for q, g := range groups {
+		a, e := spans[q][0], spans[q][1]
+		sum := 0.0
+		for _, x := range p.X[a:e] {
+			sum += x
+		}
+		data := wire.EncodeRawPartial(&factor.Partial{Action: b.Action, Rows: p.Rows[a:e], Dh: p.Dh[a*m : e*m], X: p.X[a:e], Y: zero, SumX: sum}, nil)
+		name := wire.DSliceName(r.Job, r.Epoch, r.Iteration, r.Shard, g)
+		w.slices.Put(name, data)
+		sent += int64(len(data))
+		w.omu.Lock()
+		j.served = append(j.served, servedSlice{name, r.Iteration})
+		w.omu.Unlock()
+	}
 	for _, cb := range j.layout[kb] {
 		a, e := factor.SliceColumns(p.Cols, cb.Lo, cb.Hi)
 		data := wire.EncodeRawPartial(&factor.Partial{Action: kb, Cols: p.Cols[a:e], KhT: p.KhT[a*m : e*m], Y: zero}, nil)
@@ -365,7 +460,6 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 	if !math.IsNaN(p.LogLik) {
 		reply.LogLik, reply.HasLogLik = p.LogLik, true
 	}
-	reply.DCRC = rows.crc
 	reply.GatherNanos, reply.ComputeNanos = int64(t1.Sub(t0)), int64(t2.Sub(t1))
 	w.count(func(st *Stats) {
 		st.Tasks++
@@ -447,10 +541,44 @@ const gatherWindow = 8
 
 // gatherK puts the K rows of cols (ascending) into kt, row q for cols[q]:
 // from this worker's own blocks directly, from the others' owners by
-// gather requests of at most one blob chunk each.
+// gather requests.
 func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, layout []wire.ColBlock, cols []int32, kt []float64) error {
 	m := j.m
-	per := max(1, min(wire.BlobChunk, int(w.nc.MaxPayload())-8<<10)/(8*m))
+	var parts []gatherPart
+	for _, cb := range layout {
+		a, e := factor.SliceColumns(cols, cb.Lo, cb.Hi)
+		if a == e {
+			continue
+		}
+		if cb.Owner == w.id {
+			if err := w.copyOwn(j, r, cb, cols[a:e], kt[a*m:e*m]); err != nil {
+				return err
+			}
+			continue
+		}
+		parts = append(parts, gatherPart{owner: cb.Owner, block: strconv.Itoa(cb.KBlock) + "/" + strconv.Itoa(cb.C), idx: cols[a:e], dst: kt[a*m : e*m]})
+	}
+	return w.gatherParts(ctx, r, parts, m)
+}
+
+// gatherPart is what one owner is asked for: the rows idx (ascending) of
+// its block (HeaderOwnBlock: "kblock/c" of K, "d/g" of D), into dst.
+type gatherPart struct {
+	owner, block string
+	idx          []int32
+	dst          []float64
+}
+
+// gatherMax is how many rows of m values one gather request may ask for:
+// its reply fits one blob chunk and the server's max payload.
+func gatherMax(nc *nats.Conn, m int) int {
+	return max(1, min(wire.BlobChunk, int(nc.MaxPayload())-8<<10)/(8*m))
+}
+
+// gatherParts fetches parts at version r.Iteration−1, in requests of at
+// most gatherMax rows, gatherWindow of them in flight.
+func (w *Worker) gatherParts(ctx context.Context, r *wire.OwnRequest, parts []gatherPart, m int) error {
+	per := gatherMax(w.nc, m)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -465,20 +593,10 @@ func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, lay
 		emu.Unlock()
 		cancel()
 	}
-	for _, cb := range layout {
-		a, e := factor.SliceColumns(cols, cb.Lo, cb.Hi)
-		if a == e {
-			continue
-		}
-		if cb.Owner == w.id {
-			if err := w.copyOwn(j, r, cb, cols[a:e], kt[a*m:e*m]); err != nil {
-				return err
-			}
-			continue
-		}
-		for lo := a; lo < e; lo += per {
-			part := cols[lo:min(lo+per, e)]
-			dst := kt[lo*m : (lo+len(part))*m]
+	for _, gp := range parts {
+		for lo := 0; lo < len(gp.idx) && ctx.Err() == nil; lo += per {
+			part := gatherPart{owner: gp.owner, block: gp.block, idx: gp.idx[lo:min(lo+per, len(gp.idx))]}
+			part.dst = gp.dst[lo*m : (lo+len(part.idx))*m]
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
@@ -490,7 +608,7 @@ func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, lay
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				if err := w.gatherPart(ctx, r, cb, part, dst, m); err != nil {
+				if err := w.gatherOne(ctx, r, part, m); err != nil {
 					fail(err)
 				}
 			}()
@@ -503,26 +621,25 @@ func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, lay
 	return ctx.Err()
 }
 
-// gatherPart requests the K rows of part (columns of block cb) from cb's
-// owner into dst (the rows in part's order).
-func (w *Worker) gatherPart(ctx context.Context, r *wire.OwnRequest, cb wire.ColBlock, part []int32, dst []float64, m int) error {
-	msg := nats.NewMsg(wire.GatherSubject(w.cfg.Prefix, cb.Owner))
+// gatherOne requests the rows of one part from its owner.
+func (w *Worker) gatherOne(ctx context.Context, r *wire.OwnRequest, part gatherPart, m int) error {
+	msg := nats.NewMsg(wire.GatherSubject(w.cfg.Prefix, part.owner))
 	msg.Header.Set(wire.HeaderOwnJob, r.Job)
-	msg.Header.Set(wire.HeaderOwnBlock, strconv.Itoa(cb.KBlock)+"/"+strconv.Itoa(cb.C))
+	msg.Header.Set(wire.HeaderOwnBlock, part.block)
 	msg.Header.Set(wire.HeaderOwnVersion, strconv.Itoa(r.Iteration-1))
 	msg.Header.Set(wire.HeaderOwnEpoch, strconv.Itoa(r.Epoch))
-	msg.Data = wire.EncodeCols(part, nil)
+	msg.Data = wire.EncodeCols(part.idx, nil)
 	rep, err := w.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
-		return fmt.Errorf("gather K block %d/%d from %s: %w", cb.KBlock, cb.C, cb.Owner, err)
+		return fmt.Errorf("gather block %s from %s: %w", part.block, part.owner, err)
 	}
 	if e := rep.Header.Get(wire.HeaderBlobError); e != "" {
-		return fmt.Errorf("gather K block %d/%d from %s: %s", cb.KBlock, cb.C, cb.Owner, e)
+		return fmt.Errorf("gather block %s from %s: %s", part.block, part.owner, e)
 	}
-	if len(rep.Data) != len(part)*m*8 {
-		return fmt.Errorf("gather K block %d/%d from %s: %d bytes for %d rows", cb.KBlock, cb.C, cb.Owner, len(rep.Data), len(part))
+	if len(rep.Data) != len(part.idx)*m*8 {
+		return fmt.Errorf("gather block %s from %s: %d bytes for %d rows", part.block, part.owner, len(rep.Data), len(part.idx))
 	}
-	if err := wire.ReadFloats(dst, rep.Data); err != nil {
+	if err := wire.ReadFloats(part.dst, rep.Data); err != nil {
 		return err
 	}
 	w.count(func(s *Stats) { s.BytesFetched += int64(len(rep.Data)) })
@@ -565,7 +682,54 @@ func (w *Worker) copyOwn(j *ownJob, r *wire.OwnRequest, cb wire.ColBlock, cols [
 	return nil
 }
 
-// serveGather answers a gather request for rows of an owned block.
+// ownGroupOf returns row group g of the job if this worker owns it in
+// that epoch.
+func (w *Worker) ownGroupOf(job string, epoch, g int) (*ownGroup, error) {
+	w.omu.Lock()
+	j := w.own[job]
+	var og *ownGroup
+	if j != nil && j.epoch == epoch {
+		og = j.groups[g]
+	}
+	w.omu.Unlock()
+	if og == nil {
+		return nil, fmt.Errorf("row group %d of job %s epoch %d is not owned here", g, job, epoch)
+	}
+	return og, nil
+}
+
+// copyOwnRows copies rows (ascending) of a row group this worker owns,
+// at the task's version, into dst (m values each, in rows' order).
+func (w *Worker) copyOwnRows(j *ownJob, r *wire.OwnRequest, g int, rows []int32, dst []float64) error {
+	og, err := w.ownGroupOf(r.Job, r.Epoch, g)
+	if err != nil {
+		return err
+	}
+	og.mu.RLock()
+	defer og.mu.RUnlock()
+	if og.version != r.Iteration-1 {
+		return fmt.Errorf("row group %d is at version %d, the task reads %d", g, og.version, r.Iteration-1)
+	}
+	return og.copyRows(rows, dst, j.m)
+}
+
+// copyRows copies rows (ascending) of the group into dst; a row the
+// group does not hold is an error. The caller holds og.mu.
+func (og *ownGroup) copyRows(rows []int32, dst []float64, m int) error {
+	at := 0
+	for q, i := range rows {
+		k, found := slices.BinarySearch(og.rows[at:], i)
+		if !found {
+			return fmt.Errorf("row %d is not in row group %d", i, og.g)
+		}
+		at += k
+		copy(dst[q*m:q*m+m], og.d[at*m:at*m+m])
+	}
+	return nil
+}
+
+// serveGather answers a gather request for rows of an owned column
+// block of K ("kblock/c") or row group of D ("d/g").
 func (w *Worker) serveGather(msg *nats.Msg) {
 	reply := nats.NewMsg(msg.Reply)
 	fail := func(err error) {
@@ -574,12 +738,20 @@ func (w *Worker) serveGather(msg *nats.Msg) {
 	}
 	job := msg.Header.Get(wire.HeaderOwnJob)
 	kbs, cs, _ := strings.Cut(msg.Header.Get(wire.HeaderOwnBlock), "/")
-	kb, err1 := strconv.Atoi(kbs)
 	c, err2 := strconv.Atoi(cs)
 	v, err3 := strconv.Atoi(msg.Header.Get(wire.HeaderOwnVersion))
 	e, err4 := strconv.Atoi(msg.Header.Get(wire.HeaderOwnEpoch))
+	var kb int
+	var err1 error
+	if kbs != "d" {
+		kb, err1 = strconv.Atoi(kbs)
+	}
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		fail(fmt.Errorf("bad gather request: %w", err))
+		return
+	}
+	if kbs == "d" {
+		w.serveGatherD(msg, reply, job, e, c, v)
 		return
 	}
 	b, err := w.ownBlockOf(job, e, kb, c)
@@ -594,7 +766,7 @@ func (w *Worker) serveGather(msg *nats.Msg) {
 		return
 	}
 	m := len(b.kt) / max(1, b.hi-b.lo)
-	if limit := max(1, min(wire.BlobChunk, int(w.nc.MaxPayload())-8<<10)/(8*m)); len(msg.Data) > 4*limit {
+	if limit := gatherMax(w.nc, m); len(msg.Data) > 4*limit {
 		fail(fmt.Errorf("gather of %d columns: at most %d per request", len(msg.Data)/4, limit))
 		return
 	}
@@ -607,6 +779,43 @@ func (w *Worker) serveGather(msg *nats.Msg) {
 	for _, j := range cols {
 		at := (int(j) - b.lo) * m
 		out = append(out, b.kt[at:at+m]...)
+	}
+	reply.Data = wire.FloatBytes(out)
+	_ = msg.RespondMsg(reply)
+}
+
+// serveGatherD answers a gather request for rows of owned row group g at
+// version v.
+func (w *Worker) serveGatherD(msg, reply *nats.Msg, job string, epoch, g, v int) {
+	fail := func(err error) {
+		reply.Header.Set(wire.HeaderBlobError, err.Error())
+		_ = msg.RespondMsg(reply)
+	}
+	og, err := w.ownGroupOf(job, epoch, g)
+	if err != nil {
+		fail(err)
+		return
+	}
+	og.mu.RLock()
+	defer og.mu.RUnlock()
+	if og.version != v {
+		fail(fmt.Errorf("row group %d is at version %d, not %d", g, og.version, v))
+		return
+	}
+	m := len(og.d) / len(og.rows)
+	if limit := gatherMax(w.nc, m); len(msg.Data) > 4*limit {
+		fail(fmt.Errorf("gather of %d rows: at most %d per request", len(msg.Data)/4, limit))
+		return
+	}
+	rows, err := wire.DecodeCols(msg.Data, int(og.rows[0]), int(og.rows[len(og.rows)-1])+1, nil)
+	if err != nil {
+		fail(err)
+		return
+	}
+	out := make([]float64, len(rows)*m)
+	if err := og.copyRows(rows, out, m); err != nil {
+		fail(err)
+		return
 	}
 	reply.Data = wire.FloatBytes(out)
 	_ = msg.RespondMsg(reply)
@@ -646,11 +855,11 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 			return fmt.Errorf("worker: commit: no Y for K block %d", b.kb)
 		}
 		sh := j.shapes[b.kb]
-		subjects := make([]string, len(sh.Shards))
+		refs := make([]sliceRef, len(sh.Shards))
 		for q, k := range sh.Shards {
-			subjects[q] = wire.SliceSubject(w.cfg.Prefix, sh.Workers[q]) + "." + wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c)
+			refs[q] = sliceRef{worker: sh.Workers[q], name: wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c)}
 		}
-		if err := w.foldBlock(ctx, j, b, subjects); err != nil {
+		if err := w.foldBlock(ctx, j, b, refs); err != nil {
 			return err
 		}
 		b.mu.Lock()
@@ -673,22 +882,125 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 			reply.Blocks = append(reply.Blocks, cb)
 		}
 	}
+	w.omu.Lock()
+	groups := make([]*ownGroup, 0, len(j.groups))
+	for _, g := range j.groups {
+		groups = append(groups, g)
+	}
+	w.omu.Unlock()
+	slices.SortFunc(groups, func(a, b *ownGroup) int { return cmp.Compare(a.g, b.g) })
+	for _, g := range groups {
+		if err := w.foldGroup(ctx, j, r, g); err != nil {
+			return err
+		}
+		g.mu.Lock()
+		if g.version != r.Iteration-1 {
+			v := g.version
+			g.mu.Unlock()
+			return fmt.Errorf("worker: commit: row group %d is at version %d, the commit is of %d", g.g, v, r.Iteration)
+		}
+		m := j.m
+		for q := range g.rows {
+			factor.CommitRow(g.d[q*m:q*m+m], g.dh[q*m:q*m+m], g.x[q], alpha)
+		}
+		g.version, g.crc = r.Iteration, wire.CRC(wire.FloatBytes(g.d))
+		g.mu.Unlock()
+		if r.Save {
+			if err := w.saveGroup(ctx, obs, r.Job, g); err != nil {
+				return err
+			}
+			reply.Groups = append(reply.Groups, wire.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
+		}
+		digest = append(digest, g.crc...)
+	}
 	reply.Digest = wire.CRC(digest)
 	return nil
 }
 
-// foldWindow is how many K̂ slices an owner fetches ahead of its fold.
+// foldGroup pulls the D̂ slices of a row group's cells (in cell order)
+// and sums them into g.dh and g.x, left to right from zero: the order in
+// which a local pass adds the cells' rows of D̂ (factor.ReducePlan).
+func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *wire.OwnRequest, g *ownGroup) error {
+	m := j.m
+	cells := j.rowLayout[g.g].Cells
+	refs := make([]sliceRef, len(cells))
+	for q, k := range cells {
+		refs[q] = sliceRef{worker: j.cellWorker[k], name: wire.DSliceName(r.Job, r.Epoch, r.Iteration, k, g.g)}
+	}
+	g.dh = slices.Grow(g.dh[:0], len(g.rows)*m)[:len(g.rows)*m]
+	g.x = slices.Grow(g.x[:0], len(g.rows))[:len(g.rows)]
+	clear(g.dh)
+	clear(g.x)
+	// The largest slice of this group: every row.
+	limit := wire.RawPartialSizeOf(len(g.rows), 0, m)
+	return w.pullInOrder(ctx, refs, limit, func(q int, p *factor.Partial) error {
+		if p.Action < 0 || p.Action >= j.u || j.dblock(p.Action) != g.action || len(p.Y) != m || len(p.Cols) != 0 || len(p.Dh) != len(p.Rows)*m || len(p.X) != len(p.Rows) {
+			return fmt.Errorf("worker: commit: row group %d: the D̂ slice of shard %d is of action %d with m = %d, %d rows and %d columns", g.g, cells[q], p.Action, len(p.Y), len(p.Rows), len(p.Cols))
+		}
+		if err := factor.CheckPartialValues(p); err != nil {
+			return fmt.Errorf("worker: commit: row group %d, shard %d: %w", g.g, cells[q], err)
+		}
+		at := 0
+		for c, i := range p.Rows {
+			k, found := slices.BinarySearch(g.rows[at:], i)
+			if !found {
+				return fmt.Errorf("worker: commit: row group %d: the D̂ slice of shard %d has row %d, which the group does not hold (or out of order)", g.g, cells[q], i)
+			}
+			at += k
+			dst := g.dh[at*m : at*m+m]
+			for l, v := range p.Dh[c*m : c*m+m] {
+				dst[l] += v
+			}
+			g.x[at] += p.X[c]
+		}
+		return nil
+	})
+}
+
+func (w *Worker) saveGroup(ctx context.Context, obs jetstream.ObjectStore, job string, g *ownGroup) error {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	name := wire.OwnersDObject(job, g.version, g.g)
+	if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, wire.FloatBytes(g.d)); err != nil {
+		return fmt.Errorf("worker: store %s: %w", name, err)
+	}
+	return nil
+}
+
+// foldWindow is how many slices an owner fetches ahead of its fold.
 const foldWindow = 4
 
 // foldBlock pulls a block's K̂ slices (one per shard of its K block, in
 // block order) and folds them in the canonical order.
-func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []string) error {
+func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []sliceRef) error {
 	f := b.fold
 	f.Reset()
 	// The largest slice of this block: every column touched.
-	maxSlice := wire.RawPartialSizeOf(0, b.hi-b.lo, j.m)
+	limit := wire.RawPartialSizeOf(0, b.hi-b.lo, j.m)
+	return w.pullInOrder(ctx, refs, limit, func(k int, p *factor.Partial) error {
+		if p.Action != b.kb || len(p.Y) != j.m {
+			return fmt.Errorf("worker: commit: block %d/%d: the slice of shard %d of its K block is of K block %d with m = %d", b.kb, b.c, k, p.Action, len(p.Y))
+		}
+		if k != f.Next() {
+			return fmt.Errorf("worker: commit: block %d/%d: slice %d arrived where %d is due", b.kb, b.c, k, f.Next())
+		}
+		if err := f.Add(p.Cols, p.KhT); err != nil {
+			return fmt.Errorf("worker: commit: block %d/%d, shard %d of its K block: %w", b.kb, b.c, k, err)
+		}
+		return nil
+	})
+}
+
+// sliceRef names a slice: the worker that serves it and its name.
+type sliceRef struct{ worker, name string }
+
+// pullInOrder fetches the slices refs (each at most limit bytes: the
+// server is another process) and hands them to add in order, k = 0, 1, …,
+// fetching up to foldWindow ahead. A slice this worker serves is taken
+// from its own blob server; each slice is dropped at its server once
+// read.
+func (w *Worker) pullInOrder(ctx context.Context, refs []sliceRef, limit int, add func(k int, p *factor.Partial) error) error {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	type got struct {
 		p   *factor.Partial
 		err error
@@ -703,42 +1015,49 @@ func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []s
 	fetch := func(k int) {
 		defer wg.Done()
 		ref := refs[k]
-		data, err := wire.FetchBlobAll(ctx, w.nc, ref, maxSlice)
+		var data []byte
+		var err error
+		if ref.worker == w.id {
+			var ok bool
+			if data, ok = w.slices.Get(ref.name); !ok {
+				err = fmt.Errorf("slice %s is not served here", ref.name)
+			}
+		} else {
+			subject := wire.SliceSubject(w.cfg.Prefix, ref.worker) + "." + ref.name
+			if data, err = wire.FetchBlobAll(ctx, w.nc, subject, limit); err == nil {
+				wire.DropBlob(w.nc, subject)
+				w.count(func(s *Stats) { s.BytesFetched += int64(len(data)) })
+			}
+		}
 		var p *factor.Partial
 		if err == nil {
 			p, err = wire.DecodeRawPartial(data)
 		}
-		if err == nil && (p.Action != b.kb || len(p.Y) != j.m) {
-			err = fmt.Errorf("slice %s is of K block %d with m = %d, want %d and %d", ref, p.Action, len(p.Y), b.kb, j.m)
+		if err == nil && ref.worker == w.id {
+			w.slices.Drop(ref.name)
 		}
-		if err == nil {
-			wire.DropBlob(w.nc, ref)
-			w.count(func(s *Stats) { s.BytesFetched += int64(len(data)) })
+		if err != nil {
+			err = fmt.Errorf("worker: commit: slice %s of worker %s: %w", ref.name, ref.worker, err)
 		}
 		out[k] <- got{p, err}
 	}
 	next := 0
-	start := func() {
-		for next < len(refs) && next < f.Next()+foldWindow {
+	for k := range refs {
+		for ; next < len(refs) && next < k+foldWindow; next++ {
 			wg.Add(1)
 			go fetch(next)
-			next++
 		}
-	}
-	for !f.Done() {
-		start()
-		k := f.Next()
 		var g got
 		select {
 		case g = <-out[k]:
 		case <-ctx.Done():
-			return fmt.Errorf("worker: commit: block %d/%d: %w", b.kb, b.c, ctx.Err())
+			return fmt.Errorf("worker: commit: %w", ctx.Err())
 		}
 		if g.err != nil {
-			return fmt.Errorf("worker: commit: block %d/%d: %w", b.kb, b.c, g.err)
+			return g.err
 		}
-		if err := f.Add(g.p.Cols, g.p.KhT); err != nil {
-			return fmt.Errorf("worker: commit: block %d/%d, shard %d of its K block: %w", b.kb, b.c, k, err)
+		if err := add(k, g.p); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -754,7 +1073,7 @@ func (w *Worker) saveBlock(ctx context.Context, obs jetstream.ObjectStore, job s
 	return nil
 }
 
-// ownSave stores owned blocks and shards' rows of D at version Iteration
+// ownSave stores owned column blocks and row groups at version Iteration
 // (the last version of a fit, or a checkpoint the coordinator asks for).
 func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
 	obs, err := w.storeLocked(ctx, r.Bucket)
@@ -774,18 +1093,18 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		}
 		reply.Blocks = append(reply.Blocks, wire.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc})
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, s := range r.Shards {
-		rows := j.rows[s]
-		if rows == nil || rows.version != r.Iteration {
-			return fmt.Errorf("worker: save: rows of D of shard %d at version %d are not here", s, r.Iteration)
+	for _, rg := range r.Groups {
+		g, err := w.ownGroupOf(r.Job, r.Epoch, rg.G)
+		if err != nil {
+			return fmt.Errorf("worker: save: %w", err)
 		}
-		name := wire.OwnersDObject(r.Job, r.Iteration, s)
-		if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, wire.FloatBytes(rows.rows)); err != nil {
-			return fmt.Errorf("worker: store %s: %w", name, err)
+		if g.version != r.Iteration {
+			return fmt.Errorf("worker: save: row group %d is at version %d, not %d", g.g, g.version, r.Iteration)
 		}
-		reply.DCRCs = append(reply.DCRCs, rows.crc)
+		if err := w.saveGroup(ctx, obs, r.Job, g); err != nil {
+			return err
+		}
+		reply.Groups = append(reply.Groups, wire.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
 	}
 	return nil
 }

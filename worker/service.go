@@ -104,6 +104,7 @@ type Worker struct {
 	gather    *nats.Subscription
 	ownShards map[string]*ownShard
 	ownMd     *factor.Model
+	ownD      []float64 // an owners task's rows of D, as gathered
 	// pbufs are raw partial buffers the coordinator has dropped (read
 	// whole), kept for reuse; guarded by pmu.
 	pmu   sync.Mutex

@@ -140,7 +140,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kvBucket, "bucket-jobs", wire.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
 	fs.StringVar(&c.job, "job", "", "cluster mode: job name (KV key and object names; default: derived from data and parameters)")
-	fs.StringVar(&c.exchange, "exchange", "coordinator", "cluster mode: how statistics travel: coordinator (every K block and K̂ through the coordinator; runs --algorithm mu-* and every --tie) or owners (each column block of K owned by a worker, K̂ folded by its owner, the coordinator moves only m-vectors and scalars: scales past one machine; not with mu-* or --tie shared-d)")
+	fs.StringVar(&c.exchange, "exchange", "coordinator", "cluster mode: how statistics travel: coordinator (every K block and K̂ through the coordinator; runs --algorithm mu-* and every --tie) or owners (each column block of K owned by a worker, K̂ folded by its owner, the coordinator moves only m-vectors and scalars: scales past one machine; not with mu-*)")
 	fs.IntVar(&c.colBlocks, "col-blocks", 0, "with --exchange owners: column blocks per K block (0: one per 4 MiB of K, at most 1024)")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 10, "with --exchange owners: iterations between checkpoints of the owners' blocks (a lost worker costs a replay of at most this many)")
 	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
@@ -312,9 +312,6 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *natsexec.Executor, job string, params map[string]string, man *shard.Manifest, shards []*shard.Shard, md *factor.Model, opts factor.FitOptions, minWorkers int) (factor.FitResult, error) {
 	if opts.Commit != nil {
 		return factor.FitResult{}, usagef("--exchange owners runs EMSF only: drop --algorithm %s or use --exchange coordinator", c.params["algorithm"])
-	}
-	if md.Tie == factor.TieSharedD {
-		return factor.FitResult{}, usagef("--exchange owners does not run --tie shared-d yet (its rows of D̂ are summed across actions): use --exchange coordinator")
 	}
 	return exec.FitOwners(ctx, md, shards, natsexec.OwnersOptions{
 		Job:             job,

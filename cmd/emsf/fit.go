@@ -41,6 +41,7 @@ type fitFlags struct {
 	format     string
 	shardNNZ   int
 	groupNNZ   int
+	colCells   int
 	algorithm  string
 	loss       string
 	precision  string
@@ -73,6 +74,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.format, "format", "", "model file format: arrow (Arrow IPC file) or parquet (default: parquet for an --out ending in .parquet or .pq, else arrow)")
 	fs.IntVar(&f.shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (the reduce order, hence the exact result, depends on it)")
 	fs.IntVar(&f.groupNNZ, "group-nnz", factor.DefaultGroupNNZ, "target nonzeros per reduction group: the sums of a pass follow a fixed tree over groups of shards (reduce order "+factor.ReduceOrder+"), so the exact result depends on it, never on --workers or the cluster")
+	fs.IntVar(&f.colCells, "col-cells", 1, "cut each shard's rows further into this many column cells (a grid: with --exchange owners, nodes of one action then exchange rows of D and K of their grid row and column only, so per-node traffic falls with the grid; the exact result depends on it, never on --workers or the cluster)")
 	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
 	fs.StringVar(&f.loss, "loss", "wkl", lossUsage)
 	fs.StringVar(&f.precision, "precision", "float64", precisionUsage)
@@ -252,6 +254,9 @@ func (f *fitFlags) validate() error {
 	if f.groupNNZ < 1 {
 		return usagef("--group-nnz %d: must be >= 1", f.groupNNZ)
 	}
+	if f.colCells < 1 || f.colCells > shard.MaxColCells {
+		return usagef("--col-cells %d: must be in [1, %d]", f.colCells, shard.MaxColCells)
+	}
 	if !(f.initSmooth >= 0 && f.initSmooth < 1) {
 		return usagef("--init-smooth %v: must be in [0, 1)", f.initSmooth)
 	}
@@ -336,7 +341,7 @@ func modelFormat(format *string, out string) error {
 // model of its last completed iteration), with status "interrupted"; it
 // fails only if no iteration completed at all.
 func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*factor.Block, n, m, u int, warm *arrowio.ModelFile) (*factor.Model, string, error) {
-	shards, man := shard.Split(mats, n, f.shardNNZ)
+	shards, man := shard.SplitGrid(mats, n, f.shardNNZ, f.colCells)
 	blocks := shard.Blocks(shards)
 	var best *factor.Model
 	bestStatus := ""
@@ -439,6 +444,9 @@ func (f *fitFlags) params(m int) map[string]string {
 	if f.precisionV != factor.Float64 {
 		p[paramPrecision] = f.precisionV.String()
 	}
+	// Jobs of earlier versions have no col_cells; resume compares only
+	// the keys both have (the manifest's shards then differ anyway).
+	p["col_cells"] = strconv.Itoa(f.colCells)
 	return p
 }
 

@@ -74,7 +74,7 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 	}
 	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
 		"nonzeros", nnz(data.train))
-	shards, man := shard.Split(data.train, data.n, f.shardNNZ)
+	shards, man := shard.SplitGrid(data.train, data.n, f.shardNNZ, f.colCells)
 	blocks := shard.Blocks(shards)
 	params := f.params(m)
 	params["algorithm"] = f.algorithm

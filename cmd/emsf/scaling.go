@@ -29,6 +29,7 @@ func runScaling(_ context.Context, e *env, args []string) error {
 		boxCores, overhead float64
 		boxKappa           float64
 		colBlocks, shards  int
+		colCells           int
 		serial             bool
 	)
 	fs := newFlagSet(e, "scaling", "scaling [flags]")
@@ -49,6 +50,7 @@ func runScaling(_ context.Context, e *env, args []string) error {
 	fs.IntVar(&colBlocks, "col-blocks", 0, "design B as built (emsf fit --exchange owners): column blocks per K block, the coordinator's bytes then those of its protocol (-1: emsf's default for n and m; 0: the spec's per-group idealisation; with --check 0 means 8, the harness's --col-blocks)")
 	fs.IntVar(&shards, "shards", 0, "design B: shards in total (0: one per node and K block; a node's shards each gather and send their own slice)")
 	fs.BoolVar(&serial, "serial", false, "designs B and C: gather, compute and fold in turn (today's owners exchange) instead of overlapping the transfers with compute")
+	fs.IntVar(&colCells, "col-cells", 2, "with --check: the --col-cells of the harness's design C runs (their grid is the one emsf places)")
 	fs.IntVar(&skip, "skip", 2, "with --check: leading iterations of each run left out (shard and D downloads)")
 	fs.Float64Var(&boxCores, "box-cores", 2, "with --check: cores of the machine the emulated nodes share")
 	fs.Float64Var(&boxKappa, "box-cpu-per-byte", 0, "with --check, design B: CPU seconds per byte moved between the emulated nodes, of the machine they share (all nodes exchange at once and their transport CPU adds to the iteration; real nodes have their own)")
@@ -81,7 +83,7 @@ func runScaling(_ context.Context, e *env, args []string) error {
 		if colBlocks == 0 {
 			colBlocks = 8
 		}
-		return scalingCheck(e.stdout, check, skip, boxCores, overhead, boxKappa, colBlocks, cal)
+		return scalingCheck(e.stdout, check, skip, boxCores, overhead, boxKappa, colBlocks, colCells, cal)
 	}
 	nodes, err := intList("nodes", nodesS)
 	if err != nil {
@@ -233,7 +235,7 @@ func readHarness(path string, skip int) ([]*harnessRun, error) {
 		// Design B's last iteration also carries the start of the final
 		// checkpoint (the owners store their blocks, the workers their
 		// rows of D, after its report): leave it out.
-		if run.design == "B" && len(run.wall) > 1 {
+		if (run.design == "B" || run.design == "C") && len(run.wall) > 1 {
 			last := len(run.wall) - 1
 			run.wall, run.coordTx, run.coordRx = run.wall[:last], run.coordTx[:last], run.coordRx[:last]
 			run.tx, run.rx, run.app, run.retx = run.tx[:last], run.rx[:last], run.app[:last], run.retx[:last]
@@ -266,7 +268,7 @@ func meanOf(xs []float64) float64 {
 // of a node that exchanges only the coordinator's few kB), design B's
 // coordinator bytes (emsf's own count) by more than 10%, or an iteration
 // time by more than 25%.
-func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead, boxKappa float64, colBlocks int, cal costmodel.Calibration) error {
+func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead, boxKappa float64, colBlocks, colCells int, cal costmodel.Calibration) error {
 	runs, err := readHarness(path, skip)
 	if err != nil {
 		return err
@@ -336,7 +338,12 @@ func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead, boxKap
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	}
 	for _, r := range other {
-		if r.design != "B" {
+		design := costmodel.OwnersGrouped
+		switch r.design {
+		case "B":
+		case "C":
+			design = costmodel.GridGrouped
+		default:
 			fmt.Fprintf(w, "(run %s P=%d n=%d: design %q has no model here)\n", r.design, r.p, r.n, r.design)
 			continue
 		}
@@ -346,7 +353,10 @@ func scalingCheck(w io.Writer, path string, skip int, boxCores, overhead, boxKap
 		c.Serial = true
 		// A gather request and a K̂ slice carry an int32 index per column.
 		wl := costmodel.Workload{N: r.n, M: r.m, U: r.u, NNZ: r.nnz, ColExtra: 4, Shards: r.shards, ColBlocks: colBlocks}
-		est, err := costmodel.Evaluate(wl, costmodel.OwnersGrouped, r.p, c)
+		if design == costmodel.GridGrouped {
+			wl.ColCells = colCells
+		}
+		est, err := costmodel.Evaluate(wl, design, r.p, c)
 		if err != nil {
 			return err
 		}

@@ -82,6 +82,11 @@ type Workload struct {
 	// the coordinator's bytes are then OwnersCoordBytes instead of the
 	// spec's per-group idealisation.
 	Shards, ColBlocks int
+	// ColCells is the column cells per row range of design C as built
+	// (emsf fit --col-cells): the grid is then GridCols's, and a node's
+	// bytes those of the owners protocol (gathers and slices with their
+	// index and x bytes). 0: the spec's grid (gridShape) and bytes.
+	ColCells int
 }
 
 func (w Workload) s() float64 {
@@ -366,15 +371,56 @@ func Evaluate(w Workload, d Design, p int, c Calibration) (Estimate, error) {
 		if d == GridGrouped && !w.SharedK {
 			pa = math.Max(1, math.Floor(P/u))
 			blocks = 1
+			if pa <= 1 {
+				nodeNNZ = math.Ceil(u/P) * etaA
+			}
 		}
 		pr, pc := gridShape(int(pa))
+		if w.ColCells > 0 {
+			pc = GridCols(int(pa), w.ColCells)
+			pr = int(pa) / pc
+		}
 		e.Pa, e.GridRows, e.GridCols, e.F = pa, pr, pc, 1
 		fr, fc := float64(pr), float64(pc)
-		e.NodeIn = blocks * 2 * m * s * ((n/fr)*(fc-1)/fc + (n/fc)*(fr-1)/fr)
+		if w.ColCells == 0 {
+			e.NodeIn = blocks * 2 * m * s * ((n/fr)*(fc-1)/fc + (n/fc)*(fr-1)/fr)
+			e.NodeOut = e.NodeIn
+			g := float64(GroupsPerAction)
+			e.CoordIn = g*u*(m*s+groupStatsBytes) + P*controlBytes
+			e.CoordOut = P * (controlBytes + u*m*s)
+			break
+		}
+		// As built: a node gathers the rows of D of its grid row that
+		// others own and serves its own (an int32 index each way), its
+		// row groups fold the D̂ slices of the other cells of their range
+		// (index and x: 12 bytes a row), and the same for K within its
+		// grid column (K̂ slices: an index, 4 bytes a column); the
+		// traffic is symmetric, so in = out. The rows of K a cell reads
+		// are the fraction f its nonzeros touch; every row of D of the
+		// range is read.
+		perBlockNNZ := etaA
+		if w.SharedK {
+			perBlockNNZ = w.NNZ
+		}
+		e.F = Touched(perBlockNNZ/pa, max(1, w.N/pc))
+		if w.TouchedFraction > 0 {
+			e.F = w.TouchedFraction
+		}
+		e.NodeIn = blocks * ((fc-1)/fc*(n/fr)*(2*m*s+16) + e.F*(fr-1)/fr*(n/fc)*(2*m*s+8))
 		e.NodeOut = e.NodeIn
-		g := float64(GroupsPerAction)
-		e.CoordIn = g*u*(m*s+groupStatsBytes) + P*controlBytes
-		e.CoordOut = P * (controlBytes + u*m*s)
+		kblocks := u
+		if w.SharedK {
+			kblocks = 1
+		}
+		shards := w.Shards
+		if shards == 0 {
+			shards = int(kblocks * pa)
+		}
+		owners := min(p, int(kblocks*pa))
+		b := OwnersCoordBytes(w.M, shards, owners, owners)
+		e.CoordIn, e.CoordOut = b/2, b/2
+		e.NodeIn += e.CoordOut / P
+		e.NodeOut += e.CoordIn / P
 	default:
 		return Estimate{}, fmt.Errorf("costmodel: unknown design %d", int(d))
 	}
@@ -430,6 +476,26 @@ func (c Calibration) transfer(x, b float64) float64 {
 	}
 	window := float64(max(c.Window, 1))
 	return t + c.RTT*math.Ceil(math.Ceil(x/chunk)/window)
+}
+
+// GridCols is p_c of the grid that the owners exchange forms from a group
+// of p nodes over q column cells (natsexec places by it): the divisor of p,
+// at most q, whose grid p/p_c × p_c moves least per node, ∝ (1 − 1/p_c)/p_r
+// + (1 − 1/p_r)/p_c (rows of D within a grid row, rows of K within a grid
+// column), the smaller p_c on a tie (rows of D̂ carry 8 bytes more than
+// rows of K̂).
+func GridCols(p, q int) int {
+	best, cost := 1, math.Inf(1)
+	for pc := 1; pc <= min(p, q); pc++ {
+		if p%pc != 0 {
+			continue
+		}
+		pr := p / pc
+		if c := (1-1/float64(pc))/float64(pr) + (1-1/float64(pr))/float64(pc); c < cost-1e-12 {
+			best, cost = pc, c
+		}
+	}
+	return best
 }
 
 // gridShape returns pr ≤ pc with pr·pc = p and pr as close to √p as p's

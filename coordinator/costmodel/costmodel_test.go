@@ -280,3 +280,35 @@ func TestOwnersShardsAndSerial(t *testing.T) {
 		t.Errorf("serial: T_iter %g, want T_comm %g + T_comp %g (> overlapped %g)", ser.TIter, ser.TComm, ser.TComp, two.TIter)
 	}
 }
+
+// TestGridAsBuilt pins design C as built by hand: n = 2000, m = 32, f = 1,
+// one action on 4 nodes with 2 column cells is a 2 × 2 grid, and a node
+// moves (1 − 1/2)·(2000/2)·(2·256 + 16) + (1 − 1/2)·(2000/2)·(2·256 + 8)
+// = 524 000 bytes each way between nodes, plus its share of the
+// coordinator's; 8 nodes form 4 × 2: (1 − 1/2)·500·528 + (1 − 1/4)·1000·520
+// = 522 000; 16 nodes with 4 cells, 4 × 4, less.
+func TestGridAsBuilt(t *testing.T) {
+	w := Workload{N: 2000, M: 32, U: 1, NNZ: 80000, TouchedFraction: 1, ColExtra: 4, ColCells: 2, ColBlocks: 8}
+	between := func(p int) float64 {
+		e, err := Evaluate(w, GridGrouped, p, lineRate(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.NodeIn - e.CoordOut/float64(p)
+	}
+	if got := between(4); math.Abs(got-524000) > 1e-6 {
+		t.Errorf("2 × 2: %.1f bytes between nodes, want 524000", got)
+	}
+	if got := between(8); math.Abs(got-522000) > 1e-6 {
+		t.Errorf("4 × 2: %.1f bytes between nodes, want 522000", got)
+	}
+	w.ColCells = 4
+	if got, want := between(16), 0.75*500*528+0.75*500*520; math.Abs(got-want) > 1e-6 {
+		t.Errorf("4 × 4: %.1f bytes between nodes, want %.1f", got, want)
+	}
+	for _, c := range []struct{ p, q, want int }{{4, 2, 2}, {8, 2, 2}, {16, 4, 4}, {6, 3, 2}, {2, 4, 1}} {
+		if got := GridCols(c.p, c.q); got != c.want {
+			t.Errorf("GridCols(%d, %d) = %d, want %d", c.p, c.q, got, c.want)
+		}
+	}
+}

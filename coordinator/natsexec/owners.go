@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/coordinator/costmodel"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
@@ -23,14 +24,14 @@ import (
 
 // The owners exchange (`emsf fit --exchange owners`; protocol in
 // worker/wire/owners.go): FitOwners sequences a fit whose factors live
-// on the workers. The coordinator plans (shards, column blocks, the
-// tree-v1 order), places (which worker computes which shard and owns
-// which column block; sent to every worker once per epoch), hands out one
-// small task per shard, folds the m-vectors Y and the scalars (loglik,
-// Σx, nonzeros) in the canonical order, and sends each owner the global
-// Y; the owner pulls its blocks' K̂ slices from the workers under
-// deterministic names and answers with one digest of its committed
-// blocks. Per iteration the coordinator moves O(S·m + O·u·m) bytes for S
+// on the workers. The coordinator plans (shards, column blocks of K, row
+// groups of D, the tree-v1 order), places (which worker computes which
+// shard and owns which column block and row group; sent to every worker
+// once per epoch), hands out one small task per shard, folds the
+// m-vectors Y and the scalars (loglik, Σx, nonzeros) in the canonical
+// order, and sends each owner the global Y; the owner pulls its blocks'
+// K̂ slices and its groups' D̂ slices from the workers under
+// deterministic names and answers with one digest of what it committed. Per iteration the coordinator moves O(S·m + O·u·m) bytes for S
 // shards and O owners: nothing that depends on n or on the number of
 // column blocks (OwnersReport.Bytes measures it; TestFitOwnersBytesFlatInN
 // at n and 4n). Its memory is the caller's model (written back at the
@@ -50,8 +51,24 @@ import (
 // to one worker each (balanced by nonzeros): its shards and all its
 // column blocks, so that K and K̂ never leave the worker. Otherwise the
 // workers are cut into one group per K block, the K block's shards are
-// spread over its group by nonzeros and its column blocks round-robin.
-// Quarantined workers are left out.
+// spread over its group by nonzeros, each shard's worker owns its rows of
+// D, and the column blocks go round-robin. Quarantined workers are left
+// out.
+//
+// That 1D layout makes each worker of a group read the K rows of (nearly)
+// every column and fold as many K̂ rows: ≈ 2·(1 − 1/P_a)·n·m·8 bytes per
+// iteration and worker on data where each shard touches most columns,
+// growing toward 2·n·m·8 as workers are added. With column cells
+// (`--col-cells`, shard.SplitGrid: each row range cut by column ranges,
+// the cells' rows of D̂ summed in cell order, which the local fit does
+// too) a group is a p_r × p_c grid (assign, GridCols): a worker reads rows
+// of D from its grid row and rows of K from its grid column only, and
+// the rows of D of each range are cut into row groups owned round the
+// grid row, so it moves ≈ 2·n·m·8·((1 − 1/p_c)/p_r + (1 − 1/p_r)/p_c): flat
+// from 2 to 8 workers, then falling (the 2D decomposition of HPC-NMF and
+// PLANC, specs/scale-out.md; measured in docs/scaling.md §7.8). The grid
+// changes no sum's order beyond the cells themselves: which worker owns a
+// row of D or a column of K is not part of the order.
 //
 // Faults: any failed phase (a worker gone, frozen or out of its lease, a
 // refused or malformed answer, the coordinator's connection re-established
@@ -71,17 +88,17 @@ import (
 // that dies is replaced by `fit --resume`, which goes on from the job
 // state's checkpoint under a new epoch.
 //
-// Not yet: pipelining the K̂ fold with
-// the pass (owners pull the slices after it), pre-summing a worker's
-// shards (one task and slice per shard today), --tie shared-d (its D̂
-// rows would be folded across actions) and MU's commit rules.
+// Not yet: pre-summing a worker's shards (one task and slice per shard
+// today), --tie shared-d (its D̂ rows would be folded across actions of
+// different row ranges) and MU's commit rules.
 //
 // Memory: a worker holds its shards (and a renumbered copy of each: rows
 // and touched columns 0, 1, …, which the kernel computes bitwise the
-// same), the rows of D of its shards, its owned column blocks with their
-// fold (a block's K̂ and at most log2 G pending subtrees), the K rows of
-// the columns the shard it computes touches, and the K̂ slices of the
-// current iteration; never an array of the model's full shape.
+// same), its owned row groups (rows of D and their D̂), its owned column
+// blocks with their fold (a block's K̂ and at most log2 G pending
+// subtrees), the rows of D and K the shard it computes reads, and the D̂
+// and K̂ slices of the current iteration; never an array of the model's
+// full shape.
 
 // OwnersOptions configure FitOwners.
 type OwnersOptions struct {
@@ -172,9 +189,14 @@ type ownSeq struct {
 	plan    *factor.ReducePlan
 	kshards [][]int           // per K block: its shards in block order
 	cols    [][]wire.ColBlock // per K block: its column blocks (owner, CRC at version)
+	// groups are the row groups of D (rowGroups) with their owners and
+	// the CRCs of their row lists.
+	groups  []rowGroup
+	gowner  []string
+	rowsCRC []string
 
-	version int // the committed version the workers hold
-	dcrc    []string
+	version int      // the committed version the workers hold
+	dcrc    []string // per row group, at the last version stored
 	ck      ownCheckpoint
 	epoch   int
 	setup   bool
@@ -211,9 +233,6 @@ type ownSeq struct {
 // is bitwise factor.Fit with the same GroupNNZ, for any number of
 // workers, placement and rollbacks.
 func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*shard.Shard, opt OwnersOptions) (factor.FitResult, error) {
-	if md.Tie == factor.TieSharedD {
-		return factor.FitResult{}, errors.New("natsexec: the owners exchange does not run --tie shared-d (its rows of D̂ are summed across actions); use --exchange coordinator")
-	}
 	if opt.Job == "" {
 		return factor.FitResult{}, errors.New("natsexec: owners: no job name")
 	}
@@ -239,6 +258,11 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 		blocks[k] = sh.Block
 	}
 	s.plan = factor.PlanBlocks(blocks, md.Tie, opt.GroupNNZ)
+	infos := make([]shard.Info, len(shards))
+	for k, sh := range shards {
+		infos[k] = sh.Info
+	}
+	s.groups = rowGroups(shards, infos, md.Tie)
 	s.kshards = make([][]int, factor.NumK(md.U, md.Tie))
 	for k, sh := range shards {
 		kb := md.KBlock(sh.Action)
@@ -316,9 +340,12 @@ func (s *ownSeq) begin(ctx context.Context, md *factor.Model) (int, error) {
 		}
 		if old != nil && old.Owners != nil {
 			o := old.Owners
-			if len(o.KCRC) != len(s.cols) || len(o.DCRC) != len(s.shards) || (len(o.KCRC) > 0 && len(o.KCRC[0]) != len(s.cols[0])) {
-				return 0, fmt.Errorf("natsexec: owners: resume job %s: its checkpoint has %d K blocks × %d column blocks and %d shards, this run %d × %d and %d (--col-blocks?)",
-					s.opt.Job, len(o.KCRC), len(o.KCRC[0]), len(o.DCRC), len(s.cols), len(s.cols[0]), len(s.shards))
+			if len(o.KCRC) != len(s.cols) || len(o.DCRC) != len(s.groups) || (len(o.KCRC) > 0 && len(o.KCRC[0]) != len(s.cols[0])) {
+				return 0, fmt.Errorf("natsexec: owners: resume job %s: its checkpoint has %d K blocks × %d column blocks and %d row groups, this run %d × %d and %d (--col-blocks, --col-cells?)",
+					s.opt.Job, len(o.KCRC), len(o.KCRC[0]), len(o.DCRC), len(s.cols), len(s.cols[0]), len(s.groups))
+			}
+			if err := s.writeRows(ctx); err != nil {
+				return 0, err
 			}
 			s.ck = ownCheckpoint{version: o.Version, kcrc: o.KCRC, dcrc: o.DCRC}
 			s.version, s.epoch = o.Version, o.Epoch+1
@@ -334,6 +361,9 @@ func (s *ownSeq) begin(ctx context.Context, md *factor.Model) (int, error) {
 		s.e.log.Warn("owners: --resume: the job has no checkpoint of the owners exchange; starting afresh", "job", s.opt.Job)
 	}
 	s.iter0 = md.Iteration
+	if err := s.writeRows(ctx); err != nil {
+		return 0, err
+	}
 	if err := s.writeBase(ctx, md); err != nil {
 		return 0, err
 	}
@@ -405,7 +435,7 @@ func (s *ownSeq) bytes() int64 {
 // writeBase stores md as checkpoint 0.
 func (s *ownSeq) writeBase(ctx context.Context, md *factor.Model) error {
 	m := s.m
-	s.ck = ownCheckpoint{version: 0, kcrc: make([][]string, len(s.cols)), dcrc: make([]string, len(s.shards)), ll: md.LogLik}
+	s.ck = ownCheckpoint{version: 0, kcrc: make([][]string, len(s.cols)), dcrc: make([]string, len(s.groups)), ll: md.LogLik}
 	for kb, cbs := range s.cols {
 		for _, cb := range cbs {
 			data := wire.FloatBytes(md.KT[kb][cb.Lo*m : cb.Hi*m])
@@ -415,17 +445,125 @@ func (s *ownSeq) writeBase(ctx context.Context, md *factor.Model) error {
 			s.ck.kcrc[kb] = append(s.ck.kcrc[kb], wire.CRC(data))
 		}
 	}
-	for k, sh := range s.shards {
-		d := md.D[md.DBlock(sh.Action)]
-		rows := make([]float64, 0, len(sh.Block.Rows)*m)
-		for _, i := range sh.Block.Rows {
+	for g, rg := range s.groups {
+		d := md.D[rg.dblock]
+		rows := make([]float64, 0, len(rg.rows)*m)
+		for _, i := range rg.rows {
 			rows = append(rows, d[int(i)*m:int(i)*m+m]...)
 		}
 		data := wire.FloatBytes(rows)
-		if err := s.put(ctx, wire.OwnersDObject(s.opt.Job, 0, k), data); err != nil {
+		if err := s.put(ctx, wire.OwnersDObject(s.opt.Job, 0, g), data); err != nil {
 			return err
 		}
-		s.ck.dcrc[k] = wire.CRC(data)
+		s.ck.dcrc[g] = wire.CRC(data)
+	}
+	return nil
+}
+
+// rowGroup is a row group of D: rows (ascending) of D block dblock,
+// whose D̂ is the sum over the shards cells (in shard order) that hold
+// them.
+type rowGroup struct {
+	dblock int
+	cells  []int
+	rows   []int32
+}
+
+// rowGroups cuts the rows of D into the groups that owners hold: each
+// row range (shard.RowGroups: a shard, or the column cells of one range)
+// into as many groups as the data has column cells, of consecutive rows
+// balanced by count. The cut depends on the data and --col-cells only (a
+// checkpoint's groups fit any later placement) and changes no sum: a
+// row's D̂ is folded over the range's cells whoever owns it. Cutting a
+// range lets the p_c workers of a grid row (see assign) each own 1/p_c of
+// its rows, so that each folds and serves n/(p_r·p_c) rows.
+//
+// With --tie shared-d every action's shards add to the rows of the one D:
+// its rows (of every shard) are cut into as many groups as the actions
+// have ranges at most, times the column cells, each with the shards (of
+// any action) whose row range meets it. A row's D̂ is then the left fold
+// over actions ascending and cells in order, the order of the local pass
+// (shards are numbered by action first).
+func rowGroups(shards []*shard.Shard, infos []shard.Info, tie factor.Tie) []rowGroup {
+	ranges := shard.RowGroups(infos)
+	q := 0
+	for _, cells := range ranges {
+		q = max(q, len(cells))
+	}
+	if tie == factor.TieSharedD {
+		return sharedRowGroups(shards, len(ranges), q)
+	}
+	var out []rowGroup
+	for _, cells := range ranges {
+		var rows []int32
+		if len(cells) == 1 {
+			rows = shards[cells[0]].Block.Rows
+		} else {
+			for _, k := range cells {
+				rows = append(rows, shards[k].Block.Rows...)
+			}
+			slices.Sort(rows)
+			rows = slices.Compact(rows)
+		}
+		parts := min(q, max(1, len(rows)))
+		for b := range parts {
+			part := rows[b*len(rows)/parts : (b+1)*len(rows)/parts]
+			if len(part) > 0 || b == 0 {
+				out = append(out, rowGroup{dblock: shards[cells[0]].Action, cells: cells, rows: part})
+			}
+		}
+	}
+	return out
+}
+
+// sharedRowGroups is rowGroups under --tie shared-d: ranges row ranges
+// (of all actions), q column cells.
+func sharedRowGroups(shards []*shard.Shard, ranges, q int) []rowGroup {
+	var rows []int32
+	perAction := map[int]int{}
+	for _, sh := range shards {
+		rows = append(rows, sh.Block.Rows...)
+		if sh.ColLo == 0 {
+			perAction[sh.Action]++
+		}
+	}
+	slices.Sort(rows)
+	rows = slices.Compact(rows)
+	most := 1
+	for _, r := range perAction {
+		most = max(most, r)
+	}
+	parts := min(max(1, most*max(1, q)), max(1, len(rows)))
+	var out []rowGroup
+	for b := range parts {
+		part := rows[b*len(rows)/parts : (b+1)*len(rows)/parts]
+		if len(part) == 0 && b > 0 {
+			continue
+		}
+		g := rowGroup{dblock: 0, rows: part}
+		for k, sh := range shards {
+			if len(part) > 0 && sh.RowLo <= int(part[len(part)-1]) && int(part[0]) < sh.RowHi {
+				g.cells = append(g.cells, k)
+			}
+		}
+		if len(g.cells) == 0 {
+			// Only when there are no rows at all: a group needs a cell.
+			g.cells = []int{0}
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// writeRows stores every row group's row list (read by its owners).
+func (s *ownSeq) writeRows(ctx context.Context) error {
+	s.rowsCRC = make([]string, len(s.groups))
+	for g, rg := range s.groups {
+		data := wire.EncodeCols(rg.rows, nil)
+		if err := s.put(ctx, wire.OwnersRowsObject(s.opt.Job, g), data); err != nil {
+			return err
+		}
+		s.rowsCRC[g] = wire.CRC(data)
 	}
 	return nil
 }
@@ -567,16 +705,22 @@ func (s *ownSeq) place(ctx context.Context) error {
 	}
 	s.workers = ids
 	nk := len(s.kshards)
-	var groups [][]string
-	groups, s.shardW, _ = s.assign(ids, s.cost)
+	pl := s.assign(ids, s.cost)
+	s.shardW, s.gowner = pl.shardW, pl.gowner
 	owned := map[string][]wire.ColBlock{}
 	for kb := range s.kshards {
-		g := groups[kb]
 		for c := range s.cols[kb] {
 			cb := &s.cols[kb][c]
-			cb.Owner = g[c%len(g)]
+			cb.Owner = pl.colOwner[kb][c]
 			cb.CRC = s.ck.kcrc[kb][c]
 			owned[cb.Owner] = append(owned[cb.Owner], *cb)
+		}
+	}
+	layout := make([]wire.RowGroup, len(s.groups))
+	for g, rg := range s.groups {
+		layout[g] = wire.RowGroup{G: g, Action: rg.dblock, Cells: rg.cells, Owner: s.gowner[g], CRC: s.ck.dcrc[g], RowsCRC: s.rowsCRC[g]}
+		if len(rg.rows) > 0 {
+			layout[g].Lo, layout[g].Hi = int(rg.rows[0]), int(rg.rows[len(rg.rows)-1])+1
 		}
 	}
 	shapes := make([]wire.KShape, nk)
@@ -596,6 +740,7 @@ func (s *ownSeq) place(ctx context.Context) error {
 		r.Blocks = owned[id]
 		r.Layout = s.cols
 		r.Shapes = shapes
+		r.Groups = layout
 		return r
 	}, nil)
 }
@@ -642,9 +787,8 @@ func (s *ownSeq) rebalance() {
 	if len(cs) < 2 || cs[len(cs)-1] < stragglerFactor*cs[len(cs)/2] {
 		return
 	}
-	_, _, busy := s.assign(s.workers, s.cost)
 	will := 0.0
-	for _, b := range busy {
+	for _, b := range s.assign(s.workers, s.cost).busy {
 		will = max(will, b)
 	}
 	if will >= rebalanceGain*was.Seconds() {
@@ -657,14 +801,30 @@ func (s *ownSeq) rebalance() {
 	s.setup = false
 }
 
-// assign places the shards on workers ids: each K block gets a group of
+// placement is where a placement puts the job: each shard's worker,
+// each row group's owner, each column block's owner (per K block), and
+// each worker's predicted busy time.
+type placement struct {
+	shardW   []string
+	gowner   []string
+	colOwner [][]string
+	busy     map[string]float64
+}
+
+// assign places the job on workers ids. Each K block gets a group of
 // workers (a whole one per K block when there are at least as many K
-// blocks as workers), and each shard the worker of its group that would
-// finish it first, by nonzeros × cost[worker] (a worker's seconds per
-// nonzero as measured; workers not measured yet cost the median of the
-// others, or 1). It returns the groups, each shard's worker and each
-// worker's predicted busy time.
-func (s *ownSeq) assign(ids []string, cost map[string]float64) ([][]string, []string, map[string]float64) {
+// blocks as workers). Without column cells, each shard goes to the worker
+// of its group that would finish it first, by nonzeros × cost[worker] (a
+// worker's seconds per nonzero as measured; workers not measured yet cost
+// the median of the others, or 1), owns its row group, and the column
+// blocks go round the group. With column cells (shard.SplitGrid) a group
+// of P_a workers is a grid of p_r × p_c (GridCols): the cell of row range r and column
+// cell c goes to worker (r mod p_r, c mod p_c), the row group of range r
+// to a worker of grid row r mod p_r, the column blocks of column cell c to
+// the workers of grid column c mod p_c, so that a worker reads rows of D
+// from its grid row only and rows of K from its grid column only: its
+// traffic is ∝ n·m·(1/p_r + 1/p_c) instead of ∝ n·m.
+func (s *ownSeq) assign(ids []string, cost map[string]float64) placement {
 	def := 1.0
 	if len(cost) > 0 {
 		var cs []float64
@@ -715,15 +875,100 @@ func (s *ownSeq) assign(ids []string, cost map[string]float64) ([][]string, []st
 			groups[kb] = ids[kb*len(ids)/nk : (kb+1)*len(ids)/nk]
 		}
 	}
-	shardW := make([]string, len(s.shards))
-	for kb, ks := range s.kshards {
-		for _, k := range ks {
-			id := first(groups[kb], s.shards[k].NNZ)
-			shardW[k] = id
+	pl := placement{shardW: make([]string, len(s.shards)), gowner: make([]string, len(s.groups)), colOwner: make([][]string, nk)}
+	// Row groups of each K block, in order.
+	kgroups := make([][]int, nk)
+	for g, rg := range s.groups {
+		kb := s.kblock(s.shards[rg.cells[0]].Action)
+		kgroups[kb] = append(kgroups[kb], g)
+	}
+	for kb := range s.kshards {
+		g := groups[kb]
+		cells := s.cellsPerRange(kb)
+		if cells > 1 && len(g) > 1 && s.tie != factor.TieSharedD {
+			s.assignGrid(&pl, kb, g, kgroups[kb], cells)
+			for _, k := range s.kshards[kb] {
+				busy[pl.shardW[k]] += float64(s.shards[k].NNZ) * costOf(pl.shardW[k])
+			}
+			continue
+		}
+		for _, k := range s.kshards[kb] {
+			id := first(g, s.shards[k].NNZ)
+			pl.shardW[k] = id
 			busy[id] += float64(s.shards[k].NNZ) * costOf(id)
 		}
+		pl.colOwner[kb] = make([]string, len(s.cols[kb]))
+		for c := range s.cols[kb] {
+			pl.colOwner[kb][c] = g[c%len(g)]
+		}
 	}
-	return groups, shardW, busy
+	for gr, rg := range s.groups {
+		if pl.gowner[gr] == "" {
+			// Without a grid: the worker of the group's first shard.
+			pl.gowner[gr] = pl.shardW[rg.cells[0]]
+		}
+	}
+	pl.busy = busy
+	return pl
+}
+
+// GridCols is p_c of the grid that a group of p workers forms over q
+// column cells (see assign): costmodel.GridCols, the grid that moves
+// least per worker.
+func GridCols(p, q int) int { return costmodel.GridCols(p, q) }
+
+// cellsPerRange is the number of column cells the row ranges of K block
+// kb are cut into (1: no grid): the distinct ColLo of its shards.
+func (s *ownSeq) cellsPerRange(kb int) int {
+	seen := map[int]bool{}
+	for _, k := range s.kshards[kb] {
+		seen[s.shards[k].ColLo] = true
+	}
+	return len(seen)
+}
+
+// assignGrid places K block kb's shards (column cells of its row groups
+// kgroups, q distinct column cells) on the worker group g as a grid (see
+// assign).
+func (s *ownSeq) assignGrid(pl *placement, kb int, g []string, kgroups []int, q int) {
+	pc := GridCols(len(g), q)
+	pr := len(g) / pc
+	at := func(r, c int) string { return g[(r%pr)*pc+c%pc] }
+	// Column cell index of each ColLo, ascending.
+	var los []int
+	for _, k := range s.kshards[kb] {
+		los = append(los, s.shards[k].ColLo)
+	}
+	slices.Sort(los)
+	los = slices.Compact(los)
+	cellOf := func(col int) int {
+		c, found := slices.BinarySearch(los, col)
+		if !found {
+			c--
+		}
+		return max(c, 0)
+	}
+	// Row ranges in order; a range's groups go round its grid row.
+	r, b := -1, 0
+	for q, gr := range kgroups {
+		if q == 0 || s.groups[gr].cells[0] != s.groups[kgroups[q-1]].cells[0] {
+			r, b = r+1, 0
+			for _, k := range s.groups[gr].cells {
+				pl.shardW[k] = at(r, cellOf(s.shards[k].ColLo))
+			}
+		}
+		pl.gowner[gr] = at(r, (r/pr+b)%pc)
+		b++
+	}
+	// Column blocks: by the column cell of their first column, round the
+	// cell's grid column.
+	pl.colOwner[kb] = make([]string, len(s.cols[kb]))
+	seen := map[int]int{}
+	for c, cb := range s.cols[kb] {
+		cc := cellOf(cb.Lo)
+		pl.colOwner[kb][c] = at(seen[cc], cc)
+		seen[cc]++
+	}
 }
 
 // census waits until at least one worker answers.
@@ -848,7 +1093,6 @@ func (s *ownSeq) pass(ctx context.Context, iter int, withLL bool, acc *factor.Ac
 // tasks has every shard computed by its worker (each worker's shards in
 // plan order, one at a time) and keeps the checked answers in s.results.
 func (s *ownSeq) tasks(ctx context.Context, iter int, withLL bool) error {
-	save := iter%s.opt.CheckpointEvery == 0
 	s.results = make([]*wire.OwnReply, len(s.shards))
 	s.busy, s.nnz = map[string]time.Duration{}, map[string]int{}
 	byWorker := map[string][]int{}
@@ -866,7 +1110,7 @@ func (s *ownSeq) tasks(ctx context.Context, iter int, withLL bool) error {
 			defer wg.Done()
 			for _, k := range ks {
 				t0 := time.Now()
-				rep, err := s.ask(ctx, id, s.task(iter, k, withLL, save))
+				rep, err := s.ask(ctx, id, s.task(iter, k, withLL))
 				if err == nil {
 					err = s.check(iter, k, withLL, rep)
 				}
@@ -910,17 +1154,10 @@ func (s *ownSeq) foldScalars(acc *factor.Accumulator) error {
 }
 
 // task is the task of shard k in iteration iter.
-func (s *ownSeq) task(iter, k int, withLL, save bool) *wire.OwnRequest {
+func (s *ownSeq) task(iter, k int, withLL bool) *wire.OwnRequest {
 	sh := s.shards[k]
 	r := s.request(wire.OpTask, iter)
 	r.Shard, r.ShardObject, r.ShardChecksum, r.WithLogLik = k, wire.ShardObject(sh.Checksum), sh.Checksum, withLL
-	r.DCRC = s.dcrc[k]
-	if s.version == s.ck.version {
-		r.DObject = wire.OwnersDObject(s.opt.Job, s.ck.version, k)
-	}
-	if save {
-		r.SaveD = wire.OwnersDObject(s.opt.Job, iter, k)
-	}
 	return r
 }
 
@@ -942,8 +1179,6 @@ func (s *ownSeq) check(iter, k int, withLL bool, rep *wire.OwnReply) error {
 		err = fmt.Errorf("Σx = %v, the shard's Σcount is %v", rep.SumX, sh.Sum)
 	case rep.HasLogLik != withLL || math.IsInf(rep.LogLik, 0):
 		err = fmt.Errorf("loglik %v (computed %v, asked %v)", rep.LogLik, rep.HasLogLik, withLL)
-	case rep.DCRC == "":
-		err = errors.New("no CRC of the committed rows of D")
 	}
 	for l, v := range rep.Y {
 		if err == nil && (!(v >= 0) || math.IsInf(v, 0)) {
@@ -957,41 +1192,56 @@ func (s *ownSeq) check(iter, k int, withLL bool, rep *wire.OwnReply) error {
 	return nil
 }
 
-// commitOwners has every owner fold and commit its blocks to version
-// iter with the global Y, and records their CRCs and the shards' rows.
-func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64, ll float64) error {
-	save := iter%s.opt.CheckpointEvery == 0
-	type ownedRef struct{ kb, c int }
-	owned := map[string][]ownedRef{}
-	for kb, cbs := range s.cols {
-		for c, cb := range cbs {
-			owned[cb.Owner] = append(owned[cb.Owner], ownedRef{kb, c})
+// owned returns, per worker, the column blocks and row groups it owns.
+func (s *ownSeq) owned() (map[string][]wire.ColBlock, map[string][]int) {
+	blocks, groups := map[string][]wire.ColBlock{}, map[string][]int{}
+	for _, cbs := range s.cols {
+		for _, cb := range cbs {
+			blocks[cb.Owner] = append(blocks[cb.Owner], cb)
 		}
 	}
-	crcs := map[ownedRef]string{}
+	for g, id := range s.gowner {
+		groups[id] = append(groups[id], g)
+	}
+	return blocks, groups
+}
+
+// commitOwners has every owner fold and commit its column blocks and row
+// groups to version iter with the global Y, and records their digests
+// (and in a checkpoint their CRCs).
+func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64, ll float64) error {
+	save := iter%s.opt.CheckpointEvery == 0
+	blocks, groups := s.owned()
+	crcs := map[[2]int]string{}
+	dcrcs := map[int]string{}
 	digests := map[string]string{}
 	err := s.each(ctx, s.workers, func(id string) *wire.OwnRequest {
-		refs := owned[id]
-		if len(refs) == 0 {
+		if len(blocks[id]) == 0 && len(groups[id]) == 0 {
 			return nil
 		}
 		r := s.request(wire.OpCommit, iter)
 		r.Save = save
 		seen := map[int]bool{}
-		for _, o := range refs {
-			if !seen[o.kb] {
-				seen[o.kb] = true
-				r.Y = append(r.Y, wire.KBlockY{KBlock: o.kb, Y: y[o.kb]})
+		for _, cb := range blocks[id] {
+			if !seen[cb.KBlock] {
+				seen[cb.KBlock] = true
+				r.Y = append(r.Y, wire.KBlockY{KBlock: cb.KBlock, Y: y[cb.KBlock]})
 			}
 		}
 		return r
 	}, func(id string, rep *wire.OwnReply) error {
-		if rep.Digest == "" || (save && len(rep.Blocks) != len(owned[id])) {
-			return fmt.Errorf("natsexec: owners: worker %s committed %d blocks (digest %q), it owns %d", id, len(rep.Blocks), rep.Digest, len(owned[id]))
+		if rep.Digest == "" || (save && (len(rep.Blocks) != len(blocks[id]) || len(rep.Groups) != len(groups[id]))) {
+			return fmt.Errorf("natsexec: owners: worker %s committed %d blocks and %d row groups (digest %q), it owns %d and %d", id, len(rep.Blocks), len(rep.Groups), rep.Digest, len(blocks[id]), len(groups[id]))
 		}
 		digests[id] = rep.Digest
+		if err := s.ownedBy(id, rep); err != nil {
+			return err
+		}
 		for _, b := range rep.Blocks {
-			crcs[ownedRef{b.KBlock, b.C}] = b.CRC
+			crcs[[2]int{b.KBlock, b.C}] = b.CRC
+		}
+		for _, g := range rep.Groups {
+			dcrcs[g.G] = g.CRC
 		}
 		return nil
 	})
@@ -1000,19 +1250,33 @@ func (s *ownSeq) commitOwners(ctx context.Context, iter int, y [][]float64, ll f
 	}
 	s.digests = digests
 	s.lastY, s.lastLL = y, ll
+	s.version = iter
 	if save {
 		for kb := range s.cols {
 			for c := range s.cols[kb] {
-				s.cols[kb][c].CRC = crcs[ownedRef{kb, c}]
+				s.cols[kb][c].CRC = crcs[[2]int{kb, c}]
 			}
 		}
-	}
-	for k, rep := range s.results {
-		s.dcrc[k] = rep.DCRC
-	}
-	s.version = iter
-	if save {
+		for g := range s.dcrc {
+			s.dcrc[g] = dcrcs[g]
+		}
 		return s.checkpointed(ctx, ll)
+	}
+	return nil
+}
+
+// ownedBy checks that the blocks and groups a reply of worker id names
+// are its own.
+func (s *ownSeq) ownedBy(id string, rep *wire.OwnReply) error {
+	for _, b := range rep.Blocks {
+		if b.KBlock < 0 || b.KBlock >= len(s.cols) || b.C < 0 || b.C >= len(s.cols[b.KBlock]) || s.cols[b.KBlock][b.C].Owner != id {
+			return fmt.Errorf("natsexec: owners: worker %s answered for column block %d/%d, which it does not own", id, b.KBlock, b.C)
+		}
+	}
+	for _, g := range rep.Groups {
+		if g.G < 0 || g.G >= len(s.gowner) || s.gowner[g.G] != id {
+			return fmt.Errorf("natsexec: owners: worker %s answered for row group %d, which it does not own", id, g.G)
+		}
 	}
 	return nil
 }
@@ -1066,61 +1330,54 @@ func (s *ownSeq) finish(ctx context.Context, md *factor.Model) error {
 			}
 		}
 	}
-	for k, sh := range s.shards {
-		name := wire.OwnersDObject(s.opt.Job, last, k)
+	for g, rg := range s.groups {
+		name := wire.OwnersDObject(s.opt.Job, last, g)
 		data, err := s.e.obs.GetBytes(ctx, name)
-		if err == nil && wire.CRC(data) != s.ck.dcrc[k] {
-			err = fmt.Errorf("CRC %s, the commit says %s", wire.CRC(data), s.ck.dcrc[k])
+		if err == nil && wire.CRC(data) != s.ck.dcrc[g] {
+			err = fmt.Errorf("CRC %s, the commit says %s", wire.CRC(data), s.ck.dcrc[g])
 		}
-		rows := make([]float64, len(sh.Block.Rows)*m)
+		idx := rg.rows
+		rows := make([]float64, len(idx)*m)
 		if err == nil {
 			err = wire.ReadFloats(rows, data)
 		}
 		if err != nil {
 			return fmt.Errorf("natsexec: owners: read %s: %w", name, err)
 		}
-		d := md.D[md.DBlock(sh.Action)]
-		for q, i := range sh.Block.Rows {
+		d := md.D[rg.dblock]
+		for q, i := range idx {
 			copy(d[int(i)*m:int(i)*m+m], rows[q*m:q*m+m])
 		}
 	}
 	return nil
 }
 
-// saveAll has the owners store their blocks and the shards' workers their
-// rows of D at the current version, and makes it the last checkpoint.
+// saveAll has the owners store their column blocks and row groups at
+// the current version, and makes it the last checkpoint.
 func (s *ownSeq) saveAll(ctx context.Context, ll float64) error {
-	owned := map[string][]wire.ColBlock{}
-	for _, cbs := range s.cols {
-		for _, cb := range cbs {
-			owned[cb.Owner] = append(owned[cb.Owner], cb)
-		}
-	}
-	held := map[string][]int{}
-	for k, id := range s.shardW {
-		held[id] = append(held[id], k)
-	}
+	blocks, groups := s.owned()
 	err := s.each(ctx, s.workers, func(id string) *wire.OwnRequest {
-		if len(owned[id]) == 0 && len(held[id]) == 0 {
+		if len(blocks[id]) == 0 && len(groups[id]) == 0 {
 			return nil
 		}
 		r := s.request(wire.OpSave, s.version)
-		r.Blocks, r.Shards = owned[id], held[id]
+		r.Blocks = blocks[id]
+		for _, g := range groups[id] {
+			r.Groups = append(r.Groups, wire.RowGroup{G: g})
+		}
 		return r
 	}, func(id string, rep *wire.OwnReply) error {
-		if len(rep.Blocks) != len(owned[id]) || len(rep.DCRCs) != len(held[id]) {
-			return fmt.Errorf("natsexec: owners: worker %s saved %d blocks and %d shards, asked %d and %d", id, len(rep.Blocks), len(rep.DCRCs), len(owned[id]), len(held[id]))
+		if len(rep.Blocks) != len(blocks[id]) || len(rep.Groups) != len(groups[id]) {
+			return fmt.Errorf("natsexec: owners: worker %s saved %d blocks and %d row groups, asked %d and %d", id, len(rep.Blocks), len(rep.Groups), len(blocks[id]), len(groups[id]))
+		}
+		if err := s.ownedBy(id, rep); err != nil {
+			return err
 		}
 		for _, b := range rep.Blocks {
-			if b.KBlock < 0 || b.KBlock >= len(s.cols) || b.C < 0 || b.C >= len(s.cols[b.KBlock]) || s.cols[b.KBlock][b.C].Owner != id {
-				return fmt.Errorf("natsexec: owners: worker %s saved block %d/%d, which it does not own", id, b.KBlock, b.C)
-			}
 			s.cols[b.KBlock][b.C].CRC = b.CRC
 		}
-		for q, k := range held[id] {
-			if rep.DCRCs[q] != s.dcrc[k] {
-				return fmt.Errorf("natsexec: owners: worker %s saved rows of shard %d with CRC %s, the commit says %s", id, k, rep.DCRCs[q], s.dcrc[k])
-			}
+		for _, g := range rep.Groups {
+			s.dcrc[g.G] = g.CRC
 		}
 		return nil
 	})

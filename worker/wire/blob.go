@@ -178,6 +178,15 @@ func (b *BlobServer) Put(name string, data []byte) string {
 	return b.base + "." + name
 }
 
+// Get returns blob name if it is held (for a reader in the same process,
+// which then need not fetch it through the server).
+func (b *BlobServer) Get(name string) ([]byte, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	data, ok := b.blobs[name]
+	return data, ok
+}
+
 // Drop forgets blob name.
 func (b *BlobServer) Drop(name string) {
 	b.mu.Lock()

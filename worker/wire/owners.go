@@ -11,37 +11,41 @@ import (
 
 // The owners exchange (`emsf fit --exchange owners`): the coordinator
 // only sequences. Every column block of every K block has an owner worker
-// that holds its rows of K^T and folds its K̂; a shard's rows of D live
-// with the worker that computes the shard. Once per epoch:
+// that holds its rows of K^T and folds its K̂; every row group of D (a
+// shard, or the column cells of one row range: shard.SplitGrid) has an
+// owner that holds its rows of D and folds its D̂. Once per epoch:
 //
-//  0. load (coordinator → every worker): the worker's blocks (read from a
-//     checkpoint) and the epoch's layout (column blocks and owners, each K
-//     block's shards and their workers).
+//  0. load (coordinator → every worker): the worker's column blocks and
+//     row groups (read from a checkpoint) and the epoch's layout (column
+//     blocks, row groups and their owners, each K block's shards and
+//     their workers).
 //
 // Per iteration:
 //
 //  1. task (coordinator → the shard's worker, OwnSubject): the worker
-//     gathers the K rows its shard touches from their owners
-//     (GatherSubject), computes the partial, commits its shard's rows of D
-//     (factor.CommitRow), serves the K̂ slice of every column block as a
-//     blob under SliceName and answers with the small OwnReply (label, Y,
-//     Σx, loglik, nonzeros, the CRC of its new D rows);
+//     gathers the rows of D and K its shard reads from their owners
+//     (GatherSubject; its own directly), computes the partial, serves its
+//     D̂ slice (DSliceName) and the K̂ slice of every column block
+//     (SliceName) as blobs and answers with the small OwnReply (label, Y,
+//     Σx, loglik, nonzeros);
 //  2. the coordinator folds Y and the scalars in the canonical order and
 //     checks Σx;
-//  3. commit (coordinator → each owner): the owner pulls its blocks'
-//     slices from the workers the layout names, folds them in the
-//     canonical order (factor.ColumnFold), commits its columns with the
-//     global Y (factor.CommitKRows) and answers with one digest of their
-//     CRCs (the CRCs themselves in checkpoint commits).
+//  3. commit (coordinator → each owner): the owner pulls its blocks' and
+//     groups' slices from the workers the layout names, folds them in the
+//     canonical order (factor.ColumnFold for K̂; a group's D̂ left to
+//     right over its cells), commits its columns with the global Y
+//     (factor.CommitKRows) and its rows (factor.CommitRow), and answers
+//     with one digest of their CRCs (the CRCs themselves in checkpoint
+//     commits).
 //
 // Nothing in the coordinator's messages grows with the number of states
 // n or of column blocks: per iteration they carry m-vectors, scalars and
 // CRCs, one task per shard and one commit per owner. Checkpoints (every k
 // iterations, and the last) are Object Store objects written by the
-// owners (OwnersKObject) and by the shards' workers (OwnersDObject); after
-// a fault every worker reloads what the new placement gives it from the
-// last checkpoint and the coordinator replays the iterations since, which
-// gives the same bits (every sum's order is the plan's).
+// owners (OwnersKObject, OwnersDObject); after a fault every worker
+// reloads what the new placement gives it from the last checkpoint and
+// the coordinator replays the iterations since, which gives the same bits
+// (every sum's order is the plan's).
 
 // OwnSubject is where worker id takes the owners exchange's requests
 // (OwnRequest, JSON).
@@ -68,10 +72,11 @@ func OwnersKObject(job string, v, kb, c int) string {
 	return "owners/" + job + "/" + strconv.Itoa(v) + "/k/" + strconv.Itoa(kb) + "/" + strconv.Itoa(c)
 }
 
-// OwnersDObject is the Object Store name of shard s's rows of D (the
-// shard's rows in order, m values each, raw float64) at version v.
-func OwnersDObject(job string, v, s int) string {
-	return "owners/" + job + "/" + strconv.Itoa(v) + "/d/" + strconv.Itoa(s)
+// OwnersDObject is the Object Store name of row group g's rows of D (the
+// rows of its OwnersRowsObject in order, m values each, raw float64) at
+// version v. Without column cells a group is one shard, and g its index.
+func OwnersDObject(job string, v, g int) string {
+	return "owners/" + job + "/" + strconv.Itoa(v) + "/d/" + strconv.Itoa(g)
 }
 
 // Operations of an OwnRequest.
@@ -116,6 +121,39 @@ func SliceName(job string, epoch, iter, s, c int) string {
 // SliceSubject is where worker id serves its K̂ slices.
 func SliceSubject(prefix, id string) string { return BlobSubject(prefix, id+"-s") }
 
+// RowGroup is row group G of D: rows in [Lo, Hi) of D block Action (the
+// action; 0 under --tie shared-d), whose D̂ is summed over the shards
+// Cells (the shards or column cells of one row range: shard.SplitGrid;
+// under shared-d every action's shards that meet the rows) in order; with its owner worker, the CRC-32C of its rows of D at the
+// version in question (CRC) and of its row list (RowsCRC,
+// OwnersRowsObject). The owner holds the group's rows of D, serves them
+// to the workers of its cells (gather, HeaderOwnBlock "d/G") and folds
+// and commits the cells' D̂ slices (DSliceName) in cell order.
+type RowGroup struct {
+	G       int    `json:"g"`
+	Action  int    `json:"action"`
+	Lo      int    `json:"lo,omitempty"`
+	Hi      int    `json:"hi,omitempty"`
+	Cells   []int  `json:"cells,omitempty"`
+	Owner   string `json:"owner,omitempty"`
+	CRC     string `json:"crc,omitempty"`
+	RowsCRC string `json:"rows_crc,omitempty"`
+}
+
+// DSliceName is the name under which the worker that computed shard s in
+// iteration iter of an epoch serves its D̂ slice of row group g (the
+// shard's rows in the group, their D̂ and x) for the group's owner.
+func DSliceName(job string, epoch, iter, s, g int) string {
+	return job + "-" + strconv.Itoa(epoch) + "-" + strconv.Itoa(iter) + "-" + strconv.Itoa(s) + "-d" + strconv.Itoa(g)
+}
+
+// OwnersRowsObject is the Object Store name of row group g's row list
+// (the rows of D it holds, ascending, little-endian int32), written by
+// the coordinator when the job starts or resumes.
+func OwnersRowsObject(job string, g int) string {
+	return "owners/" + job + "/rows/" + strconv.Itoa(g)
+}
+
 // KBlockY is the global Y of one K block.
 type KBlockY struct {
 	KBlock int       `json:"kblock"`
@@ -149,21 +187,16 @@ type OwnRequest struct {
 	Layout [][]ColBlock `json:"layout,omitempty"`
 	Shapes []KShape     `json:"shapes,omitempty"`
 
-	// task: the shard, and where its inputs are.
+	// Groups: in a load, every row group of D with its owner and its
+	// CRC at version Iteration (the epoch's placement, as Layout is for
+	// K); in a save, the groups to store at version Iteration.
+	Groups []RowGroup `json:"groups,omitempty"`
+
+	// task: the shard, and where it is.
 	Shard         int    `json:"shard"`
 	ShardObject   string `json:"shard_object,omitempty"`
 	ShardChecksum string `json:"shard_checksum,omitempty"`
 	WithLogLik    bool   `json:"with_loglik,omitempty"`
-	// DCRC is the CRC of the shard's rows of D at version Iteration−1;
-	// the worker uses the rows it holds when they match, else reads
-	// DObject (a checkpoint).
-	DCRC    string `json:"d_crc,omitempty"`
-	DObject string `json:"d_object,omitempty"`
-	// SaveD, when set, asks the worker to store its shard's committed
-	// rows (version Iteration) at that object. save: Shards lists the
-	// shards whose rows to store at version Iteration.
-	SaveD  string `json:"save_d,omitempty"`
-	Shards []int  `json:"shards,omitempty"`
 
 	// commit: the global Y of the owner's K blocks, and whether to store
 	// the committed blocks.
@@ -182,19 +215,19 @@ type OwnReply struct {
 	LogLik    float64   `json:"loglik,omitempty"`
 	HasLogLik bool      `json:"has_loglik,omitempty"`
 	NNZ       int       `json:"nnz,omitempty"`
-	DCRC      string    `json:"d_crc,omitempty"`
 	// Nanoseconds spent gathering K and computing.
 	GatherNanos  int64 `json:"gather_ns,omitempty"`
 	ComputeNanos int64 `json:"compute_ns,omitempty"`
 	// commit: Digest is the CRC-32C of the committed blocks' CRCs (in
-	// K block and column block order), and Blocks, in a commit that
-	// stores a checkpoint, the blocks with their CRCs (so the
+	// K block and column block order) and then of the committed row
+	// groups' (in group order); Blocks and Groups, in a commit that
+	// stores a checkpoint, the blocks and groups with their CRCs (so the
 	// coordinator's bytes per iteration do not grow with the number of
-	// column blocks). save: the blocks with their CRCs and the shards' D
+	// column blocks). save: the blocks and groups stored, with their
 	// CRCs.
 	Digest string     `json:"digest,omitempty"`
 	Blocks []ColBlock `json:"blocks,omitempty"`
-	DCRCs  []string   `json:"d_crcs,omitempty"`
+	Groups []RowGroup `json:"groups,omitempty"`
 }
 
 // FloatBytes views xs as its bytes (little-endian machines: see
