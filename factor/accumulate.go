@@ -50,6 +50,8 @@ type Scratch struct {
 	t  []float64 // d ⊙ k of the current nonzero
 	// col is a column's K̂ row summed from zero, in a fused pass.
 	col []float64
+	// k is the current row of K widened from a Float32 model's copy.
+	k []float64
 	// count is the working memory of building a block's column index.
 	count []int32
 	// pureGo forces the pure-Go kernel (tests compare it with AVX2).
@@ -145,6 +147,7 @@ func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex
 	s.gs = s.gs[:len(ci.vals)]
 	s.t = resize(s.t, m)
 	s.col = resize(s.col, m)
+	s.k = resize(s.k, m)
 	return ci, nil
 }
 
@@ -159,8 +162,13 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 	gs, t := s.gs, s.t
 	fast := m%4 == 0 && !s.pureGo && useAVX2()
 	have := n
+	// kt32 is the float32 copy of a Float32 model's K (its rows widen
+	// exactly to those of kt); a streamed pass reads the rows kt receives.
+	var kt32 []float32
 	if avail != nil {
 		have = 0
+	} else {
+		kt32 = md.kt32For(md.KBlock(p.Action))
 	}
 	cols := ci.cols[:c1]
 	for c := c0; c < c1; c++ {
@@ -176,14 +184,30 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 		}
 		if a := c + prefetchAhead; a < c1 {
 			ja := int(cols[a]) * m
-			if dst == nil {
+			switch {
+			case kt32 != nil:
+				prefetchR32(&kt32[ja], m*4)
+				if dst != nil {
+					prefetchW(&dst.kh[ja], m*8)
+				}
+			case dst == nil:
 				prefetchR(&kt[ja], m*8)
-			} else {
+			default:
 				prefetchRW(&kt[ja], &dst.kh[ja], m*8)
 			}
 		}
 		lo, hi := ci.ptr[c], ci.ptr[c+1]
-		krow := kt[int(j)*m : int(j)*m+m]
+		var krow []float64
+		switch {
+		case kt32 == nil:
+			krow = kt[int(j)*m : int(j)*m+m]
+		case fast:
+			krow = s.k
+			widenAVX2(&krow[0], &kt32[int(j)*m], m)
+		default:
+			krow = s.k
+			widen(krow, kt32[int(j)*m:int(j)*m+m])
+		}
 		var kh []float64
 		switch {
 		case dst == nil:
@@ -571,20 +595,31 @@ func commitEntry(v, keep, add float64) float64 {
 // Rows without data keep their values; with α < 1 a positive entry never
 // drops below EntryFloor (underflow guard). It records the accumulated loglik
 // and WKL (with dataTerm = Σ c·log(c/x_i), see Block.DataTerm) in md and
-// increments md.Iteration.
+// increments md.Iteration. A Float32 model's committed rows are rounded
+// (Round32) and copied to its float32 K^T as they are written: bitwise
+// Commit then RoundFactors, without a second sweep over the model.
 func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
 	if md.N != a.N || md.M != a.M || md.U != a.U || md.Tie != a.Tie {
 		panic("factor: Commit: accumulator and model differ in shape")
 	}
+	md.ensure32()
 	n, m := a.N, a.M
 	for b, d := range md.D {
 		dh, x := a.Dh[b], a.X[b]
 		for i := 0; i < n; i++ {
-			CommitRow(d[i*m:i*m+m], dh[i*m:i*m+m], x[i], alpha)
+			row := d[i*m : i*m+m]
+			CommitRow(row, dh[i*m:i*m+m], x[i], alpha)
+			if md.Precision == Float32 && x[i] > 0 {
+				round32Row(row, nil, false)
+			}
 		}
 	}
 	for b, kt := range md.KT {
-		CommitKRows(kt, a.KhT[b], a.Y[b], m, alpha)
+		var k32 []float32
+		if md.Precision == Float32 {
+			k32 = md.kt32[b]
+		}
+		commitKRows(kt, a.KhT[b], a.Y[b], m, alpha, k32)
 	}
 	a.RecordPass(md, dataTerm)
 }
@@ -594,6 +629,13 @@ func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
 // global Y. A cluster node that owns a range of K's columns commits them
 // with it, bitwise what Commit commits for those columns.
 func CommitKRows(kt, kh, y []float64, m int, alpha float64) {
+	commitKRows(kt, kh, y, m, alpha, nil)
+}
+
+// commitKRows is CommitKRows; with k32 non-nil (a Float32 model's float32
+// copy of the same rows) each committed row is rounded (Round32) and
+// copied into k32 while it is in cache.
+func commitKRows(kt, kh, y []float64, m int, alpha float64, k32 []float32) {
 	keep := 1 - alpha
 	var fs [64]float64
 	f := fs[:0]
@@ -613,6 +655,9 @@ func CommitKRows(kt, kh, y []float64, m int, alpha float64) {
 			if f[l] != 0 {
 				row[l] = commitEntry(row[l], keep, f[l]*src[l])
 			}
+		}
+		if k32 != nil {
+			round32Row(row, k32[j:j+m], false)
 		}
 	}
 }

@@ -20,6 +20,16 @@ func bigFloats(n int) []float64 {
 	return x
 }
 
+// bigFloat32s is bigFloats for the float32 copy of K^T that a pass of a
+// float32 model reads (Model.Precision).
+func bigFloat32s(n int) []float32 {
+	x := make([]float32, n)
+	if n*4 >= hugeMin {
+		adviseHuge(x)
+	}
+	return x
+}
+
 // cloneFloats returns a copy of x in memory from bigFloats.
 func cloneFloats(x []float64) []float64 {
 	c := bigFloats(len(x))

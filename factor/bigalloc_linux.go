@@ -13,16 +13,17 @@ import (
 // hints about memory the Go heap owns: they change no value, and an
 // error (no THP, an older kernel, no huge page free) leaves x on small
 // pages, so it is ignored.
-func adviseHuge(x []float64) {
+func adviseHuge[T float32 | float64](x []T) {
 	const huge = 2 << 20
 	start := uintptr(unsafe.Pointer(unsafe.SliceData(x)))
-	end := start + uintptr(len(x))*8
+	size := int(unsafe.Sizeof(*new(T)))
+	end := start + uintptr(len(x)*size)
 	lo := (start + huge - 1) &^ (huge - 1)
 	hi := end &^ (huge - 1)
 	if hi <= lo {
 		return
 	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), len(x)*8)[lo-start : hi-start]
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), len(x)*size)[lo-start : hi-start]
 	if unix.Madvise(b, unix.MADV_HUGEPAGE) != nil {
 		return
 	}

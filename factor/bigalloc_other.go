@@ -3,4 +3,4 @@
 package factor
 
 // adviseHuge is a no-op where madvise(MADV_HUGEPAGE) is not available.
-func adviseHuge(x []float64) {}
+func adviseHuge[T float32 | float64](x []T) {}

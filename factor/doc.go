@@ -92,6 +92,17 @@
 // (kernel_amd64.s), and D, K^T, D̂ and K̂^T are allocated on transparent
 // huge pages where Linux allows (bigFloats).
 //
+// # Single precision
+//
+// A model with Precision Float32 keeps D and K rounded to float32 values
+// (each commit rounds the rows it writes) and a float32 copy of K^T from
+// which the pass gathers its rows of K, widened exactly to float64; all
+// statistics are float64 in the float64 order. A float32 pass is so
+// bitwise a float64 pass on the rounded model: reproducible for any
+// number of goroutines and workers, and a cluster worker may compute in
+// float64 on the rounded model it fetches (see Precision for the design,
+// its accuracy and what it costs).
+//
 // # The loop
 //
 // Loop is the one EM loop (iterations, Σx check, commit, convergence) of

@@ -42,6 +42,7 @@ type Passer struct {
 func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, workers int, withLogLik bool) error {
 	// The plan costs O(blocks); made per pass, it can never be stale.
 	plan := PlanBlocks(blocks, md.Tie, ps.GroupNNZ)
+	md.ensure32() // before any goroutine reads md
 	ps.red.Reset(acc, plan)
 	order := plan.Order
 	workers = max(1, min(workers, len(blocks)))
@@ -272,6 +273,10 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	if opts.Commit != nil && alpha != 1 {
 		return FitResult{}, fmt.Errorf("factor: learning rate %v: a fit with its own commit rule takes none (0 or 1)", alpha)
 	}
+	if md.Precision != Float64 && hooks.Commit != nil {
+		// The nodes that commit would have to round as Commit does.
+		return FitResult{}, fmt.Errorf("factor: precision %s: a fit whose nodes commit the factors (LoopHooks.Commit) runs float64 models only", md.Precision)
+	}
 	for k, b := range blocks {
 		if err := b.CheckShape(md.N, md.U); err != nil {
 			return FitResult{}, fmt.Errorf("factor: block %d: %w", k, err)
@@ -282,6 +287,10 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		return FitResult{}, fmt.Errorf("factor: no data: the total count is %v", total)
 	}
 	dataTerm := DataTerm(blocks)
+	if md.Precision == Float32 {
+		// Idempotent on a model rounded before (a resumed fit's).
+		md.RoundFactors()
+	}
 	acc := hooks.Accumulator
 	if acc == nil {
 		acc = NewAccumulator(md)
@@ -317,7 +326,10 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		} else if opts.Commit != nil {
 			opts.Commit(md, acc)
 		} else {
-			acc.Commit(md, alpha, dataTerm)
+			acc.Commit(md, alpha, dataTerm) // rounds a Float32 model itself
+		}
+		if md.Precision == Float32 && opts.Commit != nil {
+			md.RoundFactors()
 		}
 		now := time.Now()
 		st := IterStats{Iteration: iter, LogLik: acc.LogLik, RelChange: math.NaN(),

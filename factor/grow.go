@@ -89,5 +89,9 @@ func (md *Model) Smooth(eps float64) error {
 	for _, kt := range md.KT {
 		mix(kt, 1/float64(md.N))
 	}
+	// A Float32 model stays float32, its copy of K^T current.
+	if md.Precision == Float32 {
+		md.RoundFactors()
+	}
 	return nil
 }

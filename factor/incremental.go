@@ -93,6 +93,9 @@ func NewIncremental(md *Model, opts IncrementalOptions) (*Incremental, error) {
 	if err := md.Validate(); err != nil {
 		return nil, fmt.Errorf("factor: incremental: %w", err)
 	}
+	if md.Precision != Float64 {
+		return nil, fmt.Errorf("factor: incremental: precision %s: the incremental fit runs float64 models only", md.Precision)
+	}
 	alpha := opts.Alpha
 	if alpha == 0 {
 		alpha = 1

@@ -28,3 +28,20 @@ func prefetchRW(r, w *float64, bytes int)
 
 //go:noescape
 func prefetchW(w *float64, bytes int)
+
+// prefetchR32 is prefetchR for a row of a float32 model's copy of K^T.
+//
+//go:noescape
+func prefetchR32(p *float32, bytes int)
+
+// widenAVX2 sets dst[l] = float64(src[l]) for l < n, n a positive
+// multiple of 4: widen, in AVX2 (see kernel_amd64.s).
+//
+//go:noescape
+func widenAVX2(dst *float64, src *float32, n int)
+
+// round32AVX2 is round32Row in AVX2 for n a positive multiple of 4 (see
+// kernel_amd64.s); x32 may be nil.
+//
+//go:noescape
+func round32AVX2(x *float64, x32 *float32, n int)

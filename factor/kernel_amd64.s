@@ -147,3 +147,66 @@ pw:
 	SUBQ $64, CX
 	JG pw
 	RET
+
+// func prefetchR32(p *float32, bytes int)
+//
+// prefetchR for a row of the float32 copy of K^T.
+TEXT ·prefetchR32(SB), NOSPLIT, $0-16
+	JMP ·prefetchR(SB)
+
+// func widenAVX2(dst *float64, src *float32, n int)
+//
+// dst[l] = float64(src[l]) for l in [0, n), n a positive multiple of 4
+// (VCVTPS2PD: exact, as the conversion in Go is).
+TEXT ·widenAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+widen:
+	VCVTPS2PD (SI)(AX*4), Y0
+	VMOVUPD Y0, (DI)(AX*8)
+	ADDQ $4, AX
+	CMPQ AX, CX
+	JLT widen
+	VZEROUPPER
+	RET
+
+// Constants of round32AVX2: 2^-126 (the smallest normal float32) as a
+// float64, broadcast.
+DATA round32min<>+0(SB)/8, $0x3810000000000000
+GLOBL round32min<>(SB), RODATA|NOPTR, $8
+
+// func round32AVX2(x *float64, x32 *float32, n int)
+//
+// Round32 of x[l] for l in [0, n), n a positive multiple of 4: x[l] is
+// replaced by its nearest float32 value (VCVTPD2PS under the default
+// rounding, as Go's conversion), and a positive x[l] whose result is
+// below 2^-126 becomes 2^-126; with x32 non-nil the float32 values are
+// also stored there.
+TEXT ·round32AVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ x32+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPD Y5, Y5, Y5
+	VBROADCASTSD round32min<>(SB), Y6
+	XORQ AX, AX
+round:
+	VMOVUPD (SI)(AX*8), Y0
+	VCVTPD2PSY Y0, X1
+	VCVTPS2PD X1, Y2
+	VCMPPD $0x1e, Y5, Y0, Y3 // v > 0
+	VCMPPD $0x11, Y6, Y2, Y4 // r < 2^-126
+	VANDPD Y3, Y4, Y4
+	VBLENDVPD Y4, Y6, Y2, Y2
+	VMOVUPD Y2, (SI)(AX*8)
+	TESTQ DI, DI
+	JZ next
+	VCVTPD2PSY Y2, X1
+	VMOVUPS X1, (DI)(AX*4)
+next:
+	ADDQ $4, AX
+	CMPQ AX, CX
+	JLT round
+	VZEROUPPER
+	RET

@@ -16,3 +16,13 @@ func prefetchR(p *float64, bytes int) {}
 func prefetchRW(r, w *float64, bytes int) {}
 
 func prefetchW(w *float64, bytes int) {}
+
+func prefetchR32(p *float32, bytes int) {}
+
+func widenAVX2(dst *float64, src *float32, n int) {
+	panic("factor: widenAVX2 without AVX2")
+}
+
+func round32AVX2(x *float64, x32 *float32, n int) {
+	panic("factor: round32AVX2 without AVX2")
+}

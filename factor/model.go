@@ -70,6 +70,12 @@ type Model struct {
 	WKL float64
 	// Seed is the seed of the random init this model descends from.
 	Seed uint64
+	// Precision is the precision of the factors (see Precision): Float32
+	// keeps D and K rounded to float32 values and a float32 copy of K^T
+	// for the pass.
+	Precision Precision
+	// kt32 is the float32 copy of KT of a Float32 model (RoundFactors).
+	kt32 [][]float32
 }
 
 // NumD and NumK return how many D and K blocks a model of this shape has.
@@ -189,6 +195,14 @@ func (md *Model) Clone() *Model {
 	for b := range md.KT {
 		c.KT[b] = cloneFloats(md.KT[b])
 	}
+	c.kt32 = nil
+	if md.kt32 != nil {
+		c.kt32 = make([][]float32, len(md.kt32))
+		for b, k := range md.kt32 {
+			c.kt32[b] = bigFloat32s(len(k))
+			copy(c.kt32[b], k)
+		}
+	}
 	return &c
 }
 
@@ -230,7 +244,10 @@ var ErrNotStochastic = errors.New("not row-stochastic")
 const StochasticTol = 1e-9
 
 // Validate checks shapes, that every entry is finite and non-negative, and
-// that every row of D and of K sums to 1 within StochasticTol.
+// that every row of D and of K sums to 1 within StochasticTol; within
+// StochasticTol32 for a Float32 model, and for a row of D or a K block
+// whose entries are all float32 values (a float32 fit's model read from a
+// file, which does not know its precision until its parameters are read).
 func (md *Model) Validate() error {
 	if md.N < 1 || md.M < 1 || md.U < 1 {
 		return fmt.Errorf("factor: bad model shape n=%d m=%d u=%d", md.N, md.M, md.U)
@@ -252,7 +269,7 @@ func (md *Model) Validate() error {
 				}
 				s += v
 			}
-			if math.Abs(s-1) > StochasticTol {
+			if e := math.Abs(s - 1); e > StochasticTol && !md.within32(e, d[i*m:(i+1)*m]) {
 				return fmt.Errorf("factor: D block %d row %d sums to %v: %w", b, i, s, ErrNotStochastic)
 			}
 		}
@@ -272,12 +289,19 @@ func (md *Model) Validate() error {
 			}
 		}
 		for l, s := range sums {
-			if math.Abs(s-1) > StochasticTol {
+			if e := math.Abs(s - 1); e > StochasticTol && !md.within32(e, kt) {
 				return fmt.Errorf("factor: K block %d row %d sums to %v: %w", b, l, s, ErrNotStochastic)
 			}
 		}
 	}
 	return nil
+}
+
+// within32 reports whether a row sum e away from 1 is valid because the
+// row (or its K block) is float32: the model is Float32 or xs holds
+// float32 values only, and e ≤ StochasticTol32.
+func (md *Model) within32(e float64, xs []float64) bool {
+	return e <= StochasticTol32 && (md.Precision == Float32 || all32(xs))
 }
 
 // CheckCompatible returns an error if a warm-start model o cannot continue

@@ -262,6 +262,9 @@ func newMUState(md *Model, blocks []*Block, opts MUOptions) (*muState, error) {
 	if err := md.Validate(); err != nil {
 		return nil, fmt.Errorf("factor: MU: %w", err)
 	}
+	if md.Precision != Float64 {
+		return nil, fmt.Errorf("factor: MU: precision %s: MU runs float64 models only", md.Precision)
+	}
 	if opts.Rule < MUNorm || opts.Rule > MURela {
 		return nil, fmt.Errorf("factor: MU: unknown rule %v", opts.Rule)
 	}

@@ -97,6 +97,9 @@ func NewOnlineEM(md *Model, opts OnlineEMOptions) (*OnlineEM, error) {
 	if err := md.Validate(); err != nil {
 		return nil, fmt.Errorf("factor: online EM: %w", err)
 	}
+	if md.Precision != Float64 {
+		return nil, fmt.Errorf("factor: online EM: precision %s: online EM runs float64 models only", md.Precision)
+	}
 	if !(opts.GammaExp > 0.5 && opts.GammaExp <= 1) {
 		return nil, fmt.Errorf("factor: online EM: step exponent a = %v must be in (0.5, 1]", opts.GammaExp)
 	}

@@ -183,6 +183,10 @@ func (w *Worker) shardRows(ctx context.Context, tr *wire.TaskRequest, md *factor
 		w.drows[key] = st
 	}
 	derived := false
+	prec, err := factor.ParsePrecision(tr.Precision)
+	if err != nil {
+		return 0, false, fmt.Errorf("worker: task of shard %d: %w", tr.Shard, err)
+	}
 	if st.version == v-1 && st.statIter == v && md.Tie != factor.TieSharedD {
 		alpha := tr.Alpha
 		if alpha == 0 {
@@ -190,7 +194,11 @@ func (w *Worker) shardRows(ctx context.Context, tr *wire.TaskRequest, md *factor
 		}
 		for r, i := range st.pRows {
 			at := (int(i) - lo) * m
-			factor.CommitRow(st.rows[at:at+m], st.dh[r*m:r*m+m], st.x[r], alpha)
+			row := st.rows[at : at+m]
+			factor.CommitRow(row, st.dh[r*m:r*m+m], st.x[r], alpha)
+			if prec == factor.Float32 {
+				factor.RoundRows32(row)
+			}
 		}
 		st.version, st.statIter, derived = v, 0, true
 	}

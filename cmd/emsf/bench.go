@@ -18,7 +18,7 @@ import (
 
 func runBench(ctx context.Context, e *env, args []string) error {
 	var n, perRow, m, u, iters, shardNNZ int
-	var workersList, tieS string
+	var workersList, tieS, precS string
 	var seed uint64
 	var cluster clusterFlags
 	var clusterBench bool
@@ -34,6 +34,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&tieS, "tie", "none", "tie mode")
 	fs.IntVar(&shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (with --cluster: each shard's partial is ≈ (rows + columns touched)·m·8 bytes, so one or two shards per worker move least; a cluster fit equals a local fit bitwise only with the same --shard-nnz)")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the data and the model")
+	fs.StringVar(&precS, "precision", "float64", "precision of the factors, float64 or float32 (as emsf fit --precision; local iterations only)")
 	cluster.register(fs)
 	fs.BoolVar(&clusterBench, "cluster", false, "also time cluster iterations over loopback NATS (embedded server, in-process workers, one per --workers entry) on the same shards and print their ratio to local")
 	fs.StringVar(&ingest.input, "ingest", "", "instead: read and count this transitions file as emsf fit does (any format) and report transitions/s, the CSR's size and the peak RSS")
@@ -49,9 +50,14 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	tie, err := factor.ParseTie(tieS)
+	prec, perr := factor.ParsePrecision(precS)
 	switch {
 	case err != nil:
 		return usagef("--tie %q: want none, shared-k or shared-d", tieS)
+	case perr != nil:
+		return usagef("--precision %q: want float64 or float32", precS)
+	case prec != factor.Float64 && clusterBench:
+		return usagef("--precision %s times local iterations only: drop --cluster", prec)
 	case n < 1:
 		return usagef("--states %d: must be >= 1", n)
 	case perRow < 1 || perRow > n:
@@ -73,8 +79,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	shards, man := shard.Split(mats, n, shardNNZ)
 	blocks := shard.Blocks(shards)
 	nz := nnz(blocks)
-	fmt.Fprintf(e.stdout, "emsf bench: n=%d m=%d u=%d nnz=%d shards=%d GOMAXPROCS=%d %s/%s\n",
-		n, m, u, nz, len(blocks), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(e.stdout, "emsf bench: n=%d m=%d u=%d nnz=%d shards=%d precision=%s GOMAXPROCS=%d %s/%s\n",
+		n, m, u, nz, len(blocks), prec, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(e.stdout, "%-8s %-8s %12s %12s %12s\n", "workers", "loglik", "s/iter", "ns/nonzero", "iter/s")
 	local := map[int]float64{}
 	for _, w := range workers {
@@ -84,6 +90,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 			// RSS is one fit's, not two.
 			runtime.GC()
 			md := factor.NewRandom(n, m, u, tie, seed)
+			if prec != factor.Float64 {
+				md.SetPrecision(prec)
+			}
 			acc := factor.NewAccumulator(md)
 			var ps factor.Passer
 			times := make([]time.Duration, 0, iters)
@@ -92,7 +101,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 				if err := ps.Pass(ctx, md, blocks, acc, w, withLL); err != nil {
 					return err
 				}
-				acc.Commit(md, 1, 0)
+				acc.Commit(md, 1, 0) // rounds a float32 model too
 				times = append(times, time.Since(t0))
 			}
 			med := median(times).Seconds()

@@ -217,6 +217,10 @@ func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts facto
 		// MU: another job (EMSF's names stay as they were).
 		fmt.Fprintf(h, "|%s|%s", alg, c.params["loss"])
 	}
+	if prec := c.params[paramPrecision]; prec != "" {
+		// float32: another job (float64's names stay as they were).
+		fmt.Fprintf(h, "|%s", prec)
+	}
 	return "fit-" + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
@@ -380,6 +384,10 @@ func (c *clusterFlags) checkResume(ctx context.Context, exec *natsexec.Executor,
 	// The same data under another path is the same job.
 	cmp := maps.Clone(params)
 	delete(cmp, "input")
+	// A float64 fit records no precision: compare it as float64.
+	if cmp[paramPrecision] == "" {
+		cmp[paramPrecision] = factor.Float64.String()
+	}
 	st, _, err := exec.State(ctx, job)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("cluster: --resume: %w", err)
@@ -405,10 +413,12 @@ func (c *clusterFlags) checkResume(ctx context.Context, exec *natsexec.Executor,
 }
 
 // emsfByDefault returns st, with algorithm emsf in its parameters when
-// they name none (a checkpoint from before MU ran on a cluster), so that
-// resuming refuses to go on with another algorithm.
+// they name none (a checkpoint from before MU ran on a cluster) and
+// precision float64 when they name none (a float64 fit's, or one from
+// before --precision), so that resuming refuses to go on with another
+// algorithm or precision.
 func emsfByDefault(st *coordinator.JobState) *coordinator.JobState {
-	if st.Params["algorithm"] != "" {
+	if st.Params["algorithm"] != "" && st.Params[paramPrecision] != "" {
 		return st
 	}
 	c := *st
@@ -416,7 +426,12 @@ func emsfByDefault(st *coordinator.JobState) *coordinator.JobState {
 	if c.Params == nil {
 		c.Params = map[string]string{}
 	}
-	c.Params["algorithm"] = algEMSF
+	if c.Params["algorithm"] == "" {
+		c.Params["algorithm"] = algEMSF
+	}
+	if c.Params[paramPrecision] == "" {
+		c.Params[paramPrecision] = factor.Float64.String()
+	}
 	return &c
 }
 

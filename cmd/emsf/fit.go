@@ -44,9 +44,11 @@ type fitFlags struct {
 	colCells   int
 	algorithm  string
 	loss       string
+	precision  string
 
-	orders []int
-	tieV   factor.Tie
+	orders     []int
+	tieV       factor.Tie
+	precisionV factor.Precision
 }
 
 func runFit(ctx context.Context, e *env, args []string) error {
@@ -75,6 +77,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.colCells, "col-cells", 1, "cut each shard's rows further into this many column cells (a grid: with --exchange owners, nodes of one action then exchange rows of D and K of their grid row and column only, so per-node traffic falls with the grid; the exact result depends on it, never on --workers or the cluster)")
 	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
 	fs.StringVar(&f.loss, "loss", "wkl", lossUsage)
+	fs.StringVar(&f.precision, "precision", "float64", precisionUsage)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -266,6 +269,9 @@ func (f *fitFlags) validate() error {
 	if err := f.validateAlgorithm(); err != nil {
 		return err
 	}
+	if err := f.validatePrecision(); err != nil {
+		return err
+	}
 	if err := f.inc.validate(f); err != nil {
 		return err
 	}
@@ -345,6 +351,9 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 			md = warm.Model.Clone()
 		} else {
 			md = factor.NewRandom(n, m, u, f.tieV, f.seed+uint64(r))
+		}
+		if f.precisionV != factor.Float64 {
+			md.SetPrecision(f.precisionV)
 		}
 		opts := factor.FitOptions{
 			Alpha:     f.alpha,
@@ -430,10 +439,47 @@ func (f *fitFlags) params(m int) map[string]string {
 		"group_nnz": strconv.Itoa(f.groupNNZ),
 		"init":      f.initModel,
 	}
+	// Recorded only when not the default: a float64 fit's files and job
+	// state stay as they were, and a file without it is float64.
+	if f.precisionV != factor.Float64 {
+		p[paramPrecision] = f.precisionV.String()
+	}
 	// Jobs of earlier versions have no col_cells; resume compares only
 	// the keys both have (the manifest's shards then differ anyway).
 	p["col_cells"] = strconv.Itoa(f.colCells)
 	return p
+}
+
+// paramPrecision is the fit parameter (model file emsf.param.precision,
+// job state) naming a --precision other than float64.
+const paramPrecision = "precision"
+
+const precisionUsage = "precision of the factors D and K: float64, or float32 (stored rounded to float32, K read by the pass at half the bytes; " +
+	"statistics still summed in float64; agrees with float64 to about 1e-7 in the loglik per transition; EMSF only: " +
+	"not with --incremental, --algorithm mu-*/klm/cnt or --exchange owners; needs --alpha >= 0.1)"
+
+// validatePrecision parses --precision and refuses the fits that do not
+// run float32 factors.
+func (f *fitFlags) validatePrecision() error {
+	p, err := factor.ParsePrecision(f.precision)
+	if err != nil {
+		return usagef("--precision %q: want float64 or float32", f.precision)
+	}
+	f.precisionV = p
+	if p == factor.Float64 {
+		return nil
+	}
+	switch {
+	case f.algorithm != algEMSF:
+		return usagef("--precision %s runs --algorithm emsf only (not %s)", p, f.algorithm)
+	case f.inc.enabled:
+		return usagef("--precision %s does not run with --incremental: the batch fit only", p)
+	case f.cluster.exchange == "owners" && f.cluster.enabled():
+		return usagef("--precision %s does not run with --exchange owners yet: use --exchange coordinator (the default)", p)
+	case f.alpha < factor.MinAlpha32:
+		return usagef("--precision %s needs --alpha >= %v (rounding drifts row sums by up to 6e-8/alpha), got %v", p, factor.MinAlpha32, f.alpha)
+	}
+	return nil
 }
 
 func nnz(bs []*factor.Block) int {

@@ -218,7 +218,7 @@ func flagGroups() []flagGroup {
 	return []flagGroup{
 		{"Input", []string{"input", "input-format", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "rho"}},
 		{"Model", []string{"order", "orders", "tie", "init", "algorithm", "seed", "true-order", "rows", "conc"}},
-		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "holdout", "shard-nnz", "col-cells", "incremental", "passes", "eta-max", "commit-every", "mode", "every", "interval"}},
+		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "precision", "holdout", "shard-nnz", "col-cells", "incremental", "passes", "eta-max", "commit-every", "mode", "every", "interval"}},
 		{"Output", []string{"out", "format", "dir"}},
 		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key",
 			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",

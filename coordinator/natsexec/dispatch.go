@@ -67,6 +67,9 @@ func (e *Executor) do(ctx context.Context, t wire.Task) wire.Result {
 		sh := refs[t.Shard]
 		req.KOffset, req.KCRCs, req.DRowLo, req.DRowHi, req.DCRC, req.Alpha = md.kOffset, md.kCRCs, sh.rowLo, sh.rowHi, md.dCRCs[t.Shard], t.Alpha
 		req.ModelHeader = md.header
+		if md.precision != factor.Float64 {
+			req.Precision = md.precision.String()
+		}
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		req.Deadline = dl.UnixNano()

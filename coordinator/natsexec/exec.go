@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/worker/wire"
 )
 
@@ -55,6 +56,9 @@ type objRef struct {
 	kOffset              int
 	kCRCs, dCRCs         []string
 	header               []byte
+	// precision is a served model's (tasks tell workers a float32 one's,
+	// so that rows of D they derive are rounded as the commit rounds).
+	precision factor.Precision
 }
 
 var _ coordinator.Executor = (*Executor)(nil)

@@ -71,7 +71,8 @@ func (e *Executor) serveModel(job string, v int, md *factor.Model) *factor.Model
 	if snap == nil {
 		snap = md.Clone()
 	}
-	ref := objRef{name: wire.ModelObject(job, v), digest: wire.RawDigest(data, rand.Text()[:12]), version: v, size: int64(len(data))}
+	ref := objRef{name: wire.ModelObject(job, v), digest: wire.RawDigest(data, rand.Text()[:12]), version: v, size: int64(len(data)),
+		precision: md.Precision}
 	e.mu.Lock()
 	shards := e.shards[job]
 	e.mu.Unlock()

@@ -246,6 +246,10 @@ type TaskRequest struct {
 	DRowHi      int      `json:"d_row_hi,omitempty"`
 	DCRC        string   `json:"d_crc,omitempty"`
 	Alpha       float64  `json:"alpha,omitempty"`
+	// Precision names the fit's factor precision when not float64
+	// (factor.Precision): a worker that derives rows of D rounds them as
+	// the coordinator's commit does (factor.RoundRows32 for float32).
+	Precision string `json:"precision,omitempty"`
 	// Started, when set, is where the worker that takes
 	// the task publishes its id first, so that the coordinator can check
 	// that it stays connected.
