@@ -230,6 +230,10 @@ type LoopHooks struct {
 	// dataTerm): a cluster whose nodes hold the factors commits them
 	// there. It must record the pass in md (Accumulator.RecordPass).
 	Commit func(ctx context.Context, iter int, md *Model, acc *Accumulator, alpha, dataTerm float64) error
+	// Rounds says that Commit rounds a Float32 model's factors as
+	// Accumulator.Commit does (every committed entry through Round32):
+	// without it Loop refuses a Float32 model with a Commit hook.
+	Rounds bool
 	// Accumulator, if set, is the loop's accumulator instead of
 	// NewAccumulator(md): a NewScalarAccumulator for a stepper whose D̂
 	// and K̂ are folded elsewhere.
@@ -273,7 +277,7 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	if opts.Commit != nil && alpha != 1 {
 		return FitResult{}, fmt.Errorf("factor: learning rate %v: a fit with its own commit rule takes none (0 or 1)", alpha)
 	}
-	if md.Precision != Float64 && hooks.Commit != nil {
+	if md.Precision != Float64 && hooks.Commit != nil && !hooks.Rounds {
 		// The nodes that commit would have to round as Commit does.
 		return FitResult{}, fmt.Errorf("factor: precision %s: a fit whose nodes commit the factors (LoopHooks.Commit) runs float64 models only", md.Precision)
 	}

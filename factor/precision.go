@@ -32,8 +32,9 @@ import "fmt"
 //
 // Where it runs: Fit and Loop (any Stepper, so the coordinator exchange
 // of a cluster too), with EMSF's commit or a FitOptions.Commit (rounded
-// after it). Loop refuses a Float32 model with LoopHooks.Commit (the
-// owners exchange, whose nodes commit without rounding), and the
+// after it), or a LoopHooks.Commit that rounds as Commit does
+// (LoopHooks.Rounds: the owners exchange, whose owners round the rows
+// they commit; Loop refuses a Float32 model with any other), and the
 // incremental fit, MU and online EM refuse one (they commit outside
 // Loop).
 type Precision int

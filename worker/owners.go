@@ -35,6 +35,7 @@ type ownJob struct {
 	epoch    int
 	n, m, u  int
 	tie      factor.Tie
+	prec     factor.Precision
 	groupNNZ int
 	bucket   string
 	blocks   map[[2]int]*ownBlock
@@ -199,10 +200,14 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	prec, err := factor.ParsePrecision(r.Precision)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	if r.N < 1 || r.M < 1 || r.U < 1 {
 		return nil, fmt.Errorf("worker: job %s: bad shape n=%d m=%d u=%d", r.Job, r.N, r.M, r.U)
 	}
-	nj := &ownJob{job: r.Job, epoch: r.Epoch, n: r.N, m: r.M, u: r.U, tie: tie, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
+	nj := &ownJob{job: r.Job, epoch: r.Epoch, n: r.N, m: r.M, u: r.U, tie: tie, prec: prec, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
 		blocks: map[[2]int]*ownBlock{}, shapes: map[int]wire.KShape{}, groups: map[int]*ownGroup{},
 		cellGroups: map[int][]int{}, cellWorker: map[int]string{}}
 	nj.ctx, nj.cancel = context.WithCancelCause(w.ctx)
@@ -878,6 +883,9 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 			return fmt.Errorf("worker: commit: block %d/%d is at version %d, the commit is of %d", b.kb, b.c, v, r.Iteration)
 		}
 		factor.CommitKRows(b.kt, b.fold.KhT(), y, j.m, alpha)
+		if j.prec == factor.Float32 {
+			factor.RoundRows32(b.kt) // as Accumulator.Commit rounds
+		}
 		b.version, b.crc = r.Iteration, wire.CRC(wire.FloatBytes(b.kt))
 		cb := wire.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc}
 		b.mu.Unlock()
@@ -911,6 +919,9 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 		m := j.m
 		for q := range g.rows {
 			factor.CommitRow(g.d[q*m:q*m+m], g.dh[q*m:q*m+m], g.x[q], alpha)
+		}
+		if j.prec == factor.Float32 {
+			factor.RoundRows32(g.d)
 		}
 		g.version, g.crc = r.Iteration, wire.CRC(wire.FloatBytes(g.d))
 		g.mu.Unlock()

@@ -456,7 +456,7 @@ const paramPrecision = "precision"
 
 const precisionUsage = "precision of the factors D and K: float64, or float32 (stored rounded to float32, K read by the pass at half the bytes; " +
 	"statistics still summed in float64; agrees with float64 to about 1e-7 in the loglik per transition; EMSF only: " +
-	"not with --incremental, --algorithm mu-*/klm/cnt or --exchange owners; needs --alpha >= 0.1)"
+	"not with --incremental or --algorithm mu-*/klm/cnt; needs --alpha >= 0.1)"
 
 // validatePrecision parses --precision and refuses the fits that do not
 // run float32 factors.
@@ -474,8 +474,6 @@ func (f *fitFlags) validatePrecision() error {
 		return usagef("--precision %s runs --algorithm emsf only (not %s)", p, f.algorithm)
 	case f.inc.enabled:
 		return usagef("--precision %s does not run with --incremental: the batch fit only", p)
-	case f.cluster.exchange == "owners" && f.cluster.enabled():
-		return usagef("--precision %s does not run with --exchange owners yet: use --exchange coordinator (the default)", p)
 	case f.alpha < factor.MinAlpha32:
 		return usagef("--precision %s needs --alpha >= %v (rounding drifts row sums by up to 6e-8/alpha), got %v", p, factor.MinAlpha32, f.alpha)
 	}

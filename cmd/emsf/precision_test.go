@@ -22,7 +22,6 @@ func TestFitPrecisionRefused(t *testing.T) {
 		want  string
 	}{
 		{[]string{"--precision", "float16"}, `--precision "float16": want float64 or float32`},
-		{[]string{"--precision", "float32", "--exchange", "owners", "--embedded"}, "--precision float32 does not run with --exchange owners"},
 		{[]string{"--precision", "float32", "--incremental"}, "--precision float32 does not run with --incremental"},
 		{[]string{"--precision", "float32", "--algorithm", "mu-norm"}, "--precision float32 runs --algorithm emsf only"},
 		{[]string{"--precision", "float32", "--alpha", "0.05"}, "--precision float32 needs --alpha >= 0.1"},
@@ -49,8 +48,8 @@ func readFit(t *testing.T, path string) *arrowio.ModelFile {
 }
 
 // emsf fit --precision float32 writes the same model, bitwise, for
-// --workers 1, 2 and 3, locally and on an embedded cluster (the
-// coordinator exchange) with 1 and 3 workers; every factor entry is a
+// --workers 1, 2 and 3, locally and on an embedded cluster with 1 and 3
+// workers (the owners exchange, and the coordinator exchange); every factor entry is a
 // float32 value, the file says precision float32 and reads back valid;
 // a float64 fit's file names no precision, and the two fits' loglik per
 // transition agree to 1e-6.
@@ -82,6 +81,8 @@ func TestFitFloat32LocalEqualsCluster(t *testing.T) {
 		"local3":    {"--workers", "3"},
 		"embedded1": {"--workers", "1", "--embedded"},
 		"embedded3": {"--workers", "3", "--embedded"},
+		// The default exchange is owners; the coordinator exchange too.
+		"coordinator3": {"--workers", "3", "--embedded", "--exchange", "coordinator"},
 	}
 	for name, extra := range runs {
 		got := fit(name, append(extra, "--precision", "float32")...)

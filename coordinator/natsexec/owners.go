@@ -190,7 +190,8 @@ type ownSeq struct {
 	n   int
 	m   int
 	u   int
-	tie factor.Tie
+	tie  factor.Tie
+	prec factor.Precision
 
 	shards  []*shard.Shard
 	plan    *factor.ReducePlan
@@ -259,7 +260,11 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 	if opt.WaitWorkers <= 0 {
 		opt.WaitWorkers = 30 * time.Second
 	}
-	s := &ownSeq{e: e, opt: opt, n: md.N, m: md.M, u: md.U, tie: md.Tie, shards: shards, history: map[int]passRecord{}}
+	s := &ownSeq{e: e, opt: opt, n: md.N, m: md.M, u: md.U, tie: md.Tie, prec: md.Precision, shards: shards, history: map[int]passRecord{}}
+	if md.Precision == factor.Float32 {
+		// Checkpoint 0 holds the rounded factors the loop starts from.
+		md.RoundFactors()
+	}
 	s.alpha = opt.Alpha
 	if s.alpha == 0 {
 		s.alpha = 1
@@ -305,6 +310,7 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 		Start:       start,
 		Accumulator: factor.NewScalarAccumulator(md.M, md.U, md.Tie),
 		Commit:      s.commit,
+		Rounds:      true, // the owners round a float32 model's rows (OwnRequest.Precision)
 		Committed: func(ctx context.Context, st factor.IterStats, _ factor.Status) error {
 			if opt.Report != nil {
 				b := s.bytes()
@@ -1026,7 +1032,7 @@ func (s *ownSeq) census(ctx context.Context) ([]string, error) {
 
 func (s *ownSeq) request(op string, iter int) *wire.OwnRequest {
 	return &wire.OwnRequest{Op: op, Job: s.opt.Job, Epoch: s.epoch, Iteration: iter, Bucket: s.e.cfg.ObjectBucket,
-		N: s.n, M: s.m, U: s.u, Tie: s.tie.String(), GroupNNZ: s.opt.GroupNNZ, Alpha: s.alpha,
+		N: s.n, M: s.m, U: s.u, Tie: s.tie.String(), GroupNNZ: s.opt.GroupNNZ, Alpha: s.alpha, Precision: precisionName(s.prec),
 		Deadline: time.Now().Add(s.opt.TaskTimeout).UnixNano()}
 }
 
@@ -1323,6 +1329,11 @@ func (s *ownSeq) finish(ctx context.Context, md *factor.Model) error {
 			copy(d[int(i)*m:int(i)*m+m], rows[q*m:q*m+m])
 		}
 	}
+	if md.Precision == factor.Float32 {
+		// The values are rounded already; this refreshes the model's
+		// float32 copy of K.
+		md.RoundFactors()
+	}
 	return nil
 }
 
@@ -1414,6 +1425,15 @@ func (s *ownSeq) watchReconnect(ctx context.Context, cancel context.CancelCauseF
 			return
 		}
 	}
+}
+
+// precisionName is p's name on the wire: "" for float64 (what workers
+// of earlier versions assume).
+func precisionName(p factor.Precision) string {
+	if p == factor.Float64 {
+		return ""
+	}
+	return p.String()
 }
 
 // kblock is the K block of action a.

@@ -526,3 +526,40 @@ func TestGridCols(t *testing.T) {
 		}
 	}
 }
+
+// TestFitOwnersFloat32: a float32 fit with the owners exchange (the
+// owners round what they commit) is bitwise factor.Fit's float32 fit, on
+// 1 and 3 workers and on a 2 × 2 grid of column cells.
+func TestFitOwnersFloat32(t *testing.T) {
+	const iters = 4
+	for _, c := range []struct {
+		name           string
+		workers, cells int
+	}{{"p1", 1, 1}, {"p3", 3, 1}, {"grid-p4", 4, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			shards := ownersDataGrid(t, 160, 1, 7, 4, c.cells)
+			init := factor.NewRandom(160, 4, 1, factor.TieNone, 5)
+			init.SetPrecision(factor.Float32)
+			want, wantRes := fitLocal(t, shards, init, iters)
+			lc := ownersCluster(t, c.workers, natsexec.Config{})
+			md := init.Clone()
+			res, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+				Job: "owners-f32-" + c.name, Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
+				ColBlocks: 4, CheckpointEvery: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Float64bits(res.LogLik) != math.Float64bits(wantRes.LogLik) {
+				t.Fatalf("loglik %v, local %v", res.LogLik, wantRes.LogLik)
+			}
+			sameModel(t, "float32 "+c.name, md, want)
+			for _, x := range append(md.D, md.KT...) {
+				for _, v := range x {
+					if float64(float32(v)) != v {
+						t.Fatalf("entry %v is not a float32 value", v)
+					}
+				}
+			}
+		})
+	}
+}

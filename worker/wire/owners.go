@@ -175,6 +175,9 @@ type OwnRequest struct {
 	Tie       string  `json:"tie"`
 	GroupNNZ  int     `json:"group_nnz"`
 	Alpha     float64 `json:"alpha"`
+	// Precision is the model's (factor.Precision; "" is float64): owners
+	// of a float32 model round what they commit.
+	Precision string `json:"precision,omitempty"`
 	// Deadline is when the coordinator stops waiting (Unix nanoseconds).
 	Deadline int64 `json:"deadline"`
 
