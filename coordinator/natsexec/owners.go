@@ -185,11 +185,11 @@ type passRecord struct {
 
 // ownSeq is the state of one FitOwners.
 type ownSeq struct {
-	e   *Executor
-	opt OwnersOptions
-	n   int
-	m   int
-	u   int
+	e    *Executor
+	opt  OwnersOptions
+	n    int
+	m    int
+	u    int
 	tie  factor.Tie
 	prec factor.Precision
 
