@@ -354,3 +354,19 @@ func TestClusterFlagsValidate(t *testing.T) {
 		}
 	}
 }
+
+// --worker-wait is --wait-workers under the name: both set how
+// long a cluster fit waits for workers.
+func TestClusterWorkerWaitAlias(t *testing.T) {
+	for _, name := range []string{"--wait-workers", "--worker-wait"} {
+		var c clusterFlags
+		fs := flag.NewFlagSet("fit", flag.ContinueOnError)
+		c.register(fs)
+		if err := fs.Parse([]string{name, "7s"}); err != nil {
+			t.Fatal(err)
+		}
+		if c.waitWorkers != 7*time.Second {
+			t.Errorf("%s 7s: waits %v", name, c.waitWorkers)
+		}
+	}
+}

@@ -222,7 +222,7 @@ func flagGroups() []flagGroup {
 		{"Output", []string{"out", "format", "dir"}},
 		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key",
 			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",
-			"exchange", "col-blocks", "speculation", "min-workers", "wait-workers", "worker-probe", "worker-timeout", "worker-frozen", "use-workers", "replicas", "store", "listen", "port",
+			"exchange", "col-blocks", "speculation", "min-workers", "wait-workers", "worker-wait", "worker-probe", "worker-timeout", "worker-frozen", "use-workers", "replicas", "store", "listen", "port",
 			"max-cached-shards", "task-delay", "stream-max-age", "stream-max-bytes", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
 		{"Logging and progress", []string{"quiet", "verbose", "log-level", "log-json", "log-every"}},
 	}
