@@ -159,6 +159,69 @@ func TestCounterMatchesStableSort(t *testing.T) {
 	}
 }
 
+// TestCounterGivesSlabsBack checks that Matrices gives back every slab of
+// a log spread over several (memory outside the Go heap, which the
+// collector would never free), on the dense path and on the sparse one (a
+// state far past the rest), and that the counts stay the reference's.
+func TestCounterGivesSlabsBack(t *testing.T) {
+	for _, far := range []bool{false, true} {
+		rng := rand.New(rand.NewPCG(3, 5))
+		var ct Counter
+		es := make([]refEntry, 0, slabChunks*chunkLen+2*chunkLen) // 2 slabs
+		s, a, n := make([]int32, cap(es)), make([]int32, cap(es)), make([]int32, cap(es))
+		for k := range s {
+			e := refEntry{0, int32(rng.IntN(5000)), int32(rng.IntN(5000)), 1}
+			if far && k == len(s)/2 {
+				e.i = math.MaxInt32 - 1
+			}
+			es = append(es, e)
+			s[k], a[k], n[k] = e.i, e.a, e.j
+		}
+		if k, err := ct.AddBatch(s, a, n, nil); err != nil || k != len(s) {
+			t.Fatalf("AddBatch = %d, %v", k, err)
+		}
+		var slabs []*slab
+		for _, ch := range ct.acts[0].chunks {
+			if ch.s != nil && !slices.Contains(slabs, ch.s) {
+				slabs = append(slabs, ch.s)
+			}
+		}
+		if len(slabs) < 2 {
+			t.Fatalf("far %v: %d transitions in %d slabs, want >= 2", far, len(es), len(slabs))
+		}
+		// Every count is 1, so any summing order gives the same bits: the
+		// reference is a plain sort of (state, next state) keys, much
+		// faster than refMatrices under -race.
+		keys := make([]uint64, len(es))
+		for k, e := range es {
+			keys[k] = uint64(e.i)<<32 | uint64(e.j)
+		}
+		slices.Sort(keys)
+		want := &factor.Block{Ptr: []int64{0}}
+		for k, key := range keys {
+			i, j := int32(key>>32), int32(key)
+			if k > 0 && keys[k-1] == key {
+				want.Vals[len(want.Vals)-1]++
+				continue
+			}
+			if k == 0 || int32(keys[k-1]>>32) != i {
+				if k > 0 {
+					want.Ptr = append(want.Ptr, int64(len(want.Cols)))
+				}
+				want.Rows = append(want.Rows, i)
+			}
+			want.Cols, want.Vals = append(want.Cols, j), append(want.Vals, 1)
+		}
+		want.Ptr = append(want.Ptr, int64(len(want.Cols)))
+		sameBlocks(t, ct.Matrices(1), []*factor.Block{want})
+		for k, sl := range slabs {
+			if sl.mem != nil || sl.i != nil {
+				t.Fatalf("far %v: slab %d of %d not given back", far, k, len(slabs))
+			}
+		}
+	}
+}
+
 func TestCounterLargeAction(t *testing.T) {
 	var ct Counter
 	es := []refEntry{{denseActions + 2, 1, 2, 1}, {0, 0, 0, 1}, {denseActions + 2, 1, 2, 0.5}}

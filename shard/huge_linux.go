@@ -30,3 +30,17 @@ func adviseHuge[T any](x []T) {
 		_ = syscall.Madvise(b[beg:end], syscall.MADV_HUGEPAGE) // a hint: an error changes nothing
 	}
 }
+
+// mapSlab returns size bytes of fresh zeroed memory outside the Go heap
+// (an anonymous mmap advised for huge pages) and the function that
+// unmaps it, or Go memory and a no-op where mmap fails. Memory unmapped
+// leaves the process at once, where the Go runtime would keep freed
+// spans (see slab).
+func mapSlab(size int) (mem []byte, unmap func([]byte)) {
+	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return make([]byte, size), func([]byte) {}
+	}
+	adviseHuge(mem)
+	return mem, func(m []byte) { _ = syscall.Munmap(m) } // only fails for a bad range, which m is not
+}
