@@ -214,7 +214,11 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	}
 	debug.SetGCPercent(gcPercent)
 	tp.Plan()
-	err = scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+	// Every count 1 (the common case): the second read skips the count
+	// column, which the first has checked.
+	opts := f.readOptions()
+	opts.NoCount = !tp.Weighted()
+	err = scanPipelined(ctx, f.input, opts, func(b *arrowio.TransitionBatch) error {
 		return tp.Fill(b.State, b.Action, b.Next, b.Count)
 	})
 	if err == nil {
