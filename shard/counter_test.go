@@ -2,12 +2,17 @@ package shard
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/emsf/emsf/factor"
 )
@@ -219,6 +224,52 @@ func TestCounterGivesSlabsBack(t *testing.T) {
 				t.Fatalf("far %v: slab %d of %d not given back", far, k, len(slabs))
 			}
 		}
+	}
+}
+
+// TestCounterDroppedUnmapsSlabs checks that a Counter dropped without
+// Matrices (a read that failed) gives its slabs back once collected: the
+// slab's mapping leaves /proc/self/maps.
+func TestCounterDroppedUnmapsSlabs(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("slabs are mapped outside the Go heap on linux only")
+	}
+	addr := func() uintptr {
+		var ct Counter
+		zeros := make([]int32, chunkLen*(chunkLenGrowth+1)) // past the Go-heap chunks: one slab
+		if k, err := ct.AddBatch(zeros, zeros, zeros, nil); err != nil || k != len(zeros) {
+			t.Fatalf("AddBatch = %d, %v", k, err)
+		}
+		s := ct.acts[0].slab
+		if s == nil {
+			t.Fatal("no slab")
+		}
+		return uintptr(unsafe.Pointer(unsafe.SliceData(s.mem)))
+	}()
+	mapped := func() bool {
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(maps), "\n") {
+			var lo, hi uintptr
+			if _, err := fmt.Sscanf(line, "%x-%x", &lo, &hi); err == nil && lo <= addr && addr < hi {
+				return true
+			}
+		}
+		return false
+	}
+	if !mapped() {
+		t.Fatalf("slab at %#x not in /proc/self/maps", addr)
+	}
+	// Cleanups run on their own goroutine after a collection: wait for
+	// it, collecting, with a generous deadline.
+	for deadline := time.Now().Add(time.Minute); mapped(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("slab at %#x still mapped a minute after its counter was dropped", addr)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
