@@ -50,16 +50,20 @@ func checkSample(t *testing.T, got *collected) {
 	}
 }
 
-func TestScanFormats(t *testing.T) {
+// sampleFiles returns the sample data in every format, by file name.
+func sampleFiles(t *testing.T) map[string][]byte {
 	rec := sampleRecord(memory.NewGoAllocator())
 	defer rec.Release()
-	files := map[string][]byte{
+	return map[string][]byte{
 		"t.csv":     []byte(sampleCSV),
 		"t.arrow":   encodeRecords(t, FormatArrowFile, rec),
 		"t.arrows":  encodeRecords(t, FormatArrowStream, rec),
 		"t.parquet": encodeRecords(t, FormatParquet, rec),
 	}
-	for name, data := range files {
+}
+
+func TestScanFormats(t *testing.T) {
+	for name, data := range sampleFiles(t) {
 		t.Run(name, func(t *testing.T) {
 			mem := checkedMem(t)
 			// By extension, by magic bytes (no extension) and by name.
@@ -182,14 +186,7 @@ func TestScanNoCountColumn(t *testing.T) {
 // indices, every batch's Count nil; Arrow and Parquet do not look at the
 // count column at all (a bad or non-numeric one reads fine).
 func TestScanNoCount(t *testing.T) {
-	rec := sampleRecord(memory.NewGoAllocator())
-	defer rec.Release()
-	files := map[string][]byte{
-		"t.csv":     []byte(sampleCSV),
-		"t.arrow":   encodeRecords(t, FormatArrowFile, rec),
-		"t.arrows":  encodeRecords(t, FormatArrowStream, rec),
-		"t.parquet": encodeRecords(t, FormatParquet, rec),
-	}
+	files := sampleFiles(t)
 	mem := memory.NewGoAllocator()
 	sb := array.NewStringBuilder(mem)
 	sb.AppendValues([]string{"x", "y"}, nil)
