@@ -166,8 +166,9 @@ func TestCounterMatchesStableSort(t *testing.T) {
 
 // TestCounterGivesSlabsBack checks that Matrices gives back every slab of
 // a log spread over several (memory outside the Go heap, which the
-// collector would never free), on the dense path and on the sparse one (a
-// state far past the rest), and that the counts stay the reference's.
+// collector frees only once the counter is dropped) as it places them,
+// on the dense path and on the sparse one (a state far past the rest),
+// and that the counts stay the reference's.
 func TestCounterGivesSlabsBack(t *testing.T) {
 	for _, far := range []bool{false, true} {
 		rng := rand.New(rand.NewPCG(3, 5))
