@@ -41,6 +41,10 @@ func mapSlab(size int) (mem []byte, unmap func([]byte)) {
 	if err != nil {
 		return make([]byte, size), func([]byte) {}
 	}
-	adviseHuge(mem)
+	// The whole mapping, not only its aligned huge pages (adviseHuge):
+	// it is ours alone, and one flag over all of it lets the kernel merge
+	// neighbouring slabs into one mapping instead of three apiece (a log
+	// of 10^9 transitions takes a thousand slabs).
+	_ = syscall.Madvise(mem, syscall.MADV_HUGEPAGE)      // a hint: an error changes nothing
 	return mem, func(m []byte) { _ = syscall.Munmap(m) } // only fails for a bad range, which m is not
 }
