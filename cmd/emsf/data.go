@@ -129,6 +129,10 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	if train.Len() == 0 {
 		return nil, usagef("--holdout %v left no training transitions out of %d", holdout, d.transitions)
 	}
+	// The reader's buffers are garbage now: give back what of them the
+	// collector has not (the counter's log is outside the Go heap), so
+	// that the matrices' large arrays do not come on top of it.
+	debug.FreeOSMemory()
 	d.train = train.Matrices(d.u)
 	if holdout > 0 {
 		if held.Len() == 0 {
