@@ -12,7 +12,9 @@
 // columns state, action, next_state (any Arrow integer type, or floats that
 // hold exact integers; CSV fields likewise) and an optional count (any
 // numeric type, default 1); other columns such as episode and step are
-// ignored. Names can be remapped (ReadOptions). The format is detected by
+// ignored. Names can be remapped (ReadOptions); a second read that needs
+// only the indices skips the count column (ReadOptions.NoCount: Arrow and
+// Parquet neither decode nor read it). The format is detected by
 // extension, then by magic bytes. ScanTransitionsReader does the same for a
 // payload (a NATS message of CSV or an Arrow IPC stream). Bad input stops
 // the scan with one *InputError that names the file, the 1-based data row,

@@ -54,6 +54,12 @@ type ReadOptions struct {
 	BatchRows int
 	// Alloc allocates Arrow buffers (default memory.NewGoAllocator()).
 	Alloc memory.Allocator
+	// NoCount delivers every batch with Count nil, as if the input had
+	// no count column: for a second read of a file whose every count the
+	// first read saw to be 1. Arrow and Parquet readers then neither read
+	// nor check the count column (an Arrow IPC file's count buffers are
+	// not even read from disk); the CSV reader still parses and checks it.
+	NoCount bool
 
 	// chunkBytes is the size of the CSV chunks parsed in parallel
 	// (default csvChunkBytes; tests make it small).
@@ -68,7 +74,8 @@ type ReadOptions struct {
 // during the callback.
 type TransitionBatch struct {
 	State, Action, Next []int32
-	// Count is the count column, or 1 for every row when there is none.
+	// Count is the count column, or 1 for every row when there is none
+	// (nil with ReadOptions.NoCount).
 	Count []float64
 	// FirstRow is the 1-based data row number of the batch's first row
 	// (the header of a CSV file is not a data row).
@@ -271,6 +278,7 @@ type scan struct {
 	format     string
 	names      [numCols]string
 	countOpt   bool // the count column may be absent
+	noCount    bool // ReadOptions.NoCount
 	limit      [colNext + 1]int64
 	bounded    [colNext + 1]bool
 	batchRows  int
@@ -301,6 +309,7 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 		cmpOr(o.NextCol, DefaultNextCol), cmpOr(o.CountCol, DefaultCountCol),
 	}
 	s.countOpt = o.CountCol == ""
+	s.noCount = o.NoCount
 	for k, n := range []int{o.States, o.Actions, o.States} {
 		s.limit[k] = 1 << 31 // indices are int32
 		if n > 0 {
@@ -378,6 +387,11 @@ func (s *scan) flush(ctx context.Context) error {
 		return fmt.Errorf("arrowio: %s: %w", s.file, err)
 	}
 	s.rows += s.b.Len()
+	if s.noCount {
+		counts := s.b.Count
+		s.b.Count = nil
+		defer func() { s.b.Count = counts }()
+	}
 	return s.fn(&s.b)
 }
 

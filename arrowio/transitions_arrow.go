@@ -92,6 +92,9 @@ func (s *scan) leaves(sm *pqarrow.SchemaManifest) ([]int, error) {
 	}
 	var out []int
 	for k := range numCols {
+		if k == colCount && s.noCount {
+			continue
+		}
 		found := false
 		for _, f := range sm.Fields {
 			if f.Field.Name != s.names[k] {
@@ -208,6 +211,10 @@ func nextParquet(rr pqarrow.RecordReader) (rec arrow.Record, err error) {
 // types: integer or float for indices, any numeric type for counts.
 func (s *scan) columns(sc *arrow.Schema) (idx [numCols]int, err error) {
 	for k := range numCols {
+		if k == colCount && s.noCount {
+			idx[k] = -1
+			continue
+		}
 		is := sc.FieldIndices(s.names[k])
 		if len(is) == 0 {
 			if k == colCount && s.countOpt {
@@ -266,6 +273,9 @@ func (s *scan) convert(rec arrow.Record, cols [numCols]int, lo, hi int) (err err
 		if err := s.indexColumn(rec.Column(cols[k]), lo, hi, *dst[k], k, first); err != nil {
 			return err
 		}
+	}
+	if s.noCount {
+		return nil // flush hands Count nil
 	}
 	b.Count = growF(b.Count, hi-lo)
 	if cols[colCount] < 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"os"
@@ -49,16 +50,20 @@ func checkSample(t *testing.T, got *collected) {
 	}
 }
 
-func TestScanFormats(t *testing.T) {
+// sampleFiles returns the sample data in every format, by file name.
+func sampleFiles(t *testing.T) map[string][]byte {
 	rec := sampleRecord(memory.NewGoAllocator())
 	defer rec.Release()
-	files := map[string][]byte{
+	return map[string][]byte{
 		"t.csv":     []byte(sampleCSV),
 		"t.arrow":   encodeRecords(t, FormatArrowFile, rec),
 		"t.arrows":  encodeRecords(t, FormatArrowStream, rec),
 		"t.parquet": encodeRecords(t, FormatParquet, rec),
 	}
-	for name, data := range files {
+}
+
+func TestScanFormats(t *testing.T) {
+	for name, data := range sampleFiles(t) {
 		t.Run(name, func(t *testing.T) {
 			mem := checkedMem(t)
 			// By extension, by magic bytes (no extension) and by name.
@@ -174,6 +179,51 @@ func TestScanNoCountColumn(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got.s, []int32{3}) || !reflect.DeepEqual(got.a, []int32{1}) {
 		t.Errorf("got %+v", got)
+	}
+}
+
+// TestScanNoCount reads every format with ReadOptions.NoCount: the same
+// indices, every batch's Count nil; Arrow and Parquet do not look at the
+// count column at all (a bad or non-numeric one reads fine).
+func TestScanNoCount(t *testing.T) {
+	files := sampleFiles(t)
+	mem := memory.NewGoAllocator()
+	sb := array.NewStringBuilder(mem)
+	sb.AppendValues([]string{"x", "y"}, nil)
+	bad := []arrow.Record{
+		record(col{"state", i32(mem, 0, 1)}, col{"action", i32(mem, 0, 0)}, col{"next_state", i32(mem, 1, 1)}, col{"count", f64(mem, 1, math.NaN())}),
+		record(col{"state", i32(mem, 0, 1)}, col{"action", i32(mem, 0, 0)}, col{"next_state", i32(mem, 1, 1)}, col{"count", sb.NewArray()}),
+	}
+	sb.Release()
+	for k, r := range bad {
+		defer r.Release()
+		for _, format := range []string{FormatArrowFile, FormatArrowStream, FormatParquet} {
+			files[fmt.Sprintf("bad%d.%s", k, format)] = encodeRecords(t, format, r)
+		}
+	}
+	for name, data := range files {
+		t.Run(name, func(t *testing.T) {
+			got := &collected{}
+			err := ScanTransitions(context.Background(), writeFile(t, name, data), ReadOptions{NoCount: true, Alloc: checkedMem(t)},
+				func(b *TransitionBatch) error {
+					if b.Count != nil {
+						t.Errorf("Count = %v, want nil", b.Count)
+					}
+					return got.add(b)
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(name, "bad") {
+				if !reflect.DeepEqual(got.s, []int32{0, 1}) || !reflect.DeepEqual(got.n, []int32{1, 1}) {
+					t.Errorf("got s=%v n=%v", got.s, got.n)
+				}
+				return
+			}
+			if !reflect.DeepEqual(got.s, wantS) || !reflect.DeepEqual(got.a, wantA) || !reflect.DeepEqual(got.n, wantN) {
+				t.Errorf("got s=%v a=%v n=%v", got.s, got.a, got.n)
+			}
+		})
 	}
 }
 

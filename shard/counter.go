@@ -22,6 +22,10 @@ import (
 // a row's transitions stay in arrival order) and sums each row's
 // duplicates in that order, so the counts are bitwise those of a stable
 // sort by (action, state, next state) followed by a left-to-right sum.
+// The full-size chunks live outside the Go heap where the platform allows
+// (slab) and Matrices gives them back as it places them, so the log leaves
+// the process while the CSR fills: the peak is about the CSR, not the CSR
+// and the log.
 type Counter struct {
 	acts   []*actionLog         // by action, for actions < denseActions
 	sparse map[int32]*actionLog // larger actions
@@ -47,11 +51,11 @@ type actionLog struct {
 	chunks []*chunk
 	n      int
 	maxI   int32
-	// slabI and slabJ are the unused rest of the arrays that full-size
-	// chunks are cut from, slabChunks at a time: large enough for
-	// transparent huge pages (adviseHuge).
-	slabI, slabJ []int32
-	tail         *chunk // the last chunk
+	// slab is the one that full-size chunks are being cut from,
+	// slabChunks at a time: large enough for transparent huge pages, and
+	// given back to the system as soon as its chunks are placed (slab).
+	slab *slab
+	tail *chunk // the last chunk
 }
 
 // slabChunks is the number of full-size chunks cut from one slab.
@@ -60,6 +64,7 @@ const slabChunks = 16
 type chunk struct {
 	i, j []int32
 	c    []float64 // nil while every count of the chunk is 1
+	s    *slab     // the slab i and j are cut from (nil: Go memory)
 }
 
 // add appends a transition to the log.
@@ -74,13 +79,13 @@ func (l *actionLog) add(i, j int32, c float64) {
 			size := minChunkLen << k
 			ch = &chunk{i: make([]int32, 0, size), j: make([]int32, 0, size)}
 		} else {
-			if len(l.slabI) < chunkLen {
-				l.slabI, l.slabJ = make([]int32, slabChunks*chunkLen), make([]int32, slabChunks*chunkLen)
-				adviseHuge(l.slabI)
-				adviseHuge(l.slabJ)
+			if l.slab != nil {
+				ch = l.slab.cut()
 			}
-			ch = &chunk{i: l.slabI[:0:chunkLen], j: l.slabJ[:0:chunkLen]}
-			l.slabI, l.slabJ = l.slabI[chunkLen:], l.slabJ[chunkLen:]
+			if ch == nil {
+				l.slab = newSlab()
+				ch = l.slab.cut()
+			}
 		}
 		l.chunks = append(l.chunks, ch)
 		l.tail = ch
@@ -321,6 +326,9 @@ func (l *actionLog) bucket() (rows []int32, start []int, js []int32, cs []float6
 		next[i+1] += next[i]
 	}
 	start = append(start, l.n)
+	// Place the log chunk after chunk, giving each slab back as soon as
+	// its last chunk is placed: the log leaves memory while js fills.
+	l.slab, l.tail = nil, nil
 	for k, ch := range l.chunks {
 		for q, i := range ch.i {
 			p := next[i]
@@ -334,6 +342,9 @@ func (l *actionLog) bucket() (rows []int32, start []int, js []int32, cs []float6
 			}
 		}
 		l.chunks[k] = nil
+		if ch.s != nil && (k+1 == len(l.chunks) || l.chunks[k+1].s != ch.s) {
+			ch.s.release()
+		}
 	}
 	return rows, start, js, cs
 }
@@ -367,7 +378,13 @@ func (l *actionLog) bucketSparse(js []int32, cs []float64) (rows []int32, start 
 			}
 		}
 	}
-	clear(l.chunks)
+	l.slab, l.tail = nil, nil
+	for k, ch := range l.chunks {
+		l.chunks[k] = nil
+		if ch.s != nil {
+			ch.s.release()
+		}
+	}
 	for p, key := range keys {
 		k := int(uint32(key))
 		js[p] = flatJ[k]

@@ -2,12 +2,17 @@ package shard
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/emsf/emsf/factor"
 )
@@ -156,6 +161,116 @@ func TestCounterMatchesStableSort(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCounterGivesSlabsBack checks that Matrices gives back every slab of
+// a log spread over several (memory outside the Go heap, which the
+// collector frees only once the counter is dropped) as it places them,
+// on the dense path and on the sparse one (a state far past the rest),
+// and that the counts stay the reference's.
+func TestCounterGivesSlabsBack(t *testing.T) {
+	for _, far := range []bool{false, true} {
+		rng := rand.New(rand.NewPCG(3, 5))
+		var ct Counter
+		es := make([]refEntry, 0, slabChunks*chunkLen+2*chunkLen) // 2 slabs
+		s, a, n := make([]int32, cap(es)), make([]int32, cap(es)), make([]int32, cap(es))
+		for k := range s {
+			e := refEntry{0, int32(rng.IntN(5000)), int32(rng.IntN(5000)), 1}
+			if far && k == len(s)/2 {
+				e.i = math.MaxInt32 - 1
+			}
+			es = append(es, e)
+			s[k], a[k], n[k] = e.i, e.a, e.j
+		}
+		if k, err := ct.AddBatch(s, a, n, nil); err != nil || k != len(s) {
+			t.Fatalf("AddBatch = %d, %v", k, err)
+		}
+		var slabs []*slab
+		for _, ch := range ct.acts[0].chunks {
+			if ch.s != nil && !slices.Contains(slabs, ch.s) {
+				slabs = append(slabs, ch.s)
+			}
+		}
+		if len(slabs) < 2 {
+			t.Fatalf("far %v: %d transitions in %d slabs, want >= 2", far, len(es), len(slabs))
+		}
+		// Every count is 1, so any summing order gives the same bits: the
+		// reference is a plain sort of (state, next state) keys, much
+		// faster than refMatrices under -race.
+		keys := make([]uint64, len(es))
+		for k, e := range es {
+			keys[k] = uint64(e.i)<<32 | uint64(e.j)
+		}
+		slices.Sort(keys)
+		want := &factor.Block{Ptr: []int64{0}}
+		for k, key := range keys {
+			i, j := int32(key>>32), int32(key)
+			if k > 0 && keys[k-1] == key {
+				want.Vals[len(want.Vals)-1]++
+				continue
+			}
+			if k == 0 || int32(keys[k-1]>>32) != i {
+				if k > 0 {
+					want.Ptr = append(want.Ptr, int64(len(want.Cols)))
+				}
+				want.Rows = append(want.Rows, i)
+			}
+			want.Cols, want.Vals = append(want.Cols, j), append(want.Vals, 1)
+		}
+		want.Ptr = append(want.Ptr, int64(len(want.Cols)))
+		sameBlocks(t, ct.Matrices(1), []*factor.Block{want})
+		for k, sl := range slabs {
+			if sl.mem != nil || sl.i != nil {
+				t.Fatalf("far %v: slab %d of %d not given back", far, k, len(slabs))
+			}
+		}
+	}
+}
+
+// TestCounterDroppedUnmapsSlabs checks that a Counter dropped without
+// Matrices (a read that failed) gives its slabs back once collected: the
+// slab's mapping leaves /proc/self/maps.
+func TestCounterDroppedUnmapsSlabs(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("slabs are mapped outside the Go heap on linux only")
+	}
+	addr := func() uintptr {
+		var ct Counter
+		zeros := make([]int32, chunkLen*(chunkLenGrowth+1)) // past the Go-heap chunks: one slab
+		if k, err := ct.AddBatch(zeros, zeros, zeros, nil); err != nil || k != len(zeros) {
+			t.Fatalf("AddBatch = %d, %v", k, err)
+		}
+		s := ct.acts[0].slab
+		if s == nil {
+			t.Fatal("no slab")
+		}
+		return uintptr(unsafe.Pointer(unsafe.SliceData(s.mem)))
+	}()
+	mapped := func() bool {
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(maps), "\n") {
+			var lo, hi uintptr
+			if _, err := fmt.Sscanf(line, "%x-%x", &lo, &hi); err == nil && lo <= addr && addr < hi {
+				return true
+			}
+		}
+		return false
+	}
+	if !mapped() {
+		t.Fatalf("slab at %#x not in /proc/self/maps", addr)
+	}
+	// Cleanups run on their own goroutine after a collection: wait for
+	// it, collecting, with a generous deadline.
+	for deadline := time.Now().Add(time.Minute); mapped(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("slab at %#x still mapped a minute after its counter was dropped", addr)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -30,3 +30,21 @@ func adviseHuge[T any](x []T) {
 		_ = syscall.Madvise(b[beg:end], syscall.MADV_HUGEPAGE) // a hint: an error changes nothing
 	}
 }
+
+// mapSlab returns size bytes of fresh zeroed memory outside the Go heap
+// (an anonymous mmap advised for huge pages) and the function that
+// unmaps it, or Go memory and a no-op where mmap fails. Memory unmapped
+// leaves the process at once, where the Go runtime would keep freed
+// spans (see slab).
+func mapSlab(size int) (mem []byte, unmap func([]byte)) {
+	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return make([]byte, size), func([]byte) {}
+	}
+	// The whole mapping, not only its aligned huge pages (adviseHuge):
+	// it is ours alone, and one flag over all of it lets the kernel merge
+	// neighbouring slabs into one mapping instead of three apiece (a log
+	// of 10^9 transitions takes a thousand slabs).
+	_ = syscall.Madvise(mem, syscall.MADV_HUGEPAGE)      // a hint: an error changes nothing
+	return mem, func(m []byte) { _ = syscall.Munmap(m) } // only fails for a bad range, which m is not
+}

@@ -10,7 +10,11 @@
 // sort by state (stable, so each row's transitions stay in arrival
 // order), then each row's duplicates summed left to right in a dense
 // accumulator (or, for rows spread over many columns, after sorting
-// (column, arrival) keys); actions are counted on every core. TwoPass
+// (column, arrival) keys); actions are counted on every core. The log's
+// large chunks live outside the Go heap (mmap'd slabs) and each slab is
+// unmapped as soon as its transitions are placed, so the log leaves the
+// process while the CSR fills instead of staying resident beside it (the
+// Go runtime keeps freed heap spans). TwoPass
 // counts an input that can be read twice without keeping it: a first read
 // validates and counts each (action, state), a second puts each
 // transition's next state and count straight into its row's place, in

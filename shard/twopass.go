@@ -120,6 +120,17 @@ func (tp *TwoPass) Len() int { return tp.total }
 // first pass.
 func (tp *TwoPass) Dims() (n, u int) { return tp.maxS, tp.maxA }
 
+// Weighted reports whether the first pass saw a count other than 1; if
+// not, Fill ignores counts (they may be nil).
+func (tp *TwoPass) Weighted() bool {
+	for _, pa := range tp.acts {
+		if pa != nil && pa.weighted {
+			return true
+		}
+	}
+	return false
+}
+
 // Fits reports whether the histogram stayed within bounds (see Plan).
 func (tp *TwoPass) Fits() bool {
 	if tp.tooWide {

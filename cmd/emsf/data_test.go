@@ -45,6 +45,27 @@ func TestLoadDataTwoPassBitwise(t *testing.T) {
 		i := rng.IntN(300)
 		rows = append(rows, [4]float64{float64(i), float64(rng.IntN(3)), float64((i*7 + rng.IntN(20)) % 300), c})
 	}
+	checkTwoPassBitwise(t, rows)
+}
+
+// TestLoadDataTwoPassUnweighted is TestLoadDataTwoPassBitwise with every
+// count 1 (then the second read skips the count column: NoCount).
+func TestLoadDataTwoPassUnweighted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var rows [][4]float64
+	for range 50000 {
+		i := rng.IntN(300)
+		rows = append(rows, [4]float64{float64(i), float64(rng.IntN(3)), float64((i*7 + rng.IntN(20)) % 300), 1})
+	}
+	checkTwoPassBitwise(t, rows)
+}
+
+// checkTwoPassBitwise loads rows (state, action, next state, count)
+// written as CSV, Arrow and Parquet, with states as given and spread
+// 10000 apart (too spread for two passes), and fails unless every dataset
+// equals the CSV one.
+func checkTwoPassBitwise(t *testing.T, rows [][4]float64) {
+	t.Helper()
 	dir := t.TempDir()
 	for _, spread := range []int{1, 10000} {
 		var ref *dataset

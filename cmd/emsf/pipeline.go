@@ -36,6 +36,9 @@ func scanPipelined(ctx context.Context, path string, opts arrowio.ReadOptions, f
 			c.Action = append(c.Action[:0], b.Action...)
 			c.Next = append(c.Next[:0], b.Next...)
 			c.Count = append(c.Count[:0], b.Count...)
+			if b.Count == nil {
+				c.Count = nil // ReadOptions.NoCount: every count is 1
+			}
 			c.FirstRow = b.FirstRow
 			full <- c // never blocks: full holds every batch there is
 			return nil
