@@ -85,18 +85,28 @@ func (s *Service) unpark(ctx context.Context, now time.Time) {
 	if len(s.parked) == 0 {
 		return
 	}
+	var late []parked
 	keep := s.parked[:0]
 	for _, p := range s.parked {
 		switch {
 		case s.seq >= p.after:
 			s.retrain(ctx, "request", p.req)
 		case now.After(p.deadline):
-			_ = p.req.Error("504", fmt.Sprintf("service: %s: ingestion reached stream sequence %d of the %d asked for within %v; ask again later (or retrain with --after-seq %d)",
-				s.cfg.Name, s.seq, p.after, p.deadline.Sub(p.since).Round(time.Millisecond), s.seq), nil)
+			late = append(late, p)
 		default:
 			keep = append(keep, p)
 		}
 	}
 	clear(s.parked[len(keep):])
 	s.parked = keep
+	if len(late) == 0 {
+		return
+	}
+	// A status request after the reply sees the request gone (status is
+	// served from the snapshot, taken otherwise after this loop turn).
+	s.snapshot()
+	for _, p := range late {
+		_ = p.req.Error("504", fmt.Sprintf("service: %s: ingestion reached stream sequence %d of the %d asked for within %v; ask again later (or retrain with --after-seq %d)",
+			s.cfg.Name, s.seq, p.after, p.deadline.Sub(p.since).Round(time.Millisecond), s.seq), nil)
+	}
 }
