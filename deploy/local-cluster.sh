@@ -118,8 +118,8 @@ log "generating data"
 	--out "$work/data.csv" --truth "" >/dev/null
 fit=(fit --input "$work/data.csv" --order 5 --iters 20 --tol 0 --seed 1 --shard-nnz 1000 --quiet)
 
-log "cluster fit: $workers workers, 3 NATS servers"
-"$work/emsf" "${fit[@]}" --out "$work/cluster.arrow" --nats "$urls" --replicas 3 \
+log "cluster fit with --exchange coordinator: $workers workers, 3 NATS servers"
+"$work/emsf" "${fit[@]}" --out "$work/cluster.arrow" --nats "$urls" --replicas 3 --exchange coordinator \
 	--min-workers "$workers" --worker-timeout 10s >"$work/fit-cluster.log" 2>&1
 log "local fit"
 "$work/emsf" "${fit[@]}" --out "$work/local.arrow" >"$work/fit-local.log" 2>&1

@@ -313,7 +313,7 @@ for run in "${runs_list[@]}"; do
 		# on a node when u >= P, else groups of P/u nodes per action), so
 		# that a node holds one shard of its K block, the layout of the
 		# cost model's B grouped.
-		cut=$p fit_x=()
+		cut=$p fit_x=(--exchange coordinator)
 		d=${design:-A}
 		cells=1
 		if [ "$x" = owners ]; then
