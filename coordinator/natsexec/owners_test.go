@@ -394,6 +394,15 @@ func TestOwnersHostileRequests(t *testing.T) {
 			Layout: [][]wire.ColBlock{{{Lo: 0, Hi: 1 << 40}}}, Shapes: []wire.KShape{{KBlock: 0}},
 			Blocks: []wire.ColBlock{{Lo: 0, Hi: 1 << 40, CRC: "0"}}}), "load owners/h/0/k/0/0"},
 		{"older epoch", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", Epoch: 0, N: 4, M: 2, U: 1, Tie: "none"}), "epoch 0"},
+		{"bad precision", req(wire.OwnRequest{Op: wire.OpLoad, Job: "p", N: 4, M: 2, U: 1, Tie: "none", Precision: "float16"}), "float16"},
+		{"row group of a bad action", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g1", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 0, Action: 3, Cells: []int{0}, Lo: 0, Hi: 4}}}), "bad row group 0"},
+		{"row group past n", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g2", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 0, Cells: []int{0}, Lo: 0, Hi: 1 << 30}}}), "bad row group 0"},
+		{"overlapping row groups", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g3", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 0, Cells: []int{0}, Lo: 0, Hi: 3}, {G: 1, Cells: []int{0}, Lo: 2, Hi: 4}}}), "overlap"},
+		{"row group numbered wrong", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g4", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 5, Cells: []int{0}, Lo: 0, Hi: 4}}}), "bad row group 0"},
 	} {
 		rep := ask(c.body)
 		if !strings.Contains(rep.Error, c.want) {
@@ -420,6 +429,14 @@ func TestOwnersHostileRequests(t *testing.T) {
 	}
 	if e := gather(map[string]string{wire.HeaderOwnJob: "h"}, nil); !strings.Contains(e, "bad gather request") {
 		t.Errorf("gather without headers: %q", e)
+	}
+	// Rows of D: a group this worker does not own, a group that is not a
+	// number.
+	if e := gather(map[string]string{wire.HeaderOwnJob: "h", wire.HeaderOwnBlock: "d/7", wire.HeaderOwnVersion: "0", wire.HeaderOwnEpoch: "1"}, []int32{1}); !strings.Contains(e, "row group 7") {
+		t.Errorf("gather of an unowned row group: %q", e)
+	}
+	if e := gather(map[string]string{wire.HeaderOwnJob: "h", wire.HeaderOwnBlock: "d/x", wire.HeaderOwnVersion: "0", wire.HeaderOwnEpoch: "1"}, []int32{1}); !strings.Contains(e, "bad gather request") {
+		t.Errorf("gather of row group x: %q", e)
 	}
 	// A blob whose header claims 1 TB: refused before allocating.
 	sub, err := nc.Subscribe("emsf.blob.forger.x", func(m *nats.Msg) {
