@@ -68,8 +68,13 @@ type OwnersCheckpoint struct {
 	Version   int        `json:"version"`
 	Epoch     int        `json:"epoch"`
 	ColBlocks int        `json:"col_blocks"`
-	KCRC      [][]string `json:"k_crc"`
-	DCRC      []string   `json:"d_crc"`
+	KCRC      [][]string `json:"k_crc,omitempty"`
+	DCRC      []string   `json:"d_crc,omitempty"`
+	// CRCObject, when set, names the Object Store object that holds KCRC
+	// and DCRC (JSON {"k_crc", "d_crc"}): they grow with the column blocks
+	// and row groups and change only at checkpoints, so the commit record
+	// written every iteration names them instead of carrying them.
+	CRCObject string `json:"crc_object,omitempty"`
 	// LogLik and ModelIteration are the model's at Version (the loop
 	// goes on from them).
 	LogLik         *float64 `json:"loglik,omitempty"`

@@ -158,6 +158,17 @@ func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState
 			return nil, 0, fmt.Errorf("natsexec: job %s: manifest: %w", job, err)
 		}
 	}
+	if o := st.Owners; o != nil && o.CRCObject != "" && o.KCRC == nil && o.DCRC == nil {
+		data, err := e.obs.GetBytes(ctx, o.CRCObject)
+		var crcs ownersCRCs
+		if err == nil {
+			err = json.Unmarshal(data, &crcs)
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("natsexec: job %s: checkpoint CRCs %s: %w", job, o.CRCObject, err)
+		}
+		o.KCRC, o.DCRC = crcs.KCRC, crcs.DCRC
+	}
 	return &st, ent.Revision(), nil
 }
 
@@ -199,6 +210,12 @@ func stateJSON(st *coordinator.JobState) ([]byte, error) {
 	v := *st
 	if v.ManifestObject != "" {
 		v.Manifest = nil
+	}
+	if o := v.Owners; o != nil && o.CRCObject != "" {
+		// The CRC lists are in their object (see OwnersCheckpoint).
+		oc := *o
+		oc.KCRC, oc.DCRC = nil, nil
+		v.Owners = &oc
 	}
 	body, err := json.Marshal(&v)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -364,6 +365,10 @@ func (s *ownSeq) begin(ctx context.Context, md *factor.Model) (int, error) {
 			if err := s.writeRows(ctx); err != nil {
 				return 0, err
 			}
+			// (Again: a job of an earlier version kept them in its state.)
+			if err := s.putCRCs(ctx); err != nil {
+				return 0, err
+			}
 			s.ck = ownCheckpoint{version: o.Version, kcrc: o.KCRC, dcrc: o.DCRC}
 			s.version, s.epoch = o.Version, o.Epoch+1
 			s.iter0 = o.ModelIteration - o.Version
@@ -382,6 +387,9 @@ func (s *ownSeq) begin(ctx context.Context, md *factor.Model) (int, error) {
 		return 0, err
 	}
 	if err := s.writeBase(ctx, md); err != nil {
+		return 0, err
+	}
+	if err := s.putCRCs(ctx); err != nil {
 		return 0, err
 	}
 	s.fillState()
@@ -436,7 +444,8 @@ func (s *ownSeq) fillState() {
 		st.LogLik = &ll
 	}
 	o := &coordinator.OwnersCheckpoint{Version: s.ck.version, Epoch: s.epoch, ColBlocks: len(s.cols[0]),
-		KCRC: s.ck.kcrc, DCRC: s.ck.dcrc, ModelIteration: s.iter0 + s.ck.version, Digests: s.digests, Y: s.lastY}
+		KCRC: s.ck.kcrc, DCRC: s.ck.dcrc, CRCObject: s.crcObject(s.ck.version), ModelIteration: s.iter0 + s.ck.version,
+		Digests: s.digests, Y: s.lastY}
 	if !math.IsNaN(s.ck.ll) {
 		ll := s.ck.ll
 		o.LogLik = &ll
@@ -1261,6 +1270,29 @@ func (s *ownSeq) ownedBy(id string, rep *wire.OwnReply) error {
 	return nil
 }
 
+// ownersCRCs is the object that holds a checkpoint's CRC lists
+// (coordinator.OwnersCheckpoint.CRCObject).
+type ownersCRCs struct {
+	KCRC [][]string `json:"k_crc"`
+	DCRC []string   `json:"d_crc"`
+}
+
+// crcObject is the name of the CRC lists' object of checkpoint v.
+func (s *ownSeq) crcObject(v int) string {
+	return "owners/" + s.opt.Job + "/" + strconv.Itoa(v) + "/crcs"
+}
+
+// putCRCs stores the last checkpoint's CRC lists as their object: the
+// commit record, written every iteration, then names it (a few bytes)
+// instead of carrying one CRC per column block and row group.
+func (s *ownSeq) putCRCs(ctx context.Context) error {
+	data, err := json.Marshal(ownersCRCs{KCRC: s.ck.kcrc, DCRC: s.ck.dcrc})
+	if err != nil {
+		return fmt.Errorf("natsexec: owners: %w", err)
+	}
+	return s.put(ctx, s.crcObject(s.ck.version), data)
+}
+
 // checkpointed records the current version (made by a pass of loglik ll)
 // as the last checkpoint, in the job state too.
 func (s *ownSeq) checkpointed(ctx context.Context, ll float64) error {
@@ -1274,6 +1306,9 @@ func (s *ownSeq) checkpointed(ctx context.Context, ll float64) error {
 		if v <= s.version {
 			delete(s.history, v)
 		}
+	}
+	if err := s.putCRCs(ctx); err != nil {
+		return err
 	}
 	return s.saveState(ctx)
 }

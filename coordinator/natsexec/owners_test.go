@@ -244,7 +244,8 @@ func TestFitOwnersBytesFlatInN(t *testing.T) {
 	small, large := perIter(2000, 4), perIter(8000, 16)
 	t.Logf("coordinator bytes per iteration: n=2000 %.0f, n=8000 %.0f", small, large)
 	// Rows of K or D through the coordinator would be ≥ n·m·8 = 512 KB
-	// more at 4n; its messages differ in digits and 12 more block CRCs.
+	// more at 4n; its messages differ in digits only (the CRC lists of a
+	// checkpoint are an object the commit record names).
 	if large > 1.1*small || large-small > 1000 {
 		t.Fatalf("coordinator bytes per iteration grew from %.0f at n=2000 to %.0f at n=8000", small, large)
 	}
