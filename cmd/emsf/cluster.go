@@ -345,7 +345,8 @@ func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *na
 		Resume:          c.resume,
 		Report: func(r natsexec.OwnersReport) {
 			log.Info("cluster iteration", "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
-				"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances)
+				"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
+				"shards", len(shards), "backups", r.Backups)
 		},
 	})
 }
