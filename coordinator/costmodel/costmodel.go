@@ -227,35 +227,46 @@ const (
 // The owners protocol as built (worker/wire/owners.go, JSON requests and
 // replies), per iteration through the coordinator, in and out together:
 // fitted by least squares (relative errors) on emsf's own count (the
-// coordinator_bytes of `emsf fit --exchange owners --log-json`, mean of
-// iterations 3–5) of 19 embedded fits at n = 2000 with u = 2 and 4, m =
-// 16–64, 1–8 workers, 2–32 shards and 1–32 column blocks, every one within
-// ±1.1 % (docs/scaling.md §7.3). The epoch's layout goes to the workers
-// once, in the load, so nothing depends on the column blocks or on n: a
-// task and its reply per shard, a commit and its digest per owner, the
-// global Y of each K block an owner owns in its commit. The m-vectors are
-// JSON numbers of about 18.6 bytes. The fit's constant per iteration is 3
-// bytes, left out.
+// coordinator_bytes of `emsf fit --exchange owners --speculation=false
+// --log-json`, mean of iterations 3–5) of 25 embedded fits at n = 2000 with
+// u = 1, 2 and 4, m = 16–64, 1–8 workers, 1–32 shards, 1–32 column blocks
+// and column cells 1 and 2, every one within ±0.9 %
+// (docs/scaling/owners-coordfit-v2.txt, docs/scaling.md §7.3). The epoch's
+// layout goes to the workers once, in the load, and a checkpoint's CRC
+// lists to an object, so nothing depends on the column blocks or on n: a
+// task and its reply per shard, a commit and its digest per owner (of
+// column blocks or row groups), the global Y of each K block an owner
+// owns in its commit, and the commit record (written to KV and announced:
+// a constant, the owners' digests and every K block's Y, twice). The
+// m-vectors are JSON numbers of about 18.9 bytes.
 const (
+	// ownIterBytes: the commit record's constant part (twice) and the
+	// fit's other per-iteration messages.
+	ownIterBytes = 1336
 	// ownShardBytes + ownJSONFloat·m: a shard's task and its reply
-	// (scalars, Y, its D CRC).
-	ownShardBytes = 609
-	// ownOwnerBytes: a commit to one owner and its digest, without Y.
-	ownOwnerBytes = 241
+	// (label, scalars, Y).
+	ownShardBytes = 565
+	// ownOwnerBytes: a commit to one owner, its digest, and the digest in
+	// the commit record.
+	ownOwnerBytes = 333
 	// ownOwnerKBytes + ownJSONFloat·m: the global Y of one K block in an
 	// owner's commit.
-	ownOwnerKBytes = 37
-	ownJSONFloat   = 18.6
+	ownOwnerKBytes = 5
+	ownJSONFloat   = 18.85
+	// ownRecordKBytes·m: one K block's Y in the commit record, twice.
+	ownRecordKBytes = 37.1
 )
 
 // OwnersCoordBytes is the bytes through the coordinator per iteration
 // (in and out together) of the owners protocol as built: shards in
-// total, owners the workers owning column blocks, ownerKBlocks the (owner,
+// total, owners the workers owning column blocks or row groups (every
+// worker that computes a shard owns row groups), ownerKBlocks the (owner,
 // K block) pairs, i.e. the K blocks each owner holds column blocks of,
-// summed over the owners.
-func OwnersCoordBytes(m, shards, owners, ownerKBlocks int) float64 {
+// summed over the owners, kblocks the K blocks of the model.
+func OwnersCoordBytes(m, shards, owners, ownerKBlocks, kblocks int) float64 {
 	y := ownJSONFloat * float64(m)
-	return float64(shards)*(ownShardBytes+y) + float64(owners)*ownOwnerBytes + float64(ownerKBlocks)*(ownOwnerKBytes+y)
+	return ownIterBytes + float64(shards)*(ownShardBytes+y) + float64(owners)*ownOwnerBytes +
+		float64(ownerKBlocks)*(ownOwnerKBytes+y) + float64(kblocks)*ownRecordKBytes*float64(m)
 }
 
 // DefaultColBlocks is emsf fit's default column blocks per K block: one
@@ -356,7 +367,7 @@ func Evaluate(w Workload, d Design, p int, c Calibration) (Estimate, error) {
 			// its group: min(P_a, C) owners per K block (whole actions:
 			// one), each K block's owners distinct when grouped.
 			pairs := int(kblocks) * min(int(math.Round(math.Max(1, e.Pa))), w.ColBlocks)
-			b := OwnersCoordBytes(w.M, shards, min(p, pairs), pairs)
+			b := OwnersCoordBytes(w.M, shards, min(p, max(shards, pairs)), pairs, int(kblocks))
 			e.CoordIn, e.CoordOut = b/2, b/2
 		} else {
 			g := float64(GroupsPerAction)
@@ -417,7 +428,7 @@ func Evaluate(w Workload, d Design, p int, c Calibration) (Estimate, error) {
 			shards = int(kblocks * pa)
 		}
 		owners := min(p, int(kblocks*pa))
-		b := OwnersCoordBytes(w.M, shards, owners, owners)
+		b := OwnersCoordBytes(w.M, shards, min(p, max(shards, owners)), owners, int(kblocks))
 		e.CoordIn, e.CoordOut = b/2, b/2
 		e.NodeIn += e.CoordOut / P
 		e.NodeOut += e.CoordIn / P
