@@ -210,3 +210,126 @@ next:
 	JLT round
 	VZEROUPPER
 	RET
+
+// func runRowAVX2(d, dh, kt, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
+//
+// Pass 1 of the two-pass layout (twopass.go) over one row of a block: d
+// and dh are the row's D and D̂ rows; for q in [0, n), with j = cols[q],
+//
+//	t = d ⊙ kt[j];  gs[q] = Σ t (runAVX2's order);  dh += (vals[q]/gs[q])·t
+//
+// runAVX2 without the K̂ scatter. The row of kt 8 nonzeros ahead is
+// prefetched.
+TEXT ·runRowAVX2(SB), NOSPLIT, $0-72
+	MOVQ d+0(FP), DI
+	MOVQ dh+8(FP), SI
+	MOVQ kt+16(FP), R8
+	MOVQ t+24(FP), R13
+	MOVQ cols+32(FP), R10
+	MOVQ vals+40(FP), R11
+	MOVQ gs+48(FP), R12
+	MOVQ n+56(FP), CX
+	MOVQ mbytes+64(FP), DX
+	TESTQ CX, CX
+	JLE rdone
+
+rnonzero:
+	CMPQ CX, $9
+	JLT rrow
+	MOVLQSX 32(R10), AX
+	IMULQ DX, AX
+	LEAQ (R8)(AX*1), BX
+	MOVQ DX, AX
+rprefetch:
+	PREFETCHT0 (BX)
+	ADDQ $64, BX
+	SUBQ $64, AX
+	JG rprefetch
+
+rrow:
+	MOVLQSX (R10), AX
+	IMULQ DX, AX
+	LEAQ (R8)(AX*1), BX
+
+	VXORPD Y0, Y0, Y0
+	XORQ AX, AX
+rdot:
+	VMOVUPD (DI)(AX*1), Y1
+	VMULPD (BX)(AX*1), Y1, Y1
+	VMOVUPD Y1, (R13)(AX*1)
+	VADDPD Y1, Y0, Y0
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JLT rdot
+
+	VEXTRACTF128 $1, Y0, X2
+	VHADDPD X0, X0, X0
+	VHADDPD X2, X2, X2
+	VADDSD X2, X0, X0
+	VMOVSD X0, (R12)
+	VMOVSD (R11), X1
+	VDIVSD X0, X1, X1
+	VBROADCASTSD X1, Y1
+
+	XORQ AX, AX
+rscatter:
+	VMULPD (R13)(AX*1), Y1, Y2
+	VADDPD (SI)(AX*1), Y2, Y3
+	VMOVUPD Y3, (SI)(AX*1)
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JLT rscatter
+
+	ADDQ $4, R10
+	ADDQ $8, R11
+	ADDQ $8, R12
+	DECQ CX
+	JNZ rnonzero
+
+rdone:
+	VZEROUPPER
+	RET
+
+// func runKAVX2(k, kh, dl *float64, rows *int32, sc *float64, n, mbytes int)
+//
+// Pass 2 of the two-pass layout (twopass.go) over one column j: k and kh
+// are rows j of K and K̂; for q in [0, n), with d = dl's row rows[q],
+//
+//	kh += sc[q]·(k ⊙ d)
+//
+// the products and sums of runAVX2's K̂ scatter, with sc[q] = c/g known.
+TEXT ·runKAVX2(SB), NOSPLIT, $0-56
+	MOVQ k+0(FP), DI
+	MOVQ kh+8(FP), SI
+	MOVQ dl+16(FP), R8
+	MOVQ rows+24(FP), R10
+	MOVQ sc+32(FP), R11
+	MOVQ n+40(FP), CX
+	MOVQ mbytes+48(FP), DX
+	TESTQ CX, CX
+	JLE kdone
+
+knonzero:
+	MOVLQSX (R10), AX
+	IMULQ DX, AX
+	LEAQ (R8)(AX*1), BX
+	VBROADCASTSD (R11), Y1
+	XORQ AX, AX
+kcol:
+	VMOVUPD (DI)(AX*1), Y0
+	VMULPD (BX)(AX*1), Y0, Y0
+	VMULPD Y0, Y1, Y2
+	VADDPD (SI)(AX*1), Y2, Y3
+	VMOVUPD Y3, (SI)(AX*1)
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JLT kcol
+
+	ADDQ $4, R10
+	ADDQ $8, R11
+	DECQ CX
+	JNZ knonzero
+
+kdone:
+	VZEROUPPER
+	RET
