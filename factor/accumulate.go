@@ -56,12 +56,6 @@ type Scratch struct {
 	count []int32
 	// pureGo forces the pure-Go kernel (tests compare it with AVX2).
 	pureGo bool
-	// twoPass selects the two-pass layout (twopass.go); blk is the block
-	// prepare started, gr its g in CSR order and sc its c/g in column
-	// order (that layout's working memory).
-	twoPass bool
-	blk     *Block
-	gr, sc  []float64
 }
 
 // Compute fills p with the statistics of block b under model md: one fused
@@ -143,7 +137,6 @@ func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex
 	}
 	p.NNZ = b.NNZ()
 
-	s.blk = b
 	s.dl = resize(s.dl, nr*m)
 	for r, i := range b.Rows {
 		copy(s.dl[r*m:r*m+m], d[int(i)*m:int(i)*m+m])
@@ -176,9 +169,6 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 		have = 0
 	} else {
 		kt32 = md.kt32For(md.KBlock(p.Action))
-	}
-	if s.twoPass && avail == nil && kt32 == nil {
-		return runTwoPass(md, ci, s, p, c0, c1, kt, fast, dst)
 	}
 	cols := ci.cols[:c1]
 	for c := c0; c < c1; c++ {

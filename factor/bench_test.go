@@ -117,9 +117,6 @@ func benchIteration(b *testing.B, sz benchSize, m, workers int, withLL bool) {
 	md := NewRandom(sz.n, m, 1, TieNone, 1)
 	acc := NewAccumulator(md)
 	var ps Passer // as Fit does: working memory kept across iterations
-	// EMSF_TWOPASS=1: the two-pass layout (twopass.go), for the
-	// interleaved measurement of issue 13 item 3 (docs/benchmarks.md).
-	ps.twoPass = os.Getenv("EMSF_TWOPASS") == "1"
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -22,10 +22,6 @@ type colIndex struct {
 	ptr  []int32
 	rows []int32
 	vals []float64
-	// csr[k] is the CSR position (in Block.Cols) of the nonzero at
-	// position k: the two-pass layout (twopass.go) finds there the g its
-	// row-major first pass computed.
-	csr []int32
 }
 
 // columns returns b's column index, building and caching it on first use
@@ -52,7 +48,7 @@ func (b *Block) columns(scratch *[]int32) *colIndex {
 	for _, c := range b.Cols {
 		count[c+1]++
 	}
-	ci := &colIndex{rows: make([]int32, nnz), vals: make([]float64, nnz), csr: make([]int32, nnz)}
+	ci := &colIndex{rows: make([]int32, nnz), vals: make([]float64, nnz)}
 	ncols := 0
 	for _, c := range count[1:] {
 		if c > 0 {
@@ -81,7 +77,6 @@ func (b *Block) columns(scratch *[]int32) *colIndex {
 			next[j]++
 			ci.rows[k] = int32(r)
 			ci.vals[k] = b.Vals[q]
-			ci.csr[k] = int32(q)
 		}
 	}
 	b.colIdx.Store(ci)

@@ -36,9 +36,6 @@ type Passer struct {
 	// forcePipeline: use the pipelined pass whenever the plan allows, whatever
 	// the model's size (tests).
 	forcePipeline bool
-	// twoPass: run blocks in the two-pass layout (twopass.go; the
-	// measurement of issue 13 item 3).
-	twoPass bool
 }
 
 // Pass is the function Pass with p's memory.
@@ -51,9 +48,6 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 	workers = max(1, min(workers, len(blocks)))
 	for len(ps.scratch) < workers {
 		ps.scratch = append(ps.scratch, Scratch{})
-	}
-	for w := range ps.scratch {
-		ps.scratch[w].twoPass = ps.twoPass
 	}
 	// One partial per worker and one more, so that a worker computes
 	// while the merger folds (each is ≈ (rows + columns touched)·m·8

@@ -14,15 +14,6 @@ func useAVX2() bool { return cpu.X86.HasAVX2 }
 //go:noescape
 func runAVX2(d, dh, kt, kh, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
 
-// runRowAVX2 and runKAVX2 are the two passes of the two-pass layout
-// (twopass.go, see kernel_amd64.s): bitwise what its pure-Go loops compute.
-//
-//go:noescape
-func runRowAVX2(d, dh, kt, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
-
-//go:noescape
-func runKAVX2(k, kh, dl *float64, rows *int32, sc *float64, n, mbytes int)
-
 // prefetchR, prefetchRW and prefetchW hint rows of the big arrays into the
 // cache ahead of their use (see kernel_amd64.s); they change no value.
 // Go has no prefetch intrinsic, and at n = 10^6 every row of K and K̂ a

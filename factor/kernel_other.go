@@ -8,14 +8,6 @@ func runAVX2(d, dh, kt, kh, t *float64, cols *int32, vals *float64, gs *float64,
 	panic("factor: runAVX2 without AVX2")
 }
 
-func runRowAVX2(d, dh, kt, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int) {
-	panic("factor: runRowAVX2 without AVX2")
-}
-
-func runKAVX2(k, kh, dl *float64, rows *int32, sc *float64, n, mbytes int) {
-	panic("factor: runKAVX2 without AVX2")
-}
-
 // Without the assembly the prefetch hints are no-ops: they change no
 // value, only when lines arrive.
 

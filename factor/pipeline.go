@@ -73,9 +73,6 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 	for len(ps.slots) < nslots {
 		ps.slots = append(ps.slots, new(stageSlot))
 	}
-	for _, sl := range ps.slots {
-		sl.s.twoPass = ps.twoPass
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	free := make(chan *stageSlot, nslots)
