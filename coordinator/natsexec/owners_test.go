@@ -175,35 +175,46 @@ func TestFitOwnersBitwise(t *testing.T) {
 	}
 }
 
-// TestFitOwnersWorkerLost: a worker that owns blocks and holds shards'
-// rows of D is stopped after iteration 4 (its connection closed): the job
-// rolls back to the checkpoint of iteration 3, replays on the workers
-// left, and ends bitwise equal to the local fit.
+// TestFitOwnersWorkerLost: a worker that owns column blocks and row groups
+// is stopped after iteration 4 (its connection closed): the job rolls
+// back to the checkpoint of iteration 3, replays on the workers left (row
+// ranges on 3 workers; a 2 × 2 grid of column cells on 4, re-placed as
+// 3 × 1), and ends bitwise equal to the local fit.
 func TestFitOwnersWorkerLost(t *testing.T) {
 	const iters = 7
-	shards := ownersData(t, 150, 1, 9)
-	init := factor.NewRandom(150, 4, 1, factor.TieNone, 2)
-	want, _ := fitLocal(t, shards, init, iters)
-	lc := ownersCluster(t, 3, natsexec.Config{})
-	var reports []natsexec.OwnersReport
-	md := init.Clone()
-	_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-		Job: "owners-lost", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-		ColBlocks: 6, CheckpointEvery: 3,
-		Report: func(r natsexec.OwnersReport) { reports = append(reports, r) },
-		Committed: func(_ context.Context, iter int) error {
-			if iter == 4 {
-				return lc.Workers[1].Stop()
+	for _, c := range []struct {
+		name           string
+		workers, cells int
+	}{{"rows", 3, 1}, {"grid", 4, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			// With column cells the 4 workers are a 2 × 2 grid; after the
+			// loss the 3 left form 3 × 1 (the layout of the grid changes,
+			// the sums' order does not).
+			shards := ownersDataGrid(t, 150, 1, 9, 4, c.cells)
+			init := factor.NewRandom(150, 4, 1, factor.TieNone, 2)
+			want, _ := fitLocal(t, shards, init, iters)
+			lc := ownersCluster(t, c.workers, natsexec.Config{})
+			var reports []natsexec.OwnersReport
+			md := init.Clone()
+			_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+				Job: "owners-lost-" + c.name, Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
+				ColBlocks: 6, CheckpointEvery: 3,
+				Report: func(r natsexec.OwnersReport) { reports = append(reports, r) },
+				Committed: func(_ context.Context, iter int) error {
+					if iter == 4 {
+						return lc.Workers[1].Stop()
+					}
+					return nil
+				}})
+			if err != nil {
+				t.Fatal(err)
 			}
-			return nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameModel(t, "after a lost worker", md, want)
-	last := reports[len(reports)-1]
-	if last.Rollbacks < 1 || last.Workers != 2 || last.Epoch < 1 {
-		t.Fatalf("last report %+v: want a rollback onto 2 workers", last)
+			sameModel(t, "after a lost worker", md, want)
+			last := reports[len(reports)-1]
+			if last.Rollbacks < 1 || last.Workers != c.workers-1 || last.Epoch < 1 {
+				t.Fatalf("last report %+v: want a rollback onto %d workers", last, c.workers-1)
+			}
+		})
 	}
 }
 
