@@ -123,9 +123,13 @@ func (w *Worker) handleOwn(req micro.Request) {
 		_ = req.Respond(data)
 		return
 	}
+	// Answered from the goroutine, after this handler returned: a
+	// detached copy (micro reads its own request once the handler
+	// returns).
+	later := wire.Detach(w.nc, req)
 	go func() {
 		defer w.tasks.Done()
-		w.serveOwn(req)
+		w.serveOwn(later)
 	}()
 }
 

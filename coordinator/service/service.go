@@ -20,6 +20,7 @@ import (
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // Status is the reply of a status request.
@@ -480,8 +481,11 @@ func (s *Service) serveRequests(ctx context.Context) (micro.Service, error) {
 			_ = req.Error(code, err.Error(), nil)
 			return
 		}
+		// Answered later, from Run's goroutine: a detached copy (micro
+		// reads its own request once this handler returns).
+		later := wire.Detach(s.nc, req)
 		select {
-		case s.ctl <- func() { s.retrainAfter(ctx, rr, req) }:
+		case s.ctl <- func() { s.retrainAfter(ctx, rr, later) }:
 		case <-ctx.Done():
 			_ = req.Error("503", "service stopping", nil)
 		}
