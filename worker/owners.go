@@ -759,75 +759,77 @@ func (w *Worker) serveGather(msg *nats.Msg) {
 		fail(fmt.Errorf("bad gather request: %w", err))
 		return
 	}
+	var out []float64
+	var err error
 	if kbs == "d" {
-		w.serveGatherD(msg, reply, job, e, c, v)
-		return
+		out, err = w.gatherD(msg.Data, job, e, c, v)
+	} else {
+		out, err = w.gatherKRows(msg.Data, job, e, kb, c, v)
 	}
-	b, err := w.ownBlockOf(job, e, kb, c)
 	if err != nil {
 		fail(err)
 		return
+	}
+	reply.Data = wire.FloatBytes(out)
+	_ = msg.RespondMsg(reply)
+}
+
+// gatherIndices decodes a gather request's indices of rows of m values,
+// at most one reply's worth, within [lo, hi).
+func (w *Worker) gatherIndices(data []byte, m, lo, hi int, what string) ([]int32, error) {
+	if limit := gatherMax(w.nc, m); len(data) > 4*limit {
+		return nil, fmt.Errorf("gather of %d %s: at most %d per request", len(data)/4, what, limit)
+	}
+	return wire.DecodeCols(data, lo, hi, nil)
+}
+
+// gatherKRows returns the rows of K^T that a gather request asks of owned
+// column block kb/c at version v.
+func (w *Worker) gatherKRows(data []byte, job string, epoch, kb, c, v int) ([]float64, error) {
+	b, err := w.ownBlockOf(job, epoch, kb, c)
+	if err != nil {
+		return nil, err
 	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.version != v {
-		fail(fmt.Errorf("block %d/%d is at version %d, not %d", kb, c, b.version, v))
-		return
+		return nil, fmt.Errorf("block %d/%d is at version %d, not %d", kb, c, b.version, v)
 	}
 	m := len(b.kt) / max(1, b.hi-b.lo)
-	if limit := gatherMax(w.nc, m); len(msg.Data) > 4*limit {
-		fail(fmt.Errorf("gather of %d columns: at most %d per request", len(msg.Data)/4, limit))
-		return
-	}
-	cols, err := wire.DecodeCols(msg.Data, b.lo, b.hi, nil)
+	cols, err := w.gatherIndices(data, m, b.lo, b.hi, "columns")
 	if err != nil {
-		fail(err)
-		return
+		return nil, err
 	}
 	out := make([]float64, 0, len(cols)*m)
 	for _, j := range cols {
 		at := (int(j) - b.lo) * m
 		out = append(out, b.kt[at:at+m]...)
 	}
-	reply.Data = wire.FloatBytes(out)
-	_ = msg.RespondMsg(reply)
+	return out, nil
 }
 
-// serveGatherD answers a gather request for rows of owned row group g at
-// version v.
-func (w *Worker) serveGatherD(msg, reply *nats.Msg, job string, epoch, g, v int) {
-	fail := func(err error) {
-		reply.Header.Set(wire.HeaderBlobError, err.Error())
-		_ = msg.RespondMsg(reply)
-	}
+// gatherD returns the rows of D that a gather request asks of owned row
+// group g at version v.
+func (w *Worker) gatherD(data []byte, job string, epoch, g, v int) ([]float64, error) {
 	og, err := w.ownGroupOf(job, epoch, g)
 	if err != nil {
-		fail(err)
-		return
+		return nil, err
 	}
 	og.mu.RLock()
 	defer og.mu.RUnlock()
 	if og.version != v {
-		fail(fmt.Errorf("row group %d is at version %d, not %d", g, og.version, v))
-		return
+		return nil, fmt.Errorf("row group %d is at version %d, not %d", g, og.version, v)
 	}
 	m := len(og.d) / len(og.rows)
-	if limit := gatherMax(w.nc, m); len(msg.Data) > 4*limit {
-		fail(fmt.Errorf("gather of %d rows: at most %d per request", len(msg.Data)/4, limit))
-		return
-	}
-	rows, err := wire.DecodeCols(msg.Data, int(og.rows[0]), int(og.rows[len(og.rows)-1])+1, nil)
+	rows, err := w.gatherIndices(data, m, int(og.rows[0]), int(og.rows[len(og.rows)-1])+1, "rows")
 	if err != nil {
-		fail(err)
-		return
+		return nil, err
 	}
 	out := make([]float64, len(rows)*m)
 	if err := og.copyRows(rows, out, m); err != nil {
-		fail(err)
-		return
+		return nil, err
 	}
-	reply.Data = wire.FloatBytes(out)
-	_ = msg.RespondMsg(reply)
+	return out, nil
 }
 
 // ownCommit folds the owned blocks' K̂ slices and the owned row groups'
