@@ -91,8 +91,9 @@ func (b *Block) CheckShape(n, u int) error {
 
 // DataTerm returns Σ c·log(c/x_i) over the block, where x_i is the total
 // count of row i: the constant part of the weighted KL divergence
-// (incremental-emsf eq. 11). Rows are never split across blocks, so this is
-// exact per block.
+// (incremental-emsf eq. 11). It is exact when none of the block's rows has
+// nonzeros in other blocks (shard.Split); with column cells
+// (shard.SplitGrid) DataTerm over all blocks sums each row's total first.
 func (b *Block) DataTerm() float64 {
 	t := 0.0
 	for r := range b.Rows {

@@ -198,11 +198,36 @@ func TotalCount(blocks []*Block) float64 {
 
 // DataTerm returns Σ c·log(c/x_i) over all blocks (see Block.DataTerm).
 func DataTerm(blocks []*Block) float64 {
+	if n, u, split := rowsSplit(blocks); split {
+		// Column cells (shard.SplitGrid) cut rows across blocks: the row
+		// totals x^a_i are summed over the blocks first.
+		return dataTermSplit(blocks, n, u)
+	}
 	t := 0.0
 	for _, b := range blocks {
 		t += b.DataTerm()
 	}
 	return t
+}
+
+// rowsSplit reports whether some row of some action has nonzeros in more
+// than one block (consecutive blocks of an action whose row spans meet, as
+// the column cells of one row range do), with the n and u that cover the
+// blocks.
+func rowsSplit(blocks []*Block) (n, u int, split bool) {
+	last := map[int]int32{} // per action: the last row of its blocks so far
+	for _, b := range blocks {
+		u = max(u, b.Action+1)
+		if len(b.Rows) == 0 {
+			continue
+		}
+		n = max(n, int(b.Rows[len(b.Rows)-1])+1)
+		if l, ok := last[b.Action]; ok && b.Rows[0] <= l {
+			split = true
+		}
+		last[b.Action] = max(last[b.Action], b.Rows[len(b.Rows)-1])
+	}
+	return n, u, split
 }
 
 // Stepper computes the passes of an EM loop: the loop's only part that

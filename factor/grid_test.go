@@ -94,3 +94,31 @@ func TestPassColumnCells(t *testing.T) {
 		}
 	}
 }
+
+// TestDataTermColumnCells: with rows cut across blocks (column cells) the
+// data term Σ c·log(c/x_i) still uses each row's whole total x_i: the
+// cells' value equals the uncut blocks' up to rounding (a per-cell row
+// total would make it larger), and the uncut blocks keep their bits.
+func TestDataTermColumnCells(t *testing.T) {
+	blocks, md := treeCase(t, 13, TieNone)
+	whole := DataTerm(blocks)
+	var perBlock float64
+	for _, b := range blocks {
+		perBlock += b.DataTerm()
+	}
+	if whole != perBlock {
+		t.Fatalf("uncut blocks: DataTerm %v, the blocks' sum %v", whole, perBlock)
+	}
+	cells := cutColumns(blocks, md.N, 3)
+	got := DataTerm(cells)
+	if d := math.Abs(got - whole); d > 1e-12*math.Abs(whole) {
+		t.Fatalf("column cells: DataTerm %v, uncut %v", got, whole)
+	}
+	var naive float64
+	for _, b := range cells {
+		naive += b.DataTerm()
+	}
+	if math.Abs(naive-whole) < 1e-6*math.Abs(whole) {
+		t.Fatal("test data does not split rows enough to tell per-cell totals from whole-row ones")
+	}
+}
