@@ -47,7 +47,7 @@ type Partial struct {
 type Scratch struct {
 	dl []float64 // the block's rows of D, n_r×m
 	gs []float64 // g of every nonzero, in column order
-	t  []float64 // d ⊙ k of the current nonzero
+	t  []float64 // d ⊙ k of the current nonzero (pure Go); c/g of a column's nonzeros (AVX2)
 	// col is a column's K̂ row summed from zero, in a fused pass.
 	col []float64
 	// k is the current row of K widened from a Float32 model's copy.
@@ -145,7 +145,7 @@ func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex
 		s.gs = make([]float64, len(ci.vals), len(ci.vals)+len(ci.vals)/4)
 	}
 	s.gs = s.gs[:len(ci.vals)]
-	s.t = resize(s.t, m)
+	s.t = resize(s.t, max(m, nr))
 	s.col = resize(s.col, m)
 	s.k = resize(s.k, m)
 	return ci, nil
@@ -159,7 +159,7 @@ func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex
 func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, avail func(j int) (int, error), dst *kSum) error {
 	n, m := md.N, md.M
 	kt := md.KT[md.KBlock(p.Action)]
-	gs, t := s.gs, s.t
+	gs, t := s.gs, s.t[:m]
 	fast := m%4 == 0 && !s.pureGo && useAVX2()
 	have := n
 	// kt32 is the float32 copy of a Float32 model's K (its rows widen
@@ -223,7 +223,7 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 		if fast {
 			// The roles of D and K swap: the fixed vector is row j of K,
 			// the gathered rows are the block's rows of D.
-			runAVX2(&krow[0], &kh[0], &s.dl[0], &p.Dh[0], &t[0], &ci.rows[lo], &ci.vals[lo], &gs[lo], int(hi-lo), m*8)
+			runAVX2(&krow[0], &kh[0], &s.dl[0], &p.Dh[0], &s.t[0], &ci.rows[lo], &ci.vals[lo], &gs[lo], int(hi-lo), m*8)
 		} else {
 			for q := lo; q < hi; q++ {
 				r := int(ci.rows[q])
@@ -266,14 +266,9 @@ func finishBlock(b *Block, ci *colIndex, s *Scratch, p *Partial, withLogLik bool
 			}
 		}
 	}
-	p.SumX = 0
+	copy(p.X, ci.x)
+	p.SumX = ci.sumX
 	for r := range b.Rows {
-		x := 0.0
-		for _, c := range b.Vals[b.Ptr[r]:b.Ptr[r+1]] {
-			x += c
-		}
-		p.X[r] = x
-		p.SumX += x
 		for l, v := range p.Dh[r*m : r*m+m] {
 			p.Y[l] += v
 		}

@@ -82,7 +82,14 @@ func (b *Block) CheckShape(n, u int) error {
 	if b.Action < 0 || b.Action >= u {
 		return fmt.Errorf("factor: block action %d out of range [0, %d)", b.Action, u)
 	}
-	r, c := b.MaxIndex()
+	var r, c int
+	if ci := b.colIdx.Load(); ci != nil {
+		// The column index knows the largest column (its last): no scan
+		// of every nonzero at every pass.
+		r, c = ci.maxRow, ci.maxCol
+	} else {
+		r, c = b.MaxIndex()
+	}
 	if r >= n || c >= n {
 		return fmt.Errorf("factor: block of action %d has index (%d, %d) out of range for n=%d states", b.Action, r, c, n)
 	}

@@ -16,12 +16,20 @@ import "math"
 //
 // Positions are int32 (a block holds fewer than 2^31 nonzeros; Split's
 // shards hold about 2^17): the index is cached beside the block for the
-// whole fit, 12 bytes per nonzero plus 8 per touched column.
+// whole fit, 12 bytes per nonzero plus 8 per touched column and per row.
 type colIndex struct {
 	cols []int32
 	ptr  []int32
 	rows []int32
 	vals []float64
+	// x holds the block's row sums Σ_j c_ij, each summed in storage order,
+	// and sumX their sum in row order: what every pass reports in
+	// Partial.X and SumX, computed once.
+	x    []float64
+	sumX float64
+	// maxRow and maxCol are the largest row and column (-1 when empty),
+	// as Block.MaxIndex.
+	maxRow, maxCol int
 }
 
 // columns returns b's column index, building and caching it on first use
@@ -79,6 +87,16 @@ func (b *Block) columns(scratch *[]int32) *colIndex {
 			ci.vals[k] = b.Vals[q]
 		}
 	}
+	ci.x = make([]float64, len(b.Rows))
+	for r := range b.Rows {
+		x := 0.0
+		for _, c := range b.Vals[b.Ptr[r]:b.Ptr[r+1]] {
+			x += c
+		}
+		ci.x[r] = x
+		ci.sumX += x
+	}
+	ci.maxRow, ci.maxCol = b.MaxIndex()
 	b.colIdx.Store(ci)
 	return ci
 }

@@ -12,7 +12,7 @@ func useAVX2() bool { return cpu.X86.HasAVX2 }
 // see kernel_amd64.s. It computes bitwise what prodSum and scatter compute.
 //
 //go:noescape
-func runAVX2(d, dh, kt, kh, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
+func runAVX2(d, dh, kt, kh, sv *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
 
 // prefetchR, prefetchRW and prefetchW hint rows of the big arrays into the
 // cache ahead of their use (see kernel_amd64.s); they change no value.

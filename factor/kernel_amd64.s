@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// func runAVX2(d, dh, kt, kh, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
+// func runAVX2(d, dh, kt, kh, sv *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
 //
 // The kernel of Compute for one column of a block (see Compute, which
 // passes row j of K as d and its K̂ row as dh, the block's rows of D as kt
@@ -14,55 +14,153 @@
 //
 // exactly the operations, in exactly the order, of prodSum and scatter,
 // so results are bitwise those of the pure-Go path. mbytes = 8·m with m a
-// multiple of 4. Rows of kt and kh 8 nonzeros ahead are prefetched.
-// Multiplication and addition are commutative in IEEE arithmetic, so
-// swapping the roles of the two factors leaves every bit unchanged.
+// multiple of 4; sv has room for n values. Multiplication and addition
+// are commutative in IEEE arithmetic, so swapping the roles of the two
+// factors leaves every bit unchanged.
+//
+// It runs in two phases. Phase A computes every g and s = c/g of the
+// column (into gs and sv), four nonzeros at a time where four are left:
+// the four dot products run side by side (four independent chains of
+// additions instead of one), their g are paired and summed as one vector
+// (VHADDPD and VPERM2F128 add the lanes exactly as (g0+g1)+(g2+g3)) and
+// divided as one; two left go the same way with two chains, one alone.
+// No g waits for a division, and rows of kt and kh 8 nonzeros ahead are
+// prefetched. Phase B scatters in nonzero order: four (two, one) at a
+// time, each t recomputed (the same product, the same bits) and the terms
+// added to each chunk of dh in nonzero order, the chunk held in a
+// register. Rows of kh are distinct within a column, so the order of the
+// adds into dh and into each kh row is that of the one-at-a-time loop.
 TEXT ·runAVX2(SB), NOSPLIT, $0-80
 	MOVQ d+0(FP), DI
-	MOVQ dh+8(FP), SI
+	MOVQ sv+32(FP), SI
 	MOVQ kt+16(FP), R8
 	MOVQ kh+24(FP), R9
-	MOVQ t+32(FP), R13
 	MOVQ cols+40(FP), R10
 	MOVQ vals+48(FP), R11
 	MOVQ gs+56(FP), R12
 	MOVQ n+64(FP), CX
 	MOVQ mbytes+72(FP), DX
-	TESTQ CX, CX
-	JLE done
+	SUBQ R8, R9 // kh row = kt row + R9 (kt and kh have one shape)
 
-nonzero:
-	CMPQ CX, $9
-	JLT rows
+agroup:
+	CMPQ CX, $4
+	JLT apair
+
+	// Prefetch the rows 8..11 ahead that exist.
+	CMPQ CX, $12
+	JLT agload
 	MOVLQSX 32(R10), AX
-	IMULQ DX, AX
-	LEAQ (R8)(AX*1), BX
-	LEAQ (R9)(AX*1), R14
-	MOVQ DX, AX
-prefetch:
-	PREFETCHT0 (BX)
-	PREFETCHT0 (R14)
-	ADDQ $64, BX
-	ADDQ $64, R14
-	SUBQ $64, AX
-	JG prefetch
+	CALL prefetchRows<>(SB)
+	MOVLQSX 36(R10), AX
+	CALL prefetchRows<>(SB)
+	MOVLQSX 40(R10), AX
+	CALL prefetchRows<>(SB)
+	MOVLQSX 44(R10), AX
+	CALL prefetchRows<>(SB)
 
-rows:
-	MOVLQSX (R10), AX
-	IMULQ DX, AX
-	LEAQ (R8)(AX*1), BX
-	LEAQ (R9)(AX*1), R14
+agload:
+	// BX, R13, R14, R15: the four rows of kt.
+	MOVLQSX (R10), BX
+	IMULQ DX, BX
+	ADDQ R8, BX
+	MOVLQSX 4(R10), R13
+	IMULQ DX, R13
+	ADDQ R8, R13
+	MOVLQSX 8(R10), R14
+	IMULQ DX, R14
+	ADDQ R8, R14
+	MOVLQSX 12(R10), R15
+	IMULQ DX, R15
+	ADDQ R8, R15
 
 	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
 	XORQ AX, AX
-dot:
+agdot:
+	VMOVUPD (DI)(AX*1), Y4
+	VMULPD (BX)(AX*1), Y4, Y5
+	VADDPD Y5, Y0, Y0
+	VMULPD (R13)(AX*1), Y4, Y6
+	VADDPD Y6, Y1, Y1
+	VMULPD (R14)(AX*1), Y4, Y7
+	VADDPD Y7, Y2, Y2
+	VMULPD (R15)(AX*1), Y4, Y8
+	VADDPD Y8, Y3, Y3
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JLT agdot
+
+	VHADDPD Y1, Y0, Y8            // a0+a1, b0+b1, a2+a3, b2+b3
+	VHADDPD Y3, Y2, Y9            // c0+c1, d0+d1, c2+c3, d2+d3
+	VPERM2F128 $0x20, Y9, Y8, Y10 // a0+a1, b0+b1, c0+c1, d0+d1
+	VPERM2F128 $0x31, Y9, Y8, Y11 // a2+a3, b2+b3, c2+c3, d2+d3
+	VADDPD Y11, Y10, Y12
+	VMOVUPD Y12, (R12)
+	VMOVUPD (R11), Y13
+	VDIVPD Y12, Y13, Y13 // c/g
+	VMOVUPD Y13, (SI)
+
+	ADDQ $16, R10
+	ADDQ $32, R11
+	ADDQ $32, R12
+	ADDQ $32, SI
+	SUBQ $4, CX
+	JMP agroup
+
+apair:
+	CMPQ CX, $2
+	JLT asingle
+	MOVLQSX (R10), BX
+	IMULQ DX, BX
+	ADDQ R8, BX
+	MOVLQSX 4(R10), R13
+	IMULQ DX, R13
+	ADDQ R8, R13
+
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	XORQ AX, AX
+apdot:
+	VMOVUPD (DI)(AX*1), Y4
+	VMULPD (BX)(AX*1), Y4, Y5
+	VADDPD Y5, Y0, Y0
+	VMULPD (R13)(AX*1), Y4, Y6
+	VADDPD Y6, Y1, Y1
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JLT apdot
+
+	VHADDPD Y1, Y0, Y8 // a0+a1, b0+b1, a2+a3, b2+b3
+	VEXTRACTF128 $1, Y8, X9
+	VADDPD X9, X8, X12 // (a0+a1)+(a2+a3), (b0+b1)+(b2+b3)
+	VMOVUPD X12, (R12)
+	VMOVUPD (R11), X13
+	VDIVPD X12, X13, X13 // c/g
+	VMOVUPD X13, (SI)
+
+	ADDQ $8, R10
+	ADDQ $16, R11
+	ADDQ $16, R12
+	ADDQ $16, SI
+	SUBQ $2, CX
+
+asingle:
+	TESTQ CX, CX
+	JLE phaseB
+	MOVLQSX (R10), BX
+	IMULQ DX, BX
+	ADDQ R8, BX
+	VXORPD Y0, Y0, Y0
+	XORQ AX, AX
+asdot:
 	VMOVUPD (DI)(AX*1), Y1
 	VMULPD (BX)(AX*1), Y1, Y1
-	VMOVUPD Y1, (R13)(AX*1)
 	VADDPD Y1, Y0, Y0
 	ADDQ $32, AX
 	CMPQ AX, DX
-	JLT dot
+	JLT asdot
 
 	VEXTRACTF128 $1, Y0, X2
 	VHADDPD X0, X0, X0
@@ -71,27 +169,153 @@ dot:
 	VMOVSD X0, (R12)
 	VMOVSD (R11), X1
 	VDIVSD X0, X1, X1
-	VBROADCASTSD X1, Y1
+	VMOVSD X1, (SI)
 
+phaseB:
+	MOVQ dh+8(FP), SI
+	MOVQ sv+32(FP), R11
+	MOVQ cols+40(FP), R10
+	MOVQ n+64(FP), CX
+
+bgroup:
+	CMPQ CX, $4
+	JLT bpair
+	MOVLQSX (R10), BX
+	IMULQ DX, BX
+	ADDQ R8, BX
+	MOVLQSX 4(R10), R13
+	IMULQ DX, R13
+	ADDQ R8, R13
+	MOVLQSX 8(R10), R14
+	IMULQ DX, R14
+	ADDQ R8, R14
+	MOVLQSX 12(R10), R15
+	IMULQ DX, R15
+	ADDQ R8, R15
+	VBROADCASTSD (R11), Y0
+	VBROADCASTSD 8(R11), Y1
+	VBROADCASTSD 16(R11), Y2
+	VBROADCASTSD 24(R11), Y3
+
+	// Every pointer steps a chunk at a time.
+	MOVQ DX, AX
+bgscatter:
+	VMOVUPD (DI), Y4
+	VMOVUPD (SI), Y5
+	VMULPD (BX), Y4, Y6
+	VMULPD Y6, Y0, Y6
+	VADDPD Y6, Y5, Y5
+	VADDPD (BX)(R9*1), Y6, Y6
+	VMOVUPD Y6, (BX)(R9*1)
+	VMULPD (R13), Y4, Y7
+	VMULPD Y7, Y1, Y7
+	VADDPD Y7, Y5, Y5
+	VADDPD (R13)(R9*1), Y7, Y7
+	VMOVUPD Y7, (R13)(R9*1)
+	VMULPD (R14), Y4, Y8
+	VMULPD Y8, Y2, Y8
+	VADDPD Y8, Y5, Y5
+	VADDPD (R14)(R9*1), Y8, Y8
+	VMOVUPD Y8, (R14)(R9*1)
+	VMULPD (R15), Y4, Y9
+	VMULPD Y9, Y3, Y9
+	VADDPD Y9, Y5, Y5
+	VADDPD (R15)(R9*1), Y9, Y9
+	VMOVUPD Y9, (R15)(R9*1)
+	VMOVUPD Y5, (SI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, BX
+	ADDQ $32, R13
+	ADDQ $32, R14
+	ADDQ $32, R15
+	SUBQ $32, AX
+	JG bgscatter
+	SUBQ DX, DI
+	SUBQ DX, SI
+
+	ADDQ $16, R10
+	ADDQ $32, R11
+	SUBQ $4, CX
+	JMP bgroup
+
+bpair:
+	CMPQ CX, $2
+	JLT bsingle
+	MOVLQSX (R10), BX
+	IMULQ DX, BX
+	ADDQ R8, BX
+	MOVLQSX 4(R10), R13
+	IMULQ DX, R13
+	ADDQ R8, R13
+	VBROADCASTSD (R11), Y0
+	VBROADCASTSD 8(R11), Y1
+
+	MOVQ DX, AX
+bpscatter:
+	VMOVUPD (DI), Y4
+	VMOVUPD (SI), Y5
+	VMULPD (BX), Y4, Y6
+	VMULPD Y6, Y0, Y6
+	VADDPD Y6, Y5, Y5
+	VADDPD (BX)(R9*1), Y6, Y6
+	VMOVUPD Y6, (BX)(R9*1)
+	VMULPD (R13), Y4, Y7
+	VMULPD Y7, Y1, Y7
+	VADDPD Y7, Y5, Y5
+	VADDPD (R13)(R9*1), Y7, Y7
+	VMOVUPD Y7, (R13)(R9*1)
+	VMOVUPD Y5, (SI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, BX
+	ADDQ $32, R13
+	SUBQ $32, AX
+	JG bpscatter
+	SUBQ DX, DI
+	SUBQ DX, SI
+
+	ADDQ $8, R10
+	ADDQ $16, R11
+	SUBQ $2, CX
+
+bsingle:
+	TESTQ CX, CX
+	JLE done
+	MOVLQSX (R10), BX
+	IMULQ DX, BX
+	ADDQ R8, BX
+	VBROADCASTSD (R11), Y0
 	XORQ AX, AX
-scatter:
-	VMULPD (R13)(AX*1), Y1, Y2
-	VADDPD (SI)(AX*1), Y2, Y3
-	VMOVUPD Y3, (SI)(AX*1)
-	VADDPD (R14)(AX*1), Y2, Y4
-	VMOVUPD Y4, (R14)(AX*1)
+bsscatter:
+	VMOVUPD (DI)(AX*1), Y4
+	VMULPD (BX)(AX*1), Y4, Y6
+	VMULPD Y6, Y0, Y6
+	VADDPD (SI)(AX*1), Y6, Y5
+	VMOVUPD Y5, (SI)(AX*1)
+	LEAQ (BX)(R9*1), R13
+	VADDPD (R13)(AX*1), Y6, Y6
+	VMOVUPD Y6, (R13)(AX*1)
 	ADDQ $32, AX
 	CMPQ AX, DX
-	JLT scatter
-
-	ADDQ $4, R10
-	ADDQ $8, R11
-	ADDQ $8, R12
-	DECQ CX
-	JNZ nonzero
+	JLT bsscatter
 
 done:
 	VZEROUPPER
+	RET
+
+// prefetchRows<> hints row AX of kt (PREFETCHT0) and of kh, DX bytes
+// each, for runAVX2 (R8: kt, R9: kh − kt). It clobbers AX and BX only.
+TEXT prefetchRows<>(SB), NOSPLIT|NOFRAME, $0-0
+	IMULQ DX, AX
+	ADDQ R8, AX
+	MOVQ DX, BX
+prefetchRow:
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(R9*1)
+	ADDQ $64, AX
+	SUBQ $64, BX
+	JG prefetchRow
 	RET
 
 // func prefetchR(p *float64, bytes int)

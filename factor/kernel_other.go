@@ -4,7 +4,7 @@ package factor
 
 func useAVX2() bool { return false }
 
-func runAVX2(d, dh, kt, kh, t *float64, cols *int32, vals *float64, gs *float64, n, mbytes int) {
+func runAVX2(d, dh, kt, kh, sv *float64, cols *int32, vals *float64, gs *float64, n, mbytes int) {
 	panic("factor: runAVX2 without AVX2")
 }
 

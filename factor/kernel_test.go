@@ -17,6 +17,7 @@ func TestKernelAVX2MatchesPureGo(t *testing.T) {
 	}
 	for _, tc := range []struct{ n, m, perRow int }{
 		{50, 4, 7}, {300, 8, 20}, {3000, 32, 30}, {700, 12, 9}, {200, 5, 11}, {9000, 64, 5},
+		{30, 32, 25}, {16, 8, 16}, {40, 16, 3}, // dense columns: groups of 4, pairs and singles
 	} {
 		blocks := RandomCounts(tc.n, 2, tc.perRow, 4, uint64(tc.n))
 		md := NewRandom(tc.n, tc.m, 2, TieSharedK, 7)
