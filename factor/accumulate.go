@@ -151,6 +151,22 @@ func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex
 	return ci, nil
 }
 
+// colArgs are runColsAVX2's arguments; kernel_amd64.s reads the fields
+// at fixed offsets (TestColArgsLayout checks them).
+type colArgs struct {
+	kt, kh   *float64 // K^T's block; K̂'s destination (see runColsAVX2)
+	dl, dhl  *float64 // the block's rows of D and of D̂
+	sv, col  *float64 // scratch: c/g of a column's terms; one row of K̂
+	cols     *int32   // the column index (colIndex)
+	ptr      *int32
+	rows     *int32
+	vals, gs *float64
+	c0, c1   int // column positions [c0, c1)
+	mbytes   int // 8·m
+	fused    int // 1: K̂ rows of the columns go to rows j of kh
+	ahead    int // prefetch distance in columns
+}
+
 // runColumns runs the pass over the columns at positions [c0, c1) of the
 // block's column index (prepared by prepare with s and p), adding into
 // p.KhT or, with dst non-nil, into dst (see compute). The block's
@@ -169,6 +185,21 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 		have = 0
 	} else {
 		kt32 = md.kt32For(md.KBlock(p.Action))
+	}
+	if fast && avail == nil && kt32 == nil && c0 < c1 && (dst == nil || dst.bottom) {
+		// The whole range in assembly. (A destination that records the
+		// rows it receives, or rows of K that arrive during the pass, or
+		// a float32 copy of K, take the loop below.)
+		a := colArgs{kt: &kt[0], dl: &s.dl[0], dhl: &p.Dh[0], sv: &s.t[0], col: &s.col[0],
+			cols: &ci.cols[0], ptr: &ci.ptr[0], rows: &ci.rows[0], vals: &ci.vals[0], gs: &gs[0],
+			c0: c0, c1: c1, mbytes: m * 8, ahead: prefetchAhead}
+		if dst == nil {
+			a.kh = &p.KhT[0]
+		} else {
+			a.kh, a.fused = &dst.kh[0], 1
+		}
+		runColsAVX2(&a)
+		return nil
 	}
 	cols := ci.cols[:c1]
 	for c := c0; c < c1; c++ {

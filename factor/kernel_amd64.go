@@ -14,6 +14,14 @@ func useAVX2() bool { return cpu.X86.HasAVX2 }
 //go:noescape
 func runAVX2(d, dh, kt, kh, sv *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
 
+// runColsAVX2 runs the columns at positions [a.c0, a.c1) of a block's
+// pass with runAVX2's kernel, as runColumns does column by column (see
+// kernel_amd64.s): without a Go call per column, which at n = 10^6 (about
+// one term per column) cost as much as the kernel itself.
+//
+//go:noescape
+func runColsAVX2(a *colArgs)
+
 // prefetchR, prefetchRW and prefetchW hint rows of the big arrays into the
 // cache ahead of their use (see kernel_amd64.s); they change no value.
 // Go has no prefetch intrinsic, and at n = 10^6 every row of K and K̂ a

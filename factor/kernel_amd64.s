@@ -32,15 +32,30 @@
 // adds into dh and into each kh row is that of the one-at-a-time loop.
 TEXT ·runAVX2(SB), NOSPLIT, $0-80
 	MOVQ d+0(FP), DI
-	MOVQ sv+32(FP), SI
+	MOVQ dh+8(FP), SI
 	MOVQ kt+16(FP), R8
 	MOVQ kh+24(FP), R9
+	MOVQ sv+32(FP), AX
+	MOVQ AX, X14
 	MOVQ cols+40(FP), R10
 	MOVQ vals+48(FP), R11
 	MOVQ gs+56(FP), R12
 	MOVQ n+64(FP), CX
 	MOVQ mbytes+72(FP), DX
 	SUBQ R8, R9 // kh row = kt row + R9 (kt and kh have one shape)
+	CALL column<>(SB)
+	VZEROUPPER
+	RET
+
+// column<> is runAVX2's body with its arguments in registers: DI = d,
+// SI = dh, R8 = kt, R9 = kh − kt, R10 = cols, R11 = vals, R12 = gs,
+// CX = n, DX = mbytes, X14 = sv. It keeps DI, R8, R9 and DX and clobbers
+// the other general registers and Y0–Y13.
+TEXT column<>(SB), NOSPLIT, $24-0
+	MOVQ SI, 0(SP)
+	MOVQ R10, 8(SP)
+	MOVQ CX, 16(SP)
+	MOVQ X14, SI
 
 agroup:
 	CMPQ CX, $4
@@ -172,10 +187,10 @@ asdot:
 	VMOVSD X1, (SI)
 
 phaseB:
-	MOVQ dh+8(FP), SI
-	MOVQ sv+32(FP), R11
-	MOVQ cols+40(FP), R10
-	MOVQ n+64(FP), CX
+	MOVQ 0(SP), SI
+	MOVQ X14, R11
+	MOVQ 8(SP), R10
+	MOVQ 16(SP), CX
 
 bgroup:
 	CMPQ CX, $4
@@ -301,7 +316,6 @@ bsscatter:
 	JLT bsscatter
 
 done:
-	VZEROUPPER
 	RET
 
 // prefetchRows<> hints row AX of kt (PREFETCHT0) and of kh, DX bytes
@@ -432,5 +446,152 @@ next:
 	ADDQ $4, AX
 	CMPQ AX, CX
 	JLT round
+	VZEROUPPER
+	RET
+
+// Offsets of colArgs' fields (kernel_amd64.go; TestColArgsLayout).
+#define CA_KT 0
+#define CA_KH 8
+#define CA_DL 16
+#define CA_DHL 24
+#define CA_SV 32
+#define CA_COL 40
+#define CA_COLS 48
+#define CA_PTR 56
+#define CA_ROWS 64
+#define CA_VALS 72
+#define CA_GS 80
+#define CA_C0 88
+#define CA_C1 96
+#define CA_MBYTES 104
+#define CA_FUSED 112
+#define CA_AHEAD 120
+
+// func runColsAVX2(a *colArgs)
+//
+// The columns at positions [c0, c1) of a block's pass: for each, what
+// runColumns does around runAVX2 in Go, without a call per column. Row
+// j = cols[c] of K is d; the K̂ terms go to row c of kh (a partial's
+// KhT), or, fused, to row j of kh (the reduction's destination): straight
+// in when the column has one term (0 + w is w), else summed from zero in
+// the scratch row col and then added. The rows of K (and, fused, of kh)
+// of the column ahead positions on are prefetched. Locals: 0(SP) = c,
+// 8(SP) = j·mbytes.
+TEXT ·runColsAVX2(SB), NOSPLIT, $16-8
+	MOVQ a+0(FP), AX
+	MOVQ CA_C0(AX), BX
+	MOVQ BX, 0(SP)
+
+cloop:
+	MOVQ a+0(FP), AX
+	MOVQ 0(SP), BX
+	CMPQ BX, CA_C1(AX)
+	JGE cend
+	MOVQ CA_MBYTES(AX), DX
+
+	// Prefetch the rows of the column ahead positions on.
+	MOVQ BX, CX
+	ADDQ CA_AHEAD(AX), CX
+	CMPQ CX, CA_C1(AX)
+	JGE cnopf
+	MOVQ CA_COLS(AX), R10
+	MOVLQSX (R10)(CX*4), R11
+	IMULQ DX, R11
+	MOVQ CA_KT(AX), R12
+	ADDQ R11, R12
+	MOVQ DX, R13
+	CMPQ CA_FUSED(AX), $0
+	JEQ cpfr
+	MOVQ CA_KH(AX), R14
+	ADDQ R11, R14
+cpfrw:
+	PREFETCHT0 (R12)
+	BYTE $0x41; BYTE $0x0F; BYTE $0x0D; BYTE $0x0E // PREFETCHW (R14)
+	ADDQ $64, R12
+	ADDQ $64, R14
+	SUBQ $64, R13
+	JG cpfrw
+	JMP cnopf
+cpfr:
+	PREFETCHT0 (R12)
+	ADDQ $64, R12
+	SUBQ $64, R13
+	JG cpfr
+
+cnopf:
+	MOVQ CA_COLS(AX), R10
+	MOVLQSX (R10)(BX*4), R15
+	IMULQ DX, R15 // j·mbytes
+	MOVQ R15, 8(SP)
+	MOVQ CA_PTR(AX), R10
+	MOVLQSX (R10)(BX*4), R13  // lo
+	MOVLQSX 4(R10)(BX*4), CX  // hi
+	SUBQ R13, CX              // the column's terms
+	MOVQ CA_KT(AX), DI
+	ADDQ R15, DI
+	CMPQ CA_FUSED(AX), $0
+	JEQ cpartial
+	CMPQ CX, $1
+	JNE cmulti
+	MOVQ CA_KH(AX), SI
+	ADDQ R15, SI
+	JMP ccall
+cmulti:
+	MOVQ CA_COL(AX), SI
+	VXORPD Y0, Y0, Y0
+	XORQ R14, R14
+czero:
+	VMOVUPD Y0, (SI)(R14*1)
+	ADDQ $32, R14
+	CMPQ R14, DX
+	JLT czero
+	JMP ccall
+cpartial:
+	MOVQ BX, SI
+	IMULQ DX, SI
+	ADDQ CA_KH(AX), SI
+
+ccall:
+	MOVQ CA_SV(AX), R14
+	MOVQ R14, X14
+	MOVQ CA_DL(AX), R8
+	MOVQ CA_DHL(AX), R9
+	SUBQ R8, R9
+	MOVQ CA_ROWS(AX), R10
+	LEAQ (R10)(R13*4), R10
+	MOVQ CA_VALS(AX), R11
+	LEAQ (R11)(R13*8), R11
+	MOVQ CA_GS(AX), R12
+	LEAQ (R12)(R13*8), R12
+	CALL column<>(SB)
+
+	// Fused, several terms: add the column's sum into row j of kh.
+	MOVQ a+0(FP), AX
+	CMPQ CA_FUSED(AX), $0
+	JEQ cnext
+	MOVQ 0(SP), BX
+	MOVQ CA_PTR(AX), R10
+	MOVLQSX (R10)(BX*4), R13
+	MOVLQSX 4(R10)(BX*4), CX
+	SUBQ R13, CX
+	CMPQ CX, $1
+	JEQ cnext
+	MOVQ CA_KH(AX), SI
+	ADDQ 8(SP), SI
+	MOVQ CA_COL(AX), R14
+	XORQ R13, R13
+cadd:
+	VMOVUPD (R14)(R13*1), Y0
+	VADDPD (SI)(R13*1), Y0, Y0
+	VMOVUPD Y0, (SI)(R13*1)
+	ADDQ $32, R13
+	CMPQ R13, DX
+	JLT cadd
+
+cnext:
+	INCQ 0(SP)
+	JMP cloop
+
+cend:
 	VZEROUPPER
 	RET

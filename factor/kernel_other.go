@@ -26,3 +26,7 @@ func widenAVX2(dst *float64, src *float32, n int) {
 func round32AVX2(x *float64, x32 *float32, n int) {
 	panic("factor: round32AVX2 without AVX2")
 }
+
+func runColsAVX2(a *colArgs) {
+	panic("factor: runColsAVX2 without AVX2")
+}

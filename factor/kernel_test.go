@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"unsafe"
 )
 
 // TestKernelAVX2MatchesPureGo: the AVX2 kernel computes bitwise what the
@@ -294,6 +295,24 @@ func TestPipelineErrors(t *testing.T) {
 		}
 		if err := CheckSumX(acc.SumX, TotalCount(blocks)); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestColArgsLayout: kernel_amd64.s reads colArgs' fields at the offsets
+// it defines (CA_*); a field moved in Go must move there too.
+func TestColArgsLayout(t *testing.T) {
+	var a colArgs
+	for name, got := range map[string][2]uintptr{
+		"kt": {unsafe.Offsetof(a.kt), 0}, "kh": {unsafe.Offsetof(a.kh), 8}, "dl": {unsafe.Offsetof(a.dl), 16},
+		"dhl": {unsafe.Offsetof(a.dhl), 24}, "sv": {unsafe.Offsetof(a.sv), 32}, "col": {unsafe.Offsetof(a.col), 40},
+		"cols": {unsafe.Offsetof(a.cols), 48}, "ptr": {unsafe.Offsetof(a.ptr), 56}, "rows": {unsafe.Offsetof(a.rows), 64},
+		"vals": {unsafe.Offsetof(a.vals), 72}, "gs": {unsafe.Offsetof(a.gs), 80}, "c0": {unsafe.Offsetof(a.c0), 88},
+		"c1": {unsafe.Offsetof(a.c1), 96}, "mbytes": {unsafe.Offsetof(a.mbytes), 104}, "fused": {unsafe.Offsetof(a.fused), 112},
+		"ahead": {unsafe.Offsetof(a.ahead), 120},
+	} {
+		if got[0] != got[1] {
+			t.Errorf("colArgs.%s at offset %d, kernel_amd64.s reads %d", name, got[0], got[1])
 		}
 	}
 }
