@@ -33,9 +33,9 @@ type Passer struct {
 	pool    []*Partial
 	slots   []*stageSlot
 	red     Reducer
-	// forcePipeline: use the pipelined pass whenever the plan allows, whatever
-	// the model's size (tests).
-	forcePipeline bool
+	// mergePartials: on several goroutines, compute partials and merge
+	// them even where the plan allows the pipeline (tests of both paths).
+	mergePartials bool
 }
 
 // Pass is the function Pass with p's memory.
@@ -80,7 +80,7 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 		return nil
 	}
 
-	if pipelinable(plan) && (ps.forcePipeline || md.N*md.M*8 >= pipelineMinBytes) {
+	if pipelinable(plan) && !ps.mergePartials {
 		return ps.pipeline(ctx, md, blocks, plan, workers, withLogLik)
 	}
 

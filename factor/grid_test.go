@@ -58,7 +58,7 @@ func TestPassColumnCells(t *testing.T) {
 			for _, w := range []int{1, 2, 3, 8} {
 				for _, pipe := range []bool{false, true} {
 					acc := NewAccumulator(md)
-					ps := Passer{GroupNNZ: groupNNZ, forcePipeline: pipe}
+					ps := Passer{GroupNNZ: groupNNZ, mergePartials: !pipe}
 					if err := ps.Pass(context.Background(), md, cells, acc, w, true); err != nil {
 						t.Fatal(err)
 					}

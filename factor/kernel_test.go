@@ -206,7 +206,8 @@ func TestMergeCheckedSplitsMerge(t *testing.T) {
 // Reducer, with the AVX2 and the pure-Go kernel, in every tie mode, for
 // orders that are and are not multiples of 4, with one reduction group
 // per tree (the accumulator's own arrays; the pipeline) and with many
-// (pooled buffers; partials merged on 2 and 3), and with columns of one
+// (pooled buffers; partials merged on 2 and 3), partials merged where the
+// pipeline could run (mergePartials), and with columns of one
 // and of several nonzeros per block.
 func TestFusedPassMatchesMerge(t *testing.T) {
 	ctx := context.Background()
@@ -237,10 +238,10 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 					t.Fatal("reducer not done after every block")
 				}
 				for _, run := range []struct {
-					workers int
-					pureGo  bool
-				}{{1, false}, {1, true}, {2, false}, {3, false}} {
-					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}, forcePipeline: true}
+					workers       int
+					pureGo, merge bool
+				}{{1, false, false}, {1, true, false}, {2, false, false}, {3, false, false}, {2, false, true}} {
+					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}, mergePartials: run.merge}
 					acc := NewAccumulator(md)
 					// Twice: the second pass reuses the Passer's buffers.
 					for range 2 {
@@ -248,7 +249,7 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d workers=%d pureGo=%v", tc.n, tc.m, tie, groupNNZ, run.workers, run.pureGo)
+					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d workers=%d pureGo=%v merge=%v", tc.n, tc.m, tie, groupNNZ, run.workers, run.pureGo, run.merge)
 					for b := range acc.KhT {
 						if !bitsEqual(acc.KhT[b], want.KhT[b]) || !bitsEqual(acc.Y[b], want.Y[b]) {
 							t.Fatalf("%s: K block %d differs from the merged partials'", name, b)
@@ -279,7 +280,7 @@ func TestPipelineErrors(t *testing.T) {
 	row := int(blocks[len(blocks)/2].Rows[0])
 	clear(bad.D[0][row*8 : row*8+8]) // every transition from row has g = 0
 	for _, workers := range []int{2, 3} {
-		ps := Passer{forcePipeline: true}
+		ps := Passer{}
 		acc := NewAccumulator(md)
 		var te *TransitionError
 		if err := ps.Pass(context.Background(), bad, blocks, acc, workers, false); !errors.As(err, &te) || te.From != row {

@@ -7,13 +7,14 @@ import (
 	"sync"
 )
 
-// pipelineMinBytes is the size of one K block (n·m·8 bytes) from which a
-// pass on several goroutines runs as a pipeline. Below it K and K̂ stay in
-// cache, merging partials costs little, and computing whole blocks in
-// parallel balances better: at n = 20 000, m = 32 (5 MB) the pipeline was
-// 10–15 % slower on 2 goroutines; at n = 10^6 (256 MB) it used 31 % less
-// CPU than merging partials (docs/benchmarks.md, "DRAM-regime kernel").
-const pipelineMinBytes = 32 << 20
+// A pass on several goroutines runs as a pipeline whenever the plan
+// allows it (pipelinable), whatever the model's size: at n = 10^6 (K
+// 256 MB) it used 31 % less CPU than merging partials, and since the
+// kernel runs whole column ranges in assembly it is also ahead in cache
+// (n = 20 000, m = 32: 25–30 % less CPU and wall on 2 goroutines; n =
+// 2000: equal or better; docs/benchmarks.md, "DRAM-regime kernel").
+// Partials are computed and merged for plans with several reduction
+// groups per tree.
 
 // pipelinable reports whether a pass of plan can run as a pipeline
 // (Passer.pipeline): every tree has one reduction group, so every block's

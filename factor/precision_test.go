@@ -150,7 +150,7 @@ func TestFloat32PassTreeWorkers(t *testing.T) {
 			}
 			for _, w := range []int{1, 2, 3, 8} {
 				acc := NewAccumulator(m32)
-				ps := Passer{GroupNNZ: groupNNZ, forcePipeline: true}
+				ps := Passer{GroupNNZ: groupNNZ}
 				if err := ps.Pass(context.Background(), m32, blocks, acc, w, true); err != nil {
 					t.Fatal(err)
 				}
