@@ -165,6 +165,7 @@ type colArgs struct {
 	mbytes   int // 8·m
 	fused    int // 1: K̂ rows of the columns go to rows j of kh
 	ahead    int // prefetch distance in columns
+	z512     int // 1: scatter in AVX-512 (m a multiple of 8)
 }
 
 // runColumns runs the pass over the columns at positions [c0, c1) of the
@@ -193,6 +194,9 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 		a := colArgs{kt: &kt[0], dl: &s.dl[0], dhl: &p.Dh[0], sv: &s.t[0], col: &s.col[0],
 			cols: &ci.cols[0], ptr: &ci.ptr[0], rows: &ci.rows[0], vals: &ci.vals[0], gs: &gs[0],
 			c0: c0, c1: c1, mbytes: m * 8, ahead: prefetchAhead}
+		if m%8 == 0 && useAVX512() {
+			a.z512 = 1
+		}
 		if dst == nil {
 			a.kh = &p.KhT[0]
 		} else {

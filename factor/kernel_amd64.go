@@ -8,6 +8,10 @@ import "golang.org/x/sys/cpu"
 // use the pure-Go kernel only.
 func useAVX2() bool { return cpu.X86.HasAVX2 }
 
+// useAVX512 says whether the kernel may scatter with AVX-512 (eight
+// elements an instruction instead of four; elementwise, so the same bits).
+func useAVX512() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX2 }
+
 // runAVX2 is the AVX2 version of the inner loop of Compute over one column;
 // see kernel_amd64.s. It computes bitwise what prodSum and scatter compute.
 //

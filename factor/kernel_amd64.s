@@ -43,18 +43,21 @@ TEXT ·runAVX2(SB), NOSPLIT, $0-80
 	MOVQ n+64(FP), CX
 	MOVQ mbytes+72(FP), DX
 	SUBQ R8, R9 // kh row = kt row + R9 (kt and kh have one shape)
+	XORQ R15, R15
 	CALL column<>(SB)
 	VZEROUPPER
 	RET
 
 // column<> is runAVX2's body with its arguments in registers: DI = d,
 // SI = dh, R8 = kt, R9 = kh − kt, R10 = cols, R11 = vals, R12 = gs,
-// CX = n, DX = mbytes, X14 = sv. It keeps DI, R8, R9 and DX and clobbers
-// the other general registers and Y0–Y13.
-TEXT column<>(SB), NOSPLIT, $24-0
+// CX = n, DX = mbytes, X14 = sv, R15 ≠ 0 for phase B in AVX-512 (then
+// mbytes is a multiple of 64). It keeps DI, R8, R9 and DX and clobbers the
+// other general registers and Z0–Z13.
+TEXT column<>(SB), NOSPLIT, $32-0
 	MOVQ SI, 0(SP)
 	MOVQ R10, 8(SP)
 	MOVQ CX, 16(SP)
+	MOVQ R15, 24(SP)
 	MOVQ X14, SI
 
 agroup:
@@ -191,6 +194,8 @@ phaseB:
 	MOVQ X14, R11
 	MOVQ 8(SP), R10
 	MOVQ 16(SP), CX
+	CMPQ 24(SP), $0
+	JNE zgroup
 
 bgroup:
 	CMPQ CX, $4
@@ -314,6 +319,138 @@ bsscatter:
 	ADDQ $32, AX
 	CMPQ AX, DX
 	JLT bsscatter
+
+	JMP done
+
+	// Phase B in AVX-512 (R15 ≠ 0 at entry; mbytes a multiple of 64):
+	// the same operations on eight elements at a time instead of four.
+	// Elementwise, so the bits are those of the four-wide code.
+zgroup:
+	CMPQ CX, $4
+	JLT zpair
+	MOVLQSX (R10), BX
+	IMULQ DX, BX
+	ADDQ R8, BX
+	MOVLQSX 4(R10), R13
+	IMULQ DX, R13
+	ADDQ R8, R13
+	MOVLQSX 8(R10), R14
+	IMULQ DX, R14
+	ADDQ R8, R14
+	MOVLQSX 12(R10), R15
+	IMULQ DX, R15
+	ADDQ R8, R15
+	VBROADCASTSD (R11), Z0
+	VBROADCASTSD 8(R11), Z1
+	VBROADCASTSD 16(R11), Z2
+	VBROADCASTSD 24(R11), Z3
+
+	// Every pointer steps 64 bytes (8 elements) at a time.
+	MOVQ DX, AX
+zgscatter:
+	VMOVUPD (DI), Z4
+	VMOVUPD (SI), Z5
+	VMULPD (BX), Z4, Z6
+	VMULPD Z6, Z0, Z6
+	VADDPD Z6, Z5, Z5
+	VADDPD (BX)(R9*1), Z6, Z6
+	VMOVUPD Z6, (BX)(R9*1)
+	VMULPD (R13), Z4, Z7
+	VMULPD Z7, Z1, Z7
+	VADDPD Z7, Z5, Z5
+	VADDPD (R13)(R9*1), Z7, Z7
+	VMOVUPD Z7, (R13)(R9*1)
+	VMULPD (R14), Z4, Z8
+	VMULPD Z8, Z2, Z8
+	VADDPD Z8, Z5, Z5
+	VADDPD (R14)(R9*1), Z8, Z8
+	VMOVUPD Z8, (R14)(R9*1)
+	VMULPD (R15), Z4, Z9
+	VMULPD Z9, Z3, Z9
+	VADDPD Z9, Z5, Z5
+	VADDPD (R15)(R9*1), Z9, Z9
+	VMOVUPD Z9, (R15)(R9*1)
+	VMOVUPD Z5, (SI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, R13
+	ADDQ $64, R14
+	ADDQ $64, R15
+	SUBQ $64, AX
+	JG zgscatter
+	SUBQ DX, DI
+	SUBQ DX, SI
+
+	ADDQ $16, R10
+	ADDQ $32, R11
+	SUBQ $4, CX
+	JMP zgroup
+
+zpair:
+	CMPQ CX, $2
+	JLT zsingle
+	MOVLQSX (R10), BX
+	IMULQ DX, BX
+	ADDQ R8, BX
+	MOVLQSX 4(R10), R13
+	IMULQ DX, R13
+	ADDQ R8, R13
+	VBROADCASTSD (R11), Z0
+	VBROADCASTSD 8(R11), Z1
+
+	MOVQ DX, AX
+zpscatter:
+	VMOVUPD (DI), Z4
+	VMOVUPD (SI), Z5
+	VMULPD (BX), Z4, Z6
+	VMULPD Z6, Z0, Z6
+	VADDPD Z6, Z5, Z5
+	VADDPD (BX)(R9*1), Z6, Z6
+	VMOVUPD Z6, (BX)(R9*1)
+	VMULPD (R13), Z4, Z7
+	VMULPD Z7, Z1, Z7
+	VADDPD Z7, Z5, Z5
+	VADDPD (R13)(R9*1), Z7, Z7
+	VMOVUPD Z7, (R13)(R9*1)
+	VMOVUPD Z5, (SI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, R13
+	SUBQ $64, AX
+	JG zpscatter
+	SUBQ DX, DI
+	SUBQ DX, SI
+
+	ADDQ $8, R10
+	ADDQ $16, R11
+	SUBQ $2, CX
+
+zsingle:
+	TESTQ CX, CX
+	JLE zdone
+	MOVLQSX (R10), BX
+	IMULQ DX, BX
+	ADDQ R8, BX
+	VBROADCASTSD (R11), Z0
+	XORQ AX, AX
+zsscatter:
+	VMOVUPD (DI)(AX*1), Z4
+	VMULPD (BX)(AX*1), Z4, Z6
+	VMULPD Z6, Z0, Z6
+	VADDPD (SI)(AX*1), Z6, Z5
+	VMOVUPD Z5, (SI)(AX*1)
+	LEAQ (BX)(R9*1), R13
+	VADDPD (R13)(AX*1), Z6, Z6
+	VMOVUPD Z6, (R13)(AX*1)
+	ADDQ $64, AX
+	CMPQ AX, DX
+	JLT zsscatter
+
+zdone:
+	VZEROUPPER
+	RET
 
 done:
 	RET
@@ -466,6 +603,7 @@ next:
 #define CA_MBYTES 104
 #define CA_FUSED 112
 #define CA_AHEAD 120
+#define CA_Z512 128
 
 // func runColsAVX2(a *colArgs)
 //
@@ -563,6 +701,7 @@ ccall:
 	LEAQ (R11)(R13*8), R11
 	MOVQ CA_GS(AX), R12
 	LEAQ (R12)(R13*8), R12
+	MOVQ CA_Z512(AX), R15
 	CALL column<>(SB)
 
 	// Fused, several terms: add the column's sum into row j of kh.

@@ -4,6 +4,8 @@ package factor
 
 func useAVX2() bool { return false }
 
+func useAVX512() bool { return false }
+
 func runAVX2(d, dh, kt, kh, sv *float64, cols *int32, vals *float64, gs *float64, n, mbytes int) {
 	panic("factor: runAVX2 without AVX2")
 }
