@@ -161,11 +161,13 @@ type colArgs struct {
 	ptr      *int32
 	rows     *int32
 	vals, gs *float64
-	c0, c1   int // column positions [c0, c1)
-	mbytes   int // 8·m
-	fused    int // 1: K̂ rows of the columns go to rows j of kh
-	ahead    int // prefetch distance in columns
-	z512     int // 1: scatter in AVX-512 (m a multiple of 8)
+	c0, c1   int      // column positions [c0, c1)
+	mbytes   int      // 8·m
+	fused    int      // 1: K̂ rows of the columns go to rows j of kh
+	ahead    int      // prefetch distance in columns
+	z512     int      // 1: scatter in AVX-512 (m a multiple of 8)
+	kt32     *float32 // non-nil: rows of K from this float32 copy
+	k        *float64 // scratch row: a widened row of kt32
 }
 
 // runColumns runs the pass over the columns at positions [c0, c1) of the
@@ -187,15 +189,18 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 	} else {
 		kt32 = md.kt32For(md.KBlock(p.Action))
 	}
-	if fast && avail == nil && kt32 == nil && c0 < c1 && (dst == nil || dst.bottom) {
+	if fast && avail == nil && c0 < c1 && (dst == nil || dst.bottom) {
 		// The whole range in assembly. (A destination that records the
-		// rows it receives, or rows of K that arrive during the pass, or
-		// a float32 copy of K, take the loop below.)
+		// rows it receives, or rows of K that arrive during the pass,
+		// take the loop below.)
 		a := colArgs{kt: &kt[0], dl: &s.dl[0], dhl: &p.Dh[0], sv: &s.t[0], col: &s.col[0],
 			cols: &ci.cols[0], ptr: &ci.ptr[0], rows: &ci.rows[0], vals: &ci.vals[0], gs: &gs[0],
 			c0: c0, c1: c1, mbytes: m * 8, ahead: prefetchAhead}
 		if m%8 == 0 && useAVX512() {
 			a.z512 = 1
+		}
+		if kt32 != nil {
+			a.kt32, a.k = &kt32[0], &s.k[0]
 		}
 		if dst == nil {
 			a.kh = &p.KhT[0]

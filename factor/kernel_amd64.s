@@ -604,6 +604,8 @@ next:
 #define CA_FUSED 112
 #define CA_AHEAD 120
 #define CA_Z512 128
+#define CA_KT32 136
+#define CA_K 144
 
 // func runColsAVX2(a *colArgs)
 //
@@ -613,7 +615,9 @@ next:
 // KhT), or, fused, to row j of kh (the reduction's destination): straight
 // in when the column has one term (0 + w is w), else summed from zero in
 // the scratch row col and then added. The rows of K (and, fused, of kh)
-// of the column ahead positions on are prefetched. Locals: 0(SP) = c,
+// of the column ahead positions on are prefetched. With kt32 non-nil the
+// rows of K are read from that float32 copy, each widened into the
+// scratch row k first (exactly, as widen does). Locals: 0(SP) = c,
 // 8(SP) = j·mbytes.
 TEXT ·runColsAVX2(SB), NOSPLIT, $16-8
 	MOVQ a+0(FP), AX
@@ -635,6 +639,8 @@ cloop:
 	MOVQ CA_COLS(AX), R10
 	MOVLQSX (R10)(CX*4), R11
 	IMULQ DX, R11
+	CMPQ CA_KT32(AX), $0
+	JNE cpf32
 	MOVQ CA_KT(AX), R12
 	ADDQ R11, R12
 	MOVQ DX, R13
@@ -655,6 +661,29 @@ cpfr:
 	ADDQ $64, R12
 	SUBQ $64, R13
 	JG cpfr
+	JMP cnopf
+cpf32:
+	// A float32 copy of K: its row is half the bytes.
+	MOVQ R11, R12
+	SHRQ $1, R12
+	ADDQ CA_KT32(AX), R12
+	MOVQ DX, R13
+	SHRQ $1, R13
+cpf32r:
+	PREFETCHT0 (R12)
+	ADDQ $64, R12
+	SUBQ $64, R13
+	JG cpf32r
+	CMPQ CA_FUSED(AX), $0
+	JEQ cnopf
+	MOVQ CA_KH(AX), R14
+	ADDQ R11, R14
+	MOVQ DX, R13
+cpf32w:
+	BYTE $0x41; BYTE $0x0F; BYTE $0x0D; BYTE $0x0E // PREFETCHW (R14)
+	ADDQ $64, R14
+	SUBQ $64, R13
+	JG cpf32w
 
 cnopf:
 	MOVQ CA_COLS(AX), R10
@@ -665,8 +694,28 @@ cnopf:
 	MOVLQSX (R10)(BX*4), R13  // lo
 	MOVLQSX 4(R10)(BX*4), CX  // hi
 	SUBQ R13, CX              // the column's terms
+	MOVQ CA_KT32(AX), R14
+	TESTQ R14, R14
+	JNZ cwiden
 	MOVQ CA_KT(AX), DI
 	ADDQ R15, DI
+	JMP cdest
+cwiden:
+	// Row j of the float32 copy, widened (exactly) into the scratch row k.
+	MOVQ R15, R12
+	SHRQ $1, R12
+	ADDQ R12, R14
+	MOVQ CA_K(AX), DI
+	XORQ R12, R12
+	XORQ R11, R11
+cwidenl:
+	VCVTPS2PD (R14)(R12*1), Y0
+	VMOVUPD Y0, (DI)(R11*1)
+	ADDQ $16, R12
+	ADDQ $32, R11
+	CMPQ R11, DX
+	JLT cwidenl
+cdest:
 	CMPQ CA_FUSED(AX), $0
 	JEQ cpartial
 	CMPQ CX, $1

@@ -311,6 +311,7 @@ func TestColArgsLayout(t *testing.T) {
 		"vals": {unsafe.Offsetof(a.vals), 72}, "gs": {unsafe.Offsetof(a.gs), 80}, "c0": {unsafe.Offsetof(a.c0), 88},
 		"c1": {unsafe.Offsetof(a.c1), 96}, "mbytes": {unsafe.Offsetof(a.mbytes), 104}, "fused": {unsafe.Offsetof(a.fused), 112},
 		"ahead": {unsafe.Offsetof(a.ahead), 120}, "z512": {unsafe.Offsetof(a.z512), 128},
+		"kt32": {unsafe.Offsetof(a.kt32), 136}, "k": {unsafe.Offsetof(a.k), 144},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("colArgs.%s at offset %d, kernel_amd64.s reads %d", name, got[0], got[1])
