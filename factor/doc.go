@@ -86,11 +86,16 @@
 // them later: on one goroutine each block's K̂ rows go straight into the
 // reduction's current group, and on W ≥ 2 goroutines (one group per tree)
 // the pass is a pipeline whose stage w owns the K̂ rows of the column
-// range [w·n/W, (w+1)·n/W) (Passer.pipeline); the sums are bitwise those
-// of computing and merging partials, which is what remote workers still
-// do. The kernel prefetches the rows of K and K̂ eight columns ahead
-// (kernel_amd64.s), and D, K^T, D̂ and K̂^T are allocated on transparent
-// huge pages where Linux allows (bigFloats).
+// range [w·n/W, (w+1)·n/W) (Passer.pipeline; since the column loop moved
+// to assembly this is also the faster way in cache, so it runs at every
+// size); the sums are bitwise those of computing and merging partials,
+// which is what remote workers still do. A block's columns run in one
+// assembly loop (runColsAVX2: no Go call per column), which prefetches
+// the rows of K and K̂ eight columns ahead; within a column the kernel
+// computes the terms' g four at a time (independent chains of additions,
+// paired lanes, one vector division) before it scatters them, with
+// AVX-512 where the CPU has it (kernel_amd64.s). D, K^T, D̂ and K̂^T are
+// allocated on transparent huge pages where Linux allows (bigFloats).
 //
 // # Single precision
 //
