@@ -12,6 +12,10 @@ func useAVX2() bool { return cpu.X86.HasAVX2 }
 // elements an instruction instead of four; elementwise, so the same bits).
 func useAVX512() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX2 }
 
+// useLogAVX512 says whether logSumAVX512 may be used (it converts
+// integers with AVX-512DQ).
+func useLogAVX512() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ }
+
 // runAVX2 is the AVX2 version of the inner loop of Compute over one column;
 // see kernel_amd64.s. It computes bitwise what prodSum and scatter compute.
 //
@@ -57,3 +61,11 @@ func widenAVX2(dst *float64, src *float32, n int)
 //
 //go:noescape
 func round32AVX2(x *float64, x32 *float32, n int)
+
+// logSumAVX512 adds v[q]·log(gs[q]) to *ll for q < 8·groups in order,
+// with math.Log's own operations eight lanes at a time (see
+// kernel_amd64.s), stopping before a group with an infinite or NaN g; it
+// returns the number of groups done. Every g must be positive.
+//
+//go:noescape
+func logSumAVX512(ll *float64, gs, v *float64, groups int) int

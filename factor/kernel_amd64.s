@@ -783,3 +783,133 @@ cnext:
 cend:
 	VZEROUPPER
 	RET
+
+// Constants of logSumAVX512 (those of math.Log's amd64 assembly).
+DATA logc<>+0x00(SB)/8, $0x000FFFFFFFFFFFFF // mantissa
+DATA logc<>+0x08(SB)/8, $0x3FE0000000000000 // 0.5
+DATA logc<>+0x10(SB)/8, $0x00000000000007FF // exponent
+DATA logc<>+0x18(SB)/8, $0x00000000000003FE
+DATA logc<>+0x20(SB)/8, $7.07106781186547524401e-01 // sqrt(2)/2
+DATA logc<>+0x28(SB)/8, $1.0
+DATA logc<>+0x30(SB)/8, $2.0
+DATA logc<>+0x38(SB)/8, $6.93147180369123816490e-01 // Ln2Hi
+DATA logc<>+0x40(SB)/8, $1.90821492927058770002e-10 // Ln2Lo
+DATA logc<>+0x48(SB)/8, $6.666666666666735130e-01   // L1
+DATA logc<>+0x50(SB)/8, $3.999999999940941908e-01   // L2
+DATA logc<>+0x58(SB)/8, $2.857142874366239149e-01   // L3
+DATA logc<>+0x60(SB)/8, $2.222219843214978396e-01   // L4
+DATA logc<>+0x68(SB)/8, $1.818357216161805012e-01   // L5
+DATA logc<>+0x70(SB)/8, $1.531383769920937332e-01   // L6
+DATA logc<>+0x78(SB)/8, $1.479819860511658591e-01   // L7
+GLOBL logc<>(SB), RODATA|NOPTR, $0x80
+
+// func logSumAVX512(ll *float64, gs, v *float64, groups int) int
+//
+// For groups of eight g (positive, so neither zero nor negative), *ll +=
+// v·log(g) term by term in order, with log computed by exactly the
+// operations of math.Log's amd64 assembly (archLog: the exponent and
+// mantissa taken from the bits, the same polynomial in the same order),
+// eight lanes at a time: every log and every product is bitwise the
+// scalar one, and the sum is still one addition after another. It stops
+// before a group with an infinite or NaN g (archLog returns those as
+// they are) and returns the number of groups done.
+TEXT ·logSumAVX512(SB), NOSPLIT, $64-40
+	MOVQ ll+0(FP), DI
+	MOVQ gs+8(FP), SI
+	MOVQ v+16(FP), DX
+	MOVQ groups+24(FP), CX
+	XORQ AX, AX
+	VMOVSD (DI), X20
+	VPBROADCASTQ logc<>+0x00(SB), Z16
+	VPBROADCASTQ logc<>+0x08(SB), Z17
+	VPBROADCASTQ logc<>+0x10(SB), Z18
+	VPBROADCASTQ logc<>+0x18(SB), Z19
+lgroup:
+	CMPQ AX, CX
+	JGE ldone
+	VMOVUPD (SI), Z0
+	// Infinite or NaN lanes: exponent 0x7FF.
+	VPSRLQ $52, Z0, Z1
+	VPANDQ Z18, Z1, Z1
+	VPCMPEQQ Z18, Z1, K1
+	KORTESTB K1, K1
+	JNZ ldone
+	// f1 = mantissa | 0.5; k = float64(exponent − 0x3FE).
+	VPANDQ Z16, Z0, Z2
+	VPORQ Z17, Z2, Z2
+	VPSUBQ Z19, Z1, Z1
+	VCVTQQ2PD Z1, Z1
+	// if !(sqrt(2)/2 < f1) { k -= 1; f1 *= 2 } else { k -= 0; f1 *= 1 }
+	VBROADCASTSD logc<>+0x20(SB), Z0
+	VCMPPD $5, Z2, Z0, K2
+	VPXORQ Z3, Z3, Z3
+	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
+	VMOVAPD Z4, K2, Z3
+	VSUBPD Z3, Z1, Z1
+	VADDPD Z4, Z3, Z3
+	VMULPD Z3, Z2, Z2
+	// f = f1 − 1; s = f / (2 + f)
+	VSUBPD Z4, Z2, Z2
+	VBROADCASTSD logc<>+0x30(SB), Z0
+	VADDPD Z2, Z0, Z0
+	VDIVPD Z0, Z2, Z3
+	// s2 = s·s; s4 = s2·s2
+	VMULPD Z3, Z3, Z4
+	VMULPD Z4, Z4, Z5
+	// t1 = s2·(L1 + s4·(L3 + s4·(L5 + s4·L7)))
+	VBROADCASTSD logc<>+0x78(SB), Z6
+	VMULPD Z5, Z6, Z6
+	VBROADCASTSD logc<>+0x68(SB), Z7
+	VADDPD Z7, Z6, Z6
+	VMULPD Z5, Z6, Z6
+	VBROADCASTSD logc<>+0x58(SB), Z7
+	VADDPD Z7, Z6, Z6
+	VMULPD Z5, Z6, Z6
+	VBROADCASTSD logc<>+0x48(SB), Z7
+	VADDPD Z7, Z6, Z6
+	VMULPD Z6, Z4, Z4
+	// t2 = s4·(L2 + s4·(L4 + s4·L6))
+	VBROADCASTSD logc<>+0x70(SB), Z6
+	VMULPD Z5, Z6, Z6
+	VBROADCASTSD logc<>+0x60(SB), Z7
+	VADDPD Z7, Z6, Z6
+	VMULPD Z5, Z6, Z6
+	VBROADCASTSD logc<>+0x50(SB), Z7
+	VADDPD Z7, Z6, Z6
+	VMULPD Z6, Z5, Z5
+	// R = t1 + t2; hfsq = 0.5·f·f
+	VADDPD Z5, Z4, Z4
+	VBROADCASTSD logc<>+0x08(SB), Z0
+	VMULPD Z2, Z0, Z0
+	VMULPD Z2, Z0, Z0
+	// k·Ln2Hi − ((hfsq − (s·(hfsq+R) + k·Ln2Lo)) − f)
+	VADDPD Z0, Z4, Z4
+	VMULPD Z4, Z3, Z3
+	VBROADCASTSD logc<>+0x40(SB), Z4
+	VMULPD Z1, Z4, Z4
+	VADDPD Z4, Z3, Z3
+	VSUBPD Z3, Z0, Z0
+	VSUBPD Z2, Z0, Z0
+	VBROADCASTSD logc<>+0x38(SB), Z4
+	VMULPD Z4, Z1, Z1
+	VSUBPD Z0, Z1, Z1
+	// ll += v·log(g), one term after another.
+	VMULPD (DX), Z1, Z1
+	VMOVUPD Z1, 0(SP)
+	VADDSD 0(SP), X20, X20
+	VADDSD 8(SP), X20, X20
+	VADDSD 16(SP), X20, X20
+	VADDSD 24(SP), X20, X20
+	VADDSD 32(SP), X20, X20
+	VADDSD 40(SP), X20, X20
+	VADDSD 48(SP), X20, X20
+	VADDSD 56(SP), X20, X20
+	ADDQ $64, SI
+	ADDQ $64, DX
+	INCQ AX
+	JMP lgroup
+ldone:
+	VMOVSD X20, (DI)
+	MOVQ AX, ret+32(FP)
+	VZEROUPPER
+	RET

@@ -6,6 +6,8 @@ func useAVX2() bool { return false }
 
 func useAVX512() bool { return false }
 
+func useLogAVX512() bool { return false }
+
 func runAVX2(d, dh, kt, kh, sv *float64, cols *int32, vals *float64, gs *float64, n, mbytes int) {
 	panic("factor: runAVX2 without AVX2")
 }
@@ -31,4 +33,8 @@ func round32AVX2(x *float64, x32 *float32, n int) {
 
 func runColsAVX2(a *colArgs) {
 	panic("factor: runColsAVX2 without AVX2")
+}
+
+func logSumAVX512(ll *float64, gs, v *float64, groups int) int {
+	panic("factor: logSumAVX512 without AVX-512")
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -315,6 +317,63 @@ func TestColArgsLayout(t *testing.T) {
 	} {
 		if got[0] != got[1] {
 			t.Errorf("colArgs.%s at offset %d, kernel_amd64.s reads %d", name, got[0], got[1])
+		}
+	}
+}
+
+// TestLogSumMatchesMathLog: logSum's eight-lane logarithms are bitwise
+// math.Log's, over random g of every magnitude, subnormals, powers of two,
+// both sides of √2/2 and groups holding +Inf (which math.Log returns as
+// it is); each log is checked alone (a one-hot v) and in long sums.
+func TestLogSumMatchesMathLog(t *testing.T) {
+	if !useLogAVX512() {
+		t.Log("no AVX-512 on this machine (or -tags purego): logSum is the scalar loop")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	special := []float64{math.SmallestNonzeroFloat64, 1e-310, math.MaxFloat64, 1, 2, 0.5, 0.25, 3,
+		math.Sqrt2 / 2, math.Nextafter(math.Sqrt2/2, 1), math.Nextafter(math.Sqrt2/2, 0), 0x1p-1022,
+		math.Nextafter(1, 2), math.Nextafter(1, 0), math.Inf(1), 1e300, 1e-300}
+	var g []float64
+	g = append(g, special...)
+	for range 5000 {
+		switch r.IntN(3) {
+		case 0:
+			g = append(g, r.Float64()) // (0, 1)
+		case 1:
+			g = append(g, math.Float64frombits(r.Uint64()>>1)) // any positive bits
+		default:
+			g = append(g, math.Ldexp(r.Float64()+0.5, r.IntN(200)-100))
+		}
+	}
+	g = slices.DeleteFunc(g, func(x float64) bool { return math.IsNaN(x) || !(x > 0) })
+	scalar := func(g, v []float64) float64 {
+		ll := 0.0
+		for q := range g {
+			ll += float64(v[q] * math.Log(g[q]))
+		}
+		return ll
+	}
+	// Each logarithm alone: v one-hot in a group of eight.
+	for i, x := range g {
+		grp := make([]float64, 16)
+		v := make([]float64, 16)
+		for l := range grp {
+			grp[l] = 1.5
+		}
+		grp[i%8] = x
+		v[i%8] = 1
+		if got, want := logSum(grp, v, false), math.Log(x); math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("log(%v) = %v (%#x), math.Log gives %v (%#x)", x, got, math.Float64bits(got), want, math.Float64bits(want))
+		}
+	}
+	// Long sums, with counts, at every offset.
+	v := make([]float64, len(g))
+	for q := range v {
+		v[q] = float64(1 + r.IntN(9))
+	}
+	for _, off := range []int{0, 1, 7, 8, 13} {
+		if got, want := logSum(g[off:], v[off:], false), scalar(g[off:], v[off:]); math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("offset %d: sum %v, scalar %v", off, got, want)
 		}
 	}
 }
