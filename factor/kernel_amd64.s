@@ -2,6 +2,16 @@
 
 #include "textflag.h"
 
+// ROW(off, r): r = the row of kt whose index is at off(R10).
+#define ROW(off, r) MOVLQSX off(R10), r; IMULQ DX, r; ADDQ R8, r
+
+// DOT(row, t, acc): acc += d ⊙ (that row), one chunk (AX: its offset).
+#define DOT(row, t, acc) VMULPD (row)(AX*1), Y4, t; VADDPD t, acc, acc
+
+// SCAT(row, s, t, d, acc): one term's chunk of phase B: t = s·(d ⊙ row);
+// the dh chunk acc += t; the kh row (row + R9) += t.
+#define SCAT(row, s, t, d, acc) VMULPD (row), d, t; VMULPD t, s, t; VADDPD t, acc, acc; VADDPD (row)(R9*1), t, t; VMOVUPD t, (row)(R9*1)
+
 // func runAVX2(d, dh, kt, kh, sv *float64, cols *int32, vals *float64, gs *float64, n, mbytes int)
 //
 // The kernel of Compute for one column of a block (see Compute, which
@@ -78,18 +88,10 @@ agroup:
 
 agload:
 	// BX, R13, R14, R15: the four rows of kt.
-	MOVLQSX (R10), BX
-	IMULQ DX, BX
-	ADDQ R8, BX
-	MOVLQSX 4(R10), R13
-	IMULQ DX, R13
-	ADDQ R8, R13
-	MOVLQSX 8(R10), R14
-	IMULQ DX, R14
-	ADDQ R8, R14
-	MOVLQSX 12(R10), R15
-	IMULQ DX, R15
-	ADDQ R8, R15
+	ROW(0, BX)
+	ROW(4, R13)
+	ROW(8, R14)
+	ROW(12, R15)
 
 	VXORPD Y0, Y0, Y0
 	VXORPD Y1, Y1, Y1
@@ -98,14 +100,10 @@ agload:
 	XORQ AX, AX
 agdot:
 	VMOVUPD (DI)(AX*1), Y4
-	VMULPD (BX)(AX*1), Y4, Y5
-	VADDPD Y5, Y0, Y0
-	VMULPD (R13)(AX*1), Y4, Y6
-	VADDPD Y6, Y1, Y1
-	VMULPD (R14)(AX*1), Y4, Y7
-	VADDPD Y7, Y2, Y2
-	VMULPD (R15)(AX*1), Y4, Y8
-	VADDPD Y8, Y3, Y3
+	DOT(BX, Y5, Y0)
+	DOT(R13, Y6, Y1)
+	DOT(R14, Y7, Y2)
+	DOT(R15, Y8, Y3)
 	ADDQ $32, AX
 	CMPQ AX, DX
 	JLT agdot
@@ -130,22 +128,16 @@ agdot:
 apair:
 	CMPQ CX, $2
 	JLT asingle
-	MOVLQSX (R10), BX
-	IMULQ DX, BX
-	ADDQ R8, BX
-	MOVLQSX 4(R10), R13
-	IMULQ DX, R13
-	ADDQ R8, R13
+	ROW(0, BX)
+	ROW(4, R13)
 
 	VXORPD Y0, Y0, Y0
 	VXORPD Y1, Y1, Y1
 	XORQ AX, AX
 apdot:
 	VMOVUPD (DI)(AX*1), Y4
-	VMULPD (BX)(AX*1), Y4, Y5
-	VADDPD Y5, Y0, Y0
-	VMULPD (R13)(AX*1), Y4, Y6
-	VADDPD Y6, Y1, Y1
+	DOT(BX, Y5, Y0)
+	DOT(R13, Y6, Y1)
 	ADDQ $32, AX
 	CMPQ AX, DX
 	JLT apdot
@@ -167,9 +159,7 @@ apdot:
 asingle:
 	TESTQ CX, CX
 	JLE phaseB
-	MOVLQSX (R10), BX
-	IMULQ DX, BX
-	ADDQ R8, BX
+	ROW(0, BX)
 	VXORPD Y0, Y0, Y0
 	XORQ AX, AX
 asdot:
@@ -200,18 +190,10 @@ phaseB:
 bgroup:
 	CMPQ CX, $4
 	JLT bpair
-	MOVLQSX (R10), BX
-	IMULQ DX, BX
-	ADDQ R8, BX
-	MOVLQSX 4(R10), R13
-	IMULQ DX, R13
-	ADDQ R8, R13
-	MOVLQSX 8(R10), R14
-	IMULQ DX, R14
-	ADDQ R8, R14
-	MOVLQSX 12(R10), R15
-	IMULQ DX, R15
-	ADDQ R8, R15
+	ROW(0, BX)
+	ROW(4, R13)
+	ROW(8, R14)
+	ROW(12, R15)
 	VBROADCASTSD (R11), Y0
 	VBROADCASTSD 8(R11), Y1
 	VBROADCASTSD 16(R11), Y2
@@ -222,26 +204,10 @@ bgroup:
 bgscatter:
 	VMOVUPD (DI), Y4
 	VMOVUPD (SI), Y5
-	VMULPD (BX), Y4, Y6
-	VMULPD Y6, Y0, Y6
-	VADDPD Y6, Y5, Y5
-	VADDPD (BX)(R9*1), Y6, Y6
-	VMOVUPD Y6, (BX)(R9*1)
-	VMULPD (R13), Y4, Y7
-	VMULPD Y7, Y1, Y7
-	VADDPD Y7, Y5, Y5
-	VADDPD (R13)(R9*1), Y7, Y7
-	VMOVUPD Y7, (R13)(R9*1)
-	VMULPD (R14), Y4, Y8
-	VMULPD Y8, Y2, Y8
-	VADDPD Y8, Y5, Y5
-	VADDPD (R14)(R9*1), Y8, Y8
-	VMOVUPD Y8, (R14)(R9*1)
-	VMULPD (R15), Y4, Y9
-	VMULPD Y9, Y3, Y9
-	VADDPD Y9, Y5, Y5
-	VADDPD (R15)(R9*1), Y9, Y9
-	VMOVUPD Y9, (R15)(R9*1)
+	SCAT(BX, Y0, Y6, Y4, Y5)
+	SCAT(R13, Y1, Y7, Y4, Y5)
+	SCAT(R14, Y2, Y8, Y4, Y5)
+	SCAT(R15, Y3, Y9, Y4, Y5)
 	VMOVUPD Y5, (SI)
 	ADDQ $32, DI
 	ADDQ $32, SI
@@ -262,12 +228,8 @@ bgscatter:
 bpair:
 	CMPQ CX, $2
 	JLT bsingle
-	MOVLQSX (R10), BX
-	IMULQ DX, BX
-	ADDQ R8, BX
-	MOVLQSX 4(R10), R13
-	IMULQ DX, R13
-	ADDQ R8, R13
+	ROW(0, BX)
+	ROW(4, R13)
 	VBROADCASTSD (R11), Y0
 	VBROADCASTSD 8(R11), Y1
 
@@ -275,16 +237,8 @@ bpair:
 bpscatter:
 	VMOVUPD (DI), Y4
 	VMOVUPD (SI), Y5
-	VMULPD (BX), Y4, Y6
-	VMULPD Y6, Y0, Y6
-	VADDPD Y6, Y5, Y5
-	VADDPD (BX)(R9*1), Y6, Y6
-	VMOVUPD Y6, (BX)(R9*1)
-	VMULPD (R13), Y4, Y7
-	VMULPD Y7, Y1, Y7
-	VADDPD Y7, Y5, Y5
-	VADDPD (R13)(R9*1), Y7, Y7
-	VMOVUPD Y7, (R13)(R9*1)
+	SCAT(BX, Y0, Y6, Y4, Y5)
+	SCAT(R13, Y1, Y7, Y4, Y5)
 	VMOVUPD Y5, (SI)
 	ADDQ $32, DI
 	ADDQ $32, SI
@@ -302,23 +256,21 @@ bpscatter:
 bsingle:
 	TESTQ CX, CX
 	JLE done
-	MOVLQSX (R10), BX
-	IMULQ DX, BX
-	ADDQ R8, BX
+	ROW(0, BX)
 	VBROADCASTSD (R11), Y0
-	XORQ AX, AX
+	MOVQ DX, AX
 bsscatter:
-	VMOVUPD (DI)(AX*1), Y4
-	VMULPD (BX)(AX*1), Y4, Y6
-	VMULPD Y6, Y0, Y6
-	VADDPD (SI)(AX*1), Y6, Y5
-	VMOVUPD Y5, (SI)(AX*1)
-	LEAQ (BX)(R9*1), R13
-	VADDPD (R13)(AX*1), Y6, Y6
-	VMOVUPD Y6, (R13)(AX*1)
-	ADDQ $32, AX
-	CMPQ AX, DX
-	JLT bsscatter
+	VMOVUPD (DI), Y4
+	VMOVUPD (SI), Y5
+	SCAT(BX, Y0, Y6, Y4, Y5)
+	VMOVUPD Y5, (SI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, BX
+	SUBQ $32, AX
+	JG bsscatter
+	SUBQ DX, DI
+	SUBQ DX, SI
 
 	JMP done
 
@@ -328,18 +280,10 @@ bsscatter:
 zgroup:
 	CMPQ CX, $4
 	JLT zpair
-	MOVLQSX (R10), BX
-	IMULQ DX, BX
-	ADDQ R8, BX
-	MOVLQSX 4(R10), R13
-	IMULQ DX, R13
-	ADDQ R8, R13
-	MOVLQSX 8(R10), R14
-	IMULQ DX, R14
-	ADDQ R8, R14
-	MOVLQSX 12(R10), R15
-	IMULQ DX, R15
-	ADDQ R8, R15
+	ROW(0, BX)
+	ROW(4, R13)
+	ROW(8, R14)
+	ROW(12, R15)
 	VBROADCASTSD (R11), Z0
 	VBROADCASTSD 8(R11), Z1
 	VBROADCASTSD 16(R11), Z2
@@ -350,26 +294,10 @@ zgroup:
 zgscatter:
 	VMOVUPD (DI), Z4
 	VMOVUPD (SI), Z5
-	VMULPD (BX), Z4, Z6
-	VMULPD Z6, Z0, Z6
-	VADDPD Z6, Z5, Z5
-	VADDPD (BX)(R9*1), Z6, Z6
-	VMOVUPD Z6, (BX)(R9*1)
-	VMULPD (R13), Z4, Z7
-	VMULPD Z7, Z1, Z7
-	VADDPD Z7, Z5, Z5
-	VADDPD (R13)(R9*1), Z7, Z7
-	VMOVUPD Z7, (R13)(R9*1)
-	VMULPD (R14), Z4, Z8
-	VMULPD Z8, Z2, Z8
-	VADDPD Z8, Z5, Z5
-	VADDPD (R14)(R9*1), Z8, Z8
-	VMOVUPD Z8, (R14)(R9*1)
-	VMULPD (R15), Z4, Z9
-	VMULPD Z9, Z3, Z9
-	VADDPD Z9, Z5, Z5
-	VADDPD (R15)(R9*1), Z9, Z9
-	VMOVUPD Z9, (R15)(R9*1)
+	SCAT(BX, Z0, Z6, Z4, Z5)
+	SCAT(R13, Z1, Z7, Z4, Z5)
+	SCAT(R14, Z2, Z8, Z4, Z5)
+	SCAT(R15, Z3, Z9, Z4, Z5)
 	VMOVUPD Z5, (SI)
 	ADDQ $64, DI
 	ADDQ $64, SI
@@ -390,12 +318,8 @@ zgscatter:
 zpair:
 	CMPQ CX, $2
 	JLT zsingle
-	MOVLQSX (R10), BX
-	IMULQ DX, BX
-	ADDQ R8, BX
-	MOVLQSX 4(R10), R13
-	IMULQ DX, R13
-	ADDQ R8, R13
+	ROW(0, BX)
+	ROW(4, R13)
 	VBROADCASTSD (R11), Z0
 	VBROADCASTSD 8(R11), Z1
 
@@ -403,16 +327,8 @@ zpair:
 zpscatter:
 	VMOVUPD (DI), Z4
 	VMOVUPD (SI), Z5
-	VMULPD (BX), Z4, Z6
-	VMULPD Z6, Z0, Z6
-	VADDPD Z6, Z5, Z5
-	VADDPD (BX)(R9*1), Z6, Z6
-	VMOVUPD Z6, (BX)(R9*1)
-	VMULPD (R13), Z4, Z7
-	VMULPD Z7, Z1, Z7
-	VADDPD Z7, Z5, Z5
-	VADDPD (R13)(R9*1), Z7, Z7
-	VMOVUPD Z7, (R13)(R9*1)
+	SCAT(BX, Z0, Z6, Z4, Z5)
+	SCAT(R13, Z1, Z7, Z4, Z5)
 	VMOVUPD Z5, (SI)
 	ADDQ $64, DI
 	ADDQ $64, SI
@@ -430,23 +346,21 @@ zpscatter:
 zsingle:
 	TESTQ CX, CX
 	JLE zdone
-	MOVLQSX (R10), BX
-	IMULQ DX, BX
-	ADDQ R8, BX
+	ROW(0, BX)
 	VBROADCASTSD (R11), Z0
-	XORQ AX, AX
+	MOVQ DX, AX
 zsscatter:
-	VMOVUPD (DI)(AX*1), Z4
-	VMULPD (BX)(AX*1), Z4, Z6
-	VMULPD Z6, Z0, Z6
-	VADDPD (SI)(AX*1), Z6, Z5
-	VMOVUPD Z5, (SI)(AX*1)
-	LEAQ (BX)(R9*1), R13
-	VADDPD (R13)(AX*1), Z6, Z6
-	VMOVUPD Z6, (R13)(AX*1)
-	ADDQ $64, AX
-	CMPQ AX, DX
-	JLT zsscatter
+	VMOVUPD (DI), Z4
+	VMOVUPD (SI), Z5
+	SCAT(BX, Z0, Z6, Z4, Z5)
+	VMOVUPD Z5, (SI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	ADDQ $64, BX
+	SUBQ $64, AX
+	JG zsscatter
+	SUBQ DX, DI
+	SUBQ DX, SI
 
 zdone:
 	VZEROUPPER
