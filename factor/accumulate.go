@@ -3,6 +3,7 @@ package factor
 import (
 	"fmt"
 	"math"
+	"sort"
 )
 
 // TransitionError reports an observed transition to which the model gives
@@ -189,10 +190,11 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 	} else {
 		kt32 = md.kt32For(md.KBlock(p.Action))
 	}
-	if fast && avail == nil && c0 < c1 && (dst == nil || dst.bottom) {
-		// The whole range in assembly. (A destination that records the
-		// rows it receives, or rows of K that arrive during the pass,
-		// take the loop below.)
+	if fast && c0 < c1 && (dst == nil || dst.bottom) {
+		// The whole range in assembly, or with rows of K arriving during
+		// the pass, each range of columns whose rows are in place. (A
+		// destination that records the rows it receives takes the loop
+		// below.)
 		a := colArgs{kt: &kt[0], dl: &s.dl[0], dhl: &p.Dh[0], sv: &s.t[0], col: &s.col[0],
 			cols: &ci.cols[0], ptr: &ci.ptr[0], rows: &ci.rows[0], vals: &ci.vals[0], gs: &gs[0],
 			c0: c0, c1: c1, mbytes: m * 8, ahead: prefetchAhead}
@@ -207,7 +209,26 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 		} else {
 			a.kh, a.fused = &dst.kh[0], 1
 		}
-		runColsAVX2(&a)
+		if avail == nil {
+			runColsAVX2(&a)
+			return nil
+		}
+		for c := c0; c < c1; {
+			if j := int(ci.cols[c]); j >= have {
+				var err error
+				if have, err = avail(j); err != nil {
+					return err
+				}
+				if j >= have {
+					return fmt.Errorf("factor: row %d of K not in place (%d rows are)", j, have)
+				}
+			}
+			// Columns ascend: those before the first row not in place.
+			e := c + sort.Search(c1-c, func(i int) bool { return int(ci.cols[c+i]) >= have })
+			a.c0, a.c1 = c, e
+			runColsAVX2(&a)
+			c = e
+		}
 		return nil
 	}
 	cols := ci.cols[:c1]
