@@ -71,7 +71,7 @@ type ReadOptions struct {
 
 // TransitionBatch is a run of consecutive rows of transitions input. The
 // slices have the same length. A scan reuses one batch: it is valid only
-// during the callback.
+// during the callback, unless the callback takes its rows with Swap.
 type TransitionBatch struct {
 	State, Action, Next []int32
 	// Count is the count column, or 1 for every row when there is none
@@ -84,6 +84,12 @@ type TransitionBatch struct {
 
 // Len returns the number of rows in the batch.
 func (b *TransitionBatch) Len() int { return len(b.State) }
+
+// Swap exchanges the contents of b and o. A scan's callback may swap the
+// batch it is handed with one of its own to keep the rows past the call
+// without copying them: the scan then fills o's former slices (growing
+// them as needed) and never touches the slices it handed over again.
+func (b *TransitionBatch) Swap(o *TransitionBatch) { *b, *o = *o, *b }
 
 // NormalizeFormat returns the canonical name of a format name or alias, ""
 // for "" (detect), and an error for an unknown name.

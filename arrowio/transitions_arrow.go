@@ -338,6 +338,9 @@ func indexInts[T integer](s *scan, arr arrow.Array, vals []T, lo, hi int, dst []
 	if len(vals) < hi {
 		return s.shortColumn(k)
 	}
+	if v32, ok := any(vals).([]int32); ok && arr.NullN() == 0 && inRange(dst, v32[lo:hi], s.limit[k]) {
+		return nil
+	}
 	nulls := arr.NullN() > 0
 	for i := lo; i < hi; i++ {
 		if nulls && arr.IsNull(i) {
@@ -359,6 +362,19 @@ func indexInts[T integer](s *scan, arr arrow.Array, vals []T, lo, hi int, dst []
 		dst[i-lo] = int32(x)
 	}
 	return nil
+}
+
+// inRange copies src to dst when every value v in it has 0 <= v < limit
+// (the common case, checked in one branch-free pass); otherwise it
+// reports false and the caller finds the first bad value.
+func inRange(dst, src []int32, limit int64) bool {
+	dst = dst[:len(src)]
+	copy(dst, src)
+	var m uint32 // a negative value is above every limit as a uint32
+	for _, v := range dst {
+		m = max(m, uint32(v))
+	}
+	return int64(m) < limit
 }
 
 func indexFloats[T float32 | float64](s *scan, arr arrow.Array, vals []T, bits, lo, hi int, dst []int32, k, first int) error {
@@ -425,6 +441,9 @@ func counts[T integer | float32 | float64](s *scan, arr arrow.Array, vals []T, b
 		return s.shortColumn(colCount)
 	}
 	nulls := arr.NullN() > 0
+	if f64, ok := any(vals).([]float64); ok && !nulls && positive(dst, f64[lo:hi]) {
+		return nil
+	}
 	for i := lo; i < hi; i++ {
 		if nulls && arr.IsNull(i) {
 			return s.bad(first+i-lo, colCount, "", reasonNull)
@@ -440,6 +459,20 @@ func counts[T integer | float32 | float64](s *scan, arr arrow.Array, vals []T, b
 		dst[i-lo] = c
 	}
 	return nil
+}
+
+// positive copies src to dst when every count in it is positive and
+// finite (the common case); otherwise it reports false and the caller
+// finds the first bad count.
+func positive(dst, src []float64) bool {
+	dst = dst[:len(src)]
+	copy(dst, src)
+	for _, c := range dst {
+		if !(c > 0 && c <= math.MaxFloat64) { // NaN too
+			return false
+		}
+	}
+	return true
 }
 
 func (s *scan) shortColumn(k int) error {

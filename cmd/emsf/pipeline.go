@@ -32,14 +32,7 @@ func scanPipelined(ctx context.Context, path string, opts arrowio.ReadOptions, f
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			c.State = append(c.State[:0], b.State...)
-			c.Action = append(c.Action[:0], b.Action...)
-			c.Next = append(c.Next[:0], b.Next...)
-			c.Count = append(c.Count[:0], b.Count...)
-			if b.Count == nil {
-				c.Count = nil // ReadOptions.NoCount: every count is 1
-			}
-			c.FirstRow = b.FirstRow
+			b.Swap(c) // c takes the rows; the scan fills c's old slices next
 			full <- c // never blocks: full holds every batch there is
 			return nil
 		})
