@@ -252,6 +252,8 @@ type rowScratch struct {
 	set  []uint64
 	keys []uint64
 	vals []float64
+	gjs  []int32   // TwoPass's group scratch (groupScratch)
+	gcs  []float64 // its counts
 }
 
 // block builds the CSR matrix of action a from its log (nil: no data).
