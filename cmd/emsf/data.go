@@ -97,7 +97,6 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
 	h := newFingerprint()
 	err := scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
-		h.addBatch(b)
 		if holdout == 0 {
 			k, err := train.AddBatch(b.State, b.Action, b.Next, b.Count)
 			if err != nil {
@@ -115,7 +114,7 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 			}
 		}
 		return nil
-	})
+	}, h.add)
 	if err != nil {
 		return nil, err
 	}
@@ -198,13 +197,12 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	var tp shard.TwoPass
 	h := newFingerprint()
 	err = scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
-		h.addBatch(b)
 		k, err := tp.Hist(b.State, b.Action, b.Next, b.Count)
 		if err != nil {
 			return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
 		}
 		return nil
-	})
+	}, h.add)
 	if err != nil {
 		return nil, false, err
 	}

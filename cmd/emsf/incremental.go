@@ -275,4 +275,11 @@ func (f *fingerprintHash) addBatch(b *arrowio.TransitionBatch) {
 	f.rows = buf
 }
 
+// add is addBatch as a consumer of scanPipelined (on a goroutine of its
+// own: SHA-256 is the largest single cost of a first read).
+func (f *fingerprintHash) add(b *arrowio.TransitionBatch) error {
+	f.addBatch(b)
+	return nil
+}
+
 func (f *fingerprintHash) sum() string { return hex.EncodeToString(f.h.Sum(nil))[:16] }
