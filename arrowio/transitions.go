@@ -67,6 +67,9 @@ type ReadOptions struct {
 	// libraryIPC: decode every Arrow record batch with the library,
 	// never with flatRecord (tests compare the two).
 	libraryIPC bool
+	// libraryParquet: read Parquet with pqarrow's record reader, never
+	// with pqColumns (tests compare the two).
+	libraryParquet bool
 }
 
 // TransitionBatch is a run of consecutive rows of transitions input. The
@@ -280,20 +283,21 @@ const (
 
 // scan is the state of one ScanTransitions call, shared by all formats.
 type scan struct {
-	file       string
-	format     string
-	names      [numCols]string
-	countOpt   bool // the count column may be absent
-	noCount    bool // ReadOptions.NoCount
-	limit      [colNext + 1]int64
-	bounded    [colNext + 1]bool
-	batchRows  int
-	chunkBytes int
-	libraryIPC bool
-	mem        memory.Allocator
-	fn         func(*TransitionBatch) error
-	b          TransitionBatch
-	rows       int // data rows delivered so far
+	file           string
+	format         string
+	names          [numCols]string
+	countOpt       bool // the count column may be absent
+	noCount        bool // ReadOptions.NoCount
+	limit          [colNext + 1]int64
+	bounded        [colNext + 1]bool
+	batchRows      int
+	chunkBytes     int
+	libraryIPC     bool
+	libraryParquet bool
+	mem            memory.Allocator
+	fn             func(*TransitionBatch) error
+	b              TransitionBatch
+	rows           int // data rows delivered so far
 }
 
 func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan, error) {
@@ -307,6 +311,7 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 	}
 	s.chunkBytes = cmpOr(o.chunkBytes, csvChunkBytes)
 	s.libraryIPC = o.libraryIPC
+	s.libraryParquet = o.libraryParquet
 	if s.mem == nil {
 		s.mem = memory.NewGoAllocator()
 	}
