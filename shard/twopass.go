@@ -88,13 +88,14 @@ var ErrInputChanged = errors.New("shard: the input changed between the two passe
 // count counts[k] (1 when counts is nil). At the first bad transition it
 // stops and returns its index k and the error Counter.Add returns for it.
 func (tp *TwoPass) Hist(states, actions, nexts []int32, counts []float64) (int, error) {
-	var pa *passAction
-	last := int32(-1)
 	maxS, maxA := int32(-1), int32(-1)
+	done := 0
 	defer func() {
 		tp.maxS = max(tp.maxS, int(maxS)+1)
 		tp.maxA = max(tp.maxA, int(maxA)+1)
+		tp.total += done
 	}()
+	acts := tp.acts
 	nexts, actions = nexts[:len(states)], actions[:len(states)]
 	for k, i := range states {
 		a, j, c := actions[k], nexts[k], 1.0
@@ -106,30 +107,20 @@ func (tp *TwoPass) Hist(states, actions, nexts []int32, counts []float64) (int, 
 		}
 		maxS = max(maxS, i, j)
 		maxA = max(maxA, a)
-		tp.total++
+		done++
 		if tp.tooWide {
 			continue
 		}
-		if a != last {
-			if a >= maxPassActions {
-				tp.tooWide = true
+		// The action's histogram is looked up for every transition: in
+		// logs where actions alternate, remembering the last one's costs
+		// a mispredicted branch most of the time.
+		if int(a) >= len(acts) || acts[a] == nil || int(i) >= len(acts[a].hist) {
+			if !tp.grow(a, i) {
 				continue
 			}
-			for int(a) >= len(tp.acts) {
-				tp.acts = append(tp.acts, nil)
-			}
-			if tp.acts[a] == nil {
-				tp.acts[a] = &passAction{}
-			}
-			pa, last = tp.acts[a], a
+			acts = tp.acts
 		}
-		if int(i) >= len(pa.hist) {
-			if i >= maxPassStates {
-				tp.tooWide = true
-				continue
-			}
-			pa.hist = append(pa.hist, make([]int, int(i)+1-len(pa.hist))...)
-		}
+		pa := acts[a]
 		pa.hist[i]++
 		pa.n++
 		if c != 1 {
@@ -137,6 +128,25 @@ func (tp *TwoPass) Hist(states, actions, nexts []int32, counts []float64) (int, 
 		}
 	}
 	return len(states), nil
+}
+
+// grow makes room in the histograms for state i of action a, or marks
+// the TwoPass too wide for them (false).
+func (tp *TwoPass) grow(a, i int32) bool {
+	if a >= maxPassActions || i >= maxPassStates {
+		tp.tooWide = true
+		return false
+	}
+	for int(a) >= len(tp.acts) {
+		tp.acts = append(tp.acts, nil)
+	}
+	if tp.acts[a] == nil {
+		tp.acts[a] = &passAction{}
+	}
+	if pa := tp.acts[a]; int(i) >= len(pa.hist) {
+		pa.hist = append(pa.hist, make([]int, int(i)+1-len(pa.hist))...)
+	}
+	return true
 }
 
 // Len returns the number of transitions of the first pass.
@@ -231,17 +241,13 @@ func (tp *TwoPass) Fill(states, actions, nexts []int32, counts []float64) error 
 	if !tp.planned {
 		panic("shard: TwoPass.Fill before Plan")
 	}
-	var pa *passAction
-	last := int32(-1)
 	nexts, actions = nexts[:len(states)], actions[:len(states)]
 	for k, i := range states {
 		a := actions[k]
-		if a != last {
-			if a < 0 || int(a) >= len(tp.acts) || tp.acts[a] == nil {
-				return ErrInputChanged
-			}
-			pa, last = tp.acts[a], a
+		if uint32(a) >= uint32(len(tp.acts)) || tp.acts[a] == nil {
+			return ErrInputChanged
 		}
+		pa := tp.acts[a] // looked up every time, as in Hist
 		j := nexts[k]
 		if uint32(i) >= pa.states || uint32(j) >= pa.maxJ {
 			return ErrInputChanged
