@@ -214,8 +214,12 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	if !tp.Fits() {
 		return nil, false, nil
 	}
-	debug.SetGCPercent(gcPercent)
+	// Plan allocates the arrays of the result (about the CSR's size) and
+	// nothing else: collecting while they are allocated (at GOGC 25 each
+	// large allocation would start a cycle) finds no garbage.
+	debug.SetGCPercent(-1)
 	tp.Plan()
+	debug.SetGCPercent(gcPercent)
 	// Every count 1 (the common case): the second read skips the count
 	// column, which the first has checked.
 	opts := f.readOptions()
@@ -228,7 +232,11 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 		// matrices' large arrays mostly cannot reuse and the runtime
 		// would keep resident: give it back before they are allocated.
 		debug.FreeOSMemory()
+		// As for Plan: Matrices allocates the values of the result and
+		// little else.
+		debug.SetGCPercent(-1)
 		d.train, err = tp.Matrices(d.u)
+		debug.SetGCPercent(gcPercent)
 	}
 	if errors.Is(err, shard.ErrInputChanged) {
 		// Written to while read (a growing log): count what one read
