@@ -276,6 +276,7 @@ func (sc *rowScratch) sumRows(a int, rows []int32, start []int, js []int32, cs [
 	if vals == nil {
 		vals = make([]float64, len(js))
 		adviseHuge(vals)
+		populate(asBytes(vals))
 	}
 	out := 0
 	for r := range rows {

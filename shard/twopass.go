@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/emsf/emsf/factor"
 )
@@ -215,12 +216,22 @@ func (tp *TwoPass) Plan() {
 		}
 		pa.js = make([]int32, pa.n)
 		adviseHuge(pa.js)
+		populate(asBytes(pa.js))
 		if pa.weighted {
 			pa.cs = make([]float64, pa.n)
 			adviseHuge(pa.cs)
 		}
 	}
 	tp.planned = true
+}
+
+// asBytes returns the memory of x.
+func asBytes[T any](x []T) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	var zero T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), uintptr(len(x))*unsafe.Sizeof(zero))
 }
 
 // largestGroupRun returns the most transitions in a group of 1 << shift
@@ -332,6 +343,7 @@ func (sc *rowScratch) groupBlock(a int, pa *passAction) (*factor.Block, error) {
 	if vals == nil {
 		vals = make([]float64, len(pa.js))
 		adviseHuge(vals)
+		populate(asBytes(vals))
 	}
 	out := 0
 	for g, p := range pa.next {

@@ -226,3 +226,27 @@ func TestTwoPassGroups(t *testing.T) {
 		})
 	}
 }
+
+// TestPopulateKeepsContents checks that populate (asking the kernel to
+// back memory ahead of its first write) leaves what is there as it was,
+// in memory written before and not, at any alignment.
+func TestPopulateKeepsContents(t *testing.T) {
+	x := make([]int32, 3<<20)
+	for k := range x[:1<<20] {
+		x[k] = int32(k*7 + 1)
+	}
+	for _, off := range []int{0, 1, 1023} {
+		populate(asBytes(x[off:]))
+	}
+	for k, v := range x {
+		want := int32(0)
+		if k < 1<<20 {
+			want = int32(k*7 + 1)
+		}
+		if v != want {
+			t.Fatalf("x[%d] = %d after populate, want %d", k, v, want)
+		}
+	}
+	populate(nil)
+	populate(make([]byte, 5))
+}
