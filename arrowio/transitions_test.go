@@ -566,3 +566,26 @@ func TestScanSwap(t *testing.T) {
 		}
 	}
 }
+
+// TestInRange checks the fast check of index columns against a bound,
+// where the bitwise or of the values passes it and where only their
+// largest does, and a copy of the values either way.
+func TestInRange(t *testing.T) {
+	for _, tc := range []struct {
+		vals  []int32
+		limit int64
+		want  bool
+	}{
+		{[]int32{0, 1, 2, 3, 4, 5, 6}, 7, true},
+		{[]int32{48, 17, 59, 3, 3}, 60, true}, // or 63 >= 60, largest 59
+		{[]int32{48, 17, 60, 3, 3}, 60, false},
+		{[]int32{1, 2, 3, 4, 5, 6, 7, -1}, 1 << 31, false},
+		{[]int32{1<<31 - 1, 0}, 1 << 31, true},
+		{nil, 1, true},
+	} {
+		dst := make([]int32, len(tc.vals)+3)
+		if got := inRange(dst, tc.vals, tc.limit); got != tc.want || !reflect.DeepEqual(dst[:len(tc.vals)], append([]int32{}, tc.vals...)) {
+			t.Errorf("inRange(%v, %d) = %v (copied %v), want %v", tc.vals, tc.limit, got, dst[:len(tc.vals)], tc.want)
+		}
+	}
+}
