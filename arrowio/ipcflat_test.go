@@ -63,15 +63,15 @@ func flatRecords(mem memory.Allocator, sizes []int, mutate func(k, r int, s, a, 
 	return out
 }
 
-// bothWays scans data with flatRecord and with the library alone and
-// fails unless both give the same batches and the same error (for
+// bothWays scans data with flatRecord or pqColumns and with the library
+// alone and fails unless both give the same batches and the same error (for
 // corrupt input, where the two word the cause differently: an error
 // either way, after the same number of good rows).
 func bothWays(t *testing.T, what, format string, data []byte, opts ReadOptions, corrupt bool) error {
 	t.Helper()
 	scan := func(library bool) (*collected, error) {
 		o := opts
-		o.libraryIPC = library
+		o.libraryIPC, o.libraryParquet = library, library
 		got := &collected{}
 		err := ScanTransitionsReader(context.Background(), bytes.NewReader(data), "t", format, o, got.add)
 		return got, err

@@ -67,11 +67,14 @@ type ReadOptions struct {
 	// libraryIPC: decode every Arrow record batch with the library,
 	// never with flatRecord (tests compare the two).
 	libraryIPC bool
+	// libraryParquet: read Parquet with pqarrow's record reader, never
+	// with pqColumns (tests compare the two).
+	libraryParquet bool
 }
 
 // TransitionBatch is a run of consecutive rows of transitions input. The
 // slices have the same length. A scan reuses one batch: it is valid only
-// during the callback.
+// during the callback, unless the callback takes its rows with Swap.
 type TransitionBatch struct {
 	State, Action, Next []int32
 	// Count is the count column, or 1 for every row when there is none
@@ -84,6 +87,12 @@ type TransitionBatch struct {
 
 // Len returns the number of rows in the batch.
 func (b *TransitionBatch) Len() int { return len(b.State) }
+
+// Swap exchanges the contents of b and o. A scan's callback may swap the
+// batch it is handed with one of its own to keep the rows past the call
+// without copying them: the scan then fills o's former slices (growing
+// them as needed) and never touches the slices it handed over again.
+func (b *TransitionBatch) Swap(o *TransitionBatch) { *b, *o = *o, *b }
 
 // NormalizeFormat returns the canonical name of a format name or alias, ""
 // for "" (detect), and an error for an unknown name.
@@ -274,20 +283,21 @@ const (
 
 // scan is the state of one ScanTransitions call, shared by all formats.
 type scan struct {
-	file       string
-	format     string
-	names      [numCols]string
-	countOpt   bool // the count column may be absent
-	noCount    bool // ReadOptions.NoCount
-	limit      [colNext + 1]int64
-	bounded    [colNext + 1]bool
-	batchRows  int
-	chunkBytes int
-	libraryIPC bool
-	mem        memory.Allocator
-	fn         func(*TransitionBatch) error
-	b          TransitionBatch
-	rows       int // data rows delivered so far
+	file           string
+	format         string
+	names          [numCols]string
+	countOpt       bool // the count column may be absent
+	noCount        bool // ReadOptions.NoCount
+	limit          [colNext + 1]int64
+	bounded        [colNext + 1]bool
+	batchRows      int
+	chunkBytes     int
+	libraryIPC     bool
+	libraryParquet bool
+	mem            memory.Allocator
+	fn             func(*TransitionBatch) error
+	b              TransitionBatch
+	rows           int // data rows delivered so far
 }
 
 func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan, error) {
@@ -301,6 +311,7 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 	}
 	s.chunkBytes = cmpOr(o.chunkBytes, csvChunkBytes)
 	s.libraryIPC = o.libraryIPC
+	s.libraryParquet = o.libraryParquet
 	if s.mem == nil {
 		s.mem = memory.NewGoAllocator()
 	}

@@ -522,3 +522,70 @@ func TestInputErrorUnwrap(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// TestScanSwap: a callback that takes every batch with Swap (handing the
+// scan slices of its own, short and holding stale rows) keeps exactly the
+// rows a copying callback sees, in every format, with and without counts.
+func TestScanSwap(t *testing.T) {
+	mem := memory.NewGoAllocator()
+	r1, r2 := sampleRecord(mem), sampleRecord(mem)
+	defer r1.Release()
+	defer r2.Release()
+	files := map[string][]byte{"t.csv": []byte(sampleCSV + strings.SplitN(sampleCSV, "\n", 2)[1])}
+	for _, format := range []string{FormatArrowFile, FormatArrowStream, FormatParquet} {
+		files["t."+format] = encodeRecords(t, format, r1, r2)
+	}
+	for name, data := range files {
+		p := writeFile(t, name, data)
+		for _, noCount := range []bool{false, true} {
+			opts := ReadOptions{BatchRows: 2, NoCount: noCount}
+			want, err := scanAll(context.Background(), p, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kept []*TransitionBatch
+			err = ScanTransitions(context.Background(), p, opts, func(b *TransitionBatch) error {
+				stale := &TransitionBatch{State: []int32{-7}, Action: []int32{-7}, Next: []int32{-7}, Count: []float64{-7}, FirstRow: -7}
+				b.Swap(stale)
+				kept = append(kept, stale)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := &collected{}
+			for _, b := range kept {
+				if noCount && b.Count != nil {
+					t.Errorf("%s: Count = %v, want nil", name, b.Count)
+				}
+				got.add(b)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s, NoCount %v: kept %+v, want %+v", name, noCount, got, want)
+			}
+		}
+	}
+}
+
+// TestInRange checks the fast check of index columns against a bound,
+// where the bitwise or of the values passes it and where only their
+// largest does, and a copy of the values either way.
+func TestInRange(t *testing.T) {
+	for _, tc := range []struct {
+		vals  []int32
+		limit int64
+		want  bool
+	}{
+		{[]int32{0, 1, 2, 3, 4, 5, 6}, 7, true},
+		{[]int32{48, 17, 59, 3, 3}, 60, true}, // or 63 >= 60, largest 59
+		{[]int32{48, 17, 60, 3, 3}, 60, false},
+		{[]int32{1, 2, 3, 4, 5, 6, 7, -1}, 1 << 31, false},
+		{[]int32{1<<31 - 1, 0}, 1 << 31, true},
+		{nil, 1, true},
+	} {
+		dst := make([]int32, len(tc.vals)+3)
+		if got := inRange(dst, tc.vals, tc.limit); got != tc.want || !reflect.DeepEqual(dst[:len(tc.vals)], append([]int32{}, tc.vals...)) {
+			t.Errorf("inRange(%v, %d) = %v (copied %v), want %v", tc.vals, tc.limit, got, dst[:len(tc.vals)], tc.want)
+		}
+	}
+}

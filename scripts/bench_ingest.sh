@@ -47,7 +47,9 @@ rss() { awk '/Maximum resident set size/ {printf "%.1f", $6/1024}' "$1"; }
 cpu() { awk '/User time|System time/ {s += $NF} END {printf "%.2f", s}' "$1"; }
 
 echo
-printf '%-12s %10s %14s %10s %10s %10s\n' reader seconds "Mtransitions/s" "CPU s" "peak MiB" "CSR MiB"
+# M/CPU s: transitions per CPU second (user + system), the steadier figure
+# on a machine that other work shares.
+printf '%-12s %10s %14s %10s %10s %10s %10s\n' reader seconds "Mtransitions/s" "CPU s" "M/CPU s" "peak MiB" "CSR MiB"
 declare -A rate cpus
 for ext in csv arrow parquet; do
 	f="$data/t-$TRANSITIONS.$ext"
@@ -58,7 +60,8 @@ for ext in csv arrow parquet; do
 	csr=$(sed -E 's/.*CSR ([0-9.]+) MiB.*/\1/' <<<"$line")
 	rate[$ext]=$r
 	cpus[$ext]=$(cpu "$tmp/time")
-	printf '%-12s %10s %14s %10s %10s %10s\n' "emsf $ext" "$secs" "$r" "${cpus[$ext]}" "$(rss "$tmp/time")" "$csr"
+	printf '%-12s %10s %14s %10s %10s %10s %10s\n' "emsf $ext" "$secs" "$r" "${cpus[$ext]}" \
+		"$(awk -v n="$TRANSITIONS" -v c="${cpus[$ext]}" 'BEGIN {printf "%.2f", n / c / 1e6}')" "$(rss "$tmp/time")" "$csr"
 done
 
 cat >"$tmp/peer.py" <<'EOF'
@@ -73,7 +76,8 @@ EOF
 /usr/bin/time -v "$PY" "$tmp/peer.py" "$data/t-$TRANSITIONS.csv" >"$tmp/out" 2>"$tmp/time"
 read -r psecs prate pnnz <"$tmp/out"
 pcpu=$(cpu "$tmp/time")
-printf '%-12s %10s %14s %10s %10s %10s\n' "pandas csv" "$psecs" "$prate" "$pcpu" "$(rss "$tmp/time")" "($pnnz nonzeros)"
+printf '%-12s %10s %14s %10s %10s %10s %10s\n' "pandas csv" "$psecs" "$prate" "$pcpu" \
+	"$(awk -v n="$TRANSITIONS" -v c="$pcpu" 'BEGIN {printf "%.2f", n / c / 1e6}')" "$(rss "$tmp/time")" "($pnnz nonzeros)"
 
 # The incremental fit streams the same Arrow file: its pass time (reading
 # and incremental EMSF's per-transition work, factor.Incremental.Add).
@@ -81,7 +85,7 @@ printf '%-12s %10s %14s %10s %10s %10s\n' "pandas csv" "$psecs" "$prate" "$pcpu"
 	--order 4 --log-json --out "$tmp/inc.arrow" >/dev/null 2>"$tmp/time"
 pass=$(grep '"@message":"pass"' "$tmp/time" | sed -E 's/.*"elapsed":([0-9]+).*/\1/')
 irate=$(awk -v n="$TRANSITIONS" -v ns="$pass" 'BEGIN {printf "%.3f", n / (ns / 1e9) / 1e6}')
-printf '%-12s %10s %14s %10s %10s   (--incremental, arrow, m=4: the pass)\n' "emsf inc" "$(awk -v ns="$pass" 'BEGIN {printf "%.3f", ns / 1e9}')" "$irate" "$(cpu "$tmp/time")" "$(rss "$tmp/time")"
+printf '%-12s %10s %14s %10s %10s %10s   (--incremental, arrow, m=4: the pass)\n' "emsf inc" "$(awk -v ns="$pass" 'BEGIN {printf "%.3f", ns / 1e9}')" "$irate" "$(cpu "$tmp/time")" "" "$(rss "$tmp/time")"
 
 echo
 ratio=$(awk -v a="${rate[csv]}" -v b="$prate" 'BEGIN {printf "%.1f", a / b}')
@@ -91,3 +95,6 @@ for ext in arrow parquet; do
 	echo "$ext: ${rate[$ext]}M transitions/s (target >= 30M/s)"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+# Other work on the machine makes the wall times of this run a fraction of
+# what two free cores give: name it.
+top -b -n 2 -d 1 | awk '/^top -/ {it++} it == 2 && $1 ~ /^[0-9]+$/ && $9 + 0 > 30 && $12 != "top" {printf "busy beside this run: %s (%s%% CPU over 1 s)\n", $12, $9}' | head -3

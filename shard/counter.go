@@ -252,6 +252,8 @@ type rowScratch struct {
 	set  []uint64
 	keys []uint64
 	vals []float64
+	gjs  []int32   // TwoPass's group scratch (groupScratch)
+	gcs  []float64 // its counts
 }
 
 // block builds the CSR matrix of action a from its log (nil: no data).
@@ -274,6 +276,7 @@ func (sc *rowScratch) sumRows(a int, rows []int32, start []int, js []int32, cs [
 	if vals == nil {
 		vals = make([]float64, len(js))
 		adviseHuge(vals)
+		populate(asBytes(vals))
 	}
 	out := 0
 	for r := range rows {

@@ -10,3 +10,7 @@ func adviseHuge[T any](x []T) {}
 func mapSlab(size int) (mem []byte, unmap func([]byte)) {
 	return make([]byte, size), func([]byte) {}
 }
+
+// populate is a no-op where the kernel cannot be asked to back memory
+// ahead of its first write.
+func populate(mem []byte) {}

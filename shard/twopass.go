@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/emsf/emsf/factor"
 )
@@ -35,14 +36,40 @@ type TwoPass struct {
 }
 
 // passAction is one action's histogram, then its bucketed transitions.
+//
+// Fill places each transition in its group's run: a group is 1 << shift
+// consecutive states. With shift 0 a group is a state, and each entry of
+// js is a next state. Placing into one run per state writes to as many
+// places in memory as there are states, a cache miss nearly every time
+// past a few thousand states; with shift groupShift there are 64 times
+// fewer runs to write to, and each entry holds the state's place in its
+// group (6 bits, from bit 24 on) beside the next state (24 bits):
+// Matrices sorts each group's run by state, stably, in a scratch buffer
+// that stays in cache, before it sums the rows.
 type passAction struct {
-	next     []int // by state: transitions in Hist; after Plan, the next free position
-	end      []int // by state, after Plan: the end of its run (the start of the next state's)
+	hist     []int // by state: transitions in Hist; after Plan, the start of its run, and the end of the last
+	next     []int // by group, after Plan: the next free position
+	end      []int // by group, after Plan: the end of its run
+	shift    uint  // log2 of the states in a group
+	place    int32 // 1<<shift - 1: a state's place in its group is state & place
+	states   uint32
+	maxJ     uint32 // next states must be below (as packed)
 	n        int
 	weighted bool
 	js       []int32
 	cs       []float64
 }
+
+// Grouping of states in the second pass (see passAction): groups of
+// 1 << groupShift states, their entries packed as place << groupBits |
+// next state, for actions whose largest group run is at most maxGroupRun
+// transitions (the size of Matrices' scratch) and whose next states are
+// below 1 << groupBits.
+const (
+	groupShift  = 6
+	groupBits   = 24
+	maxGroupRun = 1 << 18
+)
 
 // Bounds on the histogram of TwoPass: with a state or an action above
 // them, or more entries than transitions/histPerTransition (plus
@@ -62,13 +89,14 @@ var ErrInputChanged = errors.New("shard: the input changed between the two passe
 // count counts[k] (1 when counts is nil). At the first bad transition it
 // stops and returns its index k and the error Counter.Add returns for it.
 func (tp *TwoPass) Hist(states, actions, nexts []int32, counts []float64) (int, error) {
-	var pa *passAction
-	last := int32(-1)
 	maxS, maxA := int32(-1), int32(-1)
+	done := 0
 	defer func() {
 		tp.maxS = max(tp.maxS, int(maxS)+1)
 		tp.maxA = max(tp.maxA, int(maxA)+1)
+		tp.total += done
 	}()
+	acts := tp.acts
 	nexts, actions = nexts[:len(states)], actions[:len(states)]
 	for k, i := range states {
 		a, j, c := actions[k], nexts[k], 1.0
@@ -80,37 +108,46 @@ func (tp *TwoPass) Hist(states, actions, nexts []int32, counts []float64) (int, 
 		}
 		maxS = max(maxS, i, j)
 		maxA = max(maxA, a)
-		tp.total++
+		done++
 		if tp.tooWide {
 			continue
 		}
-		if a != last {
-			if a >= maxPassActions {
-				tp.tooWide = true
+		// The action's histogram is looked up for every transition: in
+		// logs where actions alternate, remembering the last one's costs
+		// a mispredicted branch most of the time.
+		if int(a) >= len(acts) || acts[a] == nil || int(i) >= len(acts[a].hist) {
+			if !tp.grow(a, i) {
 				continue
 			}
-			for int(a) >= len(tp.acts) {
-				tp.acts = append(tp.acts, nil)
-			}
-			if tp.acts[a] == nil {
-				tp.acts[a] = &passAction{}
-			}
-			pa, last = tp.acts[a], a
+			acts = tp.acts
 		}
-		if int(i) >= len(pa.next) {
-			if i >= maxPassStates {
-				tp.tooWide = true
-				continue
-			}
-			pa.next = append(pa.next, make([]int, int(i)+1-len(pa.next))...)
-		}
-		pa.next[i]++
+		pa := acts[a]
+		pa.hist[i]++
 		pa.n++
 		if c != 1 {
 			pa.weighted = true
 		}
 	}
 	return len(states), nil
+}
+
+// grow makes room in the histograms for state i of action a, or marks
+// the TwoPass too wide for them (false).
+func (tp *TwoPass) grow(a, i int32) bool {
+	if a >= maxPassActions || i >= maxPassStates {
+		tp.tooWide = true
+		return false
+	}
+	for int(a) >= len(tp.acts) {
+		tp.acts = append(tp.acts, nil)
+	}
+	if tp.acts[a] == nil {
+		tp.acts[a] = &passAction{}
+	}
+	if pa := tp.acts[a]; int(i) >= len(pa.hist) {
+		pa.hist = append(pa.hist, make([]int, int(i)+1-len(pa.hist))...)
+	}
+	return true
 }
 
 // Len returns the number of transitions of the first pass.
@@ -139,7 +176,7 @@ func (tp *TwoPass) Fits() bool {
 	entries := 0
 	for _, pa := range tp.acts {
 		if pa != nil {
-			entries += len(pa.next)
+			entries += len(pa.hist)
 		}
 	}
 	return entries <= tp.total/histPerTransition+histSlack
@@ -155,21 +192,57 @@ func (tp *TwoPass) Plan() {
 		if pa == nil {
 			continue
 		}
-		pa.end = make([]int, len(pa.next))
+		// hist becomes the start of each state's run (and the end).
+		pa.hist = append(pa.hist, 0)
 		pos := 0
-		for i, c := range pa.next {
-			pa.next[i] = pos
+		for i, c := range pa.hist {
+			pa.hist[i] = pos
 			pos += c
-			pa.end[i] = pos
+		}
+		pa.shift = groupShift
+		if tp.maxS > 1<<groupBits || largestGroupRun(pa.hist, groupShift) > maxGroupRun {
+			pa.shift = 0
+		}
+		states := len(pa.hist) - 1
+		groups := (states - 1 + 1<<pa.shift) >> pa.shift
+		pa.next, pa.end = make([]int, groups), make([]int, groups)
+		for g := range pa.next {
+			pa.next[g] = pa.hist[g<<pa.shift]
+			pa.end[g] = pa.hist[min((g+1)<<pa.shift, states)]
+		}
+		pa.states, pa.place, pa.maxJ = uint32(states), int32(1)<<pa.shift-1, math.MaxInt32+1
+		if pa.shift > 0 {
+			pa.maxJ = 1 << groupBits
 		}
 		pa.js = make([]int32, pa.n)
 		adviseHuge(pa.js)
+		populate(asBytes(pa.js))
 		if pa.weighted {
 			pa.cs = make([]float64, pa.n)
 			adviseHuge(pa.cs)
 		}
 	}
 	tp.planned = true
+}
+
+// asBytes returns the memory of x.
+func asBytes[T any](x []T) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	var zero T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), uintptr(len(x))*unsafe.Sizeof(zero))
+}
+
+// largestGroupRun returns the most transitions in a group of 1 << shift
+// states, given the start of each state's run (and the end).
+func largestGroupRun(start []int, shift uint) int {
+	most, last := 0, len(start)-1
+	for lo := 0; lo < last; lo += 1 << shift {
+		hi := min(lo+1<<shift, last)
+		most = max(most, start[hi]-start[lo])
+	}
+	return most
 }
 
 // Fill is the second pass: the same transitions as Hist's, in the same
@@ -179,26 +252,24 @@ func (tp *TwoPass) Fill(states, actions, nexts []int32, counts []float64) error 
 	if !tp.planned {
 		panic("shard: TwoPass.Fill before Plan")
 	}
-	var pa *passAction
-	last := int32(-1)
 	nexts, actions = nexts[:len(states)], actions[:len(states)]
 	for k, i := range states {
 		a := actions[k]
-		if a != last {
-			if a < 0 || int(a) >= len(tp.acts) || tp.acts[a] == nil {
-				return ErrInputChanged
-			}
-			pa, last = tp.acts[a], a
-		}
-		if i < 0 || int(i) >= len(pa.next) {
+		if uint32(a) >= uint32(len(tp.acts)) || tp.acts[a] == nil {
 			return ErrInputChanged
 		}
-		p := pa.next[i]
-		if p >= pa.end[i] {
+		pa := tp.acts[a] // looked up every time, as in Hist
+		j := nexts[k]
+		if uint32(i) >= pa.states || uint32(j) >= pa.maxJ {
 			return ErrInputChanged
 		}
-		pa.next[i] = p + 1
-		pa.js[p] = nexts[k]
+		g := i >> pa.shift
+		p := pa.next[g]
+		if p >= pa.end[g] {
+			return ErrInputChanged
+		}
+		pa.next[g] = p + 1
+		pa.js[p] = (i&pa.place)<<groupBits | j
 		if pa.cs != nil {
 			c := 1.0
 			if counts != nil {
@@ -245,26 +316,12 @@ func (tp *TwoPass) Matrices(u int) ([]*factor.Block, error) {
 					out[a] = &factor.Block{Action: a, Ptr: []int64{0}}
 					continue
 				}
-				// Every run must be full: Fill never wrote past one.
-				var rows []int32
-				var start []int
-				lo := 0
-				for i, end := range pa.end {
-					if pa.next[i] != end {
-						bad.Store(true)
-						break
-					}
-					if end > lo {
-						rows = append(rows, int32(i))
-						start = append(start, lo)
-					}
-					lo = end
-				}
-				if bad.Load() {
+				b, err := sc.groupBlock(a, pa)
+				if err != nil {
+					bad.Store(true)
 					continue
 				}
-				pa.next, pa.end = nil, nil
-				out[a] = sc.sumRows(a, rows, append(start, pa.n), pa.js, pa.cs)
+				out[a] = b
 			}
 		})
 	}
@@ -273,4 +330,104 @@ func (tp *TwoPass) Matrices(u int) ([]*factor.Block, error) {
 		return nil, ErrInputChanged
 	}
 	return out, nil
+}
+
+// groupBlock builds the CSR matrix of action a from its transitions as
+// Fill placed them, or returns ErrInputChanged when a run is not exactly
+// full (the second pass did not see the first's transitions).
+func (sc *rowScratch) groupBlock(a int, pa *passAction) (*factor.Block, error) {
+	start := pa.hist
+	states := len(start) - 1
+	b := &factor.Block{Action: a, Ptr: make([]int64, 1, states+1)}
+	vals := pa.cs
+	if vals == nil {
+		vals = make([]float64, len(pa.js))
+		adviseHuge(vals)
+		populate(asBytes(vals))
+	}
+	out := 0
+	for g, p := range pa.next {
+		lo, hi := start[g<<pa.shift], pa.end[g]
+		if p != hi {
+			return nil, ErrInputChanged
+		}
+		if pa.shift == 0 {
+			if hi > lo {
+				b.Rows = append(b.Rows, int32(g))
+				out = sc.sumRow(pa.js, pa.cs, lo, hi, pa.js, vals, out)
+				b.Ptr = append(b.Ptr, int64(out))
+			}
+			continue
+		}
+		// Sort the group's run by state, stably, into the scratch: every
+		// entry of it is read before the sums overwrite the run.
+		first := g << pa.shift
+		last := min(first+1<<pa.shift, states)
+		js, cs := sc.groupScratch(hi-lo, pa.cs != nil)
+		if !sortGroup(pa.js[lo:hi], js, start[first:last+1], lo) {
+			return nil, ErrInputChanged
+		}
+		if cs != nil {
+			sortGroupCounts(pa.js[lo:hi], pa.cs[lo:hi], cs, start[first:last+1], lo)
+		}
+		for i := first; i < last; i++ {
+			if r0, r1 := start[i]-lo, start[i+1]-lo; r1 > r0 {
+				b.Rows = append(b.Rows, int32(i))
+				out = sc.sumRow(js, cs, r0, r1, pa.js, vals, out)
+				b.Ptr = append(b.Ptr, int64(out))
+			}
+		}
+	}
+	b.Cols, b.Vals = shrink(pa.js, out), shrink(vals, out)
+	return b, nil
+}
+
+// groupScratch returns scratch arrays of n next states and (with
+// weighted) n counts, reused from call to call.
+func (sc *rowScratch) groupScratch(n int, weighted bool) ([]int32, []float64) {
+	if cap(sc.gjs) < n {
+		sc.gjs = make([]int32, n)
+	}
+	if !weighted {
+		return sc.gjs[:n], nil
+	}
+	if cap(sc.gcs) < n {
+		sc.gcs = make([]float64, n)
+	}
+	return sc.gjs[:n], sc.gcs[:n]
+}
+
+// sortGroup writes the next states of a group's run (entries packed
+// place << groupBits | next state) to js, sorted by place, stably: the
+// run of the state at place s goes to [start[s]-lo, start[s+1]-lo). It
+// reports false if a state has more transitions than its run holds.
+func sortGroup(run, js []int32, start []int, lo int) bool {
+	var pos, end [1 << groupShift]int
+	for s := range len(start) - 1 {
+		pos[s], end[s] = start[s]-lo, start[s+1]-lo
+	}
+	for _, e := range run {
+		s := e >> groupBits & (1<<groupShift - 1)
+		k := pos[s]
+		if k >= end[s] {
+			return false
+		}
+		pos[s] = k + 1
+		js[k] = e & (1<<groupBits - 1)
+	}
+	return true
+}
+
+// sortGroupCounts moves the counts of a group's run as sortGroup moved
+// its next states (which it checked).
+func sortGroupCounts(run []int32, counts, cs []float64, start []int, lo int) {
+	var pos [1 << groupShift]int
+	for s := range len(start) - 1 {
+		pos[s] = start[s] - lo
+	}
+	for q, e := range run {
+		s := e >> groupBits & (1<<groupShift - 1)
+		cs[pos[s]] = counts[q]
+		pos[s]++
+	}
 }

@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -97,12 +98,15 @@ func TestTwoPassHistStopsAtBadRow(t *testing.T) {
 func TestTwoPassInputChanged(t *testing.T) {
 	first := []refEntry{{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 1, 1, 1}, {1, 2, 0, 0.5}}
 	for name, second := range map[string][]refEntry{
-		"moved within an action": {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 0, 1, 1}, {1, 2, 0, 0.5}},
-		"moved to a later state": {{0, 1, 1, 1}, {0, 0, 2, 1}, {0, 1, 1, 1}, {1, 2, 0, 0.5}},
-		"new state":              {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 9, 1, 1}, {1, 2, 0, 0.5}},
-		"new action":             {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 1, 1, 1}, {2, 2, 0, 0.5}},
-		"fewer":                  {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 1, 1, 1}},
-		"more":                   {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 1, 1, 1}, {1, 2, 0, 0.5}, {1, 2, 0, 0.5}},
+		"moved within an action":  {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 0, 1, 1}, {1, 2, 0, 0.5}},
+		"moved to a later state":  {{0, 1, 1, 1}, {0, 0, 2, 1}, {0, 1, 1, 1}, {1, 2, 0, 0.5}},
+		"new state":               {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 9, 1, 1}, {1, 2, 0, 0.5}},
+		"new action":              {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 1, 1, 1}, {2, 2, 0, 0.5}},
+		"fewer":                   {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 1, 1, 1}},
+		"more":                    {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 1, 1, 1}, {1, 2, 0, 0.5}, {1, 2, 0, 0.5}},
+		"next state too large":    {{0, 0, 1, 1}, {0, 0, 1 << groupBits, 1}, {0, 1, 1, 1}, {1, 2, 0, 0.5}},
+		"negative next state":     {{0, 0, 1, 1}, {0, 0, -2, 1}, {0, 1, 1, 1}, {1, 2, 0, 0.5}},
+		"moved to a state past n": {{0, 0, 1, 1}, {0, 0, 2, 1}, {0, 3, 1, 1}, {1, 2, 0, 0.5}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var tp TwoPass
@@ -159,4 +163,90 @@ func TestTwoPassFits(t *testing.T) {
 	}()
 	tp.Plan()
 	t.Error(reflect.TypeOf(tp), "Plan did not panic")
+}
+
+// TestTwoPassGroups checks the matrices bitwise against the reference on
+// each way Plan lays out an action's second pass: states in groups of
+// 1 << groupShift (several groups, the last one partial), and one run per
+// state where a group would hold more than maxGroupRun transitions or a
+// next state does not fit the packed entries.
+func TestTwoPassGroups(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 13))
+	random := func(count, n int, weighted bool) []refEntry {
+		var es []refEntry
+		for range count {
+			c := 1.0
+			if weighted && rng.IntN(3) == 0 {
+				c = []float64{0.1, 0.2, 0.3, 1e-17, 3, 1e16}[rng.IntN(6)]
+			}
+			i := int32(rng.IntN(n))
+			es = append(es, refEntry{int32(rng.IntN(2)), i, (i*31 + int32(rng.IntN(7))) % int32(n), c})
+		}
+		return es
+	}
+	big := make([]refEntry, maxGroupRun+1) // one group over maxGroupRun in action 1
+	for k := range big {
+		big[k] = refEntry{1, int32(k % 3), int32(k % 11), 1}
+	}
+	big = append(big, refEntry{0, 0, 1, 1}, refEntry{0, 70, 1, 0.5})
+	far := append(random(2000, 200, true), refEntry{0, 5, 1<<groupBits + 3, 1}, refEntry{0, 5, 1<<groupBits + 3, 0.25})
+	for _, tc := range []struct {
+		name   string
+		es     []refEntry
+		shifts []uint // by action
+	}{
+		{"unweighted groups", random(30000, 1000, false), []uint{groupShift, groupShift}},
+		{"weighted groups", random(30000, 1000, true), []uint{groupShift, groupShift}},
+		{"a group over maxGroupRun", big, []uint{groupShift, 0}},
+		{"next states past the packed bits", far, []uint{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tp TwoPass
+			passBatches(t, tc.es, func(s, a, n []int32, c []float64) {
+				if _, err := tp.Hist(s, a, n, c); err != nil {
+					t.Fatal(err)
+				}
+			})
+			tp.Plan()
+			for a, pa := range tp.acts {
+				if pa.shift != tc.shifts[a] {
+					t.Errorf("action %d: shift %d, want %d", a, pa.shift, tc.shifts[a])
+				}
+			}
+			passBatches(t, tc.es, func(s, a, n []int32, c []float64) {
+				if err := tp.Fill(s, a, n, c); err != nil {
+					t.Fatal(err)
+				}
+			})
+			got, err := tp.Matrices(2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameBlocks(t, got, refMatrices(tc.es, 2))
+		})
+	}
+}
+
+// TestPopulateKeepsContents checks that populate (asking the kernel to
+// back memory ahead of its first write) leaves what is there as it was,
+// in memory written before and not, at any alignment.
+func TestPopulateKeepsContents(t *testing.T) {
+	x := make([]int32, 3<<20)
+	for k := range x[:1<<20] {
+		x[k] = int32(k*7 + 1)
+	}
+	for _, off := range []int{0, 1, 1023} {
+		populate(asBytes(x[off:]))
+	}
+	for k, v := range x {
+		want := int32(0)
+		if k < 1<<20 {
+			want = int32(k*7 + 1)
+		}
+		if v != want {
+			t.Fatalf("x[%d] = %d after populate, want %d", k, v, want)
+		}
+	}
+	populate(nil)
+	populate(make([]byte, 5))
 }

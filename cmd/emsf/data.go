@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"sync/atomic"
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
@@ -97,7 +98,6 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
 	h := newFingerprint()
 	err := scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
-		h.addBatch(b)
 		if holdout == 0 {
 			k, err := train.AddBatch(b.State, b.Action, b.Next, b.Count)
 			if err != nil {
@@ -115,7 +115,7 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 			}
 		}
 		return nil
-	})
+	}, h.add)
 	if err != nil {
 		return nil, err
 	}
@@ -196,41 +196,54 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	gcPercent := debug.SetGCPercent(firstPassGCPercent)
 	defer debug.SetGCPercent(gcPercent)
 	var tp shard.TwoPass
-	h := newFingerprint()
+	h := &splitHash{f: newFingerprint()}
+	var histDone atomic.Int64 // batches
 	err = scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
-		h.addBatch(b)
 		k, err := tp.Hist(b.State, b.Action, b.Next, b.Count)
 		if err != nil {
 			return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
 		}
+		histDone.Add(1)
+		return nil
+	}, func(b *arrowio.TransitionBatch) error {
+		h.first(b, histDone.Load()-int64(h.batches) >= splitHashLag)
 		return nil
 	})
 	if err != nil {
 		return nil, false, err
 	}
 	n, u := tp.Dims()
-	d = &dataset{file: f.input, n: n, u: u, transitions: tp.Len(), fingerprint: h.sum()}
+	d = &dataset{file: f.input, n: n, u: u, transitions: tp.Len()}
 	if err := d.size(f); err != nil {
 		return nil, false, err
 	}
 	if !tp.Fits() {
 		return nil, false, nil
 	}
-	debug.SetGCPercent(gcPercent)
+	// Plan allocates the arrays of the result (about the CSR's size) and
+	// nothing else: collecting while they are allocated (at GOGC 25 each
+	// large allocation would start a cycle) finds no garbage.
+	debug.SetGCPercent(-1)
 	tp.Plan()
+	debug.SetGCPercent(gcPercent)
 	// Every count 1 (the common case): the second read skips the count
 	// column, which the first has checked.
 	opts := f.readOptions()
 	opts.NoCount = !tp.Weighted()
 	err = scanPipelined(ctx, f.input, opts, func(b *arrowio.TransitionBatch) error {
 		return tp.Fill(b.State, b.Action, b.Next, b.Count)
-	})
+	}, h.second)
 	if err == nil {
+		d.fingerprint = h.f.sum()
 		// The readers' garbage is scattered small spans, which the
 		// matrices' large arrays mostly cannot reuse and the runtime
 		// would keep resident: give it back before they are allocated.
 		debug.FreeOSMemory()
+		// As for Plan: Matrices allocates the values of the result and
+		// little else.
+		debug.SetGCPercent(-1)
 		d.train, err = tp.Matrices(d.u)
+		debug.SetGCPercent(gcPercent)
 	}
 	if errors.Is(err, shard.ErrInputChanged) {
 		// Written to while read (a growing log): count what one read
@@ -241,6 +254,47 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 		return nil, false, err // the reader's, naming the file
 	}
 	return d, true, nil
+}
+
+// splitHashLag is how many batches the histogram of loadTwoPass's first
+// read may get ahead of the fingerprint's hashing before the hashing
+// stops holding the reading back and leaves the rest to the second read
+// (scanPipelined has pipelineDepth + 1 batches in flight there).
+const splitHashLag = pipelineDepth - 2
+
+// splitHash hashes the fingerprint over loadTwoPass's two reads: in the
+// first as long as it keeps up with the histogram (SHA-256 is the
+// slowest part of that read, while the second read, which only places
+// transitions, leaves a core to spare), and the rows it did not hash there
+// in the second. Each row is hashed once, in order: the value is that of
+// hashing the first read's rows (the second reads the same rows, and
+// without their counts only when every count is 1).
+type splitHash struct {
+	f       *fingerprintHash
+	rows    int // hashed so far, from the first row on
+	batches int // of the first read, seen so far
+	stopped bool
+}
+
+// first is the hashing of a batch of the first read; with behind, and
+// from then on, it leaves the batches to the second read.
+func (s *splitHash) first(b *arrowio.TransitionBatch, behind bool) {
+	s.batches++
+	s.stopped = s.stopped || behind
+	if !s.stopped {
+		s.f.addBatch(b)
+		s.rows += b.Len()
+	}
+}
+
+// second is the hashing of a batch of the second read: its rows that
+// first did not hash.
+func (s *splitHash) second(b *arrowio.TransitionBatch) error {
+	if from := s.rows - (b.FirstRow - 1); from < b.Len() {
+		s.f.addRows(b, max(from, 0))
+		s.rows = b.FirstRow - 1 + b.Len()
+	}
+	return nil
 }
 
 // all returns the training and held-out counts together, as one matrix per

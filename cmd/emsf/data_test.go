@@ -120,3 +120,45 @@ func TestLoadTwoPassInputChanged(t *testing.T) {
 		t.Fatalf("got %v, want ErrInputChanged", err)
 	}
 }
+
+// TestSplitHash checks that the fingerprint hashed over two reads, the
+// first stopping after any number of batches (the second without counts
+// when every count is 1), is that of one read hashing every row.
+func TestSplitHash(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, weighted := range []bool{false, true} {
+		var rows [][4]float64
+		for range 1000 {
+			c := 1.0
+			if weighted && rng.IntN(3) == 0 {
+				c = 0.25
+			}
+			rows = append(rows, [4]float64{float64(rng.IntN(50)), float64(rng.IntN(3)), float64(rng.IntN(50)), c})
+		}
+		p := filepath.Join(t.TempDir(), "t.arrow")
+		writeCountRows(t, p, arrowio.FormatArrowFile, rows, 1)
+		opts := arrowio.ReadOptions{BatchRows: 64}
+		want := newFingerprint()
+		if err := arrowio.ScanTransitions(context.Background(), p, opts, want.add); err != nil {
+			t.Fatal(err)
+		}
+		for stop := range 1000/64 + 2 {
+			h := &splitHash{f: newFingerprint()}
+			err := arrowio.ScanTransitions(context.Background(), p, opts, func(b *arrowio.TransitionBatch) error {
+				h.first(b, h.batches == stop)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			second := opts
+			second.NoCount = !weighted
+			if err := arrowio.ScanTransitions(context.Background(), p, second, h.second); err != nil {
+				t.Fatal(err)
+			}
+			if got, w := h.f.sum(), want.sum(); got != w {
+				t.Errorf("weighted %v, first read stopped at batch %d: %s, want %s", weighted, stop, got, w)
+			}
+		}
+	}
+}

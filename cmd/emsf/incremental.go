@@ -262,17 +262,33 @@ type fingerprintHash struct {
 func newFingerprint() *fingerprintHash { return &fingerprintHash{h: sha256.New()} }
 
 // addBatch adds every row of b, in order (20 bytes a row: state, action, next state as uint32 and the count's float64 bits, little-endian).
-func (f *fingerprintHash) addBatch(b *arrowio.TransitionBatch) {
-	buf := slices.Grow(f.rows[:0], 20*b.Len())[:20*b.Len()]
-	for k := range b.State {
-		r := buf[20*k : 20*k+20]
-		binary.LittleEndian.PutUint32(r[0:], uint32(b.State[k]))
-		binary.LittleEndian.PutUint32(r[4:], uint32(b.Action[k]))
-		binary.LittleEndian.PutUint32(r[8:], uint32(b.Next[k]))
-		binary.LittleEndian.PutUint64(r[12:], math.Float64bits(b.Count[k]))
+func (f *fingerprintHash) addBatch(b *arrowio.TransitionBatch) { f.addRows(b, 0) }
+
+// addRows adds the rows of b from its row from on (a count of 1 each when
+// b.Count is nil).
+func (f *fingerprintHash) addRows(b *arrowio.TransitionBatch, from int) {
+	n := b.Len() - from
+	buf := slices.Grow(f.rows[:0], 20*n)[:20*n]
+	for k := range n {
+		r, q := buf[20*k:20*k+20], from+k
+		c := 1.0
+		if b.Count != nil {
+			c = b.Count[q]
+		}
+		binary.LittleEndian.PutUint32(r[0:], uint32(b.State[q]))
+		binary.LittleEndian.PutUint32(r[4:], uint32(b.Action[q]))
+		binary.LittleEndian.PutUint32(r[8:], uint32(b.Next[q]))
+		binary.LittleEndian.PutUint64(r[12:], math.Float64bits(c))
 	}
 	f.h.Write(buf)
 	f.rows = buf
+}
+
+// add is addBatch as a consumer of scanPipelined (on a goroutine of its
+// own: SHA-256 is the largest single cost of a first read).
+func (f *fingerprintHash) add(b *arrowio.TransitionBatch) error {
+	f.addBatch(b)
+	return nil
 }
 
 func (f *fingerprintHash) sum() string { return hex.EncodeToString(f.h.Sum(nil))[:16] }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 
 	"github.com/emsf/emsf/arrowio"
 )
@@ -9,52 +11,78 @@ import (
 // pipelineDepth is the number of batches scanPipelined has in flight.
 const pipelineDepth = 4
 
-// scanPipelined is arrowio.ScanTransitions with fn run on the calling
-// goroutine while a second goroutine reads and parses the batches after
-// the one fn has: reading and counting use two cores. fn sees the batches
-// in order, each valid only during the call, as with ScanTransitions; an
-// error of fn stops the reading and is returned as is.
-func scanPipelined(ctx context.Context, path string, opts arrowio.ReadOptions, fn func(*arrowio.TransitionBatch) error) error {
+// pipeBatch is a batch in flight and the number of consumers that have
+// not finished with it yet.
+type pipeBatch struct {
+	arrowio.TransitionBatch
+	pending atomic.Int32
+}
+
+// scanPipelined is arrowio.ScanTransitions with the reading and parsing
+// on one goroutine and each fn on a goroutine of its own (the first on
+// the calling one): every fn sees every batch, in order, each valid only
+// during the call, and a batch is read into again once every fn has
+// returned from it. Reading and counting, or hashing and counting, use
+// different cores. An error of a fn stops the reading and is returned as
+// is (of several, the first fn's in the order of fns).
+func scanPipelined(ctx context.Context, path string, opts arrowio.ReadOptions, fns ...func(*arrowio.TransitionBatch) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	free := make(chan *arrowio.TransitionBatch, pipelineDepth)
-	for range pipelineDepth {
-		free <- &arrowio.TransitionBatch{}
+	depth := pipelineDepth + len(fns) - 1
+	free := make(chan *pipeBatch, depth)
+	for range depth {
+		free <- &pipeBatch{}
 	}
-	full := make(chan *arrowio.TransitionBatch, pipelineDepth)
+	full := make([]chan *pipeBatch, len(fns))
+	for k := range full {
+		full[k] = make(chan *pipeBatch, depth) // never blocks: holds every batch there is
+	}
 	done := make(chan error, 1)
 	go func() {
-		defer close(full)
+		defer func() {
+			for _, ch := range full {
+				close(ch)
+			}
+		}()
 		done <- arrowio.ScanTransitions(ctx, path, opts, func(b *arrowio.TransitionBatch) error {
-			var c *arrowio.TransitionBatch
+			var c *pipeBatch
 			select {
 			case c = <-free:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			c.State = append(c.State[:0], b.State...)
-			c.Action = append(c.Action[:0], b.Action...)
-			c.Next = append(c.Next[:0], b.Next...)
-			c.Count = append(c.Count[:0], b.Count...)
-			if b.Count == nil {
-				c.Count = nil // ReadOptions.NoCount: every count is 1
+			b.Swap(&c.TransitionBatch) // c takes the rows; the scan fills c's old slices next
+			c.pending.Store(int32(len(fns)))
+			for _, ch := range full {
+				ch <- c
 			}
-			c.FirstRow = b.FirstRow
-			full <- c // never blocks: full holds every batch there is
 			return nil
 		})
 	}()
-	var ferr error
-	for c := range full {
-		if ferr == nil {
-			if ferr = fn(c); ferr != nil {
-				cancel()
+	errs := make([]error, len(fns))
+	consume := func(k int) {
+		for c := range full[k] {
+			if errs[k] == nil {
+				if errs[k] = fns[k](&c.TransitionBatch); errs[k] != nil {
+					cancel()
+				}
+			}
+			if c.pending.Add(-1) == 0 {
+				free <- c
 			}
 		}
-		free <- c
 	}
-	if err := <-done; ferr == nil {
-		return err
+	var wg sync.WaitGroup
+	for k := range fns[1:] {
+		wg.Go(func() { consume(k + 1) })
 	}
-	return ferr
+	consume(0)
+	wg.Wait()
+	err := <-done
+	for _, ferr := range errs {
+		if ferr != nil {
+			return ferr
+		}
+	}
+	return err
 }

@@ -47,6 +47,30 @@ func TestScanPipelined(t *testing.T) {
 	if err != stop || calls != 3 {
 		t.Fatalf("got %v after %d calls, want the callback's error after 3", err, calls)
 	}
+	// Several consumers: each sees every row, in order, at once with the
+	// others.
+	var rows [3]int
+	consumer := func(k int) func(*arrowio.TransitionBatch) error {
+		return func(b *arrowio.TransitionBatch) error {
+			for q := range b.State {
+				if int(b.State[q]) != rows[k] {
+					return fmt.Errorf("consumer %d: row %d is state %d", k, rows[k]+1, b.State[q])
+				}
+				rows[k]++
+			}
+			return nil
+		}
+	}
+	err = scanPipelined(context.Background(), p, opts, consumer(0), consumer(1), consumer(2))
+	if err != nil || rows != [3]int{1000, 1000, 1000} {
+		t.Fatalf("three consumers: %v after %v rows", err, rows)
+	}
+	// An error of a consumer other than the first comes back too.
+	rows = [3]int{}
+	err = scanPipelined(context.Background(), p, opts, consumer(0), func(*arrowio.TransitionBatch) error { return stop })
+	if err != stop {
+		t.Fatalf("got %v, want the second consumer's error", err)
+	}
 	// A bad row is the reader's error.
 	bad := writeFile(t, t.TempDir(), "bad.csv", "state,action,next_state\n0,0,1\n0,x,1\n")
 	err = scanPipelined(context.Background(), bad, opts, func(*arrowio.TransitionBatch) error { return nil })
