@@ -190,6 +190,20 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 	} else {
 		kt32 = md.kt32For(md.KBlock(p.Action))
 	}
+	// need waits until row j of K is in place (a streamed pass).
+	need := func(j int) error {
+		if j < have {
+			return nil
+		}
+		var err error
+		if have, err = avail(j); err != nil {
+			return err
+		}
+		if j >= have {
+			return fmt.Errorf("factor: row %d of K not in place (%d rows are)", j, have)
+		}
+		return nil
+	}
 	if fast && c0 < c1 && (dst == nil || dst.bottom) {
 		// The whole range in assembly, or with rows of K arriving during
 		// the pass, each range of columns whose rows are in place. (A
@@ -214,14 +228,8 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 			return nil
 		}
 		for c := c0; c < c1; {
-			if j := int(ci.cols[c]); j >= have {
-				var err error
-				if have, err = avail(j); err != nil {
-					return err
-				}
-				if j >= have {
-					return fmt.Errorf("factor: row %d of K not in place (%d rows are)", j, have)
-				}
+			if err := need(int(ci.cols[c])); err != nil {
+				return err
 			}
 			// Columns ascend: those before the first row not in place.
 			e := c + sort.Search(c1-c, func(i int) bool { return int(ci.cols[c+i]) >= have })
@@ -234,14 +242,8 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 	cols := ci.cols[:c1]
 	for c := c0; c < c1; c++ {
 		j := cols[c]
-		if int(j) >= have {
-			var err error
-			if have, err = avail(int(j)); err != nil {
-				return err
-			}
-			if int(j) >= have {
-				return fmt.Errorf("factor: row %d of K not in place (%d rows are)", j, have)
-			}
+		if err := need(int(j)); err != nil {
+			return err
 		}
 		if a := c + prefetchAhead; a < c1 {
 			ja := int(cols[a]) * m
