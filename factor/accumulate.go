@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"sync"
 )
 
 // TransitionError reports an observed transition to which the model gives
@@ -641,11 +642,39 @@ func CommitRow(row, dh []float64, x, alpha float64) {
 	if x <= 0 {
 		return
 	}
-	keep := 1 - alpha
-	f := alpha / x
-	dh = dh[:len(row)]
+	fs := [1]float64{alpha / x}
+	commitEntries(row, dh, fs[:], 1-alpha, false, false)
+}
+
+// commitEntries commits a row in place: row[l] = commitEntry(row[l],
+// keep, f_l·src[l]), where f_l is f[l] with each (an entry whose f[l] is
+// 0 keeps its value: a row of K) or f[0] for every l (a row of D). Where
+// the row's length is a multiple of 4 it runs in AVX2 (commitAVX2),
+// elementwise and so bitwise the scalar loop, which pureGo (tests) keeps.
+func commitEntries(row, src, f []float64, keep float64, each, pureGo bool) {
+	src = src[:len(row)]
+	if each {
+		f = f[:len(row)]
+	}
+	if len(row) > 0 && len(row)%4 == 0 && !pureGo && useAVX2() {
+		e, fl := 0, 0
+		if each {
+			e = 1
+		}
+		if keep > 0 {
+			fl = 1
+		}
+		commitAVX2(&row[0], &src[0], &f[0], len(row), keep, e, fl)
+		return
+	}
 	for l := range row {
-		row[l] = commitEntry(row[l], keep, f*dh[l])
+		fl := f[0]
+		if each {
+			if fl = f[l]; fl == 0 {
+				continue
+			}
+		}
+		row[l] = commitEntry(row[l], keep, fl*src[l])
 	}
 }
 
@@ -684,14 +713,49 @@ func commitEntry(v, keep, add float64) float64 {
 // (Round32) and copied to its float32 K^T as they are written: bitwise
 // Commit then RoundFactors, without a second sweep over the model.
 func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
+	a.CommitWorkers(md, alpha, dataTerm, 1)
+}
+
+// commitParallelMin is the smallest n·m for which CommitWorkers uses
+// more than one goroutine: below it a goroutine costs more than the
+// rows it would commit.
+const commitParallelMin = 1 << 16
+
+// CommitWorkers is Commit with the rows of D and K split among up to
+// workers goroutines. Each row's arithmetic is its own, so the model is
+// bitwise Commit's for any workers. After a pass on several goroutines
+// the statistics lie in several cores' caches; one goroutine reading
+// them all cost 1.5–2 ns per nonzero at n = 20 000 (0.5 after a pass on
+// one).
+func (a *Accumulator) CommitWorkers(md *Model, alpha, dataTerm float64, workers int) {
 	if md.N != a.N || md.M != a.M || md.U != a.U || md.Tie != a.Tie {
 		panic("factor: Commit: accumulator and model differ in shape")
 	}
 	md.ensure32()
-	n, m := a.N, a.M
+	n := a.N
+	if n*a.M < commitParallelMin {
+		workers = 1
+	}
+	workers = max(1, min(workers, n))
+	var wg sync.WaitGroup
+	for w := 1; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.commitRows(md, alpha, w*n/workers, (w+1)*n/workers)
+		}()
+	}
+	a.commitRows(md, alpha, 0, n/workers)
+	wg.Wait()
+	a.RecordPass(md, dataTerm)
+}
+
+// commitRows commits rows [lo, hi) of every block of D and K (Commit).
+func (a *Accumulator) commitRows(md *Model, alpha float64, lo, hi int) {
+	m := a.M
 	for b, d := range md.D {
 		dh, x := a.Dh[b], a.X[b]
-		for i := 0; i < n; i++ {
+		for i := lo; i < hi; i++ {
 			row := d[i*m : i*m+m]
 			CommitRow(row, dh[i*m:i*m+m], x[i], alpha)
 			if md.Precision == Float32 && x[i] > 0 {
@@ -702,11 +766,10 @@ func (a *Accumulator) Commit(md *Model, alpha, dataTerm float64) {
 	for b, kt := range md.KT {
 		var k32 []float32
 		if md.Precision == Float32 {
-			k32 = md.kt32[b]
+			k32 = md.kt32[b][lo*m : hi*m]
 		}
-		commitKRows(kt, a.KhT[b], a.Y[b], m, alpha, k32)
+		commitKRows(kt[lo*m:hi*m], a.KhT[b][lo*m:hi*m], a.Y[b], m, alpha, k32)
 	}
-	a.RecordPass(md, dataTerm)
 }
 
 // CommitKRows commits rows of one K block (see Commit): kt and kh are the
@@ -735,12 +798,8 @@ func commitKRows(kt, kh, y []float64, m int, alpha float64, k32 []float32) {
 		}
 	}
 	for j := 0; j+m <= len(kt); j += m {
-		row, src := kt[j:j+m], kh[j:j+m]
-		for l := range row {
-			if f[l] != 0 {
-				row[l] = commitEntry(row[l], keep, f[l]*src[l])
-			}
-		}
+		row := kt[j : j+m]
+		commitEntries(row, kh[j:j+m], f, keep, true, false)
 		if k32 != nil {
 			round32Row(row, k32[j:j+m], false)
 		}

@@ -126,7 +126,7 @@ func benchIteration(b *testing.B, sz benchSize, m, workers int, withLL bool) {
 		if err := ps.Pass(ctx, md, blocks, acc, workers, withLL); err != nil {
 			b.Fatal(err)
 		}
-		acc.Commit(md, 1, dataTerm)
+		acc.CommitWorkers(md, 1, dataTerm, workers)
 	}
 	el := time.Since(start)
 	cpu1, cpuOK1 := processCPU()

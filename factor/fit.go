@@ -355,7 +355,7 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		} else if opts.Commit != nil {
 			opts.Commit(md, acc)
 		} else {
-			acc.Commit(md, alpha, dataTerm) // rounds a Float32 model itself
+			acc.CommitWorkers(md, alpha, dataTerm, opts.Workers) // rounds a Float32 model itself
 		}
 		if md.Precision == Float32 && opts.Commit != nil {
 			md.RoundFactors()

@@ -62,6 +62,14 @@ func widenAVX2(dst *float64, src *float32, n int)
 //go:noescape
 func round32AVX2(x *float64, x32 *float32, n int)
 
+// commitAVX2 is commitEntry over n entries of a row, n a positive
+// multiple of 4, in AVX2 (see kernel_amd64.s): f holds one factor per
+// entry (each = 1; an entry whose factor is 0 keeps its value) or one
+// for all (each = 0); floor = 1 applies EntryFloor.
+//
+//go:noescape
+func commitAVX2(row, src, f *float64, n int, keep float64, each, floor int)
+
 // logSumAVX512 adds v[q]·log(gs[q]) to *ll for q < 8·groups in order,
 // with math.Log's own operations eight lanes at a time (see
 // kernel_amd64.s), stopping before a group with an infinite or NaN g; it

@@ -500,6 +500,59 @@ next:
 	VZEROUPPER
 	RET
 
+// EntryFloor (accumulate.go) as a float64, for commitAVX2.
+DATA commitfloor<>+0(SB)/8, $0x20ca2fe76a3f9475
+GLOBL commitfloor<>(SB), RODATA|NOPTR, $8
+
+// func commitAVX2(row, src, f *float64, n int, keep float64, each, floor int)
+//
+// commitEntry for row[l], l in [0, n), n a positive multiple of 4:
+// row[l] = keep·row[l] + f_l·src[l], both products rounded before the
+// sum, then EntryFloor where the sum is below it, row[l] was positive
+// and floor is 1. With each = 1, f_l = f[l] and an entry whose f[l] is
+// 0 keeps its value (a row of K); with each = 0, f_l = f[0] for all l
+// (a row of D). Elementwise, so bitwise the scalar loop.
+TEXT ·commitAVX2(SB), NOSPLIT, $0-56
+	MOVQ row+0(FP), SI
+	MOVQ src+8(FP), DI
+	MOVQ f+16(FP), DX
+	MOVQ n+24(FP), CX
+	VBROADCASTSD keep+32(FP), Y7
+	MOVQ each+40(FP), R8
+	MOVQ floor+48(FP), R9
+	VBROADCASTSD commitfloor<>(SB), Y6
+	VXORPD Y5, Y5, Y5
+	VBROADCASTSD (DX), Y8
+	XORQ AX, AX
+centry:
+	VMOVUPD (SI)(AX*8), Y0 // v
+	VMOVAPD Y8, Y1
+	TESTQ R8, R8
+	JZ cf
+	VMOVUPD (DX)(AX*8), Y1 // f_l
+cf:
+	VMULPD (DI)(AX*8), Y1, Y2 // f_l·src
+	VMULPD Y0, Y7, Y3         // keep·v
+	VADDPD Y2, Y3, Y3         // w
+	TESTQ R9, R9
+	JZ cmask
+	VCMPPD $0x11, Y6, Y3, Y4 // w < floor
+	VCMPPD $0x1e, Y5, Y0, Y9 // v > 0
+	VANDPD Y9, Y4, Y4
+	VBLENDVPD Y4, Y6, Y3, Y3
+cmask:
+	TESTQ R8, R8
+	JZ cstore
+	VCMPPD $0x04, Y5, Y1, Y4 // f_l != 0
+	VBLENDVPD Y4, Y3, Y0, Y3
+cstore:
+	VMOVUPD Y3, (SI)(AX*8)
+	ADDQ $4, AX
+	CMPQ AX, CX
+	JLT centry
+	VZEROUPPER
+	RET
+
 // Offsets of colArgs' fields (kernel_amd64.go; TestColArgsLayout).
 #define CA_KT 0
 #define CA_KH 8

@@ -31,6 +31,10 @@ func round32AVX2(x *float64, x32 *float32, n int) {
 	panic("factor: round32AVX2 without AVX2")
 }
 
+func commitAVX2(row, src, f *float64, n int, keep float64, each, floor int) {
+	panic("factor: commitAVX2 without AVX2")
+}
+
 func runColsAVX2(a *colArgs) {
 	panic("factor: runColsAVX2 without AVX2")
 }

@@ -377,3 +377,108 @@ func TestLogSumMatchesMathLog(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitEntriesAVX2: the AVX2 commit of a row (commitAVX2) is
+// bitwise the scalar commitEntry loop, for rows of D (one factor) and of
+// K (a factor per entry, zeros keeping their entry), plain EM (keep 0)
+// and learning rates below 1 (the floor), on random magnitudes, zeros,
+// subnormals, entries that fall below EntryFloor and non-finite values.
+func TestCommitEntriesAVX2(t *testing.T) {
+	if !useAVX2() {
+		t.Log("no AVX2 on this machine (or -tags purego): both paths are Go")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	val := func(k int) float64 {
+		switch k % 9 {
+		case 0:
+			return 0
+		case 1:
+			return EntryFloor * rng.Float64() * 2
+		case 2:
+			return math.Ldexp(rng.Float64(), -1060) // subnormal
+		case 3:
+			return math.Ldexp(rng.Float64(), -140-rng.IntN(40))
+		case 4:
+			if rng.IntN(50) == 0 {
+				return []float64{math.Inf(1), math.NaN()}[rng.IntN(2)]
+			}
+		}
+		return math.Ldexp(rng.Float64(), -rng.IntN(60))
+	}
+	const n = 4096
+	row, src, f := make([]float64, n), make([]float64, n), make([]float64, n)
+	for k := range row {
+		row[k], src[k], f[k] = val(k), val(k+rng.IntN(9)), val(k+rng.IntN(9))
+	}
+	floors := 0
+	for _, keep := range []float64{0, 0.5, 0.999, 1 - 1e-12} {
+		for _, each := range []bool{false, true} {
+			for _, m := range []int{4, 8, 32, 12, 64} {
+				fast, slow := slices.Clone(row), slices.Clone(row)
+				for lo := 0; lo+m <= n; lo += m {
+					fl := f[lo:]
+					if !each {
+						fl = f[lo : lo+1]
+					}
+					commitEntries(fast[lo:lo+m], src[lo:lo+m], fl, keep, each, false)
+					commitEntries(slow[lo:lo+m], src[lo:lo+m], fl, keep, each, true)
+				}
+				for k := range fast {
+					if math.Float64bits(fast[k]) != math.Float64bits(slow[k]) {
+						t.Fatalf("keep %v each %v m %d: entry %d (v %v, src %v, f %v): AVX2 %v, scalar %v",
+							keep, each, m, k, row[k], src[k], f[k], fast[k], slow[k])
+					}
+					if slow[k] == EntryFloor && row[k] != EntryFloor {
+						floors++
+					}
+				}
+			}
+		}
+	}
+	if floors == 0 {
+		t.Fatal("no entry was floored: the cases miss the floor")
+	}
+}
+
+// TestCommitWorkersBitwise: a commit split among goroutines
+// (CommitWorkers) writes bitwise the model one goroutine writes, for tie
+// modes with several D and K blocks, learning rates below 1, float32
+// models and a model large enough that the rows are really split.
+func TestCommitWorkersBitwise(t *testing.T) {
+	const n, m, u = 2500, 32, 2 // n·m ≥ commitParallelMin
+	if n*m < commitParallelMin {
+		t.Fatalf("n·m = %d: below commitParallelMin, the split is never taken", n*m)
+	}
+	for _, tie := range []Tie{TieNone, TieSharedD, TieSharedK} {
+		for _, prec := range []Precision{Float64, Float32} {
+			for _, alpha := range []float64{1, 0.4} {
+				blocks := RandomCounts(n, u, 15, 4, 5)
+				md := NewRandom(n, m, u, tie, 6)
+				md.SetPrecision(prec)
+				acc := NewAccumulator(md)
+				if err := Pass(context.Background(), md, blocks, acc, 1, true); err != nil {
+					t.Fatal(err)
+				}
+				want := md.Clone()
+				acc.Commit(want, alpha, 0)
+				for _, w := range []int{2, 3, 7} {
+					got := md.Clone()
+					acc.CommitWorkers(got, alpha, 0, w)
+					for b := range want.D {
+						if !bitsEqual(got.D[b], want.D[b]) {
+							t.Fatalf("tie %v %v alpha %v workers %d: D block %d differs", tie, prec, alpha, w, b)
+						}
+					}
+					for b := range want.KT {
+						if !bitsEqual(got.KT[b], want.KT[b]) {
+							t.Fatalf("tie %v %v alpha %v workers %d: K block %d differs", tie, prec, alpha, w, b)
+						}
+						if prec == Float32 && !slices.Equal(got.kt32[b], want.kt32[b]) {
+							t.Fatalf("tie %v alpha %v workers %d: float32 K block %d differs", tie, alpha, w, b)
+						}
+					}
+				}
+			}
+		}
+	}
+}

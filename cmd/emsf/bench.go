@@ -101,7 +101,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 				if err := ps.Pass(ctx, md, blocks, acc, w, withLL); err != nil {
 					return err
 				}
-				acc.Commit(md, 1, 0) // rounds a float32 model too
+				acc.CommitWorkers(md, 1, 0, w) // rounds a float32 model too
 				times = append(times, time.Since(t0))
 			}
 			med := median(times).Seconds()
