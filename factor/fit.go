@@ -36,6 +36,8 @@ type Passer struct {
 	// mergePartials: on several goroutines, compute partials and merge
 	// them even where the plan allows the pipeline (tests of both paths).
 	mergePartials bool
+	// bal balances the pipeline's stages from pass to pass.
+	bal stageBalance
 }
 
 // Pass is the function Pass with p's memory.

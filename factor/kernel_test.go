@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -242,8 +243,18 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 				for _, run := range []struct {
 					workers       int
 					pureGo, merge bool
-				}{{1, false, false}, {1, true, false}, {2, false, false}, {3, false, false}, {2, false, true}} {
+					share         []float64 // the pipeline's first column shares
+				}{
+					{1, false, false, nil}, {1, true, false, nil}, {2, false, false, nil}, {3, false, false, nil}, {2, false, true, nil},
+					{2, false, false, []float64{0.97, 0.03}}, {2, false, false, []float64{0.01, 0.99}},
+					{3, false, false, []float64{0.1, 0.05, 0.85}}, {3, false, false, []float64{0.6, 0.3, 0.1}},
+				} {
 					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}, mergePartials: run.merge}
+					if run.share != nil {
+						// Skewed splits (the balance moves them after the
+						// first pass): the sums are the same for any.
+						ps.bal = stageBalance{n: tc.n, share: slices.Clone(run.share)}
+					}
 					acc := NewAccumulator(md)
 					// Twice: the second pass reuses the Passer's buffers.
 					for range 2 {
@@ -251,7 +262,7 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d workers=%d pureGo=%v merge=%v", tc.n, tc.m, tie, groupNNZ, run.workers, run.pureGo, run.merge)
+					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d workers=%d pureGo=%v merge=%v share=%v", tc.n, tc.m, tie, groupNNZ, run.workers, run.pureGo, run.merge, run.share)
 					for b := range acc.KhT {
 						if !bitsEqual(acc.KhT[b], want.KhT[b]) || !bitsEqual(acc.Y[b], want.Y[b]) {
 							t.Fatalf("%s: K block %d differs from the merged partials'", name, b)
@@ -480,5 +491,43 @@ func TestCommitWorkersBitwise(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestStageBalance: the pipeline's column shares start equal, move
+// towards the stage that was faster per column, halfway each pass, keep
+// every stage a floor, and give splits that ascend from 0 to n.
+func TestStageBalance(t *testing.T) {
+	var b stageBalance
+	split := b.splits(1000, 2)
+	if !slices.Equal(split, []int32{0, 500, 1000}) {
+		t.Fatalf("first splits %v, want [0 500 1000]", split)
+	}
+	// Stage 0 took three times as long for its half: its rate is 3x, so
+	// balanced it would have a quarter; halfway from a half is 3/8.
+	b.update(split, []time.Duration{3 * time.Millisecond, time.Millisecond})
+	if math.Abs(b.share[0]-0.375) > 1e-12 || math.Abs(b.share[0]+b.share[1]-1) > 1e-12 {
+		t.Fatalf("shares %v after a 3:1 pass, want [0.375 0.625]", b.share)
+	}
+	if split = b.splits(1000, 2); !slices.Equal(split, []int32{0, 375, 1000}) {
+		t.Fatalf("splits %v, want [0 375 1000]", split)
+	}
+	// A stage that takes forever keeps a floor of a tenth of an equal share.
+	for range 40 {
+		b.update(b.splits(1000, 2), []time.Duration{time.Hour, time.Nanosecond})
+	}
+	if b.share[0] < 0.045 || b.share[0] > 0.06 {
+		t.Fatalf("share %v of a stage 10^12 times slower, want about the floor 0.05", b.share[0])
+	}
+	// No measure (a stage with no time or no columns) changes nothing.
+	before := slices.Clone(b.share)
+	b.update(b.splits(1000, 2), []time.Duration{0, time.Second})
+	if !slices.Equal(b.share, before) {
+		t.Fatalf("shares moved without a measure: %v -> %v", before, b.share)
+	}
+	// Three stages; a new n or stage count starts equal again.
+	split = b.splits(10, 3)
+	if !slices.Equal(split, []int32{0, 3, 6, 10}) {
+		t.Fatalf("splits for n = 10, 3 stages: %v", split)
 	}
 }
