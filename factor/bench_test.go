@@ -262,6 +262,50 @@ func TestBenchDataDump(t *testing.T) {
 	t.Logf("wrote %s: n=%d nnz=%d Σc=%v", *benchDump, sz.n, nnz, TotalCount(blocks))
 }
 
+// BenchmarkCommit times Accumulator.CommitWorkers alone on the
+// statistics of one pass (medium: n = 20 000, m = 32), in the scalar
+// rule (pureGo: what Commit was before commitAVX2) and in AVX2 on one and
+// two goroutines. The commit after a real pass also pays for statistics
+// that lie in another core's cache (BenchmarkIteration). Run with
+//
+//	go test -run NONE -bench BenchmarkCommit ./factor/
+func BenchmarkCommit(b *testing.B) {
+	sz := benchSizes[1]
+	blocks := benchBlocks(sz)
+	md := NewRandom(sz.n, 32, 1, TieNone, benchSeed)
+	acc := NewAccumulator(md)
+	if err := Pass(context.Background(), md, blocks, acc, 1, false); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		workers int
+		pureGo  bool
+	}{{"scalar", 1, true}, {"avx2/workers=1", 1, false}, {"avx2/workers=2", 2, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			next := md.Clone()
+			for b.Loop() {
+				if c.pureGo {
+					// Commit's arithmetic in the scalar loop, row by row.
+					for i := range sz.n {
+						fs := [1]float64{1 / acc.X[0][i]}
+						commitEntries(next.D[0][i*32:i*32+32], acc.Dh[0][i*32:i*32+32], fs[:], 0, false, true)
+					}
+					f := make([]float64, 32)
+					for l := range f {
+						f[l] = 1 / acc.Y[0][l]
+					}
+					for j := range sz.n {
+						commitEntries(next.KT[0][j*32:j*32+32], acc.KhT[0][j*32:j*32+32], f, 0, true, true)
+					}
+					continue
+				}
+				acc.CommitWorkers(next, 1, 0, c.workers)
+			}
+		})
+	}
+}
+
 // BenchmarkMerge times the reduce of one pass's partials (computed once)
 // into an accumulator: "leftfold" is the order before tree-v1
 // (Accumulator.Merge in block order), "tree-G" the canonical order with G
