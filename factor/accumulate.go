@@ -307,18 +307,45 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 // finishBlock ends block b's pass once every column ran: it checks g,
 // sums the loglik when asked, and fills p.X, p.SumX, p.Y and p.LogLik.
 func finishBlock(b *Block, ci *colIndex, s *Scratch, p *Partial, withLogLik bool) error {
-	m := len(p.Y)
-	gs := s.gs
-	// Checks and logarithms in the pass's (column-major) order; row sums
-	// in storage (row-major) order.
-	bad := false
+	var t termSum
+	t.add(ci, s, withLogLik, len(ci.vals))
+	return t.finish(b, ci, s, p, withLogLik)
+}
+
+// termSum checks the g of a block's terms and sums their loglik in the
+// pass's (column-major) order, a range of terms at a time: the stages of
+// a pipelined pass each add the terms of their columns, continuing the
+// previous stage's sum, so the sum is the one-goroutine sum bitwise
+// while each stage reads the g it has just written.
+type termSum struct {
+	done int     // terms [0, done) added
+	ll   float64 // Σ v·log(g) over them, in order
+	bad  bool    // some g among them is not > 0
+}
+
+// add adds terms [t.done, end).
+func (t *termSum) add(ci *colIndex, s *Scratch, withLogLik bool, end int) {
+	gs := s.gs[t.done:end]
 	for _, g := range gs {
 		if !(g > 0) {
-			bad = true
+			t.bad = true
 			break
 		}
 	}
-	if bad {
+	if withLogLik && !t.bad {
+		t.ll = logSum(t.ll, gs, ci.vals[t.done:end], s.pureGo)
+	}
+	t.done = end
+}
+
+// finish ends the block's pass once every term was added (finishBlock).
+func (t *termSum) finish(b *Block, ci *colIndex, s *Scratch, p *Partial, withLogLik bool) error {
+	m := len(p.Y)
+	if t.done != len(ci.vals) {
+		panic("factor: block finished before every term was summed")
+	}
+	if t.bad {
+		gs := s.gs
 		for c, j := range ci.cols {
 			for q := ci.ptr[c]; q < ci.ptr[c+1]; q++ {
 				if g := gs[q]; !(g > 0) {
@@ -326,11 +353,6 @@ func finishBlock(b *Block, ci *colIndex, s *Scratch, p *Partial, withLogLik bool
 				}
 			}
 		}
-	}
-	ll := 0.0
-	if withLogLik {
-		// Column by column is position by position.
-		ll = logSum(gs, ci.vals, s.pureGo)
 	}
 	copy(p.X, ci.x)
 	p.SumX = ci.sumX
@@ -340,20 +362,20 @@ func finishBlock(b *Block, ci *colIndex, s *Scratch, p *Partial, withLogLik bool
 		}
 	}
 	if withLogLik {
-		p.LogLik = ll
+		p.LogLik = t.ll
 	} else {
 		p.LogLik = math.NaN()
 	}
 	return nil
 }
 
-// logSum returns Σ v_q·log(g_q), summed in order, for positive g (each
-// product rounded before it is added: float64(...) forbids a fused
-// multiply-add). With AVX-512 the logarithms and products run eight at a
-// time, bitwise those of math.Log on amd64 (logSumAVX512); pureGo (tests)
-// keeps the scalar loop.
-func logSum(g, v []float64, pureGo bool) float64 {
-	ll, q := 0.0, 0
+// logSum returns ll + Σ v_q·log(g_q), each term added in order, for
+// positive g (each product rounded before it is added: float64(...)
+// forbids a fused multiply-add). With AVX-512 the logarithms and products
+// run eight at a time, bitwise those of math.Log on amd64
+// (logSumAVX512); pureGo (tests) keeps the scalar loop.
+func logSum(ll float64, g, v []float64, pureGo bool) float64 {
+	q := 0
 	if !pureGo && useLogAVX512() {
 		for len(g)-q >= 8 {
 			q += 8 * logSumAVX512(&ll, &g[q], &v[q], (len(g)-q)/8)

@@ -373,7 +373,7 @@ func TestLogSumMatchesMathLog(t *testing.T) {
 		}
 		grp[i%8] = x
 		v[i%8] = 1
-		if got, want := logSum(grp, v, false), math.Log(x); math.Float64bits(got) != math.Float64bits(want) {
+		if got, want := logSum(0, grp, v, false), math.Log(x); math.Float64bits(got) != math.Float64bits(want) {
 			t.Fatalf("log(%v) = %v (%#x), math.Log gives %v (%#x)", x, got, math.Float64bits(got), want, math.Float64bits(want))
 		}
 	}
@@ -383,7 +383,7 @@ func TestLogSumMatchesMathLog(t *testing.T) {
 		v[q] = float64(1 + r.IntN(9))
 	}
 	for _, off := range []int{0, 1, 7, 8, 13} {
-		if got, want := logSum(g[off:], v[off:], false), scalar(g[off:], v[off:]); math.Float64bits(got) != math.Float64bits(want) {
+		if got, want := logSum(0, g[off:], v[off:], false), scalar(g[off:], v[off:]); math.Float64bits(got) != math.Float64bits(want) {
 			t.Fatalf("offset %d: sum %v, scalar %v", off, got, want)
 		}
 	}

@@ -37,6 +37,8 @@ type stageSlot struct {
 	err error
 	s   Scratch
 	p   Partial
+	// sum has the terms of the stages so far checked and summed.
+	sum termSum
 }
 
 // pipeline runs a pass on workers ≥ 2 goroutines as a pipeline over
@@ -115,11 +117,15 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 				return
 			}
 			t0 := time.Now()
-			sl.pos = pos
+			sl.pos, sl.sum = pos, termSum{}
 			sl.ci, sl.err = prepare(md, blocks[k], &sl.s, &sl.p, true)
 			if sl.err == nil {
 				lo, hi := span(sl.ci, 0)
 				sl.err = runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[pos])
+				if sl.err == nil {
+					// The g of these terms are in this core's cache.
+					sl.sum.add(sl.ci, &sl.s, withLogLik, int(sl.ci.ptr[hi]))
+				}
 			}
 			busy[0] += time.Since(t0)
 			// The slot is the next stage's once sent: read err before.
@@ -137,6 +143,9 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 					t0 := time.Now()
 					lo, hi := span(sl.ci, w)
 					sl.err = runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[sl.pos])
+					if sl.err == nil {
+						sl.sum.add(sl.ci, &sl.s, withLogLik, int(sl.ci.ptr[hi]))
+					}
 					busy[w] += time.Since(t0)
 				}
 				if err := sl.err; !send(link[w], sl) || err != nil {
@@ -171,7 +180,8 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 		if err := runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[sl.pos]); err != nil {
 			return err
 		}
-		if err := finishBlock(blocks[k], sl.ci, &sl.s, &sl.p, withLogLik); err != nil {
+		sl.sum.add(sl.ci, &sl.s, withLogLik, len(sl.ci.vals))
+		if err := sl.sum.finish(blocks[k], sl.ci, &sl.s, &sl.p, withLogLik); err != nil {
 			return err
 		}
 		if err := checkComputed(&sl.p); err != nil {
