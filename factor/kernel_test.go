@@ -214,16 +214,25 @@ func TestMergeCheckedSplitsMerge(t *testing.T) {
 // and of several nonzeros per block.
 func TestFusedPassMatchesMerge(t *testing.T) {
 	ctx := context.Background()
-	for _, tc := range []struct{ n, m, perRow, blockNNZ int }{
-		{60, 5, 7, 28}, {300, 8, 20, 740}, {2000, 32, 9, 1350}, {500, 12, 40, 20000},
+	for _, tc := range []struct {
+		n, m, perRow, blockNNZ int
+		gaps                   bool // every fifth state without data
+	}{
+		{60, 5, 7, 28, false}, {300, 8, 20, 740, false}, {2000, 32, 9, 1350, false}, {500, 12, 40, 20000, false},
+		{300, 8, 20, 740, true}, {2000, 32, 9, 1350, true},
 	} {
 		mats := RandomCounts(tc.n, 2, tc.perRow, 5, uint64(tc.n))
 		var blocks []*Block
 		for _, mat := range mats {
+			if tc.gaps {
+				// Blocks whose rows are not consecutive states.
+				mat = withoutRows(t, mat, func(i int32) bool { return i%5 == 3 })
+			}
 			blocks = append(blocks, splitBlock(mat, tc.blockNNZ)...)
 		}
 		for _, tie := range []Tie{TieNone, TieSharedK, TieSharedD} {
 			md := NewRandom(tc.n, tc.m, 2, tie, 3)
+			orig := md.Clone()
 			for _, groupNNZ := range []int{0, 50} {
 				want := NewAccumulator(md)
 				var r Reducer
@@ -275,6 +284,10 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 					}
 					if !bitsEqual([]float64{acc.LogLik, acc.SumX}, []float64{want.LogLik, want.SumX}) || acc.NNZ != want.NNZ {
 						t.Fatalf("%s: scalars %v %v %d, want %v %v %d", name, acc.LogLik, acc.SumX, acc.NNZ, want.LogLik, want.SumX, want.NNZ)
+					}
+					// A pass reads the model; it never writes it.
+					if !md.Equal(orig) {
+						t.Fatalf("%s: the pass changed the model", name)
 					}
 				}
 			}
@@ -530,4 +543,24 @@ func TestStageBalance(t *testing.T) {
 	if !slices.Equal(split, []int32{0, 3, 6, 10}) {
 		t.Fatalf("splits for n = 10, 3 stages: %v", split)
 	}
+}
+
+// withoutRows returns b without the rows i for which drop(i) holds.
+func withoutRows(t *testing.T, b *Block, drop func(i int32) bool) *Block {
+	t.Helper()
+	var rows, cols []int32
+	var vals []float64
+	for r, i := range b.Rows {
+		if drop(i) {
+			continue
+		}
+		for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+			rows, cols, vals = append(rows, i), append(cols, b.Cols[q]), append(vals, b.Vals[q])
+		}
+	}
+	out, err := NewBlock(b.Action, rows, cols, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
