@@ -66,10 +66,16 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 	// spent on blocks, which moves the splits for the next pass.
 	split := ps.bal.splits(md.N, workers)
 	busy := make([]time.Duration, workers)
-	span := func(ci *colIndex, w int) (int, int) {
-		lo, _ := slices.BinarySearch(ci.cols, split[w])
-		hi, _ := slices.BinarySearch(ci.cols, split[w+1])
-		return lo, hi
+	// stage runs stage w's columns of a slot's block and checks and sums
+	// their terms (the g it has just written are in this core's cache).
+	stage := func(sl *stageSlot, w int) error {
+		lo, _ := slices.BinarySearch(sl.ci.cols, split[w])
+		hi, _ := slices.BinarySearch(sl.ci.cols, split[w+1])
+		if err := runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[sl.pos]); err != nil {
+			return err
+		}
+		sl.sum.add(sl.ci, &sl.s, withLogLik, int(sl.ci.ptr[hi]))
+		return nil
 	}
 	// Two slots per stage keep every stage busy while the next one works.
 	nslots := 2 * workers
@@ -120,12 +126,7 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 			sl.pos, sl.sum = pos, termSum{}
 			sl.ci, sl.err = prepare(md, blocks[k], &sl.s, &sl.p, true)
 			if sl.err == nil {
-				lo, hi := span(sl.ci, 0)
-				sl.err = runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[pos])
-				if sl.err == nil {
-					// The g of these terms are in this core's cache.
-					sl.sum.add(sl.ci, &sl.s, withLogLik, int(sl.ci.ptr[hi]))
-				}
+				sl.err = stage(sl, 0)
 			}
 			busy[0] += time.Since(t0)
 			// The slot is the next stage's once sent: read err before.
@@ -141,11 +142,7 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 			for sl := range link[w-1] {
 				if sl.err == nil {
 					t0 := time.Now()
-					lo, hi := span(sl.ci, w)
-					sl.err = runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[sl.pos])
-					if sl.err == nil {
-						sl.sum.add(sl.ci, &sl.s, withLogLik, int(sl.ci.ptr[hi]))
-					}
+					sl.err = stage(sl, w)
 					busy[w] += time.Since(t0)
 				}
 				if err := sl.err; !send(link[w], sl) || err != nil {
@@ -176,11 +173,10 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 		}
 		t0 := time.Now()
 		k := order[sl.pos]
-		lo, hi := span(sl.ci, last)
-		if err := runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[sl.pos]); err != nil {
+		// The last stage's columns end the block: every term is summed.
+		if err := stage(sl, last); err != nil {
 			return err
 		}
-		sl.sum.add(sl.ci, &sl.s, withLogLik, len(sl.ci.vals))
 		if err := sl.sum.finish(blocks[k], sl.ci, &sl.s, &sl.p, withLogLik); err != nil {
 			return err
 		}
