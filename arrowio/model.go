@@ -362,7 +362,7 @@ func (r *modelReader) record(rec arrow.Record) error {
 }
 
 func (r *modelReader) parquet(ra parquet.ReaderAtSeeker, size int64, mem memory.Allocator) error {
-	rr, md, err := openParquet(context.Background(), ra, capAllocator(mem, size), 1<<16)
+	rr, md, err := openParquet(context.Background(), ra, size, capAllocator(mem, size), 1<<16)
 	if err != nil {
 		return err
 	}

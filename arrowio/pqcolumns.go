@@ -3,6 +3,7 @@ package arrowio
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/parquet"
@@ -86,7 +87,7 @@ func pqKinds(fr *pqarrow.FileReader, leaves []int) ([]pqKind, bool) {
 // null (-1: none yet).
 type pqColumn struct {
 	kind pqKind
-	cr   file.ColumnChunkReader
+	cr   pqReader // of the row group being read
 	i32  []int32
 	i64  []int64
 	f64  []float64
@@ -95,11 +96,18 @@ type pqColumn struct {
 	leaf int
 }
 
+// pqReader reads one column chunk: parquet's typed column chunk reader,
+// or pqPages.
+type pqReader interface {
+	HasNext() bool
+	Err() error
+}
+
 // pqColumns reads the leaf columns leaves of rdr (state, action, next
 // state and, if read, count, in that order), of kinds as pqKinds says,
 // into batches of s.batchRows rows across row groups, as pqarrow's record
 // reader cuts them.
-func (s *scan) pqColumns(ctx context.Context, rdr *file.Reader, leaves []int, kinds []pqKind) error {
+func (s *scan) pqColumns(ctx context.Context, rdr *file.Reader, ra io.ReaderAt, size int64, leaves []int, kinds []pqKind) error {
 	cols := make([]pqColumn, len(leaves))
 	for k := range cols {
 		c := &cols[k]
@@ -123,11 +131,9 @@ func (s *scan) pqColumns(ctx context.Context, rdr *file.Reader, leaves []int, ki
 	for g := range rdr.NumRowGroups() {
 		rg := rdr.RowGroup(g)
 		for k := range cols {
-			cr, err := pqColumnReader(rg, cols[k].leaf)
-			if err != nil {
+			if err := s.pqOpen(&cols[k], rdr, rg, ra, size); err != nil {
 				return s.corrupt("Parquet file", err)
 			}
-			cols[k].cr = cr
 		}
 		for left := rg.NumRows(); left > 0; {
 			m := int(min(left, int64(s.batchRows-n)))
@@ -158,6 +164,52 @@ func (s *scan) pqColumns(ctx context.Context, rdr *file.Reader, leaves []int, ki
 		return s.pqFlush(ctx, cols, n)
 	}
 	return nil
+}
+
+// pqOpen readies column c of row group rg for reading: with pqPages
+// where it reads the chunk, else with parquet's reader. Errors come back
+// as *decodeError.
+func (s *scan) pqOpen(c *pqColumn, rdr *file.Reader, rg *file.RowGroupReader, ra io.ReaderAt, size int64) error {
+	lib := func() (file.ColumnChunkReader, error) { return pqColumnReader(rg, c.leaf) }
+	start, end, values, ok := pqChunk(rdr.MetaData(), rg, c.leaf, size)
+	if !ok || s.libraryPages {
+		cr, err := lib()
+		c.cr = cr
+		return err
+	}
+	if s.handOvers != nil {
+		open := lib
+		lib = func() (file.ColumnChunkReader, error) {
+			*s.handOvers++
+			return open()
+		}
+	}
+	optional := c.def != nil
+	switch c.kind {
+	case pqInt32:
+		c.cr = newPQPages(ra, start, end, values, optional, pqOpenLibrary[int32](lib))
+	case pqInt64:
+		c.cr = newPQPages(ra, start, end, values, optional, pqOpenLibrary[int64](lib))
+	default:
+		c.cr = newPQPages(ra, start, end, values, optional, pqOpenLibrary[float64](lib))
+	}
+	return nil
+}
+
+// pqOpenLibrary returns a function that opens parquet's reader of a chunk
+// of T values with open.
+func pqOpenLibrary[T pqValue](open func() (file.ColumnChunkReader, error)) func() (pqLibrary[T], error) {
+	return func() (pqLibrary[T], error) {
+		cr, err := open()
+		if err != nil {
+			return nil, err
+		}
+		lib, ok := cr.(pqLibrary[T])
+		if !ok {
+			return nil, &decodeError{fmt.Errorf("column %s: parquet reads it as %s", cr.Descriptor().Name(), cr.Type())}
+		}
+		return lib, nil
+	}
 }
 
 // pqColumnReader opens column leaf of a row group. Errors come back as
@@ -193,7 +245,7 @@ func (s *scan) pqBatch(cols []pqColumn, n int) {
 	b := &s.b
 	b.State, b.Action, b.Next = grow(b.State, s.batchRows), grow(b.Action, s.batchRows), grow(b.Next, s.batchRows)
 	if !s.noCount {
-		b.Count = growF(b.Count, s.batchRows)
+		b.Count = grow(b.Count, s.batchRows)
 	}
 	for k := range cols {
 		cols[k].null = -1
@@ -222,11 +274,11 @@ func (s *scan) pqRead(c *pqColumn, k, n, m int) (err error) {
 			if k <= colNext {
 				dst = *[colNext + 1]*[]int32{&s.b.State, &s.b.Action, &s.b.Next}[k]
 			}
-			levels, values, err = c.cr.(*file.Int32ColumnChunkReader).ReadBatch(int64(m), dst[n:n+m], def, nil)
+			levels, values, err = c.cr.(pqBatches[int32]).ReadBatch(int64(m), dst[n:n+m], def, nil)
 		case c.kind == pqInt64:
-			levels, values, err = c.cr.(*file.Int64ColumnChunkReader).ReadBatch(int64(m), c.i64[n:n+m], def, nil)
+			levels, values, err = c.cr.(pqBatches[int64]).ReadBatch(int64(m), c.i64[n:n+m], def, nil)
 		default:
-			levels, values, err = c.cr.(*file.Float64ColumnChunkReader).ReadBatch(int64(m), s.b.Count[n:n+m], def, nil)
+			levels, values, err = c.cr.(pqBatches[float64]).ReadBatch(int64(m), s.b.Count[n:n+m], def, nil)
 		}
 		if err != nil {
 			return &decodeError{err}

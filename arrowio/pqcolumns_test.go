@@ -118,7 +118,7 @@ func readsColumns(t *testing.T, data []byte, opts ReadOptions) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fr, _, _, err := openParquetFile(bytes.NewReader(data), memory.NewGoAllocator(), s.batchRows)
+	fr, _, _, err := openParquetFile(bytes.NewReader(data), int64(len(data)), memory.NewGoAllocator(), s.batchRows)
 	if err != nil {
 		t.Fatal(err)
 	}

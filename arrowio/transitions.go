@@ -70,6 +70,12 @@ type ReadOptions struct {
 	// libraryParquet: read Parquet with pqarrow's record reader, never
 	// with pqColumns (tests compare the two).
 	libraryParquet bool
+	// libraryPages: read Parquet's column chunks with parquet's column
+	// chunk readers, never with pqPages (tests compare the two).
+	libraryPages bool
+	// handOvers, when not nil, counts the column chunks that pqPages
+	// handed to parquet's reader (tests).
+	handOvers *int
 }
 
 // TransitionBatch is a run of consecutive rows of transitions input. The
@@ -294,6 +300,8 @@ type scan struct {
 	chunkBytes     int
 	libraryIPC     bool
 	libraryParquet bool
+	libraryPages   bool
+	handOvers      *int
 	mem            memory.Allocator
 	fn             func(*TransitionBatch) error
 	b              TransitionBatch
@@ -312,6 +320,7 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 	s.chunkBytes = cmpOr(o.chunkBytes, csvChunkBytes)
 	s.libraryIPC = o.libraryIPC
 	s.libraryParquet = o.libraryParquet
+	s.libraryPages, s.handOvers = o.libraryPages, o.handOvers
 	if s.mem == nil {
 		s.mem = memory.NewGoAllocator()
 	}

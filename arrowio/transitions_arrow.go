@@ -54,7 +54,7 @@ func (s *scan) ipc(ctx context.Context, src ipcSource) error {
 // parquet reads a Parquet file of size bytes.
 func (s *scan) parquet(ctx context.Context, ra parquet.ReaderAtSeeker, size int64) error {
 	mem := capAllocator(s.mem, size)
-	fr, total, _, err := openParquetFile(ra, mem, s.batchRows)
+	fr, total, _, err := openParquetFile(ra, size, mem, s.batchRows)
 	if err != nil {
 		return s.corrupt("Parquet file", err)
 	}
@@ -63,7 +63,7 @@ func (s *scan) parquet(ctx context.Context, ra parquet.ReaderAtSeeker, size int6
 		return err
 	}
 	if kinds, ok := pqKinds(fr, leaves); ok && !s.libraryParquet {
-		err = s.pqColumns(ctx, fr.ParquetReader(), leaves, kinds)
+		err = s.pqColumns(ctx, fr.ParquetReader(), ra, size, leaves, kinds)
 	} else {
 		err = s.pqRecords(ctx, fr, leaves)
 	}
@@ -139,8 +139,8 @@ func (s *scan) leaves(sm *pqarrow.SchemaManifest) ([]int, error) {
 // openParquet opens a Parquet file and a record reader of all its
 // columns; it also returns the key-value metadata of the file (which holds
 // the Arrow schema metadata). Decoding errors come back as *decodeError.
-func openParquet(ctx context.Context, ra parquet.ReaderAtSeeker, mem memory.Allocator, batchRows int) (rr pqarrow.RecordReader, md arrow.Metadata, err error) {
-	fr, _, md, err := openParquetFile(ra, mem, batchRows)
+func openParquet(ctx context.Context, ra parquet.ReaderAtSeeker, size int64, mem memory.Allocator, batchRows int) (rr pqarrow.RecordReader, md arrow.Metadata, err error) {
+	fr, _, md, err := openParquetFile(ra, size, mem, batchRows)
 	if err != nil {
 		return nil, md, err
 	}
@@ -148,18 +148,20 @@ func openParquet(ctx context.Context, ra parquet.ReaderAtSeeker, mem memory.Allo
 	return rr, md, err
 }
 
-// openParquetFile opens a Parquet file for pqarrow, reading in batches of
-// batchRows rows; it also returns the number of rows and the key-value
-// metadata of the file. Decoding errors come back as *decodeError.
-func openParquetFile(ra parquet.ReaderAtSeeker, mem memory.Allocator, batchRows int) (fr *pqarrow.FileReader, total int64, md arrow.Metadata, err error) {
+// openParquetFile opens a Parquet file of size bytes for pqarrow, reading
+// in batches of batchRows rows; it also returns the number of rows and the
+// key-value metadata of the file. Decoding errors come back as
+// *decodeError.
+func openParquetFile(ra parquet.ReaderAtSeeker, size int64, mem memory.Allocator, batchRows int) (fr *pqarrow.FileReader, total int64, md arrow.Metadata, err error) {
 	err = func() (err error) {
 		defer catch(&err)
 		// Stream each column chunk through a buffer instead of reading it
 		// whole: memory is then one buffer per column, whatever the size
-		// of the row groups.
+		// of the row groups; no larger than the file (the reader grows it
+		// if a page header needs more).
 		props := parquet.NewReaderProperties(mem)
 		props.BufferedStreamEnabled = true
-		props.BufferSize = 1 << 20
+		props.BufferSize = min(1<<20, max(size, 16<<10))
 		rdr, err := file.NewParquetReader(ra, file.WithReadProps(props))
 		if err != nil {
 			return err
@@ -307,7 +309,7 @@ func (s *scan) convert(rec arrow.Record, cols [numCols]int, lo, hi int) (err err
 	if s.noCount {
 		return nil // flush hands Count nil
 	}
-	b.Count = growF(b.Count, hi-lo)
+	b.Count = grow(b.Count, hi-lo)
 	if cols[colCount] < 0 {
 		for i := range b.Count {
 			b.Count[i] = 1
@@ -317,16 +319,9 @@ func (s *scan) convert(rec arrow.Record, cols [numCols]int, lo, hi int) (err err
 	return s.countColumn(rec.Column(cols[colCount]), lo, hi, b.Count, first)
 }
 
-func grow(x []int32, n int) []int32 {
+func grow[T any](x []T, n int) []T {
 	if cap(x) < n {
-		return make([]int32, n)
-	}
-	return x[:n]
-}
-
-func growF(x []float64, n int) []float64 {
-	if cap(x) < n {
-		return make([]float64, n)
+		return make([]T, n)
 	}
 	return x[:n]
 }
