@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"unsafe"
 
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/file"
@@ -484,29 +485,36 @@ func pqLiterals[T pqValue](dst, dict []T, b []byte, bit, w, lit int, next *int) 
 		dst[i] = dict[v]
 		bit += w
 	}
-	// Whole groups with 8-byte loads while they stay inside b; each value
-	// is at the same offset in every group.
-	a1, a2, a3, a4, a5, a6, a7 := w>>3, 2*w>>3, 3*w>>3, 4*w>>3, 5*w>>3, 6*w>>3, 7*w>>3
+	// Whole groups with 8-byte loads while they stay inside b (the test
+	// below: the last load starts at byte 7w/8 of the group's w); each
+	// value is at the same offset in every group. No bounds checks: the
+	// loads stay inside b, and the indices are checked against the
+	// dictionary's length before their values are read.
+	a1, a2, a3, a4, a5, a6, a7 := uintptr(w>>3), uintptr(2*w>>3), uintptr(3*w>>3), uintptr(4*w>>3), uintptr(5*w>>3), uintptr(6*w>>3), uintptr(7*w>>3)
 	s1, s2, s3, s4, s5, s6, s7 := w&7, 2*w&7, 3*w&7, 4*w&7, 5*w&7, 6*w&7, 7*w&7
-	le := binary.LittleEndian
-	for ; i+8 <= len(dst) && bit>>3+w+8 <= len(b); i += 8 {
-		g := b[bit>>3:]
-		g = g[:w+8]
-		v0 := le.Uint64(g) & mask
-		v1 := le.Uint64(g[a1:]) >> s1 & mask
-		v2 := le.Uint64(g[a2:]) >> s2 & mask
-		v3 := le.Uint64(g[a3:]) >> s3 & mask
-		v4 := le.Uint64(g[a4:]) >> s4 & mask
-		v5 := le.Uint64(g[a5:]) >> s5 & mask
-		v6 := le.Uint64(g[a6:]) >> s6 & mask
-		v7 := le.Uint64(g[a7:]) >> s7 & mask
-		if max(v0, v1, v2, v3, v4, v5, v6, v7) >= n {
-			return false
+	if len(b) >= 8 && len(dict) > 0 {
+		base, d0 := unsafe.Pointer(unsafe.SliceData(b)), unsafe.Pointer(unsafe.SliceData(dict))
+		size := unsafe.Sizeof(dict[0])
+		for ; i+8 <= len(dst) && bit>>3+w+8 <= len(b); i += 8 {
+			g := unsafe.Add(base, bit>>3)
+			v0 := pqLoad(g, 0) & mask
+			v1 := pqLoad(g, a1) >> s1 & mask
+			v2 := pqLoad(g, a2) >> s2 & mask
+			v3 := pqLoad(g, a3) >> s3 & mask
+			v4 := pqLoad(g, a4) >> s4 & mask
+			v5 := pqLoad(g, a5) >> s5 & mask
+			v6 := pqLoad(g, a6) >> s6 & mask
+			v7 := pqLoad(g, a7) >> s7 & mask
+			if max(v0, v1, v2, v3, v4, v5, v6, v7) >= n {
+				return false
+			}
+			o := dst[i : i+8 : i+8]
+			o[0], o[1] = *(*T)(unsafe.Add(d0, uintptr(v0)*size)), *(*T)(unsafe.Add(d0, uintptr(v1)*size))
+			o[2], o[3] = *(*T)(unsafe.Add(d0, uintptr(v2)*size)), *(*T)(unsafe.Add(d0, uintptr(v3)*size))
+			o[4], o[5] = *(*T)(unsafe.Add(d0, uintptr(v4)*size)), *(*T)(unsafe.Add(d0, uintptr(v5)*size))
+			o[6], o[7] = *(*T)(unsafe.Add(d0, uintptr(v6)*size)), *(*T)(unsafe.Add(d0, uintptr(v7)*size))
+			bit += 8 * w
 		}
-		o := dst[i : i+8 : i+8]
-		o[0], o[1], o[2], o[3] = dict[v0], dict[v1], dict[v2], dict[v3]
-		o[4], o[5], o[6], o[7] = dict[v4], dict[v5], dict[v6], dict[v7]
-		bit += 8 * w
 	}
 	for ; i < len(dst); i++ {
 		v := d.word(bit>>3) >> (bit & 7) & mask
@@ -518,6 +526,11 @@ func pqLiterals[T pqValue](dst, dict []T, b []byte, bit, w, lit int, next *int) 
 	}
 	*next = bit
 	return true
+}
+
+// pqLoad returns the 8 bytes at p+off, little-endian.
+func pqLoad(p unsafe.Pointer, off uintptr) uint64 {
+	return binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(p, off))[:])
 }
 
 // pqPageHeader is what pqPages reads of a page header (parquet.thrift's
