@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/memory"
+	"github.com/apache/arrow/go/v15/parquet"
 )
 
 // checkFuzzScan reads data and checks that the scan either fails with an
@@ -83,5 +85,34 @@ func FuzzScanArrowStream(f *testing.F) {
 	f.Add([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkFuzzScan(t, data, "fuzz.arrows", FormatArrowStream)
+	})
+}
+
+// FuzzScanParquet checks that a Parquet scan fails with an arrowio error
+// or delivers only valid rows, in bounded time (its first find: parquet's
+// column chunk reader looped forever on definition levels cut short; see
+// errOptionalPage; the seed testdata/fuzz/FuzzScanParquet/ae2b7ef6b55fb1e3
+// is that file), and that pqColumns and pqarrow's record reader both
+// fail or give the same rows.
+func FuzzScanParquet(f *testing.F) {
+	mem := memory.NewGoAllocator()
+	sizes := []int{30, 7, 100}
+	f.Add(encodeParquet(f, pqTestRecords(mem, sizes, "float64", false, nil)))
+	f.Add(encodeParquet(f, pqTestRecords(mem, sizes, "", false, nil), parquet.WithDictionaryDefault(false)))
+	f.Add(encodeParquet(f, pqTestRecords(mem, sizes, "int64", false, func(k, r int, s, a, n *int64, c *float64, null *bool) {
+		*null = k == 2 && r > 40
+	}), parquet.WithDataPageSize(64), parquet.WithDictionaryPageSizeLimit(64)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkFuzzScan(t, data, "fuzz.parquet", FormatParquet)
+		var got [2]*collected
+		var errs [2]error
+		for k, library := range []bool{false, true} {
+			got[k] = &collected{}
+			errs[k] = ScanTransitionsReader(context.Background(), bytes.NewReader(data), "fuzz.parquet", FormatParquet,
+				ReadOptions{BatchRows: 3, libraryParquet: library}, got[k].add)
+		}
+		if (errs[0] == nil) != (errs[1] == nil) || errs[0] == nil && !reflect.DeepEqual(got[0], got[1]) {
+			t.Fatalf("pqColumns: %v; pqarrow: %v (or different rows)", errs[0], errs[1])
+		}
 	})
 }

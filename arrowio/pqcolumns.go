@@ -81,6 +81,30 @@ func pqKinds(fr *pqarrow.FileReader, leaves []int) ([]pqKind, bool) {
 	return kinds, true
 }
 
+// pqOptionalPages reports whether pqPages reads every page of every chunk
+// of the optional columns among leaves, by their headers (see
+// errOptionalPage): pqColumns reads a file only then.
+func pqOptionalPages(rdr *file.Reader, ra io.ReaderAt, size int64, leaves []int) bool {
+	md := rdr.MetaData()
+	for _, leaf := range leaves {
+		if md.Schema.Column(leaf).MaxDefinitionLevel() == 0 {
+			continue
+		}
+		for g := range rdr.NumRowGroups() {
+			start, end, values, ok := pqChunk(md, rdr.RowGroup(g), leaf, size)
+			width := 4
+			if md.Schema.Column(leaf).PhysicalType() != parquet.Types.Int32 {
+				width = 8
+			}
+			p := &pqPages[int32]{ra: ra, off: start, end: end, left: values, width: width, optional: true}
+			if !ok || !p.pages() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // pqColumn is one column that pqColumns reads: its values for the batch
 // being read (int32 index columns go straight to the batch), its
 // definition levels when it is optional, and the row of the batch's first

@@ -88,7 +88,7 @@ func pqTestRecords(mem memory.Allocator, sizes []int, count string, smallAction 
 }
 
 // encodeParquet writes recs as Parquet, a row group each, with props.
-func encodeParquet(t *testing.T, recs []arrow.Record, props ...parquet.WriterProperty) []byte {
+func encodeParquet(t testing.TB, recs []arrow.Record, props ...parquet.WriterProperty) []byte {
 	t.Helper()
 	defer func() {
 		for _, r := range recs {

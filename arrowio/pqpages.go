@@ -2,6 +2,7 @@ package arrowio
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -48,6 +49,14 @@ const (
 // pqValue is a physical type pqPages decodes.
 type pqValue interface{ int32 | int64 | float64 }
 
+// errOptionalPage is the error of a page of an optional column that
+// pqPages cannot read: it never hands such a chunk over, since parquet's
+// column chunk reader loops forever on definition levels that end early.
+// pqColumns reads a file with optional columns only when pqPages reads
+// each of their pages by its header (pqOptionalPages); pqarrow's record
+// reader, which stops there with an error, reads the others.
+var errOptionalPage = errors.New("parquet: corrupt page in a column that allows nulls (definition levels or values cut short, a level other than 0 and 1, or an index outside the dictionary)")
+
 // pqBatches reads a column chunk of T values in batches, as parquet's
 // typed column chunk reader does (pqPages too).
 type pqBatches[T pqValue] interface {
@@ -64,8 +73,14 @@ type pqLibrary[T pqValue] interface {
 
 // pqChunk says where a column chunk's pages lie, or false when pqPages
 // must leave it to parquet (compressed, encrypted, or from a writer whose
-// sizes parquet pads).
+// sizes parquet pads). Corrupt metadata that makes parquet panic is left
+// to parquet's reader too, which reports it.
 func pqChunk(md *metadata.FileMetaData, rg *file.RowGroupReader, leaf int, size int64) (start, end, values int64, ok bool) {
+	defer func() {
+		if recover() != nil {
+			start, end, values, ok = 0, 0, 0, false
+		}
+	}()
 	col, err := rg.MetaData().ColumnChunk(leaf)
 	if err != nil || col.CryptoMetadata() != nil || col.Compression() != compress.Codecs.Uncompressed {
 		return 0, 0, 0, false
@@ -150,6 +165,9 @@ func (p *pqPages[T]) ReadBatch(m int64, values []T, def, _ []int16) (levels int6
 		if levels == m {
 			return levels, n, nil
 		}
+		if p.optional {
+			return levels, n, errOptionalPage
+		}
 		if err := p.handOver(); err != nil {
 			return levels, n, err
 		}
@@ -175,7 +193,9 @@ func (p *pqPages[T]) HasNext() bool {
 		if ok {
 			return true
 		}
-		if err := p.handOver(); err != nil {
+		if p.optional {
+			p.lib = pqFailed[T]{errOptionalPage}
+		} else if err := p.handOver(); err != nil {
 			p.lib = pqFailed[T]{err}
 		}
 	}
@@ -231,12 +251,11 @@ func (p *pqPages[T]) page() (ok, end bool) {
 		if !ok {
 			return false, false
 		}
-		switch {
-		case h.typ == pqDictionaryPage && h.dict && !p.hasDict && !p.data &&
-			(h.encoding == pqPlain || h.encoding == pqPlainDictionary) && len(body) == int(h.values)*p.width:
+		switch p.kind(h) {
+		case pqDictionaryPage:
 			p.dict = pqPlainValues(make([]T, h.values), body)
 			p.hasDict = true
-		case h.typ == pqDataPage && h.dataV1 && h.values > 0 && (!p.optional || h.defEncoding == pqRLE):
+		case pqDataPage:
 			p.data = true
 			p.left -= int64(h.values)
 			if p.optional {
@@ -253,7 +272,7 @@ func (p *pqPages[T]) page() (ok, end bool) {
 			switch {
 			case h.encoding == pqPlain:
 				p.plain, p.byDict = body, false
-			case (h.encoding == pqPlainDictionary || h.encoding == pqRLEDictionary) && p.hasDict && len(body) > 0 && body[0] > 0 && body[0] <= 32:
+			case len(body) > 0 && body[0] > 0 && body[0] <= 32:
 				p.idx, p.byDict = pqHybrid{b: body[1:], width: uint(body[0])}, true
 			default:
 				return false, false
@@ -266,26 +285,47 @@ func (p *pqPages[T]) page() (ok, end bool) {
 	}
 }
 
+// kind says how pqPages reads the page of header h, whose body it has
+// checked to be h.compressed bytes: as the chunk's dictionary
+// (pqDictionaryPage), as a data page (pqDataPage), or not (-1).
+func (p *pqPages[T]) kind(h pqPageHeader) int {
+	switch {
+	case h.typ == pqDictionaryPage && h.dict && !p.hasDict && !p.data &&
+		(h.encoding == pqPlain || h.encoding == pqPlainDictionary) && int64(h.compressed) == int64(h.values)*int64(p.width):
+		return pqDictionaryPage
+	case h.typ == pqDataPage && h.dataV1 && h.values > 0 && (!p.optional || h.defEncoding == pqRLE) &&
+		(h.encoding == pqPlain || (h.encoding == pqPlainDictionary || h.encoding == pqRLEDictionary) && p.hasDict):
+		return pqDataPage
+	}
+	return -1
+}
+
+// pages reports whether pqPages reads every page of the chunk by kind,
+// from their headers alone (a run of preads of a few hundred bytes).
+func (p *pqPages[T]) pages() bool {
+	for p.left > 0 {
+		h, ok := p.header()
+		if !ok || h.compressed != h.uncompressed || h.compressed < 0 || int64(h.compressed) > p.end-p.off {
+			return false
+		}
+		switch p.kind(h) {
+		case pqDictionaryPage:
+			p.hasDict = true
+		case pqDataPage:
+			p.data = true
+			p.left -= int64(h.values)
+		default:
+			return false
+		}
+		p.off += int64(h.compressed)
+	}
+	return true
+}
+
 // next reads the next page's header and body.
 func (p *pqPages[T]) next() (h pqPageHeader, body []byte, ok bool) {
-	left := p.end - p.off
-	for size := int64(256); ; size = pqMaxPageHeaderLength {
-		size = min(size, left)
-		if size <= 0 {
-			return h, nil, false
-		}
-		p.hdr = grow(p.hdr, int(size))
-		if !readAt(p.ra, p.hdr, p.off) {
-			return h, nil, false
-		}
-		var n int
-		if h, n, ok = pqParsePageHeader(p.hdr); ok {
-			p.off += int64(n)
-			break
-		}
-		if size == pqMaxPageHeaderLength || size == left {
-			return h, nil, false
-		}
+	if h, ok = p.header(); !ok {
+		return h, nil, false
 	}
 	if h.compressed != h.uncompressed || h.compressed < 0 || int64(h.compressed) > p.end-p.off {
 		return h, nil, false
@@ -296,6 +336,29 @@ func (p *pqPages[T]) next() (h pqPageHeader, body []byte, ok bool) {
 	}
 	p.off += int64(h.compressed)
 	return h, p.buf, true
+}
+
+// header reads the next page's header.
+func (p *pqPages[T]) header() (h pqPageHeader, ok bool) {
+	left := p.end - p.off
+	for size := int64(256); ; size = pqMaxPageHeaderLength {
+		size = min(size, left)
+		if size <= 0 {
+			return h, false
+		}
+		p.hdr = grow(p.hdr, int(size))
+		if !readAt(p.ra, p.hdr, p.off) {
+			return h, false
+		}
+		var n int
+		if h, n, ok = pqParsePageHeader(p.hdr); ok {
+			p.off += int64(n)
+			return h, true
+		}
+		if size == pqMaxPageHeaderLength || size == left {
+			return h, false
+		}
+	}
 }
 
 // readAt fills b from ra at off.

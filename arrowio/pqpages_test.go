@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow/go/v15/arrow/memory"
@@ -15,10 +17,12 @@ import (
 )
 
 // pagesWays reads Parquet data with pqPages and with parquet's column
-// chunk readers, checks that both give the same rows and the same error,
+// chunk readers, checks that both give the same rows and the same error
+// (where pqPages stops at a page of an optional column, or with corrupt,
+// that both fail),
 // and returns the number of chunks pqPages handed to parquet's reader and
 // the error.
-func pagesWays(t *testing.T, what string, data []byte, opts ReadOptions) (int, error) {
+func pagesWays(t *testing.T, what string, data []byte, opts ReadOptions, corrupt bool) (int, error) {
 	t.Helper()
 	var got [2]*collected
 	var errs [2]error
@@ -31,6 +35,15 @@ func pagesWays(t *testing.T, what string, data []byte, opts ReadOptions) (int, e
 		}
 		got[k] = &collected{}
 		errs[k] = ScanTransitionsReader(context.Background(), bytes.NewReader(data), "t", FormatParquet, o, got[k].add)
+	}
+	if errs[0] != nil && (corrupt || strings.Contains(errs[0].Error(), errOptionalPage.Error())) {
+		// pqPages did not hand the chunk over (see errOptionalPage), or
+		// a corrupt file whose optional columns it does not read went to
+		// pqarrow's record reader, whose errors are its own.
+		if errs[1] == nil {
+			t.Errorf("%s: pqPages: %v; parquet: no error", what, errs[0])
+		}
+		return handOvers, errs[0]
 	}
 	if fmt.Sprint(errs[0]) != fmt.Sprint(errs[1]) {
 		t.Errorf("%s: pqPages: %v; parquet: %v", what, errs[0], errs[1])
@@ -84,7 +97,7 @@ func TestParquetPagesMatchLibrary(t *testing.T) {
 			data := encodeParquet(t, pqTestRecords(mem, sizes, count, false, l.mutate), l.props...)
 			for _, opts := range []ReadOptions{{BatchRows: 7}, {NoCount: true, BatchRows: 333}} {
 				opts.Alloc = alloc
-				handOvers, err := pagesWays(t, what, data, opts)
+				handOvers, err := pagesWays(t, what, data, opts, false)
 				if err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}
@@ -112,7 +125,7 @@ func TestParquetPagesMatchLibrary(t *testing.T) {
 			data := encodeParquet(t, pqTestRecords(mem, sizes, "int64", false, mutate), l.props...)
 			for _, opts := range []ReadOptions{{BatchRows: 100}} {
 				opts.Alloc, opts.States = alloc, 60
-				if _, err := pagesWays(t, name+" "+bname, data, opts); err == nil {
+				if _, err := pagesWays(t, name+" "+bname, data, opts, false); err == nil {
 					t.Errorf("%s %s: no error", name, bname)
 				}
 			}
@@ -133,7 +146,7 @@ func TestParquetPagesMatchLibrary(t *testing.T) {
 				x = 1 << rng.Intn(8)
 			}
 			c[i] ^= x
-			pagesWays(t, fmt.Sprintf("%s: byte %d ^ %#x", name, i, x), c, ReadOptions{BatchRows: 100})
+			pagesWays(t, fmt.Sprintf("%s: byte %d ^ %#x", name, i, x), c, ReadOptions{BatchRows: 100}, true)
 		}
 	}
 }
@@ -348,10 +361,14 @@ func (f *fakeLibrary) HasNext() bool               { return false }
 func (f *fakeLibrary) Err() error                  { return nil }
 
 // TestPagesHandOver reads column chunks written by hand and checks where
-// pqPages hands them to parquet's reader: after the values it read itself,
-// at the first page it does not read as parquet would. Chunks hold an
-// optional int32 column of 3 values a page (definition levels 1, 0, 1:
-// two values, 7 and 9) after a dictionary of [7, 8, 9].
+// pqPages stops reading them itself: at the first page it does not read as
+// parquet would. Chunks hold an optional int32 column of 3 values a page
+// (definition levels 1, 0, 1: two values, 7 and 9) after a dictionary of
+// [7, 8, 9]. An optional column is never handed to parquet's reader (it
+// loops forever on levels cut short): the read fails there with
+// errOptionalPage. A required one is handed over (see the end), and
+// pqOptionalPages's walk over the headers accepts only chunks of pages
+// pqPages reads.
 func TestPagesHandOver(t *testing.T) {
 	le := func(v ...int32) []byte {
 		var b []byte
@@ -372,32 +389,26 @@ func TestPagesHandOver(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		chunk []byte
-		read  int64 // levels pqPages reads before it hands over (-1: never)
-		skips int64 // what the fake library's Skip skips (default: all)
-		err   bool
+		read  int64 // levels pqPages reads before it stops (-1: never)
 	}{
-		{"clean", cat(dict, byDict, plain, byDict), -1, 0, false},
-		{"two dictionaries", cat(dict, dict, byDict), 0, 0, false},
-		{"a dictionary after data", cat(dict, byDict, dict, byDict), 3, 0, false},
-		{"a first dictionary after data", cat(plain, dict, byDict), 3, 0, false},
-		{"indices without a dictionary", cat(plain, byDict), 3, 0, false},
-		{"an index page", cat(dict, byDict, page(1, 0, 0, 0, nil), byDict), 3, 0, false},
-		{"a version 2 data page", cat(dict, byDict, page(3, 3, pqPlain, pqRLE, le(7, 9)), byDict), 3, 0, false},
-		{"sizes that differ", cat(dict, byDict, pageHeader(pqDataPage, int32(len(plain)), int32(len(plain))-1, 3, pqPlain, pqRLE), plain[len(pageHeader(pqDataPage, int32(len(plain)), int32(len(plain)), 3, pqPlain, pqRLE)):], byDict), 3, 0, false},
-		{"bit-packed levels", cat(dict, page(pqDataPage, 3, pqPlain, 4, append(defs(1, 0, 1), le(7, 9)...)), byDict), 0, 0, false},
-		{"a page of no values", cat(dict, page(pqDataPage, 0, pqPlain, pqRLE, defs()), byDict, plain, byDict), 0, 0, false},
-		{"bit width 0", cat(dict, page(pqDataPage, 3, pqRLEDictionary, pqRLE, append(defs(1, 0, 1), 0, 4, 0))), 0, 0, false},
-		{"bit width 33", cat(dict, page(pqDataPage, 3, pqRLEDictionary, pqRLE, append(defs(1, 0, 1), 33, 4, 0, 0, 0, 0, 0))), 0, 0, false},
-		{"a level of 2", cat(dict, page(pqDataPage, 3, pqPlain, pqRLE, append(append(binary.LittleEndian.AppendUint32(nil, 2), 6, 2), le(7, 9, 9, 9, 9, 9)...))), 0, 0, false},
-		{"plain values cut short", cat(dict, byDict, page(pqDataPage, 3, pqPlain, pqRLE, append(defs(1, 0, 1), le(7)...))), 3, 0, false},
-		{"a body past the chunk", cat(dict, byDict, plain)[:len(cat(dict, byDict, plain))-1], 3, 0, false},
-		{"a header cut short", cat(dict, byDict, plain[:5]), 3, 0, false},
-		{"parquet skips fewer", cat(dict, byDict, dict), 3, 2, true},
+		{"clean", cat(dict, byDict, plain, byDict), -1},
+		{"two dictionaries", cat(dict, dict, byDict), 0},
+		{"a dictionary after data", cat(dict, byDict, dict, byDict), 3},
+		{"a first dictionary after data", cat(plain, dict, byDict), 3},
+		{"indices without a dictionary", cat(plain, byDict), 3},
+		{"an index page", cat(dict, byDict, page(1, 0, 0, 0, nil), byDict), 3},
+		{"a version 2 data page", cat(dict, byDict, page(3, 3, pqPlain, pqRLE, le(7, 9)), byDict), 3},
+		{"sizes that differ", cat(dict, byDict, pageHeader(pqDataPage, int32(len(plain)), int32(len(plain))-1, 3, pqPlain, pqRLE), plain[len(pageHeader(pqDataPage, int32(len(plain)), int32(len(plain)), 3, pqPlain, pqRLE)):], byDict), 3},
+		{"bit-packed levels", cat(dict, page(pqDataPage, 3, pqPlain, 4, append(defs(1, 0, 1), le(7, 9)...)), byDict), 0},
+		{"a page of no values", cat(dict, page(pqDataPage, 0, pqPlain, pqRLE, defs()), byDict, plain, byDict), 0},
+		{"bit width 0", cat(dict, page(pqDataPage, 3, pqRLEDictionary, pqRLE, append(defs(1, 0, 1), 0, 4, 0))), 0},
+		{"bit width 33", cat(dict, page(pqDataPage, 3, pqRLEDictionary, pqRLE, append(defs(1, 0, 1), 33, 4, 0, 0, 0, 0, 0))), 0},
+		{"a level of 2", cat(dict, page(pqDataPage, 3, pqPlain, pqRLE, append(append(binary.LittleEndian.AppendUint32(nil, 2), 6, 2), le(7, 9, 9, 9, 9, 9)...))), 0},
+		{"plain values cut short", cat(dict, byDict, page(pqDataPage, 3, pqPlain, pqRLE, append(defs(1, 0, 1), le(7)...))), 3},
+		{"a body past the chunk", cat(dict, byDict, plain)[:len(cat(dict, byDict, plain))-1], 3},
+		{"a header cut short", cat(dict, byDict, plain[:5]), 3},
 	} {
-		lib := &fakeLibrary{skips: c.skips}
-		if c.skips == 0 {
-			lib.skips = 1 << 40
-		}
+		lib := &fakeLibrary{skips: 1 << 40}
 		handed := false
 		p := newPQPages(bytes.NewReader(c.chunk), 0, int64(len(c.chunk)), 9, true, func() (pqLibrary[int32], error) {
 			handed = true
@@ -405,10 +416,6 @@ func TestPagesHandOver(t *testing.T) {
 		})
 		values, def := make([]int32, 9), make([]int16, 9)
 		levels, n, err := p.ReadBatch(9, values, def, nil)
-		if c.err != (err != nil) {
-			t.Errorf("%s: error %v", c.name, err)
-			continue
-		}
 		if c.read < 0 {
 			want := []int32{7, 9, 7, 9, 7, 9}
 			if handed || err != nil || levels != 9 || !reflect.DeepEqual(values[:n], want) || !reflect.DeepEqual(def, []int16{1, 0, 1, 1, 0, 1, 1, 0, 1}) {
@@ -419,8 +426,41 @@ func TestPagesHandOver(t *testing.T) {
 			}
 			continue
 		}
-		if !handed || lib.skipped != c.read || !c.err && levels != c.read {
-			t.Errorf("%s: handed over %v after %d levels, read %d; want after %d", c.name, handed, lib.skipped, levels, c.read)
+		if handed || !errors.Is(err, errOptionalPage) || levels != c.read {
+			t.Errorf("%s: handed over %v, %d levels, error %v; want errOptionalPage after %d", c.name, handed, levels, err, c.read)
+		}
+	}
+
+	// A required column: handed over after the levels read, and an error
+	// when parquet's reader skips fewer.
+	dictR := page(pqDictionaryPage, 3, pqPlain, 0, le(7, 8, 9))
+	byDictR := page(pqDataPage, 2, pqRLEDictionary, pqRLE, append([]byte{2}, encodeHybrid(2, hybridRun{packed: []uint64{0, 2, 0, 0, 0, 0, 0, 0}})...))
+	for _, skips := range []int64{1 << 40, 1} {
+		lib := &fakeLibrary{skips: skips}
+		chunk := cat(dictR, byDictR, dictR, byDictR)
+		p := newPQPages(bytes.NewReader(chunk), 0, int64(len(chunk)), 4, false, func() (pqLibrary[int32], error) { return lib, nil })
+		values := make([]int32, 4)
+		levels, n, err := p.ReadBatch(4, values, nil, nil)
+		if lib.skipped != 2 || levels != 2 || n != 2 || values[0] != 7 || values[1] != 9 || (err != nil) != (skips == 1) {
+			t.Errorf("required, Skip skips %d: skipped %d, %d levels, values %v, error %v", skips, lib.skipped, levels, values[:n], err)
+		}
+	}
+
+	// The walk over the headers.
+	for _, c := range []struct {
+		chunk []byte
+		want  bool
+	}{
+		{cat(dict, byDict, plain, byDict), true},
+		{cat(byDict, plain, byDict), false},
+		{cat(dict, byDict, plain), false}, // 6 of the 9 values
+		{cat(dict, dict, byDict, plain, byDict), false},
+		{cat(dict, byDict, page(3, 3, pqPlain, pqRLE, le(7, 9)), byDict), false},
+		{cat(dict, byDict, page(pqDataPage, 3, pqPlain, 4, append(defs(1, 0, 1), le(7, 9)...)), byDict), false},
+	} {
+		p := &pqPages[int32]{ra: bytes.NewReader(c.chunk), end: int64(len(c.chunk)), left: 9, width: 4, optional: true}
+		if p.pages() != c.want {
+			t.Errorf("walk over %d bytes: %v, want %v", len(c.chunk), !c.want, c.want)
 		}
 	}
 }

@@ -62,7 +62,7 @@ func (s *scan) parquet(ctx context.Context, ra parquet.ReaderAtSeeker, size int6
 	if err != nil {
 		return err
 	}
-	if kinds, ok := pqKinds(fr, leaves); ok && !s.libraryParquet {
+	if kinds, ok := pqKinds(fr, leaves); ok && !s.libraryParquet && (s.libraryPages || pqOptionalPages(fr.ParquetReader(), ra, size, leaves)) {
 		err = s.pqColumns(ctx, fr.ParquetReader(), ra, size, leaves, kinds)
 	} else {
 		err = s.pqRecords(ctx, fr, leaves)
