@@ -87,17 +87,21 @@ func pqKinds(fr *pqarrow.FileReader, leaves []int) ([]pqKind, bool) {
 func pqOptionalPages(rdr *file.Reader, ra io.ReaderAt, size int64, leaves []int) bool {
 	md := rdr.MetaData()
 	for _, leaf := range leaves {
-		if md.Schema.Column(leaf).MaxDefinitionLevel() == 0 {
+		c := md.Schema.Column(leaf)
+		if c.MaxDefinitionLevel() == 0 {
 			continue
 		}
 		for g := range rdr.NumRowGroups() {
 			start, end, values, ok := pqChunk(md, rdr.RowGroup(g), leaf, size)
-			width := 4
-			if md.Schema.Column(leaf).PhysicalType() != parquet.Types.Int32 {
-				width = 8
+			if !ok {
+				return false
 			}
-			p := &pqPages[int32]{ra: ra, off: start, end: end, left: values, width: width, optional: true}
-			if !ok || !p.pages() {
+			if c.PhysicalType() == parquet.Types.Int32 {
+				ok = newPQPages[int32](ra, start, end, values, true, nil).pages()
+			} else {
+				ok = newPQPages[int64](ra, start, end, values, true, nil).pages() // int64 or double: 8 bytes
+			}
+			if !ok {
 				return false
 			}
 		}

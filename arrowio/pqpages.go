@@ -165,10 +165,7 @@ func (p *pqPages[T]) ReadBatch(m int64, values []T, def, _ []int16) (levels int6
 		if levels == m {
 			return levels, n, nil
 		}
-		if p.optional {
-			return levels, n, errOptionalPage
-		}
-		if err := p.handOver(); err != nil {
+		if err := p.stop(); err != nil {
 			return levels, n, err
 		}
 	}
@@ -193,11 +190,7 @@ func (p *pqPages[T]) HasNext() bool {
 		if ok {
 			return true
 		}
-		if p.optional {
-			p.lib = pqFailed[T]{errOptionalPage}
-		} else if err := p.handOver(); err != nil {
-			p.lib = pqFailed[T]{err}
-		}
+		p.stop()
 	}
 	return p.lib.HasNext()
 }
@@ -210,24 +203,38 @@ func (p *pqPages[T]) Err() error {
 	return p.lib.Err()
 }
 
-// handOver opens parquet's reader of the chunk and skips the levels
-// already read.
+// stop ends pqPages's reading of the chunk at a page it does not read: a
+// required column goes on with parquet's reader (p.lib), an optional one
+// fails with errOptionalPage. It returns the error that ends the chunk
+// there, which p.lib then reports too.
+func (p *pqPages[T]) stop() error {
+	err := errOptionalPage
+	if !p.optional {
+		err = p.handOver()
+	}
+	if err != nil {
+		p.lib = pqFailed[T]{err}
+	}
+	return err
+}
+
+// handOver opens parquet's reader of the chunk into p.lib and skips the
+// levels already read.
 func (p *pqPages[T]) handOver() error {
 	lib, err := p.open()
 	if err != nil {
 		return err
 	}
+	if p.read > 0 {
+		skipped, err := lib.Skip(p.read)
+		if err != nil {
+			return err
+		}
+		if skipped != p.read {
+			return fmt.Errorf("parquet: column chunk has %d values where its pages were read to %d", skipped, p.read)
+		}
+	}
 	p.lib = lib
-	if p.read == 0 {
-		return nil
-	}
-	skipped, err := lib.Skip(p.read)
-	if err != nil {
-		return err
-	}
-	if skipped != p.read {
-		return fmt.Errorf("parquet: column chunk has %d values where its pages were read to %d", skipped, p.read)
-	}
 	return nil
 }
 
@@ -513,21 +520,36 @@ func (d *pqHybrid) next() bool {
 
 // literal returns the next bit-packed value.
 func (d *pqHybrid) literal() uint64 {
-	v := d.word(d.bit>>3) >> (d.bit & 7) & (1<<d.width - 1)
+	v := pqWord(d.b, d.bit>>3) >> (d.bit & 7) & (1<<d.width - 1)
 	d.bit += int(d.width)
 	return v
 }
 
-// word returns the 8 bytes of b at i, little-endian, zeros past its end.
-func (d *pqHybrid) word(i int) uint64 {
-	if i+8 <= len(d.b) {
-		return binary.LittleEndian.Uint64(d.b[i:])
+// pqWord returns the 8 bytes of b at i, little-endian, zeros past its end.
+func pqWord(b []byte, i int) uint64 {
+	if i+8 <= len(b) {
+		return binary.LittleEndian.Uint64(b[i:])
 	}
 	var w uint64
-	for k := 0; i+k < len(d.b) && k < 8; k++ {
-		w |= uint64(d.b[i+k]) << (8 * k)
+	for k := 0; i+k < len(b) && k < 8; k++ {
+		w |= uint64(b[i+k]) << (8 * k)
 	}
 	return w
+}
+
+// pqSlow is pqLiterals one index at a time; it returns the next index's
+// first bit.
+func pqSlow[T pqValue](dst, dict []T, b []byte, bit, w int) (int, bool) {
+	mask := uint64(1)<<w - 1
+	for i := range dst {
+		v := pqWord(b, bit>>3) >> (bit & 7) & mask
+		if v >= uint64(len(dict)) {
+			return bit, false
+		}
+		dst[i] = dict[v]
+		bit += w
+	}
+	return bit, true
 }
 
 // pqLiterals decodes len(dst) bit-packed indices of w bits from bit bit
@@ -538,15 +560,10 @@ func (d *pqHybrid) word(i int) uint64 {
 func pqLiterals[T pqValue](dst, dict []T, b []byte, bit, w, lit int, next *int) bool {
 	mask := uint64(1)<<w - 1
 	n := uint64(len(dict))
-	d := pqHybrid{b: b}
-	i := 0
-	for head := min(lit%8, len(dst)); i < head; i++ {
-		v := d.word(bit>>3) >> (bit & 7) & mask
-		if v >= n {
-			return false
-		}
-		dst[i] = dict[v]
-		bit += w
+	i := min(lit%8, len(dst)) // up to the next group
+	bit, ok := pqSlow(dst[:i], dict, b, bit, w)
+	if !ok {
+		return false
 	}
 	// Whole groups with 8-byte loads while they stay inside b (the test
 	// below: the last load starts at byte 7w/8 of the group's w); each
@@ -579,13 +596,8 @@ func pqLiterals[T pqValue](dst, dict []T, b []byte, bit, w, lit int, next *int) 
 			bit += 8 * w
 		}
 	}
-	for ; i < len(dst); i++ {
-		v := d.word(bit>>3) >> (bit & 7) & mask
-		if v >= n {
-			return false
-		}
-		dst[i] = dict[v]
-		bit += w
+	if bit, ok = pqSlow(dst[i:], dict, b, bit, w); !ok {
+		return false
 	}
 	*next = bit
 	return true
@@ -611,11 +623,8 @@ func pqParsePageHeader(b []byte) (h pqPageHeader, n int, ok bool) {
 	r := thriftCompact{b: b}
 	var seen uint32
 	ok = r.fields(0, func(id int16, typ byte) bool {
-		if id >= 1 && id <= 8 {
-			if seen&(1<<id) != 0 {
-				return false
-			}
-			seen |= 1 << id
+		if !tcOnce(&seen, id, 8) {
+			return false
 		}
 		switch id {
 		case 1, 2, 3:
@@ -699,11 +708,8 @@ func (r *thriftCompact) subHeader(typ byte, values, encoding, defEncoding *int32
 	}
 	var seen uint32
 	ok := r.fields(1, func(id int16, typ byte) bool {
-		if id >= 1 && id <= 5 {
-			if seen&(1<<id) != 0 {
-				return false
-			}
-			seen |= 1 << id
+		if !tcOnce(&seen, id, 5) {
+			return false
 		}
 		switch {
 		case id == 1 || id == 2 || id == 3 && data:
@@ -721,6 +727,19 @@ func (r *thriftCompact) subHeader(typ byte, values, encoding, defEncoding *int32
 		want = 0b11110
 	}
 	return ok && seen&want == want
+}
+
+// tcOnce records field id (of the ids 1 to max that a struct reader
+// reads) in seen, false when it was there already.
+func tcOnce(seen *uint32, id, max int16) bool {
+	if id < 1 || id > max {
+		return true
+	}
+	if *seen&(1<<id) != 0 {
+		return false
+	}
+	*seen |= 1 << id
+	return true
 }
 
 // i32 reads an i32 value.
