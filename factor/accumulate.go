@@ -58,6 +58,12 @@ type Scratch struct {
 	count []int32
 	// pureGo forces the pure-Go kernel (tests compare it with AVX2).
 	pureGo bool
+	// rows forces the row pass (rowsForce) or the column pass
+	// (rowsNever) where useRows would choose (tests); gr holds the g of
+	// a row pass in CSR order, mk its multi columns' rows (rowpass.go).
+	rows int8
+	gr   []float64
+	mk   []float64
 }
 
 // Compute fills p with the statistics of block b under model md: one fused
@@ -107,7 +113,12 @@ func compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail
 	if err != nil {
 		return err
 	}
-	if err := runColumns(md, ci, s, p, 0, len(ci.cols), avail, dst); err != nil {
+	if avail == nil && dst != nil {
+		err = runFused(md, b, ci, s, p, 0, len(ci.cols), dst)
+	} else {
+		err = runColumns(md, ci, s, p, 0, len(ci.cols), avail, dst)
+	}
+	if err != nil {
 		return err
 	}
 	return finishBlock(b, ci, s, p, withLogLik)

@@ -19,6 +19,8 @@ type Block struct {
 
 	// colIdx caches the kernel's column-major index (see colindex.go).
 	colIdx atomic.Pointer[colIndex]
+	// rowIdx caches what a row-major pass needs beside (rowpass.go).
+	rowIdx atomic.Pointer[rowIndex]
 }
 
 // NewBlock builds a Block from nonzeros sorted by (row, col) with distinct

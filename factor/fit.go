@@ -38,6 +38,8 @@ type Passer struct {
 	mergePartials bool
 	// bal balances the pipeline's stages from pass to pass.
 	bal stageBalance
+	// rows is Scratch.rows for every goroutine of a pass (tests).
+	rows int8
 }
 
 // Pass is the function Pass with p's memory.
@@ -50,6 +52,9 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 	workers = max(1, min(workers, len(blocks)))
 	for len(ps.scratch) < workers {
 		ps.scratch = append(ps.scratch, Scratch{})
+	}
+	for w := range ps.scratch {
+		ps.scratch[w].rows = ps.rows
 	}
 	// One partial per worker and one more, so that a worker computes
 	// while the merger folds (each is ≈ (rows + columns touched)·m·8

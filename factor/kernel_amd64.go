@@ -45,6 +45,13 @@ func prefetchRW(r, w *float64, bytes int)
 //go:noescape
 func prefetchW(w *float64, bytes int)
 
+// prefetchIdx hints, for each of the n indices at idx, that row of kt for
+// reading and that row of kh for writing (mbytes each): the rows of K and
+// K̂ of the next terms of a row-major pass (rowpass.go).
+//
+//go:noescape
+func prefetchIdx(kt, kh *float64, idx *int32, n, mbytes int)
+
 // prefetchR32 is prefetchR for a row of a float32 model's copy of K^T.
 //
 //go:noescape

@@ -880,3 +880,37 @@ ldone:
 	MOVQ AX, ret+32(FP)
 	VZEROUPPER
 	RET
+
+// func prefetchIdx(kt, kh *float64, idx *int32, n, mbytes int)
+//
+// For q in [0, n), with j = idx[q]: hints row j of kt for reading
+// (PREFETCHT0) and row j of kh for writing (PREFETCHW), mbytes each (a
+// multiple of 64 or not: the rows' lines from their first byte on).
+TEXT ·prefetchIdx(SB), NOSPLIT, $0-40
+	MOVQ kt+0(FP), R8
+	MOVQ kh+8(FP), R9
+	MOVQ idx+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ mbytes+32(FP), DX
+	SUBQ R8, R9
+	TESTQ CX, CX
+	JLE pidone
+pirow:
+	MOVLQSX (R10), AX
+	IMULQ DX, AX
+	ADDQ R8, AX
+	MOVQ AX, BX
+	ANDQ $63, BX
+	ADDQ DX, BX
+piline:
+	PREFETCHT0 (AX)
+	BYTE $0x42; BYTE $0x0F; BYTE $0x0D; BYTE $0x0C; BYTE $0x08 // PREFETCHW (AX)(R9*1)
+	ADDQ $64, AX
+	SUBQ $64, BX
+	JG piline
+	ADDQ $4, R10
+	DECQ CX
+	JNZ pirow
+pidone:
+	RET
+

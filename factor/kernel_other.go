@@ -42,3 +42,5 @@ func runColsAVX2(a *colArgs) {
 func logSumAVX512(ll *float64, gs, v *float64, groups int) int {
 	panic("factor: logSumAVX512 without AVX-512")
 }
+
+func prefetchIdx(kt, kh *float64, idx *int32, n, mbytes int) {}

@@ -220,6 +220,8 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 	}{
 		{60, 5, 7, 28, false}, {300, 8, 20, 740, false}, {2000, 32, 9, 1350, false}, {500, 12, 40, 20000, false},
 		{300, 8, 20, 740, true}, {2000, 32, 9, 1350, true},
+		// Mostly one term per column in a block: the row pass's case.
+		{20000, 8, 6, 3000, false}, {20000, 16, 6, 3000, true}, {5000, 7, 4, 2000, false},
 	} {
 		mats := RandomCounts(tc.n, 2, tc.perRow, 5, uint64(tc.n))
 		var blocks []*Block
@@ -253,12 +255,17 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 					workers       int
 					pureGo, merge bool
 					share         []float64 // the pipeline's first column shares
+					rows          int8      // Scratch.rows: the row or the column pass
 				}{
-					{1, false, false, nil}, {1, true, false, nil}, {2, false, false, nil}, {3, false, false, nil}, {2, false, true, nil},
-					{2, false, false, []float64{0.97, 0.03}}, {2, false, false, []float64{0.01, 0.99}},
-					{3, false, false, []float64{0.1, 0.05, 0.85}}, {3, false, false, []float64{0.6, 0.3, 0.1}},
+					{1, false, false, nil, rowsNever}, {1, true, false, nil, rowsNever}, {2, false, false, nil, rowsNever},
+					{3, false, false, nil, rowsNever}, {2, false, true, nil, rowsNever},
+					{2, false, false, []float64{0.97, 0.03}, rowsNever}, {2, false, false, []float64{0.01, 0.99}, rowsNever},
+					{3, false, false, []float64{0.1, 0.05, 0.85}, rowsNever}, {3, false, false, []float64{0.6, 0.3, 0.1}, rowsNever},
+					{1, false, false, nil, rowsForce}, {1, true, false, nil, rowsForce}, {2, false, false, nil, rowsForce},
+					{3, false, false, nil, rowsForce}, {2, false, false, []float64{0.97, 0.03}, rowsForce},
+					{3, false, false, []float64{0.1, 0.05, 0.85}, rowsForce}, {3, false, false, []float64{0.6, 0.3, 0.1}, rowsForce},
 				} {
-					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}, mergePartials: run.merge}
+					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}, mergePartials: run.merge, rows: run.rows}
 					if run.share != nil {
 						// Skewed splits (the balance moves them after the
 						// first pass): the sums are the same for any.
@@ -271,7 +278,7 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d workers=%d pureGo=%v merge=%v share=%v", tc.n, tc.m, tie, groupNNZ, run.workers, run.pureGo, run.merge, run.share)
+					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d workers=%d pureGo=%v merge=%v share=%v rows=%d", tc.n, tc.m, tie, groupNNZ, run.workers, run.pureGo, run.merge, run.share, run.rows)
 					for b := range acc.KhT {
 						if !bitsEqual(acc.KhT[b], want.KhT[b]) || !bitsEqual(acc.Y[b], want.Y[b]) {
 							t.Fatalf("%s: K block %d differs from the merged partials'", name, b)
@@ -305,12 +312,23 @@ func TestPipelineErrors(t *testing.T) {
 	bad := md.Clone()
 	row := int(blocks[len(blocks)/2].Rows[0])
 	clear(bad.D[0][row*8 : row*8+8]) // every transition from row has g = 0
-	for _, workers := range []int{2, 3} {
-		ps := Passer{}
+	var first *TransitionError
+	for _, run := range []struct {
+		workers int
+		rows    int8
+	}{{2, rowsNever}, {3, rowsNever}, {1, rowsForce}, {2, rowsForce}, {3, rowsForce}} {
+		workers := run.workers
+		ps := Passer{rows: run.rows}
 		acc := NewAccumulator(md)
 		var te *TransitionError
 		if err := ps.Pass(context.Background(), bad, blocks, acc, workers, false); !errors.As(err, &te) || te.From != row {
-			t.Fatalf("%d workers: pass over a zero row of D: %v, want a TransitionError from %d", workers, err, row)
+			t.Fatalf("%d workers, rows %d: pass over a zero row of D: %v, want a TransitionError from %d", workers, run.rows, err, row)
+		}
+		// The row pass reports the same term: the first in column order.
+		if first == nil {
+			first = te
+		} else if *te != *first {
+			t.Fatalf("%d workers, rows %d: %+v, want %+v", workers, run.rows, *te, *first)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -563,4 +581,49 @@ func withoutRows(t *testing.T, b *Block, drop func(i int32) bool) *Block {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestUseRows pins when a fused pass runs row by row: K beyond the
+// caches (rowsMinBytes), a block that touches at most a quarter of K's
+// rows with at most 1.5 terms per touched column, float64 rows of K, and
+// a destination that takes rows without recording them; Scratch.rows
+// overrides the choice.
+func TestUseRows(t *testing.T) {
+	md := NewRandom(300, 8, 1, TieNone, 1)
+	bottom, recorded := &kSum{bottom: true}, &kSum{}
+	p := &Partial{Action: 0}
+	big := rowsMinBytes / (8 * md.M) // n at which K is rowsMinBytes
+	for _, tc := range []struct {
+		n, cols, terms int
+		rows           int8
+		dst            *kSum
+		want           bool
+	}{
+		{big, 100, 150, rowsAuto, bottom, true},
+		{big, big / 4, big / 4, rowsAuto, bottom, true},
+		{big - 1, 100, 150, rowsAuto, bottom, false},         // K fits the caches
+		{big, 100, 151, rowsAuto, bottom, false},             // 1.51 terms per column
+		{big, big/4 + 1, big/4 + 1, rowsAuto, bottom, false}, // a quarter of K's rows and one more
+		{big, 100, 150, rowsAuto, recorded, false},           // a tree's later group
+		{big, 100, 150, rowsAuto, nil, false},                // no destination: a partial
+		{big - 1, 100, 400, rowsForce, bottom, true},         // forced
+		{big, 100, 150, rowsNever, bottom, false},            // forced off
+		{big, 100, 150, rowsForce, recorded, false},          // never where rows are recorded
+		{big, 0, 0, rowsForce, bottom, false},                // an empty block
+	} {
+		md.N = tc.n
+		ci := &colIndex{cols: make([]int32, tc.cols), vals: make([]float64, tc.terms)}
+		if got := useRows(md, ci, &Scratch{rows: tc.rows}, p, tc.dst); got != tc.want {
+			t.Errorf("n=%d cols=%d terms=%d rows=%d recorded=%v: useRows %v, want %v", tc.n, tc.cols, tc.terms, tc.rows, tc.dst != nil && !tc.dst.bottom, got, tc.want)
+		}
+	}
+	// A float32 model's pass reads K from its float32 copy: by column.
+	md.N = 300
+	md32 := md.Clone()
+	md32.SetPrecision(Float32)
+	md32.ensure32()
+	ci := &colIndex{cols: make([]int32, 10), vals: make([]float64, 10)}
+	if useRows(md32, ci, &Scratch{rows: rowsForce}, p, bottom) {
+		t.Error("useRows chose the row pass for a float32 model")
+	}
 }

@@ -71,7 +71,7 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 	stage := func(sl *stageSlot, w int) error {
 		lo, _ := slices.BinarySearch(sl.ci.cols, split[w])
 		hi, _ := slices.BinarySearch(sl.ci.cols, split[w+1])
-		if err := runColumns(md, sl.ci, &sl.s, &sl.p, lo, hi, nil, dest[sl.pos]); err != nil {
+		if err := runFused(md, blocks[order[sl.pos]], sl.ci, &sl.s, &sl.p, lo, hi, dest[sl.pos]); err != nil {
 			return err
 		}
 		sl.sum.add(sl.ci, &sl.s, withLogLik, int(sl.ci.ptr[hi]))
@@ -81,6 +81,9 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 	nslots := 2 * workers
 	for len(ps.slots) < nslots {
 		ps.slots = append(ps.slots, new(stageSlot))
+	}
+	for _, sl := range ps.slots {
+		sl.s.rows = ps.rows
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
