@@ -358,3 +358,57 @@ func BenchmarkMerge(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRowPass times whole iterations (Pass + Commit, loglik off)
+// with the column pass and with the pass useRows chooses (row by row at
+// these sizes: rowpass.go) on the same blocks, alternating one of each
+// b.N times, and reports each one's median wall ns per nonzero: an
+// in-process A/B that the host's noise moves alike. n = 500 000 (23 %
+// of K's rows per shard) is near where the two meet. Run it with
+//
+//	go test -run NONE -bench BenchmarkRowPass -benchtime 7x ./factor/
+func BenchmarkRowPass(b *testing.B) {
+	for _, sz := range []benchSize{benchLarge, {"half", 500000, 20}} {
+		for _, workers := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/m=32/workers=%d", sz.name, workers), func(b *testing.B) { benchRowPass(b, sz, 32, workers) })
+		}
+	}
+}
+
+func benchRowPass(b *testing.B, sz benchSize, m, workers int) {
+	blocks := benchBlocks(sz)
+	nnz := 0
+	for _, bl := range blocks {
+		nnz += bl.NNZ()
+	}
+	dataTerm := DataTerm(blocks)
+	type arm struct {
+		md    *Model
+		acc   *Accumulator
+		ps    Passer
+		walls []float64
+	}
+	var arms [2]*arm
+	for k, rows := range []int8{rowsNever, rowsAuto} {
+		md := NewRandom(sz.n, m, 1, TieNone, 1)
+		arms[k] = &arm{md: md, acc: NewAccumulator(md), ps: Passer{rows: rows}}
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		for k := range arms {
+			a := arms[(k+i)%2]
+			t0 := time.Now()
+			if err := a.ps.Pass(ctx, a.md, blocks, a.acc, workers, false); err != nil {
+				b.Fatal(err)
+			}
+			a.acc.CommitWorkers(a.md, 1, dataTerm, workers)
+			a.walls = append(a.walls, float64(time.Since(t0).Nanoseconds())/float64(nnz))
+		}
+	}
+	med := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
+	cols, rows := med(arms[0].walls), med(arms[1].walls)
+	b.ReportMetric(cols, "cols-ns/nnz")
+	b.ReportMetric(rows, "auto-ns/nnz")
+	b.ReportMetric(rows/cols, "auto/cols")
+}
