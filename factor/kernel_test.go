@@ -585,9 +585,9 @@ func withoutRows(t *testing.T, b *Block, drop func(i int32) bool) *Block {
 
 // TestUseRows pins when a fused pass runs row by row: K beyond the
 // caches (rowsMinBytes), a block that touches at most a quarter of K's
-// rows with at most 1.5 terms per touched column, float64 rows of K, and
-// a destination that takes rows without recording them; Scratch.rows
-// overrides the choice.
+// rows with at most 1.5 terms per touched column, and a destination
+// that takes rows without recording them; Scratch.rows overrides the
+// choice.
 func TestUseRows(t *testing.T) {
 	md := NewRandom(300, 8, 1, TieNone, 1)
 	bottom, recorded := &kSum{bottom: true}, &kSum{}
@@ -617,13 +617,15 @@ func TestUseRows(t *testing.T) {
 			t.Errorf("n=%d cols=%d terms=%d rows=%d recorded=%v: useRows %v, want %v", tc.n, tc.cols, tc.terms, tc.rows, tc.dst != nil && !tc.dst.bottom, got, tc.want)
 		}
 	}
-	// A float32 model's pass reads K from its float32 copy: by column.
+	// A float32 model too (the row pass reads K^T, which holds the same
+	// values as its float32 copy).
 	md.N = 300
 	md32 := md.Clone()
 	md32.SetPrecision(Float32)
 	md32.ensure32()
-	ci := &colIndex{cols: make([]int32, 10), vals: make([]float64, 10)}
-	if useRows(md32, ci, &Scratch{rows: rowsForce}, p, bottom) {
-		t.Error("useRows chose the row pass for a float32 model")
+	md32.N = big
+	ci := &colIndex{cols: make([]int32, 100), vals: make([]float64, 150)}
+	if !useRows(md32, ci, &Scratch{}, p, bottom) {
+		t.Error("useRows chose the column pass for a float32 model")
 	}
 }

@@ -149,13 +149,17 @@ func TestFloat32PassTreeWorkers(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, w := range []int{1, 2, 3, 8} {
-				acc := NewAccumulator(m32)
-				ps := Passer{GroupNNZ: groupNNZ}
-				if err := ps.Pass(context.Background(), m32, blocks, acc, w, true); err != nil {
-					t.Fatal(err)
-				}
-				if !ivAccEqual(acc, want) {
-					t.Fatalf("%v, group nnz %d, %d workers: the float32 pass differs from the float64 pass on the rounded model", tie, groupNNZ, w)
+				// The column pass reads K from the float32 copy, the row
+				// pass from K^T (rowpass.go).
+				for _, rows := range []int8{rowsNever, rowsForce} {
+					acc := NewAccumulator(m32)
+					ps := Passer{GroupNNZ: groupNNZ, rows: rows}
+					if err := ps.Pass(context.Background(), m32, blocks, acc, w, true); err != nil {
+						t.Fatal(err)
+					}
+					if !ivAccEqual(acc, want) {
+						t.Fatalf("%v, group nnz %d, %d workers, rows %d: the float32 pass differs from the float64 pass on the rounded model", tie, groupNNZ, w, rows)
+					}
 				}
 			}
 		}

@@ -37,9 +37,12 @@ import "slices"
 //
 // The row pass runs where a destination takes the block's K̂ rows
 // straight in without recording them (the accumulator's own arrays: one
-// goroutine, or the pipeline's stages, each over its range of columns)
-// and the rows of K are float64 (a float32 model's copy would be widened
-// per term); useRows chooses it.
+// goroutine, or the pipeline's stages, each over its range of columns);
+// useRows chooses it. It reads the rows of K from K^T even for a float32
+// model: K^T holds the same float32 values as the model's float32 copy,
+// which the column pass reads and widens exactly, so the sums are the
+// same; the row pass gains more from its order than from the copy's
+// halved lines (docs/benchmarks.md, "Round 4 of the kernel").
 
 // rowsMinBytes is the size of a K block (n·m·8) from which the row pass
 // may be chosen: below it K stays in cache, where the column pass's
@@ -98,7 +101,7 @@ func (b *Block) rows(ci *colIndex, scratch *[]int32) *rowIndex {
 // useRows reports whether block b's fused pass into dst runs row by row
 // (see the top of this file); s.rows forces either pass (tests).
 func useRows(md *Model, ci *colIndex, s *Scratch, p *Partial, dst *kSum) bool {
-	if dst == nil || !dst.bottom || md.kt32For(md.KBlock(p.Action)) != nil || len(ci.cols) == 0 {
+	if dst == nil || !dst.bottom || len(ci.cols) == 0 {
 		return false
 	}
 	switch s.rows {
