@@ -590,7 +590,6 @@ func withoutRows(t *testing.T, b *Block, drop func(i int32) bool) *Block {
 func TestUseRows(t *testing.T) {
 	md := NewRandom(300, 8, 1, TieNone, 1)
 	bottom, recorded := &kSum{bottom: true}, &kSum{}
-	p := &Partial{Action: 0}
 	big := rowsMinBytes / (8 * md.M) // n at which K is rowsMinBytes
 	for _, tc := range []struct {
 		n, cols, terms int
@@ -612,7 +611,7 @@ func TestUseRows(t *testing.T) {
 	} {
 		md.N = tc.n
 		ci := &colIndex{cols: make([]int32, tc.cols), vals: make([]float64, tc.terms)}
-		if got := useRows(md, ci, &Scratch{rows: tc.rows}, p, tc.dst); got != tc.want {
+		if got := useRows(md, ci, &Scratch{rows: tc.rows}, tc.dst); got != tc.want {
 			t.Errorf("n=%d cols=%d terms=%d rows=%d recorded=%v: useRows %v, want %v", tc.n, tc.cols, tc.terms, tc.rows, tc.dst != nil && !tc.dst.bottom, got, tc.want)
 		}
 	}
@@ -624,7 +623,7 @@ func TestUseRows(t *testing.T) {
 	md32.ensure32()
 	md32.N = big
 	ci := &colIndex{cols: make([]int32, 100), vals: make([]float64, 150)}
-	if !useRows(md32, ci, &Scratch{}, p, bottom) {
+	if !useRows(md32, ci, &Scratch{}, bottom) {
 		t.Error("useRows chose the column pass for a float32 model")
 	}
 }

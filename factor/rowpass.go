@@ -100,7 +100,7 @@ func (b *Block) rows(ci *colIndex, scratch *[]int32) *rowIndex {
 
 // useRows reports whether block b's fused pass into dst runs row by row
 // (see the top of this file); s.rows forces either pass (tests).
-func useRows(md *Model, ci *colIndex, s *Scratch, p *Partial, dst *kSum) bool {
+func useRows(md *Model, ci *colIndex, s *Scratch, dst *kSum) bool {
 	if dst == nil || !dst.bottom || len(ci.cols) == 0 {
 		return false
 	}
@@ -125,7 +125,7 @@ const (
 // so, else by column (runColumns). Either way the sums are bitwise the
 // same.
 func runFused(md *Model, b *Block, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, dst *kSum) error {
-	if !useRows(md, ci, s, p, dst) {
+	if !useRows(md, ci, s, dst) {
 		return runColumns(md, ci, s, p, c0, c1, nil, dst)
 	}
 	runRows(md, b, ci, b.rows(ci, &s.count), s, p, c0, c1, dst)
