@@ -376,39 +376,62 @@ func BenchmarkRowPass(b *testing.B) {
 }
 
 func benchRowPass(b *testing.B, sz benchSize, m, workers int) {
-	blocks := benchBlocks(sz)
+	var arms [2]*benchArm
+	for k, rows := range []int8{rowsNever, rowsAuto} {
+		arms[k] = &benchArm{md: NewRandom(sz.n, m, 1, TieNone, 1), ps: Passer{rows: rows}}
+	}
+	cols, rows := benchAB(b, benchBlocks(sz), arms, workers, func(a *benchArm, acc *Accumulator, dataTerm float64) {
+		acc.CommitWorkers(a.md, 1, dataTerm, workers)
+	})
+	b.ReportMetric(cols[0], "cols-ns/nnz")
+	b.ReportMetric(rows[0], "auto-ns/nnz")
+	b.ReportMetric(rows[0]/cols[0], "auto/cols")
+}
+
+// benchArm is one side of an in-process A/B benchmark: a model and the
+// Passer that runs its passes.
+type benchArm struct {
+	md *Model
+	ps Passer
+}
+
+// benchAB times whole iterations (Pass, loglik off, then commit) of two
+// arms on blocks, one of each per b.N round, which goes first
+// alternating, so that a loaded machine's noise falls on both alike. It
+// returns each arm's median wall ns per nonzero and mean CPU ns per
+// nonzero (process CPU, all threads; 10 ms ticks).
+func benchAB(b *testing.B, blocks []*Block, arms [2]*benchArm, workers int, commit func(a *benchArm, acc *Accumulator, dataTerm float64)) (first, second [2]float64) {
 	nnz := 0
 	for _, bl := range blocks {
 		nnz += bl.NNZ()
 	}
 	dataTerm := DataTerm(blocks)
-	type arm struct {
-		md    *Model
-		acc   *Accumulator
-		ps    Passer
-		walls []float64
-	}
-	var arms [2]*arm
-	for k, rows := range []int8{rowsNever, rowsAuto} {
-		md := NewRandom(sz.n, m, 1, TieNone, 1)
-		arms[k] = &arm{md: md, acc: NewAccumulator(md), ps: Passer{rows: rows}}
+	var accs [2]*Accumulator
+	var walls [2][]float64
+	var cpus [2]time.Duration
+	for k, a := range arms {
+		accs[k] = NewAccumulator(a.md)
 	}
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := range b.N {
-		for k := range arms {
-			a := arms[(k+i)%2]
+		for j := range arms {
+			k := (j + i) % 2
+			a := arms[k]
+			cpu0, _ := processCPU()
 			t0 := time.Now()
-			if err := a.ps.Pass(ctx, a.md, blocks, a.acc, workers, false); err != nil {
+			if err := a.ps.Pass(ctx, a.md, blocks, accs[k], workers, false); err != nil {
 				b.Fatal(err)
 			}
-			a.acc.CommitWorkers(a.md, 1, dataTerm, workers)
-			a.walls = append(a.walls, float64(time.Since(t0).Nanoseconds())/float64(nnz))
+			commit(a, accs[k], dataTerm)
+			walls[k] = append(walls[k], float64(time.Since(t0).Nanoseconds())/float64(nnz))
+			cpu1, _ := processCPU()
+			cpus[k] += cpu1 - cpu0
 		}
 	}
-	med := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
-	cols, rows := med(arms[0].walls), med(arms[1].walls)
-	b.ReportMetric(cols, "cols-ns/nnz")
-	b.ReportMetric(rows, "auto-ns/nnz")
-	b.ReportMetric(rows/cols, "auto/cols")
+	res := func(k int) [2]float64 {
+		slices.Sort(walls[k])
+		return [2]float64{walls[k][len(walls[k])/2], float64(cpus[k].Nanoseconds()) / float64(b.N) / float64(nnz)}
+	}
+	return res(0), res(1)
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // f32Pair returns md rounded to float32 twice: as a Float32 model (the
@@ -346,49 +345,20 @@ func BenchmarkPrecision(b *testing.B) {
 }
 
 func benchPrecision(b *testing.B, sz benchSize, m, workers int) {
-	blocks := benchBlocks(sz)
-	nnz := 0
-	for _, bl := range blocks {
-		nnz += bl.NNZ()
-	}
-	dataTerm := DataTerm(blocks)
-	type arm struct {
-		md    *Model
-		acc   *Accumulator
-		ps    Passer
-		walls []float64
-		cpu   time.Duration
-	}
-	var arms [2]*arm
+	var arms [2]*benchArm
 	for k, p := range []Precision{Float64, Float32} {
 		md := NewRandom(sz.n, m, 1, TieNone, 1)
 		md.SetPrecision(p)
-		arms[k] = &arm{md: md, acc: NewAccumulator(md)}
+		arms[k] = &benchArm{md: md}
 	}
-	ctx := context.Background()
-	b.ResetTimer()
-	for i := range b.N {
-		for k := range arms {
-			a := arms[(k+i)%2]
-			cpu0, _ := processCPU()
-			t0 := time.Now()
-			if err := a.ps.Pass(ctx, a.md, blocks, a.acc, workers, false); err != nil {
-				b.Fatal(err)
-			}
-			a.acc.Commit(a.md, 1, dataTerm)
-			a.walls = append(a.walls, float64(time.Since(t0).Nanoseconds())/float64(nnz))
-			cpu1, _ := processCPU()
-			a.cpu += cpu1 - cpu0
-		}
-	}
-	med := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
-	w64, w32 := med(arms[0].walls), med(arms[1].walls)
-	cpu := func(a *arm) float64 { return float64(a.cpu.Nanoseconds()) / float64(b.N) / float64(nnz) }
-	b.ReportMetric(w64, "f64-ns/nnz")
-	b.ReportMetric(w32, "f32-ns/nnz")
-	b.ReportMetric(cpu(arms[0]), "f64-cpu-ns/nnz")
-	b.ReportMetric(cpu(arms[1]), "f32-cpu-ns/nnz")
-	b.ReportMetric(w32/w64, "f32/f64")
+	w64, w32 := benchAB(b, benchBlocks(sz), arms, workers, func(a *benchArm, acc *Accumulator, dataTerm float64) {
+		acc.Commit(a.md, 1, dataTerm)
+	})
+	b.ReportMetric(w64[0], "f64-ns/nnz")
+	b.ReportMetric(w32[0], "f32-ns/nnz")
+	b.ReportMetric(w64[1], "f64-cpu-ns/nnz")
+	b.ReportMetric(w32[1], "f32-cpu-ns/nnz")
+	b.ReportMetric(w32[0]/w64[0], "f32/f64")
 }
 
 // TestFloat32Smooth: Smooth keeps a Float32 model float32 and its copy
