@@ -47,7 +47,7 @@ type Partial struct {
 // Scratch is the per-goroutine working memory of Compute, reused across
 // blocks. The zero value is ready; it is not safe for concurrent use.
 type Scratch struct {
-	dl []float64 // the block's rows of D, n_r×m
+	dl []float64 // the block's rows of D, n_r×m (a column pass)
 	gs []float64 // g of every nonzero, in column order
 	t  []float64 // d ⊙ k of the current nonzero (pure Go); c/g of a column's nonzeros (AVX2)
 	// col is a column's K̂ row summed from zero, in a fused pass.
@@ -60,7 +60,8 @@ type Scratch struct {
 	pureGo bool
 	// rows forces the row pass (rowsForce) or the column pass
 	// (rowsNever) where useRows would choose (tests); gr holds the g of
-	// a row pass in CSR order, mk its multi columns' rows (rowpass.go).
+	// a row pass in CSR order, mk the rows of K̂ it sets aside
+	// (rowpass.go).
 	rows int8
 	gr   []float64
 	mk   []float64
@@ -109,7 +110,7 @@ const prefetchAhead = 8
 // into it would do, without writing p.KhT and reading it back (31 MB per
 // default shard at n = 10^6) or a second random pass over K̂.
 func compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail func(j int) (int, error), dst *kSum) error {
-	ci, err := prepare(md, b, s, p, dst != nil)
+	ci, err := prepare(md, b, s, p, dst)
 	if err != nil {
 		return err
 	}
@@ -125,10 +126,11 @@ func compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail
 }
 
 // prepare starts block b's pass: it sizes and zeroes p, copies the
-// block's rows of D into s and returns the block's column index. With
-// fused true p.Cols and p.KhT stay empty (the K̂ rows go to a
-// destination, see compute).
-func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex, error) {
+// block's rows of D into s (unless the pass runs by row, which reads each
+// once, in place) and returns the block's column index. With dst non-nil
+// (a fused pass) p.Cols and p.KhT stay empty (the K̂ rows go to dst, see
+// compute).
+func prepare(md *Model, b *Block, s *Scratch, p *Partial, dst *kSum) (*colIndex, error) {
 	n, m := md.N, md.M
 	if err := b.CheckShape(n, md.U); err != nil {
 		return nil, err
@@ -142,7 +144,7 @@ func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex
 	p.Dh = resize(p.Dh, nr*m)
 	p.X = resize(p.X, nr)
 	p.Y = resize(p.Y, m)
-	if fused {
+	if dst != nil {
 		p.Cols, p.KhT = p.Cols[:0], p.KhT[:0]
 	} else {
 		p.Cols = copyIdx(p.Cols, ci.cols)
@@ -150,9 +152,11 @@ func prepare(md *Model, b *Block, s *Scratch, p *Partial, fused bool) (*colIndex
 	}
 	p.NNZ = b.NNZ()
 
-	s.dl = resize(s.dl, nr*m)
-	for r, i := range b.Rows {
-		copy(s.dl[r*m:r*m+m], d[int(i)*m:int(i)*m+m])
+	if !useRows(md, ci, s, dst) {
+		s.dl = resize(s.dl, nr*m)
+		for r, i := range b.Rows {
+			copy(s.dl[r*m:r*m+m], d[int(i)*m:int(i)*m+m])
+		}
 	}
 	if cap(s.gs) < len(ci.vals) {
 		s.gs = make([]float64, len(ci.vals), len(ci.vals)+len(ci.vals)/4)

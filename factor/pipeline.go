@@ -128,7 +128,7 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 			warmIndexes(md, blocks[k], &sl.s, dest[pos])
 			t0 := time.Now()
 			sl.pos, sl.sum = pos, termSum{}
-			sl.ci, sl.err = prepare(md, blocks[k], &sl.s, &sl.p, true)
+			sl.ci, sl.err = prepare(md, blocks[k], &sl.s, &sl.p, dest[pos])
 			if sl.err == nil {
 				sl.err = stage(sl, 0)
 			}

@@ -12,8 +12,9 @@ import "slices"
 // n = 10^6 with 20 nonzeros per row a default shard touches 12 % of K's
 // rows, ≈ 1.07 terms each: nothing is saved on K, and the block's rows
 // of D and D̂ (3.3 MB at m = 32, more than L2) become misses too.
-// Visited row by row, a row of D is read once and its row of D̂ summed in
-// place; the random rows of K and K̂ are prefetched (within a row by the
+// Visited row by row, a row of D is read once, in place in the model (no
+// copy of the block's rows, which the column pass gathers from), and its
+// row of D̂ summed in place; the random rows of K and K̂ are prefetched (within a row by the
 // kernel, 8 terms ahead; the next row's before a row runs). Whole
 // iterations, one goroutine, in-process A/B of the two passes
 // (docs/benchmarks.md, "Round 4 of the kernel"): n = 10^6 61 ns per
@@ -140,7 +141,7 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 		return
 	}
 	m := md.M
-	kt := md.KT[md.KBlock(p.Action)]
+	kt, dm := md.KT[md.KBlock(p.Action)], md.D[md.DBlock(p.Action)]
 	kh := dst.kh
 	lo, hi := ci.cols[c0], int32(md.N)
 	if c1 < len(ci.cols) {
@@ -195,7 +196,8 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 			}
 		}
 		if a < e {
-			d, dh := s.dl[r*m:r*m+m], p.Dh[r*m:r*m+m]
+			i := int(b.Rows[r]) * m
+			d, dh := dm[i:i+m], p.Dh[r*m:r*m+m]
 			if fast {
 				runAVX2(&d[0], &dh[0], &kt[0], &kh[0], &t[0], &b.Cols[a], &b.Vals[a], &gr[a], int(e-a), m*8)
 			} else {
