@@ -133,6 +133,10 @@ func runFused(md *Model, b *Block, ci *colIndex, s *Scratch, p *Partial, c0, c1 
 	return nil
 }
 
+// rowsAhead caps how many terms of the next row runRows prefetches
+// before a row: the rows of K and K̂ of more would leave L1 before use.
+const rowsAhead = 32
+
 // runRows is runColumns row by row for the columns at positions [c0, c1)
 // of the column index: for each row of the block, its terms whose columns
 // lie in that range, in column order (see the top of this file).
@@ -189,9 +193,10 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 		na, ne := int64(0), int64(0)
 		if r+1 < len(b.Rows) {
 			na, ne = span(r + 1)
-			// The next row's terms, all of them: the kernel prefetches 8
-			// terms ahead within a row, not across rows.
-			if k := ne - na; k > 0 {
+			// The next row's terms (all of them at 20 per row; a long
+			// row's first rowsAhead): the kernel prefetches 8 terms ahead
+			// within a row, not across rows.
+			if k := min(ne-na, rowsAhead); k > 0 {
 				prefetchIdx(&kt[0], &kh[0], &b.Cols[na], int(k), m*8)
 			}
 		}
