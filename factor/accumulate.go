@@ -114,15 +114,16 @@ func compute(md *Model, b *Block, s *Scratch, p *Partial, withLogLik bool, avail
 	if err != nil {
 		return err
 	}
+	var t termSum
 	if avail == nil && dst != nil {
-		err = runFused(md, b, ci, s, p, 0, len(ci.cols), dst)
-	} else {
-		err = runColumns(md, ci, s, p, 0, len(ci.cols), avail, dst)
+		err = runFused(md, b, ci, s, p, 0, len(ci.cols), dst, &t, withLogLik)
+	} else if err = runColumns(md, ci, s, p, 0, len(ci.cols), avail, dst); err == nil {
+		t.add(ci, s, withLogLik, len(ci.vals))
 	}
 	if err != nil {
 		return err
 	}
-	return finishBlock(b, ci, s, p, withLogLik)
+	return t.finish(b, ci, s, p, withLogLik)
 }
 
 // prepare starts block b's pass: it sizes and zeroes p, copies the
@@ -319,14 +320,6 @@ func runColumns(md *Model, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, ava
 	return nil
 }
 
-// finishBlock ends block b's pass once every column ran: it checks g,
-// sums the loglik when asked, and fills p.X, p.SumX, p.Y and p.LogLik.
-func finishBlock(b *Block, ci *colIndex, s *Scratch, p *Partial, withLogLik bool) error {
-	var t termSum
-	t.add(ci, s, withLogLik, len(ci.vals))
-	return t.finish(b, ci, s, p, withLogLik)
-}
-
 // termSum checks the g of a block's terms and sums their loglik in the
 // pass's (column-major) order, a range of terms at a time: the stages of
 // a pipelined pass each add the terms of their columns, continuing the
@@ -336,6 +329,9 @@ type termSum struct {
 	done int     // terms [0, done) added
 	ll   float64 // Σ v·log(g) over them, in order
 	bad  bool    // some g among them is not > 0
+	// rowOrder: some of the terms ran by row without the loglik, their
+	// g left in s.gr in CSR order only (runFused).
+	rowOrder bool
 }
 
 // add adds terms [t.done, end).
@@ -353,7 +349,8 @@ func (t *termSum) add(ci *colIndex, s *Scratch, withLogLik bool, end int) {
 	t.done = end
 }
 
-// finish ends the block's pass once every term was added (finishBlock).
+// finish ends the block's pass once every term was added: it names the
+// first bad term, if any, and fills p.X, p.SumX, p.Y and p.LogLik.
 func (t *termSum) finish(b *Block, ci *colIndex, s *Scratch, p *Partial, withLogLik bool) error {
 	m := len(p.Y)
 	if t.done != len(ci.vals) {
@@ -361,6 +358,12 @@ func (t *termSum) finish(b *Block, ci *colIndex, s *Scratch, p *Partial, withLog
 	}
 	if t.bad {
 		gs := s.gs
+		if t.rowOrder {
+			// Every stage ran by row: all the g are in s.gr.
+			for q, c := range b.rowIdx.Load().pos {
+				gs[c] = s.gr[q]
+			}
+		}
 		for c, j := range ci.cols {
 			for q := ci.ptr[c]; q < ci.ptr[c+1]; q++ {
 				if g := gs[q]; !(g > 0) {

@@ -309,25 +309,41 @@ func TestPipelineErrors(t *testing.T) {
 	blocks := splitBlock(mat, 200)
 	md := NewRandom(300, 8, 1, TieNone, 4)
 	bad := md.Clone()
-	row := int(blocks[len(blocks)/2].Rows[0])
-	clear(bad.D[0][row*8 : row*8+8]) // every transition from row has g = 0
-	var first *TransitionError
+	// Every transition from two rows r0 < r1 of a block has g = 0, where
+	// r1's smallest column is below r0's and above the block's smallest.
+	// The error names r1's first term, the first bad one in column
+	// order: row order would name r0's, and a check of g left at zero
+	// the block's first term in column order.
+	b := blocks[len(blocks)/2]
+	first := func(r int) int32 { return b.Cols[b.Ptr[r]] }
+	cmin := slices.Min(b.Cols)
+	r0, r1 := -1, -1
+	for a := range b.Rows {
+		for c := a + 1; c < len(b.Rows) && r0 < 0; c++ {
+			if first(a) > first(c) && first(c) > cmin {
+				r0, r1 = a, c
+			}
+		}
+	}
+	if r0 < 0 {
+		t.Fatal("no two rows of the block tell the orders apart")
+	}
+	for _, r := range []int{r0, r1} {
+		i := int(b.Rows[r])
+		clear(bad.D[0][i*8 : i*8+8])
+	}
+	want := TransitionError{Action: b.Action, From: int(b.Rows[r1]), To: int(b.Cols[b.Ptr[r1]]), Count: b.Vals[b.Ptr[r1]]}
 	for _, run := range []struct {
 		workers int
 		rows    int8
-	}{{2, rowsNever}, {3, rowsNever}, {1, rowsForce}, {2, rowsForce}, {3, rowsForce}} {
+		ll      bool
+	}{{2, rowsNever, false}, {3, rowsNever, true}, {1, rowsForce, false}, {1, rowsForce, true}, {2, rowsForce, false}, {3, rowsForce, false}, {3, rowsForce, true}} {
 		workers := run.workers
 		ps := Passer{rows: run.rows}
 		acc := NewAccumulator(md)
 		var te *TransitionError
-		if err := ps.Pass(context.Background(), bad, blocks, acc, workers, false); !errors.As(err, &te) || te.From != row {
-			t.Fatalf("%d workers, rows %d: pass over a zero row of D: %v, want a TransitionError from %d", workers, run.rows, err, row)
-		}
-		// The row pass reports the same term: the first in column order.
-		if first == nil {
-			first = te
-		} else if *te != *first {
-			t.Fatalf("%d workers, rows %d: %+v, want %+v", workers, run.rows, *te, *first)
+		if err := ps.Pass(context.Background(), bad, blocks, acc, workers, run.ll); !errors.As(err, &te) || *te != want {
+			t.Fatalf("%d workers, rows %d, loglik %v: pass over zero rows of D: %v, want %v", workers, run.rows, run.ll, err, &want)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()

@@ -71,11 +71,7 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 	stage := func(sl *stageSlot, w int) error {
 		lo, _ := slices.BinarySearch(sl.ci.cols, split[w])
 		hi, _ := slices.BinarySearch(sl.ci.cols, split[w+1])
-		if err := runFused(md, blocks[order[sl.pos]], sl.ci, &sl.s, &sl.p, lo, hi, dest[sl.pos]); err != nil {
-			return err
-		}
-		sl.sum.add(sl.ci, &sl.s, withLogLik, int(sl.ci.ptr[hi]))
-		return nil
+		return runFused(md, blocks[order[sl.pos]], sl.ci, &sl.s, &sl.p, lo, hi, dest[sl.pos], &sl.sum, withLogLik)
 	}
 	// Two slots per stage keep every stage busy while the next one works.
 	nslots := 2 * workers

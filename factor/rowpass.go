@@ -125,11 +125,27 @@ const (
 // (prepared by prepare with s and p) into dst: by row where useRows says
 // so, else by column (runColumns). Either way the sums are bitwise the
 // same.
-func runFused(md *Model, b *Block, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, dst *kSum) error {
+func runFused(md *Model, b *Block, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, dst *kSum, sum *termSum, withLogLik bool) error {
+	end := int(ci.ptr[c1])
 	if !useRows(md, ci, s, dst) {
-		return runColumns(md, ci, s, p, c0, c1, nil, dst)
+		if err := runColumns(md, ci, s, p, c0, c1, nil, dst); err != nil {
+			return err
+		}
+		sum.add(ci, s, withLogLik, end)
+		return nil
 	}
-	runRows(md, b, ci, b.rows(ci, &s.count), s, p, c0, c1, dst)
+	ri := b.rows(ci, &s.count)
+	if withLogLik {
+		runRows(md, b, ci, ri, s, p, c0, c1, dst, true)
+		sum.add(ci, s, withLogLik, end)
+		return nil
+	}
+	// Without the loglik only the check reads the g: it runs in row
+	// order here, and finish moves them to column order only to name
+	// the first bad term.
+	sum.bad = runRows(md, b, ci, ri, s, p, c0, c1, dst, false) || sum.bad
+	sum.rowOrder = true
+	sum.done = end
 	return nil
 }
 
@@ -139,10 +155,13 @@ const rowsAhead = 32
 
 // runRows is runColumns row by row for the columns at positions [c0, c1)
 // of the column index: for each row of the block, its terms whose columns
-// lie in that range, in column order (see the top of this file).
-func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Partial, c0, c1 int, dst *kSum) {
+// lie in that range, in column order (see the top of this file). Every
+// term's g is left in s.gr at its CSR position; with toCols they are also
+// moved to their column-order positions in s.gs (the loglik sums them
+// there), else runRows reports whether one of them is not > 0.
+func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Partial, c0, c1 int, dst *kSum, toCols bool) (bad bool) {
 	if c0 >= c1 {
-		return
+		return false
 	}
 	m := md.M
 	kt, dm := md.KT[md.KBlock(p.Action)], md.D[md.DBlock(p.Action)]
@@ -214,8 +233,16 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 					scatter(b.Vals[q]/g, tm, dh, kh[j:j+m])
 				}
 			}
-			for q := a; q < e; q++ {
-				gs[ri.pos[q]] = gr[q]
+			if toCols {
+				for q := a; q < e; q++ {
+					gs[ri.pos[q]] = gr[q]
+				}
+			} else {
+				for _, g := range gr[a:e] {
+					if !(g > 0) {
+						bad = true
+					}
+				}
 			}
 		}
 		a, e = na, ne
@@ -234,6 +261,7 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 			row[l] = w
 		}
 	}
+	return bad
 }
 
 // growTo returns x at length n, reusing its memory when it has room
