@@ -32,9 +32,14 @@ import "slices"
 // have their rows of K̂ set aside and zeroed before the block's rows run,
 // so that their terms are summed from zero in place, in row order (the
 // order of a column's terms); the sum is then added to the row set aside.
-// The g of the terms, computed in row order, are moved to their positions
-// in column order (rowIndex.pos), where the loglik sums and checks them
-// as before.
+// The g of the terms are computed in row order. With the loglik they are
+// moved to their positions in column order (rowIndex.pos) once the
+// block's rows ran, where the loglik sums and checks them as before;
+// without it they are checked in row order and moved only to name the
+// first bad term (termSum.finish). Moving them row by row, between the
+// rows, cost 12–20 % of an iteration at n = 10^6: the misses on pos and gs
+// held miss buffers that the prefetches of K and K̂ need
+// (docs/benchmarks.md, "Round 5 of the kernel").
 //
 // The row pass runs where a destination takes the block's K̂ rows
 // straight in without recording them (the accumulator's own arrays: one
@@ -233,11 +238,7 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 					scatter(b.Vals[q]/g, tm, dh, kh[j:j+m])
 				}
 			}
-			if toCols {
-				for q := a; q < e; q++ {
-					gs[ri.pos[q]] = gr[q]
-				}
-			} else {
+			if !toCols {
 				for _, g := range gr[a:e] {
 					if !(g > 0) {
 						bad = true
@@ -246,6 +247,23 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 			}
 		}
 		a, e = na, ne
+	}
+	// The g to column order for the loglik, after the rows: interleaved
+	// with them, the misses on pos and gs held miss buffers that the
+	// prefetches of K and K̂ need.
+	if toCols {
+		if whole {
+			for q, c := range ri.pos {
+				gs[c] = gr[q]
+			}
+		} else {
+			for r := range b.Rows {
+				a, e := span(r)
+				for q := a; q < e; q++ {
+					gs[ri.pos[q]] = gr[q]
+				}
+			}
+		}
 	}
 	// Each multi column's sum added to its row of K̂ as set aside:
 	// what compute adds.
