@@ -37,7 +37,7 @@ import "slices"
 // block's rows ran, where the loglik sums and checks them as before;
 // without it they are checked in row order and moved only to name the
 // first bad term (termSum.finish). Moving them row by row, between the
-// rows, cost 12–20 % of an iteration at n = 10^6: the misses on pos and gs
+// rows, cost up to a fifth of an iteration at n = 10^6: the misses on pos and gs
 // held miss buffers that the prefetches of K and K̂ need
 // (docs/benchmarks.md, "Round 5 of the kernel").
 //
