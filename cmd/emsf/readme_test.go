@@ -35,6 +35,7 @@ func TestREADME(t *testing.T) {
 		{"emsf experiment ", "the reduced settings run for about a minute each (experiment has its own tests)"},
 		{"sudo scripts/netns-cluster.sh", "needs root, network namespaces and tc (the harness of docs/scaling.md)"},
 		{"emsf scaling --check ", "reads the output of the netns harness above"},
+		{"KEEP=/tmp/emsf-bench scripts/bench_goals.sh", "minutes of timing beside pandas and scikit-learn (a benchmark, not a test)"},
 	}
 	// readmeRemote matches lines that talk to a server on another machine.
 	readmeRemote := regexp.MustCompile(`nats://host`)
