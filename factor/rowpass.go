@@ -37,8 +37,8 @@ import "slices"
 // block's rows ran, where the loglik sums and checks them as before;
 // without it they are checked in row order and moved only to name the
 // first bad term (termSum.finish). Moving them row by row, between the
-// rows, cost up to a fifth of an iteration at n = 10^6: the misses on pos and gs
-// held miss buffers that the prefetches of K and K̂ need
+// rows, cost up to a fifth of an iteration at n = 10^6: the misses on pos
+// and gs held miss buffers that the prefetches of K and K̂ need
 // (docs/benchmarks.md, "Round 5 of the kernel").
 //
 // The row pass runs where a destination takes the block's K̂ rows
@@ -129,7 +129,9 @@ const (
 // runFused runs the columns at positions [c0, c1) of block b's pass
 // (prepared by prepare with s and p) into dst: by row where useRows says
 // so, else by column (runColumns). Either way the sums are bitwise the
-// same.
+// same. It then adds the range's terms to sum (checked, and their loglik
+// summed with withLogLik), which the caller finishes once every range
+// ran.
 func runFused(md *Model, b *Block, ci *colIndex, s *Scratch, p *Partial, c0, c1 int, dst *kSum, sum *termSum, withLogLik bool) error {
 	end := int(ci.ptr[c1])
 	if !useRows(md, ci, s, dst) {
