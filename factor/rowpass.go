@@ -259,7 +259,7 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 			}
 		} else {
 			// The rows' spans again: a test of each term's position
-			// instead mispredicts half the time on two stages.
+			// instead would mispredict about half the time on two stages.
 			for r := range b.Rows {
 				a, e := span(r)
 				for q := a; q < e; q++ {
