@@ -65,6 +65,11 @@ type Scratch struct {
 	rows int8
 	gr   []float64
 	mk   []float64
+	// dhAcc, when not nil, is the accumulator's D̂ of the block's D
+	// block: a row pass sums the block's rows of D̂ straight into it,
+	// not into p.Dh (Passer.direct says when that is bitwise the same).
+	// prepare drops it where the pass runs by column.
+	dhAcc []float64
 }
 
 // Compute fills p with the statistics of block b under model md: one fused
@@ -142,7 +147,14 @@ func prepare(md *Model, b *Block, s *Scratch, p *Partial, dst *kSum) (*colIndex,
 
 	p.Action = b.Action
 	p.Rows = copyIdx(p.Rows, b.Rows)
-	p.Dh = resize(p.Dh, nr*m)
+	if s.dhAcc != nil && !useRows(md, ci, s, dst) {
+		s.dhAcc = nil
+	}
+	if s.dhAcc != nil {
+		p.Dh = p.Dh[:0] // the rows go to s.dhAcc
+	} else {
+		p.Dh = resize(p.Dh, nr*m)
+	}
 	p.X = resize(p.X, nr)
 	p.Y = resize(p.Y, m)
 	if dst != nil {
@@ -374,8 +386,14 @@ func (t *termSum) finish(b *Block, ci *colIndex, s *Scratch, p *Partial, withLog
 	}
 	copy(p.X, ci.x)
 	p.SumX = ci.sumX
-	for r := range b.Rows {
-		for l, v := range p.Dh[r*m : r*m+m] {
+	for r, i := range b.Rows {
+		var row []float64
+		if s.dhAcc != nil {
+			row = s.dhAcc[int(i)*m : int(i)*m+m]
+		} else {
+			row = p.Dh[r*m : r*m+m]
+		}
+		for l, v := range row {
 			p.Y[l] += v
 		}
 	}
@@ -570,7 +588,7 @@ func (a *Accumulator) add(p *Partial) {
 	if a.Tie == TieSharedK {
 		kb = 0
 	}
-	a.addRows(p)
+	a.addRows(p, true)
 	kh := a.KhT[kb]
 	for c, j := range p.Cols {
 		dst := kh[int(j)*m : int(j)*m+m]
@@ -586,20 +604,26 @@ func (a *Accumulator) add(p *Partial) {
 	a.NNZ += p.NNZ
 }
 
-// addRows adds a checked partial's rows of D̂ and x.
-func (a *Accumulator) addRows(p *Partial) {
+// addRows adds a checked partial's x and, with dh, its rows of D̂ (a
+// pass that summed them straight into a.Dh has none: Scratch.dhAcc).
+func (a *Accumulator) addRows(p *Partial, dh bool) {
 	m := a.M
 	db := p.Action
 	if a.Tie == TieSharedD {
 		db = 0
 	}
-	dh, x := a.Dh[db], a.X[db]
+	x := a.X[db]
 	for r, i := range p.Rows {
-		dst := dh[int(i)*m : int(i)*m+m]
+		x[i] += p.X[r]
+	}
+	if !dh {
+		return
+	}
+	for r, i := range p.Rows {
+		dst := a.Dh[db][int(i)*m : int(i)*m+m]
 		for l, v := range p.Dh[r*m : r*m+m] {
 			dst[l] += v
 		}
-		x[i] += p.X[r]
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,56 @@ type Passer struct {
 	bal stageBalance
 	// rows is Scratch.rows for every goroutine of a pass (tests).
 	rows int8
+	// fresh[pos]: see direct; seen is its working memory.
+	fresh []bool
+	seen  [][]uint64
+	// noDirect: rows of D̂ always go through the partial (tests).
+	noDirect bool
+}
+
+// direct marks the positions of plan whose block is the first in plan
+// order to touch each of its rows of D̂ (within its D block); it returns
+// fresh[pos]. Such a block's row pass may sum its rows of D̂ straight
+// into the accumulator (Scratch.dhAcc) where a one-goroutine pass or
+// the pipeline folds the blocks in plan order: the rows are +0 there
+// (Accumulator.Reset) until the block's terms come, and a later block
+// that touches one of them adds its own sum, summed from zero, after
+// them. So each row is bitwise (+0 + S₁) + S₂ …, what folding partials
+// gives, without a block's D̂ (1.7 MB per default shard at m = 32)
+// zeroed, written, read back and added. Split never cuts a row, so
+// every block is fresh unless D is shared by actions (TieSharedD) or a
+// grid cuts rows into cells. O(rows of the blocks), per pass.
+func (ps *Passer) direct(md *Model, blocks []*Block, plan *ReducePlan) []bool {
+	ps.fresh = slices.Grow(ps.fresh[:0], len(plan.Order))[:len(plan.Order)]
+	clear(ps.fresh)
+	if ps.noDirect {
+		return ps.fresh
+	}
+	nd := NumD(md.U, md.Tie)
+	if len(ps.seen) != nd {
+		ps.seen = make([][]uint64, nd)
+	}
+	for b := range ps.seen {
+		if len(ps.seen[b]) != (md.N+63)/64 {
+			ps.seen[b] = make([]uint64, (md.N+63)/64)
+		} else {
+			clear(ps.seen[b])
+		}
+	}
+	for pos, k := range plan.Order {
+		bl := blocks[k]
+		seen := ps.seen[md.DBlock(bl.Action)]
+		fresh := true
+		for _, i := range bl.Rows {
+			w, bit := i>>6, uint64(1)<<(i&63)
+			if seen[w]&bit != 0 {
+				fresh = false
+			}
+			seen[w] |= bit
+		}
+		ps.fresh[pos] = fresh
+	}
+	return ps.fresh
 }
 
 // Pass is the function Pass with p's memory.
@@ -65,6 +116,9 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 	}
 	if workers <= 1 {
 		p := ps.pool[0]
+		fresh := ps.direct(md, blocks, plan)
+		s := &ps.scratch[0]
+		defer func() { s.dhAcc = nil }() // not to hold acc's memory
 		for pos, k := range order {
 			if pos%16 == 0 && ctx.Err() != nil {
 				return ctx.Err()
@@ -76,13 +130,17 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 			if err != nil {
 				return fmt.Errorf("factor: block %d: %w", k, err)
 			}
-			if err := compute(md, blocks[k], &ps.scratch[0], p, withLogLik, nil, dst); err != nil {
+			s.dhAcc = nil
+			if fresh[pos] {
+				s.dhAcc = acc.Dh[md.DBlock(blocks[k].Action)]
+			}
+			if err := compute(md, blocks[k], s, p, withLogLik, nil, dst); err != nil {
 				return err
 			}
 			if err := checkComputed(p); err != nil {
 				return fmt.Errorf("factor: block %d: %w", k, err)
 			}
-			ps.red.finish(p, dst)
+			ps.red.finish(p, dst, s.dhAcc == nil)
 		}
 		return nil
 	}

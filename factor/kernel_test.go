@@ -217,11 +217,16 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 	for _, tc := range []struct {
 		n, m, perRow, blockNNZ int
 		gaps                   bool // every fifth state without data
+		// cells: each block cut into three column cells (as
+		// shard.SplitGrid), blocks that share their rows of D̂ whatever
+		// the tie (Passer.direct).
+		cells bool
 	}{
-		{60, 5, 7, 28, false}, {300, 8, 20, 740, false}, {2000, 32, 9, 1350, false}, {500, 12, 40, 20000, false},
-		{300, 8, 20, 740, true}, {2000, 32, 9, 1350, true},
+		{60, 5, 7, 28, false, false}, {300, 8, 20, 740, false, false}, {2000, 32, 9, 1350, false, false}, {500, 12, 40, 20000, false, false},
+		{300, 8, 20, 740, true, false}, {2000, 32, 9, 1350, true, false},
 		// Mostly one term per column in a block: the row pass's case.
-		{1500, 8, 3, 250, false}, {1200, 7, 4, 200, true},
+		{1500, 8, 3, 250, false, false}, {1200, 7, 4, 200, true, false},
+		{1500, 8, 3, 250, false, true}, {300, 8, 20, 740, true, true},
 	} {
 		mats := RandomCounts(tc.n, 2, tc.perRow, 5, uint64(tc.n))
 		var blocks []*Block
@@ -230,7 +235,18 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 				// Blocks whose rows are not consecutive states.
 				mat = withoutRows(t, mat, func(i int32) bool { return i%5 == 3 })
 			}
-			blocks = append(blocks, splitBlock(mat, tc.blockNNZ)...)
+			for _, b := range splitBlock(mat, tc.blockNNZ) {
+				if !tc.cells {
+					blocks = append(blocks, b)
+					continue
+				}
+				for c := range 3 {
+					cell := withoutCols(t, b, func(j int32) bool { return int(j)*3/tc.n != c })
+					if cell.NNZ() > 0 {
+						blocks = append(blocks, cell)
+					}
+				}
+			}
 		}
 		for _, tie := range []Tie{TieNone, TieSharedK, TieSharedD} {
 			md := NewRandom(tc.n, tc.m, 2, tie, 3)
@@ -256,15 +272,17 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 					pureGo, merge bool
 					share         []float64 // the pipeline's first column shares
 					rows          int8      // Scratch.rows: the row or the column pass
+					noDirect      bool      // Passer.noDirect
 				}{
-					{1, false, false, nil, rowsNever}, {1, true, false, nil, rowsNever}, {2, false, false, nil, rowsNever},
-					{3, false, false, nil, rowsNever}, {2, false, true, nil, rowsNever},
-					{2, false, false, []float64{0.97, 0.03}, rowsNever}, {2, false, false, []float64{0.01, 0.99}, rowsNever},
-					{3, false, false, []float64{0.1, 0.05, 0.85}, rowsNever}, {3, false, false, []float64{0.6, 0.3, 0.1}, rowsNever},
-					{1, false, false, nil, rowsForce}, {1, true, false, nil, rowsForce},
-					{3, false, false, []float64{0.1, 0.05, 0.85}, rowsForce},
+					{1, false, false, nil, rowsNever, false}, {1, true, false, nil, rowsNever, false}, {2, false, false, nil, rowsNever, false},
+					{3, false, false, nil, rowsNever, false}, {2, false, true, nil, rowsNever, false},
+					{2, false, false, []float64{0.97, 0.03}, rowsNever, false}, {2, false, false, []float64{0.01, 0.99}, rowsNever, false},
+					{3, false, false, []float64{0.1, 0.05, 0.85}, rowsNever, false}, {3, false, false, []float64{0.6, 0.3, 0.1}, rowsNever, false},
+					{1, false, false, nil, rowsForce, false}, {1, true, false, nil, rowsForce, false},
+					{3, false, false, []float64{0.1, 0.05, 0.85}, rowsForce, false}, {2, false, false, nil, rowsForce, false},
+					{1, false, false, nil, rowsForce, true}, {2, false, false, nil, rowsForce, true},
 				} {
-					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}, mergePartials: run.merge, rows: run.rows}
+					ps := Passer{GroupNNZ: groupNNZ, scratch: []Scratch{{pureGo: run.pureGo}}, mergePartials: run.merge, rows: run.rows, noDirect: run.noDirect}
 					if run.share != nil {
 						// Skewed splits (the balance moves them after the
 						// first pass): the sums are the same for any.
@@ -277,7 +295,7 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					name := fmt.Sprintf("n=%d m=%d %v groupNNZ=%d workers=%d pureGo=%v merge=%v share=%v rows=%d", tc.n, tc.m, tie, groupNNZ, run.workers, run.pureGo, run.merge, run.share, run.rows)
+					name := fmt.Sprintf("n=%d m=%d cells=%v %v groupNNZ=%d workers=%d pureGo=%v merge=%v share=%v rows=%d noDirect=%v", tc.n, tc.m, tc.cells, tie, groupNNZ, run.workers, run.pureGo, run.merge, run.share, run.rows, run.noDirect)
 					for b := range acc.KhT {
 						if !bitsEqual(acc.KhT[b], want.KhT[b]) || !bitsEqual(acc.Y[b], want.Y[b]) {
 							t.Fatalf("%s: K block %d differs from the merged partials'", name, b)
@@ -575,6 +593,66 @@ func TestStageBalance(t *testing.T) {
 	split = b.splits(10, 3)
 	if !slices.Equal(split, []int32{0, 3, 6, 10}) {
 		t.Fatalf("splits for n = 10, 3 stages: %v", split)
+	}
+}
+
+// withoutCols returns b without the terms of the columns j for which
+// drop(j) holds (and without rows left empty).
+func withoutCols(t *testing.T, b *Block, drop func(j int32) bool) *Block {
+	t.Helper()
+	var rows, cols []int32
+	var vals []float64
+	for r, i := range b.Rows {
+		for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+			if !drop(b.Cols[q]) {
+				rows, cols, vals = append(rows, i), append(cols, b.Cols[q]), append(vals, b.Vals[q])
+			}
+		}
+	}
+	out, err := NewBlock(b.Action, rows, cols, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestPassDirect pins which blocks sum their rows of D̂ straight into the
+// accumulator (Passer.direct): those that are the first in the plan's
+// order to touch each of their rows within their D block.
+func TestPassDirect(t *testing.T) {
+	block := func(action int, rows ...int32) *Block {
+		b := &Block{Action: action, Rows: rows, Ptr: make([]int64, len(rows)+1)}
+		for r := range rows {
+			b.Cols, b.Vals = append(b.Cols, 0), append(b.Vals, 1)
+			b.Ptr[r+1] = int64(r + 1)
+		}
+		return b
+	}
+	// Action 0: rows {0, 1}, {2, 64}, {1, 3}; action 1: {0}, {5}.
+	blocks := []*Block{block(0, 0, 1), block(0, 2, 64), block(0, 1, 3), block(1, 0), block(1, 5)}
+	for _, tc := range []struct {
+		tie  Tie
+		want []bool // by block
+	}{
+		{TieNone, []bool{true, true, false, true, true}},
+		{TieSharedK, []bool{true, true, false, true, true}},
+		{TieSharedD, []bool{true, true, false, false, true}}, // one D: action 1's row 0 was action 0's
+	} {
+		md := NewRandom(70, 2, 2, tc.tie, 1)
+		plan := PlanBlocks(blocks, tc.tie, 0)
+		var ps Passer
+		for range 2 { // the second reuses the working memory
+			fresh := ps.direct(md, blocks, plan)
+			for pos, k := range plan.Order {
+				if fresh[pos] != tc.want[k] {
+					t.Fatalf("%v: block %d (position %d): fresh %v, want %v", tc.tie, k, pos, fresh[pos], tc.want[k])
+				}
+			}
+		}
+		ps.noDirect = true
+		if slices.Contains(ps.direct(md, blocks, plan), true) {
+			t.Fatalf("%v: noDirect, yet a block is fresh", tc.tie)
+		}
 	}
 }
 

@@ -51,7 +51,9 @@ type stageSlot struct {
 // without a partial's K̂ rows written and merged again: at n = 10^6 the
 // stages split the random rows of K and K̂ between the cores. Stage 0
 // also prepares each block; the last (the caller's goroutine) finishes it
-// and folds its D̂, Y and scalars in order. Requires pipelinable(plan) and
+// and folds its D̂, Y and scalars in order (a block that is the first to
+// touch its rows of D̂ has summed them straight into the accumulator's:
+// Passer.direct). Requires pipelinable(plan) and
 // ps.red reset to plan.
 func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan *ReducePlan, workers int, withLogLik bool) error {
 	order := plan.Order
@@ -65,6 +67,7 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 	// split[w] is the first column of stage w; busy[w] the time stage w
 	// spent on blocks, which moves the splits for the next pass.
 	split := ps.bal.splits(md.N, workers)
+	fresh := ps.direct(md, blocks, plan)
 	busy := make([]time.Duration, workers)
 	// stage runs stage w's columns of a slot's block and checks and sums
 	// their terms (the g it has just written are in this core's cache).
@@ -81,6 +84,11 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 	for _, sl := range ps.slots {
 		sl.s.rows = ps.rows
 	}
+	defer func() { // not to hold the accumulator's memory
+		for _, sl := range ps.slots {
+			sl.s.dhAcc = nil
+		}
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	free := make(chan *stageSlot, nslots)
@@ -124,6 +132,10 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 			warmIndexes(md, blocks[k], &sl.s, dest[pos])
 			t0 := time.Now()
 			sl.pos, sl.sum = pos, termSum{}
+			sl.s.dhAcc = nil
+			if fresh[pos] {
+				sl.s.dhAcc = ps.red.acc.Dh[md.DBlock(blocks[k].Action)]
+			}
 			sl.ci, sl.err = prepare(md, blocks[k], &sl.s, &sl.p, dest[pos])
 			if sl.err == nil {
 				sl.err = stage(sl, 0)
@@ -190,7 +202,7 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 		if leaf != dest[sl.pos] {
 			panic("factor: pipelined pass out of step with its reduction plan")
 		}
-		ps.red.finish(&sl.p, leaf)
+		ps.red.finish(&sl.p, leaf, sl.s.dhAcc == nil)
 		busy[last] += time.Since(t0)
 		done++
 		free <- sl

@@ -255,7 +255,7 @@ func (r *Reducer) add(p *Partial) error {
 		return err
 	}
 	leaf.addCols(p.Cols, p.KhT, r.acc.M)
-	r.finish(p, leaf)
+	r.finish(p, leaf, true)
 	return nil
 }
 
@@ -276,10 +276,11 @@ func (r *Reducer) dest(action int) (*kSum, error) {
 	return r.leaf, nil
 }
 
-// finish folds the rest of p (rows of D̂, x, Y and the scalars) after its
-// K̂ rows went into leaf (from dest), and moves to the next block.
-func (r *Reducer) finish(p *Partial, leaf *kSum) {
-	r.acc.addRows(p)
+// finish folds the rest of p (x, Y, the scalars and, with dh, rows of
+// D̂) after its K̂ rows went into leaf (from dest), and moves to the next
+// block.
+func (r *Reducer) finish(p *Partial, leaf *kSum, dh bool) {
+	r.acc.addRows(p, dh)
 	leaf.addScalars(p.Y, p.LogLik, p.SumX, p.NNZ)
 	r.pos++
 	if r.settle() {

@@ -14,7 +14,8 @@ import "slices"
 // of D and D̂ (3.3 MB at m = 32, more than L2) become misses too.
 // Visited row by row, a row of D is read once, in place in the model (no
 // copy of the block's rows, which the column pass gathers from), and its
-// row of D̂ summed in place; the random rows of K and K̂ are prefetched (within a row by the
+// row of D̂ summed in place (in the accumulator's own D̂ where the block
+// is the first to touch the row: Passer.direct); the random rows of K and K̂ are prefetched (within a row by the
 // kernel, 8 terms ahead; the next row's before a row runs). Whole
 // iterations, one goroutine, in-process A/B of the two passes
 // (docs/benchmarks.md, "Round 4 of the kernel"): n = 10^6 61 ns per
@@ -227,7 +228,13 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 		}
 		if a < e {
 			i := int(b.Rows[r]) * m
-			d, dh := dm[i:i+m], p.Dh[r*m:r*m+m]
+			d := dm[i : i+m]
+			var dh []float64
+			if s.dhAcc != nil {
+				dh = s.dhAcc[i : i+m]
+			} else {
+				dh = p.Dh[r*m : r*m+m]
+			}
 			if fast {
 				runAVX2(&d[0], &dh[0], &kt[0], &kh[0], &t[0], &b.Cols[a], &b.Vals[a], &gr[a], int(e-a), m*8)
 			} else {
