@@ -3,6 +3,7 @@ package factor
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -344,6 +345,9 @@ type termSum struct {
 	// rowOrder: some of the terms ran by row without the loglik, their
 	// g left in s.gr in CSR order only (runFused).
 	rowOrder bool
+	// ySummed: the last range ran by row and summed p.Y as each row of
+	// D̂ was done (runFused).
+	ySummed bool
 }
 
 // add adds terms [t.done, end).
@@ -386,15 +390,9 @@ func (t *termSum) finish(b *Block, ci *colIndex, s *Scratch, p *Partial, withLog
 	}
 	copy(p.X, ci.x)
 	p.SumX = ci.sumX
-	for r, i := range b.Rows {
-		var row []float64
-		if s.dhAcc != nil {
-			row = s.dhAcc[int(i)*m : int(i)*m+m]
-		} else {
-			row = p.Dh[r*m : r*m+m]
-		}
-		for l, v := range row {
-			p.Y[l] += v
+	if !t.ySummed {
+		for r := range b.Rows {
+			addTo(p.Y, blockDh(b, s, p, r, m))
 		}
 	}
 	if withLogLik {
@@ -403,6 +401,16 @@ func (t *termSum) finish(b *Block, ci *colIndex, s *Scratch, p *Partial, withLog
 		p.LogLik = math.NaN()
 	}
 	return nil
+}
+
+// blockDh returns the row of D̂ of the block's row r: in p.Dh, or where
+// the pass sums it straight into the accumulator (s.dhAcc).
+func blockDh(b *Block, s *Scratch, p *Partial, r, m int) []float64 {
+	if s.dhAcc != nil {
+		i := int(b.Rows[r]) * m
+		return s.dhAcc[i : i+m]
+	}
+	return p.Dh[r*m : r*m+m]
 }
 
 // logSum returns ll + Σ v_q·log(g_q), each term added in order, for
@@ -542,14 +550,37 @@ func NewAccumulator(md *Model) *Accumulator {
 }
 
 // Reset zeroes all sums.
-func (a *Accumulator) Reset() {
-	for b := range a.Dh {
-		clear(a.Dh[b])
-		clear(a.X[b])
+func (a *Accumulator) Reset() { a.reset(1) }
+
+// resetParMin is the size of D̂ and K̂ together (bytes) from which reset
+// clears them on several goroutines: at n = 10^6, m = 32 (512 MB) one
+// goroutine took ≈ 1.0 ns per nonzero of an iteration, two ≈ 0.6
+// (docs/benchmarks.md, "Round 6 of the kernel").
+const resetParMin = 64 << 20
+
+// reset is Reset with D̂ and K̂ cleared on workers goroutines, each
+// taking its part of every array, where they are big enough to gain.
+func (a *Accumulator) reset(workers int) {
+	big := slices.Concat(a.Dh, a.KhT)
+	if workers > 1 && len(big)*a.N*a.M*8 >= resetParMin {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, x := range big {
+					clear(x[len(x)*w/workers : len(x)*(w+1)/workers])
+				}
+			}()
+		}
+		wg.Wait()
+	} else {
+		for _, x := range big {
+			clear(x)
+		}
 	}
-	for b := range a.KhT {
-		clear(a.KhT[b])
-		clear(a.Y[b])
+	for _, x := range slices.Concat(a.X, a.Y) {
+		clear(x)
 	}
 	a.LogLik, a.SumX, a.NNZ = 0, 0, 0
 }

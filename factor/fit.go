@@ -98,9 +98,9 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 	// The plan costs O(blocks); made per pass, it can never be stale.
 	plan := PlanBlocks(blocks, md.Tie, ps.GroupNNZ)
 	md.ensure32() // before any goroutine reads md
-	ps.red.Reset(acc, plan)
 	order := plan.Order
 	workers = max(1, min(workers, len(blocks)))
+	ps.red.reset(acc, plan, workers)
 	for len(ps.scratch) < workers {
 		ps.scratch = append(ps.scratch, Scratch{})
 	}

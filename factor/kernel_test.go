@@ -721,3 +721,30 @@ func TestUseRows(t *testing.T) {
 		t.Error("useRows chose the column pass for a float32 model")
 	}
 }
+
+// TestAccumulatorReset checks that reset zeroes every sum whether it
+// clears D̂ and K̂ on one goroutine or cuts them into parts (big enough
+// for resetParMin, with a length the goroutines do not divide).
+func TestAccumulatorReset(t *testing.T) {
+	n := resetParMin/(2*8*4) + 3 // m = 4, u = 2 with TieSharedK: two D̂ and one K̂ of n·m
+	for _, workers := range []int{1, 2, 3} {
+		a := NewAccumulator(&Model{N: n, M: 4, U: 2, Tie: TieSharedK})
+		for _, x := range slices.Concat(a.Dh, a.KhT, a.X, a.Y) {
+			for k := range x {
+				x[k] = float64(k + 1)
+			}
+		}
+		a.LogLik, a.SumX, a.NNZ = 1, 2, 3
+		a.reset(workers)
+		for name, xs := range map[string][][]float64{"Dh": a.Dh, "KhT": a.KhT, "X": a.X, "Y": a.Y} {
+			for b, x := range xs {
+				if k := slices.IndexFunc(x, func(v float64) bool { return v != 0 }); k >= 0 {
+					t.Fatalf("workers %d: %s[%d][%d] = %v after reset", workers, name, b, k, x[k])
+				}
+			}
+		}
+		if a.LogLik != 0 || a.SumX != 0 || a.NNZ != 0 {
+			t.Fatalf("workers %d: scalars %v %v %d after reset", workers, a.LogLik, a.SumX, a.NNZ)
+		}
+	}
+}

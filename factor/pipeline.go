@@ -53,8 +53,7 @@ type stageSlot struct {
 // also prepares each block; the last (the caller's goroutine) finishes it
 // and folds its D̂, Y and scalars in order (a block that is the first to
 // touch its rows of D̂ has summed them straight into the accumulator's:
-// Passer.direct). Requires pipelinable(plan) and
-// ps.red reset to plan.
+// Passer.direct). Requires pipelinable(plan) and ps.red reset to plan.
 func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan *ReducePlan, workers int, withLogLik bool) error {
 	order := plan.Order
 	dest := make([]*kSum, len(order))

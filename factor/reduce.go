@@ -108,8 +108,11 @@ func (s *kSum) reset(m int, clearArrays bool) {
 
 // Reset zeroes acc and starts a pass in the order of plan (from
 // PlanReduce for the pass's blocks and acc's shape).
-func (r *Reducer) Reset(acc *Accumulator, plan *ReducePlan) {
-	acc.Reset()
+func (r *Reducer) Reset(acc *Accumulator, plan *ReducePlan) { r.reset(acc, plan, 1) }
+
+// reset is Reset zeroing acc's big arrays on workers goroutines.
+func (r *Reducer) reset(acc *Accumulator, plan *ReducePlan, workers int) {
+	acc.reset(workers)
 	if r.acc != acc || len(r.bottom) != len(acc.KhT) {
 		r.bottom = make([]*kSum, len(acc.KhT))
 		for b := range r.bottom {

@@ -15,8 +15,9 @@ import "slices"
 // Visited row by row, a row of D is read once, in place in the model (no
 // copy of the block's rows, which the column pass gathers from), and its
 // row of D̂ summed in place (in the accumulator's own D̂ where the block
-// is the first to touch the row: Passer.direct); the random rows of K and K̂ are prefetched (within a row by the
-// kernel, 8 terms ahead; the next row's before a row runs). Whole
+// is the first to touch the row: Passer.direct); the random rows of K
+// and K̂ are prefetched (within a row by the kernel, 8 terms ahead; the
+// next row's before a row runs). Whole
 // iterations, one goroutine, in-process A/B of the two passes
 // (docs/benchmarks.md, "Round 4 of the kernel"): n = 10^6 61 ns per
 // nonzero by row against 88 by column (two goroutines 40 against 50);
@@ -142,7 +143,14 @@ func runFused(md *Model, b *Block, ci *colIndex, s *Scratch, p *Partial, c0, c1 
 		sum.add(ci, s, withLogLik, end)
 		return nil
 	}
-	bad := runRows(md, b, ci, b.rows(ci, &s.count), s, p, c0, c1, dst, withLogLik)
+	// The last range finishes each row of D̂: it sums Y from the row
+	// while it is in cache, in the order finish would.
+	var y []float64
+	if c0 < c1 && c1 == len(ci.cols) {
+		y = p.Y
+		sum.ySummed = true
+	}
+	bad := runRows(md, b, ci, b.rows(ci, &s.count), s, p, c0, c1, dst, withLogLik, y)
 	if withLogLik {
 		sum.add(ci, s, withLogLik, end)
 		return nil
@@ -165,8 +173,10 @@ const rowsAhead = 32
 // lie in that range, in column order (see the top of this file). Every
 // term's g is left in s.gr at its CSR position; with toCols they are also
 // moved to their column-order positions in s.gs (the loglik sums them
-// there), else runRows reports whether one of them is not > 0.
-func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Partial, c0, c1 int, dst *kSum, toCols bool) (bad bool) {
+// there), else runRows reports whether one of them is not > 0. With y
+// non-nil (the block's last range) it adds each row of D̂ to y once the
+// row ran, in row order.
+func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Partial, c0, c1 int, dst *kSum, toCols bool, y []float64) (bad bool) {
 	if c0 >= c1 {
 		return false
 	}
@@ -228,13 +238,7 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 		}
 		if a < e {
 			i := int(b.Rows[r]) * m
-			d := dm[i : i+m]
-			var dh []float64
-			if s.dhAcc != nil {
-				dh = s.dhAcc[i : i+m]
-			} else {
-				dh = p.Dh[r*m : r*m+m]
-			}
+			d, dh := dm[i:i+m], blockDh(b, s, p, r, m)
 			if fast {
 				runAVX2(&d[0], &dh[0], &kt[0], &kh[0], &t[0], &b.Cols[a], &b.Vals[a], &gr[a], int(e-a), m*8)
 			} else {
@@ -253,6 +257,9 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 					}
 				}
 			}
+		}
+		if y != nil {
+			addTo(y, blockDh(b, s, p, r, m))
 		}
 		a, e = na, ne
 	}
