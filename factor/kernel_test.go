@@ -233,7 +233,7 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 		for _, mat := range mats {
 			if tc.gaps {
 				// Blocks whose rows are not consecutive states.
-				mat = withoutRows(t, mat, func(i int32) bool { return i%5 == 3 })
+				mat = withoutTerms(t, mat, func(i, _ int32) bool { return i%5 == 3 })
 			}
 			for _, b := range splitBlock(mat, tc.blockNNZ) {
 				if !tc.cells {
@@ -241,7 +241,7 @@ func TestFusedPassMatchesMerge(t *testing.T) {
 					continue
 				}
 				for c := range 3 {
-					cell := withoutCols(t, b, func(j int32) bool { return int(j)*3/tc.n != c })
+					cell := withoutTerms(t, b, func(_, j int32) bool { return int(j)*3/tc.n != c })
 					if cell.NNZ() > 0 {
 						blocks = append(blocks, cell)
 					}
@@ -596,26 +596,6 @@ func TestStageBalance(t *testing.T) {
 	}
 }
 
-// withoutCols returns b without the terms of the columns j for which
-// drop(j) holds (and without rows left empty).
-func withoutCols(t *testing.T, b *Block, drop func(j int32) bool) *Block {
-	t.Helper()
-	var rows, cols []int32
-	var vals []float64
-	for r, i := range b.Rows {
-		for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
-			if !drop(b.Cols[q]) {
-				rows, cols, vals = append(rows, i), append(cols, b.Cols[q]), append(vals, b.Vals[q])
-			}
-		}
-	}
-	out, err := NewBlock(b.Action, rows, cols, vals)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // TestPassDirect pins which blocks sum their rows of D̂ straight into the
 // accumulator (Passer.direct): those that are the first in the plan's
 // order to touch each of their rows within their D block.
@@ -656,17 +636,17 @@ func TestPassDirect(t *testing.T) {
 	}
 }
 
-// withoutRows returns b without the rows i for which drop(i) holds.
-func withoutRows(t *testing.T, b *Block, drop func(i int32) bool) *Block {
+// withoutTerms returns b without its terms (i, j) for which drop(i, j)
+// holds (and without rows left empty).
+func withoutTerms(t *testing.T, b *Block, drop func(i, j int32) bool) *Block {
 	t.Helper()
 	var rows, cols []int32
 	var vals []float64
 	for r, i := range b.Rows {
-		if drop(i) {
-			continue
-		}
 		for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
-			rows, cols, vals = append(rows, i), append(cols, b.Cols[q]), append(vals, b.Vals[q])
+			if !drop(i, b.Cols[q]) {
+				rows, cols, vals = append(rows, i), append(cols, b.Cols[q]), append(vals, b.Vals[q])
+			}
 		}
 	}
 	out, err := NewBlock(b.Action, rows, cols, vals)
