@@ -93,6 +93,16 @@ func (ps *Passer) direct(md *Model, blocks []*Block, plan *ReducePlan) []bool {
 	return ps.fresh
 }
 
+// directDh returns where the row pass of block b, at position pos of the
+// plan that direct marked, sums its rows of D̂ (Scratch.dhAcc): the
+// accumulator's D̂ where the block is fresh, else nil (into p.Dh).
+func (ps *Passer) directDh(md *Model, b *Block, pos int) []float64 {
+	if !ps.fresh[pos] {
+		return nil
+	}
+	return ps.red.acc.Dh[md.DBlock(b.Action)]
+}
+
 // Pass is the function Pass with p's memory.
 func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Accumulator, workers int, withLogLik bool) error {
 	// The plan costs O(blocks); made per pass, it can never be stale.
@@ -116,7 +126,7 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 	}
 	if workers <= 1 {
 		p := ps.pool[0]
-		fresh := ps.direct(md, blocks, plan)
+		ps.direct(md, blocks, plan)
 		s := &ps.scratch[0]
 		defer func() { s.dhAcc = nil }() // not to hold acc's memory
 		for pos, k := range order {
@@ -130,10 +140,7 @@ func (ps *Passer) Pass(ctx context.Context, md *Model, blocks []*Block, acc *Acc
 			if err != nil {
 				return fmt.Errorf("factor: block %d: %w", k, err)
 			}
-			s.dhAcc = nil
-			if fresh[pos] {
-				s.dhAcc = acc.Dh[md.DBlock(blocks[k].Action)]
-			}
+			s.dhAcc = ps.directDh(md, blocks[k], pos)
 			if err := compute(md, blocks[k], s, p, withLogLik, nil, dst); err != nil {
 				return err
 			}

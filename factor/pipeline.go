@@ -66,7 +66,7 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 	// split[w] is the first column of stage w; busy[w] the time stage w
 	// spent on blocks, which moves the splits for the next pass.
 	split := ps.bal.splits(md.N, workers)
-	fresh := ps.direct(md, blocks, plan)
+	ps.direct(md, blocks, plan)
 	busy := make([]time.Duration, workers)
 	// stage runs stage w's columns of a slot's block and checks and sums
 	// their terms (the g it has just written are in this core's cache).
@@ -131,10 +131,7 @@ func (ps *Passer) pipeline(ctx context.Context, md *Model, blocks []*Block, plan
 			warmIndexes(md, blocks[k], &sl.s, dest[pos])
 			t0 := time.Now()
 			sl.pos, sl.sum = pos, termSum{}
-			sl.s.dhAcc = nil
-			if fresh[pos] {
-				sl.s.dhAcc = ps.red.acc.Dh[md.DBlock(blocks[k].Action)]
-			}
+			sl.s.dhAcc = ps.directDh(md, blocks[k], pos)
 			sl.ci, sl.err = prepare(md, blocks[k], &sl.s, &sl.p, dest[pos])
 			if sl.err == nil {
 				sl.err = stage(sl, 0)
