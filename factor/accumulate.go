@@ -635,9 +635,9 @@ func (a *Accumulator) add(p *Partial) {
 	a.NNZ += p.NNZ
 }
 
-// addRows adds a checked partial's x and, with dh, its rows of D̂ (a
+// addRows adds a checked partial's x and, withDh, its rows of D̂ (a
 // pass that summed them straight into a.Dh has none: Scratch.dhAcc).
-func (a *Accumulator) addRows(p *Partial, dh bool) {
+func (a *Accumulator) addRows(p *Partial, withDh bool) {
 	m := a.M
 	db := p.Action
 	if a.Tie == TieSharedD {
@@ -647,11 +647,12 @@ func (a *Accumulator) addRows(p *Partial, dh bool) {
 	for r, i := range p.Rows {
 		x[i] += p.X[r]
 	}
-	if !dh {
+	if !withDh {
 		return
 	}
+	dh := a.Dh[db]
 	for r, i := range p.Rows {
-		dst := a.Dh[db][int(i)*m : int(i)*m+m]
+		dst := dh[int(i)*m : int(i)*m+m]
 		for l, v := range p.Dh[r*m : r*m+m] {
 			dst[l] += v
 		}

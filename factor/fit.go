@@ -49,8 +49,8 @@ type Passer struct {
 }
 
 // direct marks the positions of plan whose block is the first in plan
-// order to touch each of its rows of D̂ (within its D block); it returns
-// fresh[pos]. Such a block's row pass may sum its rows of D̂ straight
+// order to touch each of its rows of D̂ (within its D block), in
+// ps.fresh. Such a block's row pass may sum its rows of D̂ straight
 // into the accumulator (Scratch.dhAcc) where a one-goroutine pass or
 // the pipeline folds the blocks in plan order: the rows are +0 there
 // (Accumulator.Reset) until the block's terms come, and a later block
@@ -60,11 +60,11 @@ type Passer struct {
 // zeroed, written, read back and added. Split never cuts a row, so
 // every block is fresh unless D is shared by actions (TieSharedD) or a
 // grid cuts rows into cells. O(rows of the blocks), per pass.
-func (ps *Passer) direct(md *Model, blocks []*Block, plan *ReducePlan) []bool {
+func (ps *Passer) direct(md *Model, blocks []*Block, plan *ReducePlan) {
 	ps.fresh = slices.Grow(ps.fresh[:0], len(plan.Order))[:len(plan.Order)]
 	clear(ps.fresh)
 	if ps.noDirect {
-		return ps.fresh
+		return
 	}
 	nd := NumD(md.U, md.Tie)
 	if len(ps.seen) != nd {
@@ -90,7 +90,6 @@ func (ps *Passer) direct(md *Model, blocks []*Block, plan *ReducePlan) []bool {
 		}
 		ps.fresh[pos] = fresh
 	}
-	return ps.fresh
 }
 
 // directDh returns where the row pass of block b, at position pos of the

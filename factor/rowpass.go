@@ -236,9 +236,10 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 				prefetchIdx(&kt[0], &kh[0], &b.Cols[na], int(k), m*8)
 			}
 		}
+		dh := blockDh(b, s, p, r, m)
 		if a < e {
 			i := int(b.Rows[r]) * m
-			d, dh := dm[i:i+m], blockDh(b, s, p, r, m)
+			d := dm[i : i+m]
 			if fast {
 				runAVX2(&d[0], &dh[0], &kt[0], &kh[0], &t[0], &b.Cols[a], &b.Vals[a], &gr[a], int(e-a), m*8)
 			} else {
@@ -259,7 +260,7 @@ func runRows(md *Model, b *Block, ci *colIndex, ri *rowIndex, s *Scratch, p *Par
 			}
 		}
 		if y != nil {
-			addTo(y, blockDh(b, s, p, r, m))
+			addTo(y, dh)
 		}
 		a, e = na, ne
 	}
