@@ -248,14 +248,31 @@ type FitOptions struct {
 	// (md.Iteration++), as Accumulator.Commit does. Alpha must then be 0
 	// or 1. MUCommit.Commit is MU's rule under LossWKL.
 	Commit func(md *Model, acc *Accumulator)
+	// Accel is the extrapolation between passes (AccelNone: plain EM,
+	// bitwise as before it existed). AccelSquarem needs α = 1, EMSF's
+	// commit and a loop that holds the model (no LoopHooks.Commit).
+	Accel Accel
+	// EarlyStop, if set, is the held-out stopping rule beside the
+	// converger; the fit then returns its best-scoring iterate.
+	EarlyStop *EarlyStop
 }
 
 // FitResult says how a fit ended.
 type FitResult struct {
-	Status     Status
+	Status Status
+	// Iterations counts passes (each an EM step's worth of work, whether
+	// or not its point was kept).
 	Iterations int
 	LogLik     float64
 	Elapsed    time.Duration
+	// Rejected counts SQUAREM cycles the safeguard rejected.
+	Rejected int
+	// With an EarlyStop: the best held-out score, the iteration of the
+	// iterate that scored it (the one returned) and how many scores
+	// were taken.
+	HeldOut       float64
+	BestIteration int
+	Evaluations   int
 }
 
 // TotalCount returns Σc over the blocks, summed block by block in order.
@@ -373,6 +390,9 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	if opts.Commit != nil && alpha != 1 {
 		return FitResult{}, fmt.Errorf("factor: learning rate %v: a fit with its own commit rule takes none (0 or 1)", alpha)
 	}
+	if err := checkAccel(opts, hooks, alpha); err != nil {
+		return FitResult{}, err
+	}
 	if md.Precision != Float64 && hooks.Commit != nil && !hooks.Rounds {
 		// The nodes that commit would have to round as Commit does.
 		return FitResult{}, fmt.Errorf("factor: precision %s: a fit whose nodes commit the factors (LoopHooks.Commit) runs float64 models only", md.Precision)
@@ -394,6 +414,13 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	acc := hooks.Accumulator
 	if acc == nil {
 		acc = NewAccumulator(md)
+	}
+	if opts.Accel == AccelSquarem {
+		return squaremLoop(ctx, md, blocks, step, opts, hooks, acc, total, dataTerm)
+	}
+	var early *earlyState
+	if opts.EarlyStop != nil {
+		early = &earlyState{es: opts.EarlyStop}
 	}
 	start := time.Now()
 	prev := math.NaN()
@@ -444,6 +471,9 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		res.Iterations = iter
 		res.Elapsed = st.Elapsed
 		status := conv.Check(iter, acc.LogLik, st.Elapsed)
+		if early != nil && early.observe(md, iter) && status == NotTerminated {
+			status = HeldOutOptimum
+		}
 		if hooks.Committed != nil {
 			if err := hooks.Committed(ctx, st, status); err != nil {
 				return res, err
@@ -454,9 +484,49 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		}
 		if status != NotTerminated {
 			res.Status = status
+			early.finish(md, &res)
 			return res, nil
 		}
 	}
+}
+
+// finish puts the best iterate back into md and records the held-out
+// results (nothing without an EarlyStop).
+func (e *earlyState) finish(md *Model, res *FitResult) {
+	if e == nil {
+		return
+	}
+	e.restore(md)
+	res.HeldOut, res.BestIteration, res.Evaluations = e.best, e.iter, e.evals
+}
+
+// checkAccel refuses an acceleration or a held-out rule that the fit
+// cannot run.
+func checkAccel(opts FitOptions, hooks LoopHooks, alpha float64) error {
+	if es := opts.EarlyStop; es != nil && (es.Score == nil || es.Patience < 1 || !(es.MinGain >= 0)) {
+		return fmt.Errorf("factor: held-out stopping needs a score, a patience >= 1 and a gain >= 0 (patience %d, gain %v)", es.Patience, es.MinGain)
+	}
+	if opts.EarlyStop != nil && (hooks.Commit != nil || hooks.Start > 1) {
+		return fmt.Errorf("factor: held-out stopping needs the loop to hold the model and does not resume a fit (its best iterate is not checkpointed)")
+	}
+	switch opts.Accel {
+	case AccelNone:
+		return nil
+	case AccelSquarem:
+	default:
+		return fmt.Errorf("factor: unknown acceleration %v", opts.Accel)
+	}
+	switch {
+	case alpha != 1:
+		return fmt.Errorf("factor: acceleration %s runs plain EM steps (α = 1), not learning rate %v", opts.Accel, alpha)
+	case opts.Commit != nil:
+		return fmt.Errorf("factor: acceleration %s runs EMSF's commit, not a fit's own commit rule", opts.Accel)
+	case hooks.Commit != nil:
+		return fmt.Errorf("factor: acceleration %s needs the loop to hold the model (the nodes commit it here)", opts.Accel)
+	case hooks.Start > 1:
+		return fmt.Errorf("factor: acceleration %s does not resume a fit (its cycle state is not checkpointed)", opts.Accel)
+	}
+	return nil
 }
 
 // CheckSumX returns an error unless a pass's Σx equals the data's N (to

@@ -33,19 +33,8 @@ func (md *Model) States() int { return md.N }
 // Actions returns the number of actions u.
 func (md *Model) Actions() int { return md.U }
 
-// Row sets dst[j] = (D^a K^a)_ij for every state j (emsf-ijcai2015 Def. 4:
-// p_ij = Σ_l d_il k_lj), computed as Prob does. len(dst) must be n.
-func (md *Model) Row(a, i int, dst []float64) {
-	if len(dst) != md.N {
-		panic(fmt.Sprintf("factor: Model.Row: len(dst) = %d, want n = %d", len(dst), md.N))
-	}
-	m := md.M
-	d := md.DRow(a, i)
-	kt := md.KT[md.KBlock(a)]
-	for j := range dst {
-		dst[j] = dot(d, kt[j*m:j*m+m])
-	}
-}
+// Row is NextRow: the model's predictive distribution (Estimate).
+func (md *Model) Row(a, i int, dst []float64) { md.NextRow(a, i, dst) }
 
 // Dense returns D^a K^a as a row-major n×n slice (n² memory: for small n,
 // e.g. to compare with a known P).
@@ -167,6 +156,8 @@ func checkStochastic(row []float64) error {
 func LogLikelihood(e Estimate, blocks []*Block) (ll, total float64, err error) {
 	n, u := e.States(), e.Actions()
 	md, isModel := e.(*Model)
+	// A smoothed model is scored by its rule, as any estimate.
+	isModel = isModel && md.Smoothing == nil
 	var t []float64
 	if isModel {
 		t = make([]float64, md.M)
