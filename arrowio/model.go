@@ -41,6 +41,13 @@ const (
 	keyParamPrefix = "emsf.param."
 	keyReduceOrder = "emsf.reduce_order"
 	keyGroupNNZ    = "emsf.group_nnz"
+	// The model's smoothing rule (factor.Smoothing), when it has one.
+	keySmooth       = "emsf.smooth"
+	keySmoothLambda = "emsf.smooth.lambda"
+	keySmoothKappa  = "emsf.smooth.kappa"
+	keySmoothDelta  = "emsf.smooth.delta"
+	keySmoothNNZ    = "emsf.smooth.nnz"
+	smoothRule      = "interpolation-v1"
 	// modelBatchBytes bounds the values of one record batch.
 	modelBatchBytes = 16 << 20
 )
@@ -104,6 +111,13 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	if mf.Status != "" {
 		mw.set(keyStatus, mf.Status)
 	}
+	if sm := md.Smoothing; sm != nil {
+		mw.set(keySmooth, smoothRule)
+		mw.set(keySmoothLambda, floatList(sm.Lambda))
+		mw.set(keySmoothKappa, floatList(sm.Kappa))
+		mw.set(keySmoothDelta, floatList(sm.Delta))
+		mw.set(keySmoothNNZ, intList(smoothNNZ(sm, md.U)))
+	}
 	keys := make([]string, 0, len(mf.Params))
 	for k := range mf.Params {
 		keys = append(keys, k)
@@ -159,8 +173,76 @@ func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes
 			return err
 		}
 	}
+	sm := md.Smoothing
+	if sm == nil {
+		return nil
+	}
+	// The rule's q and counts, each action's a stream of float64 values
+	// cut into rows of m (the row's "state" is its index in the stream):
+	// q^a (n values), then the counts as (state, next state, count)
+	// triples; the last row of a stream is padded with zeros.
+	stream := func(name string, a int, vals []float64) error {
+		rows := (len(vals) + m - 1) / m
+		padded := make([]float64, rows*m)
+		copy(padded, vals)
+		fb := rb.Field(0).(*array.StringBuilder)
+		ab := rb.Field(1).(*array.Int32Builder)
+		sb := rb.Field(2).(*array.Int32Builder)
+		for r := 0; r < rows; r++ {
+			fb.Append(name)
+			ab.Append(int32(a))
+			sb.Append(int32(r))
+		}
+		appendRows(rb.Field(3).(*array.FixedSizeListBuilder), padded, rows)
+		return flushRecord(rb, write)
+	}
+	triples := make([][]float64, md.U)
+	if sm.Counts != nil {
+		sm.Counts.Entries(func(a, i, j int, c float64) {
+			triples[a] = append(triples[a], float64(i), float64(j), c)
+		})
+	}
+	for a := range md.U {
+		if err := stream("Q", a, sm.Q[a]); err != nil {
+			return err
+		}
+		if len(triples[a]) > 0 {
+			if err := stream("C", a, triples[a]); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
+
+// smoothNNZ returns the number of stored counts per action.
+func smoothNNZ(sm *factor.Smoothing, u int) []int {
+	nnz := make([]int, u)
+	if sm.Counts != nil {
+		sm.Counts.Entries(func(a, _, _ int, _ float64) { nnz[a]++ })
+	}
+	return nnz
+}
+
+func floatList(xs []float64) string {
+	parts := make([]string, len(xs))
+	for k, x := range xs {
+		parts[k] = fmtFloat(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+func intList(xs []int) string {
+	parts := make([]string, len(xs))
+	for k, x := range xs {
+		parts[k] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+// streamRows is the number of rows of m values a stream of k values
+// takes.
+func streamRows(k, m int) int { return (k + m - 1) / m }
 
 func checkWritable(mf *ModelFile) error {
 	if mf == nil || mf.Model == nil {
@@ -302,6 +384,13 @@ type modelReader struct {
 	want    int64 // rows expected
 	rows    int64
 	recs    []arrow.Record
+	// The smoothing rule's metadata, when the file has one.
+	smooth               bool
+	lambda, kappa, delta []float64
+	nnz                  []int
+	streams              map[string][][]float64
+	got                  []map[int]bool
+	gotIdx               map[string]int
 }
 
 func (r *modelReader) release() {
@@ -336,6 +425,9 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 		return fmt.Errorf("bad model shape n=%d m=%d u=%d", r.n, r.m, r.u)
 	}
 	r.want = int64(factor.NumD(r.u, r.tie)+factor.NumK(r.u, r.tie)) * int64(r.n)
+	if err := r.smoothMeta(sc); err != nil {
+		return err
+	}
 	r.mf.Model = md
 	for i, k := range sc.Metadata().Keys() {
 		if p, ok := strings.CutPrefix(k, keyParamPrefix); ok {
@@ -410,6 +502,12 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 		}
 		for i := range int(rec.NumRows()) {
 			f, a, s := names.Value(i), int(actions[i]), int(states[i])
+			if f == "Q" || f == "C" {
+				if err := r.streamRow(f, a, s, vals[i*m:(i+1)*m]); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			bs, ok := blocks[f]
 			if !ok {
 				return nil, fmt.Errorf("row with factor %q (want D or K)", f)
@@ -440,7 +538,131 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 	if err := md.Validate(); err != nil {
 		return nil, err
 	}
+	if r.smooth {
+		if md.Smoothing, err = r.smoothing(); err != nil {
+			return nil, err
+		}
+	}
 	r.mf.Model = md
 	out := r.mf
 	return &out, nil
+}
+
+// smoothMeta reads the smoothing rule's metadata and adds its rows to
+// the rows expected.
+func (r *modelReader) smoothMeta(sc *arrow.Schema) error {
+	md := sc.Metadata()
+	i := md.FindKey(keySmooth)
+	if i < 0 {
+		return nil
+	}
+	if v := md.Values()[i]; v != smoothRule {
+		return fmt.Errorf("schema metadata %s = %q: unknown smoothing rule (want %s)", keySmooth, v, smoothRule)
+	}
+	r.smooth = true
+	get := func(key string) ([]string, error) {
+		k := md.FindKey(key)
+		if k < 0 {
+			return nil, fmt.Errorf("schema metadata lacks %s (the file has %s)", key, keySmooth)
+		}
+		parts := strings.Split(md.Values()[k], ",")
+		if len(parts) != r.u {
+			return nil, fmt.Errorf("schema metadata %s holds %d values, want one per action (%d)", key, len(parts), r.u)
+		}
+		return parts, nil
+	}
+	for _, f := range []struct {
+		key string
+		dst *[]float64
+	}{{keySmoothLambda, &r.lambda}, {keySmoothKappa, &r.kappa}, {keySmoothDelta, &r.delta}} {
+		parts, err := get(f.key)
+		if err != nil {
+			return err
+		}
+		for _, p := range parts {
+			v, err := strconv.ParseFloat(p, 64)
+			if err != nil {
+				return fmt.Errorf("schema metadata %s: %q is not a number", f.key, p)
+			}
+			*f.dst = append(*f.dst, v)
+		}
+	}
+	parts, err := get(keySmoothNNZ)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		v, err := strconv.Atoi(p)
+		if err != nil || v < 0 || v > math.MaxInt32 {
+			return fmt.Errorf("schema metadata %s: %q is not a count of nonzeros", keySmoothNNZ, p)
+		}
+		r.nnz = append(r.nnz, v)
+		r.want += int64(streamRows(3*v, r.m))
+	}
+	r.want += int64(r.u) * int64(streamRows(r.n, r.m))
+	r.streams = map[string][][]float64{"Q": make([][]float64, r.u), "C": make([][]float64, r.u)}
+	return nil
+}
+
+// streamRow places row s of the Q or C stream of action a.
+func (r *modelReader) streamRow(f string, a, s int, vals []float64) error {
+	if !r.smooth {
+		return fmt.Errorf("row %s action %d: the file has no %s", f, a, keySmooth)
+	}
+	if a < 0 || a >= r.u {
+		return fmt.Errorf("row %s action %d: out of range [0, %d)", f, a, r.u)
+	}
+	k := r.n
+	if f == "C" {
+		k = 3 * r.nnz[a]
+	}
+	rows := streamRows(k, r.m)
+	if s < 0 || s >= rows {
+		return fmt.Errorf("row %s action %d index %d: out of range [0, %d)", f, a, s, rows)
+	}
+	st := r.streams[f]
+	if st[a] == nil {
+		st[a] = make([]float64, rows*r.m)
+		r.got = append(r.got, map[int]bool{})
+		if r.gotIdx == nil {
+			r.gotIdx = map[string]int{}
+		}
+		r.gotIdx[fmt.Sprintf("%s%d", f, a)] = len(r.got) - 1
+	}
+	g := r.got[r.gotIdx[fmt.Sprintf("%s%d", f, a)]]
+	if g[s] {
+		return fmt.Errorf("row %s action %d index %d appears twice", f, a, s)
+	}
+	g[s] = true
+	copy(st[a][s*r.m:(s+1)*r.m], vals)
+	return nil
+}
+
+// smoothing builds the rule from the streams (every row present: the
+// row count matched and none repeated).
+func (r *modelReader) smoothing() (*factor.Smoothing, error) {
+	sm := &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta, Q: make([][]float64, r.u)}
+	var es []factor.CountEntry
+	for a := range r.u {
+		sm.Q[a] = r.streams["Q"][a][:r.n]
+		c := r.streams["C"][a]
+		for k := 0; k < 3*r.nnz[a]; k += 3 {
+			i, j := c[k], c[k+1]
+			if i != math.Trunc(i) || j != math.Trunc(j) || i < 0 || j < 0 || i >= float64(r.n) || j >= float64(r.n) {
+				return nil, fmt.Errorf("stored count %d of action %d names states %v, %v: not in [0, %d)", k/3, a, i, j, r.n)
+			}
+			es = append(es, factor.CountEntry{A: a, I: int(i), J: int(j), C: c[k+2]})
+		}
+	}
+	if len(es) > 0 || slices.ContainsFunc(r.kappa, func(k float64) bool { return !math.IsInf(k, 1) }) {
+		cnt, err := factor.NewCNTFromEntries(r.n, r.u, es)
+		if err != nil {
+			return nil, err
+		}
+		sm.Counts = cnt
+	}
+	if err := sm.Validate(r.n, r.u); err != nil {
+		return nil, err
+	}
+	return sm, nil
 }

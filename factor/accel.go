@@ -75,6 +75,9 @@ type earlyState struct {
 	evals int
 	iter  int
 	kept  *Model
+	// last is the last score; seen the evaluations already reported.
+	last float64
+	seen int
 }
 
 // observe scores md (the iterate after iteration iter) and reports
@@ -82,6 +85,7 @@ type earlyState struct {
 func (e *earlyState) observe(md *Model, iter int) bool {
 	s := e.es.Score(md)
 	e.evals++
+	e.last = s
 	if e.kept == nil || s > e.best+e.es.MinGain*math.Abs(e.best) {
 		if e.kept == nil {
 			e.kept = md.Clone()
@@ -413,6 +417,8 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 		if stop && status == NotTerminated {
 			status = HeldOutOptimum
 		}
+		st.HeldOut = math.NaN()
+		early.stats(&st)
 		if status != NotTerminated && pending {
 			// The fit ends on x_new = F(x'), unchecked: keep it only
 			// when x' itself was no worse than x1 (then L(x_new) ≥ L(x')

@@ -226,6 +226,12 @@ type IterStats struct {
 	IterTime, Elapsed time.Duration
 	NNZ               int
 	SumX              float64
+	// HeldOut is the held-out score taken after this iteration (NaN when
+	// none was); HeldOutBad of HeldOutPatience scores in a row have not
+	// gained on the best (EarlyStop), whose iteration is HeldOutBest.
+	HeldOut                     float64
+	HeldOutBad, HeldOutPatience int
+	HeldOutBest                 int
 }
 
 // FitOptions configures Fit. The zero value is not usable: set at least a
@@ -471,9 +477,11 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		res.Iterations = iter
 		res.Elapsed = st.Elapsed
 		status := conv.Check(iter, acc.LogLik, st.Elapsed)
+		st.HeldOut = math.NaN()
 		if early != nil && early.observe(md, iter) && status == NotTerminated {
 			status = HeldOutOptimum
 		}
+		early.stats(&st)
 		if hooks.Committed != nil {
 			if err := hooks.Committed(ctx, st, status); err != nil {
 				return res, err
@@ -488,6 +496,17 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			return res, nil
 		}
 	}
+}
+
+// stats records the held-out rule's state in st (nothing without one).
+func (e *earlyState) stats(st *IterStats) {
+	if e == nil {
+		return
+	}
+	if e.evals > e.seen {
+		st.HeldOut, e.seen = e.last, e.evals
+	}
+	st.HeldOutBad, st.HeldOutPatience, st.HeldOutBest = e.bad, e.es.Patience, e.iter
 }
 
 // finish puts the best iterate back into md and records the held-out

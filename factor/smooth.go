@@ -13,8 +13,8 @@ import (
 //	w_i = x_i/(x_i + κ_a)   (0 when κ_a = +Inf or x_i = 0),
 //
 // where c and x = Σ_j c_ij are the training counts of action a, q^a the
-// next-state frequencies of action a smoothed with half a count per
-// state (q^a_j = (N^a_j + ½)/(N^a + n/2) > 0), λ_a ∈ [0, 1] the weight of
+// next-state frequencies of action a smoothed with δ_a counts per state
+// (q^a_j = (N^a_j + δ_a)/(N^a + n·δ_a) > 0; δ_a = +Inf: uniform), λ_a ∈ [0, 1] the weight of
 // that background and κ_a > 0 the weight of the low-rank backoff
 // against a row's own counts (MacKay & Peto's hierarchical Dirichlet
 // rule: a row with many counts keeps its frequencies, a rare row gets the
@@ -22,8 +22,9 @@ import (
 // predictive rule", for why this rule, how λ and κ are chosen and what it
 // measured.
 type Smoothing struct {
-	// Lambda and Kappa are λ_a and κ_a, one per action.
-	Lambda, Kappa []float64
+	// Lambda, Kappa and Delta are λ_a, κ_a and δ_a, one per action
+	// (Delta only says how Q was made).
+	Lambda, Kappa, Delta []float64
 	// Q holds q^a, one n-vector per action, each summing to 1 with every
 	// entry > 0.
 	Q [][]float64
@@ -39,10 +40,19 @@ type Smoothing struct {
 const QHalf = 0.5
 
 // NewQ returns q^a for every action: the next-state frequencies of the
-// blocks, each smoothed with QHalf pseudo-counts per state. The sums are
-// of integer-valued counts in block order, so the result is the same for
-// any split of the same counts into blocks of the same order.
+// blocks, each smoothed with QHalf pseudo-counts per state.
 func NewQ(n, u int, blocks []*Block) [][]float64 {
+	delta := make([]float64, u)
+	for a := range delta {
+		delta[a] = QHalf
+	}
+	return NewQDelta(n, u, blocks, delta)
+}
+
+// NewQDelta is NewQ with delta[a] pseudo-counts per state for action a:
+// q^a_j = (N^a_j + δ_a)/(N^a + n·δ_a); δ_a = +Inf gives the uniform
+// distribution. The sums are of counts in block order.
+func NewQDelta(n, u int, blocks []*Block, delta []float64) [][]float64 {
 	q := make([][]float64, u)
 	tot := make([]float64, u)
 	for a := range q {
@@ -56,9 +66,16 @@ func NewQ(n, u int, blocks []*Block) [][]float64 {
 		}
 	}
 	for a, qa := range q {
-		den := tot[a] + QHalf*float64(n)
+		d := delta[a]
+		if math.IsInf(d, 1) {
+			for j := range qa {
+				qa[j] = 1 / float64(n)
+			}
+			continue
+		}
+		den := tot[a] + d*float64(n)
 		for j := range qa {
-			qa[j] = (qa[j] + QHalf) / den
+			qa[j] = (qa[j] + d) / den
 		}
 	}
 	return q
@@ -66,8 +83,8 @@ func NewQ(n, u int, blocks []*Block) [][]float64 {
 
 // Validate checks the rule against a model of n states and u actions.
 func (s *Smoothing) Validate(n, u int) error {
-	if len(s.Lambda) != u || len(s.Kappa) != u || len(s.Q) != u {
-		return fmt.Errorf("factor: smoothing has %d λ, %d κ and %d q, want one per action (%d)", len(s.Lambda), len(s.Kappa), len(s.Q), u)
+	if len(s.Lambda) != u || len(s.Kappa) != u || len(s.Delta) != u || len(s.Q) != u {
+		return fmt.Errorf("factor: smoothing has %d λ, %d κ, %d δ and %d q, want one per action (%d)", len(s.Lambda), len(s.Kappa), len(s.Delta), len(s.Q), u)
 	}
 	for a := range u {
 		if l := s.Lambda[a]; !(l >= 0 && l <= 1) {
@@ -75,6 +92,9 @@ func (s *Smoothing) Validate(n, u int) error {
 		}
 		if k := s.Kappa[a]; !(k > 0) {
 			return fmt.Errorf("factor: smoothing κ of action %d is %v, want > 0 (+Inf: no counts)", a, k)
+		}
+		if d := s.Delta[a]; !(d > 0) {
+			return fmt.Errorf("factor: smoothing δ of action %d is %v, want > 0 (+Inf: uniform q)", a, d)
 		}
 		if !math.IsInf(s.Kappa[a], 1) && s.Counts == nil {
 			return fmt.Errorf("factor: smoothing κ of action %d is %v but the rule has no counts", a, s.Kappa[a])
@@ -105,7 +125,7 @@ func (s *Smoothing) Clone() *Smoothing {
 	if s == nil {
 		return nil
 	}
-	c := &Smoothing{Lambda: slices.Clone(s.Lambda), Kappa: slices.Clone(s.Kappa), Counts: s.Counts}
+	c := &Smoothing{Lambda: slices.Clone(s.Lambda), Kappa: slices.Clone(s.Kappa), Delta: slices.Clone(s.Delta), Counts: s.Counts}
 	c.Q = make([][]float64, len(s.Q))
 	for a, q := range s.Q {
 		c.Q[a] = slices.Clone(q)
@@ -349,4 +369,54 @@ func (e *CNT) Entries(f func(a, i, j int, c float64)) {
 			}
 		}
 	}
+}
+
+// CountEntry is one nonzero count of a CNT: C^A_{I,J} = C.
+type CountEntry struct {
+	A, I, J int
+	C       float64
+}
+
+// NewCNTFromEntries builds the counting estimate (β = 0) of n states and
+// u actions from its nonzeros, which must be sorted by (action, state,
+// next state) without repeats, each count finite and > 0 (as Entries
+// lists them): a model file's stored counts.
+func NewCNTFromEntries(n, u int, es []CountEntry) (*CNT, error) {
+	e := &CNT{n: n, u: u, ptr: make([][]int64, u), cols: make([][]int32, u), cnt: make([][]float64, u), x: make([][]float64, u)}
+	for k, en := range es {
+		switch {
+		case en.A < 0 || en.A >= u || en.I < 0 || en.I >= n || en.J < 0 || en.J >= n:
+			return nil, fmt.Errorf("factor: count %d: (%d, %d, %d) out of range (n=%d, u=%d)", k, en.A, en.I, en.J, n, u)
+		case !(en.C > 0) || math.IsInf(en.C, 0):
+			return nil, fmt.Errorf("factor: count %d: %v must be finite and > 0", k, en.C)
+		case k > 0 && !less(es[k-1], en):
+			return nil, fmt.Errorf("factor: count %d: (%d, %d, %d) out of order", k, en.A, en.I, en.J)
+		}
+		a := en.A
+		if e.x[a] == nil {
+			e.ptr[a], e.x[a] = make([]int64, n+1), make([]float64, n)
+		}
+		e.cols[a] = append(e.cols[a], int32(en.J))
+		e.cnt[a] = append(e.cnt[a], en.C)
+		e.ptr[a][en.I+1]++
+		e.x[a][en.I] += en.C
+	}
+	for a := range u {
+		if e.ptr[a] != nil {
+			for i := 0; i < n; i++ {
+				e.ptr[a][i+1] += e.ptr[a][i]
+			}
+		}
+	}
+	return e, nil
+}
+
+func less(p, q CountEntry) bool {
+	if p.A != q.A {
+		return p.A < q.A
+	}
+	if p.I != q.I {
+		return p.I < q.I
+	}
+	return p.J < q.J
 }

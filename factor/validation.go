@@ -3,6 +3,7 @@ package factor
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 )
 
@@ -12,8 +13,12 @@ import (
 // stochastic factorization), small κ lets a row's own frequencies win
 // after a few counts.
 var (
-	LambdaGrid = []float64{0, 0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95}
+	LambdaGrid = []float64{0, 0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95, 0.98, 0.99}
 	KappaGrid  = []float64{0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000, 3000, 10000, math.Inf(1)}
+	// DeltaGrid are the pseudo-counts per state of q (NewQDelta): ½
+	// keeps the next-state frequencies, +Inf makes q uniform (data whose
+	// next states are nearly uniform, where frequencies are noise).
+	DeltaGrid = []float64{0.01, 0.1, 0.5, 2, 10, 100, math.Inf(1)}
 )
 
 // Validation scores models on held-out counts (a validation split of the
@@ -26,23 +31,29 @@ var (
 type Validation struct {
 	n, u int
 	// Per validation nonzero, in block order: action, row, column,
-	// count, the fit part's frequency c_ij/x_i and row total x_i.
-	act        []int32
-	row, col   []int32
-	c, cf, xf  []float64
+	// count, the fit part's frequency c_ij/x_i, row total x_i and count
+	// of next state j (N_j).
+	act           []int32
+	row, col      []int32
+	c, cf, xf, nj []float64
+	// nf is the fit part's total count per action.
+	nf         []float64
 	blockStart []int // nonzeros of block k: [blockStart[k], blockStart[k+1])
 	tot        []float64
 	total      float64
 	// xd are the fit part's row totals per D block (for the marginal of
-	// rows without counts), q the fit part's q.
+	// rows without counts).
 	xd  [][]float64
-	q   [][]float64
 	fit *CNT
 	tie Tie
 	// g is the factors' (D K)_ij of each validation nonzero (scratch).
 	g []float64
-	// lambda and kappa are the last choice, where the next Tune starts.
-	lambda, kappa []float64
+	// lambda, kappa and delta are the last choice, where the next Tune
+	// starts.
+	lambda, kappa, delta []float64
+	// NoCounts keeps κ at +Inf: the rule without counts (a stochastic
+	// factorization of order m+1).
+	NoCounts bool
 }
 
 // NewValidation prepares scoring on the validation counts val of a model
@@ -52,7 +63,17 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &Validation{n: n, u: u, tie: tie, fit: cnt, q: NewQ(n, u, fit), tot: make([]float64, u)}
+	v := &Validation{n: n, u: u, tie: tie, fit: cnt, tot: make([]float64, u), nf: make([]float64, u)}
+	nj := make([][]float64, u)
+	for a := range nj {
+		nj[a] = make([]float64, n)
+	}
+	for _, b := range fit {
+		for k, j := range b.Cols {
+			nj[b.Action][j] += b.Vals[k]
+			v.nf[b.Action] += b.Vals[k]
+		}
+	}
 	v.xd = make([][]float64, NumD(u, tie))
 	for b := range v.xd {
 		v.xd[b] = make([]float64, n)
@@ -87,6 +108,7 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 				}
 				v.cf = append(v.cf, f)
 				v.xf = append(v.xf, x)
+				v.nj = append(v.nj, nj[b.Action][j])
 				v.tot[b.Action] += b.Vals[q]
 				v.total += b.Vals[q]
 			}
@@ -99,17 +121,15 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 	v.g = make([]float64, len(v.c))
 	v.lambda = make([]float64, u)
 	v.kappa = make([]float64, u)
+	v.delta = make([]float64, u)
 	for a := range u {
-		v.lambda[a], v.kappa[a] = 0.1, math.Inf(1)
+		v.lambda[a], v.kappa[a], v.delta[a] = 0.1, math.Inf(1), QHalf
 	}
 	return v, nil
 }
 
 // Total returns the validation split's total count.
 func (v *Validation) Total() float64 { return v.total }
-
-// Q returns the fit part's q (NewQ), one n-vector per action.
-func (v *Validation) Q() [][]float64 { return v.q }
 
 // FitCounts returns the fit part's counts.
 func (v *Validation) FitCounts() *CNT { return v.fit }
@@ -164,9 +184,10 @@ func (v *Validation) factorProbs(md *Model, workers int) {
 // score returns Σ c·log P̃ over the validation nonzeros of action a
 // under λ and κ (the rule of Smoothing with the fit part's counts and
 // q), summed in block order.
-func (v *Validation) score(a int, lambda, kappa float64) float64 {
+func (v *Validation) score(a int, lambda, kappa, delta float64) float64 {
 	s := 0.0
-	q := v.q[a]
+	qu := math.IsInf(delta, 1)
+	den := v.nf[a] + delta*float64(v.n)
 	for k := range v.c {
 		if int(v.act[k]) != a {
 			continue
@@ -176,7 +197,11 @@ func (v *Validation) score(a int, lambda, kappa float64) float64 {
 			wc = x / (x + kappa)
 		}
 		rest := 1 - wc
-		p := float64(rest*(1-lambda))*v.g[k] + float64(rest*lambda)*q[v.col[k]]
+		q := 1 / float64(v.n)
+		if !qu {
+			q = (v.nj[k] + delta) / den
+		}
+		p := float64(rest*(1-lambda))*v.g[k] + float64(rest*lambda)*q
 		p = float64(p) + float64(wc*v.cf[k])
 		if !(p > 0) {
 			return math.Inf(-1)
@@ -192,45 +217,53 @@ func (v *Validation) score(a int, lambda, kappa float64) float64 {
 // validation log-likelihood per transition under the chosen rule with
 // the choice. The result is a function of md and the earlier choices
 // only, never of workers.
-func (v *Validation) Tune(md *Model, workers int) (perTransition float64, lambda, kappa []float64) {
+func (v *Validation) Tune(md *Model, workers int) (perTransition float64, lambda, kappa, delta []float64) {
 	v.factorProbs(md, workers)
 	ll := 0.0
 	for a := range v.u {
 		if v.tot[a] == 0 {
 			continue
 		}
-		l, k := v.lambda[a], v.kappa[a]
-		best := v.score(a, l, k)
+		l, k, d := v.lambda[a], v.kappa[a], v.delta[a]
+		best := v.score(a, l, k, d)
 		for range 4 {
 			changed := false
 			for _, c := range LambdaGrid {
-				if s := v.score(a, c, k); s > best {
+				if s := v.score(a, c, k, d); s > best {
 					best, l, changed = s, c, true
 				}
 			}
 			for _, c := range KappaGrid {
-				if s := v.score(a, l, c); s > best {
+				if v.NoCounts {
+					break
+				}
+				if s := v.score(a, l, c, d); s > best {
 					best, k, changed = s, c, true
+				}
+			}
+			for _, c := range DeltaGrid {
+				if s := v.score(a, l, k, c); s > best {
+					best, d, changed = s, c, true
 				}
 			}
 			if !changed {
 				break
 			}
 		}
-		v.lambda[a], v.kappa[a] = l, k
+		v.lambda[a], v.kappa[a], v.delta[a] = l, k, d
 		ll += best
 	}
-	return ll / v.total, append([]float64(nil), v.lambda...), append([]float64(nil), v.kappa...)
+	return ll / v.total, slices.Clone(v.lambda), slices.Clone(v.kappa), slices.Clone(v.delta)
 }
 
 // Score returns the validation log-likelihood per transition of md's
 // factors under the rule with the given λ and κ per action (no tuning).
-func (v *Validation) Score(md *Model, lambda, kappa []float64, workers int) float64 {
+func (v *Validation) Score(md *Model, lambda, kappa, delta []float64, workers int) float64 {
 	v.factorProbs(md, workers)
 	ll := 0.0
 	for a := range v.u {
 		if v.tot[a] > 0 {
-			ll += v.score(a, lambda[a], kappa[a])
+			ll += v.score(a, lambda[a], kappa[a], delta[a])
 		}
 	}
 	return ll / v.total
@@ -239,8 +272,8 @@ func (v *Validation) Score(md *Model, lambda, kappa []float64, workers int) floa
 // NewSmoothing returns the rule with λ and κ per action, q and the
 // counts from the blocks (all the training data: the rule stores what the
 // model saw), or no counts when every κ is +Inf.
-func NewSmoothing(n, u int, blocks []*Block, lambda, kappa []float64) (*Smoothing, error) {
-	s := &Smoothing{Lambda: append([]float64(nil), lambda...), Kappa: append([]float64(nil), kappa...), Q: NewQ(n, u, blocks)}
+func NewSmoothing(n, u int, blocks []*Block, lambda, kappa, delta []float64) (*Smoothing, error) {
+	s := &Smoothing{Lambda: slices.Clone(lambda), Kappa: slices.Clone(kappa), Delta: slices.Clone(delta), Q: NewQDelta(n, u, blocks, delta)}
 	for _, k := range kappa {
 		if !math.IsInf(k, 1) {
 			c, err := NewCNT(n, u, blocks, 0)

@@ -126,6 +126,9 @@ type clusterFlags struct {
 	// params are the fit's parameters (fitFlags.params), recorded in the
 	// job state and compared by --resume.
 	params map[string]string
+	// accelExplicit and stopExplicit: --accel squarem and --stop
+	// validation were asked for (not chosen by auto).
+	accelExplicit, stopExplicit bool
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -290,6 +293,21 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			}
 		}
 	}
+	if c.exchange == "owners" && (opts.Accel != factor.AccelNone || opts.EarlyStop != nil) {
+		// The owners hold the factors: the coordinator cannot extrapolate
+		// them or keep a best iterate (docs: what the owners need).
+		if c.accelExplicit {
+			return factor.FitResult{}, usagef("--accel squarem: the owners exchange runs plain EM (its owners hold D and K): use --exchange coordinator, or --accel none")
+		}
+		if c.stopExplicit {
+			return factor.FitResult{}, usagef("--stop validation: the owners exchange cannot keep the best iterate (its owners hold D and K): use --exchange coordinator, or --stop tol")
+		}
+		log.Info("the owners exchange runs plain EM with the relative-change rule (--accel auto, --stop auto); --exchange coordinator runs SQUAREM and the held-out rule")
+		opts.Accel, opts.EarlyStop = factor.AccelNone, nil
+		c.params = maps.Clone(c.params)
+		delete(c.params, "accel")
+		c.params["stop"] = "tol"
+	}
 	params := c.jobParams(md, opts)
 	if c.resume {
 		if err := c.checkResume(ctx, exec, job, params, man); err != nil {
@@ -306,6 +324,8 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		Commit:      opts.Commit,
 		GroupNNZ:    opts.GroupNNZ,
 		Converger:   opts.Converger,
+		Accel:       opts.Accel,
+		EarlyStop:   opts.EarlyStop,
 		Progress:    opts.Progress,
 		TaskTimeout: c.workerTimeout,
 		MinWorkers:  minWorkers,

@@ -74,6 +74,9 @@ type dataset struct {
 	transitions int
 	train       []*factor.Block // one per action
 	holdout     []*factor.Block // nil without a holdout
+	// val is the validation split of the training transitions (nil
+	// without one): what chooses a model's smoothing and stops its fit.
+	val         []*factor.Block
 	fingerprint string
 }
 
@@ -82,23 +85,32 @@ type dataset struct {
 // probability, drawn from a generator seeded by seed (so the split is
 // reproducible and independent of the file format).
 func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) (*dataset, error) {
+	return loadDataVal(ctx, f, holdout, 0, seed)
+}
+
+// loadDataVal is loadData with a validation split: each transition not
+// held out goes to d.val with probability validation, drawn from a
+// second generator seeded by seed (so the held-out part, and the split of
+// the rest, do not depend on each other's fraction).
+func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64, seed uint64) (*dataset, error) {
 	// The counts are a few large pointer-free buffers, cheap to collect:
 	// collecting more often keeps the peak RSS near what is live (the
 	// read batch, the counter's log and the CSR being built) rather than
 	// twice that.
 	defer debug.SetGCPercent(debug.SetGCPercent(ingestGCPercent))
-	if holdout == 0 && twoPassFormat(f) {
+	if holdout == 0 && validation == 0 && twoPassFormat(f) {
 		d, ok, err := loadTwoPass(ctx, f)
 		if err != nil || ok {
 			return d, err
 		}
 		// Too many states for a histogram: count in one pass.
 	}
-	var train, held shard.Counter
+	var train, held, val shard.Counter
 	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
+	vrng := rand.New(rand.NewPCG(seed, 0x76616c))  // "val"
 	h := newFingerprint()
 	err := scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
-		if holdout == 0 {
+		if holdout == 0 && validation == 0 {
 			k, err := train.AddBatch(b.State, b.Action, b.Next, b.Count)
 			if err != nil {
 				return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
@@ -107,8 +119,10 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 		}
 		for k := range b.State {
 			ct := &train
-			if rng.Float64() < holdout {
+			if holdout > 0 && rng.Float64() < holdout {
 				ct = &held
+			} else if validation > 0 && vrng.Float64() < validation {
+				ct = &val
 			}
 			if err := ct.Add(int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]); err != nil {
 				return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
@@ -121,7 +135,8 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	}
 	n1, u1 := train.Dims()
 	n2, u2 := held.Dims()
-	d := &dataset{file: f.input, n: max(n1, n2), u: max(u1, u2), transitions: train.Len() + held.Len(),
+	n3, u3 := val.Dims()
+	d := &dataset{file: f.input, n: max(n1, n2, n3), u: max(u1, u2, u3), transitions: train.Len() + held.Len() + val.Len(),
 		fingerprint: h.sum()}
 	if err := d.size(f); err != nil {
 		return nil, err
@@ -139,6 +154,12 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 			return nil, usagef("--holdout %v drew no held-out transitions out of %d: use a larger fraction", holdout, d.transitions)
 		}
 		d.holdout = held.Matrices(d.u)
+	}
+	if validation > 0 {
+		if val.Len() == 0 {
+			return nil, usagef("--validation %v drew no validation transitions out of %d: use a larger fraction", validation, d.transitions)
+		}
+		d.val = val.Matrices(d.u)
 	}
 	return d, nil
 }
@@ -303,8 +324,13 @@ func (d *dataset) all() []*factor.Block {
 	if d.holdout == nil {
 		return d.train
 	}
+	return mergeBlocks(d.u, d.train, d.holdout)
+}
+
+// mergeBlocks adds the nonzeros of the sets into one matrix per action.
+func mergeBlocks(u int, sets ...[]*factor.Block) []*factor.Block {
 	var ct shard.Counter
-	for _, set := range [][]*factor.Block{d.train, d.holdout} {
+	for _, set := range sets {
 		for _, b := range set {
 			for r, i := range b.Rows {
 				for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
@@ -314,5 +340,5 @@ func (d *dataset) all() []*factor.Block {
 			}
 		}
 	}
-	return ct.Matrices(d.u)
+	return ct.Matrices(u)
 }

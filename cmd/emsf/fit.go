@@ -45,10 +45,18 @@ type fitFlags struct {
 	algorithm  string
 	loss       string
 	precision  string
+	accel      string
+	smooth     string
+	stopRule   string
+	validation float64
+	patience   int
 
 	orders     []int
 	tieV       factor.Tie
 	precisionV factor.Precision
+	accelV     factor.Accel
+	accelAuto  bool // --accel auto chose accelV
+	stopV      string
 }
 
 func runFit(ctx context.Context, e *env, args []string) error {
@@ -78,6 +86,11 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
 	fs.StringVar(&f.loss, "loss", "wkl", lossUsage)
 	fs.StringVar(&f.precision, "precision", "float64", precisionUsage)
+	fs.StringVar(&f.accel, "accel", "auto", "acceleration between EM passes: squarem (SQUAREM: extrapolated steps with a safeguard, the log-likelihood never below the EM step it replaces), none (plain EM, bitwise as before), or auto: squarem where the fit holds the model (local, --exchange coordinator) with --alpha 1, else none")
+	fs.StringVar(&f.smooth, "smooth", "auto", "the model's predictive rule beyond D·K, stored in the model and used by eval, trick, serve and queries: auto (interpolation with the next-state frequencies, weight λ, and with the training counts, weight κ, both chosen per action on the --validation split), background (λ only: no counts stored, the model stays a factorization, of order m+1), or none (D·K itself)")
+	fs.StringVar(&f.stopRule, "stop", "auto", "stopping rule beside --iters, --tol and --time-limit: validation (stop once the --validation score has not gained for --patience scores, and keep the best iterate), tol (the relative change alone), or auto: validation where the fit holds the model, else tol")
+	fs.Float64Var(&f.validation, "validation", 0.1, "fraction of the training transitions held out (seeded by --seed) to choose the smoothing and to stop the fit; used with --smooth auto|background or --stop validation")
+	fs.IntVar(&f.patience, "patience", 10, "with --stop validation: scores in a row without gain before the fit stops")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -108,7 +121,11 @@ func runFit(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("--init: %w", err)
 		}
 	}
-	data, err := loadData(ctx, &f.in, f.holdout, f.seed)
+	valFrac := 0.0
+	if f.needsValidation() {
+		valFrac = f.validation
+	}
+	data, err := loadDataVal(ctx, &f.in, f.holdout, valFrac, f.seed)
 	if err != nil {
 		return err
 	}
@@ -126,13 +143,13 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
-		"nonzeros", nnz(data.train), "held_out", f.holdout > 0)
+		"nonzeros", nnz(data.train), "held_out", f.holdout > 0, "validation_nonzeros", nnz(data.val))
 
 	bestM := 0
 	if len(f.orders) > 1 || f.holdout > 0 {
 		bestHO := math.Inf(-1)
 		for _, m := range f.orders {
-			md, status, err := f.fitOrder(ctx, log, data.train, data.n, m, data.u, warm)
+			md, status, err := f.fitOrder(ctx, log, data.train, data.val, data.n, m, data.u, warm)
 			if err != nil {
 				return err
 			}
@@ -141,15 +158,11 @@ func runFit(ctx context.Context, e *env, args []string) error {
 				// training part: the work done so far, kept.
 				return f.write(e, md, data, status, fmt.Sprintf("while fitting order %d on the training part", m))
 			}
-			// Scored smoothed, as CNT's held-out score is (add-one): EM
-			// drives the probability of transitions never seen in training
-			// to 0 (exactly, once converged), and one such transition in
-			// the held-out part would make the score -Inf.
-			sm := md.Clone()
-			if err := sm.Smooth(heldOutSmoothing); err != nil {
-				return err
-			}
-			ho, err := factor.HeldOut(sm, data.holdout)
+			// Scored by the one held-out rule of every method (eval's,
+			// CNT's under --algorithm cnt): the model's own predictive
+			// rule, mixed with the uniform distribution so that a
+			// transition no method has seen scores finite.
+			ho, err := heldOutRule.PerTransition(md, data.holdout, data.n)
 			if err != nil {
 				return fmt.Errorf("held-out evaluation of order %d: %w", m, err)
 			}
@@ -158,21 +171,21 @@ func runFit(ctx context.Context, e *env, args []string) error {
 				bestHO, bestM = ho, m
 			}
 		}
-		fmt.Fprintf(e.stdout, "best order: %d (held-out scores of each model mixed with the uniform distribution, weight %g); refitting it on all %d transitions\n",
-			bestM, heldOutSmoothing, data.transitions)
+		fmt.Fprintf(e.stdout, "best order: %d (held-out scoring rule: %s); refitting it on all %d transitions\n",
+			bestM, heldOutRule, data.transitions)
 	} else {
 		bestM = f.orders[0]
 	}
-	best, status, err := f.fitOrder(ctx, log, data.all(), data.n, bestM, data.u, warm)
+	best, status, err := f.fitOrder(ctx, log, data.all(), data.val, data.n, bestM, data.u, warm)
 	if err != nil {
 		return err
 	}
 	return f.write(e, best, data, status, "")
 }
 
-// heldOutSmoothing is the weight of the uniform distribution mixed into
-// each model (factor.Model.Smooth) before it is scored on held-out data.
-const heldOutSmoothing = 1e-3
+// heldOutRule is the scoring rule of fit --holdout, the same for every
+// method (EMSF orders, --algorithm cnt) and eval's default.
+var heldOutRule = factor.HeldOutRule{Mix: factor.DefaultHeldOutMix}
 
 // statusInterrupted is the model status of a fit stopped by a signal.
 const statusInterrupted = "interrupted"
@@ -272,6 +285,9 @@ func (f *fitFlags) validate() error {
 	if err := f.validatePrecision(); err != nil {
 		return err
 	}
+	if err := f.validateQuality(); err != nil {
+		return err
+	}
 	if err := f.inc.validate(f); err != nil {
 		return err
 	}
@@ -340,20 +356,30 @@ func modelFormat(format *string, out string) error {
 // of the models fitted so far, the interrupted one included (it is the
 // model of its last completed iteration), with status "interrupted"; it
 // fails only if no iteration completed at all.
-func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*factor.Block, n, m, u int, warm *arrowio.ModelFile) (*factor.Model, string, error) {
+func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*factor.Block, n, m, u int, warm *arrowio.ModelFile) (*factor.Model, string, error) {
 	shards, man := shard.SplitGrid(mats, n, f.shardNNZ, f.colCells)
 	blocks := shard.Blocks(shards)
 	var best *factor.Model
 	bestStatus := ""
+	bestScore := math.Inf(-1)
 	for r := range f.restarts {
 		var md *factor.Model
 		if warm != nil {
 			md = warm.Model.Clone()
+			md.Smoothing = nil // chosen anew for these data
 		} else {
 			md = factor.NewRandom(n, m, u, f.tieV, f.seed+uint64(r))
 		}
 		if f.precisionV != factor.Float64 {
 			md.SetPrecision(f.precisionV)
+		}
+		var v *factor.Validation
+		if val != nil {
+			var err error
+			if v, err = factor.NewValidation(n, u, f.tieV, mats, val); err != nil {
+				return nil, "", err
+			}
+			v.NoCounts = f.smooth == smoothBackground
 		}
 		opts := factor.FitOptions{
 			Alpha:     f.alpha,
@@ -361,6 +387,11 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 			GroupNNZ:  f.groupNNZ,
 			Converger: f.stop.converger(),
 			Progress:  f.report.iterations(f.stop.iters, "order", m, "seed", md.Seed),
+			Accel:     f.accelV,
+		}
+		if f.stopV == stopValidation {
+			opts.EarlyStop = &factor.EarlyStop{Patience: f.patience, MinGain: heldOutMinGain,
+				Score: func(md *factor.Model) float64 { s, _, _, _ := v.Tune(md, f.workers); return s }}
 		}
 		var res factor.FitResult
 		var err error
@@ -388,24 +419,111 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 				return nil, "", fmt.Errorf("interrupted before the first iteration completed: no model written: %w", err)
 			}
 		}
+		// A state without training data is predicted like the average
+		// state, never by the random row it started from.
+		md.SetUnseenRows(mats)
 		// The final pass is short (one E-step); it runs even after an
 		// interrupt, so the model written carries its own log-likelihood.
 		if err := factor.Evaluate(context.WithoutCancel(ctx), md, blocks, f.workers); err != nil {
 			return nil, "", err
 		}
+		score := md.LogLik
+		if v != nil {
+			var lambda, kappa, delta []float64
+			score, lambda, kappa, delta = v.Tune(md, f.workers)
+			if f.smooth != smoothNone {
+				if md.Smoothing, err = factor.NewSmoothing(n, u, mergeBlocks(u, mats, val), lambda, kappa, delta); err != nil {
+					return nil, "", err
+				}
+			}
+			log.Info("validation", "order", m, "seed", md.Seed, "loglik_per_transition", score, "lambda", lambda, "kappa", kappa, "delta", delta,
+				"smooth", f.smooth, "best_iteration", res.BestIteration, "scores", res.Evaluations)
+		}
 		log.Info("fit done", "order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations,
-			"loglik", md.LogLik, "elapsed", res.Elapsed.Round(time.Millisecond))
+			"loglik", md.LogLik, "accel", opts.Accel, "rejected", res.Rejected, "elapsed", res.Elapsed.Round(time.Millisecond))
 		if !interrupted {
 			f.warnEarly(log, res.Status, "order", m, "seed", md.Seed, "iterations", res.Iterations)
 		}
-		if best == nil || md.LogLik > best.LogLik {
-			best, bestStatus = md, status
+		if best == nil || score > bestScore {
+			best, bestStatus, bestScore = md, status, score
 		}
 		if interrupted {
 			return best, statusInterrupted, nil
 		}
 	}
 	return best, bestStatus, nil
+}
+
+// heldOutMinGain is the relative gain of the validation score that
+// resets the patience of --stop validation.
+const heldOutMinGain = 1e-6
+
+// Values of --smooth and --stop.
+const (
+	smoothAuto       = "auto"
+	smoothBackground = "background"
+	smoothNone       = "none"
+	stopValidation   = "validation"
+	stopTol          = "tol"
+)
+
+// needsValidation reports whether the fit splits a validation part off
+// its training data (--smooth or --stop use it).
+func (f *fitFlags) needsValidation() bool {
+	return f.algorithm == algEMSF && !f.inc.enabled && (f.smooth != smoothNone || f.stopV == stopValidation)
+}
+
+// validateQuality checks --accel, --smooth, --stop, --validation and
+// --patience and resolves their auto values for a fit that holds the
+// model; fitCluster drops what the owners exchange cannot run.
+func (f *fitFlags) validateQuality() error {
+	switch f.smooth {
+	case smoothAuto, smoothBackground, smoothNone:
+	default:
+		return usagef("--smooth %q: want auto, background or none", f.smooth)
+	}
+	if !(f.validation > 0 && f.validation < 1) {
+		return usagef("--validation %v: must be in (0, 1)", f.validation)
+	}
+	if f.patience < 1 {
+		return usagef("--patience %d: must be >= 1", f.patience)
+	}
+	holds := f.algorithm == algEMSF && !f.inc.enabled && !f.cluster.resume
+	switch f.stopRule {
+	case "auto":
+		f.stopV = stopTol
+		if holds {
+			f.stopV = stopValidation
+		}
+	case stopValidation:
+		if !holds {
+			return usagef("--stop validation: stops a batch EMSF fit that runs from its start (not --algorithm %s, --incremental or --resume)", f.algorithm)
+		}
+		f.stopV = stopValidation
+	case stopTol:
+		f.stopV = stopTol
+	default:
+		return usagef("--stop %q: want auto, validation or tol", f.stopRule)
+	}
+	f.cluster.stopExplicit = f.stopRule == stopValidation
+	f.cluster.accelExplicit = f.accel == "squarem"
+	switch f.accel {
+	case "auto":
+		f.accelV = factor.AccelNone
+		if holds && f.alpha == 1 {
+			f.accelV, f.accelAuto = factor.AccelSquarem, true
+		}
+	case "none":
+		f.accelV = factor.AccelNone
+	case "squarem":
+		if !holds || f.alpha != 1 {
+			return usagef("--accel squarem: accelerates a batch EMSF fit with --alpha 1 that runs from its start (not --algorithm %s, --incremental, --alpha %v or --resume)", f.algorithm, f.alpha)
+		}
+		f.accelV = factor.AccelSquarem
+	default:
+		return usagef("--accel %q: want auto, none or squarem", f.accel)
+	}
+	return nil
 }
 
 // warnEarly warns when a fit (EMSF, KLM, MU) stopped at --iters or
@@ -438,6 +556,18 @@ func (f *fitFlags) params(m int) map[string]string {
 		"shard_nnz": strconv.Itoa(f.shardNNZ),
 		"group_nnz": strconv.Itoa(f.groupNNZ),
 		"init":      f.initModel,
+	}
+	// Recorded only when not plain EM: a plain fit's files and job state
+	// stay as they were.
+	if f.accelV != factor.AccelNone {
+		p["accel"] = f.accelV.String()
+	}
+	if f.needsValidation() {
+		p["smooth"], p["stop"] = f.smooth, f.stopV
+		p["validation"] = strconv.FormatFloat(f.validation, 'g', -1, 64)
+		if f.stopV == stopValidation {
+			p["patience"] = strconv.Itoa(f.patience)
+		}
 	}
 	// Recorded only when not the default: a float64 fit's files and job
 	// state stay as they were, and a file without it is float64.

@@ -119,6 +119,14 @@ func (p *progress) iterations(maxIter int, fields ...any) func(factor.IterStats)
 			fmt.Fprintf(&line, "  change %.2g", s.RelChange)
 			args = append(args, "delta", fmt.Sprintf("%.3g", s.RelChange))
 		}
+		if s.HeldOutPatience > 0 {
+			// What the held-out rule waits for: a gain within the patience.
+			fmt.Fprintf(&line, "  held-out best at %d, %d/%d without gain", s.HeldOutBest, s.HeldOutBad, s.HeldOutPatience)
+			args = append(args, "heldout_best_iter", s.HeldOutBest, "heldout_without_gain", s.HeldOutBad)
+			if !math.IsNaN(s.HeldOut) {
+				args = append(args, "heldout", fmt.Sprintf("%.8g", s.HeldOut))
+			}
+		}
 		elapsed := s.Elapsed.Round(time.Millisecond)
 		fmt.Fprintf(&line, "  %.3g it/s  elapsed %s", rate, roundDuration(s.Elapsed))
 		if maxIter > 0 && rate > 0 {
