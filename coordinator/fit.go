@@ -32,6 +32,7 @@ type Options struct {
 	// fit, bitwise (not with Resume: their state is not checkpointed).
 	Accel     factor.Accel
 	EarlyStop *factor.EarlyStop
+	Prior     *factor.Prior
 	// Progress, if set, is called after every committed iteration with the
 	// same values factor.Fit reports.
 	Progress func(factor.IterStats)
@@ -217,7 +218,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 		return nil
 	}
 	return factor.Loop(ctx, md, blocks, p, factor.FitOptions{Alpha: opts.Alpha, Converger: opts.Converger, Commit: opts.Commit,
-		Accel: opts.Accel, EarlyStop: opts.EarlyStop},
+		Accel: opts.Accel, EarlyStop: opts.EarlyStop, Prior: opts.Prior},
 		factor.LoopHooks{Start: first, Committed: committed})
 }
 

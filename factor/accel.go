@@ -324,7 +324,7 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int) {
 // every accepted x0. Extrapolation is elementwise with sums over pieces
 // of rows folded in order, so the fit is bitwise the same for any
 // number of workers.
-func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts FitOptions, hooks LoopHooks, acc *Accumulator, total, dataTerm float64) (FitResult, error) {
+func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts FitOptions, hooks LoopHooks, acc *Accumulator, total, dataTerm float64, priorQs [][]float64) (FitResult, error) {
 	conv := opts.Converger
 	var early *earlyState
 	if opts.EarlyStop != nil {
@@ -355,7 +355,17 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 		if math.IsNaN(acc.LogLik) {
 			return res, fmt.Errorf("factor: iteration %d: the log-likelihood is NaN", iter)
 		}
-		ll := acc.LogLik
+		ll := acc.LogLik // the objective: with a prior, penalized
+		if priorQs != nil {
+			ll += opts.Prior.Penalty(md, priorQs)
+		}
+		commit := func() {
+			if priorQs != nil {
+				mapCommit(md, acc, opts.Prior, priorQs, dataTerm, opts.Workers)
+			} else {
+				acc.CommitWorkers(md, 1, dataTerm, opts.Workers)
+			}
+		}
 		seen := ll // what the converger sees: NaN for points not kept
 		stop := false
 		switch phase {
@@ -374,12 +384,12 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 				stop = early.observe(md, iter-1)
 			}
 			copyFactors(x0, md)
-			acc.CommitWorkers(md, 1, dataTerm, opts.Workers)
+			commit()
 			phase = atX1
 		case atX1:
 			l1 = ll
 			copyFactors(x1, md)
-			acc.CommitWorkers(md, 1, dataTerm, opts.Workers)
+			commit()
 			copyFactors(x2, md)
 			t := squaremLength(x0, x1, x2, opts.Workers)
 			t = max(1, min(t, stepMax))
@@ -392,14 +402,14 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 			phase = atProposal
 		case atProposal:
 			seen = math.NaN()
-			acc.CommitWorkers(md, 1, dataTerm, opts.Workers)
+			commit()
 			pending, phase = true, atX0
 		}
 		md.Iteration = base + iter
-		md.LogLik = ll
+		md.LogLik = acc.LogLik
 		md.WKL = math.NaN()
 		if acc.SumX > 0 {
-			md.WKL = (dataTerm - ll) / acc.SumX
+			md.WKL = (dataTerm - acc.LogLik) / acc.SumX
 		}
 		now := time.Now()
 		st := IterStats{Iteration: iter, LogLik: seen, RelChange: math.NaN(),

@@ -261,6 +261,10 @@ type FitOptions struct {
 	// EarlyStop, if set, is the held-out stopping rule beside the
 	// converger; the fit then returns its best-scoring iterate.
 	EarlyStop *EarlyStop
+	// Prior, if active, makes the commit MAP-EM's (see Prior); the
+	// converger then watches the penalized log-likelihood. It needs α = 1
+	// and EMSF's commit in a loop that holds the model.
+	Prior *Prior
 }
 
 // FitResult says how a fit ended.
@@ -421,8 +425,12 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	if acc == nil {
 		acc = NewAccumulator(md)
 	}
+	var priorQs [][]float64
+	if opts.Prior.Active() {
+		priorQs = priorQ(md, blocks)
+	}
 	if opts.Accel == AccelSquarem {
-		return squaremLoop(ctx, md, blocks, step, opts, hooks, acc, total, dataTerm)
+		return squaremLoop(ctx, md, blocks, step, opts, hooks, acc, total, dataTerm, priorQs)
 	}
 	var early *earlyState
 	if opts.EarlyStop != nil {
@@ -452,10 +460,16 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			// Never a model committed (or written) from a NaN pass.
 			return res, fmt.Errorf("factor: iteration %d: the log-likelihood is NaN", iter)
 		}
+		objective := acc.LogLik
 		if hooks.Commit != nil {
 			if err := hooks.Commit(ctx, iter, md, acc, alpha, dataTerm); err != nil {
 				return res, err
 			}
+		} else if priorQs != nil {
+			if withLL {
+				objective += opts.Prior.Penalty(md, priorQs)
+			}
+			mapCommit(md, acc, opts.Prior, priorQs, dataTerm, opts.Workers)
 		} else if opts.Commit != nil {
 			opts.Commit(md, acc)
 		} else {
@@ -465,18 +479,18 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			md.RoundFactors()
 		}
 		now := time.Now()
-		st := IterStats{Iteration: iter, LogLik: acc.LogLik, RelChange: math.NaN(),
+		st := IterStats{Iteration: iter, LogLik: objective, RelChange: math.NaN(),
 			IterTime: now.Sub(t0), Elapsed: now.Sub(start), NNZ: acc.NNZ, SumX: acc.SumX}
 		if withLL {
 			if !math.IsNaN(prev) {
-				st.RelChange = (acc.LogLik - prev) / math.Abs(acc.LogLik)
+				st.RelChange = (objective - prev) / math.Abs(objective)
 			}
-			prev = acc.LogLik
-			res.LogLik = acc.LogLik
+			prev = objective
+			res.LogLik = objective
 		}
 		res.Iterations = iter
 		res.Elapsed = st.Elapsed
-		status := conv.Check(iter, acc.LogLik, st.Elapsed)
+		status := conv.Check(iter, objective, st.Elapsed)
 		st.HeldOut = math.NaN()
 		if early != nil && early.observe(md, iter) && status == NotTerminated {
 			status = HeldOutOptimum
@@ -527,6 +541,12 @@ func checkAccel(opts FitOptions, hooks LoopHooks, alpha float64) error {
 	}
 	if opts.EarlyStop != nil && (hooks.Commit != nil || hooks.Start > 1) {
 		return fmt.Errorf("factor: held-out stopping needs the loop to hold the model and does not resume a fit (its best iterate is not checkpointed)")
+	}
+	if err := opts.Prior.check(); err != nil {
+		return err
+	}
+	if opts.Prior.Active() && (alpha != 1 || opts.Commit != nil || hooks.Commit != nil) {
+		return fmt.Errorf("factor: a Dirichlet prior (MAP-EM) needs α = 1 and EMSF's commit in a loop that holds the model")
 	}
 	switch opts.Accel {
 	case AccelNone:

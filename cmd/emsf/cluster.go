@@ -128,7 +128,7 @@ type clusterFlags struct {
 	params map[string]string
 	// accelExplicit and stopExplicit: --accel squarem and --stop
 	// validation were asked for (not chosen by auto).
-	accelExplicit, stopExplicit bool
+	accelExplicit, stopExplicit, priorExplicit bool
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -293,7 +293,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			}
 		}
 	}
-	if c.exchange == "owners" && (opts.Accel != factor.AccelNone || opts.EarlyStop != nil) {
+	if c.exchange == "owners" && (opts.Accel != factor.AccelNone || opts.EarlyStop != nil || opts.Prior.Active()) {
 		// The owners hold the factors: the coordinator cannot extrapolate
 		// them or keep a best iterate (docs: what the owners need).
 		if c.accelExplicit {
@@ -302,10 +302,15 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		if c.stopExplicit {
 			return factor.FitResult{}, usagef("--stop validation: the owners exchange cannot keep the best iterate (its owners hold D and K): use --exchange coordinator, or --stop tol")
 		}
-		log.Info("the owners exchange runs plain EM with the relative-change rule (--accel auto, --stop auto); --exchange coordinator runs SQUAREM and the held-out rule")
-		opts.Accel, opts.EarlyStop = factor.AccelNone, nil
+		if c.priorExplicit {
+			return factor.FitResult{}, usagef("--prior-d/--prior-k: the owners exchange commits plain EM (its owners hold D and K): use --exchange coordinator, or --prior-d 0 --prior-k 0")
+		}
+		log.Info("the owners exchange runs plain EM with the relative-change rule and no prior (--accel auto, --stop auto, default priors); --exchange coordinator runs SQUAREM, MAP-EM and the held-out rule")
+		opts.Accel, opts.EarlyStop, opts.Prior = factor.AccelNone, nil, nil
 		c.params = maps.Clone(c.params)
 		delete(c.params, "accel")
+		delete(c.params, "prior_d")
+		delete(c.params, "prior_k")
 		c.params["stop"] = "tol"
 	}
 	params := c.jobParams(md, opts)
@@ -326,6 +331,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		Converger:   opts.Converger,
 		Accel:       opts.Accel,
 		EarlyStop:   opts.EarlyStop,
+		Prior:       opts.Prior,
 		Progress:    opts.Progress,
 		TaskTimeout: c.workerTimeout,
 		MinWorkers:  minWorkers,

@@ -50,12 +50,16 @@ type fitFlags struct {
 	stopRule   string
 	validation float64
 	patience   int
+	priorD     float64
+	priorK     float64
+	plain      bool
 
 	orders     []int
 	tieV       factor.Tie
 	precisionV factor.Precision
 	accelV     factor.Accel
 	accelAuto  bool // --accel auto chose accelV
+	priorSet   bool // --prior-d or --prior-k given
 	stopV      string
 }
 
@@ -90,10 +94,14 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.smooth, "smooth", "auto", "the model's predictive rule beyond D·K, stored in the model and used by eval, trick, serve and queries: auto (interpolation with the next-state frequencies, weight λ, and with the training counts, weight κ, both chosen per action on the --validation split), background (λ only: no counts stored, the model stays a factorization, of order m+1), or none (D·K itself)")
 	fs.StringVar(&f.stopRule, "stop", "auto", "stopping rule beside --iters, --tol and --time-limit: validation (stop once the --validation score has not gained for --patience scores, and keep the best iterate), tol (the relative change alone), or auto: validation where the fit holds the model, else tol")
 	fs.Float64Var(&f.validation, "validation", 0.1, "fraction of the training transitions held out (seeded by --seed) to choose the smoothing and to stop the fit; used with --smooth auto|background or --stop validation")
+	fs.Float64Var(&f.priorD, "prior-d", defaultPriorD, "Dirichlet prior on the rows of D (MAP-EM): pseudo-counts added to every entry of a row before it is normalized (0: none)")
+	fs.Float64Var(&f.priorK, "prior-k", defaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
+	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: the same as --accel none --smooth none --stop tol --prior-d 0 --prior-k 0")
 	fs.IntVar(&f.patience, "patience", 10, "with --stop validation: scores in a row without gain before the fit stops")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	fs.Visit(func(fl *flag.Flag) { f.priorSet = f.priorSet || fl.Name == "prior-d" || fl.Name == "prior-k" })
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -389,6 +397,9 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 			Progress:  f.report.iterations(f.stop.iters, "order", m, "seed", md.Seed),
 			Accel:     f.accelV,
 		}
+		if f.priorD > 0 || f.priorK > 0 {
+			opts.Prior = &factor.Prior{D: f.priorD, K: f.priorK}
+		}
 		if f.stopV == stopValidation {
 			opts.EarlyStop = &factor.EarlyStop{Patience: f.patience, MinGain: heldOutMinGain,
 				Score: func(md *factor.Model) float64 { s, _, _, _ := v.Tune(md, f.workers); return s }}
@@ -454,6 +465,13 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 	return best, bestStatus, nil
 }
 
+// The default Dirichlet priors of fit (MAP-EM, factor.Prior): measured
+// in docs/quality.md.
+const (
+	defaultPriorD = 0.3
+	defaultPriorK = 30
+)
+
 // heldOutMinGain is the relative gain of the validation score that
 // resets the patience of --stop validation.
 const heldOutMinGain = 1e-6
@@ -477,6 +495,12 @@ func (f *fitFlags) needsValidation() bool {
 // --patience and resolves their auto values for a fit that holds the
 // model; fitCluster drops what the owners exchange cannot run.
 func (f *fitFlags) validateQuality() error {
+	if f.plain {
+		if f.priorSet || f.accel != "auto" || f.smooth != smoothAuto || f.stopRule != "auto" {
+			return usagef("--plain sets --accel, --smooth, --stop and the priors itself: give it alone")
+		}
+		f.accel, f.smooth, f.stopRule, f.priorD, f.priorK = "none", smoothNone, stopTol, 0, 0
+	}
 	switch f.smooth {
 	case smoothAuto, smoothBackground, smoothNone:
 	default:
@@ -484,6 +508,16 @@ func (f *fitFlags) validateQuality() error {
 	}
 	if !(f.validation > 0 && f.validation < 1) {
 		return usagef("--validation %v: must be in (0, 1)", f.validation)
+	}
+	if !(f.priorD >= 0) || !(f.priorK >= 0) || math.IsInf(f.priorD, 0) || math.IsInf(f.priorK, 0) {
+		return usagef("--prior-d %v, --prior-k %v: must be finite and >= 0", f.priorD, f.priorK)
+	}
+	f.cluster.priorExplicit = f.priorSet && (f.priorD > 0 || f.priorK > 0)
+	if (f.priorD > 0 || f.priorK > 0) && (f.algorithm != algEMSF || f.inc.enabled || f.alpha != 1 || f.cluster.resume) {
+		if f.priorSet {
+			return usagef("--prior-d/--prior-k: MAP-EM runs a batch EMSF fit with --alpha 1 that holds the model (not --algorithm %s, --incremental, --alpha %v or --exchange owners)", f.algorithm, f.alpha)
+		}
+		f.priorD, f.priorK = 0, 0
 	}
 	if f.patience < 1 {
 		return usagef("--patience %d: must be >= 1", f.patience)
@@ -561,6 +595,10 @@ func (f *fitFlags) params(m int) map[string]string {
 	// stay as they were.
 	if f.accelV != factor.AccelNone {
 		p["accel"] = f.accelV.String()
+	}
+	if f.priorD > 0 || f.priorK > 0 {
+		p["prior_d"] = strconv.FormatFloat(f.priorD, 'g', -1, 64)
+		p["prior_k"] = strconv.FormatFloat(f.priorK, 'g', -1, 64)
 	}
 	if f.needsValidation() {
 		p["smooth"], p["stop"] = f.smooth, f.stopV
