@@ -420,3 +420,37 @@ func less(p, q CountEntry) bool {
 	}
 	return p.J < q.J
 }
+
+// Augmented returns the smoothing rule's factored part as a stochastic
+// factorization of order m+1, with one K block per action (tie none):
+//
+//	D̃^a_i = [(1−λ_a)·D^a_i, λ_a],   K̃^a = [K^a; q^a],
+//
+// so that D̃^a K̃^a = (1−λ_a) D^a K^a + λ_a·1 q^a: the rule itself where it
+// keeps no counts (κ = +Inf), and its backoff where it does (a row's own
+// frequencies are not low rank). The SF trick (Reduced, ReducedChain,
+// Stationary) applies to it: the background is one more hidden state.
+// A model without smoothing is returned as it is.
+func (md *Model) Augmented() *Model {
+	s := md.Smoothing
+	if s == nil {
+		return md
+	}
+	n, m, u := md.N, md.M, md.U
+	out := NewModel(n, m+1, u, TieNone)
+	out.Iteration, out.LogLik, out.WKL, out.Seed = md.Iteration, md.LogLik, md.WKL, md.Seed
+	for a := range u {
+		lam := s.Lambda[a]
+		d, kt := md.D[md.DBlock(a)], md.KT[md.KBlock(a)]
+		for i := range n {
+			dst := out.D[a][i*(m+1) : (i+1)*(m+1)]
+			for l, v := range d[i*m : i*m+m] {
+				dst[l] = float64((1 - lam) * v)
+			}
+			dst[m] = lam
+			copy(out.KT[a][i*(m+1):i*(m+1)+m], kt[i*m:i*m+m])
+			out.KT[a][i*(m+1)+m] = s.Q[a][i]
+		}
+	}
+	return out
+}

@@ -277,3 +277,22 @@ func TestEarlyStopKeepsBest(t *testing.T) {
 		t.Fatalf("status %s, iteration %d (best %d), iterations %d, held-out %v", res.Status, md.Iteration, bestIter, res.Iterations, res.HeldOut)
 	}
 }
+
+// TestAugmented: the order-(m+1) factorization reproduces the rule
+// without counts exactly, and is stochastic.
+func TestAugmented(t *testing.T) {
+	md := smoothCase(t)
+	md.Smoothing.Kappa[0] = math.Inf(1)
+	md.Smoothing.Counts = nil
+	aug := md.Augmented()
+	if err := aug.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		for j := range 3 {
+			if p, q := aug.FactorProb(0, i, j), md.Prob(0, i, j); math.Abs(p-q) > 1e-15 {
+				t.Fatalf("D̃K̃[%d,%d] = %v, rule %v", i, j, p, q)
+			}
+		}
+	}
+}

@@ -99,6 +99,7 @@ func runServe(ctx context.Context, e *env, args []string) (err error) {
 		store, listen            string
 		port                     int
 		mode, tie, useWorkers    string
+		accel                    string
 		cfg                      service.Config
 		seed                     uint64
 		metricsAddr              string
@@ -118,8 +119,9 @@ func runServe(ctx context.Context, e *env, args []string) (err error) {
 	fs.IntVar(&cfg.Order, "order", 10, "m, the number of hidden states")
 	fs.StringVar(&tie, "tie", "none", "tie mode: none, shared-k or shared-d")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the first version's random init")
-	fs.IntVar(&cfg.MaxIter, "iters", 100, "refit: most EM iterations")
-	fs.Float64Var(&cfg.Tol, "tol", 1e-6, "refit: stop when the log-likelihood per transition improves less than this (0: never, run --iters)")
+	fs.IntVar(&cfg.MaxIter, "iters", 1000, "refit: most EM passes (a version whose refit stops here records status \"iteration limit\" and is warned about)")
+	fs.Float64Var(&cfg.Tol, "tol", 1e-7, "refit: stop when the relative change of the log-likelihood is at most this (0: never, run --iters); emsf fit's rule")
+	fs.StringVar(&accel, "accel", "squarem", "refit: squarem (SQUAREM, as emsf fit) or none (plain EM)")
 	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "refit in this process: goroutines")
 	fs.IntVar(&cfg.ShardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "refit: nonzeros per shard")
 	fs.StringVar(&useWorkers, "use-workers", "auto", "refit on emsf workers of the NATS server: auto (when any answer), yes (wait for them) or no")
@@ -244,6 +246,9 @@ transition. SIGINT or SIGTERM checkpoints and exits.
 	t, err := factor.ParseTie(tie)
 	if err != nil {
 		return usagef("--tie %q: want none, shared-k or shared-d", tie)
+	}
+	if cfg.Accel, err = factor.ParseAccel(accel); err != nil {
+		return usagef("--accel %q: want squarem or none", accel)
 	}
 	if err := onlineEM.validate(); err != nil {
 		return err

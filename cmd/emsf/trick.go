@@ -35,6 +35,12 @@ func runTrick(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	md := mf.Model
+	if md.Smoothing != nil {
+		// The rule's factored part: the background is hidden state m
+		// (factor.Model.Augmented); a row's own counts are not low rank.
+		fmt.Fprintf(e.stdout, "the model's smoothing rule adds the next-state frequencies as hidden state %d (weight λ per action); its counts term is not part of the reduced chain\n", md.M)
+		md = md.Augmented()
+	}
 	policy, err := parsePolicy(policyS, md.N, md.U)
 	if err != nil {
 		return err

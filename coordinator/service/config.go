@@ -63,9 +63,13 @@ type Config struct {
 	Tie   factor.Tie
 	Seed  uint64
 
-	// MaxIter and Tol stop a refit (defaults 100 and 1e-6).
+	// MaxIter and Tol stop a refit (defaults 1000 and 1e-7, emsf fit's
+	// relative-change rule); each version records how its refit ended
+	// (Version.Status). Accel is the refit's acceleration (the zero
+	// value: plain EM; emsf serve's default: SQUAREM).
 	MaxIter int
 	Tol     float64
+	Accel   factor.Accel
 	// Workers is the number of goroutines of an in-process refit
 	// (default 1); ShardNNZ the shard size (default shard.DefaultTargetNNZ).
 	Workers  int
@@ -141,10 +145,10 @@ func (c *Config) defaults() error {
 		c.Order = 10
 	}
 	if c.MaxIter == 0 {
-		c.MaxIter = 100
+		c.MaxIter = 1000
 	}
 	if c.Tol == 0 {
-		c.Tol = 1e-6
+		c.Tol = 1e-7
 	}
 	if c.Workers <= 0 {
 		c.Workers = 1

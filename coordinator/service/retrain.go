@@ -189,7 +189,7 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 	switch s.cfg.Mode {
 	case ModeRefit:
 		shards, man := shard.Split(job.blocks, v.N, s.cfg.ShardNNZ)
-		opts := factor.FitOptions{Workers: s.cfg.Workers, Converger: factor.Converger{MaxIter: s.cfg.MaxIter, Tol: s.cfg.Tol}}
+		opts := factor.FitOptions{Workers: s.cfg.Workers, Converger: factor.Converger{MaxIter: s.cfg.MaxIter, Tol: s.cfg.Tol}, Accel: s.cfg.Accel}
 		exec, err := s.executor(ctx)
 		if err != nil {
 			return nil, err
@@ -200,6 +200,7 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 				Job:         fmt.Sprintf("serve-%s-%d", s.cfg.Name, v.Version),
 				Params:      map[string]string{"m": strconv.Itoa(md.M), "tie": md.Tie.String(), "model": s.cfg.Name},
 				Converger:   opts.Converger,
+				Accel:       opts.Accel,
 				TaskTimeout: s.cfg.WorkerTimeout,
 				MinWorkers:  1,
 				WaitWorkers: 30 * time.Second,
@@ -212,7 +213,11 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 		if err != nil {
 			return nil, err
 		}
-		v.Iterations = res.Iterations
+		v.Iterations, v.Status = res.Iterations, res.Status.String()
+		if res.Status.Early() {
+			s.log.Warn("the refit stopped before converging: raise --iters", "version", v.Version, "status", v.Status,
+				"iterations", v.Iterations, "tol", s.cfg.Tol)
+		}
 	case ModeIncremental:
 		inc, err := factor.NewIncremental(md, factor.IncrementalOptions{EtaMax: s.cfg.EtaMax, Alpha: s.cfg.Alpha})
 		if err != nil {
