@@ -50,6 +50,15 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	} else {
 		fmt.Fprintf(w, "  stochastic   yes (every row of D and K sums to 1)\n")
 	}
+	if sm := md.Smoothing; sm != nil {
+		counts := 0
+		if sm.Counts != nil {
+			counts = sm.Counts.NNZ()
+		}
+		fmt.Fprintf(w, "  smoothing    λ %v, κ %v, δ %v per action; %d counts stored (factor.Smoothing)\n", sm.Lambda, sm.Kappa, sm.Delta, counts)
+	} else {
+		fmt.Fprintf(w, "  smoothing    none (the model predicts D·K)\n")
+	}
 	if len(mf.Params) > 0 {
 		keys := make([]string, 0, len(mf.Params))
 		for k := range mf.Params {
