@@ -256,6 +256,13 @@ func (v *Validation) Tune(md *Model, workers int) (perTransition float64, lambda
 	return ll / v.total, slices.Clone(v.lambda), slices.Clone(v.kappa), slices.Clone(v.delta)
 }
 
+// Rescore is Score with the last choice Tune made (λ, κ and δ per
+// action): one pass over the validation nonzeros, where Tune takes
+// dozens. The held-out stopping rule uses it between full tunings.
+func (v *Validation) Rescore(md *Model, workers int) float64 {
+	return v.Score(md, v.lambda, v.kappa, v.delta, workers)
+}
+
 // Score returns the validation log-likelihood per transition of md's
 // factors under the rule with the given λ and κ per action (no tuning).
 func (v *Validation) Score(md *Model, lambda, kappa, delta []float64, workers int) float64 {

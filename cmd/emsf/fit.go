@@ -401,8 +401,20 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 			opts.Prior = &factor.Prior{D: f.priorD, K: f.priorK}
 		}
 		if f.stopV == stopValidation {
+			scores := 0
 			opts.EarlyStop = &factor.EarlyStop{Patience: f.patience, MinGain: heldOutMinGain,
-				Score: func(md *factor.Model) float64 { s, _, _, _ := v.Tune(md, f.workers); return s }}
+				Score: func(md *factor.Model) float64 {
+					// The rule's λ, κ, δ move slowly: tuned in full every
+					// tuneEvery scores, rescored with the last choice
+					// between (a function of the score's count: the fit
+					// stays deterministic).
+					scores++
+					if scores%tuneEvery == 1 {
+						s, _, _, _ := v.Tune(md, f.workers)
+						return s
+					}
+					return v.Rescore(md, f.workers)
+				}}
 		}
 		var res factor.FitResult
 		var err error
@@ -471,6 +483,10 @@ const (
 	defaultPriorD = 0.3
 	defaultPriorK = 30
 )
+
+// tuneEvery is how often (in scores) the held-out rule tunes λ, κ and δ
+// in full while a fit runs.
+const tuneEvery = 5
 
 // heldOutMinGain is the relative gain of the validation score that
 // resets the patience of --stop validation.
