@@ -219,6 +219,7 @@ func flagGroups() []flagGroup {
 		{"Input", []string{"input", "input-format", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "rho"}},
 		{"Model", []string{"order", "orders", "tie", "init", "algorithm", "seed", "true-order", "rows", "conc"}},
 		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "precision", "holdout", "shard-nnz", "col-cells", "incremental", "passes", "eta-max", "commit-every", "mode", "every", "interval"}},
+		{"Quality and speed", []string{"smooth", "stop", "accel", "validation", "patience", "prior-d", "prior-k", "plain", "train", "baselines", "mix"}},
 		{"Output", []string{"out", "format", "dir"}},
 		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key",
 			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",
