@@ -96,7 +96,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&f.validation, "validation", 0.1, "fraction of the training transitions held out (seeded by --seed) to choose the smoothing and to stop the fit; used with --smooth auto|background or --stop validation")
 	fs.Float64Var(&f.priorD, "prior-d", defaultPriorD, "Dirichlet prior on the rows of D (MAP-EM): pseudo-counts added to every entry of a row before it is normalized (0: none)")
 	fs.Float64Var(&f.priorK, "prior-k", defaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
-	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: the same as --accel none --smooth none --stop tol --prior-d 0 --prior-k 0")
+	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: --accel none --smooth none --stop tol --prior-d 0 --prior-k 0, and rows without data left at their random start")
 	fs.IntVar(&f.patience, "patience", 10, "with --stop validation: scores in a row without gain before the fit stops")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -443,8 +443,11 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 			}
 		}
 		// A state without training data is predicted like the average
-		// state, never by the random row it started from.
-		md.SetUnseenRows(mats)
+		// state, never by the random row it started from (--plain keeps
+		// the fit of before, bits included).
+		if !f.plain {
+			md.SetUnseenRows(mats)
+		}
 		// The final pass is short (one E-step); it runs even after an
 		// interrupt, so the model written carries its own log-likelihood.
 		if err := factor.Evaluate(context.WithoutCancel(ctx), md, blocks, f.workers); err != nil {
