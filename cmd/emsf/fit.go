@@ -150,7 +150,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 			return err // validate checked the weight
 		}
 	}
-	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
+	log.Info("data", "file", f.in.name(), "transitions", data.transitions, "states", data.n, "actions", data.u,
 		"nonzeros", nnz(data.train), "held_out", f.holdout > 0, "validation_nonzeros", nnz(data.val))
 
 	bestM := 0

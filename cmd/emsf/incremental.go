@@ -58,6 +58,17 @@ func (f *incrementalFlags) validate(ff *fitFlags) error {
 	case ff.cluster.enabled():
 		return usagef("--incremental runs in this process: it cannot be combined with cluster mode (--nats, --embedded)")
 	}
+	if ff.in.input == arrowio.StdinPath {
+		reads, why := f.passes, fmt.Sprintf("--passes %d", f.passes)
+		if ff.in.states == 0 || ff.in.actions == 0 {
+			reads++
+			why += " and a first pass that finds n and u (no --states and --actions)"
+		}
+		if reads > 1 {
+			return usagef("--input -: standard input can be read once, and this incremental fit reads its input %d times (%s): save it to a file, or give --passes 1 with --states and --actions",
+				reads, why)
+		}
+	}
 	return nil
 }
 
@@ -94,19 +105,19 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			return err
 		}
 		if rows == 0 {
-			return fmt.Errorf("%s: no transitions: the input has no data rows", in.input)
+			return fmt.Errorf("%s: no transitions: the input has no data rows", in.name())
 		}
 		fingerprint = h.sum()
 		rowsKnown = rows
 		if n == 0 {
 			if maxS > maxInferredStates {
-				return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", in.input, maxS-1, maxS, maxInferredStates)
+				return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", in.name(), maxS-1, maxS, maxInferredStates)
 			}
 			n = maxS
 		}
 		if u == 0 {
 			if maxA > maxInferredActions {
-				return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", in.input, maxA-1, maxA, maxInferredActions)
+				return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", in.name(), maxA-1, maxA, maxInferredActions)
 			}
 			u = maxA
 		}
@@ -161,7 +172,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			for k := range b.State {
 				s, a, s2, c := int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]
 				if err := inc.Add(s, a, s2, c); err != nil {
-					return fmt.Errorf("%s: row %d: %w", in.input, b.FirstRow+k, err)
+					return fmt.Errorf("%s: row %d: %w", in.name(), b.FirstRow+k, err)
 				}
 			}
 			rows += b.Len()
@@ -178,7 +189,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			return err
 		}
 		if rows == 0 {
-			return fmt.Errorf("%s: no transitions: the input has no data rows", in.input)
+			return fmt.Errorf("%s: no transitions: the input has no data rows", in.name())
 		}
 		if h != nil {
 			fingerprint = h.sum()

@@ -387,6 +387,16 @@ func runPublish(ctx context.Context, e *env, args []string) (err error) {
 	if maxRows < 0 {
 		return usagef("--max-rows %d: must be >= 0", maxRows)
 	}
+	if in.input == arrowio.StdinPath {
+		// Publishing reads its input twice (every row is checked before
+		// the first is sent): from a copy.
+		path, remove, err := spoolStdin(os.Stdin)
+		if err != nil {
+			return err
+		}
+		defer remove()
+		in.input = path
+	}
 	opts := service.PublishOptions{Prefix: sf.prefix, Name: sf.name, Read: in.readOptions(), MaxRows: maxRows, Create: create, AllowRejects: allowRejects}
 	if dedup {
 		sum, err := fileDigest(in.input)
