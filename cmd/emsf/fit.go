@@ -110,6 +110,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	f.report = newProgress(e, &f.logs, &f.progress, log)
+	f.cluster.report = f.report
 	if err := f.preflight(log); err != nil {
 		return err
 	}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// A cluster fit logs like a local one: with --log-every 1h the first
+// iteration's lines only, with --log-every 0 one "cluster iteration" line
+// per iteration (issue 27: 623 lines for a small fit whatever --log-every
+// said).
+func TestClusterFitLogEvery(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "t.csv")
+	writeTransitions(t, data, 60, 2, 1500)
+	for _, tc := range []struct {
+		every string
+		want  int
+	}{{"1h", 1}, {"0", 12}} {
+		for _, exchange := range []string{"coordinator", "owners"} {
+			code, _, stderr := emsf(t, "fit", "--input", data, "--order", "3", "--iters", "12", "--tol", "0", "--embedded", "--workers", "2",
+				"--exchange", exchange, "--log-every", tc.every, "--out", filepath.Join(dir, "m.arrow"))
+			if code != 0 {
+				t.Fatalf("fit --embedded --exchange %s: exit %d\n%s", exchange, code, stderr)
+			}
+			cluster, iters := strings.Count(stderr, "cluster iteration:"), strings.Count(stderr, "iteration: iter=")
+			if cluster != tc.want || iters != tc.want {
+				t.Errorf("--exchange %s --log-every %s: %d cluster iteration lines and %d iteration lines, want %d of each:\n%s",
+					exchange, tc.every, cluster, iters, tc.want, stderr)
+			}
+		}
+	}
+}
+
+// Under the live status line no detail line is logged at info level (it
+// would break the line); at debug level every one is.
+func TestProgressDetailLive(t *testing.T) {
+	for _, level := range []hclog.Level{hclog.Info, hclog.Debug} {
+		var buf bytes.Buffer
+		log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: level})
+		p := &progress{log: log, w: &buf, live: true, every: 0, start: time.Now()}
+		for range 5 {
+			p.detail(log, "cluster iteration", []any{"iter", 1})
+		}
+		want := 0
+		if level == hclog.Debug {
+			want = 5
+		}
+		if got := strings.Count(buf.String(), "cluster iteration"); got != want {
+			t.Errorf("level %v: %d lines, want %d:\n%s", level, got, want, buf.String())
+		}
+	}
+}
