@@ -216,15 +216,25 @@ type flagGroup struct {
 
 func flagGroups() []flagGroup {
 	return []flagGroup{
-		{"Input", []string{"input", "input-format", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "rho"}},
-		{"Model", []string{"order", "orders", "tie", "init", "algorithm", "seed", "true-order", "rows", "conc"}},
-		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "precision", "holdout", "shard-nnz", "col-cells", "incremental", "passes", "eta-max", "commit-every", "mode", "every", "interval"}},
+		{"Input", []string{"input", "input-format", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "version", "rho", "check", "skip"}},
+		{"Model", []string{"order", "orders", "tie", "init", "init-smooth", "algorithm", "loss", "seed", "true-order", "rows", "conc"}},
+		{"Sampling", []string{"transitions", "sampling", "episode-len", "per-row"}},
+		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "precision", "holdout", "shard-nnz", "col-cells", "group-nnz",
+			"incremental", "passes", "eta-max", "commit-every", "online-em", "gamma-exp", "burn-in", "online-em-floor", "mode", "every", "interval"}},
 		{"Quality and speed", []string{"smooth", "stop", "accel", "validation", "patience", "prior-d", "prior-k", "plain", "train", "baselines", "mix"}},
+		{"Analysis", []string{"policy", "top", "cnt"}},
+		{"Experiment", []string{"paper", "runs", "sizes", "bases", "hands", "batch-hands", "batches", "eval-hands", "epsilon", "emsf-init",
+			"observations", "hmm-iters", "hmm-eps", "gen-iters", "epca-iters", "nmf-steps"}},
+		{"Benchmark", []string{"cluster", "ingest", "ingest-cpuprofile"}},
+		{"Cost model", []string{"nodes", "nnz", "shards", "gbit", "rtt", "conns", "window", "cores", "box-cores", "cpu-per-byte", "box-cpu-per-byte",
+			"merge-bw", "ns-per-nnz", "wire-overhead", "serial"}},
 		{"Output", []string{"out", "format", "dir"}},
-		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key",
+		{"Publishing and retraining", []string{"create", "allow-rejects", "dedup", "max-rows", "after-seq", "wait"}},
+		{"Service limits", []string{"max-states", "max-actions", "max-model-bytes"}},
+		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key",
 			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",
 			"exchange", "col-blocks", "speculation", "min-workers", "wait-workers", "worker-wait", "worker-probe", "worker-timeout", "worker-frozen", "use-workers", "replicas", "store", "listen", "port",
-			"max-cached-shards", "task-delay", "stream-max-age", "stream-max-bytes", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
+			"max-cached-shards", "task-delay", "task-delay-from", "stream-max-age", "stream-max-bytes", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
 		{"Logging and progress", []string{"quiet", "verbose", "log-level", "log-json", "log-every"}},
 	}
 }

@@ -56,3 +56,43 @@ func TestProgressDetailLive(t *testing.T) {
 		}
 	}
 }
+
+// Every flag of every command (experiments and model subcommands
+// included) is in a group of its help: none under "Other flags" (issue
+// 27: gen --transitions, trick --policy, eval --cnt, ... were), and no
+// flag name is in two groups.
+func TestHelpGroupsEveryFlag(t *testing.T) {
+	var helps [][]string
+	for _, c := range commands() {
+		switch c.name {
+		case "experiment":
+			for _, x := range experiments() {
+				helps = append(helps, []string{"experiment", x.name, "-h"})
+			}
+		case "model":
+			for _, sub := range []string{"get", "list", "status"} {
+				helps = append(helps, []string{"model", sub, "-h"})
+			}
+		default:
+			helps = append(helps, []string{c.name, "-h"})
+		}
+	}
+	for _, args := range helps {
+		code, out, _ := emsf(t, args...)
+		if code != 0 || !strings.Contains(out, "Usage: emsf ") {
+			t.Errorf("emsf %s: exit %d\n%s", strings.Join(args, " "), code, out)
+		}
+		if _, other, ok := strings.Cut(out, "Other flags:"); ok {
+			t.Errorf("emsf %s lists flags under \"Other flags\":%s", strings.Join(args, " "), other)
+		}
+	}
+	seen := map[string]string{}
+	for _, g := range flagGroups() {
+		for _, n := range g.names {
+			if prev, ok := seen[n]; ok {
+				t.Errorf("flag --%s is in groups %q and %q", n, prev, g.title)
+			}
+			seen[n] = g.title
+		}
+	}
+}
