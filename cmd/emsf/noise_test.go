@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/emsf/emsf/coordinator/service"
 )
 
 // A cluster fit logs like a local one: with --log-every 1h the first
@@ -93,6 +97,70 @@ func TestHelpGroupsEveryFlag(t *testing.T) {
 				t.Errorf("flag --%s is in groups %q and %q", n, prev, g.title)
 			}
 			seen[n] = g.title
+		}
+	}
+}
+
+// A client command that cannot reach NATS says so in its own words: the
+// URL and a hint, not the "worker:" prefix of the package that connects
+// (issue 27).
+func TestConnectErrorWords(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	dir := t.TempDir()
+	data := filepath.Join(dir, "t.csv")
+	writeTransitions(t, data, 20, 1, 100)
+	for _, args := range [][]string{
+		{"fit", "--nats", url, "--input", data, "--order", "2", "--out", filepath.Join(dir, "m.arrow")},
+		{"publish", "--nats", url, "--name", "x", "--input", data},
+		{"retrain", "--nats", url, "--name", "x"},
+		{"model", "get", "x", "--nats", url, "--out", filepath.Join(dir, "m.arrow")},
+	} {
+		code, _, stderr := emsf(t, args...)
+		if code == 0 || strings.Contains(stderr, "worker:") || !strings.Contains(stderr, "connect to "+url) ||
+			!strings.Contains(stderr, "is a NATS server running there?") {
+			t.Errorf("emsf %s: exit %d, stderr %q", strings.Join(args, " "), code, stderr)
+		}
+	}
+}
+
+// model get and list of a name nothing is stored under say that the model
+// does not exist and name the models there; a model that exists but has
+// no version yet still says so (issue 27: a misspelled name said "no
+// version yet").
+func TestModelGetMisspelled(t *testing.T) {
+	url, nc := embeddedNATS(t, true)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := service.OpenStores(t.Context(), js, service.StoreConfig{Prefix: "emsf", Name: "demo",
+		StateBucket: service.DefaultStateBucket, ModelBucket: service.DefaultModelBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A served model with counts and no version yet.
+	if _, err := st.Models.PutBytes(t.Context(), service.StateObject("demo"), []byte("counts")); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "m.arrow")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"model", "get", "demoo", "--nats", url, "--out", out}, "model demoo does not exist: no emsf serve answers for it, it has no transitions stream, and nothing is stored under that name in bucket emsf-models (models stored there: demo)"},
+		{[]string{"model", "get", "demoo", "--version", "3", "--nats", url, "--out", out}, "model demoo does not exist"},
+		{[]string{"model", "list", "demoo", "--nats", url}, "model demoo does not exist"},
+		{[]string{"model", "get", "demo", "--nats", url, "--out", out}, "model demo has no version yet"},
+		{[]string{"model", "list", "demo", "--nats", url}, "model demo has no versions"},
+	} {
+		code, _, stderr := emsf(t, c.args...)
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("emsf %s: exit %d, stderr %q; want exit 1 and %q", strings.Join(c.args, " "), code, stderr, c.want)
 		}
 	}
 }

@@ -578,6 +578,9 @@ Run 'emsf model get -h' for the flags.
 			return err
 		}
 		if len(vs) == 0 {
+			if err := missingModel(ctx, nc, st, sf.prefix, sf.name, sf.modelBucket); err != nil {
+				return err
+			}
 			return fmt.Errorf("model %s has no versions in bucket %s", sf.name, sf.modelBucket)
 		}
 		fmt.Fprintf(e.stdout, "%-8s %-20s %-12s %8s %8s %14s %12s %10s %s\n", "version", "created", "mode", "n", "u", "loglik", "transitions", "seq", "object")
@@ -589,6 +592,9 @@ Run 'emsf model get -h' for the flags.
 	}
 	f, err := st.Get(ctx, sf.name, version)
 	if err != nil {
+		if merr := missingModel(ctx, nc, st, sf.prefix, sf.name, sf.modelBucket); merr != nil {
+			return merr
+		}
 		return err
 	}
 	data, v := f.Data, f.Info
