@@ -140,6 +140,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			return fmt.Errorf("--init %s: %w", f.initModel, err)
 		}
 		md = warm.Model
+		f.initIters = md.Iteration
 	} else {
 		md = factor.NewRandom(n, m, u, f.tieV, f.seed)
 	}
@@ -208,15 +209,19 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			"elapsed", time.Since(t0).Round(time.Millisecond))
 	}
 	st := inc.Stats()
-	log.Info("fit done", "order", m, "seed", md.Seed, "passes", f.inc.passes, "commits", st.Commits,
-		"elapsed", time.Since(start).Round(time.Millisecond))
+	log.Info("fit done", append([]any{"order", m, "seed", md.Seed, "passes", f.inc.passes, "commits", st.Commits},
+		append(f.warmFields(md.Iteration), "elapsed", time.Since(start).Round(time.Millisecond))...)...)
 
 	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(m, passesDone), Status: statusPasses}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d passes, %d commits, %d iterations, log-likelihood %.6g (of the last commit's counts, before it); peak buffered nonzeros %d\nwrote %s\n",
-		md.N, md.M, md.U, md.Tie, f.inc.passes, st.Commits, md.Iteration, md.LogLik, st.PeakBuffered, f.out)
+	note := ""
+	if f.initModel != "" {
+		note = fmt.Sprintf(" (after the %d of --init %s)", f.initIters, f.initModel)
+	}
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d passes, %d commits, %d iterations%s, log-likelihood %.6g (of the last commit's counts, before it); peak buffered nonzeros %d\nwrote %s\n",
+		md.N, md.M, md.U, md.Tie, f.inc.passes, st.Commits, md.Iteration, note, md.LogLik, st.PeakBuffered, f.out)
 	return nil
 }
 

@@ -164,3 +164,29 @@ func TestModelGetMisspelled(t *testing.T) {
 		}
 	}
 }
+
+// A warm-started fit says, in what it prints and what it logs, both the
+// model's iterations (its --init model's included) and this fit's (issue
+// 27: it logged iterations=20 and printed 643).
+func TestFitWarmStartIterations(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "t.csv")
+	writeTransitions(t, data, 30, 1, 600)
+	first := filepath.Join(dir, "first.arrow")
+	mustEmsf(t, "fit", "--input", data, "--order", "3", "--iters", "7", "--tol", "0", "--quiet", "--out", first)
+	code, out, logs := emsf(t, "fit", "--input", data, "--order", "3", "--iters", "5", "--tol", "0", "--init", first, "--out", filepath.Join(dir, "warm.arrow"))
+	if code != 0 {
+		t.Fatalf("warm fit: exit %d\n%s", code, logs)
+	}
+	if want := "12 iterations (iteration limit; 5 in this fit, after the 7 of --init " + first + ")"; !strings.Contains(out, want) {
+		t.Errorf("warm fit printed %q, want %q", out, want)
+	}
+	if want := "iterations=5 model_iterations=12 init_iterations=7"; !strings.Contains(logs, "fit done: order=3 seed=1 status=\"iteration limit\" "+want) {
+		t.Errorf("warm fit logged\n%s\nwant a fit done line with %q", logs, want)
+	}
+	inc := filepath.Join(dir, "inc.arrow")
+	out = mustEmsf(t, "fit", "--incremental", "--input", data, "--order", "3", "--init", first, "--out", inc, "--quiet")
+	if want := "1 passes, 1 commits, 8 iterations (after the 7 of --init " + first + ")"; !strings.Contains(out, want) {
+		t.Errorf("warm incremental fit printed %q, want %q", out, want)
+	}
+}
