@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -120,15 +121,16 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'emsf help <command>' or 'emsf <command> -h' for a command's flags; 'emsf --version' for the version.")
 }
 
-// version returns the module version and the VCS commit the binary was
-// built from (from the build information; "(devel)" for a build in a
-// checkout, whose commit is then the one checked out).
+// version returns the binary's version (semver) and the VCS commit it was
+// built from (from the build information), e.g.
+//
+//	emsf 0.0.0-devel (commit 1a2b…, 2026-11-27T04:00:00Z) go1.26.0
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "emsf (no build information)"
+		return "emsf " + semver() + " (no build information)"
 	}
-	v := "emsf " + bi.Main.Version
+	v := "emsf " + semver()
 	var rev, at, dirty string
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -146,6 +148,25 @@ func version() string {
 		v += fmt.Sprintf(" (commit %s, %s%s)", rev, at, dirty)
 	}
 	return v + " " + bi.GoVersion
+}
+
+// semverPattern is semantic versioning 2.0.0 (the regular expression
+// semver.org suggests, which NATS micro services check their version
+// against).
+var semverPattern = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
+
+// semver is the binary's version in semantic versioning, the one emsf
+// --version prints and emsf serve's micro service announces: the module
+// version without its "v" (a release tag, or the pseudo-version the go
+// command stamps on a build in a checkout), else "0.0.0-devel" (a build
+// without a module version: "(devel)").
+func semver() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v := strings.TrimPrefix(bi.Main.Version, "v"); semverPattern.MatchString(v) {
+			return v
+		}
+	}
+	return "0.0.0-devel"
 }
 
 // usageError is a bad flag or argument; it exits with status 2.

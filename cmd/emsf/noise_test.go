@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,7 +12,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
+	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/service"
 )
 
@@ -189,4 +193,36 @@ func TestFitWarmStartIterations(t *testing.T) {
 	if want := "1 passes, 1 commits, 8 iterations (after the 7 of --init " + first + ")"; !strings.Contains(out, want) {
 		t.Errorf("warm incremental fit printed %q, want %q", out, want)
 	}
+}
+
+// emsf serve's NATS micro service announces the version emsf --version
+// prints (issue 27: 1.0.0 beside "(devel)"), and that version is semantic
+// versioning, as micro requires.
+func TestServeVersionIsBinarys(t *testing.T) {
+	bin := buildBinary(t)
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(out))
+	if len(fields) < 2 || !semverPattern.MatchString(fields[1]) {
+		t.Fatalf("emsf --version printed %q: want emsf SEMVER ...", out)
+	}
+	url, nc := embeddedNATS(t, true)
+	p := startServe(t, bin, url, "versioned")
+	var info micro.Info
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		if p.cmd.ProcessState != nil {
+			t.Fatalf("emsf serve exited:\n%s", p.err.String())
+		}
+		m, err := nc.Request("$SRV.INFO.emsf-serve", nil, time.Second)
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(m.Data, &info)
+	})
+	if info.Version != fields[1] {
+		t.Errorf("the micro service says version %q, emsf --version %q", info.Version, fields[1])
+	}
+	p.stop(t)
 }

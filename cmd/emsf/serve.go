@@ -163,6 +163,7 @@ transition. SIGINT or SIGTERM checkpoints and exits.
 		return err
 	}
 	cfg.Name, cfg.Prefix, cfg.StateBucket, cfg.ModelBucket = sf.name, sf.prefix, sf.stateBucket, sf.modelBucket
+	cfg.Version = semver()
 	natsGiven := false
 	fs.Visit(func(f *flag.Flag) { natsGiven = natsGiven || f.Name == "nats" })
 	envURL := ""
