@@ -226,3 +226,23 @@ func TestServeVersionIsBinarys(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// emsf demo writes nothing where it runs (a clone of the repository: git
+// showed emsf-demo/ as untracked, issue 27) but into a new temporary
+// folder, which it names; the paths it prints work.
+func TestDemoWritesOutsideTheWorkingFolder(t *testing.T) {
+	work, tmp := t.TempDir(), t.TempDir()
+	t.Chdir(work)
+	t.Setenv("TMPDIR", tmp)
+	out := mustEmsf(t, "demo", "--quiet", "--transitions", "500", "--iters", "20")
+	assertOnlyFiles(t, work)
+	dirs, err := filepath.Glob(filepath.Join(tmp, "emsf-demo-*"))
+	if err != nil || len(dirs) != 1 {
+		t.Fatalf("demo folders in TMPDIR: %v (%v)", dirs, err)
+	}
+	model := filepath.Join(dirs[0], "model.arrow")
+	if !strings.Contains(out, "Writing the demo's files to "+dirs[0]) || !strings.Contains(out, "emsf inspect --model "+model) {
+		t.Errorf("demo output does not name %s:\n%s", dirs[0], out)
+	}
+	mustEmsf(t, "inspect", "--model", model)
+}
