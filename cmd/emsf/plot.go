@@ -158,8 +158,10 @@ func plotCurves(path, title, xLabel, yLabel string, logY bool, sums []experiment
 	ysty := ylabel.TextStyle
 	ysty.Rotation = math.Pi / 2
 	ysty.XAlign, ysty.YAlign = draw.XCenter, draw.YCenter
-	labelW := ylabel.TextStyle.Height(ylabel.Text) + ylabel.Padding
-	c.FillText(ysty, vg.Point{X: labelW / 2, Y: h / 2}, ylabel.Text)
+	box := ysty.Rectangle(ylabel.Text) // around the point the text is drawn at
+	margin := vg.Points(4)
+	labelW := box.Size().X + 2*margin
+	c.FillText(ysty, vg.Point{X: margin - box.Min.X, Y: h / 2}, ylabel.Text)
 	p.Draw(draw.Crop(c, labelW, w-width, 0, 0))
 	legend.Top = true
 	legend.Draw(draw.Crop(c, w+vg.Points(4), 0, 0, -vg.Points(36)))
