@@ -51,7 +51,7 @@ func (s *scan) csv(ctx context.Context, r io.Reader) error {
 	line := bytes.TrimSuffix(bytes.TrimSuffix(head, []byte("\n")), []byte("\r"))
 	if (err != nil && !errors.Is(err, io.EOF)) || len(line) == 0 || bytes.ContainsAny(line, "\"\r") {
 		// Not a plain first line: all of it goes through encoding/csv.
-		return s.csvSlow(ctx, io.MultiReader(bytes.NewReader(bytes.Clone(head)), br))
+		return withDelimiterHint(s.csvSlow(ctx, io.MultiReader(bytes.NewReader(bytes.Clone(head)), br)), line)
 	}
 	header, err := newCSVReader(bytes.NewReader(line)).Read()
 	if err != nil {

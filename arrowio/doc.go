@@ -16,7 +16,15 @@
 // only the indices skips the count column (ReadOptions.NoCount: Arrow and
 // Parquet neither decode nor read it). The format is detected by
 // extension, then by magic bytes. ScanTransitionsReader does the same for a
-// payload (a NATS message of CSV or an Arrow IPC stream). Bad input stops
+// payload (a NATS message of CSV or an Arrow IPC stream). ScanTransitions
+// also reads standard input (path StdinPath, "-", from ReadOptions.Stdin)
+// and gzip-compressed files or input, recognised by their first bytes
+// whatever the name (source.go): they are read front to back once, CSV and
+// IPC streams as the bytes arrive, an IPC file or Parquet through a
+// temporary copy (ReadOptions.TempDir) removed after; damaged gzip data is
+// an InputError that says gzip (the trailer is always checked). Payloads
+// are never decompressed. A CSV header separated by ';', tabs or '|'
+// fails with a hint that names the separator. Bad input stops
 // the scan with one *InputError that names the file, the 1-based data row,
 // the column and the value: a missing file or column, a non-integer,
 // negative or out-of-range index, a null, a count that is not finite and
@@ -50,7 +58,8 @@
 // verified before the Arrow library decodes it (flatverify.go), declared
 // message and buffer sizes are checked against the input's size, and
 // panics of the Arrow and Parquet decoders on corrupt data become errors.
-// The fuzz tests (FuzzScanCSV, FuzzScanArrowStream) hold this line.
+// The fuzz tests (FuzzScanCSV, FuzzScanArrowStream, FuzzScanParquet,
+// FuzzScanStdin) hold this line.
 //
 // # Shards
 //

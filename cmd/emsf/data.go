@@ -5,7 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sync/atomic"
 
@@ -27,7 +30,7 @@ type inputFlags struct {
 }
 
 func (f *inputFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.input, "input", "", "transitions file: CSV with a header, Arrow IPC file or stream, or Parquet (required)")
+	fs.StringVar(&f.input, "input", "", "transitions file: CSV with a header, Arrow IPC file or stream, or Parquet, each possibly gzip-compressed; - reads standard input (required)")
 	fs.StringVar(&f.format, "input-format", "", "input format: csv, arrow, arrows (stream) or parquet (default: from the extension or the file's magic bytes)")
 	fs.StringVar(&f.state, "col-state", "state", "name of the state column")
 	fs.StringVar(&f.action, "col-action", "action", "name of the action column")
@@ -35,6 +38,38 @@ func (f *inputFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.count, "col-count", "", "name of the count column (default: a column named count if there is one, else every row counts 1)")
 	fs.IntVar(&f.states, "states", 0, "number of states n (default: inferred as 1 + the largest state seen)")
 	fs.IntVar(&f.actions, "actions", 0, "number of actions u (default: inferred as 1 + the largest action seen)")
+}
+
+// name is the input as messages name it: its path, or "stdin".
+func (f *inputFlags) name() string {
+	if f.input == arrowio.StdinPath {
+		return "stdin"
+	}
+	return f.input
+}
+
+// spoolStdin copies r (standard input) to a file named "stdin" in a new
+// temporary folder, for a command that reads its input more than once
+// (its messages then name ".../stdin"); remove deletes the copy.
+func spoolStdin(r io.Reader) (path string, remove func(), err error) {
+	dir, err := os.MkdirTemp("", "emsf-input-")
+	if err != nil {
+		return "", nil, fmt.Errorf("--input -: a temporary copy of standard input: %w", err)
+	}
+	remove = func() { os.RemoveAll(dir) }
+	path = filepath.Join(dir, "stdin")
+	f, err := os.Create(path)
+	if err == nil {
+		_, err = io.Copy(f, r)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		remove()
+		return "", nil, fmt.Errorf("--input -: a temporary copy of standard input: %w", err)
+	}
+	return path, remove, nil
 }
 
 func (f *inputFlags) validate() error {
@@ -113,7 +148,7 @@ func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64
 		if holdout == 0 && validation == 0 {
 			k, err := train.AddBatch(b.State, b.Action, b.Next, b.Count)
 			if err != nil {
-				return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
+				return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
 			}
 			return nil
 		}
@@ -125,7 +160,7 @@ func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64
 				ct = &val
 			}
 			if err := ct.Add(int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]); err != nil {
-				return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
+				return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
 			}
 		}
 		return nil
@@ -136,7 +171,7 @@ func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64
 	n1, u1 := train.Dims()
 	n2, u2 := held.Dims()
 	n3, u3 := val.Dims()
-	d := &dataset{file: f.input, n: max(n1, n2, n3), u: max(u1, u2, u3), transitions: train.Len() + held.Len() + val.Len(),
+	d := &dataset{file: f.name(), n: max(n1, n2, n3), u: max(u1, u2, u3), transitions: train.Len() + held.Len() + val.Len(),
 		fingerprint: h.sum()}
 	if err := d.size(f); err != nil {
 		return nil, err
@@ -168,7 +203,7 @@ func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64
 // or checks the sizes inferred from the data.
 func (d *dataset) size(f *inputFlags) error {
 	if d.transitions == 0 {
-		return fmt.Errorf("%s: no transitions: the input has no data rows", f.input)
+		return fmt.Errorf("%s: no transitions: the input has no data rows", f.name())
 	}
 	// An inferred size is a guess from the largest index seen: one stray
 	// huge index would make the model too big for memory, so past these
@@ -176,12 +211,12 @@ func (d *dataset) size(f *inputFlags) error {
 	if f.states > 0 {
 		d.n = f.states
 	} else if d.n > maxInferredStates {
-		return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", f.input, d.n-1, d.n, maxInferredStates)
+		return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", f.name(), d.n-1, d.n, maxInferredStates)
 	}
 	if f.actions > 0 {
 		d.u = f.actions
 	} else if d.u > maxInferredActions {
-		return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", f.input, d.u-1, d.u, maxInferredActions)
+		return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", f.name(), d.u-1, d.u, maxInferredActions)
 	}
 	return nil
 }
@@ -192,8 +227,13 @@ const firstPassGCPercent = 200
 // twoPassFormat reports whether loadData reads f twice (shard.TwoPass):
 // Arrow IPC and Parquet files, which decode fast, so that a second read
 // costs less than keeping every transition while the matrices are built.
-// CSV, whose parsing is most of its cost, is read once.
+// CSV, whose parsing is most of its cost, is read once, and so is
+// standard input (it cannot be read twice) and gzip data (decompressed
+// once; a one-pass read's peak memory is about a two-pass read's).
 func twoPassFormat(f *inputFlags) bool {
+	if f.input == arrowio.StdinPath || arrowio.IsGzipFile(f.input) {
+		return false
+	}
 	format, err := arrowio.NormalizeFormat(f.format)
 	if err == nil && format == "" {
 		format, _, err = arrowio.DetectFormat(f.input)
@@ -222,7 +262,7 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	err = scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
 		k, err := tp.Hist(b.State, b.Action, b.Next, b.Count)
 		if err != nil {
-			return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
+			return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
 		}
 		histDone.Add(1)
 		return nil
@@ -234,7 +274,7 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 		return nil, false, err
 	}
 	n, u := tp.Dims()
-	d = &dataset{file: f.input, n: n, u: u, transitions: tp.Len()}
+	d = &dataset{file: f.name(), n: n, u: u, transitions: tp.Len()}
 	if err := d.size(f); err != nil {
 		return nil, false, err
 	}

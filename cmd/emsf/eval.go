@@ -136,7 +136,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		ests = append(ests, namedEstimate{"CNT (counting, in-sample: of --input itself)", c, ""})
 	}
 	if data != nil {
-		if err := scoreHeldOut(e, in.input, data, n, md, ests, rule); err != nil {
+		if err := scoreHeldOut(e, in.name(), data, n, md, ests, rule); err != nil {
 			return err
 		}
 	}

@@ -35,6 +35,7 @@ type fitFlags struct {
 	workers    int
 	alpha      float64
 	initModel  string
+	initIters  int // the iterations of the --init model (set by runFit)
 	initSmooth float64
 	holdout    float64
 	out        string
@@ -110,6 +111,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	f.report = newProgress(e, &f.logs, &f.progress, log)
+	f.cluster.report = f.report
 	if err := f.preflight(log); err != nil {
 		return err
 	}
@@ -128,6 +130,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		if warm, err = arrowio.ReadModel(f.initModel); err != nil {
 			return fmt.Errorf("--init: %w", err)
 		}
+		f.initIters = warm.Model.Iteration
 	}
 	valFrac := 0.0
 	if f.needsValidation() {
@@ -150,7 +153,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 			return err // validate checked the weight
 		}
 	}
-	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
+	log.Info("data", "file", f.in.name(), "transitions", data.transitions, "states", data.n, "actions", data.u,
 		"nonzeros", nnz(data.train), "held_out", f.holdout > 0, "validation_nonzeros", nnz(data.val))
 
 	bestM := 0
@@ -195,6 +198,25 @@ func runFit(ctx context.Context, e *env, args []string) error {
 // method (EMSF orders, --algorithm cnt) and eval's default.
 var heldOutRule = factor.HeldOutRule{Mix: factor.DefaultHeldOutMix}
 
+// warmNote says, for a warm-started fit (--init) whose model has total
+// iterations, how many this fit ran: a model counts its --init model's
+// iterations too. "" without --init.
+func (f *fitFlags) warmNote(total int) string {
+	if f.initModel == "" {
+		return ""
+	}
+	return fmt.Sprintf("; %d in this fit, after the %d of --init %s", total-f.initIters, f.initIters, f.initModel)
+}
+
+// warmFields are warmNote's log fields: the model's iterations, this
+// fit's and the --init model's included.
+func (f *fitFlags) warmFields(total int) []any {
+	if f.initModel == "" {
+		return nil
+	}
+	return []any{"model_iterations", total, "init_iterations", f.initIters}
+}
+
 // statusInterrupted is the model status of a fit stopped by a signal.
 const statusInterrupted = "interrupted"
 
@@ -208,8 +230,8 @@ func (f *fitFlags) write(e *env, md *factor.Model, data *dataset, status, where 
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations (%s), log-likelihood %.6g, WKL %.6g\nwrote %s\n",
-		md.N, md.M, md.U, md.Tie, md.Iteration, status, md.LogLik, md.WKL, f.out)
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations (%s%s), log-likelihood %.6g, WKL %.6g\nwrote %s\n",
+		md.N, md.M, md.U, md.Tie, md.Iteration, status, f.warmNote(md.Iteration), md.LogLik, md.WKL, f.out)
 	if status == statusInterrupted {
 		if where != "" {
 			where = " " + where
@@ -465,10 +487,11 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 			log.Info("validation", "order", m, "seed", md.Seed, "loglik_per_transition", score, "lambda", lambda, "kappa", kappa, "delta", delta,
 				"smooth", f.smooth, "best_iteration", res.BestIteration, "scores", res.Evaluations)
 		}
-		log.Info("fit done", "order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations,
-			"loglik", md.LogLik, "accel", opts.Accel, "rejected", res.Rejected, "elapsed", res.Elapsed.Round(time.Millisecond))
+		log.Info("fit done", append([]any{"order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations},
+			append(f.warmFields(md.Iteration), "loglik", md.LogLik, "accel", opts.Accel, "rejected", res.Rejected,
+				"elapsed", res.Elapsed.Round(time.Millisecond))...)...)
 		if !interrupted {
-			f.warnEarly(log, res.Status, "order", m, "seed", md.Seed, "iterations", res.Iterations)
+			f.warnEarly(log, res.Status, append([]any{"order", m, "seed", md.Seed, "iterations", res.Iterations}, f.warmFields(md.Iteration)...)...)
 		}
 		if best == nil || score > bestScore {
 			best, bestStatus, bestScore = md, status, score

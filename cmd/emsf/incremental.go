@@ -58,6 +58,17 @@ func (f *incrementalFlags) validate(ff *fitFlags) error {
 	case ff.cluster.enabled():
 		return usagef("--incremental runs in this process: it cannot be combined with cluster mode (--nats, --embedded)")
 	}
+	if ff.in.input == arrowio.StdinPath {
+		reads, why := f.passes, fmt.Sprintf("--passes %d", f.passes)
+		if ff.in.states == 0 || ff.in.actions == 0 {
+			reads++
+			why += " and a first pass that finds n and u (no --states and --actions)"
+		}
+		if reads > 1 {
+			return usagef("--input -: standard input can be read once, and this incremental fit reads its input %d times (%s): save it to a file, or give --passes 1 with --states and --actions",
+				reads, why)
+		}
+	}
 	return nil
 }
 
@@ -94,19 +105,19 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			return err
 		}
 		if rows == 0 {
-			return fmt.Errorf("%s: no transitions: the input has no data rows", in.input)
+			return fmt.Errorf("%s: no transitions: the input has no data rows", in.name())
 		}
 		fingerprint = h.sum()
 		rowsKnown = rows
 		if n == 0 {
 			if maxS > maxInferredStates {
-				return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", in.input, maxS-1, maxS, maxInferredStates)
+				return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", in.name(), maxS-1, maxS, maxInferredStates)
 			}
 			n = maxS
 		}
 		if u == 0 {
 			if maxA > maxInferredActions {
-				return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", in.input, maxA-1, maxA, maxInferredActions)
+				return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", in.name(), maxA-1, maxA, maxInferredActions)
 			}
 			u = maxA
 		}
@@ -129,6 +140,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			return fmt.Errorf("--init %s: %w", f.initModel, err)
 		}
 		md = warm.Model
+		f.initIters = md.Iteration
 	} else {
 		md = factor.NewRandom(n, m, u, f.tieV, f.seed)
 	}
@@ -161,7 +173,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			for k := range b.State {
 				s, a, s2, c := int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]
 				if err := inc.Add(s, a, s2, c); err != nil {
-					return fmt.Errorf("%s: row %d: %w", in.input, b.FirstRow+k, err)
+					return fmt.Errorf("%s: row %d: %w", in.name(), b.FirstRow+k, err)
 				}
 			}
 			rows += b.Len()
@@ -178,7 +190,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			return err
 		}
 		if rows == 0 {
-			return fmt.Errorf("%s: no transitions: the input has no data rows", in.input)
+			return fmt.Errorf("%s: no transitions: the input has no data rows", in.name())
 		}
 		if h != nil {
 			fingerprint = h.sum()
@@ -197,15 +209,19 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			"elapsed", time.Since(t0).Round(time.Millisecond))
 	}
 	st := inc.Stats()
-	log.Info("fit done", "order", m, "seed", md.Seed, "passes", f.inc.passes, "commits", st.Commits,
-		"elapsed", time.Since(start).Round(time.Millisecond))
+	log.Info("fit done", append([]any{"order", m, "seed", md.Seed, "passes", f.inc.passes, "commits", st.Commits},
+		append(f.warmFields(md.Iteration), "elapsed", time.Since(start).Round(time.Millisecond))...)...)
 
 	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(m, passesDone), Status: statusPasses}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d passes, %d commits, %d iterations, log-likelihood %.6g (of the last commit's counts, before it); peak buffered nonzeros %d\nwrote %s\n",
-		md.N, md.M, md.U, md.Tie, f.inc.passes, st.Commits, md.Iteration, md.LogLik, st.PeakBuffered, f.out)
+	note := ""
+	if f.initModel != "" {
+		note = fmt.Sprintf(" (after the %d of --init %s)", f.initIters, f.initModel)
+	}
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d passes, %d commits, %d iterations%s, log-likelihood %.6g (of the last commit's counts, before it); peak buffered nonzeros %d\nwrote %s\n",
+		md.N, md.M, md.U, md.Tie, f.inc.passes, st.Commits, md.Iteration, note, md.LogLik, st.PeakBuffered, f.out)
 	return nil
 }
 

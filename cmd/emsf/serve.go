@@ -163,6 +163,7 @@ transition. SIGINT or SIGTERM checkpoints and exits.
 		return err
 	}
 	cfg.Name, cfg.Prefix, cfg.StateBucket, cfg.ModelBucket = sf.name, sf.prefix, sf.stateBucket, sf.modelBucket
+	cfg.Version = semver()
 	natsGiven := false
 	fs.Visit(func(f *flag.Flag) { natsGiven = natsGiven || f.Name == "nats" })
 	envURL := ""
@@ -387,6 +388,16 @@ func runPublish(ctx context.Context, e *env, args []string) (err error) {
 	if maxRows < 0 {
 		return usagef("--max-rows %d: must be >= 0", maxRows)
 	}
+	if in.input == arrowio.StdinPath {
+		// Publishing reads its input twice (every row is checked before
+		// the first is sent): from a copy.
+		path, remove, err := spoolStdin(os.Stdin)
+		if err != nil {
+			return err
+		}
+		defer remove()
+		in.input = path
+	}
 	opts := service.PublishOptions{Prefix: sf.prefix, Name: sf.name, Read: in.readOptions(), MaxRows: maxRows, Create: create, AllowRejects: allowRejects}
 	if dedup {
 		sum, err := fileDigest(in.input)
@@ -568,6 +579,9 @@ Run 'emsf model get -h' for the flags.
 			return err
 		}
 		if len(vs) == 0 {
+			if err := missingModel(ctx, nc, st, sf.prefix, sf.name, sf.modelBucket); err != nil {
+				return err
+			}
 			return fmt.Errorf("model %s has no versions in bucket %s", sf.name, sf.modelBucket)
 		}
 		fmt.Fprintf(e.stdout, "%-8s %-20s %-12s %8s %8s %14s %12s %10s %s\n", "version", "created", "mode", "n", "u", "loglik", "transitions", "seq", "object")
@@ -579,6 +593,9 @@ Run 'emsf model get -h' for the flags.
 	}
 	f, err := st.Get(ctx, sf.name, version)
 	if err != nil {
+		if merr := missingModel(ctx, nc, st, sf.prefix, sf.name, sf.modelBucket); merr != nil {
+			return merr
+		}
 		return err
 	}
 	data, v := f.Data, f.Info

@@ -56,6 +56,9 @@ type Config struct {
 	Prefix string
 	// Mode is ModeRefit (default), ModeIncremental or ModeOnlineEM.
 	Mode Mode
+	// Version is the version the micro service announces, in semantic
+	// versioning (default "0.0.0"): emsf serve gives the binary's.
+	Version string
 
 	// Order is m, the number of hidden states (default 10); Tie the
 	// tie mode; Seed the seed of the first version's random init.
@@ -173,6 +176,9 @@ func (c *Config) defaults() error {
 	}
 	if c.CheckpointEvery <= 0 {
 		c.CheckpointEvery = 2 * time.Second
+	}
+	if c.Version == "" {
+		c.Version = "0.0.0"
 	}
 	if c.StateBucket == "" {
 		c.StateBucket = DefaultStateBucket

@@ -464,7 +464,7 @@ func (s *Service) dims() (n, u int) {
 // whose work runs on Run's goroutine.
 func (s *Service) serveRequests(ctx context.Context) (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{
-		Name: "emsf-serve", Version: "1.0.0",
+		Name: "emsf-serve", Version: s.cfg.Version,
 		Description: "emsf service mode: counts transitions, retrains and publishes model versions",
 		Metadata:    map[string]string{"model": s.cfg.Name, "id": s.id, "mode": string(s.cfg.Mode)},
 	})
