@@ -10,7 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/factor/experiment"
 )
@@ -20,10 +19,12 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	var modelPath, truthPath string
 	var cnt bool
 	var rhoFlag string
-	fs := newFlagSet(e, "eval", "eval --model FILE [--input TRANSITIONS] [--truth TRUE_MODEL] [--cnt]")
+	var nf natsFlags
+	fs := newFlagSet(e, "eval", "eval --model FILE|DATASET [--input TRANSITIONS] [--truth TRUE_MODEL] [--cnt]")
 	in.register(fs)
-	fs.StringVar(&modelPath, "model", "", "model to evaluate (required unless --cnt)")
-	fs.StringVar(&truthPath, "truth", "", "true model D'K' (from emsf gen): report ‖P − DK‖_F and KL_ρ against it")
+	fs.StringVar(&modelPath, "model", "", "model to evaluate (required unless --cnt): "+modelPathUsage)
+	fs.StringVar(&truthPath, "truth", "", "true model D'K' (from emsf gen): report ‖P − DK‖_F and KL_ρ against it; any form --model takes")
+	nf.register(fs)
 	fs.BoolVar(&cnt, "cnt", false, "also evaluate the counting estimate (CNT) of --input")
 	fs.StringVar(&rhoFlag, "rho", "", "weights ρ of the rows (state, action) in KL_ρ and the ρ-weighted Frobenius norm: empirical (the start-state frequencies of --input, as the papers do), uniform, or a CSV FILE with columns state, weight and optionally action (default: empirical with --input, else uniform)")
 	if err := parse(fs, args); err != nil {
@@ -38,6 +39,9 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if cnt && in.input == "" {
 		return usagef("--cnt needs --input: the counts come from the transitions")
 	}
+	if err := nf.validate(); err != nil {
+		return err
+	}
 	if rhoFlag == "" {
 		rhoFlag = "uniform"
 		if in.input != "" {
@@ -51,7 +55,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	var ests []namedEstimate
 	var md *factor.Model
 	if modelPath != "" {
-		mf, err := arrowio.ReadModel(modelPath)
+		mf, err := readModel(ctx, &nf, modelPath)
 		if err != nil {
 			return err
 		}
@@ -60,7 +64,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	}
 	var truth *factor.Model
 	if truthPath != "" {
-		tf, err := arrowio.ReadModel(truthPath)
+		tf, err := readModel(ctx, &nf, truthPath)
 		if err != nil {
 			return fmt.Errorf("--truth: %w", err)
 		}

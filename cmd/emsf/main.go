@@ -49,7 +49,7 @@ func commands() []command {
 		{"serve", "own a model name: count transitions from NATS, retrain, publish versions", runServe},
 		{"publish", "send a transitions file to a served model's stream", runPublish},
 		{"retrain", "ask emsf serve for a new model version now", runRetrain},
-		{"model", "fetch (get), list or inspect (status) a served model's versions", runModel},
+		{"model", "fetch (get), list or inspect (status) a served model's versions; assemble or split a model dataset", runModel},
 		{"scaling", "cost model of a cluster iteration at scale; --check against scripts/netns-cluster.sh", runScaling},
 		{"worker", "run a cluster worker (NATS micro service)", func(ctx context.Context, e *env, args []string) error {
 			if rc := runWorker(ctx, args, e.stdout, e.stderr); rc != 0 {
@@ -219,7 +219,7 @@ func flagGroups() []flagGroup {
 		{"Input", []string{"input", "input-format", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "rho"}},
 		{"Model", []string{"order", "orders", "tie", "init", "algorithm", "seed", "true-order", "rows", "conc"}},
 		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "precision", "holdout", "shard-nnz", "col-cells", "incremental", "passes", "eta-max", "commit-every", "mode", "every", "interval"}},
-		{"Output", []string{"out", "format", "dir"}},
+		{"Output", []string{"out", "format", "dir", "part-rows"}},
 		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key",
 			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",
 			"exchange", "col-blocks", "speculation", "min-workers", "wait-workers", "worker-wait", "worker-probe", "worker-timeout", "worker-frozen", "use-workers", "replicas", "store", "listen", "port",
