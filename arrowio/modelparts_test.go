@@ -58,9 +58,12 @@ func writeParts(t *testing.T, rng *rand.Rand, dir string, mf *ModelFile, format 
 			lo = hi
 		}
 	}
-	// Owners report in any order.
+	// Owners report in any order; the coordinator commits with the model's
+	// metadata only.
 	rng.Shuffle(len(lines), func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
-	man, err := CommitModelDataset(ctx, sink, mf, lines)
+	hdr := *mf
+	hdr.Model = &factor.Model{N: md.N, M: md.M, U: md.U, Tie: md.Tie, Iteration: md.Iteration, LogLik: md.LogLik, WKL: md.WKL, Seed: md.Seed}
+	man, err := CommitModelDataset(ctx, sink, &hdr, lines)
 	if err != nil {
 		t.Fatal(err)
 	}
