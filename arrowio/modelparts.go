@@ -628,6 +628,9 @@ func readModelDataset(ctx context.Context, src PartSource, mem memory.Allocator)
 	md := factor.NewModel(s.N, s.M, s.U, s.Tie)
 	md.Iteration, md.LogLik, md.WKL, md.Seed = hdr.Model.Iteration, hdr.Model.LogLik, hdr.Model.WKL, hdr.Model.Seed
 	for _, p := range man.Parts {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		dst := md.D
 		if p.Factor == "K" {
 			dst = md.KT
@@ -771,6 +774,9 @@ func splitModel(ctx context.Context, path string, sink PartSink, format string, 
 	}
 	cur := -1
 	rows := func(seg, state int, vals []float64) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		blk := modelBlocks(s.U, s.Tie)[seg]
 		for len(vals) > 0 {
 			if pw == nil || seg != cur {

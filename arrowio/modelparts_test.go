@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -462,3 +463,21 @@ func TestSplitModelBad(t *testing.T) {
 }
 
 func sha256sum(b []byte) [32]byte { return sha256.Sum256(b) }
+
+// TestSplitModelCancelled: a split stopped by its context leaves nothing.
+func TestSplitModelCancelled(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "model.arrow")
+	if err := WriteModel(file, testModel(factor.TieNone), ModelArrow, withBatchBytes(8*5*4)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ds := filepath.Join(dir, "ds")
+	if _, err := SplitModel(ctx, file, DirParts{Dir: ds}, ModelArrow, 10); !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want context.Canceled", err)
+	}
+	if ents, _ := os.ReadDir(ds); len(ents) != 0 {
+		t.Errorf("a cancelled split left %v", ents)
+	}
+}
