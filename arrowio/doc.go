@@ -109,5 +109,29 @@
 // Arrow schema. Writes are atomic (temporary file, fsync, rename); reads
 // check the metadata, the shape, the tie mode, that each (factor, block,
 // state) row is present exactly once, and Model.Validate. Floats
-// round-trip bitwise.
+// round-trip bitwise. The record batches are cut by modelBatcher (16 MiB
+// of values each, never across blocks), whoever writes the file.
+//
+// # Model datasets
+//
+// A model dataset is the same table in parts, so that no process needs
+// the whole model: files in the model schema that each hold rows [lo, hi)
+// of one block (kind "model_part", with emsf.part.factor, .block, .lo and
+// .hi), and manifest.json, which holds the model's metadata (the schema
+// metadata keys of a model file) and one line per part (ModelPart: file,
+// factor, block, lo, hi, rows, bytes, SHA-256), in the row order of a
+// model file. Storage is a PartSink/PartSource: DirParts (a directory) or
+// worker/wire.ObjectParts (nats-obj://BUCKET/PREFIX).
+//
+// Writing, in a cluster: each owner writes its rows with
+// NewModelPartWriter (Append in pieces, Close returns the manifest line)
+// or WriteModelPart; the coordinator collects the lines and commits with
+// CommitModelDataset, which checks that they cover [0, n) of every block
+// once and writes the manifest last and atomically: the manifest is the
+// commit, and files it does not list are not part of the dataset.
+// Reading: ReadModelDataset (ReadModelAny takes a file, a directory or a
+// manifest.json) checks every part's size, SHA-256, schema metadata and
+// rows against its line. AssembleModel streams the parts into one file,
+// byte for byte what WriteModel writes for the model; SplitModel streams
+// a model file into a dataset.
 package arrowio

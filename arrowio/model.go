@@ -14,6 +14,7 @@ import (
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/ipc"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
@@ -93,12 +94,7 @@ func modelFields(m int) []arrow.Field {
 func modelSchema(mf *ModelFile) *arrow.Schema {
 	md := mf.Model
 	var mw metaWriter
-	mw.set(keyVersion, FormatVersion)
-	mw.set(keyKind, kindModel)
-	mw.int(keyN, md.N)
-	mw.int(keyM, md.M)
-	mw.int(keyU, md.U)
-	mw.set(keyTie, md.Tie.String())
+	mw.modelShape(kindModel, ShapeOf(md))
 	mw.int(keyIteration, md.Iteration)
 	mw.set(keyLogLik, fmtFloat(md.LogLik))
 	mw.set(keyWKL, fmtFloat(md.WKL))
@@ -131,45 +127,21 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 
 // emitModel produces the record batches of a model: all D blocks in block
 // order, then all K blocks, states ascending, at most batchBytes of values
-// per batch (but at least one row).
+// per batch (but at least one row); see modelBatcher.
 func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes int, write func(arrow.Record) error) error {
 	md := mf.Model
-	n, m := md.N, md.M
-	per := max(1, min(n, batchBytes/(8*m)))
-	rb := array.NewRecordBuilder(mem, sc)
-	defer rb.Release()
-	block := func(name string, b int, shared bool, vals []float64) error {
-		action := int32(b)
-		if shared {
-			action = -1
+	b := newModelBatcher(sc, mem, modelBatchRows(md.N, md.M, batchBytes), write)
+	defer b.release()
+	for _, blk := range modelBlocks(md.U, md.Tie) {
+		vals := md.D
+		if blk.factor == "K" {
+			vals = md.KT
 		}
-		for lo := 0; lo < n; lo += per {
-			hi := min(n, lo+per)
-			fb := rb.Field(0).(*array.StringBuilder)
-			ab := rb.Field(1).(*array.Int32Builder)
-			sb := rb.Field(2).(*array.Int32Builder)
-			fb.Reserve(hi - lo)
-			ab.Reserve(hi - lo)
-			sb.Reserve(hi - lo)
-			for i := lo; i < hi; i++ {
-				fb.Append(name)
-				ab.UnsafeAppend(action)
-				sb.UnsafeAppend(int32(i))
-			}
-			appendRows(rb.Field(3).(*array.FixedSizeListBuilder), vals[lo*m:hi*m], hi-lo)
-			if err := flushRecord(rb, write); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for b, d := range md.D {
-		if err := block("D", b, md.Tie == factor.TieSharedD, d); err != nil {
+		b.start(blk.factor, blk.action, 0)
+		if err := b.add(vals[blk.block]); err != nil {
 			return err
 		}
-	}
-	for b, kt := range md.KT {
-		if err := block("K", b, md.Tie == factor.TieSharedK, kt); err != nil {
+		if err := b.flush(); err != nil {
 			return err
 		}
 	}
@@ -182,19 +154,13 @@ func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes
 	// q^a (n values), then the counts as (state, next state, count)
 	// triples; the last row of a stream is padded with zeros.
 	stream := func(name string, a int, vals []float64) error {
-		rows := (len(vals) + m - 1) / m
-		padded := make([]float64, rows*m)
+		padded := make([]float64, streamRows(len(vals), md.M)*md.M)
 		copy(padded, vals)
-		fb := rb.Field(0).(*array.StringBuilder)
-		ab := rb.Field(1).(*array.Int32Builder)
-		sb := rb.Field(2).(*array.Int32Builder)
-		for r := 0; r < rows; r++ {
-			fb.Append(name)
-			ab.Append(int32(a))
-			sb.Append(int32(r))
+		b.start(name, int32(a), 0)
+		if err := b.add(padded); err != nil {
+			return err
 		}
-		appendRows(rb.Field(3).(*array.FixedSizeListBuilder), padded, rows)
-		return flushRecord(rb, write)
+		return b.flush()
 	}
 	triples := make([][]float64, md.U)
 	if sm.Counts != nil {
@@ -263,43 +229,49 @@ func EncodeModel(mf *ModelFile, opts ...Option) ([]byte, error) {
 		// buffer of megabytes doubles it again and again.
 		buf.Grow((len(md.D)+len(md.KT))*md.N*(md.M*8+16) + 64<<10)
 	}
-	if err := encodeModel(&buf, mf, ModelArrow, newConfig(opts).mem); err != nil {
+	if err := encodeModel(&buf, mf, ModelArrow, newConfig(opts)); err != nil {
 		return nil, fmt.Errorf("arrowio: encode model: %w", err)
 	}
 	return buf.Bytes(), nil
 }
 
-func encodeModel(w io.Writer, mf *ModelFile, format string, mem memory.Allocator) error {
+func encodeModel(w io.Writer, mf *ModelFile, format string, cfg *config) error {
 	if err := checkWritable(mf); err != nil {
 		return err
 	}
 	sc := modelSchema(mf)
-	emit := func(write func(arrow.Record) error) error { return emitModel(mf, sc, mem, modelBatchBytes, write) }
-	switch format {
-	case ModelArrow, "":
-		return writeIPCFile(w, sc, mem, emit)
-	case ModelParquet:
-		return writeParquet(w, sc, mem, emit)
-	}
-	return fmt.Errorf("unknown model format %q (want arrow or parquet)", format)
-}
-
-// writeParquet writes a Parquet file of the records emit produces, one row
-// group per record, with the Arrow schema (and so its metadata) stored in
-// the file's key-value metadata.
-func writeParquet(w io.Writer, sc *arrow.Schema, mem memory.Allocator, emit func(write func(arrow.Record) error) error) error {
-	props := parquet.NewWriterProperties(parquet.WithAllocator(mem), parquet.WithDictionaryDefault(false))
-	// struct{ io.Writer } hides any Close: the caller owns w.
-	fw, err := pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props,
-		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem)))
+	rw, err := newModelWriter(w, sc, cfg.mem, format)
 	if err != nil {
 		return err
 	}
-	if err := emit(fw.Write); err != nil {
-		fw.Close()
+	if err := emitModel(mf, sc, cfg.mem, cfg.modelBatchBytes(), rw.Write); err != nil {
+		rw.Close()
 		return err
 	}
-	return fw.Close()
+	return rw.Close()
+}
+
+// recordWriter is an open Arrow IPC file or Parquet writer.
+type recordWriter interface {
+	Write(arrow.Record) error
+	Close() error
+}
+
+// newModelWriter opens a model file writer on w: an Arrow IPC file for
+// ModelArrow (also ""), Parquet for ModelParquet, one row group per record,
+// with the Arrow schema (and so its metadata) stored in the file's
+// key-value metadata.
+func newModelWriter(w io.Writer, sc *arrow.Schema, mem memory.Allocator, format string) (recordWriter, error) {
+	switch format {
+	case ModelArrow, "":
+		return ipc.NewFileWriter(&posWriter{w: w}, ipc.WithSchema(sc), ipc.WithAllocator(mem))
+	case ModelParquet:
+		props := parquet.NewWriterProperties(parquet.WithAllocator(mem), parquet.WithDictionaryDefault(false))
+		// struct{ io.Writer } hides any Close: the caller owns w.
+		return pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props,
+			pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem)))
+	}
+	return nil, fmt.Errorf("unknown model format %q (want arrow or parquet)", format)
 }
 
 // WriteModel writes mf to path atomically (a temporary file in the same
@@ -313,10 +285,10 @@ func WriteModel(path string, mf *ModelFile, format string, opts ...Option) error
 	if err := checkWritable(mf); err != nil {
 		return fmt.Errorf("arrowio: write model %s: %w", path, err)
 	}
-	mem := newConfig(opts).mem
+	cfg := newConfig(opts)
 	return writeAtomic(path, func(f *os.File) error {
 		w := bufio.NewWriterSize(f, 1<<20)
-		if err := encodeModel(w, mf, format, mem); err != nil {
+		if err := encodeModel(w, mf, format, cfg); err != nil {
 			return err
 		}
 		return w.Flush()
@@ -401,18 +373,27 @@ func (r *modelReader) release() {
 }
 
 func (r *modelReader) schema(sc *arrow.Schema) error {
-	mr := metaReader{md: sc.Metadata()}
+	if err := r.meta(sc.Metadata()); err != nil {
+		return err
+	}
+	return checkFields(sc, modelFields(r.m)...)
+}
+
+// meta reads and checks a model's metadata (the schema metadata of a
+// model file, the metadata of a dataset's manifest).
+func (r *modelReader) meta(kv arrow.Metadata) error {
+	mr := metaReader{md: kv}
 	mr.header(kindModel)
 	r.n, r.m, r.u = mr.int(keyN), mr.int(keyM), mr.int(keyU)
 	tie := mr.str(keyTie)
 	md := &factor.Model{Iteration: mr.int(keyIteration), LogLik: mr.float(keyLogLik),
 		WKL: mr.float(keyWKL), Seed: mr.uint64(keySeed)}
 	r.mf.Fingerprint = mr.str(keyFingerprint)
-	if sc.Metadata().FindKey(keyReduceOrder) >= 0 {
+	if kv.FindKey(keyReduceOrder) >= 0 {
 		r.mf.ReduceOrder, r.mf.GroupNNZ = mr.str(keyReduceOrder), mr.int(keyGroupNNZ)
 	}
-	if i := sc.Metadata().FindKey(keyStatus); i >= 0 {
-		r.mf.Status = sc.Metadata().Values()[i]
+	if i := kv.FindKey(keyStatus); i >= 0 {
+		r.mf.Status = kv.Values()[i]
 	}
 	if mr.err != nil {
 		return mr.err
@@ -425,19 +406,19 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 		return fmt.Errorf("bad model shape n=%d m=%d u=%d", r.n, r.m, r.u)
 	}
 	r.want = int64(factor.NumD(r.u, r.tie)+factor.NumK(r.u, r.tie)) * int64(r.n)
-	if err := r.smoothMeta(sc); err != nil {
+	if err := r.smoothMeta(kv); err != nil {
 		return err
 	}
 	r.mf.Model = md
-	for i, k := range sc.Metadata().Keys() {
+	for i, k := range kv.Keys() {
 		if p, ok := strings.CutPrefix(k, keyParamPrefix); ok {
 			if r.mf.Params == nil {
 				r.mf.Params = map[string]string{}
 			}
-			r.mf.Params[p] = sc.Metadata().Values()[i]
+			r.mf.Params[p] = kv.Values()[i]
 		}
 	}
-	return checkFields(sc, modelFields(r.m)...)
+	return nil
 }
 
 func (r *modelReader) record(rec arrow.Record) error {
@@ -550,8 +531,7 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 
 // smoothMeta reads the smoothing rule's metadata and adds its rows to
 // the rows expected.
-func (r *modelReader) smoothMeta(sc *arrow.Schema) error {
-	md := sc.Metadata()
+func (r *modelReader) smoothMeta(md arrow.Metadata) error {
 	i := md.FindKey(keySmooth)
 	if i < 0 {
 		return nil

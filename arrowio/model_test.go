@@ -331,7 +331,7 @@ func TestReadModelBad(t *testing.T) {
 func TestReadModelCorrupt(t *testing.T) {
 	for _, format := range []string{ModelArrow, ModelParquet} {
 		var buf bytes.Buffer
-		if err := encodeModel(&buf, &ModelFile{Model: factor.NewRandom(6, 2, 2, factor.TieSharedD, 3)}, format, memory.NewGoAllocator()); err != nil {
+		if err := encodeModel(&buf, &ModelFile{Model: factor.NewRandom(6, 2, 2, factor.TieSharedD, 3)}, format, newConfig(nil)); err != nil {
 			t.Fatal(err)
 		}
 		data := buf.Bytes()

@@ -80,7 +80,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.restarts, "restarts", 1, "fit from this many random seeds (seed, seed+1, ...) and keep the best log-likelihood")
 	fs.IntVar(&f.workers, "workers", 2, "goroutines computing statistics in parallel (the result does not depend on it)")
 	fs.Float64Var(&f.alpha, "alpha", 1, "learning rate of each commit, in (0, 1]; 1 is plain EM")
-	fs.StringVar(&f.initModel, "init", "", "warm-start from this model file instead of a random initialisation")
+	fs.StringVar(&f.initModel, "init", "", "warm-start from this model instead of a random initialisation: "+modelPathUsage)
 	fs.Float64Var(&f.initSmooth, "init-smooth", 0, "mix the --init model with the uniform distribution, this weight in [0, 1), so that new data may hold transitions it gives probability 0 (e.g. 0.01)")
 	fs.Float64Var(&f.holdout, "holdout", 0, "fraction of transitions held out to score each --order (0: none)")
 	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model")
@@ -127,7 +127,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 
 	var warm *arrowio.ModelFile
 	if f.initModel != "" {
-		if warm, err = arrowio.ReadModel(f.initModel); err != nil {
+		if warm, err = readModel(ctx, &f.cluster.natsFlags, f.initModel); err != nil {
 			return fmt.Errorf("--init: %w", err)
 		}
 		f.initIters = warm.Model.Iteration

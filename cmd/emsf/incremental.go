@@ -132,7 +132,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 
 	var md *factor.Model
 	if f.initModel != "" {
-		warm, err := arrowio.ReadModel(f.initModel)
+		warm, err := readModel(ctx, &f.cluster.natsFlags, f.initModel)
 		if err != nil {
 			return fmt.Errorf("--init: %w", err)
 		}

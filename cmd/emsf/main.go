@@ -50,7 +50,7 @@ func commands() []command {
 		{"serve", "own a model name: count transitions from NATS, retrain, publish versions", runServe},
 		{"publish", "send a transitions file to a served model's stream", runPublish},
 		{"retrain", "ask emsf serve for a new model version now", runRetrain},
-		{"model", "fetch (get), list or inspect (status) a served model's versions", runModel},
+		{"model", "fetch (get), list or inspect (status) a served model's versions; assemble or split a model dataset", runModel},
 		{"scaling", "cost model of a cluster iteration at scale; --check against scripts/netns-cluster.sh", runScaling},
 		{"worker", "run a cluster worker (NATS micro service)", func(ctx context.Context, e *env, args []string) error {
 			if rc := runWorker(ctx, args, e.stdout, e.stderr); rc != 0 {
@@ -249,7 +249,7 @@ func flagGroups() []flagGroup {
 		{"Benchmark", []string{"cluster", "ingest", "ingest-cpuprofile"}},
 		{"Cost model", []string{"nodes", "nnz", "shards", "gbit", "rtt", "conns", "window", "cores", "box-cores", "cpu-per-byte", "box-cpu-per-byte",
 			"merge-bw", "ns-per-nnz", "wire-overhead", "serial"}},
-		{"Output", []string{"out", "format", "dir"}},
+		{"Output", []string{"out", "format", "dir", "part-rows"}},
 		{"Publishing and retraining", []string{"create", "allow-rejects", "dedup", "max-rows", "after-seq", "wait"}},
 		{"Service limits", []string{"max-states", "max-actions", "max-model-bytes"}},
 		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key",

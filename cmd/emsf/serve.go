@@ -69,13 +69,7 @@ func (f *serviceFlags) validate() error {
 
 // connect connects to --nats, NATS_URL, or else the default local server
 // (where emsf serve --embedded listens by default).
-func (f *serviceFlags) connect(client string) (*nats.Conn, error) {
-	cc := f.conn(client)
-	if cc.URL == "" {
-		cc.URL = nats.DefaultURL
-	}
-	return cc.Connect()
-}
+func (f *serviceFlags) connect(client string) (*nats.Conn, error) { return f.dial(client) }
 
 // connErr adds the connection's last asynchronous error (a permissions
 // violation arrives that way, and the call itself only times out) to err.
@@ -500,19 +494,25 @@ func request(ctx context.Context, e *env, nc *nats.Conn, subject, name string, b
 func runModel(ctx context.Context, e *env, args []string) (err error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(e.stdout, `Usage: emsf model <get|list|status> NAME [flags]
+       emsf model <assemble|split> IN --out OUT [flags]
 
   get NAME [--version V] --out FILE   fetch a version (default: the latest) of a served model
   list NAME                           list the stored versions
   status NAME                         ask the running emsf serve for its status
+  assemble DATASET --out FILE         write a model dataset (a directory or nats-obj://BUCKET/PREFIX) as one model file
+  split FILE --out DATASET            write a model file as a dataset: parts and a manifest
 
-Run 'emsf model get -h' for the flags.
+Run 'emsf model get -h' (or assemble -h, split -h) for the flags.
 `)
 		if len(args) == 0 {
-			return usagef("name a subcommand: get, list or status")
+			return usagef("name a subcommand: get, list, status, assemble or split")
 		}
 		return flag.ErrHelp
 	}
 	sub, rest := args[0], args[1:]
+	if sub == "assemble" || sub == "split" {
+		return runModelParts(ctx, e, sub, rest)
+	}
 	fs := newFlagSet(e, "model "+sub, sub+" NAME [flags]")
 	var (
 		sf      serviceFlags
@@ -529,7 +529,7 @@ Run 'emsf model get -h' for the flags.
 	switch sub {
 	case "get", "list", "status":
 	default:
-		return usagef("unknown subcommand %q: want get, list or status", sub)
+		return usagef("unknown subcommand %q: want get, list, status, assemble or split", sub)
 	}
 	// NAME may come anywhere among the flags.
 	pos, err := parseArgs(fs, rest)

@@ -59,5 +59,8 @@
 // DefaultObjectBucket (Object Store: shards, Arrow models for resume,
 // manifests; chunks of at most MaxChunk below the max payload, PutObject)
 // and DefaultKVBucket (KV: one job state per job, committed with
-// compare-and-set on the revision).
+// compare-and-set on the revision). A model dataset (arrowio: parts and a
+// manifest) can live under a prefix of any bucket, nats-obj://BUCKET/PREFIX:
+// ObjectParts is its arrowio.PartSink and PartSource (part F is object
+// PREFIX/F, put as it is written; the manifest's put is the commit).
 package wire
