@@ -19,6 +19,7 @@ import (
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // The owners exchange (see wire/owners.go for the protocol): this worker
@@ -41,13 +42,13 @@ type ownJob struct {
 	blocks   map[[2]int]*ownBlock
 	// layout[kblock] are the K block's column blocks with their owners,
 	// shapes[kblock] its shards and their workers: the epoch's placement.
-	layout [][]wire.ColBlock
-	shapes map[int]wire.KShape
+	layout [][]proto.ColBlock
+	shapes map[int]proto.KShape
 	// groups are the row groups of D owned here; rowLayout is every
 	// group of the epoch (index = group), cellGroups each shard's groups
 	// (in row order) and cellWorker each shard's worker.
 	groups     map[int]*ownGroup
-	rowLayout  []wire.RowGroup
+	rowLayout  []proto.RowGroup
 	cellGroups map[int][]int
 	cellWorker map[int]string
 	// served are the K̂ slice blobs served, with the iteration they are of.
@@ -119,7 +120,7 @@ func (w *Worker) startOwners() error {
 // that died, say). Requests of one epoch are sequenced by the coordinator.
 func (w *Worker) handleOwn(req micro.Request) {
 	if !w.begin() {
-		data, _ := json.Marshal(wire.OwnReply{Worker: w.id, Error: ErrStopped.Error()})
+		data, _ := json.Marshal(proto.Reply{Worker: w.id, Error: ErrStopped.Error()})
 		_ = req.Respond(data)
 		return
 	}
@@ -134,20 +135,20 @@ func (w *Worker) handleOwn(req micro.Request) {
 }
 
 func (w *Worker) serveOwn(req micro.Request) {
-	reply := wire.OwnReply{Worker: w.id}
-	var r wire.OwnRequest
+	reply := proto.Reply{Worker: w.id}
+	var r proto.Request
 	err := json.Unmarshal(req.Data(), &r)
 	if err != nil {
 		err = fmt.Errorf("worker: bad owners request: %w", err)
 	}
-	if err == nil && !slices.Contains([]string{wire.OpLoad, wire.OpTask, wire.OpCommit, wire.OpSave, wire.OpEnd}, r.Op) {
+	if err == nil && !slices.Contains([]string{proto.OpLoad, proto.OpTask, proto.OpCommit, proto.OpSave, proto.OpEnd}, r.Op) {
 		err = fmt.Errorf("worker: unknown owners operation %q", r.Op)
 	}
 	var j *ownJob
-	if err == nil && r.Op != wire.OpEnd {
-		j, err = w.ownState(&r, r.Op == wire.OpLoad)
+	if err == nil && r.Op != proto.OpEnd {
+		j, err = w.ownState(&r, r.Op == proto.OpLoad)
 	}
-	if err == nil && r.Op == wire.OpEnd {
+	if err == nil && r.Op == proto.OpEnd {
 		w.ownEnd(r.Job)
 	} else if err == nil {
 		ctx, cancel := context.WithCancel(j.ctx)
@@ -155,15 +156,15 @@ func (w *Worker) serveOwn(req micro.Request) {
 			ctx, cancel = context.WithDeadline(j.ctx, time.Unix(0, r.Deadline))
 		}
 		switch r.Op {
-		case wire.OpLoad:
+		case proto.OpLoad:
 			err = w.ownLoad(ctx, j, &r)
-		case wire.OpTask:
+		case proto.OpTask:
 			w.running.Add(1)
 			err = w.ownTask(ctx, j, &r, &reply)
 			w.running.Add(-1)
-		case wire.OpCommit:
+		case proto.OpCommit:
 			err = w.ownCommit(ctx, j, &r, &reply)
-		case wire.OpSave:
+		case proto.OpSave:
 			err = w.ownSave(ctx, j, &r, &reply)
 		default:
 			err = fmt.Errorf("worker: unknown owners operation %q", r.Op)
@@ -187,7 +188,7 @@ var errSuperseded = errors.New("worker: superseded by a newer epoch of the job")
 
 // ownState returns the job's state for a request of epoch e: a newer
 // epoch starts afresh, an older one is refused.
-func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
+func (w *Worker) ownState(r *proto.Request, create bool) (*ownJob, error) {
 	w.omu.Lock()
 	defer w.omu.Unlock()
 	j := w.own[r.Job]
@@ -212,7 +213,7 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 		return nil, fmt.Errorf("worker: job %s: bad shape n=%d m=%d u=%d", r.Job, r.N, r.M, r.U)
 	}
 	nj := &ownJob{job: r.Job, epoch: r.Epoch, n: r.N, m: r.M, u: r.U, tie: tie, prec: prec, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
-		blocks: map[[2]int]*ownBlock{}, shapes: map[int]wire.KShape{}, groups: map[int]*ownGroup{},
+		blocks: map[[2]int]*ownBlock{}, shapes: map[int]proto.KShape{}, groups: map[int]*ownGroup{},
 		cellGroups: map[int][]int{}, cellWorker: map[int]string{}}
 	nj.ctx, nj.cancel = context.WithCancelCause(w.ctx)
 	if j != nil {
@@ -224,7 +225,7 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 }
 
 // ownLoad takes the blocks of a new placement from a checkpoint.
-func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) error {
+func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *proto.Request) error {
 	for _, sh := range r.Shapes {
 		if len(sh.NNZ) != len(sh.Shards) || len(sh.Workers) != len(sh.Shards) {
 			return fmt.Errorf("worker: job %s: K block %d: %d shards, %d nonzero counts, %d workers", r.Job, sh.KBlock, len(sh.Shards), len(sh.NNZ), len(sh.Workers))
@@ -244,7 +245,7 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) err
 		if !ok || cb.Lo < 0 || cb.Hi > j.n || cb.Lo > cb.Hi || cb.KBlock < 0 || cb.KBlock >= factor.NumK(j.u, j.tie) {
 			return fmt.Errorf("worker: job %s: bad column block %+v", r.Job, cb)
 		}
-		name := wire.OwnersKObject(r.Job, r.Iteration, cb.KBlock, cb.C)
+		name := proto.KObject(r.Job, r.Iteration, cb.KBlock, cb.C)
 		data, err := obs.GetBytes(ctx, name)
 		if err != nil {
 			return fmt.Errorf("worker: load %s: %w", name, err)
@@ -271,7 +272,7 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) err
 // loadGroups takes the epoch's row layout and loads the groups this
 // worker owns: their row lists and their rows of D at version
 // r.Iteration, each checked against the CRCs of the layout.
-func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *ownJob, r *wire.OwnRequest) error {
+func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *ownJob, r *proto.Request) error {
 	for _, sh := range j.shapes {
 		for q, k := range sh.Shards {
 			j.cellWorker[k] = sh.Workers[q]
@@ -293,7 +294,7 @@ func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *o
 		if g.Owner != w.id {
 			continue
 		}
-		name := wire.OwnersRowsObject(r.Job, g.G)
+		name := proto.RowsObject(r.Job, g.G)
 		data, err := obs.GetBytes(ctx, name)
 		if err == nil && wire.CRC(data) != g.RowsCRC {
 			err = fmt.Errorf("CRC %s, the layout says %s", wire.CRC(data), g.RowsCRC)
@@ -313,7 +314,7 @@ func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *o
 		if err != nil {
 			return fmt.Errorf("worker: load %s: %w", name, err)
 		}
-		name = wire.OwnersDObject(r.Job, r.Iteration, g.G)
+		name = proto.DObject(r.Job, r.Iteration, g.G)
 		if data, err = obs.GetBytes(ctx, name); err == nil && wire.CRC(data) != g.CRC {
 			err = fmt.Errorf("CRC %s, the checkpoint says %s", wire.CRC(data), g.CRC)
 		}
@@ -345,7 +346,7 @@ func (w *Worker) storeLocked(ctx context.Context, bucket string) (jetstream.Obje
 // ownTask computes a shard: rows of D (kept or from the checkpoint), K
 // rows gathered from their owners, the partial, the D commit, and the K̂
 // slices served for the owners.
-func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
+func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply *proto.Reply) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	obs, err := w.store(ctx, r.Bucket)
@@ -463,7 +464,7 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		j.served = append(j.served, servedSlice{name, r.Iteration})
 		w.omu.Unlock()
 	}
-	reply.Label = wire.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: s.Checksum, ModelDigest: OwnersDigest(r.Epoch)}.String()
+	reply.Label = proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: s.Checksum, ModelDigest: proto.Digest(r.Epoch)}.String()
 	reply.Y = slices.Clone(p.Y)
 	reply.SumX, reply.NNZ = p.SumX, p.NNZ
 	if !math.IsNaN(p.LogLik) {
@@ -478,12 +479,6 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 	})
 	return nil
 }
-
-// OwnersDigest is the model digest a partial of the owners exchange is
-// labelled with: the version is the task's iteration − 1 of that epoch
-// (every K row and D row it read was checked against the version's CRC or
-// served by the owner of that version).
-func OwnersDigest(epoch int) string { return "owners-e" + strconv.Itoa(epoch) }
 
 // ownShard is a shard in the compact form an owners task computes on:
 // its rows and the columns it touches renumbered 0, 1, … in order, so
@@ -551,7 +546,7 @@ const gatherWindow = 8
 // gatherK puts the K rows of cols (ascending) into kt, row q for cols[q]:
 // from this worker's own blocks directly, from the others' owners by
 // gather requests.
-func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, layout []wire.ColBlock, cols []int32, kt []float64) error {
+func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *proto.Request, layout []proto.ColBlock, cols []int32, kt []float64) error {
 	m := j.m
 	var parts []gatherPart
 	for _, cb := range layout {
@@ -586,7 +581,7 @@ func gatherMax(nc *nats.Conn, m int) int {
 
 // gatherParts fetches parts at version r.Iteration−1, in requests of at
 // most gatherMax rows, gatherWindow of them in flight.
-func (w *Worker) gatherParts(ctx context.Context, r *wire.OwnRequest, parts []gatherPart, m int) error {
+func (w *Worker) gatherParts(ctx context.Context, r *proto.Request, parts []gatherPart, m int) error {
 	per := gatherMax(w.nc, m)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -631,7 +626,7 @@ func (w *Worker) gatherParts(ctx context.Context, r *wire.OwnRequest, parts []ga
 }
 
 // gatherOne requests the rows of one part from its owner.
-func (w *Worker) gatherOne(ctx context.Context, r *wire.OwnRequest, part gatherPart, m int) error {
+func (w *Worker) gatherOne(ctx context.Context, r *proto.Request, part gatherPart, m int) error {
 	msg := nats.NewMsg(wire.GatherSubject(w.cfg.Prefix, part.owner))
 	msg.Header.Set(wire.HeaderOwnJob, r.Job)
 	msg.Header.Set(wire.HeaderOwnBlock, part.block)
@@ -673,7 +668,7 @@ func (w *Worker) ownBlockOf(job string, epoch, kb, c int) (*ownBlock, error) {
 
 // copyOwn copies the rows of cols from a block this worker owns into dst
 // (in cols' order).
-func (w *Worker) copyOwn(j *ownJob, r *wire.OwnRequest, cb wire.ColBlock, cols []int32, dst []float64) error {
+func (w *Worker) copyOwn(j *ownJob, r *proto.Request, cb proto.ColBlock, cols []int32, dst []float64) error {
 	b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -709,7 +704,7 @@ func (w *Worker) ownGroupOf(job string, epoch, g int) (*ownGroup, error) {
 
 // copyOwnRows copies rows (ascending) of a row group this worker owns,
 // at the task's version, into dst (m values each, in rows' order).
-func (w *Worker) copyOwnRows(j *ownJob, r *wire.OwnRequest, g int, rows []int32, dst []float64) error {
+func (w *Worker) copyOwnRows(j *ownJob, r *proto.Request, g int, rows []int32, dst []float64) error {
 	og, err := w.ownGroupOf(r.Job, r.Epoch, g)
 	if err != nil {
 		return err
@@ -834,7 +829,7 @@ func (w *Worker) gatherD(data []byte, job string, epoch, g, v int) ([]float64, e
 
 // ownCommit folds the owned blocks' K̂ slices and the owned row groups'
 // D̂ slices and commits their columns and rows.
-func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
+func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *proto.Request, reply *proto.Reply) error {
 	// Shards whose slices a backup copy's worker serves this iteration.
 	moved := map[int]string{}
 	for _, sw := range r.Moved {
@@ -893,7 +888,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 			factor.RoundRows32(b.kt) // as Accumulator.Commit rounds
 		}
 		b.version, b.crc = r.Iteration, wire.CRC(wire.FloatBytes(b.kt))
-		cb := wire.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc}
+		cb := proto.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc}
 		b.mu.Unlock()
 		if r.Save {
 			if err := w.saveBlock(ctx, obs, r.Job, b); err != nil {
@@ -935,7 +930,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 			if err := w.saveGroup(ctx, obs, r.Job, g); err != nil {
 				return err
 			}
-			reply.Groups = append(reply.Groups, wire.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
+			reply.Groups = append(reply.Groups, proto.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
 		}
 		digest = append(digest, g.crc...)
 	}
@@ -946,7 +941,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 // foldGroup pulls the D̂ slices of a row group's cells (in cell order)
 // and sums them into g.dh and g.x, left to right from zero: the order in
 // which a local pass adds the cells' rows of D̂ (factor.ReducePlan).
-func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *wire.OwnRequest, g *ownGroup, moved map[int]string) error {
+func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *proto.Request, g *ownGroup, moved map[int]string) error {
 	m := j.m
 	cells := j.rowLayout[g.g].Cells
 	refs := make([]sliceRef, len(cells))
@@ -986,7 +981,7 @@ func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *wire.OwnRequest, g
 func (w *Worker) saveGroup(ctx context.Context, obs jetstream.ObjectStore, job string, g *ownGroup) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	name := wire.OwnersDObject(job, g.version, g.g)
+	name := proto.DObject(job, g.version, g.g)
 	if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, wire.FloatBytes(g.d)); err != nil {
 		return fmt.Errorf("worker: store %s: %w", name, err)
 	}
@@ -1092,7 +1087,7 @@ func (w *Worker) pullInOrder(ctx context.Context, refs []sliceRef, limit int, ad
 func (w *Worker) saveBlock(ctx context.Context, obs jetstream.ObjectStore, job string, b *ownBlock) error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	name := wire.OwnersKObject(job, b.version, b.kb, b.c)
+	name := proto.KObject(job, b.version, b.kb, b.c)
 	if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, wire.FloatBytes(b.kt)); err != nil {
 		return fmt.Errorf("worker: store %s: %w", name, err)
 	}
@@ -1101,7 +1096,7 @@ func (w *Worker) saveBlock(ctx context.Context, obs jetstream.ObjectStore, job s
 
 // ownSave stores owned column blocks and row groups at version Iteration
 // (the last version of a fit, or a checkpoint the coordinator asks for).
-func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
+func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *proto.Request, reply *proto.Reply) error {
 	obs, err := w.storeLocked(ctx, r.Bucket)
 	if err != nil {
 		return err
@@ -1117,7 +1112,7 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		if err := w.saveBlock(ctx, obs, r.Job, b); err != nil {
 			return err
 		}
-		reply.Blocks = append(reply.Blocks, wire.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc})
+		reply.Blocks = append(reply.Blocks, proto.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc})
 	}
 	for _, rg := range r.Groups {
 		g, err := w.ownGroupOf(r.Job, r.Epoch, rg.G)
@@ -1130,7 +1125,7 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		if err := w.saveGroup(ctx, obs, r.Job, g); err != nil {
 			return err
 		}
-		reply.Groups = append(reply.Groups, wire.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
+		reply.Groups = append(reply.Groups, proto.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
 	}
 	return nil
 }

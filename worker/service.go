@@ -21,6 +21,7 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // Config configures a NATS worker.
@@ -123,6 +124,13 @@ type Worker struct {
 	smu     sync.Mutex
 	stats   Stats
 	running atomic.Int32
+}
+
+// Starter returns a function that starts a worker with cfg on the
+// connection it is given: what natsexec.StartLocalCluster takes to build
+// a cluster of such workers in one process.
+func Starter(cfg Config) func(ctx context.Context, nc *nats.Conn) (*Worker, error) {
+	return func(ctx context.Context, nc *nats.Conn) (*Worker, error) { return Start(ctx, nc, cfg) }
 }
 
 // Start registers a worker on nc. The caller keeps nc: Stop the worker,
@@ -364,7 +372,7 @@ func (w *Worker) run(ctx context.Context, tr *wire.TaskRequest, hdr micro.Header
 	// The label names the shard and model version computed: with model
 	// parts, every part was checked against the task's CRCs, so the
 	// version is the task's; else it is the one the worker holds.
-	label := wire.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
+	label := proto.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
 	if err == nil {
 		compute = pr.compute
 		hdr[wire.HeaderModelNanos] = []string{strconv.FormatInt(int64(pr.model), 10)}

@@ -17,10 +17,12 @@ import (
 
 	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/coordinator/owners"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // ownersData is count data with n states, u actions and a few shards per
@@ -38,30 +40,17 @@ func ownersDataSplit(t *testing.T, n, u int, seed uint64, per int) []*shard.Shar
 // ownersDataGrid is ownersDataSplit with each row range cut into q column
 // cells (shard.SplitGrid).
 func ownersDataGrid(t *testing.T, n, u int, seed uint64, per, q int) []*shard.Shard {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 7))
-	var ct shard.Counter
-	for range 6 * n * u {
-		i, a := rng.IntN(n), rng.IntN(u)
-		j := (i + rng.IntN(n/3+1)) % n
-		if err := ct.Add(i, a, j, float64(1+rng.IntN(3))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	shards, _ := shard.SplitGrid(ct.Matrices(u), n, 6*n/per, q)
-	if len(shards) < 2*u {
-		t.Fatalf("test data has %d shards, want several per action", len(shards))
-	}
-	return shards
+	return coordtest.OwnersData(t, n, u, seed, per, q)
 }
 
 const ownersGroupNNZ = 150
 
 // ownersCluster starts an in-process cluster of workers workers (exec
 // configures its executor), closed at the test's end.
-func ownersCluster(t *testing.T, workers int, exec natsexec.Config) *natsexec.LocalCluster {
+func ownersCluster(t *testing.T, workers int, exec natsexec.Config) *natsexec.LocalCluster[*worker.Worker] {
 	t.Helper()
-	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: workers, InProcess: true, Exec: exec})
+	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: workers, InProcess: true, Exec: exec},
+		worker.Starter(worker.Config{Prefix: exec.Prefix}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +59,7 @@ func ownersCluster(t *testing.T, workers int, exec natsexec.Config) *natsexec.Lo
 }
 
 // dial connects to lc's server, closed at the test's end.
-func dial(t *testing.T, lc *natsexec.LocalCluster) *nats.Conn {
+func dial(t *testing.T, lc *natsexec.LocalCluster[*worker.Worker]) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(lc.URL())
 	if err != nil {
@@ -90,27 +79,6 @@ func fitLocal(t *testing.T, shards []*shard.Shard, init *factor.Model, iters int
 		t.Fatal(err)
 	}
 	return md, res
-}
-
-func sameModel(t *testing.T, what string, got, want *factor.Model) {
-	t.Helper()
-	for b := range want.D {
-		for k := range want.D[b] {
-			if math.Float64bits(got.D[b][k]) != math.Float64bits(want.D[b][k]) {
-				t.Fatalf("%s: D block %d entry %d = %v, local fit %v", what, b, k, got.D[b][k], want.D[b][k])
-			}
-		}
-	}
-	for b := range want.KT {
-		for k := range want.KT[b] {
-			if math.Float64bits(got.KT[b][k]) != math.Float64bits(want.KT[b][k]) {
-				t.Fatalf("%s: K block %d entry %d = %v, local fit %v", what, b, k, got.KT[b][k], want.KT[b][k])
-			}
-		}
-	}
-	if got.Iteration != want.Iteration || math.Float64bits(got.LogLik) != math.Float64bits(want.LogLik) {
-		t.Fatalf("%s: iteration %d loglik %v, local fit %d %v", what, got.Iteration, got.LogLik, want.Iteration, want.LogLik)
-	}
 }
 
 // TestFitOwnersBitwise: the owners exchange gives bitwise the local fit
@@ -153,15 +121,19 @@ func TestFitOwnersBitwise(t *testing.T) {
 			lc := ownersCluster(t, c.workers, natsexec.Config{})
 			md := init.Clone()
 			res, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-				Job: "owners-" + c.name, Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-				ColBlocks: 5, CheckpointEvery: 3})
+				Job: "owners-" + c.name, Options: owners.Options{
+					Converger:       factor.Converger{MaxIter: iters},
+					GroupNNZ:        ownersGroupNNZ,
+					ColBlocks:       5,
+					CheckpointEvery: 3,
+				}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Iterations != wantRes.Iterations || math.Float64bits(res.LogLik) != math.Float64bits(wantRes.LogLik) {
 				t.Fatalf("result %+v, local %+v", res, wantRes)
 			}
-			sameModel(t, c.name, md, want)
+			coordtest.SameModel(t, c.name, md, want)
 			// The commit record of the last iteration, and its checkpoint.
 			st, _, err := lc.Exec.State(context.Background(), "owners-"+c.name)
 			if err != nil {
@@ -197,19 +169,23 @@ func TestFitOwnersWorkerLost(t *testing.T) {
 			var reports []natsexec.OwnersReport
 			md := init.Clone()
 			_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-				Job: "owners-lost-" + c.name, Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-				ColBlocks: 6, CheckpointEvery: 3,
-				Report: func(r natsexec.OwnersReport) { reports = append(reports, r) },
-				Committed: func(_ context.Context, iter int) error {
-					if iter == 4 {
-						return lc.Workers[1].Stop()
-					}
-					return nil
+				Job: "owners-lost-" + c.name, Options: owners.Options{
+					Converger:       factor.Converger{MaxIter: iters},
+					GroupNNZ:        ownersGroupNNZ,
+					ColBlocks:       6,
+					CheckpointEvery: 3,
+					Report:          func(r natsexec.OwnersReport) { reports = append(reports, r) },
+					Committed: func(_ context.Context, iter int) error {
+						if iter == 4 {
+							return lc.Workers[1].Stop()
+						}
+						return nil
+					},
 				}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			sameModel(t, "after a lost worker", md, want)
+			coordtest.SameModel(t, "after a lost worker", md, want)
 			last := reports[len(reports)-1]
 			if last.Rollbacks < 1 || last.Workers != c.workers-1 || last.Epoch < 1 {
 				t.Fatalf("last report %+v: want a rollback onto %d workers", last, c.workers-1)
@@ -241,8 +217,13 @@ func TestFitOwnersBytesFlatInN(t *testing.T) {
 		var rs []natsexec.OwnersReport
 		md := factor.NewRandom(n, 8, 1, factor.TieNone, 1)
 		if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-			Job: fmt.Sprintf("owners-bytes-%d", n), Converger: factor.Converger{MaxIter: 4}, ColBlocks: c, CheckpointEvery: 100, NoBackups: true,
-			Report: func(r natsexec.OwnersReport) { rs = append(rs, r) }}); err != nil {
+			Job: fmt.Sprintf("owners-bytes-%d", n), Options: owners.Options{
+				Converger:       factor.Converger{MaxIter: 4},
+				ColBlocks:       c,
+				CheckpointEvery: 100,
+				NoBackups:       true,
+				Report:          func(r natsexec.OwnersReport) { rs = append(rs, r) },
+			}}); err != nil {
 			t.Fatal(err)
 		}
 		// Iterations 2..4 (the first includes the census).
@@ -289,29 +270,33 @@ func TestFitOwnersAllWorkersGone(t *testing.T) {
 	joined := make(chan error, 1)
 	md := init.Clone()
 	_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-		Job: "owners-gone", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-		ColBlocks: 3, CheckpointEvery: 2, WaitWorkers: coordtest.Patience,
-		Committed: func(_ context.Context, iter int) error {
-			if iter != 2 {
-				return nil
-			}
-			for _, w := range lc.Workers {
-				if err := w.Stop(); err != nil {
-					return err
+		Job: "owners-gone", WaitWorkers: coordtest.Patience, Options: owners.Options{
+			Converger:       factor.Converger{MaxIter: iters},
+			GroupNNZ:        ownersGroupNNZ,
+			ColBlocks:       3,
+			CheckpointEvery: 2,
+			Committed: func(_ context.Context, iter int) error {
+				if iter != 2 {
+					return nil
 				}
-			}
-			go func() {
-				<-wl.seen
-				nc, err := nats.Connect(lc.URL())
-				if err == nil {
-					var w *worker.Worker
-					if w, err = worker.Start(context.Background(), nc, worker.Config{}); err == nil {
-						t.Cleanup(func() { _ = w.Stop(); nc.Close() })
+				for _, w := range lc.Workers {
+					if err := w.Stop(); err != nil {
+						return err
 					}
 				}
-				joined <- err
-			}()
-			return nil
+				go func() {
+					<-wl.seen
+					nc, err := nats.Connect(lc.URL())
+					if err == nil {
+						var w *worker.Worker
+						if w, err = worker.Start(context.Background(), nc, worker.Config{}); err == nil {
+							t.Cleanup(func() { _ = w.Stop(); nc.Close() })
+						}
+					}
+					joined <- err
+				}()
+				return nil
+			},
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +304,7 @@ func TestFitOwnersAllWorkersGone(t *testing.T) {
 	if err := <-joined; err != nil {
 		t.Fatal(err)
 	}
-	sameModel(t, "after every worker left and one joined", md, want)
+	coordtest.SameModel(t, "after every worker left and one joined", md, want)
 }
 
 // TestFitOwnersStraggler: one of three workers takes 150 ms more per
@@ -345,12 +330,17 @@ func TestFitOwnersStraggler(t *testing.T) {
 	var reports []natsexec.OwnersReport
 	md := init.Clone()
 	if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-		Job: "owners-straggler", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-		ColBlocks: 3, CheckpointEvery: 2, MinWorkers: 3,
-		Report: func(r natsexec.OwnersReport) { reports = append(reports, r) }}); err != nil {
+		Job: "owners-straggler", Options: owners.Options{
+			Converger:       factor.Converger{MaxIter: iters},
+			GroupNNZ:        ownersGroupNNZ,
+			ColBlocks:       3,
+			CheckpointEvery: 2,
+			MinWorkers:      3,
+			Report:          func(r natsexec.OwnersReport) { reports = append(reports, r) },
+		}}); err != nil {
 		t.Fatal(err)
 	}
-	sameModel(t, "with a straggler", md, want)
+	coordtest.SameModel(t, "with a straggler", md, want)
 	// From the first pass on, the fast workers take the straggler's
 	// queued shards and back up its running one; the first answer wins,
 	// so it wins few of its shards, and nothing rolls back.
@@ -376,19 +366,19 @@ func TestOwnersHostileRequests(t *testing.T) {
 	lc := ownersCluster(t, 1, natsexec.Config{})
 	nc := dial(t, lc)
 	id := lc.Workers[0].ID()
-	ask := func(body []byte) wire.OwnReply {
+	ask := func(body []byte) proto.Reply {
 		t.Helper()
 		m, err := nc.Request(wire.OwnSubject(wire.DefaultPrefix, id), body, coordtest.Patience)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rep wire.OwnReply
+		var rep proto.Reply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
 			t.Fatalf("reply %q: %v", m.Data, err)
 		}
 		return rep
 	}
-	req := func(r wire.OwnRequest) []byte {
+	req := func(r proto.Request) []byte {
 		b, _ := json.Marshal(r)
 		return b
 	}
@@ -398,23 +388,23 @@ func TestOwnersHostileRequests(t *testing.T) {
 		want string
 	}{
 		{"bad json", []byte("{not json"), "bad owners request"},
-		{"unknown op", req(wire.OwnRequest{Op: "explode", Job: "h", N: 4, M: 2, U: 1, Tie: "none"}), "unknown owners operation"},
-		{"task of no job", req(wire.OwnRequest{Op: wire.OpTask, Job: "nojob"}), "no blocks loaded"},
-		{"bad shape", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", N: 0, M: 2, U: 1, Tie: "none"}), "bad shape"},
-		{"bad tie", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", N: 4, M: 2, U: 1, Tie: "sideways"}), "tie"},
-		{"huge block", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", Epoch: 1, N: 1 << 40, M: 64, U: 1, Tie: "none",
-			Layout: [][]wire.ColBlock{{{Lo: 0, Hi: 1 << 40}}}, Shapes: []wire.KShape{{KBlock: 0}},
-			Blocks: []wire.ColBlock{{Lo: 0, Hi: 1 << 40, CRC: "0"}}}), "load owners/h/0/k/0/0"},
-		{"older epoch", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", Epoch: 0, N: 4, M: 2, U: 1, Tie: "none"}), "epoch 0"},
-		{"bad precision", req(wire.OwnRequest{Op: wire.OpLoad, Job: "p", N: 4, M: 2, U: 1, Tie: "none", Precision: "float16"}), "float16"},
-		{"row group of a bad action", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g1", N: 4, M: 2, U: 1, Tie: "none",
-			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 0, Action: 3, Cells: []int{0}, Lo: 0, Hi: 4}}}), "bad row group 0"},
-		{"row group past n", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g2", N: 4, M: 2, U: 1, Tie: "none",
-			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 0, Cells: []int{0}, Lo: 0, Hi: 1 << 30}}}), "bad row group 0"},
-		{"overlapping row groups", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g3", N: 4, M: 2, U: 1, Tie: "none",
-			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 0, Cells: []int{0}, Lo: 0, Hi: 3}, {G: 1, Cells: []int{0}, Lo: 2, Hi: 4}}}), "overlap"},
-		{"row group numbered wrong", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g4", N: 4, M: 2, U: 1, Tie: "none",
-			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 5, Cells: []int{0}, Lo: 0, Hi: 4}}}), "bad row group 0"},
+		{"unknown op", req(proto.Request{Op: "explode", Job: "h", N: 4, M: 2, U: 1, Tie: "none"}), "unknown owners operation"},
+		{"task of no job", req(proto.Request{Op: proto.OpTask, Job: "nojob"}), "no blocks loaded"},
+		{"bad shape", req(proto.Request{Op: proto.OpLoad, Job: "h", N: 0, M: 2, U: 1, Tie: "none"}), "bad shape"},
+		{"bad tie", req(proto.Request{Op: proto.OpLoad, Job: "h", N: 4, M: 2, U: 1, Tie: "sideways"}), "tie"},
+		{"huge block", req(proto.Request{Op: proto.OpLoad, Job: "h", Epoch: 1, N: 1 << 40, M: 64, U: 1, Tie: "none",
+			Layout: [][]proto.ColBlock{{{Lo: 0, Hi: 1 << 40}}}, Shapes: []proto.KShape{{KBlock: 0}},
+			Blocks: []proto.ColBlock{{Lo: 0, Hi: 1 << 40, CRC: "0"}}}), "load owners/h/0/k/0/0"},
+		{"older epoch", req(proto.Request{Op: proto.OpLoad, Job: "h", Epoch: 0, N: 4, M: 2, U: 1, Tie: "none"}), "epoch 0"},
+		{"bad precision", req(proto.Request{Op: proto.OpLoad, Job: "p", N: 4, M: 2, U: 1, Tie: "none", Precision: "float16"}), "float16"},
+		{"row group of a bad action", req(proto.Request{Op: proto.OpLoad, Job: "g1", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]proto.ColBlock{{}}, Groups: []proto.RowGroup{{G: 0, Action: 3, Cells: []int{0}, Lo: 0, Hi: 4}}}), "bad row group 0"},
+		{"row group past n", req(proto.Request{Op: proto.OpLoad, Job: "g2", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]proto.ColBlock{{}}, Groups: []proto.RowGroup{{G: 0, Cells: []int{0}, Lo: 0, Hi: 1 << 30}}}), "bad row group 0"},
+		{"overlapping row groups", req(proto.Request{Op: proto.OpLoad, Job: "g3", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]proto.ColBlock{{}}, Groups: []proto.RowGroup{{G: 0, Cells: []int{0}, Lo: 0, Hi: 3}, {G: 1, Cells: []int{0}, Lo: 2, Hi: 4}}}), "overlap"},
+		{"row group numbered wrong", req(proto.Request{Op: proto.OpLoad, Job: "g4", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]proto.ColBlock{{}}, Groups: []proto.RowGroup{{G: 5, Cells: []int{0}, Lo: 0, Hi: 4}}}), "bad row group 0"},
 	} {
 		rep := ask(c.body)
 		if !strings.Contains(rep.Error, c.want) {
@@ -474,10 +464,14 @@ func TestOwnersHostileRequests(t *testing.T) {
 	want, _ := fitLocal(t, shards, init, 3)
 	md := init.Clone()
 	if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-		Job: "after-hostile", Converger: factor.Converger{MaxIter: 3}, GroupNNZ: ownersGroupNNZ, ColBlocks: 2}); err != nil {
+		Job: "after-hostile", Options: owners.Options{
+			Converger: factor.Converger{MaxIter: 3},
+			GroupNNZ:  ownersGroupNNZ,
+			ColBlocks: 2,
+		}}); err != nil {
 		t.Fatal(err)
 	}
-	sameModel(t, "after hostile requests", md, want)
+	coordtest.SameModel(t, "after hostile requests", md, want)
 }
 
 func infos(shards []*shard.Shard) []shard.Info {
@@ -517,20 +511,25 @@ func TestFitOwnersGridTraffic(t *testing.T) {
 		before := make([]int64, workers)
 		md := init.Clone()
 		_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-			Job: "grid-traffic", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-			ColBlocks: 8, CheckpointEvery: 100, NoBackups: true,
-			Committed: func(_ context.Context, iter int) error {
-				if iter == 1 {
-					for k, w := range lc.Workers {
-						before[k] = w.Stats().BytesFetched
+			Job: "grid-traffic", Options: owners.Options{
+				Converger:       factor.Converger{MaxIter: iters},
+				GroupNNZ:        ownersGroupNNZ,
+				ColBlocks:       8,
+				CheckpointEvery: 100,
+				NoBackups:       true,
+				Committed: func(_ context.Context, iter int) error {
+					if iter == 1 {
+						for k, w := range lc.Workers {
+							before[k] = w.Stats().BytesFetched
+						}
 					}
-				}
-				return nil
+					return nil
+				},
 			}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameModel(t, fmt.Sprintf("%d cells", cells), md, want)
+		coordtest.SameModel(t, fmt.Sprintf("%d cells", cells), md, want)
 		// Iterations 2 and 3 (the last commit stores a checkpoint: the
 		// owners write, they do not fetch).
 		var most int64
@@ -573,15 +572,19 @@ func TestFitOwnersFloat32(t *testing.T) {
 			lc := ownersCluster(t, c.workers, natsexec.Config{})
 			md := init.Clone()
 			res, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-				Job: "owners-f32-" + c.name, Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-				ColBlocks: 4, CheckpointEvery: 3})
+				Job: "owners-f32-" + c.name, Options: owners.Options{
+					Converger:       factor.Converger{MaxIter: iters},
+					GroupNNZ:        ownersGroupNNZ,
+					ColBlocks:       4,
+					CheckpointEvery: 3,
+				}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if math.Float64bits(res.LogLik) != math.Float64bits(wantRes.LogLik) {
 				t.Fatalf("loglik %v, local %v", res.LogLik, wantRes.LogLik)
 			}
-			sameModel(t, "float32 "+c.name, md, want)
+			coordtest.SameModel(t, "float32 "+c.name, md, want)
 			for _, x := range append(md.D, md.KT...) {
 				for _, v := range x {
 					if float64(float32(v)) != v {
