@@ -32,8 +32,13 @@ import (
 
 // ownJob is a job's state in the owners exchange.
 type ownJob struct {
-	job      string
-	epoch    int
+	job   string
+	epoch int
+	// token is the epoch's secret (proto: fencing); sliceKey the key in the
+	// names of the slices served in the epoch (proto.SliceKey), which no
+	// one without the token can name (or drop).
+	token    string
+	sliceKey string
 	n, m, u  int
 	tie      factor.Tie
 	prec     factor.Precision
@@ -141,16 +146,25 @@ func (w *Worker) serveOwn(req micro.Request) {
 	if err != nil {
 		err = fmt.Errorf("worker: bad owners request: %w", err)
 	}
-	if err == nil && !slices.Contains([]string{proto.OpLoad, proto.OpTask, proto.OpCommit, proto.OpSave, proto.OpEnd}, r.Op) {
+	if err == nil && !slices.Contains(proto.Ops, r.Op) {
 		err = fmt.Errorf("worker: unknown owners operation %q", r.Op)
 	}
 	var j *ownJob
-	if err == nil && r.Op != proto.OpEnd {
-		j, err = w.ownState(&r, r.Op == proto.OpLoad)
+	switch {
+	case err != nil:
+	case r.Op == proto.OpHello:
+		// The census's handshake: no job, nothing fenced.
+		reply.Protocol, reply.JobsBucket = proto.Protocol, w.cfg.JobsBucket
+	case r.Op == proto.OpEnd:
+		if err = w.ownAdmit(&r); err == nil {
+			w.ownEnd(r.Job, r.Epoch)
+		}
+	default:
+		if err = w.ownAdmit(&r); err == nil {
+			j, err = w.ownState(&r)
+		}
 	}
-	if err == nil && r.Op == proto.OpEnd {
-		w.ownEnd(r.Job)
-	} else if err == nil {
+	if j != nil {
 		ctx, cancel := context.WithCancel(j.ctx)
 		if r.Deadline != 0 {
 			ctx, cancel = context.WithDeadline(j.ctx, time.Unix(0, r.Deadline))
@@ -166,8 +180,6 @@ func (w *Worker) serveOwn(req micro.Request) {
 			err = w.ownCommit(ctx, j, &r, &reply)
 		case proto.OpSave:
 			err = w.ownSave(ctx, j, &r, &reply)
-		default:
-			err = fmt.Errorf("worker: unknown owners operation %q", r.Op)
 		}
 		if err != nil && ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)) {
 			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
@@ -186,19 +198,43 @@ func (w *Worker) serveOwn(req micro.Request) {
 // errSuperseded ends the requests of an epoch that a newer one replaced.
 var errSuperseded = errors.New("worker: superseded by a newer epoch of the job")
 
-// ownState returns the job's state for a request of epoch e: a newer
-// epoch starts afresh, an older one is refused.
-func (w *Worker) ownState(r *proto.Request, create bool) (*ownJob, error) {
+// ownAdmit fences request r (checkFence): nil when it may act on the
+// job, the epoch of a load or end being proven by the job's record.
+func (w *Worker) ownAdmit(r *proto.Request) error {
+	if r.JobsBucket != "" && r.JobsBucket != w.cfg.JobsBucket {
+		return fmt.Errorf("worker: job %s: the coordinator keeps its record in bucket %s, this worker reads bucket %s (--bucket-jobs)", r.Job, r.JobsBucket, w.cfg.JobsBucket)
+	}
+	w.omu.Lock()
+	j := w.own[r.Job]
+	have, epoch, token := j != nil, 0, ""
+	if j != nil {
+		epoch, token = j.epoch, j.token
+	}
+	w.omu.Unlock()
+	ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
+	defer cancel()
+	_, err := checkFence(have, epoch, token, r, func(want int) (proto.Lease, error) { return w.lease(ctx, r.Job, want) })
+	return err
+}
+
+// ownState returns the job's state for an admitted request: the
+// epoch's, or for a load of a newer epoch a new one (what the older
+// epoch runs is cancelled and its slices dropped).
+func (w *Worker) ownState(r *proto.Request) (*ownJob, error) {
 	w.omu.Lock()
 	defer w.omu.Unlock()
 	j := w.own[r.Job]
 	if j != nil && r.Epoch < j.epoch {
+		// A newer epoch came in meanwhile.
 		return nil, fmt.Errorf("worker: job %s: request of epoch %d, the job is at epoch %d", r.Job, r.Epoch, j.epoch)
 	}
 	if j != nil && r.Epoch == j.epoch {
+		if !sameToken(r.Fence, j.token) {
+			return nil, fmt.Errorf("worker: job %s: %s of epoch %d with another fence than the epoch's: refused", r.Job, r.Op, r.Epoch)
+		}
 		return j, nil
 	}
-	if !create {
+	if r.Op != proto.OpLoad {
 		return nil, fmt.Errorf("worker: job %s epoch %d: no blocks loaded here", r.Job, r.Epoch)
 	}
 	tie, err := factor.ParseTie(r.Tie)
@@ -212,7 +248,7 @@ func (w *Worker) ownState(r *proto.Request, create bool) (*ownJob, error) {
 	if r.N < 1 || r.M < 1 || r.U < 1 {
 		return nil, fmt.Errorf("worker: job %s: bad shape n=%d m=%d u=%d", r.Job, r.N, r.M, r.U)
 	}
-	nj := &ownJob{job: r.Job, epoch: r.Epoch, n: r.N, m: r.M, u: r.U, tie: tie, prec: prec, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
+	nj := &ownJob{job: r.Job, epoch: r.Epoch, token: r.Fence, sliceKey: proto.SliceKey(r.Fence), n: r.N, m: r.M, u: r.U, tie: tie, prec: prec, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
 		blocks: map[[2]int]*ownBlock{}, shapes: map[int]proto.KShape{}, groups: map[int]*ownGroup{},
 		cellGroups: map[int][]int{}, cellWorker: map[int]string{}}
 	nj.ctx, nj.cancel = context.WithCancelCause(w.ctx)
@@ -447,7 +483,7 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 			sum += x
 		}
 		data := wire.EncodeRawPartial(&factor.Partial{Action: b.Action, Rows: p.Rows[a:e], Dh: p.Dh[a*m : e*m], X: p.X[a:e], Y: zero, SumX: sum}, nil)
-		name := wire.DSliceName(r.Job, r.Epoch, r.Iteration, r.Shard, g)
+		name := wire.DSliceName(r.Job, r.Epoch, r.Iteration, r.Shard, g, j.sliceKey)
 		w.slices.Put(name, data)
 		sent += int64(len(data))
 		w.omu.Lock()
@@ -457,7 +493,7 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 	for _, cb := range j.layout[kb] {
 		a, e := factor.SliceColumns(p.Cols, cb.Lo, cb.Hi)
 		data := wire.EncodeRawPartial(&factor.Partial{Action: kb, Cols: p.Cols[a:e], KhT: p.KhT[a*m : e*m], Y: zero}, nil)
-		name := wire.SliceName(r.Job, r.Epoch, r.Iteration, r.Shard, cb.C)
+		name := wire.SliceName(r.Job, r.Epoch, r.Iteration, r.Shard, cb.C, j.sliceKey)
 		w.slices.Put(name, data)
 		sent += int64(len(data))
 		w.omu.Lock()
@@ -632,6 +668,7 @@ func (w *Worker) gatherOne(ctx context.Context, r *proto.Request, part gatherPar
 	msg.Header.Set(wire.HeaderOwnBlock, part.block)
 	msg.Header.Set(wire.HeaderOwnVersion, strconv.Itoa(r.Iteration-1))
 	msg.Header.Set(wire.HeaderOwnEpoch, strconv.Itoa(r.Epoch))
+	msg.Header.Set(wire.HeaderOwnFence, r.Fence)
 	msg.Data = wire.EncodeCols(part.idx, nil)
 	rep, err := w.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
@@ -651,12 +688,12 @@ func (w *Worker) gatherOne(ctx context.Context, r *proto.Request, part gatherPar
 }
 
 // ownBlockOf returns block (kb, c) of the job if this worker owns it in
-// that epoch.
-func (w *Worker) ownBlockOf(job string, epoch, kb, c int) (*ownBlock, error) {
+// that epoch, whose token fence is.
+func (w *Worker) ownBlockOf(job string, epoch int, fence string, kb, c int) (*ownBlock, error) {
 	w.omu.Lock()
 	j := w.own[job]
 	var b *ownBlock
-	if j != nil && j.epoch == epoch {
+	if j != nil && j.epoch == epoch && sameToken(fence, j.token) {
 		b = j.blocks[[2]int{kb, c}]
 	}
 	w.omu.Unlock()
@@ -669,7 +706,7 @@ func (w *Worker) ownBlockOf(job string, epoch, kb, c int) (*ownBlock, error) {
 // copyOwn copies the rows of cols from a block this worker owns into dst
 // (in cols' order).
 func (w *Worker) copyOwn(j *ownJob, r *proto.Request, cb proto.ColBlock, cols []int32, dst []float64) error {
-	b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C)
+	b, err := w.ownBlockOf(r.Job, r.Epoch, r.Fence, cb.KBlock, cb.C)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -687,12 +724,12 @@ func (w *Worker) copyOwn(j *ownJob, r *proto.Request, cb proto.ColBlock, cols []
 }
 
 // ownGroupOf returns row group g of the job if this worker owns it in
-// that epoch.
-func (w *Worker) ownGroupOf(job string, epoch, g int) (*ownGroup, error) {
+// that epoch, whose token fence is.
+func (w *Worker) ownGroupOf(job string, epoch int, fence string, g int) (*ownGroup, error) {
 	w.omu.Lock()
 	j := w.own[job]
 	var og *ownGroup
-	if j != nil && j.epoch == epoch {
+	if j != nil && j.epoch == epoch && sameToken(fence, j.token) {
 		og = j.groups[g]
 	}
 	w.omu.Unlock()
@@ -705,7 +742,7 @@ func (w *Worker) ownGroupOf(job string, epoch, g int) (*ownGroup, error) {
 // copyOwnRows copies rows (ascending) of a row group this worker owns,
 // at the task's version, into dst (m values each, in rows' order).
 func (w *Worker) copyOwnRows(j *ownJob, r *proto.Request, g int, rows []int32, dst []float64) error {
-	og, err := w.ownGroupOf(r.Job, r.Epoch, g)
+	og, err := w.ownGroupOf(r.Job, r.Epoch, r.Fence, g)
 	if err != nil {
 		return err
 	}
@@ -754,12 +791,13 @@ func (w *Worker) serveGather(msg *nats.Msg) {
 		fail(fmt.Errorf("bad gather request: %w", err))
 		return
 	}
+	fence := msg.Header.Get(wire.HeaderOwnFence)
 	var out []float64
 	var err error
 	if kbs == "d" {
-		out, err = w.gatherD(msg.Data, job, e, c, v)
+		out, err = w.gatherD(msg.Data, job, e, fence, c, v)
 	} else {
-		out, err = w.gatherKRows(msg.Data, job, e, kb, c, v)
+		out, err = w.gatherKRows(msg.Data, job, e, fence, kb, c, v)
 	}
 	if err != nil {
 		fail(err)
@@ -780,8 +818,8 @@ func (w *Worker) gatherIndices(data []byte, m, lo, hi int, what string) ([]int32
 
 // gatherKRows returns the rows of K^T that a gather request asks of owned
 // column block kb/c at version v.
-func (w *Worker) gatherKRows(data []byte, job string, epoch, kb, c, v int) ([]float64, error) {
-	b, err := w.ownBlockOf(job, epoch, kb, c)
+func (w *Worker) gatherKRows(data []byte, job string, epoch int, fence string, kb, c, v int) ([]float64, error) {
+	b, err := w.ownBlockOf(job, epoch, fence, kb, c)
 	if err != nil {
 		return nil, err
 	}
@@ -805,8 +843,8 @@ func (w *Worker) gatherKRows(data []byte, job string, epoch, kb, c, v int) ([]fl
 
 // gatherD returns the rows of D that a gather request asks of owned row
 // group g at version v.
-func (w *Worker) gatherD(data []byte, job string, epoch, g, v int) ([]float64, error) {
-	og, err := w.ownGroupOf(job, epoch, g)
+func (w *Worker) gatherD(data []byte, job string, epoch int, fence string, g, v int) ([]float64, error) {
+	og, err := w.ownGroupOf(job, epoch, fence, g)
 	if err != nil {
 		return nil, err
 	}
@@ -872,7 +910,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *proto.Request, rep
 		sh := j.shapes[b.kb]
 		refs := make([]sliceRef, len(sh.Shards))
 		for q, k := range sh.Shards {
-			refs[q] = sliceRef{worker: cmp.Or(moved[k], sh.Workers[q]), name: wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c)}
+			refs[q] = sliceRef{worker: cmp.Or(moved[k], sh.Workers[q]), name: wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c, j.sliceKey)}
 		}
 		if err := w.foldBlock(ctx, j, b, refs); err != nil {
 			return err
@@ -946,7 +984,7 @@ func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *proto.Request, g *
 	cells := j.rowLayout[g.g].Cells
 	refs := make([]sliceRef, len(cells))
 	for q, k := range cells {
-		refs[q] = sliceRef{worker: cmp.Or(moved[k], j.cellWorker[k]), name: wire.DSliceName(r.Job, r.Epoch, r.Iteration, k, g.g)}
+		refs[q] = sliceRef{worker: cmp.Or(moved[k], j.cellWorker[k]), name: wire.DSliceName(r.Job, r.Epoch, r.Iteration, k, g.g, j.sliceKey)}
 	}
 	g.dh = slices.Grow(g.dh[:0], len(g.rows)*m)[:len(g.rows)*m]
 	g.x = slices.Grow(g.x[:0], len(g.rows))[:len(g.rows)]
@@ -1102,7 +1140,7 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *proto.Request, reply
 		return err
 	}
 	for _, cb := range r.Blocks {
-		b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C)
+		b, err := w.ownBlockOf(r.Job, r.Epoch, r.Fence, cb.KBlock, cb.C)
 		if err != nil {
 			return fmt.Errorf("worker: save: %w", err)
 		}
@@ -1115,7 +1153,7 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *proto.Request, reply
 		reply.Blocks = append(reply.Blocks, proto.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc})
 	}
 	for _, rg := range r.Groups {
-		g, err := w.ownGroupOf(r.Job, r.Epoch, rg.G)
+		g, err := w.ownGroupOf(r.Job, r.Epoch, r.Fence, rg.G)
 		if err != nil {
 			return fmt.Errorf("worker: save: %w", err)
 		}
@@ -1144,11 +1182,11 @@ func (w *Worker) dropSlices(j *ownJob, iter int) {
 	j.served = keep
 }
 
-// ownEnd forgets a job.
-func (w *Worker) ownEnd(job string) {
+// ownEnd forgets a job at epoch epoch or before (an admitted end).
+func (w *Worker) ownEnd(job string, epoch int) {
 	w.omu.Lock()
 	defer w.omu.Unlock()
-	if j := w.own[job]; j != nil {
+	if j := w.own[job]; j != nil && j.epoch <= epoch {
 		j.cancel(errors.New("worker: the job ended"))
 		w.dropSlices(j, math.MaxInt)
 		delete(w.own, job)

@@ -28,6 +28,10 @@ import (
 type Config struct {
 	// Prefix is the subject prefix (default DefaultPrefix).
 	Prefix string
+	// JobsBucket is the KV bucket of the coordinators' job records
+	// (default wire.DefaultKVBucket): the owners exchange takes up an
+	// epoch, or ends a job, only when the job's record there names it.
+	JobsBucket string
 	// Logger receives the worker's logs (default: none).
 	Logger hclog.Logger
 	// MaxCachedShards bounds the shard cache (0: no bound). When full, the
@@ -99,8 +103,11 @@ type Worker struct {
 	// The owners exchange (owners.go): the job states by job (guarded by
 	// omu), the K̂ slices served, the gather subscription, and the
 	// columns of the current task (guarded by mu).
-	omu       sync.Mutex
-	own       map[string]*ownJob
+	omu sync.Mutex
+	own map[string]*ownJob
+	// kv is the jobs bucket (guarded by kmu), where epochs are proven.
+	kmu       sync.Mutex
+	kv        jetstream.KeyValue
 	slices    *wire.BlobServer
 	gather    *nats.Subscription
 	ownShards map[string]*ownShard
@@ -140,6 +147,12 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		cfg.Prefix = wire.DefaultPrefix
 	}
 	if err := wire.CheckPrefix(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	if cfg.JobsBucket == "" {
+		cfg.JobsBucket = wire.DefaultKVBucket
+	}
+	if err := wire.CheckBucket(cfg.JobsBucket); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {

@@ -247,7 +247,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			dir = tmp
 		}
 		lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: dir, Workers: workers,
-			InProcess: true, Exec: ecfg, Sync: c.store != ""}, worker.Starter(worker.Config{Prefix: c.prefix, Logger: logger}))
+			InProcess: true, Exec: ecfg, Sync: c.store != ""}, worker.Starter(worker.Config{Prefix: c.prefix, JobsBucket: c.kvBucket, Logger: logger}))
 		if err != nil {
 			return factor.FitResult{}, err
 		}

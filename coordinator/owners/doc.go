@@ -74,4 +74,43 @@
 // now (quarantined ones left out) from the last checkpoint, replays the
 // iterations since and checks each replayed pass's scalars against the
 // first; a checkpoint counts only once the record names it.
+//
+// # Fencing: who may move the workers
+//
+// Every request to a worker, end included, carries the job's epoch (≥ 1)
+// and a token: 128 random bits the sequencer draws for each epoch. Before
+// it sends a load of a new epoch, the sequencer writes the job's record
+// with compare-and-set, and the record holds the epoch and
+// proto.FenceOf(token), a SHA-256 of the token, not the token. A worker
+// (worker/fence.go) refuses a request with no epoch or token, of an
+// older epoch than its own, or of its epoch with another token; it takes
+// up a newer epoch only from a load whose epoch and token the job's record
+// names; and it ends a job only when the record still names the end's
+// epoch and token. Gathers of rows carry the token, and the slices an
+// epoch serves are named with a key derived from it (proto.SliceKey), so
+// that no one without it can read or drop them.
+//
+// Why the record decides, and why it keeps a hash: a worker must not
+// take up an epoch that no coordinator wrote (a forged "future" epoch
+// would make it drop its blocks and refuse the real coordinator until the
+// fit gave up), and the epoch alone proves nothing, since anyone who reads
+// the job's record or its commit announcements knows it. Trusting the
+// first load of an epoch would let a forged future load in. A token kept
+// in the record in clear would be read by anyone who can read the
+// bucket. Kept as a hash, the record (written only by the holder of the
+// compare-and-set lease) names the one token a worker may accept, and
+// whoever can only publish on the owners subjects, or read the bucket,
+// changes nothing: TestOwnersForgedOperations (natsexec) sends ends,
+// loads, tasks, commits, saves and gathers with missing, old, current
+// and future epochs all through a fit, and the model keeps its bits
+// with no rollback. A coordinator that lost the lease (another resumed
+// the job: its compare-and-set write came last) can neither move nor end
+// the workers, and Run does not try: it leaves them to the other
+// (TestRunTakenOver, TestOwnersTakenOver). The price is one KV read per
+// worker per epoch (a load re-reads the record for up to 2 s while it
+// names an older epoch: a KV replica that has not caught up). What this
+// does not stop: a client that can subscribe to the owners subjects sees
+// the tokens of the requests it reads, and one that can write the job's
+// bucket can take the job over as any coordinator can; NATS permissions
+// (deploy/) keep both to the coordinators.
 package owners

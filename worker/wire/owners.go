@@ -37,10 +37,12 @@ const (
 // SliceName is the name under which the worker that computed shard s in
 // iteration iter of an epoch serves the K̂ slice of column block c (on
 // SliceSubject): a deterministic name, so that the coordinator never
-// relays one reference per shard and block. A shard that touches no
-// column of the block serves an empty slice.
-func SliceName(job string, epoch, iter, s, c int) string {
-	return job + "-" + strconv.Itoa(epoch) + "-" + strconv.Itoa(iter) + "-" + strconv.Itoa(s) + "-" + strconv.Itoa(c)
+// relays one reference per shard and block, ending in the epoch's slice
+// key (proto.SliceKey), so that no one without the epoch's token can name
+// it (or drop it). A shard that touches no column of the block serves an
+// empty slice.
+func SliceName(job string, epoch, iter, s, c int, key string) string {
+	return job + "-" + strconv.Itoa(epoch) + "-" + strconv.Itoa(iter) + "-" + strconv.Itoa(s) + "-" + strconv.Itoa(c) + "-" + key
 }
 
 // SliceSubject is where worker id serves its K̂ slices.
@@ -48,9 +50,10 @@ func SliceSubject(prefix, id string) string { return BlobSubject(prefix, id+"-s"
 
 // DSliceName is the name under which the worker that computed shard s in
 // iteration iter of an epoch serves its D̂ slice of row group g (the
-// shard's rows in the group, their D̂ and x) for the group's owner.
-func DSliceName(job string, epoch, iter, s, g int) string {
-	return job + "-" + strconv.Itoa(epoch) + "-" + strconv.Itoa(iter) + "-" + strconv.Itoa(s) + "-d" + strconv.Itoa(g)
+// shard's rows in the group, their D̂ and x) for the group's owner (key:
+// as SliceName's).
+func DSliceName(job string, epoch, iter, s, g int, key string) string {
+	return job + "-" + strconv.Itoa(epoch) + "-" + strconv.Itoa(iter) + "-" + strconv.Itoa(s) + "-d" + strconv.Itoa(g) + "-" + key
 }
 
 // FloatBytes views xs as its bytes (little-endian machines: see

@@ -286,6 +286,14 @@ func FenceOf(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// SliceKey is the key in the names of the slices served in the epoch
+// of token (wire.SliceName): derived from the token, not from its fence,
+// so that the job's record does not reveal it.
+func SliceKey(token string) string {
+	sum := sha256.Sum256([]byte("emsf-owners-slices\x00" + token))
+	return hex.EncodeToString(sum[:8])
+}
+
 // RecordLease reads the lease out of a job record (the JSON of
 // coordinator.JobState, whose "owners" object embeds a Lease).
 func RecordLease(record []byte) (Lease, error) {
