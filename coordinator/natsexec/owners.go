@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/owners"
@@ -116,15 +119,24 @@ type ownersCluster struct {
 	e    *Executor
 	wait time.Duration
 	job  string
+
+	mu       sync.Mutex
+	admitted map[string]bool
+	refused  map[string]string // why, as last logged
 }
 
-// Census waits until at least want workers answer (at most the wait,
-// then the fit ends), and through a restart of the server.
+// Census waits until at least want admitted workers answer (at most the
+// wait, then the fit ends), and through a restart of the server. A
+// worker that answers $SRV.PING is admitted once it answers a hello on
+// its own owners subject (admit).
 func (c *ownersCluster) Census(ctx context.Context, want int) ([]string, error) {
 	e := c.e
 	deadline := time.Now().Add(c.wait)
 	for {
 		ids, err := e.Census(ctx)
+		if err == nil {
+			ids = c.admit(ctx, ids)
+		}
 		switch {
 		case err != nil && e.nc.IsConnected():
 			return nil, err
@@ -151,13 +163,68 @@ func (c *ownersCluster) Census(ctx context.Context, want int) ([]string, error) 
 	}
 }
 
-// Ask sends r to worker id on its owners subject.
+// admit returns the workers of ids that answered a hello on their own
+// owners subject with this protocol and this coordinator's job bucket
+// (asked once per worker, in parallel); the others are logged, once per
+// reason.
+func (c *ownersCluster) admit(ctx context.Context, ids []string) []string {
+	c.mu.Lock()
+	if c.admitted == nil {
+		c.admitted, c.refused = map[string]bool{}, map[string]string{}
+	}
+	var ask []string
+	for _, id := range ids {
+		if !c.admitted[id] {
+			ask = append(ask, id)
+		}
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, id := range ask {
+		wg.Go(func() {
+			hctx, cancel := context.WithTimeout(ctx, max(2*c.e.cfg.PingWait, time.Second))
+			defer cancel()
+			rep, err := c.Ask(hctx, id, &proto.Request{Op: proto.OpHello})
+			why := ""
+			switch {
+			case err != nil:
+				why = err.Error()
+			case rep.Error != "":
+				why = rep.Error
+			case rep.Worker != id || rep.Protocol != proto.Protocol:
+				why = fmt.Sprintf("it answers as worker %q of owners protocol %d (this coordinator speaks %d)", rep.Worker, rep.Protocol, proto.Protocol)
+			case rep.JobsBucket != c.e.cfg.KVBucket:
+				why = fmt.Sprintf("it reads job records from bucket %s, this coordinator writes them to %s (emsf worker --bucket-jobs)", rep.JobsBucket, c.e.cfg.KVBucket)
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if why == "" {
+				c.admitted[id] = true
+			} else if c.refused[id] != why {
+				c.refused[id] = why
+				c.e.log.Warn("owners: a service answers the census as a worker but is not admitted", "job", c.job, "worker_id", id, "why", why)
+			}
+		})
+	}
+	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !c.admitted[id] })
+}
+
+// Ask sends r to worker id on its owners subject. "No responders" from a
+// worker that still answers $SRV.PING (a service that is not, or no
+// longer, an owners worker) is owners.ErrUnreachable; from one that does
+// not, the worker is gone.
 func (c *ownersCluster) Ask(ctx context.Context, id string, r *proto.Request) (*proto.Reply, error) {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: %w", err)
 	}
 	msg, err := c.e.nc.RequestWithContext(ctx, wire.OwnSubject(c.e.cfg.Prefix, id), body)
+	if errors.Is(err, nats.ErrNoResponders) && c.pings(ctx, id) {
+		return nil, fmt.Errorf("natsexec: owners: worker %s answers $SRV.PING but nothing serves its owners subject: %w", id, owners.ErrUnreachable)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("natsexec: owners: %w", err)
 	}
@@ -166,6 +233,18 @@ func (c *ownersCluster) Ask(ctx context.Context, id string, r *proto.Request) (*
 		return nil, fmt.Errorf("natsexec: owners: %w: %w", owners.ErrBadReply, err)
 	}
 	return &rep, nil
+}
+
+// pings reports whether worker id answers a $SRV.PING.
+func (c *ownersCluster) pings(ctx context.Context, id string) bool {
+	subj, err := micro.ControlSubject(micro.PingVerb, wire.ServiceName, id)
+	if err != nil {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, max(c.e.cfg.PingWait, time.Second))
+	defer cancel()
+	_, err = c.e.nc.RequestWithContext(pctx, subj, nil)
+	return err == nil
 }
 
 // Guard runs f with a context that ends, with the cause, as soon as a

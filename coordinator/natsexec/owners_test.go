@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
@@ -817,5 +819,69 @@ func TestOwnersTakenOver(t *testing.T) {
 	// epoch: timing, not a fault.)
 	if b.last.Rollbacks != 0 || b.last.Epoch < 2 {
 		t.Fatalf("coordinator B's last report %+v: want no rollback, from epoch 2 on", b.last)
+	}
+}
+
+// strayService registers a micro service that answers the census as an
+// emsf worker (its name and prefix), with own, if set, serving its owners
+// subject. It is stopped at the test's end.
+func strayService(t *testing.T, lc *natsexec.LocalCluster[*worker.Worker], own func(nc *nats.Conn, sub **nats.Subscription, m *nats.Msg, id string)) string {
+	t.Helper()
+	nc := dial(t, lc)
+	svc, err := micro.AddService(nc, micro.Config{Name: wire.ServiceName, Version: wire.ServiceVersion, Metadata: map[string]string{"prefix": wire.DefaultPrefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	id := svc.Info().ID
+	if own != nil {
+		var sub *nats.Subscription
+		if sub, err = nc.Subscribe(wire.OwnSubject(wire.DefaultPrefix, id), func(m *nats.Msg) { own(nc, &sub, m, id) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestOwnersStrayServices: services that answer the census as emsf
+// workers but are not (one serves no owners subject, one answers
+// nonsense, one speaks an older protocol) are never placed: the census
+// admits a worker only after a hello on its own owners subject. One that
+// answers the hello and then stops serving its owners subject ("no
+// responders" while it answers pings) is quarantined at its first load
+// and its work placed on the others after one rollback, not retried.
+// The model is bitwise the local fit's.
+func TestOwnersStrayServices(t *testing.T) {
+	const iters = 4
+	shards := ownersData(t, 120, 2, 17)
+	init := factor.NewRandom(120, 4, 2, factor.TieNone, 2)
+	want, _ := fitLocal(t, shards, init, iters)
+	lc := ownersCluster(t, 2, natsexec.Config{})
+	strayService(t, lc, nil)
+	strayService(t, lc, func(_ *nats.Conn, _ **nats.Subscription, m *nats.Msg, _ string) { _ = m.Respond([]byte("nonsense")) })
+	strayService(t, lc, func(_ *nats.Conn, _ **nats.Subscription, m *nats.Msg, id string) {
+		body, _ := json.Marshal(proto.Reply{Worker: id, Error: `worker: unknown owners operation "hello"`})
+		_ = m.Respond(body)
+	})
+	turncoat := strayService(t, lc, func(nc *nats.Conn, sub **nats.Subscription, m *nats.Msg, id string) {
+		// It answers the hello, after leaving its owners subject.
+		_ = (*sub).Unsubscribe()
+		_ = nc.Flush()
+		body, _ := json.Marshal(proto.Reply{Worker: id, Protocol: proto.Protocol, JobsBucket: wire.DefaultKVBucket})
+		_ = m.Respond(body)
+	})
+	md := init.Clone()
+	var last natsexec.OwnersReport
+	if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{Job: "owners-strays", Options: owners.Options{
+		Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ, ColBlocks: 3, CheckpointEvery: 2, MinWorkers: 2,
+		Report: func(r natsexec.OwnersReport) { last = r }}}); err != nil {
+		t.Fatal(err)
+	}
+	coordtest.SameModel(t, "with stray services", md, want)
+	if q := lc.Exec.Quarantined(); !slices.Equal(q, []string{turncoat}) || last.Rollbacks != 1 || last.Workers != 2 {
+		t.Fatalf("quarantined %v (the turncoat is %s), last report %+v: want it alone quarantined after one rollback", q, turncoat, last)
 	}
 }

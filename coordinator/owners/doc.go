@@ -113,4 +113,15 @@
 // the tokens of the requests it reads, and one that can write the job's
 // bucket can take the job over as any coordinator can; NATS permissions
 // (deploy/) keep both to the coordinators.
+//
+// # Admission and quarantine
+//
+// The Cluster's census admits a worker only once it answered a hello on
+// its own owners subject with proto.Protocol (and the job bucket the
+// coordinator uses), so that a stray service that answers $SRV.PING as
+// an emsf worker but serves nothing is never placed. A placed worker
+// whose owners subject then has no responders while it still answers
+// pings (ErrUnreachable) is quarantined at once, one whose answers fail
+// the checks (or cannot be read) after three: either way the rollback
+// that follows places its work on the others, and it is not asked again.
 package owners
