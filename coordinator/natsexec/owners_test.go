@@ -217,7 +217,9 @@ func TestFitOwnersBytesFlatInN(t *testing.T) {
 		if len(shards) != 4 {
 			t.Fatalf("n=%d: %d shards, want 4", n, len(shards))
 		}
-		lc := ownersCluster(t, 2, natsexec.Config{})
+		// No liveness probes: their bytes grow with the wall time (a
+		// loaded machine), not with n.
+		lc := ownersCluster(t, 2, natsexec.Config{ProbeEvery: time.Hour})
 		var rs []natsexec.OwnersReport
 		md := factor.NewRandom(n, 8, 1, factor.TieNone, 1)
 		if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
