@@ -69,13 +69,28 @@ func CutDGroups(shards []*Shard, tie factor.Tie) ([]DGroup, [][]int32) {
 			slices.Sort(rows)
 			rows = slices.Compact(rows)
 		}
-		parts := min(q, max(1, len(rows)))
-		for b := range parts {
-			part := rows[b*len(rows)/parts : (b+1)*len(rows)/parts]
-			if len(part) > 0 || b == 0 {
-				out = append(out, newDGroup(shards[cells[0]].Action, cells, part))
-				lists = append(lists, part)
-			}
+		gs, ls := CutRange(shards[cells[0]].Action, cells, rows, q)
+		out, lists = append(out, gs...), append(lists, ls...)
+	}
+	return out, lists
+}
+
+// CutRange cuts one row range's present rows (rows: ascending, the union
+// of its cells' rows; cells: the range's shards in order) into its row
+// groups of D block dblock: q parts of consecutive rows balanced by count
+// (fewer when the range has fewer rows; one, possibly empty, when it has
+// none), q being the most column cells any row range of the data has.
+// CutDGroups cuts every range so; a node that builds one range's shards
+// cuts its range alone, given q, and gets the same groups.
+func CutRange(dblock int, cells []int, rows []int32, q int) ([]DGroup, [][]int32) {
+	var out []DGroup
+	var lists [][]int32
+	parts := min(max(q, 1), max(1, len(rows)))
+	for b := range parts {
+		part := rows[b*len(rows)/parts : (b+1)*len(rows)/parts]
+		if len(part) > 0 || b == 0 {
+			out = append(out, newDGroup(dblock, cells, part))
+			lists = append(lists, part)
 		}
 	}
 	return out, lists

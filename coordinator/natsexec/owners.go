@@ -70,9 +70,6 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 	if opt.Job == "" {
 		return factor.FitResult{}, errors.New("natsexec: owners: no job name")
 	}
-	if opt.WaitWorkers <= 0 {
-		opt.WaitWorkers = 30 * time.Second
-	}
 	if md.Precision == factor.Float32 {
 		// Checkpoint 0 holds the rounded factors the loop starts from.
 		md.RoundFactors()
@@ -92,19 +89,40 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 		}
 		groups[g].RowsCRC = wire.CRC(data)
 	}
-	job := &owners.Job{Name: opt.Job, Shards: make([]shard.Info, len(shards)), Groups: groups,
-		Bucket: e.cfg.ObjectBucket, JobsBucket: e.cfg.KVBucket}
+	job := &owners.Job{Name: opt.Job, Shards: make([]shard.Info, len(shards)), Groups: groups}
 	for k, sh := range shards {
 		job.Shards[k] = sh.Info
 	}
 	hdr := &factor.Model{N: md.N, M: md.M, U: md.U, Tie: md.Tie, Iteration: md.Iteration, LogLik: md.LogLik, WKL: md.WKL,
 		Seed: md.Seed, Precision: md.Precision}
+	res, err := e.RunOwners(ctx, job, hdr, &heldModel{e: e, md: md, rows: rows}, opt)
+	md.Iteration, md.LogLik, md.WKL = hdr.Iteration, hdr.LogLik, hdr.WKL
+	return res, err
+}
+
+// RunOwners fits a job given as metadata (owners.Job: its shard objects
+// and row lists stored already, by whoever built them) with the owners
+// exchange; model gives checkpoint 0 and takes the fitted model out, and
+// hdr is the model's header, left as the fitted one's (owners.Run). It is
+// what FitOwners runs once it has described, cut and stored the shards
+// it holds, and the entry of a fit whose coordinator holds no shard.
+func (e *Executor) RunOwners(ctx context.Context, job *owners.Job, hdr *factor.Model, model owners.Model, opt OwnersOptions) (factor.FitResult, error) {
+	if opt.Job == "" || job.Name != opt.Job {
+		return factor.FitResult{}, fmt.Errorf("natsexec: owners: job %q, options of job %q", job.Name, opt.Job)
+	}
+	if opt.WaitWorkers <= 0 {
+		opt.WaitWorkers = 30 * time.Second
+	}
+	if job.Bucket == "" {
+		job.Bucket = e.cfg.ObjectBucket
+	}
+	if job.JobsBucket == "" {
+		job.JobsBucket = e.cfg.KVBucket
+	}
 	st := &ownersStore{e: e, job: opt.Job, params: opt.Params, manifest: opt.Manifest, groupNNZ: opt.GroupNNZ}
 	sopt := opt.Options
 	sopt.Logger = e.log
-	res, err := owners.Run(ctx, &ownersCluster{e: e, wait: opt.WaitWorkers, job: opt.Job}, st, &heldModel{e: e, md: md, rows: rows}, job, hdr, sopt)
-	md.Iteration, md.LogLik, md.WKL = hdr.Iteration, hdr.LogLik, hdr.WKL
-	return res, err
+	return owners.Run(ctx, &ownersCluster{e: e, wait: opt.WaitWorkers, job: opt.Job}, st, model, job, hdr, sopt)
 }
 
 func (e *Executor) putOwners(ctx context.Context, name string, data []byte) error {

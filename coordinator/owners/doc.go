@@ -52,7 +52,11 @@
 //
 // NewPlan checks the metadata (ranges within the model's shape, groups
 // naming shards of their D block in order, every shard with rows in a
-// group) and returns one error naming the bad line.
+// group) and returns one error naming the bad line. natsexec.RunOwners
+// runs a Job built elsewhere (its shard objects and row lists stored by
+// their builders; a builder of one row range cuts its groups with
+// shard.CutRange); natsexec.FitOwners builds one from the shards a
+// coordinator holds.
 //
 // # The decisions
 //
