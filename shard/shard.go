@@ -57,6 +57,14 @@ type Info struct {
 	// Checksum is the hex SHA-256 of the shard's (row, col, count) triples
 	// in little-endian binary, in storage order.
 	Checksum string
+	// Rows is the number of rows with a nonzero (the block's present
+	// rows): the rows of D the shard reads and commits.
+	Rows int
+	// DataTerm is the shard's share of the data term (factor.DataTerms:
+	// Σ c·log(c/x_i) over its nonzeros, x_i the total of row i over its
+	// row range's cells); Describe fills it in. Whoever holds the lines
+	// only gets the data term with factor.SumDataTerms, in shard order.
+	DataTerm float64
 }
 
 // Shard is one shard: its manifest line and its nonzeros.
@@ -130,7 +138,7 @@ func Split(mats []*factor.Block, n, target int) ([]*Shard, *Manifest) {
 				rowLo = out[len(out)-1].RowHi
 			}
 			sh := &Shard{Info: Info{ID: len(out), Action: a, RowLo: rowLo, RowHi: rowHi,
-				ColLo: 0, ColHi: n, NNZ: b.NNZ(), Sum: b.Sum(), Checksum: Checksum(b)}, Block: b}
+				ColLo: 0, ColHi: n, NNZ: b.NNZ(), Sum: b.Sum(), Checksum: Checksum(b), Rows: len(b.Rows)}, Block: b}
 			out = append(out, sh)
 			man.Shards = append(man.Shards, sh.Info)
 			man.NNZ += sh.NNZ
@@ -184,7 +192,7 @@ func SplitGrid(mats []*factor.Block, n, target, q int) ([]*Shard, *Manifest) {
 				continue
 			}
 			sh := &Shard{Info: Info{ID: len(out), Action: b.Action, RowLo: rs.RowLo, RowHi: rs.RowHi,
-				ColLo: int(lo), ColHi: int(hi), NNZ: cell.NNZ(), Sum: cell.Sum(), Checksum: Checksum(cell)}, Block: cell}
+				ColLo: int(lo), ColHi: int(hi), NNZ: cell.NNZ(), Sum: cell.Sum(), Checksum: Checksum(cell), Rows: len(cell.Rows)}, Block: cell}
 			out = append(out, sh)
 			man.Shards = append(man.Shards, sh.Info)
 			man.NNZ += sh.NNZ

@@ -19,7 +19,7 @@
 //     Partial in Arrow IPC (arrowio.EncodePartial) when it fits in the
 //     server's max payload, else serves it from memory as a raw partial
 //     blob named in the reply headers (see blob.go). Every reply carries
-//     the partial's Label (job, iteration, shard, shard checksum, model
+//     the partial's proto.Label (job, iteration, shard, shard checksum, model
 //     digest) in the Emsf-Partial-Of header.
 //
 // Model parts (parts.go): a task names, besides the whole model blob, the CRC-32C of each K block and of
@@ -30,7 +30,7 @@
 // coordinator's own commit arithmetic), fetching them only when their CRC
 // does not match (first iteration, a shard that moved, a shared D).
 //
-// The owners exchange (owners.go; protocol in wire/owners.go): the
+// The owners exchange (owners.go; protocol in wire/proto): the
 // worker's "own" endpoint (<prefix>.own.<id>) loads column blocks of K
 // from a checkpoint, computes a shard on rows of D it keeps and K rows it
 // gathers from their owners (<prefix>.gather.<id> serves its own blocks'

@@ -19,6 +19,7 @@ import (
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // The owners exchange (see wire/owners.go for the protocol): this worker
@@ -31,8 +32,13 @@ import (
 
 // ownJob is a job's state in the owners exchange.
 type ownJob struct {
-	job      string
-	epoch    int
+	job   string
+	epoch int
+	// token is the epoch's secret (proto: fencing); sliceKey the key in the
+	// names of the slices served in the epoch (proto.SliceKey), which no
+	// one without the token can name (or drop).
+	token    string
+	sliceKey string
 	n, m, u  int
 	tie      factor.Tie
 	prec     factor.Precision
@@ -41,13 +47,13 @@ type ownJob struct {
 	blocks   map[[2]int]*ownBlock
 	// layout[kblock] are the K block's column blocks with their owners,
 	// shapes[kblock] its shards and their workers: the epoch's placement.
-	layout [][]wire.ColBlock
-	shapes map[int]wire.KShape
+	layout [][]proto.ColBlock
+	shapes map[int]proto.KShape
 	// groups are the row groups of D owned here; rowLayout is every
 	// group of the epoch (index = group), cellGroups each shard's groups
 	// (in row order) and cellWorker each shard's worker.
 	groups     map[int]*ownGroup
-	rowLayout  []wire.RowGroup
+	rowLayout  []proto.RowGroup
 	cellGroups map[int][]int
 	cellWorker map[int]string
 	// served are the K̂ slice blobs served, with the iteration they are of.
@@ -119,7 +125,7 @@ func (w *Worker) startOwners() error {
 // that died, say). Requests of one epoch are sequenced by the coordinator.
 func (w *Worker) handleOwn(req micro.Request) {
 	if !w.begin() {
-		data, _ := json.Marshal(wire.OwnReply{Worker: w.id, Error: ErrStopped.Error()})
+		data, _ := json.Marshal(proto.Reply{Worker: w.id, Error: ErrStopped.Error()})
 		_ = req.Respond(data)
 		return
 	}
@@ -134,39 +140,46 @@ func (w *Worker) handleOwn(req micro.Request) {
 }
 
 func (w *Worker) serveOwn(req micro.Request) {
-	reply := wire.OwnReply{Worker: w.id}
-	var r wire.OwnRequest
+	reply := proto.Reply{Worker: w.id}
+	var r proto.Request
 	err := json.Unmarshal(req.Data(), &r)
 	if err != nil {
 		err = fmt.Errorf("worker: bad owners request: %w", err)
 	}
-	if err == nil && !slices.Contains([]string{wire.OpLoad, wire.OpTask, wire.OpCommit, wire.OpSave, wire.OpEnd}, r.Op) {
+	if err == nil && !slices.Contains(proto.Ops, r.Op) {
 		err = fmt.Errorf("worker: unknown owners operation %q", r.Op)
 	}
 	var j *ownJob
-	if err == nil && r.Op != wire.OpEnd {
-		j, err = w.ownState(&r, r.Op == wire.OpLoad)
+	switch {
+	case err != nil:
+	case r.Op == proto.OpHello:
+		// The census's handshake: no job, nothing fenced.
+		reply.Protocol, reply.JobsBucket = proto.Protocol, w.cfg.JobsBucket
+	case r.Op == proto.OpEnd:
+		if err = w.ownAdmit(&r); err == nil {
+			w.ownEnd(r.Job, r.Epoch)
+		}
+	default:
+		if err = w.ownAdmit(&r); err == nil {
+			j, err = w.ownState(&r)
+		}
 	}
-	if err == nil && r.Op == wire.OpEnd {
-		w.ownEnd(r.Job)
-	} else if err == nil {
+	if j != nil {
 		ctx, cancel := context.WithCancel(j.ctx)
 		if r.Deadline != 0 {
 			ctx, cancel = context.WithDeadline(j.ctx, time.Unix(0, r.Deadline))
 		}
 		switch r.Op {
-		case wire.OpLoad:
+		case proto.OpLoad:
 			err = w.ownLoad(ctx, j, &r)
-		case wire.OpTask:
+		case proto.OpTask:
 			w.running.Add(1)
 			err = w.ownTask(ctx, j, &r, &reply)
 			w.running.Add(-1)
-		case wire.OpCommit:
+		case proto.OpCommit:
 			err = w.ownCommit(ctx, j, &r, &reply)
-		case wire.OpSave:
+		case proto.OpSave:
 			err = w.ownSave(ctx, j, &r, &reply)
-		default:
-			err = fmt.Errorf("worker: unknown owners operation %q", r.Op)
 		}
 		if err != nil && ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)) {
 			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
@@ -185,19 +198,43 @@ func (w *Worker) serveOwn(req micro.Request) {
 // errSuperseded ends the requests of an epoch that a newer one replaced.
 var errSuperseded = errors.New("worker: superseded by a newer epoch of the job")
 
-// ownState returns the job's state for a request of epoch e: a newer
-// epoch starts afresh, an older one is refused.
-func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
+// ownAdmit fences request r (checkFence): nil when it may act on the
+// job, the epoch of a load or end being proven by the job's record.
+func (w *Worker) ownAdmit(r *proto.Request) error {
+	if r.JobsBucket != "" && r.JobsBucket != w.cfg.JobsBucket {
+		return fmt.Errorf("worker: job %s: the coordinator keeps its record in bucket %s, this worker reads bucket %s (--bucket-jobs)", r.Job, r.JobsBucket, w.cfg.JobsBucket)
+	}
+	w.omu.Lock()
+	j := w.own[r.Job]
+	have, epoch, token := j != nil, 0, ""
+	if j != nil {
+		epoch, token = j.epoch, j.token
+	}
+	w.omu.Unlock()
+	ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
+	defer cancel()
+	_, err := checkFence(have, epoch, token, r, func(want int) (proto.Lease, error) { return w.lease(ctx, r.Job, want) })
+	return err
+}
+
+// ownState returns the job's state for an admitted request: the
+// epoch's, or for a load of a newer epoch a new one (what the older
+// epoch runs is cancelled and its slices dropped).
+func (w *Worker) ownState(r *proto.Request) (*ownJob, error) {
 	w.omu.Lock()
 	defer w.omu.Unlock()
 	j := w.own[r.Job]
 	if j != nil && r.Epoch < j.epoch {
+		// A newer epoch came in meanwhile.
 		return nil, fmt.Errorf("worker: job %s: request of epoch %d, the job is at epoch %d", r.Job, r.Epoch, j.epoch)
 	}
 	if j != nil && r.Epoch == j.epoch {
+		if !sameToken(r.Fence, j.token) {
+			return nil, fmt.Errorf("worker: job %s: %s of epoch %d with another fence than the epoch's: refused", r.Job, r.Op, r.Epoch)
+		}
 		return j, nil
 	}
-	if !create {
+	if r.Op != proto.OpLoad {
 		return nil, fmt.Errorf("worker: job %s epoch %d: no blocks loaded here", r.Job, r.Epoch)
 	}
 	tie, err := factor.ParseTie(r.Tie)
@@ -211,8 +248,8 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 	if r.N < 1 || r.M < 1 || r.U < 1 {
 		return nil, fmt.Errorf("worker: job %s: bad shape n=%d m=%d u=%d", r.Job, r.N, r.M, r.U)
 	}
-	nj := &ownJob{job: r.Job, epoch: r.Epoch, n: r.N, m: r.M, u: r.U, tie: tie, prec: prec, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
-		blocks: map[[2]int]*ownBlock{}, shapes: map[int]wire.KShape{}, groups: map[int]*ownGroup{},
+	nj := &ownJob{job: r.Job, epoch: r.Epoch, token: r.Fence, sliceKey: proto.SliceKey(r.Fence), n: r.N, m: r.M, u: r.U, tie: tie, prec: prec, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
+		blocks: map[[2]int]*ownBlock{}, shapes: map[int]proto.KShape{}, groups: map[int]*ownGroup{},
 		cellGroups: map[int][]int{}, cellWorker: map[int]string{}}
 	nj.ctx, nj.cancel = context.WithCancelCause(w.ctx)
 	if j != nil {
@@ -224,7 +261,7 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 }
 
 // ownLoad takes the blocks of a new placement from a checkpoint.
-func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) error {
+func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *proto.Request) error {
 	for _, sh := range r.Shapes {
 		if len(sh.NNZ) != len(sh.Shards) || len(sh.Workers) != len(sh.Shards) {
 			return fmt.Errorf("worker: job %s: K block %d: %d shards, %d nonzero counts, %d workers", r.Job, sh.KBlock, len(sh.Shards), len(sh.NNZ), len(sh.Workers))
@@ -244,7 +281,7 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) err
 		if !ok || cb.Lo < 0 || cb.Hi > j.n || cb.Lo > cb.Hi || cb.KBlock < 0 || cb.KBlock >= factor.NumK(j.u, j.tie) {
 			return fmt.Errorf("worker: job %s: bad column block %+v", r.Job, cb)
 		}
-		name := wire.OwnersKObject(r.Job, r.Iteration, cb.KBlock, cb.C)
+		name := proto.KObject(r.Job, r.Iteration, cb.KBlock, cb.C)
 		data, err := obs.GetBytes(ctx, name)
 		if err != nil {
 			return fmt.Errorf("worker: load %s: %w", name, err)
@@ -271,7 +308,7 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) err
 // loadGroups takes the epoch's row layout and loads the groups this
 // worker owns: their row lists and their rows of D at version
 // r.Iteration, each checked against the CRCs of the layout.
-func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *ownJob, r *wire.OwnRequest) error {
+func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *ownJob, r *proto.Request) error {
 	for _, sh := range j.shapes {
 		for q, k := range sh.Shards {
 			j.cellWorker[k] = sh.Workers[q]
@@ -293,7 +330,7 @@ func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *o
 		if g.Owner != w.id {
 			continue
 		}
-		name := wire.OwnersRowsObject(r.Job, g.G)
+		name := proto.RowsObject(r.Job, g.G)
 		data, err := obs.GetBytes(ctx, name)
 		if err == nil && wire.CRC(data) != g.RowsCRC {
 			err = fmt.Errorf("CRC %s, the layout says %s", wire.CRC(data), g.RowsCRC)
@@ -313,7 +350,7 @@ func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *o
 		if err != nil {
 			return fmt.Errorf("worker: load %s: %w", name, err)
 		}
-		name = wire.OwnersDObject(r.Job, r.Iteration, g.G)
+		name = proto.DObject(r.Job, r.Iteration, g.G)
 		if data, err = obs.GetBytes(ctx, name); err == nil && wire.CRC(data) != g.CRC {
 			err = fmt.Errorf("CRC %s, the checkpoint says %s", wire.CRC(data), g.CRC)
 		}
@@ -345,7 +382,7 @@ func (w *Worker) storeLocked(ctx context.Context, bucket string) (jetstream.Obje
 // ownTask computes a shard: rows of D (kept or from the checkpoint), K
 // rows gathered from their owners, the partial, the D commit, and the K̂
 // slices served for the owners.
-func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
+func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply *proto.Reply) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	obs, err := w.store(ctx, r.Bucket)
@@ -446,7 +483,7 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 			sum += x
 		}
 		data := wire.EncodeRawPartial(&factor.Partial{Action: b.Action, Rows: p.Rows[a:e], Dh: p.Dh[a*m : e*m], X: p.X[a:e], Y: zero, SumX: sum}, nil)
-		name := wire.DSliceName(r.Job, r.Epoch, r.Iteration, r.Shard, g)
+		name := wire.DSliceName(r.Job, r.Epoch, r.Iteration, r.Shard, g, j.sliceKey)
 		w.slices.Put(name, data)
 		sent += int64(len(data))
 		w.omu.Lock()
@@ -456,14 +493,14 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 	for _, cb := range j.layout[kb] {
 		a, e := factor.SliceColumns(p.Cols, cb.Lo, cb.Hi)
 		data := wire.EncodeRawPartial(&factor.Partial{Action: kb, Cols: p.Cols[a:e], KhT: p.KhT[a*m : e*m], Y: zero}, nil)
-		name := wire.SliceName(r.Job, r.Epoch, r.Iteration, r.Shard, cb.C)
+		name := wire.SliceName(r.Job, r.Epoch, r.Iteration, r.Shard, cb.C, j.sliceKey)
 		w.slices.Put(name, data)
 		sent += int64(len(data))
 		w.omu.Lock()
 		j.served = append(j.served, servedSlice{name, r.Iteration})
 		w.omu.Unlock()
 	}
-	reply.Label = wire.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: s.Checksum, ModelDigest: OwnersDigest(r.Epoch)}.String()
+	reply.Label = proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: s.Checksum, ModelDigest: proto.Digest(r.Epoch)}.String()
 	reply.Y = slices.Clone(p.Y)
 	reply.SumX, reply.NNZ = p.SumX, p.NNZ
 	if !math.IsNaN(p.LogLik) {
@@ -478,12 +515,6 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 	})
 	return nil
 }
-
-// OwnersDigest is the model digest a partial of the owners exchange is
-// labelled with: the version is the task's iteration − 1 of that epoch
-// (every K row and D row it read was checked against the version's CRC or
-// served by the owner of that version).
-func OwnersDigest(epoch int) string { return "owners-e" + strconv.Itoa(epoch) }
 
 // ownShard is a shard in the compact form an owners task computes on:
 // its rows and the columns it touches renumbered 0, 1, … in order, so
@@ -551,7 +582,7 @@ const gatherWindow = 8
 // gatherK puts the K rows of cols (ascending) into kt, row q for cols[q]:
 // from this worker's own blocks directly, from the others' owners by
 // gather requests.
-func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, layout []wire.ColBlock, cols []int32, kt []float64) error {
+func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *proto.Request, layout []proto.ColBlock, cols []int32, kt []float64) error {
 	m := j.m
 	var parts []gatherPart
 	for _, cb := range layout {
@@ -586,7 +617,7 @@ func gatherMax(nc *nats.Conn, m int) int {
 
 // gatherParts fetches parts at version r.Iteration−1, in requests of at
 // most gatherMax rows, gatherWindow of them in flight.
-func (w *Worker) gatherParts(ctx context.Context, r *wire.OwnRequest, parts []gatherPart, m int) error {
+func (w *Worker) gatherParts(ctx context.Context, r *proto.Request, parts []gatherPart, m int) error {
 	per := gatherMax(w.nc, m)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -631,12 +662,13 @@ func (w *Worker) gatherParts(ctx context.Context, r *wire.OwnRequest, parts []ga
 }
 
 // gatherOne requests the rows of one part from its owner.
-func (w *Worker) gatherOne(ctx context.Context, r *wire.OwnRequest, part gatherPart, m int) error {
+func (w *Worker) gatherOne(ctx context.Context, r *proto.Request, part gatherPart, m int) error {
 	msg := nats.NewMsg(wire.GatherSubject(w.cfg.Prefix, part.owner))
 	msg.Header.Set(wire.HeaderOwnJob, r.Job)
 	msg.Header.Set(wire.HeaderOwnBlock, part.block)
 	msg.Header.Set(wire.HeaderOwnVersion, strconv.Itoa(r.Iteration-1))
 	msg.Header.Set(wire.HeaderOwnEpoch, strconv.Itoa(r.Epoch))
+	msg.Header.Set(wire.HeaderOwnFence, r.Fence)
 	msg.Data = wire.EncodeCols(part.idx, nil)
 	rep, err := w.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
@@ -656,12 +688,12 @@ func (w *Worker) gatherOne(ctx context.Context, r *wire.OwnRequest, part gatherP
 }
 
 // ownBlockOf returns block (kb, c) of the job if this worker owns it in
-// that epoch.
-func (w *Worker) ownBlockOf(job string, epoch, kb, c int) (*ownBlock, error) {
+// that epoch, whose token fence is.
+func (w *Worker) ownBlockOf(job string, epoch int, fence string, kb, c int) (*ownBlock, error) {
 	w.omu.Lock()
 	j := w.own[job]
 	var b *ownBlock
-	if j != nil && j.epoch == epoch {
+	if j != nil && j.epoch == epoch && sameToken(fence, j.token) {
 		b = j.blocks[[2]int{kb, c}]
 	}
 	w.omu.Unlock()
@@ -673,8 +705,8 @@ func (w *Worker) ownBlockOf(job string, epoch, kb, c int) (*ownBlock, error) {
 
 // copyOwn copies the rows of cols from a block this worker owns into dst
 // (in cols' order).
-func (w *Worker) copyOwn(j *ownJob, r *wire.OwnRequest, cb wire.ColBlock, cols []int32, dst []float64) error {
-	b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C)
+func (w *Worker) copyOwn(j *ownJob, r *proto.Request, cb proto.ColBlock, cols []int32, dst []float64) error {
+	b, err := w.ownBlockOf(r.Job, r.Epoch, r.Fence, cb.KBlock, cb.C)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -692,12 +724,12 @@ func (w *Worker) copyOwn(j *ownJob, r *wire.OwnRequest, cb wire.ColBlock, cols [
 }
 
 // ownGroupOf returns row group g of the job if this worker owns it in
-// that epoch.
-func (w *Worker) ownGroupOf(job string, epoch, g int) (*ownGroup, error) {
+// that epoch, whose token fence is.
+func (w *Worker) ownGroupOf(job string, epoch int, fence string, g int) (*ownGroup, error) {
 	w.omu.Lock()
 	j := w.own[job]
 	var og *ownGroup
-	if j != nil && j.epoch == epoch {
+	if j != nil && j.epoch == epoch && sameToken(fence, j.token) {
 		og = j.groups[g]
 	}
 	w.omu.Unlock()
@@ -709,8 +741,8 @@ func (w *Worker) ownGroupOf(job string, epoch, g int) (*ownGroup, error) {
 
 // copyOwnRows copies rows (ascending) of a row group this worker owns,
 // at the task's version, into dst (m values each, in rows' order).
-func (w *Worker) copyOwnRows(j *ownJob, r *wire.OwnRequest, g int, rows []int32, dst []float64) error {
-	og, err := w.ownGroupOf(r.Job, r.Epoch, g)
+func (w *Worker) copyOwnRows(j *ownJob, r *proto.Request, g int, rows []int32, dst []float64) error {
+	og, err := w.ownGroupOf(r.Job, r.Epoch, r.Fence, g)
 	if err != nil {
 		return err
 	}
@@ -759,12 +791,13 @@ func (w *Worker) serveGather(msg *nats.Msg) {
 		fail(fmt.Errorf("bad gather request: %w", err))
 		return
 	}
+	fence := msg.Header.Get(wire.HeaderOwnFence)
 	var out []float64
 	var err error
 	if kbs == "d" {
-		out, err = w.gatherD(msg.Data, job, e, c, v)
+		out, err = w.gatherD(msg.Data, job, e, fence, c, v)
 	} else {
-		out, err = w.gatherKRows(msg.Data, job, e, kb, c, v)
+		out, err = w.gatherKRows(msg.Data, job, e, fence, kb, c, v)
 	}
 	if err != nil {
 		fail(err)
@@ -785,8 +818,8 @@ func (w *Worker) gatherIndices(data []byte, m, lo, hi int, what string) ([]int32
 
 // gatherKRows returns the rows of K^T that a gather request asks of owned
 // column block kb/c at version v.
-func (w *Worker) gatherKRows(data []byte, job string, epoch, kb, c, v int) ([]float64, error) {
-	b, err := w.ownBlockOf(job, epoch, kb, c)
+func (w *Worker) gatherKRows(data []byte, job string, epoch int, fence string, kb, c, v int) ([]float64, error) {
+	b, err := w.ownBlockOf(job, epoch, fence, kb, c)
 	if err != nil {
 		return nil, err
 	}
@@ -810,8 +843,8 @@ func (w *Worker) gatherKRows(data []byte, job string, epoch, kb, c, v int) ([]fl
 
 // gatherD returns the rows of D that a gather request asks of owned row
 // group g at version v.
-func (w *Worker) gatherD(data []byte, job string, epoch, g, v int) ([]float64, error) {
-	og, err := w.ownGroupOf(job, epoch, g)
+func (w *Worker) gatherD(data []byte, job string, epoch int, fence string, g, v int) ([]float64, error) {
+	og, err := w.ownGroupOf(job, epoch, fence, g)
 	if err != nil {
 		return nil, err
 	}
@@ -834,7 +867,7 @@ func (w *Worker) gatherD(data []byte, job string, epoch, g, v int) ([]float64, e
 
 // ownCommit folds the owned blocks' K̂ slices and the owned row groups'
 // D̂ slices and commits their columns and rows.
-func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
+func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *proto.Request, reply *proto.Reply) error {
 	// Shards whose slices a backup copy's worker serves this iteration.
 	moved := map[int]string{}
 	for _, sw := range r.Moved {
@@ -877,7 +910,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 		sh := j.shapes[b.kb]
 		refs := make([]sliceRef, len(sh.Shards))
 		for q, k := range sh.Shards {
-			refs[q] = sliceRef{worker: cmp.Or(moved[k], sh.Workers[q]), name: wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c)}
+			refs[q] = sliceRef{worker: cmp.Or(moved[k], sh.Workers[q]), name: wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c, j.sliceKey)}
 		}
 		if err := w.foldBlock(ctx, j, b, refs); err != nil {
 			return err
@@ -893,7 +926,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 			factor.RoundRows32(b.kt) // as Accumulator.Commit rounds
 		}
 		b.version, b.crc = r.Iteration, wire.CRC(wire.FloatBytes(b.kt))
-		cb := wire.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc}
+		cb := proto.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc}
 		b.mu.Unlock()
 		if r.Save {
 			if err := w.saveBlock(ctx, obs, r.Job, b); err != nil {
@@ -935,7 +968,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 			if err := w.saveGroup(ctx, obs, r.Job, g); err != nil {
 				return err
 			}
-			reply.Groups = append(reply.Groups, wire.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
+			reply.Groups = append(reply.Groups, proto.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
 		}
 		digest = append(digest, g.crc...)
 	}
@@ -946,12 +979,12 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 // foldGroup pulls the D̂ slices of a row group's cells (in cell order)
 // and sums them into g.dh and g.x, left to right from zero: the order in
 // which a local pass adds the cells' rows of D̂ (factor.ReducePlan).
-func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *wire.OwnRequest, g *ownGroup, moved map[int]string) error {
+func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *proto.Request, g *ownGroup, moved map[int]string) error {
 	m := j.m
 	cells := j.rowLayout[g.g].Cells
 	refs := make([]sliceRef, len(cells))
 	for q, k := range cells {
-		refs[q] = sliceRef{worker: cmp.Or(moved[k], j.cellWorker[k]), name: wire.DSliceName(r.Job, r.Epoch, r.Iteration, k, g.g)}
+		refs[q] = sliceRef{worker: cmp.Or(moved[k], j.cellWorker[k]), name: wire.DSliceName(r.Job, r.Epoch, r.Iteration, k, g.g, j.sliceKey)}
 	}
 	g.dh = slices.Grow(g.dh[:0], len(g.rows)*m)[:len(g.rows)*m]
 	g.x = slices.Grow(g.x[:0], len(g.rows))[:len(g.rows)]
@@ -986,7 +1019,7 @@ func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *wire.OwnRequest, g
 func (w *Worker) saveGroup(ctx context.Context, obs jetstream.ObjectStore, job string, g *ownGroup) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	name := wire.OwnersDObject(job, g.version, g.g)
+	name := proto.DObject(job, g.version, g.g)
 	if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, wire.FloatBytes(g.d)); err != nil {
 		return fmt.Errorf("worker: store %s: %w", name, err)
 	}
@@ -1092,7 +1125,7 @@ func (w *Worker) pullInOrder(ctx context.Context, refs []sliceRef, limit int, ad
 func (w *Worker) saveBlock(ctx context.Context, obs jetstream.ObjectStore, job string, b *ownBlock) error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	name := wire.OwnersKObject(job, b.version, b.kb, b.c)
+	name := proto.KObject(job, b.version, b.kb, b.c)
 	if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, wire.FloatBytes(b.kt)); err != nil {
 		return fmt.Errorf("worker: store %s: %w", name, err)
 	}
@@ -1101,13 +1134,13 @@ func (w *Worker) saveBlock(ctx context.Context, obs jetstream.ObjectStore, job s
 
 // ownSave stores owned column blocks and row groups at version Iteration
 // (the last version of a fit, or a checkpoint the coordinator asks for).
-func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
+func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *proto.Request, reply *proto.Reply) error {
 	obs, err := w.storeLocked(ctx, r.Bucket)
 	if err != nil {
 		return err
 	}
 	for _, cb := range r.Blocks {
-		b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C)
+		b, err := w.ownBlockOf(r.Job, r.Epoch, r.Fence, cb.KBlock, cb.C)
 		if err != nil {
 			return fmt.Errorf("worker: save: %w", err)
 		}
@@ -1117,10 +1150,10 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		if err := w.saveBlock(ctx, obs, r.Job, b); err != nil {
 			return err
 		}
-		reply.Blocks = append(reply.Blocks, wire.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc})
+		reply.Blocks = append(reply.Blocks, proto.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc})
 	}
 	for _, rg := range r.Groups {
-		g, err := w.ownGroupOf(r.Job, r.Epoch, rg.G)
+		g, err := w.ownGroupOf(r.Job, r.Epoch, r.Fence, rg.G)
 		if err != nil {
 			return fmt.Errorf("worker: save: %w", err)
 		}
@@ -1130,7 +1163,7 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		if err := w.saveGroup(ctx, obs, r.Job, g); err != nil {
 			return err
 		}
-		reply.Groups = append(reply.Groups, wire.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
+		reply.Groups = append(reply.Groups, proto.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
 	}
 	return nil
 }
@@ -1149,11 +1182,11 @@ func (w *Worker) dropSlices(j *ownJob, iter int) {
 	j.served = keep
 }
 
-// ownEnd forgets a job.
-func (w *Worker) ownEnd(job string) {
+// ownEnd forgets a job at epoch epoch or before (an admitted end).
+func (w *Worker) ownEnd(job string, epoch int) {
 	w.omu.Lock()
 	defer w.omu.Unlock()
-	if j := w.own[job]; j != nil {
+	if j := w.own[job]; j != nil && j.epoch <= epoch {
 		j.cancel(errors.New("worker: the job ended"))
 		w.dropSlices(j, math.MaxInt)
 		delete(w.own, job)

@@ -21,12 +21,17 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // Config configures a NATS worker.
 type Config struct {
 	// Prefix is the subject prefix (default DefaultPrefix).
 	Prefix string
+	// JobsBucket is the KV bucket of the coordinators' job records
+	// (default wire.DefaultKVBucket): the owners exchange takes up an
+	// epoch, or ends a job, only when the job's record there names it.
+	JobsBucket string
 	// Logger receives the worker's logs (default: none).
 	Logger hclog.Logger
 	// MaxCachedShards bounds the shard cache (0: no bound). When full, the
@@ -98,8 +103,11 @@ type Worker struct {
 	// The owners exchange (owners.go): the job states by job (guarded by
 	// omu), the K̂ slices served, the gather subscription, and the
 	// columns of the current task (guarded by mu).
-	omu       sync.Mutex
-	own       map[string]*ownJob
+	omu sync.Mutex
+	own map[string]*ownJob
+	// kv is the jobs bucket (guarded by kmu), where epochs are proven.
+	kmu       sync.Mutex
+	kv        jetstream.KeyValue
 	slices    *wire.BlobServer
 	gather    *nats.Subscription
 	ownShards map[string]*ownShard
@@ -125,6 +133,13 @@ type Worker struct {
 	running atomic.Int32
 }
 
+// Starter returns a function that starts a worker with cfg on the
+// connection it is given: what natsexec.StartLocalCluster takes to build
+// a cluster of such workers in one process.
+func Starter(cfg Config) func(ctx context.Context, nc *nats.Conn) (*Worker, error) {
+	return func(ctx context.Context, nc *nats.Conn) (*Worker, error) { return Start(ctx, nc, cfg) }
+}
+
 // Start registers a worker on nc. The caller keeps nc: Stop the worker,
 // then drain or close nc.
 func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
@@ -132,6 +147,12 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		cfg.Prefix = wire.DefaultPrefix
 	}
 	if err := wire.CheckPrefix(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	if cfg.JobsBucket == "" {
+		cfg.JobsBucket = wire.DefaultKVBucket
+	}
+	if err := wire.CheckBucket(cfg.JobsBucket); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -364,7 +385,7 @@ func (w *Worker) run(ctx context.Context, tr *wire.TaskRequest, hdr micro.Header
 	// The label names the shard and model version computed: with model
 	// parts, every part was checked against the task's CRCs, so the
 	// version is the task's; else it is the one the worker holds.
-	label := wire.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
+	label := proto.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
 	if err == nil {
 		compute = pr.compute
 		hdr[wire.HeaderModelNanos] = []string{strconv.FormatInt(int64(pr.model), 10)}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/coordinator/owners"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
@@ -264,7 +265,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			dir = tmp
 		}
 		lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: dir, Workers: workers,
-			InProcess: true, Exec: ecfg, Logger: logger, Sync: c.store != ""})
+			InProcess: true, Exec: ecfg, Sync: c.store != ""}, worker.Starter(worker.Config{Prefix: c.prefix, JobsBucket: c.kvBucket, Logger: logger}))
 		if err != nil {
 			return factor.FitResult{}, err
 		}
@@ -370,24 +371,26 @@ func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *na
 		return factor.FitResult{}, usagef("--exchange owners runs EMSF only: drop --algorithm %s or use --exchange coordinator", c.params["algorithm"])
 	}
 	return exec.FitOwners(ctx, md, shards, natsexec.OwnersOptions{
-		Job:             job,
-		Alpha:           opts.Alpha,
-		Converger:       opts.Converger,
-		Progress:        opts.Progress,
-		GroupNNZ:        opts.GroupNNZ,
-		ColBlocks:       c.colBlocks,
-		CheckpointEvery: c.checkpointEvery,
-		NoBackups:       !c.speculation,
-		TaskTimeout:     c.workerTimeout,
-		MinWorkers:      minWorkers,
-		WaitWorkers:     c.waitWorkers,
-		Params:          params,
-		Manifest:        man,
-		Resume:          c.resume,
-		Report: func(r natsexec.OwnersReport) {
-			c.iterationLine(log, "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
-				"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
-				"shards", len(shards), "backups", r.Backups)
+		Job:         job,
+		WaitWorkers: c.waitWorkers,
+		Params:      params,
+		Manifest:    man,
+		Options: owners.Options{
+			Alpha:           opts.Alpha,
+			Converger:       opts.Converger,
+			Progress:        opts.Progress,
+			GroupNNZ:        opts.GroupNNZ,
+			ColBlocks:       c.colBlocks,
+			CheckpointEvery: c.checkpointEvery,
+			NoBackups:       !c.speculation,
+			TaskTimeout:     c.workerTimeout,
+			MinWorkers:      minWorkers,
+			Resume:          c.resume,
+			Report: func(r natsexec.OwnersReport) {
+				c.iterationLine(log, "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
+					"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
+					"shards", len(shards), "backups", r.Backups, "quarantined", r.Quarantined)
+			},
 		},
 	})
 }

@@ -28,6 +28,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		level     string
 		jsonLog   bool
 		maxShards int
+		jobs      string
 		delay     time.Duration
 		delayFrom int
 	)
@@ -36,6 +37,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&level, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.BoolVar(&jsonLog, "log-json", false, "log as JSON lines")
 	fs.IntVar(&maxShards, "max-cached-shards", 0, "shards kept in memory across iterations (0: all)")
+	fs.StringVar(&jobs, "bucket-jobs", wire.DefaultKVBucket, "JetStream KV bucket of the job records (the coordinators' --bucket-jobs): an owners epoch is taken up, and a job ended, only when its record there says so")
 	fs.DurationVar(&delay, "task-delay", 0, "testing: wait this long before computing each task")
 	fs.IntVar(&delayFrom, "task-delay-from", 0, "testing: apply --task-delay to the tasks of this iteration and later only (0: all)")
 	fs.Usage = func() {
@@ -69,6 +71,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	lvl := hclog.LevelFromString(level)
 	if lvl == hclog.NoLevel {
 		return fail(2, "--log-level %q: want trace, debug, info, warn or error", level)
+	}
+	if wire.CheckBucket(jobs) != nil {
+		return fail(2, "--bucket-jobs %q: want letters, digits, '-' and '_'", jobs)
 	}
 	if maxShards < 0 {
 		return fail(2, "--max-cached-shards %d: must be >= 0", maxShards)
@@ -110,7 +115,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 0
 		}
 	}
-	w, err := worker.Start(ctx, nc, worker.Config{Prefix: nf.prefix, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom})
+	w, err := worker.Start(ctx, nc, worker.Config{Prefix: nf.prefix, JobsBucket: jobs, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom})
 	if err != nil {
 		nc.Close()
 		return fail(1, "%v", err)
