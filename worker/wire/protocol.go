@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strconv"
@@ -292,10 +293,16 @@ func PutObject(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64,
 // PutObjectMeta is PutObject for an object with metadata (meta's chunk
 // size is set as PutObject sets it).
 func PutObjectMeta(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, meta jetstream.ObjectMeta, data []byte) (*jetstream.ObjectInfo, error) {
+	return PutObjectReader(ctx, obs, maxPayload, meta, bytes.NewReader(data))
+}
+
+// PutObjectReader is PutObjectMeta for an object read from r as it is
+// stored (one chunk in memory at a time).
+func PutObjectReader(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
 	opts := jetstream.ObjectMetaOptions{ChunkSize: uint32(chunkSize(maxPayload))}
 	if meta.Opts != nil {
 		opts.Link = meta.Opts.Link
 	}
 	meta.Opts = &opts
-	return obs.Put(ctx, meta, bytes.NewReader(data))
+	return obs.Put(ctx, meta, r)
 }
