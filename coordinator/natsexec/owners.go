@@ -408,9 +408,8 @@ func (s *ownSeq) saveState(ctx context.Context) error {
 	s.e.mu.Lock()
 	rev := s.e.kvRev[s.st.Job]
 	s.e.mu.Unlock()
-	rev, err = s.e.kv.Update(ctx, s.st.Job, body, rev)
-	var api *jetstream.APIError
-	if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	rev, err = wire.CompareAndSet(ctx, s.e.kv, s.st.Job, body, rev)
+	if errors.Is(err, wire.ErrLostRace) {
 		return &fatalError{fmt.Errorf("natsexec: owners: job %s: another coordinator took it over (its state changed since this one's last write): %w", s.st.Job, err)}
 	}
 	if err != nil {
