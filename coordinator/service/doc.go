@@ -29,16 +29,71 @@
 // The service's state is a count table (shard.Table: one entry per
 // distinct transition, total count and the part no version has seen yet)
 // plus the stream sequence S of the last message it includes. Both are
-// written together, as one Arrow file (arrowio.EncodeCounts) with S and
+// written together, as one Arrow file (arrowio.WriteCounts) with S and
 // the latest version number in its metadata, to the object "NAME/state":
-// every CheckpointEvery while data arrives, after every new version and at
-// shutdown. An Object Store put becomes visible only when its last chunk
-// and the meta message are stored, so a crash leaves the old checkpoint or
-// the new one, never a mix. A restarted service loads it and consumes the
-// stream from S+1 with an ordered consumer, so every message is counted
-// exactly once: those up to S are in the table, those after are replayed.
-// A message is applied whole (all its accepted rows) or not at all, so a
-// crash between two messages is the only kind there is.
+// every CheckpointEvery while data arrives (at least CheckpointCost times
+// as long as the last checkpoint took, so that checkpoints of a large
+// table take a bounded share of the time), after every new version and
+// at shutdown. The file is streamed into the Object Store as it is
+// encoded, never whole in memory. An Object Store put becomes visible
+// only when its last chunk and the meta message are stored, so a crash
+// leaves the old checkpoint or the new one, never a mix. A restarted
+// service loads it and consumes the stream from S+1 with an ordered
+// consumer, so every message is counted exactly once: those up to S are
+// in the table, those after are replayed. A message is applied whole (all
+// its accepted rows) or not at all, so a crash between two messages is
+// the only kind there is. Each total is the sum of its counts in stream
+// order (shard.Table), so a replay gives the bits an uninterrupted run
+// gives, whatever the counts.
+//
+// # Storage that stops growing
+//
+// Once a checkpoint holding the counts up to S is stored, the stream's
+// messages up to S are purged (StreamPurge, default PurgeCheckpointed;
+// StreamKeep messages below S are kept as a margin): the stream holds
+// what no checkpoint holds yet, bounded by the ingest rate times the
+// checkpoint interval. Nothing is lost to a kill -9: of the service,
+// because the purge follows the stored checkpoint (a crash between the two
+// leaves messages the next checkpoint purges); of the server, because
+// JetStream acknowledged the checkpoint's put before the purge was asked
+// (a server that loses acknowledged writes in an OS crash needs
+// sync_interval: always, which the embedded server sets). Read your
+// writes is unchanged: purging keeps the stream's last sequence. Since the
+// checkpoint is then the only copy of what it holds, a service whose
+// checkpoint is missing or unusable over a purged stream does not start
+// (it names the problem) instead of counting what is left. The
+// checkpoint is one object, replaced at every write (the Object Store
+// purges the old chunks), and the model versions beyond the last
+// KeepVersions (default DefaultKeepVersions) are deleted as each new one
+// is made: the Object Store stops growing too. (A refit on the cluster's
+// workers stores its shards in the executor's bucket; those are
+// natsexec's to collect.)
+//
+// # Memory
+//
+// The count table holds 20 bytes a distinct transition and 12 a row of
+// an action (the fit's CSR: 12 and 12) outside the Go heap, plus a buffer
+// of rows not merged yet (8 bytes a row with unit counts, 16 otherwise;
+// BufferRows or a sixteenth of the distinct transitions): at most twice
+// the CSR plus a fixed amount (measured in docs/benchmarks.md, soak). A
+// retrain reads the counts in place (shard.Table.Freeze: the refit's
+// shards alias the table) while ingestion goes on into the buffer; when
+// the buffer is full during a long fit, ingestion waits (Status.Paused)
+// and the messages wait in the stream, so memory stays bounded. The fit's
+// own working memory (the model, factor's column index of the shards) is
+// not the table's.
+//
+// # Stopping
+//
+// When Run's context ends (emsf serve: SIGINT or SIGTERM), the service
+// stops taking requests and messages (those not counted stay in the
+// stream), refuses the retrain requests it holds with code 503 (the one
+// running, those queued behind it and those waiting for a sequence),
+// cancels the fit in progress and waits for it (a refit sees it within an
+// iteration; its counts stay pending), then writes the last checkpoint and
+// purges, each with a context of its own bounded by StopTimeout: a stop is
+// never an error, and a checkpoint or a version being stored when the stop
+// comes is finished, not cut off.
 //
 // A new version is made in this order: the model object is stored, then
 // the checkpoint (the version number recorded; pending, the counts that
@@ -110,11 +165,14 @@
 // reached.
 //
 // Ingestion, checkpoints and the service's state belong to one goroutine;
-// a fit runs on a goroutine of its own, on a snapshot of the counts taken
-// when it starts (shard.Table.BeginSnapshot), so ingestion goes on during
+// a fit runs on a goroutine of its own, on a frozen view of the counts
+// taken when it starts (shard.Table.Freeze), so ingestion goes on during
 // a long refit. When it ends, the counts that arrived meanwhile become the
 // pending ones, exactly as if they had arrived after it. One fit runs at a
 // time: retrain requests that come during it are answered when it ends,
-// with a further version when data arrived meanwhile. Status requests are
-// answered at once from a snapshot of the Status taken after every event.
+// with a further version when data arrived meanwhile. The retrain policy
+// (Config.Policy: every N transitions, every T when any arrived) is one
+// value whose Due decides, asked after each message, at each tick and
+// when a fit ends. Status requests are answered at once from a snapshot
+// of the Status taken after every event.
 package service
