@@ -174,7 +174,7 @@ func (t *Table) Added() (all, pending int64) { return t.added, t.padd }
 // Bytes returns the memory the table holds: its matrices and its buffer.
 func (t *Table) Bytes() int64 {
 	var b int64
-	t.each(func(_ int32, ta *tableAction) {
+	t.eachUnordered(func(ta *tableAction) {
 		b += ta.rows.bytes() + ta.ptr.bytes() + ta.cols.bytes() + ta.count.bytes() + ta.pend.bytes()
 	})
 	return b + t.log.bytes()
@@ -185,7 +185,7 @@ func (t *Table) Bytes() int64 {
 // an 8-byte pointer per row): the yardstick of Bytes.
 func (t *Table) CSRBytes() int64 {
 	var b int64
-	t.each(func(_ int32, ta *tableAction) {
+	t.eachUnordered(func(ta *tableAction) {
 		b += 12*int64(len(ta.cols.s)) + 12*int64(len(ta.rows.s)) + 8
 	})
 	return b
@@ -195,7 +195,7 @@ func (t *Table) CSRBytes() int64 {
 // collected); the table is empty afterwards. Nothing read from it (a
 // Frozen view's blocks) may be used after.
 func (t *Table) Free() {
-	t.each(func(_ int32, ta *tableAction) { ta.free() })
+	t.eachUnordered(func(ta *tableAction) { ta.free() })
 	t.log.release()
 	*t = Table{MinBufferRows: t.MinBufferRows}
 }
@@ -217,6 +217,18 @@ func (t *Table) each(fn func(a int32, ta *tableAction)) {
 	}
 	for _, a := range slices.Sorted(maps.Keys(t.sparse)) {
 		fn(a, t.sparse[a])
+	}
+}
+
+// eachUnordered calls fn for every action with counts, in no order.
+func (t *Table) eachUnordered(fn func(ta *tableAction)) {
+	for _, ta := range t.acts {
+		if ta != nil {
+			fn(ta)
+		}
+	}
+	for _, ta := range t.sparse {
+		fn(ta)
 	}
 }
 

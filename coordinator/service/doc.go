@@ -154,6 +154,61 @@
 // cannot be decoded or breaks the limits (only an older service can have
 // written one) is not used: the counts are rebuilt from the whole stream.
 //
+// # Growing past one machine (design, not built)
+//
+// One process holds 20 bytes a distinct transition: 10^9 of them take
+// 20 GB, and a refit's column index (factor) 16 GB more. Past one machine
+// the counts are split over P service processes, the partitions of the
+// model name, by (action, state range):
+//
+//   - The map. Fixed when the name is created and kept in KV
+//     (NAME.partitions, written with wire.CompareAndSet): each action gets
+//     a group of partitions (P/u of them when P > u; whole actions per
+//     partition otherwise) and the group's states are cut into ranges. A
+//     partition holds whole rows: the CSR rows its shards need and the D
+//     rows it updates.
+//   - Routing. NATS subject mapping routes by subject, not by a payload's
+//     rows, so the cut is the publisher's: emsf publish (PublishFile)
+//     splits each batch by (action, state) and sends part p to
+//     P.NAME.transitions.<p> with header Emsf-Partition: <p>/<P>/<map
+//     revision>; the stream's subjects become P.NAME.transitions.>. A
+//     partition rejects rows outside its range like rows outside the
+//     model's size. A client that cannot cut sends to P.NAME.transitions
+//     and a router (one more consumer, stateless) cuts for it.
+//   - Exactly once, per partition. Partition p consumes its subject with an
+//     ordered consumer filtered on it; its checkpoint NAME/state/<p> holds
+//     its counts and the last sequence of its subject it includes, and its
+//     purge names its subject (JetStream purge by subject and sequence).
+//     Partitions ingest independently: the ingest rate grows with P.
+//   - Retrain. A coordinator (the partition 0 process) takes a retrain
+//     request, reads each subject's last sequence (read your writes per
+//     partition), asks every partition to Freeze once it has counted that
+//     far, and runs the owners exchange (DESIGN.md §5.2) with the
+//     partitions as its workers: a partition's frozen blocks are its
+//     shards (shard.Split over its rows), its D rows are its own, the K
+//     column blocks of an action are owned within its group; only K
+//     columns and K̂ slices move, never counts, and the coordinator folds
+//     m-vectors and scalars. The version is written in parts by the owners
+//     with a manifest (§5.3). The shard layout is a function of the data and
+//     the map: for a fixed map a version is bitwise the same whatever the
+//     placement or failures (invariant 4); it is the one-process version
+//     only when the map is one range.
+//   - Changing the map happens at a version boundary: a partition that
+//     gives a range away checkpoints it as its own object, the one that
+//     takes it loads it, and publishers switch subjects when the map's
+//     revision changes.
+//
+// What it costs per EM iteration at 10^9 transitions (the cost model,
+// design B grouped: `emsf scaling --states 10000000 --actions 10 --order
+// 32 --nnz 1e9 --nodes 1,4,16,64 --ns-per-nnz 150 --cores 16`): P = 1,
+// 9.4 s of compute and nothing moves; P = 4, 2.8 s, nothing moves (whole
+// actions per partition); P = 16, 0.59 s of compute and 1.9 GB in and out
+// per node, 1.5 s an iteration at 10 Gbit/s (0.59 s at 100); P = 64,
+// 0.15 s and 3.4 GB, 2.7 s at 10 Gbit/s (0.27 s at 100). Gathering the
+// counts in one process instead (the star, design A) would move 26 GB
+// per node and 100–1600 GB through the coordinator per iteration. Counts
+// per partition: 20·10^9/P bytes (1.25 GB at P = 16).
+//
 // # Read your writes
 //
 // A retrain request is answered with a version that includes every
