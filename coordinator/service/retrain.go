@@ -56,7 +56,7 @@ type fitResult struct {
 func (s *Service) retrain(ctx context.Context, reason string, req micro.Request) {
 	if ctx.Err() != nil {
 		if req != nil {
-			_ = req.Error("503", fmt.Sprintf("service: %s: emsf serve is stopping: the retrain was not made; ask again once it runs", s.cfg.Name), nil)
+			s.refuseStopping(req)
 		}
 		return
 	}
@@ -164,12 +164,18 @@ func (s *Service) finish(ctx context.Context, r fitResult) {
 // short (refused with 503, not logged as a failure).
 var errStopping = errors.New("emsf serve is stopping: the retrain was not made; ask again once it runs")
 
+// refuseStopping answers a retrain request the stop leaves unanswered:
+// 503, saying why.
+func (s *Service) refuseStopping(req micro.Request) {
+	_ = req.Error("503", fmt.Sprintf("service: %s: %v", s.cfg.Name, errStopping), nil)
+}
+
 // reply answers a retrain request, or logs the outcome of one nobody
 // waits for.
 func (s *Service) reply(v *Version, err error, reason string, req micro.Request) {
 	if err == errStopping {
 		if req != nil {
-			_ = req.Error("503", fmt.Sprintf("service: %s: %v", s.cfg.Name, err), nil)
+			s.refuseStopping(req)
 		}
 		return
 	}

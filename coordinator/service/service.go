@@ -34,7 +34,9 @@ type Status struct {
 	StreamSeq    uint64 `json:"stream_seq"`
 	Checkpointed uint64 `json:"checkpointed_seq"`
 	// Transitions counts the rows ingested, Pending those since the latest
-	// version; Count is their total count, NNZ the distinct transitions.
+	// version; Count is their total count, NNZ the distinct transitions
+	// in the count table's matrices (rows still Buffered join them at the
+	// next merge: a checkpoint, a retrain, or a full buffer).
 	Transitions int64   `json:"transitions"`
 	Pending     int64   `json:"pending"`
 	Count       float64 `json:"count"`
@@ -302,7 +304,7 @@ func (s *Service) stop(ctx context.Context, svc micro.Service, stopConsumer func
 	stopConsumer()
 	refused := 0
 	refuse := func(req micro.Request) {
-		_ = req.Error("503", fmt.Sprintf("service: %s: emsf serve is stopping: the retrain was not made; ask again once it runs", s.cfg.Name), nil)
+		s.refuseStopping(req)
 		refused++
 	}
 	if s.job != nil {
@@ -628,7 +630,7 @@ func (s *Service) serveRequests(ctx context.Context) (micro.Service, error) {
 		select {
 		case s.ctl <- func() { s.retrainAfter(ctx, rr, later) }:
 		case <-ctx.Done():
-			_ = req.Error("503", "service stopping", nil)
+			s.refuseStopping(req)
 		}
 	}), micro.WithEndpointSubject(RetrainSubject(s.cfg.Prefix, s.cfg.Name)))
 	if err == nil {
