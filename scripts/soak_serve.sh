@@ -14,7 +14,9 @@
 # "-" for a build without it); serve_rss_MB / serve_peak_MB: VmRSS / VmHWM of emsf serve once the
 # round is counted and checkpointed (before the retrain); rss-2csr_MB: what
 # the process holds beyond twice the CSR (the bound's fixed part); store_MB: du of the whole JetStream
-# store; stream_MB: du of the transitions stream's directory; ingest: rows of
+# store; stream_MB: du of the transitions stream's directory, js_stream_MB the
+# bytes JetStream says the stream holds (status, "-" for a build without it;
+# files of purged messages can outlive the purge a while); ingest: rows of
 # the round / seconds from the publishers' start to serve having counted them
 # (stream_seq, before the checkpoint);
 # retrain_s: `emsf retrain` request to reply; rss_after_retrain_MB: VmRSS
@@ -84,8 +86,8 @@ for _ in $(seq 200); do "$emsf" model status soak --nats "$url" >/dev/null 2>&1 
 field() { sed -n "s/^  \"$1\": \([0-9.e+-]*\).*/\1/p" | head -1; } # top-level keys only (2 spaces)
 kb() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
 mb() { echo "scale=1; $1 / 1048576" | bc; }
-printf "%-5s %8s %10s %8s %9s %12s %13s %7s %14s %9s %9s %14s %9s %20s\n" round "rows(M)" nnz csr_MB counts_MB serve_rss_MB serve_peak_MB rss/csr \
-	rss-2csr_MB store_MB stream_MB "ingest_Mrows/s" retrain_s rss_after_retrain_MB
+printf "%-5s %8s %10s %8s %9s %12s %13s %7s %14s %9s %9s %11s %14s %9s %20s\n" round "rows(M)" nnz csr_MB counts_MB serve_rss_MB serve_peak_MB rss/csr \
+	rss-2csr_MB store_MB stream_MB js_stream_MB "ingest_Mrows/s" retrain_s rss_after_retrain_MB
 total=0
 for r in $(seq "$rounds"); do
 	t0=$(date +%s.%N)
@@ -123,9 +125,10 @@ for r in $(seq "$rounds"); do
 	t3=$(date +%s.%N)
 	after=$(($(kb "$spid" VmRSS) * 1024))
 	counts=$(echo "$st" | field counts_bytes)
-	printf "%-5s %8s %10s %8s %9s %12s %13s %7s %14s %9s %9s %14s %9s %20s\n" "$r" "$(echo "scale=1; $total / 1000000" | bc)" "$nnz" \
+	held=$(echo "$st" | sed -n 's/^    "bytes": \([0-9]*\).*/\1/p' | head -1) # status's stream.bytes
+	printf "%-5s %8s %10s %8s %9s %12s %13s %7s %14s %9s %9s %11s %14s %9s %20s\n" "$r" "$(echo "scale=1; $total / 1000000" | bc)" "$nnz" \
 		"$(mb $csr)" "$([ -n "$counts" ] && mb "$counts" || echo -)" "$(mb $rss)" "$(mb $peak)" "$(echo "scale=2; $rss / $csr" | bc)" \
-		"$(mb $((rss - 2 * csr)))" "$(mb "$store")" "$(mb "${stream:-0}")" \
+		"$(mb $((rss - 2 * csr)))" "$(mb "$store")" "$(mb "${stream:-0}")" "$([ -n "$held" ] && mb "$held" || echo -)" \
 		"$rate" "$(echo "scale=1; ($t3 - $t2) / 1" | bc)" "$(mb $after)"
 done
 kill -TERM "$spid"

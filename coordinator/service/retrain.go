@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -110,9 +111,12 @@ func (s *Service) finish(ctx context.Context, r fitResult) {
 	job := r.job
 	s.job = nil
 	v, err := job.v, r.err
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		err = errStopping // the fit saw the stop
+	case err != nil:
 		err = fmt.Errorf("service: %s: retrain: %w", s.cfg.Name, err)
-	} else {
+	default:
 		v.Created = time.Now().UTC()
 		v.Seconds = time.Since(job.start).Seconds()
 		err = s.commitVersion(ctx, v, r.md)
@@ -121,7 +125,7 @@ func (s *Service) finish(ctx context.Context, r fitResult) {
 			s.m.retrain.Observe(v.Seconds)
 			s.log.Info("new version", "version", v.Version, "reason", job.reason, "loglik", v.LogLik, "transitions", v.Transitions,
 				"seq", v.StreamSeq, "n", v.N, "u", v.U, "iterations", v.Iterations, "seconds", v.Seconds)
-		case ctx.Err() != nil:
+		case ctx.Err() != nil && s.latest != v:
 			// Stopping while the model was stored: the version is not
 			// made, and the requests are told so (not a failure).
 			s.log.Info("stopping: version not made", "version", v.Version, "error", err)
@@ -132,6 +136,12 @@ func (s *Service) finish(ctx context.Context, r fitResult) {
 		// Not committed: every count stays pending.
 		s.table.Thaw(false)
 	}
+	// The fit's working memory (its model copies, factor's index of the
+	// shards: about as much as the counts) is garbage now: give it back at
+	// once rather than at the runtime's pace, so that what the process
+	// holds between retrains is the counts (the heap it scans is small,
+	// the counts being outside it).
+	debug.FreeOSMemory()
 	if err != nil && err != errStopping {
 		s.m.failures.Inc()
 	}

@@ -87,6 +87,18 @@ type Status struct {
 	// took.
 	PurgedTo          uint64  `json:"purged_to,omitempty"`
 	CheckpointSeconds float64 `json:"checkpoint_seconds,omitempty"`
+	// Stream is what the transitions stream holds when the status request
+	// is answered (nil when the server did not say in time).
+	Stream *StreamState `json:"stream,omitempty"`
+}
+
+// StreamState is what the transitions stream holds: messages, bytes, and
+// the first and last sequences (first = last+1 when it is empty).
+type StreamState struct {
+	Msgs     uint64 `json:"msgs"`
+	Bytes    uint64 `json:"bytes"`
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
 }
 
 // Service owns one model name; see the package doc. Create it with New and
@@ -635,7 +647,15 @@ func (s *Service) serveRequests(ctx context.Context) (micro.Service, error) {
 	}), micro.WithEndpointSubject(RetrainSubject(s.cfg.Prefix, s.cfg.Name)))
 	if err == nil {
 		err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
-			_ = req.RespondJSON(s.snap.Load())
+			st := *s.snap.Load()
+			// What the stream holds, asked now (best effort: a status
+			// without it is still an answer).
+			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if info, err := s.stream.Info(ictx); err == nil {
+				st.Stream = &StreamState{Msgs: info.State.Msgs, Bytes: info.State.Bytes, FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq}
+			}
+			_ = req.RespondJSON(&st)
 		}), micro.WithEndpointSubject(StatusSubject(s.cfg.Prefix, s.cfg.Name)))
 	}
 	if err != nil {

@@ -69,6 +69,9 @@ func TestServeStorageBounded(t *testing.T) {
 			}
 			return nil
 		})
+		if st.Stream == nil || st.Stream.Msgs != 0 || st.Stream.LastSeq != seq {
+			t.Fatalf("round %d: status says the stream holds %+v; want nothing, up to %d", round, st.Stream, seq)
+		}
 		if st.Transitions != rowsIn || st.Count != sum || st.Buffered != 0 {
 			t.Fatalf("round %d: %+v; want %d rows, count %v, nothing buffered", round, st, rowsIn, sum)
 		}
