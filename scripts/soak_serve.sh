@@ -18,7 +18,10 @@
 # bytes JetStream says the stream holds (status, "-" for a build without it;
 # files of purged messages can outlive the purge a while); ingest: rows of
 # the round / seconds from the publishers' start to serve having counted them
-# (stream_seq, before the checkpoint);
+# (stream_seq, before the checkpoint); serve_cpu_us/row and nats_cpu_us/row:
+# CPU time (user + system) of emsf serve and of nats-server over that same
+# span, per transition (what the load of a shared machine does not change
+# much: 1/serve_cpu_us/row is serve's ingest rate on one free core);
 # retrain_s: `emsf retrain` request to reply; rss_after_retrain_MB: VmRSS
 # after it.
 #
@@ -85,12 +88,14 @@ for _ in $(seq 200); do "$emsf" model status soak --nats "$url" >/dev/null 2>&1 
 
 field() { sed -n "s/^  \"$1\": \([0-9.e+-]*\).*/\1/p" | head -1; } # top-level keys only (2 spaces)
 kb() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + system clock ticks
 mb() { echo "scale=1; $1 / 1048576" | bc; }
-printf "%-5s %8s %10s %8s %9s %12s %13s %7s %14s %9s %9s %11s %14s %9s %20s\n" round "rows(M)" nnz csr_MB counts_MB serve_rss_MB serve_peak_MB rss/csr \
-	rss-2csr_MB store_MB stream_MB js_stream_MB "ingest_Mrows/s" retrain_s rss_after_retrain_MB
+printf "%-5s %8s %10s %8s %9s %12s %13s %7s %14s %9s %9s %11s %14s %15s %13s %9s %20s\n" round "rows(M)" nnz csr_MB counts_MB serve_rss_MB serve_peak_MB rss/csr \
+	rss-2csr_MB store_MB stream_MB js_stream_MB "ingest_Mrows/s" serve_cpu_us/row nats_cpu_us/row retrain_s rss_after_retrain_MB
 total=0
 for r in $(seq "$rounds"); do
 	t0=$(date +%s.%N)
+	c0=$(cpu "$spid") n0=$(cpu "$nspid")
 	ppids=()
 	for p in $(seq "$pubs"); do
 		"$emsf" publish --nats "$url" --name soak --input "$data/r$r-p$p-$each-$states-$actions.arrow" >"$dir/pub-$r-$p.out" 2>&1 &
@@ -106,6 +111,7 @@ for r in $(seq "$rounds"); do
 		sleep 0.05
 	done
 	t1=$(date +%s.%N)
+	c1=$(cpu "$spid") n1=$(cpu "$nspid")
 	# The figures below once the counts up to there are checkpointed (the
 	# table's buffer merged, the stream purged where the build does that).
 	while :; do
@@ -126,10 +132,12 @@ for r in $(seq "$rounds"); do
 	after=$(($(kb "$spid" VmRSS) * 1024))
 	counts=$(echo "$st" | field counts_bytes)
 	held=$(echo "$st" | sed -n 's/^    "bytes": \([0-9]*\).*/\1/p' | head -1) # status's stream.bytes
-	printf "%-5s %8s %10s %8s %9s %12s %13s %7s %14s %9s %9s %11s %14s %9s %20s\n" "$r" "$(echo "scale=1; $total / 1000000" | bc)" "$nnz" \
+	hz=$(getconf CLK_TCK)
+	printf "%-5s %8s %10s %8s %9s %12s %13s %7s %14s %9s %9s %11s %14s %15s %13s %9s %20s\n" "$r" "$(echo "scale=1; $total / 1000000" | bc)" "$nnz" \
 		"$(mb $csr)" "$([ -n "$counts" ] && mb "$counts" || echo -)" "$(mb $rss)" "$(mb $peak)" "$(echo "scale=2; $rss / $csr" | bc)" \
 		"$(mb $((rss - 2 * csr)))" "$(mb "$store")" "$(mb "${stream:-0}")" "$([ -n "$held" ] && mb "$held" || echo -)" \
-		"$rate" "$(echo "scale=1; ($t3 - $t2) / 1" | bc)" "$(mb $after)"
+		"$rate" "$(echo "scale=2; ($c1 - $c0) * 1000000 / $hz / ($each * $pubs)" | bc)" "$(echo "scale=2; ($n1 - $n0) * 1000000 / $hz / ($each * $pubs)" | bc)" \
+		"$(echo "scale=1; ($t3 - $t2) / 1" | bc)" "$(mb $after)"
 done
 kill -TERM "$spid"
 t0=$(date +%s.%N)

@@ -137,10 +137,12 @@ func (s *Service) finish(ctx context.Context, r fitResult) {
 		s.table.Thaw(false)
 	}
 	// The fit's working memory (its model copies, factor's index of the
-	// shards: about as much as the counts) is garbage now: give it back at
-	// once rather than at the runtime's pace, so that what the process
-	// holds between retrains is the counts (the heap it scans is small,
-	// the counts being outside it).
+	// blocks, cached in them: about as much as the counts) is garbage once
+	// the job lets go of its blocks: give it back at once rather than at
+	// the runtime's pace, so that what the process holds between retrains
+	// is the counts (the heap it scans is small, the counts being outside
+	// it).
+	job.counts, job.blocks, job.prior = nil, nil, nil
 	debug.FreeOSMemory()
 	if err != nil && err != errStopping {
 		s.m.failures.Inc()
