@@ -40,10 +40,14 @@ type TableEntry struct {
 // each action's matrix, adding every buffered count to its entry where the
 // entry exists (each count separately, in arrival order) and collecting the
 // others, which are then inserted in one backward pass over the grown
-// arrays. A merge moves the matrix once and happens every n/16 rows: a
-// few dozen bytes moved per row ingested, and at the peak the table takes
-// 20 bytes a distinct transition plus 1 for the buffer and 2 for sorting it
-// (unit counts), within twice the fit's CSR.
+// arrays. A merge moves the matrix once (in place: the arrays grow by
+// remapping, not copying) and happens every NNZ/16 rows at most: about 16
+// entries, 320 bytes, moved per row ingested. At the peak of a merge the
+// table takes its 20 bytes a distinct transition plus at most 56 per
+// buffered row (the buffer, the sorted keys and counts, the sort's
+// scratch, the new entries' sums), 3.5 bytes a distinct transition once
+// NNZ/16 rows are buffered (2 with unit counts), and the buffer's floor:
+// within twice the fit's CSR plus a fixed amount.
 //
 // Every total is therefore the sum of its counts in arrival order, summed
 // from zero, and every pending count the sum of those since the pending
