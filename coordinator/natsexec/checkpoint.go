@@ -50,10 +50,10 @@ func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
 	old, err := e.kv.Get(ctx, st.Job)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		rev, err = e.kv.Create(ctx, st.Job, body)
+		rev, err = wire.CompareAndSet(ctx, e.kv, st.Job, body, 0)
 	case err != nil:
 	default:
-		rev, err = e.kv.Update(ctx, st.Job, body, old.Revision())
+		rev, err = wire.CompareAndSet(ctx, e.kv, st.Job, body, old.Revision())
 	}
 	if err != nil {
 		return fmt.Errorf("natsexec: begin job %s: %w", st.Job, err)
@@ -129,10 +129,11 @@ func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, 
 	e.mu.Lock()
 	rev := e.kvRev[st.Job]
 	e.mu.Unlock()
-	nrev, err := e.kv.Update(ctx, st.Job, body, rev)
+	nrev, err := wire.CompareAndSet(ctx, e.kv, st.Job, body, rev)
 	if err != nil {
-		return fmt.Errorf("natsexec: commit job %s iteration %d on revision %d (did another coordinator take the job over?): %w",
-			st.Job, st.Iteration, rev, err)
+		// A lost race (errors.Is wire.ErrLostRace) is another coordinator
+		// that took the job over.
+		return fmt.Errorf("natsexec: commit job %s iteration %d: %w", st.Job, st.Iteration, err)
 	}
 	e.mu.Lock()
 	e.kvRev[st.Job] = nrev

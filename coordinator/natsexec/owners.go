@@ -401,9 +401,8 @@ func (s *ownersStore) Save(ctx context.Context, r *owners.Record) error {
 	e.mu.Lock()
 	rev := e.kvRev[s.job]
 	e.mu.Unlock()
-	rev, err = e.kv.Update(ctx, s.job, body, rev)
-	var api *jetstream.APIError
-	if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	rev, err = wire.CompareAndSet(ctx, e.kv, s.job, body, rev)
+	if errors.Is(err, wire.ErrLostRace) {
 		return fmt.Errorf("natsexec: owners: job %s: its state changed since this coordinator's last write: %w: %w", s.job, owners.ErrLeaseLost, err)
 	}
 	if err != nil {

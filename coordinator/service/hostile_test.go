@@ -161,7 +161,7 @@ func TestServeLimitsConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Name: "l", Order: 4, MaxModelBytes: 10}, "do not hold a model"},
+		{Config{Name: "l", Order: 4, MaxModelBytes: 10}, "does not hold a model"},
 		{Config{Name: "l", Order: 2, MaxModelBytes: 1 << 20, States: 40000}, "above the limit of 32768 states"},
 		{Config{Name: "l", Order: 2, MaxActions: 3, Actions: 4}, "above the limit of 3 actions"},
 		{Config{Name: "l", Order: 2, MaxModelBytes: 1 << 20, States: 30000, Actions: 30}, "above max model bytes"},

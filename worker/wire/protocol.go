@@ -240,7 +240,8 @@ func PutObjectMeta(ctx context.Context, obs jetstream.ObjectStore, maxPayload in
 }
 
 // PutObjectReader is PutObjectMeta for an object read from r as it is
-// put; an error reading r fails the put and leaves no object.
+// put (one chunk in memory at a time); an error reading r fails the put
+// and leaves no object.
 func PutObjectReader(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
 	opts := jetstream.ObjectMetaOptions{ChunkSize: uint32(chunkSize(maxPayload))}
 	if meta.Opts != nil {
