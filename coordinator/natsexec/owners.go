@@ -1296,6 +1296,7 @@ func (s *ownSeq) putCRCs(ctx context.Context) error {
 // checkpointed records the current version (made by a pass of loglik ll)
 // as the last checkpoint, in the job state too.
 func (s *ownSeq) checkpointed(ctx context.Context, ll float64) error {
+	prev := s.ck.version
 	s.ck = ownCheckpoint{version: s.version, kcrc: make([][]string, len(s.cols)), dcrc: slices.Clone(s.dcrc), ll: ll}
 	for kb, cbs := range s.cols {
 		for _, cb := range cbs {
@@ -1310,7 +1311,11 @@ func (s *ownSeq) checkpointed(ctx context.Context, ll float64) error {
 	if err := s.putCRCs(ctx); err != nil {
 		return err
 	}
-	return s.saveState(ctx)
+	if err := s.saveState(ctx); err != nil {
+		return err
+	}
+	s.dropCheckpoint(ctx, prev)
+	return nil
 }
 
 // finish stores the last version where it is not a checkpoint and reads
