@@ -3,7 +3,6 @@ package service
 import (
 	"fmt"
 	"math"
-	"math/big"
 	"strings"
 	"time"
 
@@ -221,14 +220,14 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("service: max model bytes %d, max states %d, max actions %d: must be >= 0", c.MaxModelBytes, c.MaxStates, c.MaxActions)
 	case c.MaxStates < 1 || c.MaxActions < 1:
 		return fmt.Errorf("service: max model bytes %d do not hold a model of order %d with one state and one action (%d bytes)",
-			c.MaxModelBytes, c.Order, ModelBytes(1, c.Order, 1, c.Tie))
+			c.MaxModelBytes, c.Order, factor.ModelBytes(1, c.Order, 1, c.Tie))
 	case c.States > c.MaxStates:
 		return fmt.Errorf("service: a fixed size of %d states is above the limit of %d states (max states, or max model bytes %d)", c.States, c.MaxStates, c.MaxModelBytes)
 	case c.Actions > c.MaxActions:
 		return fmt.Errorf("service: a fixed size of %d actions is above the limit of %d actions (max actions, or max model bytes %d)", c.Actions, c.MaxActions, c.MaxModelBytes)
-	case c.States > 0 && c.Actions > 0 && ModelBytes(c.States, c.Order, c.Actions, c.Tie) > c.MaxModelBytes:
+	case c.States > 0 && c.Actions > 0 && factor.ModelBytes(c.States, c.Order, c.Actions, c.Tie) > c.MaxModelBytes:
 		return fmt.Errorf("service: a fixed size of %d states and %d actions needs a model of %d bytes, above max model bytes %d",
-			c.States, c.Actions, ModelBytes(c.States, c.Order, c.Actions, c.Tie), c.MaxModelBytes)
+			c.States, c.Actions, factor.ModelBytes(c.States, c.Order, c.Actions, c.Tie), c.MaxModelBytes)
 	case wire.CheckBucket(c.StateBucket) != nil:
 		return fmt.Errorf("service: %w", wire.CheckBucket(c.StateBucket))
 	case wire.CheckBucket(c.ModelBucket) != nil:
@@ -240,20 +239,6 @@ func (c *Config) defaults() error {
 // DefaultMaxModelBytes is the default Config.MaxModelBytes: 4 GiB.
 const DefaultMaxModelBytes = 4 << 30
 
-// ModelBytes is the size in bytes of a model with n states, order m and u
-// actions (its D and K blocks of n·m float64 each): what a version's file
-// holds and what each copy of it in a fit allocates. It saturates at
-// math.MaxInt64.
-func ModelBytes(n, m, u int, tie factor.Tie) int64 {
-	blocks := int64(factor.NumD(u, tie) + factor.NumK(u, tie))
-	b := new(big.Int).Mul(big.NewInt(8*int64(m)), big.NewInt(int64(n)))
-	b.Mul(b, big.NewInt(blocks))
-	if !b.IsInt64() {
-		return math.MaxInt64
-	}
-	return b.Int64()
-}
-
 // MaxDim is the largest n such that a model of n states, order m and one
 // action fits in maxBytes (the same bound holds for actions with one
 // state), capped below math.MaxInt32 (the largest index a count table
@@ -262,7 +247,7 @@ func MaxDim(maxBytes int64, m int, tie factor.Tie) int {
 	if m < 1 {
 		return 0
 	}
-	per := ModelBytes(1, m, 1, tie)
+	per := factor.ModelBytes(1, m, 1, tie)
 	return int(min(maxBytes/per, math.MaxInt32-1))
 }
 
