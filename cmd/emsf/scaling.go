@@ -184,19 +184,10 @@ func readHarness(path string, skip int) ([]*harnessRun, error) {
 	}
 	defer f.Close()
 	r := csv.NewReader(f)
-	head, err := r.Read()
-	if err != nil {
-		return nil, fmt.Errorf("scaling: %s: header: %w", path, err)
-	}
-	col := map[string]int{}
-	for k, h := range head {
-		col[h] = k
-	}
 	need := []string{"design", "P", "n", "u", "m", "nnz", "rate_mbit", "iter", "wall_s", "emsf_bytes", "coord_tx", "coord_rx", "node_tx_mean", "node_rx_mean"}
-	for _, h := range need {
-		if _, ok := col[h]; !ok {
-			return nil, fmt.Errorf("scaling: %s: no column %q", path, h)
-		}
+	col, err := tableHeader(r, path, need, "")
+	if err != nil {
+		return nil, err
 	}
 	var runs []*harnessRun
 	index := map[string]*harnessRun{}
@@ -265,6 +256,26 @@ func readHarness(path string, skip int) ([]*harnessRun, error) {
 		run.mRetx = meanOf(run.retx)
 	}
 	return runs, nil
+}
+
+// tableHeader reads the header of a CSV or TSV table and returns each
+// column's index, or an error naming the first column of need it lacks
+// (with hint after it).
+func tableHeader(r *csv.Reader, path string, need []string, hint string) (map[string]int, error) {
+	head, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("scaling: %s: header: %w", path, err)
+	}
+	col := map[string]int{}
+	for k, h := range head {
+		col[h] = k
+	}
+	for _, h := range need {
+		if _, ok := col[h]; !ok {
+			return nil, fmt.Errorf("scaling: %s: no column %q%s", path, h, hint)
+		}
+	}
+	return col, nil
 }
 
 // meanOf is the mean of xs. Means, not medians: an iteration's end is

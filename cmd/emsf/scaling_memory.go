@@ -50,18 +50,9 @@ func readMemproof(path string) ([]*memRun, error) {
 	r := csv.NewReader(f)
 	r.Comma = '\t'
 	r.FieldsPerRecord = -1
-	head, err := r.Read()
+	col, err := tableHeader(r, path, []string{"run", "process", "peak_rss_bytes"}, " (want scripts/memproof.sh's summary.tsv)")
 	if err != nil {
-		return nil, fmt.Errorf("scaling: %s: header: %w", path, err)
-	}
-	col := map[string]int{}
-	for k, h := range head {
-		col[h] = k
-	}
-	for _, h := range []string{"run", "process", "peak_rss_bytes"} {
-		if _, ok := col[h]; !ok {
-			return nil, fmt.Errorf("scaling: %s: no column %q (want scripts/memproof.sh's summary.tsv)", path, h)
-		}
+		return nil, err
 	}
 	var runs []*memRun
 	byName := map[string]*memRun{}

@@ -24,9 +24,9 @@ import (
 //     the kernel's scratch, 8 bytes a nonzero.
 //   - Slices: the K̂ and D̂ slices served and not yet pulled, Slices
 //     tasks' worth ((m·s + 4)·c_s + (m·s + 12)·r_s each), and the
-//     owners' pull window (4 slices at the commit, one per owned block
-//     while the pass runs), less the 1/P a worker owns and folds at its
-//     task (worker/ownfold.go): none on one worker.
+//     owners' pull window (4 slices of one column block in flight), less
+//     the 1/P a worker owns and folds at its task (worker/ownfold.go):
+//     none on one worker.
 //   - Buffers: the NATS client's and the gather window's (8 requests of
 //     ≤ 1 MiB in flight): MemBuffers.
 //   - Base: the runtime, code and libraries of an idle worker, MemBase.
@@ -36,10 +36,10 @@ import (
 // runs at GOGC 25).
 //
 // The coordinator of the target design holds metadata: ≈ 250 bytes a
-// shard line, the plan and the m-vectors, over its own Base. Today's
-// coordinator still reads every transition, counts and cuts every shard
-// and holds the whole model: about the local fit's peak
-// (CoordinatorToday).
+// shard line, ≈ 1 KiB a worker, each K block's Y and its reduction
+// groups' sums, over its own Base. Today's coordinator still reads every
+// transition, counts and cuts every shard and holds the whole model:
+// about the local fit's peak (measured, docs/scaling.md §9).
 
 // MemCalibration holds the constants of the memory model.
 type MemCalibration struct {
@@ -52,7 +52,9 @@ type MemCalibration struct {
 	// worker and the gather window).
 	Base, Buffers float64
 	// Slices is the number of tasks whose slices a worker holds at its
-	// peak (0: 2).
+	// peak (0: 5, from heap profiles of workers at P = 6: 82 MB of
+	// served slices, 5 tasks' worth with --col-cells 2 and 2.7 without,
+	// while the early pulls wait for a slower worker's slice).
 	Slices float64
 }
 
@@ -70,7 +72,7 @@ func (c MemCalibration) withDefaults() MemCalibration {
 		c.Buffers = 16e6
 	}
 	if c.Slices == 0 {
-		c.Slices = 2
+		c.Slices = 5
 	}
 	return c
 }
@@ -129,12 +131,20 @@ func Memory(w Workload, p int, c MemCalibration) (MemEstimate, error) {
 	// The slices of the blocks and groups this worker owns (1/P of
 	// them) are folded by the task at once: none on one worker.
 	slice := ((m*s+4)*cS + (m*s+12)*rS) * (1 - 1/P)
-	e.Slices = c.Slices*slice + 4*slice
+	// An owner pulls slices of one column block at a time: a shard's
+	// columns within the block (emsf's default blocks hold 4 MiB of K).
+	cb := w.ColBlocks
+	if cb == 0 {
+		cb = DefaultColBlocks(w.N, w.M)
+	}
+	width := math.Min(cols, n/float64(cb))
+	e.Slices = c.Slices*slice + 4*(m*s+4)*cS*width/cols*(1-1/P)
 	e.Buffers, e.Base = c.Buffers, c.Base
 	heap := e.Shards + e.Owned + e.Task + e.Slices + e.Buffers
 	e.Headroom = c.GOGC / 100 * heap
 	e.Worker = heap + e.Headroom + e.Base
-	// The target coordinator: a line per shard, the plan, m-vectors.
-	e.Coordinator = c.Base + 250*w.NNZ/etaS + 64*kblocks*m*s*P
+	// The target coordinator: a line of ≈ 250 bytes per shard, ≈ 1 KiB
+	// of state per worker, each K block's Y and its groups' sums.
+	e.Coordinator = c.Base + 250*w.NNZ/etaS + 1024*P + kblocks*m*s*(1+GroupsPerAction)
 	return e, nil
 }

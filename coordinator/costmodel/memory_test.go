@@ -7,7 +7,8 @@ import (
 
 // TestMemoryParts: the memory model's parts on a small workload, by hand
 // (n = 1000, m = 4, u = 2, η = 20 000, shards of 1000 nonzeros, one
-// column cell, GOGC 25, 35 MB base, 16 MB buffers, 2 tasks' slices).
+// column cell, GOGC 25, 35 MB base, 16 MB buffers, 5 tasks' slices, one
+// column block).
 func TestMemoryParts(t *testing.T) {
 	w := Workload{N: 1000, M: 4, U: 2, NNZ: 20000}
 	c := MemCalibration{ShardNNZ: 1000}
@@ -26,7 +27,7 @@ func TestMemoryParts(t *testing.T) {
 			"shards": {e.Shards, 12*20000/P + 12*shards*cs + 8*shards*rs},
 			"owned":  {e.Owned, (2*4*1000*4*8 + 2*1000*8) / P},
 			"task":   {e.Task, 2*4*8*(cs+rs) + 8*1000},
-			"slices": {e.Slices, 6 * ((4*8+4)*cs + (4*8+12)*rs) * (1 - 1/P)},
+			"slices": {e.Slices, (5*((4*8+4)*cs+(4*8+12)*rs) + 4*(4*8+4)*cs) * (1 - 1/P)},
 		}
 		heap := e.Shards + e.Owned + e.Task + e.Slices + 16e6
 		want["headroom"] = [2]float64{e.Headroom, 0.25 * heap}
