@@ -39,6 +39,15 @@
 // (factor.ColumnFold) and commits them. Its requests run on goroutines of
 // their own; a load of a newer epoch cancels what the older epoch runs.
 //
+// Memory (docs/scaling.md, "Memory per node"): a worker holds its shards
+// as the kernel's column index only (ownShardOf: no decoded copy, no
+// row-major arrays), its share of the blocks and their folds, and one
+// task's rows of D and K. The slices are what would pile up: a task folds
+// those of its own blocks and groups at once when due (ownfold.go) and
+// announces the others to their owners, which pull them while the pass
+// runs (ownpull.go); the commit pulls what is left. emsf worker runs the
+// collector at GOGC 25.
+//
 // The protocol (subjects, headers, TaskRequest, labels, raw models and
 // partials, blobs) lives in package wire, which the coordinator's NATS
 // executor (coordinator/natsexec) imports too. Wire schemas of shards,

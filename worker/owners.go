@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/wire"
 	"github.com/emsf/emsf/worker/wire/proto"
 )
@@ -78,6 +79,13 @@ type ownBlock struct {
 	kt      []float64
 	crc     string
 	fold    *factor.ColumnFold
+	// fmu guards fold, foldIter, the iteration it folds (ownfold.go),
+	// and the early pulls' state: ready, the known servers of the
+	// iteration's slices by position, and pulling (ownpull.go).
+	fmu      sync.Mutex
+	foldIter int
+	ready    map[int]string
+	pulling  bool
 }
 
 // dblock is the D block of action a.
@@ -98,7 +106,12 @@ type ownGroup struct {
 	version int
 	d       []float64
 	crc     string
-	dh, x   []float64
+	// fmu guards dh and x, the sums of iteration foldIter, and folded,
+	// the cells (Cells[:folded]) summed into them (ownfold.go).
+	fmu      sync.Mutex
+	dh, x    []float64
+	foldIter int
+	folded   int
 }
 
 // startOwners registers the owners exchange's endpoints.
@@ -116,6 +129,9 @@ func (w *Worker) startOwners() error {
 	}
 	_ = sub.SetPendingLimits(-1, -1)
 	w.gather = sub
+	if err := w.startReady(); err != nil {
+		return fmt.Errorf("worker: ready notices: %w", err)
+	}
 	return nil
 }
 
@@ -165,6 +181,9 @@ func (w *Worker) serveOwn(req micro.Request) {
 		}
 	}
 	if j != nil {
+		if w.cfg.OnOwnersOp != nil {
+			w.cfg.OnOwnersOp(r.Op, r.Iteration)
+		}
 		ctx, cancel := context.WithCancel(j.ctx)
 		if r.Deadline != 0 {
 			ctx, cancel = context.WithDeadline(j.ctx, time.Unix(0, r.Deadline))
@@ -389,7 +408,7 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 	if err != nil {
 		return err
 	}
-	s, _, err := w.shard(ctx, obs, &wire.TaskRequest{Shard: r.Shard, ShardObject: r.ShardObject, ShardChecksum: r.ShardChecksum})
+	cs, err := w.ownShardOf(ctx, obs, r)
 	if err != nil {
 		return err
 	}
@@ -401,15 +420,14 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 		}
 		t.Stop()
 	}
-	b, m := s.Block, j.m
-	if err := b.CheckShape(j.n, j.u); err != nil {
+	b, m := &factor.Block{Action: cs.info.Action, Rows: cs.rows}, j.m
+	if err := cs.checkShape(j.n, j.u); err != nil {
 		return fmt.Errorf("worker: shard %d: %w", r.Shard, err)
 	}
 	kb := b.Action
 	if j.tie == factor.TieSharedK {
 		kb = 0
 	}
-	cs := w.compactShard(s.Checksum, b)
 	md := w.compactModel(cs, m)
 	// Rows of D at version Iteration−1, from the owners of the shard's
 	// row groups (which split its rows: spans[q] are group q's).
@@ -468,8 +486,13 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 		p.Cols[c] = cs.cols[lc]
 	}
 	t2 := time.Now()
-	// Serve the K̂ slices; drop those of earlier iterations (their
-	// commits are done: the coordinator sequences).
+	// Fold what this worker owns and is due (ownfold.go), serve the
+	// other K̂ slices; drop those of earlier iterations (their commits
+	// are done: the coordinator sequences).
+	kdone, gdone, err := w.foldOwn(j, r, kb, p, groups, spans)
+	if err != nil {
+		return fmt.Errorf("worker: shard %d: %w", r.Shard, err)
+	}
 	w.omu.Lock()
 	w.dropSlices(j, r.Iteration)
 	w.omu.Unlock()
@@ -477,6 +500,9 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 	// The D̂ slice of each row group, for its owner.
 	var sent int64
 	for q, g := range groups {
+		if gdone[q] {
+			continue
+		}
 		a, e := spans[q][0], spans[q][1]
 		sum := 0.0
 		for _, x := range p.X[a:e] {
@@ -490,7 +516,12 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 		j.served = append(j.served, servedSlice{name, r.Iteration})
 		w.omu.Unlock()
 	}
+	servedC := map[int]bool{}
 	for _, cb := range j.layout[kb] {
+		if kdone[cb.C] {
+			continue
+		}
+		servedC[cb.C] = true
 		a, e := factor.SliceColumns(p.Cols, cb.Lo, cb.Hi)
 		data := wire.EncodeRawPartial(&factor.Partial{Action: kb, Cols: p.Cols[a:e], KhT: p.KhT[a*m : e*m], Y: zero}, nil)
 		name := wire.SliceName(r.Job, r.Epoch, r.Iteration, r.Shard, cb.C, j.sliceKey)
@@ -500,7 +531,8 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 		j.served = append(j.served, servedSlice{name, r.Iteration})
 		w.omu.Unlock()
 	}
-	reply.Label = proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: s.Checksum, ModelDigest: proto.Digest(r.Epoch)}.String()
+	w.announce(j, r, kb, j.layout[kb], servedC)
+	reply.Label = proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: cs.info.Checksum, ModelDigest: proto.Digest(r.Epoch)}.String()
 	reply.Y = slices.Clone(p.Y)
 	reply.SumX, reply.NNZ = p.SumX, p.NNZ
 	if !math.IsNaN(p.LogLik) {
@@ -509,7 +541,7 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 	reply.GatherNanos, reply.ComputeNanos = int64(t1.Sub(t0)), int64(t2.Sub(t1))
 	w.count(func(st *Stats) {
 		st.Tasks++
-		st.NNZ += int64(s.NNZ)
+		st.NNZ += int64(cs.info.NNZ)
 		st.ComputeSeconds += t2.Sub(t1).Seconds()
 		st.BytesSent += sent
 	})
@@ -524,7 +556,11 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 // term in the same order: the partial is bitwise the shard's.
 type ownShard struct {
 	blk   *factor.Block
+	info  shard.Info
+	rows  []int32 // the shard's rows (global)
 	rowLo int32
+	// maxCol is the shard's largest column (-1: none).
+	maxCol int32
 	// cols is the shard's column of each local column, ascending.
 	cols []int32
 }
@@ -559,20 +595,24 @@ func (w *Worker) compactShard(checksum string, b *factor.Block) *ownShard {
 }
 
 // compactModel returns the worker's model for computing cs: one action,
-// N = max(rows spanned, columns touched), arrays reused across tasks
-// (entries outside what a task writes are never read). The caller holds
-// w.mu.
+// D of the rows spanned, K^T of the columns touched, N the larger (Compute
+// reads rows of D and of K^T at the block's indices only), arrays reused
+// across tasks (entries outside what a task writes are never read). The
+// caller holds w.mu.
 func (w *Worker) compactModel(cs *ownShard, m int) *factor.Model {
-	n := len(cs.cols)
+	nc, nr := max(len(cs.cols), 1), 1
 	if k := len(cs.blk.Rows); k > 0 {
-		n = max(n, int(cs.blk.Rows[k-1])+1)
+		nr = int(cs.blk.Rows[k-1]) + 1
 	}
-	n = max(n, 1)
 	md := w.ownMd
-	if md == nil || md.M != m || md.N < n {
-		md = &factor.Model{N: n, M: m, U: 1, D: [][]float64{make([]float64, n*m)}, KT: [][]float64{make([]float64, n*m)}}
+	if md == nil || md.M != m || len(md.D[0]) < nr*m || len(md.KT[0]) < nc*m {
+		if md != nil && md.M == m {
+			nr, nc = max(nr, len(md.D[0])/m), max(nc, len(md.KT[0])/m)
+		}
+		md = &factor.Model{M: m, U: 1, D: [][]float64{make([]float64, nr*m)}, KT: [][]float64{make([]float64, nc*m)}}
 		w.ownMd = md
 	}
+	md.N = max(nr, nc)
 	return md
 }
 
@@ -912,7 +952,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *proto.Request, rep
 		for q, k := range sh.Shards {
 			refs[q] = sliceRef{worker: cmp.Or(moved[k], sh.Workers[q]), name: wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c, j.sliceKey)}
 		}
-		if err := w.foldBlock(ctx, j, b, refs); err != nil {
+		if err := w.foldBlock(ctx, j, b, refs, r.Iteration); err != nil {
 			return err
 		}
 		b.mu.Lock()
@@ -982,37 +1022,21 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *proto.Request, rep
 func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *proto.Request, g *ownGroup, moved map[int]string) error {
 	m := j.m
 	cells := j.rowLayout[g.g].Cells
-	refs := make([]sliceRef, len(cells))
-	for q, k := range cells {
+	g.fmu.Lock()
+	defer g.fmu.Unlock()
+	// Tasks of this iteration may have folded a prefix (foldOwn).
+	from := len(cells)
+	if g.foldIterate(r.Iteration, m) {
+		from = g.folded
+	}
+	refs := make([]sliceRef, len(cells)-from)
+	for q, k := range cells[from:] {
 		refs[q] = sliceRef{worker: cmp.Or(moved[k], j.cellWorker[k]), name: wire.DSliceName(r.Job, r.Epoch, r.Iteration, k, g.g, j.sliceKey)}
 	}
-	g.dh = slices.Grow(g.dh[:0], len(g.rows)*m)[:len(g.rows)*m]
-	g.x = slices.Grow(g.x[:0], len(g.rows))[:len(g.rows)]
-	clear(g.dh)
-	clear(g.x)
 	// The largest slice of this group: every row.
 	limit := wire.RawPartialSizeOf(len(g.rows), 0, m)
 	return w.pullInOrder(ctx, refs, limit, func(q int, p *factor.Partial) error {
-		if p.Action < 0 || p.Action >= j.u || j.dblock(p.Action) != g.action || len(p.Y) != m || len(p.Cols) != 0 || len(p.Dh) != len(p.Rows)*m || len(p.X) != len(p.Rows) {
-			return fmt.Errorf("worker: commit: row group %d: the D̂ slice of shard %d is of action %d with m = %d, %d rows and %d columns", g.g, cells[q], p.Action, len(p.Y), len(p.Rows), len(p.Cols))
-		}
-		if err := factor.CheckPartialValues(p); err != nil {
-			return fmt.Errorf("worker: commit: row group %d, shard %d: %w", g.g, cells[q], err)
-		}
-		at := 0
-		for c, i := range p.Rows {
-			k, found := slices.BinarySearch(g.rows[at:], i)
-			if !found {
-				return fmt.Errorf("worker: commit: row group %d: the D̂ slice of shard %d has row %d, which the group does not hold (or out of order)", g.g, cells[q], i)
-			}
-			at += k
-			dst := g.dh[at*m : at*m+m]
-			for l, v := range p.Dh[c*m : c*m+m] {
-				dst[l] += v
-			}
-			g.x[at] += p.X[c]
-		}
-		return nil
+		return g.addSlice(j, from+q, p)
 	})
 }
 
@@ -1031,12 +1055,19 @@ const foldWindow = 4
 
 // foldBlock pulls a block's K̂ slices (one per shard of its K block, in
 // block order) and folds them in the canonical order.
-func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []sliceRef) error {
+func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []sliceRef, iter int) error {
 	f := b.fold
-	f.Reset()
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	// Tasks of this iteration may have folded a prefix (foldOwn).
+	from := len(refs)
+	if b.foldIterate(iter) && !f.Done() {
+		from = f.Next()
+	}
 	// The largest slice of this block: every column touched.
 	limit := wire.RawPartialSizeOf(0, b.hi-b.lo, j.m)
-	return w.pullInOrder(ctx, refs, limit, func(k int, p *factor.Partial) error {
+	return w.pullInOrder(ctx, refs[from:], limit, func(k int, p *factor.Partial) error {
+		k += from
 		if p.Action != b.kb || len(p.Y) != j.m {
 			return fmt.Errorf("worker: commit: block %d/%d: the slice of shard %d of its K block is of K block %d with m = %d", b.kb, b.c, k, p.Action, len(p.Y))
 		}

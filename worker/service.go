@@ -44,6 +44,10 @@ type Config struct {
 	// so that a test can hold a worker in a chosen iteration.
 	Delay     time.Duration
 	DelayFrom int
+	// OnOwnersOp, when set, is called as each owners operation starts,
+	// with its name and iteration: a debugging hook (emsf worker
+	// --memprofile-dir records memory by phase with it). It must not block.
+	OnOwnersOp func(op string, iteration int)
 }
 
 // Stats are a worker's counters, served as the data of $SRV.STATS.
@@ -68,6 +72,12 @@ type Stats struct {
 	// DerivedRows counts tasks whose shard's rows of D the worker derived
 	// from the previous iteration instead of fetching them (model parts).
 	DerivedRows int64 `json:"derived_rows"`
+	// SlicesFolded counts K̂ and D̂ slices of the owners exchange that a
+	// task folded into this worker's own sums at once (never served);
+	// SlicesPulledEarly those this worker, their owner, pulled and folded
+	// while the pass ran (ownfold.go, ownpull.go).
+	SlicesFolded      int64 `json:"slices_folded"`
+	SlicesPulledEarly int64 `json:"slices_pulled_early"`
 	// Running is 1 while a task is being computed.
 	Running int32 `json:"running"`
 }
@@ -110,6 +120,7 @@ type Worker struct {
 	kv        jetstream.KeyValue
 	slices    *wire.BlobServer
 	gather    *nats.Subscription
+	ready     *nats.Subscription // early pulls' notices (ownpull.go)
 	ownShards map[string]*ownShard
 	ownMd     *factor.Model
 	ownD      []float64 // an owners task's rows of D, as gathered
@@ -252,6 +263,9 @@ func (w *Worker) Stop() error {
 		return err
 	}
 	if err := w.gather.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("worker: stop: %w", err)
+	}
+	if err := w.ready.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		return fmt.Errorf("worker: stop: %w", err)
 	}
 	w.log.Info("worker stopped", "tasks", w.Stats().Tasks)

@@ -221,6 +221,69 @@ func (d *dataset) size(f *inputFlags) error {
 	return nil
 }
 
+// Sparse indices: a fit's work and memory grow with n·u·m, the data's
+// with the transitions. One stray large index in a small file (a typo, a
+// corrupted row) would make a model of millions of mostly empty rows, or
+// thousands of empty actions, that takes minutes and gigabytes to fit
+// (--max-model-bytes bounds only the memory). So an inferred size must be
+// plausible for the data: at most sparseStatesPer states per transition
+// (beyond sparseStatesMin states) and sparseActionsPer actions per
+// distinct action seen (beyond sparseActionsMin actions); past that the
+// user confirms the size with --states or --actions.
+const (
+	sparseStatesMin  = 1 << 16
+	sparseStatesPer  = 16
+	sparseActionsMin = 64
+	sparseActionsPer = 4
+)
+
+// checkSparse applies checkInferredStates and checkInferredActions to
+// the sizes of d that no flag set. A fit checks its memory first, so
+// that a size beyond the machine is named as such.
+func (d *dataset) checkSparse(f *inputFlags) error {
+	if f.states == 0 {
+		if err := checkInferredStates(f.input, d.n, d.transitions); err != nil {
+			return err
+		}
+	}
+	if f.actions == 0 {
+		return checkInferredActions(f.input, d.u, actionsSeen(d.train, d.holdout, d.val))
+	}
+	return nil
+}
+
+// checkInferredStates checks n, inferred from the largest state index of
+// file, against the transitions read.
+func checkInferredStates(file string, n, transitions int) error {
+	if n > sparseStatesMin && n/sparseStatesPer > transitions {
+		return usagef("%s: the largest state index is %d, so n would be %d states, but the input has only %d transitions (at most %d states per transition are inferred): pass --states N if that is right", file, n-1, n, transitions, sparseStatesPer)
+	}
+	return nil
+}
+
+// checkInferredActions checks u, inferred from the largest action index
+// of file, against the number of actions that have transitions.
+func checkInferredActions(file string, u, seen int) error {
+	if u > sparseActionsMin && u > sparseActionsPer*seen {
+		return usagef("%s: the largest action index is %d, so u would be %d actions, but only %d of them have transitions: pass --actions N if that is right", file, u-1, u, seen)
+	}
+	return nil
+}
+
+// actionsSeen is the number of actions with transitions in any of the
+// sets of blocks (one block per action each).
+func actionsSeen(sets ...[]*factor.Block) int {
+	seen := map[int]bool{}
+	for _, set := range sets {
+		for _, b := range set {
+			if b.NNZ() > 0 {
+				seen[b.Action] = true
+			}
+		}
+	}
+	return len(seen)
+}
+
 // firstPassGCPercent is the GOGC of loadTwoPass's first read.
 const firstPassGCPercent = 200
 

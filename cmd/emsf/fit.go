@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ type fitFlags struct {
 	cluster    clusterFlags
 	inc        incrementalFlags
 	onlineEM   onlineEMFlags
+	limits     limitFlags
 	order      string
 	tie        string
 	stop       stopFlags
@@ -72,6 +74,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	f.cluster.register(fs)
 	f.inc.register(fs)
 	f.onlineEM.register(fs)
+	f.limits.register(fs)
 	fs.StringVar(&f.order, "order", "", "order m of the factorization (number of hidden states); a list like 5,10,20 with --holdout picks the best (required)")
 	fs.StringVar(&f.tie, "tie", "none", "tie mode: none (D^a, K^a per action), shared-k (one K), shared-d (one D)")
 	f.stop.register(fs)
@@ -115,6 +118,11 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	if err := f.preflight(log); err != nil {
 		return err
 	}
+	mw, err := startMemWatch(os.Getenv(memProfileEnv), memWatchInterval)
+	if err != nil {
+		return err
+	}
+	defer mw.Close()
 	if f.inc.enabled {
 		return fitIncremental(ctx, e, &f, log)
 	}
@@ -136,14 +144,19 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	if f.needsValidation() {
 		valFrac = f.validation
 	}
+	mw.Phase("read")
 	data, err := loadDataVal(ctx, &f.in, f.holdout, valFrac, f.seed)
 	if err != nil {
 		return err
 	}
+	mw.Phase("fit")
 	for _, m := range f.orders {
 		if m > data.n {
 			return usagef("--order %d: must be at most the number of states n = %d", m, data.n)
 		}
+	}
+	if err := f.checkMemory(data); err != nil {
+		return err
 	}
 	if warm != nil {
 		if err := warm.Model.CheckCompatible(data.n, f.orders[0], data.u, f.tieV); err != nil {
@@ -322,6 +335,9 @@ func (f *fitFlags) validate() error {
 		return err
 	}
 	if err := f.onlineEM.validate(&f.inc, f); err != nil {
+		return err
+	}
+	if err := f.limits.validate(); err != nil {
 		return err
 	}
 	return f.cluster.validate()

@@ -84,16 +84,21 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	n, u := in.states, in.actions
 	fingerprint := ""
 	rowsKnown := 0 // transitions of one pass, when a sizing pass counted them
+	sparse := func() error { return nil }
 	if n == 0 || u == 0 {
 		t0 := time.Now()
 		var maxS, maxA int
 		rows := 0
+		seen := map[int32]bool{} // actions with transitions
 		h := newFingerprint()
 		err := scanPipelined(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
 			h.addBatch(b)
 			for k := range b.State {
 				maxS = max(maxS, int(b.State[k])+1, int(b.Next[k])+1)
 				maxA = max(maxA, int(b.Action[k])+1)
+				if len(seen) <= maxInferredActions {
+					seen[b.Action[k]] = true
+				}
 			}
 			rows += b.Len()
 			return nil
@@ -121,6 +126,17 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			}
 			u = maxA
 		}
+		sparse = func() error {
+			if in.states == 0 {
+				if err := checkInferredStates(in.input, n, rows); err != nil {
+					return err
+				}
+			}
+			if in.actions == 0 {
+				return checkInferredActions(in.input, u, len(seen))
+			}
+			return nil
+		}
 		log.Info("sizing pass", "transitions", rows, "states", n, "actions", u, "elapsed", time.Since(t0).Round(time.Millisecond))
 	}
 	// Bound the indices in the fit passes: the reader rejects larger ones.
@@ -128,6 +144,17 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	m := f.orders[0]
 	if m > n {
 		return usagef("--order %d: must be at most the number of states n = %d", m, n)
+	}
+	fp := factor.Footprint{N: n, M: m, U: u, Tie: f.tieV}
+	alg, need := "--incremental", fp.Incremental(f.inc.etaMax)
+	if f.onlineEM.enabled {
+		alg, need = "--online-em", fp.OnlineEM()
+	}
+	if err := f.limits.check(alg, fp, need); err != nil {
+		return err
+	}
+	if err := sparse(); err != nil {
+		return err
 	}
 
 	var md *factor.Model

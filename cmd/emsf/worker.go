@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,6 +33,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		jobs      string
 		delay     time.Duration
 		delayFrom int
+		memDir    string
 	)
 	nf.register(fs)
 	fs.StringVar(&name, "name", "emsf-worker", "client name shown by the NATS server")
@@ -40,12 +43,15 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&jobs, "bucket-jobs", wire.DefaultKVBucket, "JetStream KV bucket of the job records (the coordinators' --bucket-jobs): an owners epoch is taken up, and a job ended, only when its record there says so")
 	fs.DurationVar(&delay, "task-delay", 0, "testing: wait this long before computing each task")
 	fs.IntVar(&delayFrom, "task-delay-from", 0, "testing: apply --task-delay to the tasks of this iteration and later only (0: all)")
+	fs.StringVar(&memDir, "memprofile-dir", os.Getenv(memProfileEnv), "debugging: write mem.tsv (resident set and Go heap at each owners operation and each new peak) and heap profiles at the peaks into this directory (default $"+memProfileEnv+")")
 	fs.Usage = func() {
 		fs.SetOutput(stdout) // help
 		fmt.Fprintf(fs.Output(), "Usage: emsf worker --nats URL [flags]\n\n"+
 			"Runs a cluster worker: a NATS micro service (%q, see 'nats micro ls') that computes the\n"+
 			"statistics of shards for 'emsf fit --nats URL'. Start as many as you like, anywhere;\n"+
-			"SIGINT or SIGTERM cancels the task at hand (the coordinator hands it to another worker) and exits.\n", wire.ServiceName)
+			"SIGINT or SIGTERM cancels the task at hand (the coordinator hands it to another worker) and exits.\n"+
+			"Memory: GOGC is %d unless the environment sets it; under a cgroup memory limit GOMEMLIMIT is %.0f%% of it\n"+
+			"unless the environment sets it.\n", wire.ServiceName, workerGCPercent, 100*workerMemoryLimitFraction)
 		printFlags(fs.Output(), fs)
 		fs.SetOutput(stderr)
 	}
@@ -85,6 +91,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return fail(2, "--task-delay-from %d: must be >= 0", delayFrom)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "emsf", Level: lvl, Output: stderr, JSONFormat: jsonLog, Color: hclog.ColorOff})
+	setWorkerMemory(log)
 
 	closed, connected := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -115,7 +122,17 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 0
 		}
 	}
-	w, err := worker.Start(ctx, nc, worker.Config{Prefix: nf.prefix, JobsBucket: jobs, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom})
+	mw, err := startMemWatch(memDir, memWatchInterval)
+	if err != nil {
+		nc.Close()
+		return fail(2, "%v", err)
+	}
+	defer mw.Close()
+	cfg := worker.Config{Prefix: nf.prefix, JobsBucket: jobs, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom}
+	if mw != nil {
+		cfg.OnOwnersOp = func(op string, iter int) { mw.Phase(op + "-" + strconv.Itoa(iter)) }
+	}
+	w, err := worker.Start(ctx, nc, cfg)
 	if err != nil {
 		nc.Close()
 		return fail(1, "%v", err)

@@ -427,6 +427,13 @@ func (s *ownersStore) Put(ctx context.Context, name string, data []byte) error {
 	return s.e.putOwners(ctx, name, data)
 }
 
+func (s *ownersStore) Delete(ctx context.Context, name string) error {
+	if err := s.e.obs.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("natsexec: owners: delete %s: %w", name, err)
+	}
+	return nil
+}
+
 // heldModel is owners.Model for a model the coordinator holds (md): the
 // path of a coordinator that read the data and cut the shards. When the
 // owners create the initial model and write the parts, this is what

@@ -193,6 +193,12 @@ func (fs *fakeStore) put(_, name string, data []byte) {
 	fs.objects[name] = slices.Clone(data)
 }
 
+func (fs *fakeStore) delete(name string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	delete(fs.objects, name)
+}
+
 func (fs *fakeStore) get(name string) ([]byte, bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -269,6 +275,11 @@ func (s *session) Announce(r *owners.Record) { s.announced = append(s.announced,
 
 func (s *session) Put(_ context.Context, name string, data []byte) error {
 	s.fs.put(s.name, name, data)
+	return nil
+}
+
+func (s *session) Delete(_ context.Context, name string) error {
+	s.fs.delete(name)
 	return nil
 }
 

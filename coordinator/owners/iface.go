@@ -54,6 +54,8 @@ type Store interface {
 	Announce(r *Record)
 	// Put stores an object.
 	Put(ctx context.Context, name string, data []byte) error
+	// Delete removes an object; one that does not exist is no error.
+	Delete(ctx context.Context, name string) error
 }
 
 // Model is where the job's model comes from and goes to. Today the

@@ -710,7 +710,35 @@ func (s *seq) checkpointed(ctx context.Context, ll float64) error {
 			delete(s.history, v)
 		}
 	}
+	s.dropCheckpoint(ctx, was.Version)
 	return nil
+}
+
+// dropCheckpoint deletes the objects of checkpoint v (its column blocks,
+// row groups and CRC lists) once the record names a later one:
+// checkpoints replace each other, so that the store holds the shards once
+// and one checkpoint (n·m·8 bytes per D and K block), not one per
+// checkpoint written. Best effort: an object left behind (a delete that
+// failed, a coordinator that died between the record and here) costs
+// space, never a value, and its name says what it is.
+func (s *seq) dropCheckpoint(ctx context.Context, v int) {
+	if v == s.ck.Version {
+		return
+	}
+	names := []string{proto.CRCObject(s.plan.Job, v)}
+	for kb, cbs := range s.cols {
+		for _, cb := range cbs {
+			names = append(names, proto.KObject(s.plan.Job, v, kb, cb.C))
+		}
+	}
+	for g := range s.plan.Groups {
+		names = append(names, proto.DObject(s.plan.Job, v, g))
+	}
+	for _, name := range names {
+		if err := s.store.Delete(ctx, name); err != nil {
+			s.log.Warn("owners: an old checkpoint's object was not deleted", "job", s.plan.Job, "object", name, "error", err)
+		}
+	}
 }
 
 // finish makes the last version a checkpoint where it is not one (its

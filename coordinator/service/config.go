@@ -3,7 +3,6 @@ package service
 import (
 	"fmt"
 	"math"
-	"math/big"
 	"runtime"
 	"strings"
 	"time"
@@ -344,14 +343,14 @@ func (c *Config) Validate() error {
 		return bad("MaxActions", c.MaxActions, "must be in [0, %d)", math.MaxInt32)
 	case maxStates < 1 || maxActions < 1:
 		return bad("MaxModelBytes", c.MaxModelBytes, "does not hold a model of order %d with one state and one action (%d bytes)",
-			c.Order, ModelBytes(1, c.Order, 1, c.Tie))
+			c.Order, factor.ModelBytes(1, c.Order, 1, c.Tie))
 	case c.States > maxStates:
 		return bad("States", c.States, "a fixed size above the limit of %d states (max states, or max model bytes %d)", maxStates, c.MaxModelBytes)
 	case c.Actions > maxActions:
 		return bad("Actions", c.Actions, "a fixed size above the limit of %d actions (max actions, or max model bytes %d)", maxActions, c.MaxModelBytes)
-	case c.States > 0 && c.Actions > 0 && ModelBytes(c.States, c.Order, c.Actions, c.Tie) > c.MaxModelBytes:
+	case c.States > 0 && c.Actions > 0 && factor.ModelBytes(c.States, c.Order, c.Actions, c.Tie) > c.MaxModelBytes:
 		return bad("States", c.States, "a fixed size of %d states and %d actions needs a model of %d bytes, above max model bytes %d",
-			c.States, c.Actions, ModelBytes(c.States, c.Order, c.Actions, c.Tie), c.MaxModelBytes)
+			c.States, c.Actions, factor.ModelBytes(c.States, c.Order, c.Actions, c.Tie), c.MaxModelBytes)
 	case c.CheckpointEvery <= 0:
 		return bad("CheckpointEvery", c.CheckpointEvery, "must be > 0")
 	case c.StopTimeout <= 0:
@@ -379,20 +378,6 @@ func (c *Config) Validate() error {
 // DefaultMaxModelBytes is the default Config.MaxModelBytes: 4 GiB.
 const DefaultMaxModelBytes = 4 << 30
 
-// ModelBytes is the size in bytes of a model with n states, order m and u
-// actions (its D and K blocks of n·m float64 each): what a version's file
-// holds and what each copy of it in a fit allocates. It saturates at
-// math.MaxInt64.
-func ModelBytes(n, m, u int, tie factor.Tie) int64 {
-	blocks := int64(factor.NumD(u, tie) + factor.NumK(u, tie))
-	b := new(big.Int).Mul(big.NewInt(8*int64(m)), big.NewInt(int64(n)))
-	b.Mul(b, big.NewInt(blocks))
-	if !b.IsInt64() {
-		return math.MaxInt64
-	}
-	return b.Int64()
-}
-
 // MaxDim is the largest n such that a model of n states, order m and one
 // action fits in maxBytes (the same bound holds for actions with one
 // state), capped below math.MaxInt32 (the largest index a count table
@@ -401,7 +386,7 @@ func MaxDim(maxBytes int64, m int, tie factor.Tie) int {
 	if m < 1 {
 		return 0
 	}
-	per := ModelBytes(1, m, 1, tie)
+	per := factor.ModelBytes(1, m, 1, tie)
 	return int(min(maxBytes/per, math.MaxInt32-1))
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 )
 
@@ -173,7 +174,7 @@ func TestServeLimitsConfig(t *testing.T) {
 	if got := MaxDim(DefaultMaxModelBytes, 10, 0); got != 26843545 {
 		t.Errorf("default max states at m = 10: %d", got)
 	}
-	if got := ModelBytes(math.MaxInt32, 1<<30, 1<<30, 0); got != math.MaxInt64 {
+	if got := factor.ModelBytes(math.MaxInt32, 1<<30, 1<<30, 0); got != math.MaxInt64 {
 		t.Errorf("ModelBytes does not saturate: %d", got)
 	}
 }

@@ -177,7 +177,7 @@ func (s *Service) outside(i, a, j int) (reason, why string) {
 	if n2 == n && u2 == u {
 		return "", ""
 	}
-	if b := ModelBytes(n2, s.order(), u2, s.tie()); b > c.MaxModelBytes {
+	if b := factor.ModelBytes(n2, s.order(), u2, s.tie()); b > c.MaxModelBytes {
 		return reasonSize, fmt.Sprintf("transition %d --%d--> %d would grow the model to %d states and %d actions, %d bytes, above the limit of %d bytes (--max-model-bytes)",
 			i, a, j, n2, u2, b, c.MaxModelBytes)
 	}

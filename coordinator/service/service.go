@@ -486,7 +486,7 @@ func (s *Service) streamWhole(ctx context.Context, unusable string) error {
 // --max-actions and --max-model-bytes.
 func (s *Service) checkLimits() error {
 	n, u := s.table.Dims()
-	if n > s.cfg.MaxStates || u > s.cfg.MaxActions || ModelBytes(n, s.cfg.Order, u, s.cfg.Tie) > s.cfg.MaxModelBytes {
+	if n > s.cfg.MaxStates || u > s.cfg.MaxActions || factor.ModelBytes(n, s.cfg.Order, u, s.cfg.Tie) > s.cfg.MaxModelBytes {
 		return fmt.Errorf("service: the counts need %d states and %d actions, beyond the limits of %d states, %d actions and %d model bytes",
 			n, u, s.cfg.MaxStates, s.cfg.MaxActions, s.cfg.MaxModelBytes)
 	}

@@ -28,7 +28,13 @@
 //     rows of D and K its shard reads from their owners (its own
 //     directly), computes the partial, serves its D̂ slice and the K̂
 //     slice of every column block as blobs and answers with the small
-//     Reply (label, Y, Σx, loglik, nonzeros);
+//     Reply (label, Y, Σx, loglik, nonzeros). A slice of a block or group
+//     the task's worker owns itself is folded there at once when its fold
+//     is due at that shard, and not served; for each K̂ slice it serves,
+//     the worker tells the block's owner (wire.ReadySubject, a hint),
+//     which pulls and folds the slices that are due while the pass runs,
+//     so that slices do not pile up until the commit (worker/ownfold.go,
+//     ownpull.go);
 //  2. the coordinator folds Y and the scalars in the canonical order and
 //     checks Σx;
 //  3. commit (coordinator → each owner): the owner pulls its blocks' and
@@ -37,7 +43,9 @@
 //     right over its cells), commits its columns with the global Y
 //     (factor.CommitKRows) and its rows (factor.CommitRow), and answers
 //     with one digest of their CRCs (the CRCs themselves in checkpoint
-//     commits).
+//     commits). Checkpoints replace each other: once the job's record
+//     names a new one, the coordinator deletes the objects of the one
+//     before.
 //
 // Nothing in the coordinator's messages grows with the number of states
 // n or of column blocks: per iteration they carry m-vectors, scalars and
