@@ -217,22 +217,26 @@ func ScanTransitions(ctx context.Context, path string, opts ReadOptions, fn func
 	if st.IsDir() {
 		return &InputError{File: path, Reason: "is a directory"}
 	}
-	size := st.Size()
+	return s.at(ctx, f, st.Size())
+}
+
+// at reads all of an input of size bytes from ra.
+func (s *scan) at(ctx context.Context, ra io.ReaderAt, size int64) error {
 	format := s.format
 	if format == "" {
 		var head [64]byte
-		n, _ := f.ReadAt(head[:], 0)
-		format, _ = detectFormat(path, head[:n])
+		n, _ := ra.ReadAt(head[:], 0)
+		format, _ = detectFormat(s.file, head[:n])
 	}
 	switch format {
 	case FormatCSV:
-		return s.csv(ctx, bufio.NewReaderSize(f, 1<<16))
+		return s.csv(ctx, bufio.NewReaderSize(io.NewSectionReader(ra, 0, size), 1<<16))
 	case FormatArrowFile:
-		return s.ipc(ctx, ipcSource{ra: f, size: size, file: true})
+		return s.ipc(ctx, ipcSource{ra: ra, size: size, file: true})
 	case FormatArrowStream:
-		return s.ipc(ctx, ipcSource{r: bufio.NewReaderSize(f, 1<<16), size: size})
+		return s.ipc(ctx, ipcSource{r: bufio.NewReaderSize(io.NewSectionReader(ra, 0, size), 1<<16), size: size})
 	default:
-		return s.parquet(ctx, f, size)
+		return s.parquet(ctx, io.NewSectionReader(ra, 0, size), size)
 	}
 }
 
