@@ -162,6 +162,12 @@ func DetectFormat(path string) (format, note string, err error) {
 	return format, note, nil
 }
 
+// DetectFormatBytes is DetectFormat for an input named name whose first
+// bytes (up to 64) are head.
+func DetectFormatBytes(name string, head []byte) (format, note string) {
+	return detectFormat(name, head)
+}
+
 // detectFormat decides a file's format from its name and first bytes
 // (see DetectFormat).
 func detectFormat(name string, head []byte) (format, note string) {

@@ -69,6 +69,11 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	in := &f.in
 	opts := in.readOptions()
 	n, u := in.states, in.actions
+	src, err := in.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.close()
 	fingerprint := ""
 	rowsKnown := 0 // transitions of one pass, when a sizing pass counted them
 	if n == 0 || u == 0 {
@@ -76,7 +81,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 		var maxS, maxA int
 		rows := 0
 		h := newFingerprint()
-		err := scanPipelined(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+		err := scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
 			h.addBatch(b)
 			for k := range b.State {
 				maxS = max(maxS, int(b.State[k])+1, int(b.Next[k])+1)
@@ -152,7 +157,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			h = newFingerprint()
 		}
 		rows := 0
-		err := scanPipelined(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+		err := scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
 			if h != nil {
 				h.addBatch(b)
 			}
