@@ -409,18 +409,8 @@ func (d *dataset) all() []*factor.Block {
 	return mergeBlocks(d.u, d.train, d.holdout)
 }
 
-// mergeBlocks adds the nonzeros of the sets into one matrix per action.
+// mergeBlocks adds the nonzeros of the sets into one matrix per action
+// (shard.Union).
 func mergeBlocks(u int, sets ...[]*factor.Block) []*factor.Block {
-	var ct shard.Counter
-	for _, set := range sets {
-		for _, b := range set {
-			for r, i := range b.Rows {
-				for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
-					// Counts were validated when read; Add cannot fail here.
-					_ = ct.Add(int(i), b.Action, int(b.Cols[q]), b.Vals[q])
-				}
-			}
-		}
-	}
-	return ct.Matrices(u)
+	return shard.Union(u, sets...)
 }

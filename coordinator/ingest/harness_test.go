@@ -1,0 +1,441 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/ingestwire"
+)
+
+// fakeCluster is an in-process cluster of worker.IngestNodes that call
+// each other directly (nomad's scheduler Harness style): no NATS, no
+// timing. A test kills a worker from a node's hook, at an exact point of
+// the pipeline; from then on every call to it fails with *LostError and
+// it is left out of the census.
+type fakeCluster struct {
+	mu     sync.Mutex
+	nodes  map[string]*worker.IngestNode
+	dead   map[string]bool
+	shards map[string]map[string]*shard.Shard // by worker, by checksum: what commits kept
+	closes sync.WaitGroup
+	// calls counts the calls of each op (the test's event log).
+	calls map[string]int
+}
+
+// newFakeCluster starts p workers "w0" … with hooks made by hooks(id)
+// (nil: none).
+func newFakeCluster(t *testing.T, p int, hooks func(c *fakeCluster, id string) worker.IngestHooks) *fakeCluster {
+	t.Helper()
+	c := &fakeCluster{nodes: map[string]*worker.IngestNode{}, dead: map[string]bool{}, shards: map[string]map[string]*shard.Shard{}, calls: map[string]int{}}
+	for k := range p {
+		id := fmt.Sprintf("w%d", k)
+		var h worker.IngestHooks
+		if hooks != nil {
+			h = hooks(c, id)
+		}
+		c.shards[id] = map[string]*shard.Shard{}
+		c.nodes[id] = worker.NewIngestNode(id, fakePeers{c}, nil, func(s *shard.Shard) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.shards[id][s.Checksum] = s
+		}, h)
+	}
+	t.Cleanup(func() {
+		for _, n := range c.nodes {
+			n.Close()
+		}
+		c.closes.Wait()
+	})
+	return c
+}
+
+// kill makes worker id gone: its calls fail and its work is cancelled.
+func (c *fakeCluster) kill(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead[id] {
+		return
+	}
+	c.dead[id] = true
+	n := c.nodes[id]
+	c.closes.Add(1)
+	go func() { // a hook may kill its own node: Close waits for the hook's goroutine
+		defer c.closes.Done()
+		n.Close()
+	}()
+}
+
+func (c *fakeCluster) node(id, op string) (*worker.IngestNode, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls[op]++
+	if c.dead[id] || c.nodes[id] == nil {
+		return nil, &LostError{Worker: id, Err: errors.New("killed")}
+	}
+	return c.nodes[id], nil
+}
+
+func (c *fakeCluster) Workers(context.Context) ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for id := range c.nodes {
+		if !c.dead[id] {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+func (c *fakeCluster) List(ctx context.Context, w string, r *ingestwire.ListRequest) (*ingestwire.ListReply, error) {
+	n, err := c.node(w, ingestwire.OpList)
+	if err != nil {
+		return nil, err
+	}
+	return n.List(ctx, r)
+}
+
+func (c *fakeCluster) Scan(ctx context.Context, w string, r *ingestwire.ScanRequest) (*ingestwire.ScanReply, error) {
+	n, err := c.node(w, ingestwire.OpScan)
+	if err != nil {
+		return nil, err
+	}
+	return n.Scan(ctx, r)
+}
+
+func (c *fakeCluster) Plan(ctx context.Context, w string, p *ingestwire.Plan) error {
+	n, err := c.node(w, ingestwire.OpPlan)
+	if err != nil {
+		return err
+	}
+	return n.Plan(p)
+}
+
+func (c *fakeCluster) Status(ctx context.Context, w string, r *ingestwire.StatusRequest) (*ingestwire.StatusReply, error) {
+	n, err := c.node(w, ingestwire.OpStatus)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := n.Status(ctx, r)
+	if _, again := c.node(w, "status-check"); again != nil {
+		return nil, again // killed while it waited
+	}
+	return rep, err
+}
+
+func (c *fakeCluster) Cut(ctx context.Context, w string, r *ingestwire.CutRequest) (*ingestwire.CutReply, error) {
+	n, err := c.node(w, ingestwire.OpCut)
+	if err != nil {
+		return nil, err
+	}
+	return n.Cut(ctx, r)
+}
+
+func (c *fakeCluster) Build(ctx context.Context, w string, r *ingestwire.BuildRequest) (*ingestwire.BuildReply, error) {
+	n, err := c.node(w, ingestwire.OpBuild)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := n.Build(ctx, r)
+	if _, again := c.node(w, "build-check"); again != nil {
+		return nil, again
+	}
+	return rep, err
+}
+
+func (c *fakeCluster) Commit(ctx context.Context, w string, r *ingestwire.CommitRequest) (*ingestwire.CommitReply, error) {
+	n, err := c.node(w, ingestwire.OpCommit)
+	if err != nil {
+		return nil, err
+	}
+	return n.Commit(ctx, r)
+}
+
+func (c *fakeCluster) End(ctx context.Context, w string, job string) {
+	if n, err := c.node(w, ingestwire.OpEnd); err == nil {
+		n.End(job)
+	}
+}
+
+// fakePeers is how fakeCluster's nodes reach each other.
+type fakePeers struct{ c *fakeCluster }
+
+func (p fakePeers) Pull(ctx context.Context, w string, r *ingestwire.PullRequest) (*ingestwire.PullReply, []byte, error) {
+	n, err := p.c.node(w, ingestwire.OpPull)
+	if err != nil {
+		return nil, nil, err
+	}
+	return n.Pull(ctx, r)
+}
+
+func (p fakePeers) Tail(ctx context.Context, w string, r *ingestwire.TailRequest) ([]byte, error) {
+	n, err := p.c.node(w, ingestwire.OpTail)
+	if err != nil {
+		return nil, err
+	}
+	return n.Tail(ctx, r)
+}
+
+// localData is what a local fit builds from a dataset (cmd/emsf's
+// loadData, one-pass path, then shard.SplitGrid): the oracle.
+type localData struct {
+	n, u        int
+	transitions int64
+	fingerprint string
+	// per set: the shards
+	sets [][]*shard.Shard
+	mans []*shard.Manifest
+}
+
+// local reads the files in order as loadData does and splits them as
+// fitOrder does.
+func local(t *testing.T, files []arrowio.DataFile, read arrowio.ReadOptions, holdout float64, seed uint64, target, q int) *localData {
+	t.Helper()
+	var train, held shard.Counter
+	rng := rand.New(rand.NewPCG(seed, 0x686f6c64))
+	var fp shard.FingerprintHash
+	for _, f := range files {
+		opts := read
+		opts.Format = f.Format
+		err := arrowio.ScanTransitions(context.Background(), f.Name, opts, func(b *arrowio.TransitionBatch) error {
+			fp.Add(b.State, b.Action, b.Next, b.Count)
+			for k := range b.State {
+				ct := &train
+				if holdout > 0 && rng.Float64() < holdout {
+					ct = &held
+				}
+				if err := ct.Add(int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("local read of %s: %v", f.Name, err)
+		}
+	}
+	n1, u1 := train.Dims()
+	n2, u2 := held.Dims()
+	d := &localData{n: max(n1, n2), u: max(u1, u2), transitions: int64(train.Len() + held.Len()), fingerprint: fp.Sum().Fingerprint()}
+	if read.States > 0 {
+		d.n = read.States
+	}
+	if read.Actions > 0 {
+		d.u = read.Actions
+	}
+	tr := train.Matrices(d.u)
+	sets := [][]*factor.Block{tr}
+	if holdout > 0 {
+		he := held.Matrices(d.u)
+		sets = append(sets, he, shard.Union(d.u, tr, he))
+	}
+	for _, mats := range sets {
+		s, m := shard.SplitGrid(mats, d.n, target, q)
+		d.sets = append(d.sets, s)
+		d.mans = append(d.mans, m)
+	}
+	return d
+}
+
+// checkSame fails unless res is want bitwise: sizes, fingerprint, every
+// set's manifest (every Info, checksums included), each line's data term
+// folding to factor.DataTerm, and each shard held by its line's holder
+// with the local shard's nonzeros.
+func checkSame(t *testing.T, what string, c *fakeCluster, res *Result, want *localData) {
+	t.Helper()
+	if res.N != want.n || res.U != want.u || res.Transitions != want.transitions || res.Fingerprint != want.fingerprint {
+		t.Fatalf("%s: n %d u %d transitions %d fingerprint %s; local n %d u %d transitions %d fingerprint %s", what,
+			res.N, res.U, res.Transitions, res.Fingerprint, want.n, want.u, want.transitions, want.fingerprint)
+	}
+	if len(res.Sets) != len(want.sets) {
+		t.Fatalf("%s: %d sets, local %d", what, len(res.Sets), len(want.sets))
+	}
+	for set, sr := range res.Sets {
+		if !reflect.DeepEqual(sr.Manifest, want.mans[set]) {
+			t.Fatalf("%s: set %d: the manifest differs from the local one:\n%s", what, set, diffManifest(sr.Manifest, want.mans[set]))
+		}
+		dt := 0.0
+		for k, l := range sr.Lines {
+			dt += l.DataTerm
+			ws := want.sets[set][k]
+			if l.Rows != len(ws.Block.Rows) {
+				t.Fatalf("%s: set %d shard %d: %d rows, local %d", what, set, k, l.Rows, len(ws.Block.Rows))
+			}
+			if c != nil {
+				c.mu.Lock()
+				got := c.shards[l.Holder][l.Checksum]
+				c.mu.Unlock()
+				// (A checksum may be the same in two sets: the cache keeps
+				// one shard of it, with either ID.)
+				if got == nil || !reflect.DeepEqual(got.Block, ws.Block) {
+					t.Fatalf("%s: set %d shard %d: worker %s does not hold it as built locally", what, set, k, l.Holder)
+				}
+			}
+		}
+		if wdt := factor.DataTerm(shard.Blocks(want.sets[set])); dt != wdt && len(sr.Lines) > 0 {
+			t.Fatalf("%s: set %d: the lines' data term %v, local %v", what, set, dt, wdt)
+		}
+	}
+}
+
+func diffManifest(a, b *shard.Manifest) string {
+	if a.N != b.N || a.U != b.U || a.NNZ != b.NNZ || a.Total != b.Total || len(a.Shards) != len(b.Shards) {
+		return fmt.Sprintf("n %d/%d u %d/%d nnz %d/%d total %v/%v shards %d/%d", a.N, b.N, a.U, b.U, a.NNZ, b.NNZ, a.Total, b.Total, len(a.Shards), len(b.Shards))
+	}
+	for k := range a.Shards {
+		if a.Shards[k] != b.Shards[k] {
+			return fmt.Sprintf("shard %d: %+v\nlocal   %+v", k, a.Shards[k], b.Shards[k])
+		}
+	}
+	return "?"
+}
+
+// dataset writes a random dataset of rows into files of random formats
+// in dir and returns them listed.
+func dataset(t *testing.T, rng *rand.Rand, dir string, rows [][4]float64, files int) []arrowio.DataFile {
+	t.Helper()
+	cuts := []int{0}
+	for range files - 1 {
+		cuts = append(cuts, rng.IntN(len(rows)+1))
+	}
+	cuts = append(cuts, len(rows))
+	slices.Sort(cuts)
+	for k := range files {
+		part := rows[cuts[k]:cuts[k+1]]
+		if len(part) == 0 {
+			part = rows[:1] // every file has rows (an empty file is a data error)
+		}
+		format := []string{"csv", "parquet", "arrow"}[rng.IntN(3)]
+		path := filepath.Join(dir, fmt.Sprintf("part-%02d.%s", k, format))
+		w, err := arrowio.NewTransitionWriter(path, format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q, r := range part {
+			if err := w.Write(int(r[0]), int(r[1]), int(r[2]), r[3], int64(q), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := arrowio.ListDataset(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+func totalSize(files []arrowio.DataFile) int64 {
+	s := int64(0)
+	for _, f := range files {
+		s += f.Size
+	}
+	return s
+}
+
+// randomRows returns transitions with what makes counting and cutting
+// interesting: duplicates, integer or fractional counts, an action
+// without transitions, a row with more nonzeros than the target, and
+// the largest state seen only as a next state.
+func randomRows(rng *rand.Rand, n, u, count, target int, fractional bool) [][4]float64 {
+	var rows [][4]float64
+	emptyAction := -1
+	if u >= 3 {
+		emptyAction = 1
+	}
+	for len(rows) < count {
+		a := rng.IntN(u)
+		if a == emptyAction {
+			continue
+		}
+		i := rng.IntN(max(1, n-1))
+		if rng.IntN(3) == 0 {
+			i = rng.IntN(min(n-1, 5) + 1) // duplicates
+			i = min(i, max(0, n-2))
+		}
+		j := rng.IntN(n - 1 + 1)
+		c := float64(1 + rng.IntN(3))
+		if rng.IntN(2) == 0 {
+			c = 1
+		}
+		if fractional && rng.IntN(3) == 0 {
+			c = []float64{0.1, 0.3, 2.5, 1e-9, 1.0 / 3}[rng.IntN(5)]
+		}
+		rows = append(rows, [4]float64{float64(i), float64(a), float64(j), c})
+	}
+	// A row longer than the target.
+	big := rng.IntN(max(1, n-1))
+	for j := range min(n, target+3) {
+		rows = append(rows, [4]float64{float64(big), 0, float64(j), 1})
+	}
+	// State n−1 only as a next state.
+	for k := range rows {
+		if rows[k][0] == float64(n-1) {
+			rows[k][0] = 0
+		}
+	}
+	rows = append(rows, [4]float64{0, 0, float64(n - 1), 1})
+	rng.Shuffle(len(rows), func(a, b int) { rows[a], rows[b] = rows[b], rows[a] })
+	return rows
+}
+
+// TestRunMatchesLocal is the property: for random data, any number of
+// splits (1 … 32) and workers (1 … 8), any budgets, a holdout or none,
+// column cells or none, the workers end up holding exactly the shards a
+// local fit builds (every Info, checksum included; the manifest; n, u,
+// the fingerprint; the data terms).
+func TestRunMatchesLocal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	per := 4
+	if testing.Short() {
+		per = 1
+	}
+	for p := 1; p <= 8; p++ {
+		for trial := range per {
+			n := 2 + rng.IntN(300)
+			u := 1 + rng.IntN(5)
+			target := 1 + rng.IntN(150)
+			rows := randomRows(rng, n, u, 1+rng.IntN(4000), target, trial%2 == 1)
+			dir := t.TempDir()
+			files := dataset(t, rng, dir, rows, 1+rng.IntN(4))
+			splits := 1 + rng.IntN(32)
+			holdout := 0.0
+			if rng.IntN(3) == 0 {
+				holdout = 0.25
+			}
+			q := 1
+			if rng.IntN(2) == 0 {
+				q = 1 + rng.IntN(5)
+			}
+			seed := rng.Uint64()
+			what := fmt.Sprintf("P=%d trial %d (n=%d u=%d rows=%d files=%d splits≈%d holdout=%v q=%d target=%d)", p, trial, n, u, len(rows), len(files), splits, holdout, q, target)
+			want := local(t, files, arrowio.ReadOptions{}, holdout, seed, target, q)
+			c := newFakeCluster(t, p, nil)
+			res, err := Run(context.Background(), c, Options{Job: fmt.Sprintf("prop-%d-%d", p, trial), Input: dir,
+				SplitBytes: max(1, totalSize(files)/int64(splits)), Holdout: holdout, Seed: seed, Target: target, ColCells: q,
+				SegmentBytes: 20 + rng.IntN(3000), PullBytes: 100 + rng.IntN(20000), OutboxBytes: int64(1 + rng.IntN(20000)),
+				AheadBytes: int64(1 + rng.IntN(20000)), Window: 1 + rng.IntN(4), BucketsPerWorker: 1 + rng.IntN(6)})
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			checkSame(t, what, c, res, want)
+			if res.Epochs != 1 {
+				t.Fatalf("%s: %d epochs without failures", what, res.Epochs)
+			}
+		}
+	}
+}
