@@ -406,16 +406,14 @@ func runEpoch(ctx context.Context, c Cluster, o *Options, log hclog.Logger, epoc
 	}
 	// IDs, per worker, per build request, per row shard, per cell.
 	ids := map[string][][][]int{}
-	for w, rs := range reqs {
+	for _, w := range workers {
+		rs := reqs[w]
 		ids[w] = make([][][]int, len(rs))
 		for k, r := range rs {
 			ids[w][k] = r.ids
 		}
 	}
 	err = each(ctx, workers, func(ctx context.Context, w string) error {
-		if _, ok := ids[w]; !ok {
-			ids[w] = [][][]int{}
-		}
 		_, err := c.Commit(ctx, w, &ingestwire.CommitRequest{Job: o.Job, Epoch: epoch, IDs: ids[w], Store: o.Store, Bucket: o.Bucket})
 		return err
 	})
