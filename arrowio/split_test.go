@@ -3,6 +3,7 @@ package arrowio
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -464,5 +465,26 @@ func TestListDataset(t *testing.T) {
 	}
 	if err := CheckFile(files[0]); err == nil || !strings.Contains(err.Error(), "B.csv") {
 		t.Fatalf("changed file: %v", err)
+	}
+}
+
+// TestInputErrorJSON: an InputError crosses JSON with every field and
+// the same text.
+func TestInputErrorJSON(t *testing.T) {
+	for _, e := range []*InputError{
+		{File: "a.csv", Row: 7, Column: "state", Value: "x", Reason: reasonNotInt},
+		{File: "b.parquet", Reason: "corrupt", Err: errors.New("page header: unexpected EOF")},
+	} {
+		b, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got InputError
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.File != e.File || got.Row != e.Row || got.Column != e.Column || got.Value != e.Value || got.Reason != e.Reason || got.Error() != e.Error() {
+			t.Fatalf("%v came back as %v", e, &got)
+		}
 	}
 }

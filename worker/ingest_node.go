@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -89,9 +88,7 @@ var errNotYet = errors.New("worker: ingest: the epoch has not started here yet")
 
 // IsNotYet reports whether err says that a worker has not yet started the
 // epoch a request is of.
-func IsNotYet(err error) bool {
-	return err != nil && (errors.Is(err, errNotYet) || strings.Contains(err.Error(), errNotYet.Error()))
-}
+func IsNotYet(err error) bool { return errors.Is(err, errNotYet) }
 
 // NewIngestNode returns the ingest side of worker id. js (nil: none)
 // reads Object Store datasets and stores shards; keep (nil: none)

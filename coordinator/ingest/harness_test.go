@@ -1,4 +1,4 @@
-package ingest
+package ingest_test
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +15,8 @@ import (
 	"time"
 
 	"github.com/emsf/emsf/arrowio"
-	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/coordinator/ingest"
+	"github.com/emsf/emsf/coordinator/ingest/ingesttest"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
 	"github.com/emsf/emsf/worker/ingestwire"
@@ -25,7 +25,7 @@ import (
 // fakeCluster is an in-process cluster of worker.IngestNodes that call
 // each other directly (nomad's scheduler Harness style): no NATS, no
 // timing. A test kills a worker from a node's hook, at an exact point of
-// the pipeline; from then on every call to it fails with *LostError and
+// the pipeline; from then on every call to it fails with *ingest.LostError and
 // it is left out of the census.
 type fakeCluster struct {
 	mu     sync.Mutex
@@ -67,6 +67,13 @@ func newFakeCluster(t *testing.T, p int, hooks func(c *fakeCluster, id string) w
 	return c
 }
 
+// held returns the shard of that checksum a commit gave worker id.
+func (c *fakeCluster) held(id, checksum string) *shard.Shard {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.shards[id][checksum]
+}
+
 // kill makes worker id gone: its calls fail and its work is cancelled.
 func (c *fakeCluster) kill(id string) {
 	c.mu.Lock()
@@ -94,7 +101,7 @@ func (c *fakeCluster) node(id, op string) (*worker.IngestNode, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead[id] || c.nodes[id] == nil {
-		return nil, &LostError{Worker: id, Err: errors.New("killed")}
+		return nil, &ingest.LostError{Worker: id, Err: errors.New("killed")}
 	}
 	return c.nodes[id], nil
 }
@@ -201,211 +208,6 @@ func (p fakePeers) Tail(ctx context.Context, w string, r *ingestwire.TailRequest
 	return n.Tail(ctx, r)
 }
 
-// localData is what a local fit builds from a dataset (cmd/emsf's
-// loadData, one-pass path, then shard.SplitGrid): the oracle.
-type localData struct {
-	n, u        int
-	transitions int64
-	fingerprint string
-	// per set: the shards
-	sets [][]*shard.Shard
-	mans []*shard.Manifest
-}
-
-// local reads the files in order as loadData does and splits them as
-// fitOrder does.
-func local(t *testing.T, files []arrowio.DataFile, read arrowio.ReadOptions, holdout float64, seed uint64, target, q int) *localData {
-	t.Helper()
-	var train, held shard.Counter
-	rng := rand.New(rand.NewPCG(seed, 0x686f6c64))
-	var fp shard.FingerprintHash
-	for _, f := range files {
-		opts := read
-		opts.Format = f.Format
-		err := arrowio.ScanTransitions(context.Background(), f.Name, opts, func(b *arrowio.TransitionBatch) error {
-			fp.Add(b.State, b.Action, b.Next, b.Count)
-			for k := range b.State {
-				ct := &train
-				if holdout > 0 && rng.Float64() < holdout {
-					ct = &held
-				}
-				if err := ct.Add(int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("local read of %s: %v", f.Name, err)
-		}
-	}
-	n1, u1 := train.Dims()
-	n2, u2 := held.Dims()
-	d := &localData{n: max(n1, n2), u: max(u1, u2), transitions: int64(train.Len() + held.Len()), fingerprint: fp.Sum().Fingerprint()}
-	if read.States > 0 {
-		d.n = read.States
-	}
-	if read.Actions > 0 {
-		d.u = read.Actions
-	}
-	tr := train.Matrices(d.u)
-	sets := [][]*factor.Block{tr}
-	if holdout > 0 {
-		he := held.Matrices(d.u)
-		sets = append(sets, he, shard.Union(d.u, tr, he))
-	}
-	for _, mats := range sets {
-		s, m := shard.SplitGrid(mats, d.n, target, q)
-		d.sets = append(d.sets, s)
-		d.mans = append(d.mans, m)
-	}
-	return d
-}
-
-// checkSame fails unless res is want bitwise: sizes, fingerprint, every
-// set's manifest (every Info, checksums included), each line's data term
-// folding to factor.DataTerm, and each shard held by its line's holder
-// with the local shard's nonzeros.
-func checkSame(t *testing.T, what string, c *fakeCluster, res *Result, want *localData) {
-	t.Helper()
-	if res.N != want.n || res.U != want.u || res.Transitions != want.transitions || res.Fingerprint != want.fingerprint {
-		t.Fatalf("%s: n %d u %d transitions %d fingerprint %s; local n %d u %d transitions %d fingerprint %s", what,
-			res.N, res.U, res.Transitions, res.Fingerprint, want.n, want.u, want.transitions, want.fingerprint)
-	}
-	if len(res.Sets) != len(want.sets) {
-		t.Fatalf("%s: %d sets, local %d", what, len(res.Sets), len(want.sets))
-	}
-	for set, sr := range res.Sets {
-		if !reflect.DeepEqual(sr.Manifest, want.mans[set]) {
-			t.Fatalf("%s: set %d: the manifest differs from the local one:\n%s", what, set, diffManifest(sr.Manifest, want.mans[set]))
-		}
-		dt := 0.0
-		for k, l := range sr.Lines {
-			dt += l.DataTerm
-			ws := want.sets[set][k]
-			if l.Rows != len(ws.Block.Rows) {
-				t.Fatalf("%s: set %d shard %d: %d rows, local %d", what, set, k, l.Rows, len(ws.Block.Rows))
-			}
-			if c != nil {
-				c.mu.Lock()
-				got := c.shards[l.Holder][l.Checksum]
-				c.mu.Unlock()
-				// (A checksum may be the same in two sets: the cache keeps
-				// one shard of it, with either ID.)
-				if got == nil || !reflect.DeepEqual(got.Block, ws.Block) {
-					t.Fatalf("%s: set %d shard %d: worker %s does not hold it as built locally", what, set, k, l.Holder)
-				}
-			}
-		}
-		if wdt := factor.DataTerm(shard.Blocks(want.sets[set])); dt != wdt && len(sr.Lines) > 0 {
-			t.Fatalf("%s: set %d: the lines' data term %v, local %v", what, set, dt, wdt)
-		}
-	}
-}
-
-func diffManifest(a, b *shard.Manifest) string {
-	if a.N != b.N || a.U != b.U || a.NNZ != b.NNZ || a.Total != b.Total || len(a.Shards) != len(b.Shards) {
-		return fmt.Sprintf("n %d/%d u %d/%d nnz %d/%d total %v/%v shards %d/%d", a.N, b.N, a.U, b.U, a.NNZ, b.NNZ, a.Total, b.Total, len(a.Shards), len(b.Shards))
-	}
-	for k := range a.Shards {
-		if a.Shards[k] != b.Shards[k] {
-			return fmt.Sprintf("shard %d: %+v\nlocal   %+v", k, a.Shards[k], b.Shards[k])
-		}
-	}
-	return "?"
-}
-
-// dataset writes a random dataset of rows into files of random formats
-// in dir and returns them listed.
-func dataset(t *testing.T, rng *rand.Rand, dir string, rows [][4]float64, files int) []arrowio.DataFile {
-	t.Helper()
-	cuts := []int{0}
-	for range files - 1 {
-		cuts = append(cuts, rng.IntN(len(rows)+1))
-	}
-	cuts = append(cuts, len(rows))
-	slices.Sort(cuts)
-	for k := range files {
-		part := rows[cuts[k]:cuts[k+1]]
-		if len(part) == 0 {
-			part = rows[:1] // every file has rows (an empty file is a data error)
-		}
-		format := []string{"csv", "parquet", "arrow"}[rng.IntN(3)]
-		path := filepath.Join(dir, fmt.Sprintf("part-%02d.%s", k, format))
-		w, err := arrowio.NewTransitionWriter(path, format)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for q, r := range part {
-			if err := w.Write(int(r[0]), int(r[1]), int(r[2]), r[3], int64(q), 0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	list, err := arrowio.ListDataset(dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return list
-}
-
-func totalSize(files []arrowio.DataFile) int64 {
-	s := int64(0)
-	for _, f := range files {
-		s += f.Size
-	}
-	return s
-}
-
-// randomRows returns transitions with what makes counting and cutting
-// interesting: duplicates, integer or fractional counts, an action
-// without transitions, a row with more nonzeros than the target, and
-// the largest state seen only as a next state.
-func randomRows(rng *rand.Rand, n, u, count, target int, fractional bool) [][4]float64 {
-	var rows [][4]float64
-	emptyAction := -1
-	if u >= 3 {
-		emptyAction = 1
-	}
-	for len(rows) < count {
-		a := rng.IntN(u)
-		if a == emptyAction {
-			continue
-		}
-		i := rng.IntN(max(1, n-1))
-		if rng.IntN(3) == 0 {
-			i = rng.IntN(min(n-1, 5) + 1) // duplicates
-			i = min(i, max(0, n-2))
-		}
-		j := rng.IntN(n - 1 + 1)
-		c := float64(1 + rng.IntN(3))
-		if rng.IntN(2) == 0 {
-			c = 1
-		}
-		if fractional && rng.IntN(3) == 0 {
-			c = []float64{0.1, 0.3, 2.5, 1e-9, 1.0 / 3}[rng.IntN(5)]
-		}
-		rows = append(rows, [4]float64{float64(i), float64(a), float64(j), c})
-	}
-	// A row longer than the target.
-	big := rng.IntN(max(1, n-1))
-	for j := range min(n, target+3) {
-		rows = append(rows, [4]float64{float64(big), 0, float64(j), 1})
-	}
-	// State n−1 only as a next state.
-	for k := range rows {
-		if rows[k][0] == float64(n-1) {
-			rows[k][0] = 0
-		}
-	}
-	rows = append(rows, [4]float64{0, 0, float64(n - 1), 1})
-	rng.Shuffle(len(rows), func(a, b int) { rows[a], rows[b] = rows[b], rows[a] })
-	return rows
-}
-
 // TestRunMatchesLocal is the property: for random data, any number of
 // splits (1 … 32) and workers (1 … 8), any budgets, a holdout or none,
 // column cells or none, the workers end up holding exactly the shards a
@@ -422,9 +224,9 @@ func TestRunMatchesLocal(t *testing.T) {
 			n := 2 + rng.IntN(300)
 			u := 1 + rng.IntN(5)
 			target := 1 + rng.IntN(150)
-			rows := randomRows(rng, n, u, 1+rng.IntN(4000), target, trial%2 == 1)
+			rows := ingesttest.RandomRows(rng, n, u, 1+rng.IntN(4000), target, trial%2 == 1)
 			dir := t.TempDir()
-			files := dataset(t, rng, dir, rows, 1+rng.IntN(4))
+			files := ingesttest.Dataset(t, rng, dir, rows, 1+rng.IntN(4))
 			splits := 1 + rng.IntN(32)
 			holdout := 0.0
 			if rng.IntN(3) == 0 {
@@ -436,16 +238,16 @@ func TestRunMatchesLocal(t *testing.T) {
 			}
 			seed := rng.Uint64()
 			what := fmt.Sprintf("P=%d trial %d (n=%d u=%d rows=%d files=%d splits≈%d holdout=%v q=%d target=%d)", p, trial, n, u, len(rows), len(files), splits, holdout, q, target)
-			want := local(t, files, arrowio.ReadOptions{}, holdout, seed, target, q)
+			want := ingesttest.LocalShards(t, files, arrowio.ReadOptions{}, holdout, seed, target, q)
 			c := newFakeCluster(t, p, nil)
-			res, err := Run(context.Background(), c, Options{Job: fmt.Sprintf("prop-%d-%d", p, trial), Input: dir,
-				SplitBytes: max(1, totalSize(files)/int64(splits)), Holdout: holdout, Seed: seed, Target: target, ColCells: q,
+			res, err := ingest.Run(context.Background(), c, ingest.Options{Job: fmt.Sprintf("prop-%d-%d", p, trial), Input: dir,
+				SplitBytes: max(1, ingesttest.TotalSize(files)/int64(splits)), Holdout: holdout, Seed: seed, Target: target, ColCells: q,
 				SegmentBytes: 20 + rng.IntN(3000), PullBytes: 100 + rng.IntN(20000), OutboxBytes: int64(1 + rng.IntN(20000)),
 				AheadBytes: int64(1 + rng.IntN(20000)), Window: 1 + rng.IntN(4), BucketsPerWorker: 1 + rng.IntN(6)})
 			if err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
-			checkSame(t, what, c, res, want)
+			ingesttest.CheckSame(t, what, c.held, res, want)
 			if res.Epochs != 1 {
 				t.Fatalf("%s: %d epochs without failures", what, res.Epochs)
 			}
@@ -553,7 +355,7 @@ func TestRunDataErrorsAreLocal(t *testing.T) {
 			}
 			for _, p := range []int{1, 3} {
 				c := newFakeCluster(t, p, nil)
-				_, err := Run(context.Background(), c, Options{Job: "bad", Input: dir, SplitBytes: max(1, totalSize(files)/10)})
+				_, err := ingest.Run(context.Background(), c, ingest.Options{Job: "bad", Input: dir, SplitBytes: max(1, ingesttest.TotalSize(files)/10)})
 				var ie *arrowio.InputError
 				if !errors.As(err, &ie) {
 					t.Fatalf("P=%d: %v, want an InputError", p, err)
@@ -570,14 +372,14 @@ func TestRunDataErrorsAreLocal(t *testing.T) {
 }
 
 // failureData is a dataset for the failure tests, and its local shards.
-func failureData(t *testing.T, holdout float64) (string, []arrowio.DataFile, *localData, Options) {
+func failureData(t *testing.T, holdout float64) (string, []arrowio.DataFile, *ingesttest.Local, ingest.Options) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(7, 8))
-	rows := randomRows(rng, 200, 3, 6000, 40, true)
+	rows := ingesttest.RandomRows(rng, 200, 3, 6000, 40, true)
 	dir := t.TempDir()
-	files := dataset(t, rng, dir, rows, 3)
-	want := local(t, files, arrowio.ReadOptions{}, holdout, 9, 40, 2)
-	o := Options{Job: "fail", Input: dir, SplitBytes: max(1, totalSize(files)/12), Holdout: holdout, Seed: 9, Target: 40, ColCells: 2,
+	files := ingesttest.Dataset(t, rng, dir, rows, 3)
+	want := ingesttest.LocalShards(t, files, arrowio.ReadOptions{}, holdout, 9, 40, 2)
+	o := ingest.Options{Job: "fail", Input: dir, SplitBytes: max(1, ingesttest.TotalSize(files)/12), Holdout: holdout, Seed: 9, Target: 40, ColCells: 2,
 		SegmentBytes: 500, PullBytes: 3000, OutboxBytes: 4000, AheadBytes: 5000, Window: 2}
 	return dir, files, want, o
 }
@@ -646,7 +448,7 @@ func TestRunWorkerKilled(t *testing.T) {
 				if tc.onCall != nil {
 					c.onCall = tc.onCall(c)
 				}
-				res, err := Run(context.Background(), c, o)
+				res, err := ingest.Run(context.Background(), c, o)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -657,7 +459,7 @@ func TestRunWorkerKilled(t *testing.T) {
 				if res.Epochs != tc.epochs {
 					t.Fatalf("%d epochs, want %d", res.Epochs, tc.epochs)
 				}
-				checkSame(t, tc.name, c, res, want)
+				ingesttest.CheckSame(t, tc.name, c.held, res, want)
 				for _, set := range res.Sets {
 					for _, l := range set.Lines {
 						if l.Holder == c.deadOne() {
@@ -719,7 +521,7 @@ func TestRunInputChanged(t *testing.T) {
 					})
 				}}
 			})
-			_, err = Run(context.Background(), c, o)
+			_, err = ingest.Run(context.Background(), c, o)
 			var ie *arrowio.InputError
 			if !errors.As(err, &ie) || ie.File != victim || !errors.Is(err, shard.ErrInputChanged) {
 				t.Fatalf("got %v, want an error naming %s", err, victim)
@@ -731,7 +533,7 @@ func TestRunInputChanged(t *testing.T) {
 // countingCluster counts the bytes of every message the coordinator
 // sends and receives (as JSON): what it holds and moves.
 type countingCluster struct {
-	Cluster
+	ingest.Cluster
 	mu    sync.Mutex
 	bytes int64
 }
@@ -798,9 +600,9 @@ func TestRunCoordinatorBytesFlatInN(t *testing.T) {
 			rows = append(rows, [4]float64{float64(rng.IntN(n)), float64(rng.IntN(2)), float64(rng.IntN(n)), 1})
 		}
 		dir := t.TempDir()
-		files := dataset(t, rng, dir, rows, 2)
+		files := ingesttest.Dataset(t, rng, dir, rows, 2)
 		c := &countingCluster{Cluster: newFakeCluster(t, 3, nil)}
-		res, err := Run(context.Background(), c, Options{Job: "flat", Input: dir, SplitBytes: totalSize(files) / 8, Target: 2600, Poll: time.Hour})
+		res, err := ingest.Run(context.Background(), c, ingest.Options{Job: "flat", Input: dir, SplitBytes: ingesttest.TotalSize(files) / 8, Target: 2600, Poll: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
