@@ -188,6 +188,18 @@ func (w *Worker) ingestPlan(ctx context.Context, r *ingestwire.PlanRequest) erro
 	if p.Job != r.Job || p.Epoch != r.Epoch {
 		return fmt.Errorf("worker: ingest %s: the plan is of job %s, epoch %d, not epoch %d", r.Job, p.Job, p.Epoch, r.Epoch)
 	}
+	maps, buckets := 0, 0
+	for _, sp := range p.Splits {
+		if sp.Mapper < len(p.Workers) && p.Workers[sp.Mapper] == w.id {
+			maps++
+		}
+	}
+	for _, b := range p.Buckets {
+		if b.Reducer < len(p.Workers) && p.Workers[b.Reducer] == w.id {
+			buckets++
+		}
+	}
+	w.log.Info("ingest plan", "job", r.Job, "epoch", r.Epoch, "splits", maps, "buckets", buckets, "workers", len(p.Workers))
 	return w.ing.node.Plan(&p)
 }
 

@@ -30,6 +30,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		maxShards int
 		delay     time.Duration
 		delayFrom int
+		holdSeg   int
+		holdFed   int
 	)
 	nf.register(fs)
 	fs.StringVar(&name, "name", "emsf-worker", "client name shown by the NATS server")
@@ -38,6 +40,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&maxShards, "max-cached-shards", 0, "shards kept in memory across iterations (0: all)")
 	fs.DurationVar(&delay, "task-delay", 0, "testing: wait this long before computing each task")
 	fs.IntVar(&delayFrom, "task-delay-from", 0, "testing: apply --task-delay to the tasks of this iteration and later only (0: all)")
+	fs.IntVar(&holdSeg, "ingest-hold-segment", 0, "testing: hold the ingest's mapper after it put this many segments in its outbox (printing so), until the worker is killed (0: never)")
+	fs.IntVar(&holdFed, "ingest-hold-fed", 0, "testing: hold the ingest's reducer after it counted this many splits (printing so), until the worker is killed (0: never)")
 	fs.Usage = func() {
 		fs.SetOutput(stdout) // help
 		fmt.Fprintf(fs.Output(), "Usage: emsf worker --nats URL [flags]\n\n"+
@@ -110,7 +114,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 0
 		}
 	}
-	w, err := worker.Start(ctx, nc, worker.Config{Prefix: nf.prefix, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom})
+	if holdSeg < 0 || holdFed < 0 {
+		return fail(2, "--ingest-hold-segment and --ingest-hold-fed must be >= 0")
+	}
+	w, err := worker.Start(ctx, nc, worker.Config{Prefix: nf.prefix, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom,
+		IngestHooks: ingestHolds(ctx, stdout, holdSeg, holdFed)})
 	if err != nil {
 		nc.Close()
 		return fail(1, "%v", err)
@@ -138,4 +146,41 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		nc.Close()
 	}
 	return 0
+}
+
+// ingestHolds returns the hooks of --ingest-hold-segment and
+// --ingest-hold-fed: after the seg-th segment put in the outbox (the
+// fed-th split counted), print "ingest: holding …" and block until ctx
+// ends, so that a test kills the worker at that exact point.
+func ingestHolds(ctx context.Context, stdout io.Writer, seg, fed int) worker.IngestHooks {
+	var mu sync.Mutex
+	segs, splits := 0, 0
+	hold := func(what string) {
+		fmt.Fprintf(stdout, "ingest: holding after %s\n", what)
+		<-ctx.Done()
+	}
+	var h worker.IngestHooks
+	if seg > 0 {
+		h.Segment = func(split, reducer, seq int) {
+			mu.Lock()
+			segs++
+			n := segs
+			mu.Unlock()
+			if n == seg {
+				hold(fmt.Sprintf("segment %d (split %d, reducer %d, seq %d)", n, split, reducer, seq))
+			}
+		}
+	}
+	if fed > 0 {
+		h.Fed = func(split int) {
+			mu.Lock()
+			splits++
+			n := splits
+			mu.Unlock()
+			if n == fed {
+				hold(fmt.Sprintf("counting split %d", split))
+			}
+		}
+	}
+	return h
 }

@@ -137,6 +137,12 @@ func diffManifest(a, b *shard.Manifest) string {
 // in dir and returns them listed.
 func Dataset(t testing.TB, rng *rand.Rand, dir string, rows [][4]float64, files int) []arrowio.DataFile {
 	t.Helper()
+	return DatasetOf(t, rng, dir, rows, files, "csv", "parquet", "arrow")
+}
+
+// DatasetOf is Dataset with each file's format drawn from formats.
+func DatasetOf(t testing.TB, rng *rand.Rand, dir string, rows [][4]float64, files int, formats ...string) []arrowio.DataFile {
+	t.Helper()
 	cuts := []int{0}
 	for range files - 1 {
 		cuts = append(cuts, rng.IntN(len(rows)+1))
@@ -148,7 +154,7 @@ func Dataset(t testing.TB, rng *rand.Rand, dir string, rows [][4]float64, files 
 		if len(part) == 0 {
 			part = rows[:1] // every file has rows (an empty file is a data error)
 		}
-		format := []string{"csv", "parquet", "arrow"}[rng.IntN(3)]
+		format := formats[rng.IntN(len(formats))]
 		path := filepath.Join(dir, fmt.Sprintf("part-%02d.%s", k, format))
 		w, err := arrowio.NewTransitionWriter(path, format)
 		if err != nil {
