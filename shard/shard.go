@@ -30,6 +30,21 @@
 // size and the number of column cells, never on the number of workers,
 // which is what makes fits bitwise reproducible across worker counts.
 //
+// The pure parts of a distributed count (cluster workers build the shards
+// of a dataset, coordinator/ingest): Summary is a split's first-read
+// summary (rows, largest indices, integrality, the fingerprint's CRCs,
+// a coarse Hist of (action, state)), RowsCRC.Then rebuilds the dataset's
+// fingerprint from the splits' CRCs (CRC32Combine, zlib's
+// crc32_combine: Go's hash/crc32 has none); Bucket and Router route a
+// transition to the worker that counts its (action, row range); CutStep
+// is Split's greedy cut as a link of a carry chain over an action's
+// buckets (the carry is the open shard's nonzeros), so that the cuts are
+// Split's whatever the buckets; Cells is SplitGrid's column cut of one
+// row shard; Line is a shard's manifest line with what a coordinator
+// plans with instead of its nonzeros (present rows and their CRC, its
+// term of factor.DataTerm, its holder); Union adds sets of matrices (the
+// training and held-out parts) as loadData does.
+//
 // The package is pure: no files, no logging, no networking.
 package shard
 

@@ -162,7 +162,7 @@ func runIngest(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&colCells, "col-cells", 1, "column cells per row range of a shard (as emsf fit)")
 	fs.Float64Var(&holdout, "holdout", 0, "fraction of transitions held out (as emsf fit: also builds the held-out and the all-data shards)")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the holdout draws (as emsf fit)")
-	fs.Int64Var(&splitBytes, "split-bytes", arrowio.DefaultSplitBytes, "bytes of input per split read by one worker")
+	fs.Int64Var(&splitBytes, "split-bytes", 0, "bytes of input per split read by one worker (default: 4 splits per worker, at least 1 MiB, at most 64 MiB)")
 	fs.BoolVar(&store, "store-shards", false, "also put every shard into the Object Store (shards/<checksum>)")
 	fs.StringVar(&manifestOut, "manifest", "", "write the shard lines (JSON) to this file")
 	fs.StringVar(&level, "log-level", "info", "log level: trace, debug, info, warn, error")
@@ -181,8 +181,8 @@ func runIngest(ctx context.Context, e *env, args []string) error {
 	if !(holdout >= 0 && holdout < 1) {
 		return usagef("--holdout %v: must be in [0, 1)", holdout)
 	}
-	if shardNNZ < 1 || colCells < 1 || colCells > shard.MaxColCells || splitBytes < 1 {
-		return usagef("--shard-nnz, --col-cells and --split-bytes must be >= 1 (--col-cells at most %d)", shard.MaxColCells)
+	if shardNNZ < 1 || colCells < 1 || colCells > shard.MaxColCells || splitBytes < 0 {
+		return usagef("--shard-nnz and --col-cells must be >= 1 (--col-cells at most %d), --split-bytes >= 0", shard.MaxColCells)
 	}
 	lvl := hclog.LevelFromString(level)
 	if lvl == hclog.NoLevel {

@@ -100,7 +100,9 @@ type Options struct {
 	// MaxStates and MaxActions bound n and u inferred from the data (0:
 	// no bound): beyond, Run fails with a *SizeError.
 	MaxStates, MaxActions int
-	// SplitBytes is the size of a split (arrowio.DefaultSplitBytes).
+	// SplitBytes is the size of a split (default: the dataset's size
+	// over 4 splits per worker, between 1 MiB and
+	// arrowio.DefaultSplitBytes).
 	SplitBytes int64
 	// Holdout and Seed: a fraction of the transitions drawn into a
 	// held-out set as a local fit draws it (0: none).
@@ -139,7 +141,6 @@ func (o *Options) defaults() error {
 	if o.Holdout < 0 || o.Holdout >= 1 {
 		return fmt.Errorf("ingest: holdout %v: must be in [0, 1)", o.Holdout)
 	}
-	o.SplitBytes = cmpOr(o.SplitBytes, arrowio.DefaultSplitBytes)
 	o.Target = cmpOr(o.Target, shard.DefaultTargetNNZ)
 	o.ColCells = max(1, o.ColCells)
 	o.OutboxBytes = cmpOr(o.OutboxBytes, 32<<20)
@@ -198,6 +199,13 @@ func Run(ctx context.Context, c Cluster, o Options) (*Result, error) {
 	files, err := list(ctx, c, &o)
 	if err != nil {
 		return nil, err
+	}
+	if o.SplitBytes == 0 {
+		workers, err := c.Workers(ctx)
+		if err != nil {
+			return nil, err
+		}
+		o.SplitBytes = splitBytes(files, len(workers))
 	}
 	splits := arrowio.PlanSplits(files, o.SplitBytes)
 	log.Info("dataset", "files", len(files), "splits", len(splits))

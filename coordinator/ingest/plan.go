@@ -171,6 +171,17 @@ func (o *Options) size(p *pass1) error {
 	return nil
 }
 
+// splitBytes is the default split size: 4 splits per worker (so that a
+// slow split holds no one back for long), at least 1 MiB (fewer splits
+// read at lower cost) and at most arrowio.DefaultSplitBytes.
+func splitBytes(files []arrowio.DataFile, workers int) int64 {
+	total := int64(0)
+	for _, f := range files {
+		total += f.Size
+	}
+	return min(arrowio.DefaultSplitBytes, max(1<<20, total/int64(4*max(1, workers))))
+}
+
 // planBuckets cuts each action's rows into buckets of about
 // transitions/(perWorker·workers) transitions each, at the histogram's
 // bin edges (an action without transitions gets none), and gives the

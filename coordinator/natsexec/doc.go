@@ -66,7 +66,9 @@
 // workers), checkpoint.go (job state in KV, commits, resume),
 // embedded.go and local.go (an embedded server and in-process cluster),
 // owners.go (FitOwners: the owners exchange, where workers own column
-// blocks of K and the coordinator only sequences; see its comment).
+// blocks of K and the coordinator only sequences; see its comment),
+// ingest.go (Ingest: the distributed ingest of coordinator/ingest over
+// NATS, the shards built on the workers).
 //
 // Everything above is the coordinator exchange (`fit --exchange
 // coordinator`, the default): the coordinator serves each model version
