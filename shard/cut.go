@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math"
+	"strconv"
 
 	"github.com/emsf/emsf/factor"
 )
@@ -41,10 +42,11 @@ func CutStep(rowNNZ []int64, carry int64, target int) (cuts []int, out int64) {
 type Line struct {
 	Info
 	// Rows is the number of rows with a nonzero in the shard, RowsCRC the
-	// CRC-32C of those rows' indices (int32 little-endian, ascending):
-	// what the coordinator places rows of D by.
+	// CRC-32C of those rows' indices (int32 little-endian, ascending), in
+	// hex as the owners exchange writes CRCs: what the coordinator places
+	// rows of D by.
 	Rows    int
-	RowsCRC uint32
+	RowsCRC string
 	// DataTerm is the shard's term of factor.DataTerm: Σ c·log(c/x_i)
 	// over its nonzeros in storage order, x_i the total of row i over the
 	// shard's row range (all its column cells). factor.DataTerm of the
@@ -83,7 +85,7 @@ func RowLines(rs *Shard, cells []*Shard, holder string) []Line {
 			}
 			rows = binary.LittleEndian.AppendUint32(rows, uint32(i))
 		}
-		out[k] = Line{Info: cell.Info, Rows: len(cb.Rows), RowsCRC: crc32.Checksum(rows, castagnoli), DataTerm: dt, Holder: holder}
+		out[k] = Line{Info: cell.Info, Rows: len(cb.Rows), RowsCRC: strconv.FormatUint(uint64(crc32.Checksum(rows, castagnoli)), 16), DataTerm: dt, Holder: holder}
 	}
 	return out
 }

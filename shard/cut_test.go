@@ -1,7 +1,10 @@
 package shard
 
 import (
+	"encoding/binary"
+	"hash/crc32"
 	"math/rand/v2"
+	"strconv"
 	"slices"
 	"testing"
 
@@ -166,8 +169,12 @@ func TestRowLinesDataTerm(t *testing.T) {
 			if l.Info != man.Shards[k] {
 				t.Fatalf("q=%d: line %d info %+v, SplitGrid %+v", q, k, l.Info, man.Shards[k])
 			}
-			if l.Rows != len(grid[k].Block.Rows) || l.Holder != "w" {
-				t.Fatalf("q=%d: line %d: %d rows, holder %q", q, k, l.Rows, l.Holder)
+			var rows []byte
+			for _, i := range grid[k].Block.Rows {
+				rows = binary.LittleEndian.AppendUint32(rows, uint32(i))
+			}
+			if crc := strconv.FormatUint(uint64(crc32.Checksum(rows, crc32.MakeTable(crc32.Castagnoli))), 16); l.Rows != len(grid[k].Block.Rows) || l.Holder != "w" || l.RowsCRC != crc {
+				t.Fatalf("q=%d: line %d: %d rows (CRC %s, want %s), holder %q", q, k, l.Rows, l.RowsCRC, crc, l.Holder)
 			}
 			dt += l.DataTerm
 		}

@@ -149,6 +149,7 @@ func runIngest(ctx context.Context, e *env, args []string) error {
 		store       bool
 		manifestOut string
 		level       string
+		budgets     ingest.Options
 	)
 	in.register(fs)
 	cf.natsFlags.register(fs)
@@ -165,6 +166,8 @@ func runIngest(ctx context.Context, e *env, args []string) error {
 	fs.Int64Var(&splitBytes, "split-bytes", 0, "bytes of input per split read by one worker (default: 4 splits per worker, at least 1 MiB, at most 64 MiB)")
 	fs.BoolVar(&store, "store-shards", false, "also put every shard into the Object Store (shards/<checksum>)")
 	fs.StringVar(&manifestOut, "manifest", "", "write the shard lines (JSON) to this file")
+	fs.Int64Var(&budgets.OutboxBytes, "outbox-bytes", 32<<20, "a worker's budget of segments not yet pulled from it (its reading waits beyond)")
+	fs.Int64Var(&budgets.AheadBytes, "ahead-bytes", 32<<20, "a worker's budget of segments received ahead of the split it counts (its pulling waits beyond)")
 	fs.StringVar(&level, "log-level", "info", "log level: trace, debug, info, warn, error")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -180,6 +183,9 @@ func runIngest(ctx context.Context, e *env, args []string) error {
 	}
 	if !(holdout >= 0 && holdout < 1) {
 		return usagef("--holdout %v: must be in [0, 1)", holdout)
+	}
+	if budgets.OutboxBytes < 1 || budgets.AheadBytes < 1 {
+		return usagef("--outbox-bytes and --ahead-bytes must be >= 1")
 	}
 	if shardNNZ < 1 || colCells < 1 || colCells > shard.MaxColCells || splitBytes < 0 {
 		return usagef("--shard-nnz and --col-cells must be >= 1 (--col-cells at most %d), --split-bytes >= 0", shard.MaxColCells)
@@ -220,7 +226,7 @@ func runIngest(ctx context.Context, e *env, args []string) error {
 	t0 := time.Now()
 	res, err := exec.Ingest(ctx, ingest.Options{Job: job, Input: in.input, Format: in.format, Read: in.readOptions(),
 		MaxStates: maxInferredStates, MaxActions: maxInferredActions, SplitBytes: splitBytes, Holdout: holdout, Seed: seed,
-		Target: shardNNZ, ColCells: colCells, Store: store, Logger: log})
+		Target: shardNNZ, ColCells: colCells, Store: store, OutboxBytes: budgets.OutboxBytes, AheadBytes: budgets.AheadBytes, Logger: log})
 	if err != nil {
 		var se *ingest.SizeError
 		if errors.As(err, &se) {

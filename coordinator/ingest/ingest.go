@@ -116,7 +116,7 @@ type Options struct {
 	Store  bool
 	Bucket string
 	// Byte budgets of a worker (ingestwire.Plan): outbox 32 MiB, segments
-	// ahead 64 MiB, pull replies 1 MiB less 4 KiB (below NATS' default
+	// ahead 32 MiB, pull replies 1 MiB less 4 KiB (below NATS' default
 	// max payload), segments 256 KiB; Window splits pulled at once (4).
 	OutboxBytes, AheadBytes int64
 	PullBytes, SegmentBytes int
@@ -144,7 +144,7 @@ func (o *Options) defaults() error {
 	o.Target = cmpOr(o.Target, shard.DefaultTargetNNZ)
 	o.ColCells = max(1, o.ColCells)
 	o.OutboxBytes = cmpOr(o.OutboxBytes, 32<<20)
-	o.AheadBytes = cmpOr(o.AheadBytes, 64<<20)
+	o.AheadBytes = cmpOr(o.AheadBytes, 32<<20)
 	o.PullBytes = cmpOr(o.PullBytes, 1<<20-4<<10)
 	o.SegmentBytes = cmpOr(o.SegmentBytes, 256<<10)
 	o.Window = cmpOr(o.Window, 4)
