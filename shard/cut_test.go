@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math/rand/v2"
-	"strconv"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/emsf/emsf/factor"

@@ -1,11 +1,13 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -344,6 +346,9 @@ const holdSeed = 0x686f6c64
 // segBuilder is the segment being filled for one reducer and set.
 type segBuilder struct {
 	seg ingestwire.Segment
+	// combined's scratch.
+	keys []tripleKey
+	comb ingestwire.Segment
 }
 
 func (b *segBuilder) add(a, i, k int32, c float64) {
@@ -358,6 +363,58 @@ func (b *segBuilder) add(a, i, k int32, c float64) {
 	if s.Count != nil {
 		s.Count = append(s.Count, c)
 	}
+}
+
+// combined returns the segment with each (action, state, next state)
+// once, its counts summed, when that is smaller than the segment (else
+// the segment). Only for integer counts whose dataset sum is at most
+// 2^53 (Plan.Combine): every partial sum is then an exact float64, so
+// the reducer's sums are bitwise those of the transitions one by one, in
+// any order (MapReduce's combiner).
+func (b *segBuilder) combined() *ingestwire.Segment {
+	s := &b.seg
+	n := s.Len()
+	b.keys = slices.Grow(b.keys[:0], n)[:n]
+	for q := range n {
+		b.keys[q] = tripleKey{hi: uint64(s.Action[q])<<32 | uint64(uint32(s.State[q])), lo: uint32(s.Next[q]), at: int32(q)}
+	}
+	slices.SortFunc(b.keys, func(x, y tripleKey) int {
+		if x.hi != y.hi {
+			return cmp.Compare(x.hi, y.hi)
+		}
+		return cmp.Compare(x.lo, y.lo)
+	})
+	distinct := 0
+	for q, k := range b.keys {
+		if q == 0 || k.hi != b.keys[q-1].hi || k.lo != b.keys[q-1].lo {
+			distinct++
+		}
+	}
+	if ingestwire.SegmentSize(distinct, true) >= ingestwire.SegmentSize(n, s.Count != nil) {
+		return s
+	}
+	c := &b.comb
+	c.Set = s.Set
+	c.Action, c.State, c.Next, c.Count = c.Action[:0], c.State[:0], c.Next[:0], c.Count[:0]
+	for q, k := range b.keys {
+		v := 1.0
+		if s.Count != nil {
+			v = s.Count[k.at]
+		}
+		if q > 0 && k.hi == b.keys[q-1].hi && k.lo == b.keys[q-1].lo {
+			c.Count[len(c.Count)-1] += v
+			continue
+		}
+		c.Action, c.State, c.Next, c.Count = append(c.Action, s.Action[k.at]), append(c.State, s.State[k.at]), append(c.Next, s.Next[k.at]), append(c.Count, v)
+	}
+	return c
+}
+
+// tripleKey sorts a segment's transitions by (action, state, next state).
+type tripleKey struct {
+	hi uint64
+	lo uint32
+	at int32
 }
 
 func (b *segBuilder) reset() {
@@ -384,7 +441,11 @@ func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 			return nil
 		}
 		b.seg.Set = set
-		data := ingestwire.AppendSegment(make([]byte, 0, ingestwire.SegmentSize(b.seg.Len(), b.seg.Count != nil)), &b.seg)
+		seg := &b.seg
+		if p.Combine {
+			seg = b.combined()
+		}
+		data := ingestwire.AppendSegment(make([]byte, 0, ingestwire.SegmentSize(seg.Len(), seg.Count != nil)), seg)
 		b.reset()
 		return n.put(j, sp.Ordinal, r, data)
 	}
