@@ -54,6 +54,19 @@
 // From an IPC file only the byte ranges of the converted columns' buffers
 // are read (flatRanges).
 //
+// # Datasets and splits
+//
+// ListDataset lists a dataset: a file, a directory's data files or a
+// glob's matches, in path order (DataFile: name, size, modification
+// time, format). PlanSplits cuts it into splits from names and sizes
+// only, and ScanSplit reads one split on its own (split.go has the rules:
+// CSV byte ranges cut at line boundaries, Parquet row groups and Arrow IPC
+// file record batches by midpoint, streams whole), numbering rows from
+// the split's first; a split's bad row in CSV or an IPC file is a
+// SplitRowError, exact once the rows of the file's earlier splits are
+// added; anything else it cannot answer exactly is ErrReadWhole, and the
+// file is read whole. CheckFile says when a listed file changed.
+//
 // Readers never trust a length read from the input: IPC metadata is
 // verified before the Arrow library decodes it (flatverify.go), declared
 // message and buffer sizes are checked against the input's size, and

@@ -135,7 +135,7 @@ func scanModelFile(ctx context.Context, ra parquet.ReaderAtSeeker, size int64, m
 			return err
 		}
 		fr.Props.BatchSize = int64(cur.batch)
-		rr, err := recordReader(ctx, fr, nil)
+		rr, err := recordReader(ctx, fr, nil, nil)
 		if err != nil {
 			return err
 		}

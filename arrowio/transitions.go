@@ -185,6 +185,12 @@ func DetectFormat(path string) (format, note string, err error) {
 	return format, note, nil
 }
 
+// DetectFormatBytes is DetectFormat for an input named name whose first
+// bytes (up to 64) are head.
+func DetectFormatBytes(name string, head []byte) (format, note string) {
+	return detectFormat(name, head)
+}
+
 // detectFormat decides a file's format from its name and first bytes
 // (see DetectFormat).
 func detectFormat(name string, head []byte) (format, note string) {
@@ -253,25 +259,31 @@ func ScanTransitions(ctx context.Context, path string, opts ReadOptions, fn func
 	if st.IsDir() {
 		return &InputError{File: path, Reason: "is a directory"}
 	}
-	size := st.Size()
+	return s.at(ctx, f, st.Size())
+}
+
+// at reads all of an input of size bytes from ra: gzip data (sniffed by
+// its first bytes) as it is decompressed, anything else with random
+// access.
+func (s *scan) at(ctx context.Context, ra io.ReaderAt, size int64) error {
 	var head [64]byte
-	n, _ := f.ReadAt(head[:], 0)
+	n, _ := ra.ReadAt(head[:], 0)
 	if isGzip(head[:n]) {
-		return s.sequential(ctx, f, path)
+		return s.sequential(ctx, io.NewSectionReader(ra, 0, size), s.file)
 	}
 	format := s.format
 	if format == "" {
-		format, _ = detectFormat(path, head[:n])
+		format, _ = detectFormat(s.file, head[:n])
 	}
 	switch format {
 	case FormatCSV:
-		return s.csv(ctx, bufio.NewReaderSize(f, 1<<16))
+		return s.csv(ctx, bufio.NewReaderSize(io.NewSectionReader(ra, 0, size), 1<<16))
 	case FormatArrowFile:
-		return s.ipc(ctx, ipcSource{ra: f, size: size, file: true})
+		return s.ipc(ctx, ipcSource{ra: ra, size: size, file: true})
 	case FormatArrowStream:
-		return s.ipc(ctx, ipcSource{r: bufio.NewReaderSize(f, 1<<16), size: size})
+		return s.ipc(ctx, ipcSource{r: bufio.NewReaderSize(io.NewSectionReader(ra, 0, size), 1<<16), size: size})
 	default:
-		return s.parquet(ctx, f, size)
+		return s.parquet(ctx, io.NewSectionReader(ra, 0, size), size)
 	}
 }
 

@@ -48,6 +48,19 @@
 // runs (ownpull.go); the commit pulls what is left. emsf worker runs the
 // collector at GOGC 25.
 //
+// The distributed ingest (ingest_node.go, ingest.go; messages in package
+// ingestwire): IngestNode is a worker's side without transport — pass 1
+// scans of splits, a mapper that routes its splits' transitions into
+// (split, seq) segments in an outbox bounded in bytes, a reducer that
+// pulls its segments of every split (a bounded window ahead) and counts
+// them in split order with shard.Counter, the links of the cut chains,
+// builders and commits; the "ingest" subscription
+// (<prefix>.ingest.<job>.<id>) serves it over NATS, each request on a
+// goroutine of its own. Committed shards go to the shard cache (tasks
+// find them by checksum) and, when asked, to the Object Store. Datasets
+// in the Object Store (dataset.go): PutDataset, ListObjectDataset,
+// ScanDataFile.
+//
 // The protocol (subjects, headers, TaskRequest, labels, raw models and
 // partials, blobs) lives in package wire, which the coordinator's NATS
 // executor (coordinator/natsexec) imports too. Wire schemas of shards,

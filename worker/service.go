@@ -48,6 +48,8 @@ type Config struct {
 	// with its name and iteration: a debugging hook (emsf worker
 	// --memprofile-dir records memory by phase with it). It must not block.
 	OnOwnersOp func(op string, iteration int)
+	// IngestHooks are test hooks of the distributed ingest (ingest.go).
+	IngestHooks IngestHooks
 }
 
 // Stats are a worker's counters, served as the data of $SRV.STATS.
@@ -124,6 +126,8 @@ type Worker struct {
 	ownShards map[string]*ownShard
 	ownMd     *factor.Model
 	ownD      []float64 // an owners task's rows of D, as gathered
+	// ing is the distributed ingest's endpoint (ingest.go).
+	ing ingestState
 	// pbufs are raw partial buffers the coordinator has dropped (read
 	// whole), kept for reuse; guarded by pmu.
 	pmu   sync.Mutex
@@ -210,6 +214,11 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		_ = w.blobs.Close()
 		return nil, err
 	}
+	if err := w.startIngest(); err != nil {
+		_ = svc.Stop()
+		_ = w.blobs.Close()
+		return nil, err
+	}
 	w.blobs.SetOnDrop(func(b []byte) {
 		w.pmu.Lock()
 		defer w.pmu.Unlock()
@@ -252,6 +261,7 @@ func (w *Worker) Stop() error {
 	w.stopMu.Unlock()
 	err := w.svc.Stop()
 	w.cancel(ErrStopped)
+	ierr := w.stopIngest()
 	w.tasks.Wait()
 	if err != nil {
 		return fmt.Errorf("worker: stop: %w", err)
@@ -267,6 +277,9 @@ func (w *Worker) Stop() error {
 	}
 	if err := w.ready.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		return fmt.Errorf("worker: stop: %w", err)
+	}
+	if ierr != nil {
+		return ierr
 	}
 	w.log.Info("worker stopped", "tasks", w.Stats().Tasks)
 	return nil

@@ -12,14 +12,23 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
 )
 
 // inputFlags are the flags that say where transitions come from.
 type inputFlags struct {
 	input   string
+	natsURL string
+	// nats, when set, holds the command's NATS flags: a nats-obj://
+	// input connects with their URL (unless --input-nats) and
+	// credentials.
+	nats    *natsFlags
 	format  string
 	state   string
 	action  string
@@ -30,7 +39,8 @@ type inputFlags struct {
 }
 
 func (f *inputFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.input, "input", "", "transitions file: CSV with a header, Arrow IPC file or stream, or Parquet, each possibly gzip-compressed; - reads standard input (required)")
+	fs.StringVar(&f.input, "input", "", "transitions: a file (CSV with a header, Arrow IPC file or stream, or Parquet, each possibly gzip-compressed), a directory of such files or a glob (read in path order), nats-obj://BUCKET/NAME, a dataset uploaded by emsf data put, or - (standard input) (required)")
+	fs.StringVar(&f.natsURL, "input-nats", "", "NATS server URL of a nats-obj:// --input (default: --nats, $NATS_URL)")
 	fs.StringVar(&f.format, "input-format", "", "input format: csv, arrow, arrows (stream) or parquet (default: from the extension or the file's magic bytes)")
 	fs.StringVar(&f.state, "col-state", "state", "name of the state column")
 	fs.StringVar(&f.action, "col-action", "action", "name of the action column")
@@ -85,6 +95,72 @@ func (f *inputFlags) validate() error {
 	return nil
 }
 
+// dataSource is the dataset an input names, listed once: its files in
+// the order their rows arrive in, and the NATS connection that reads an
+// Object Store dataset.
+type dataSource struct {
+	files []arrowio.DataFile
+	nc    *nats.Conn
+	js    jetstream.JetStream
+}
+
+// open lists the dataset of --input.
+func (f *inputFlags) open(ctx context.Context) (*dataSource, error) {
+	bucket, name, isObj, err := worker.ParseObjectInput(f.input)
+	if err != nil {
+		return nil, usagef("--input: %v", err)
+	}
+	if !isObj {
+		files, err := arrowio.ListDataset(f.input, f.format)
+		if err != nil {
+			return nil, err
+		}
+		return &dataSource{files: files}, nil
+	}
+	var cc *worker.ConnConfig
+	if f.nats != nil {
+		cc = f.nats.conn("emsf-data")
+	} else {
+		cc = &worker.ConnConfig{Name: "emsf-data", URL: os.Getenv("NATS_URL")}
+	}
+	if f.natsURL != "" {
+		cc.URL = f.natsURL
+	}
+	if cc.URL == "" {
+		return nil, usagef("--input %s: give the NATS server with --input-nats URL (or --nats, $NATS_URL)", f.input)
+	}
+	nc, err := cc.Connect()
+	if err != nil {
+		return nil, fmt.Errorf("--input %s: %w", f.input, err)
+	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		var files []arrowio.DataFile
+		if files, err = worker.ListObjectDataset(ctx, js, bucket, name, f.format); err == nil {
+			return &dataSource{files: files, nc: nc, js: js}, nil
+		}
+	}
+	nc.Close()
+	return nil, err
+}
+
+// close closes the connection of an Object Store dataset.
+func (d *dataSource) close() {
+	if d.nc != nil {
+		d.nc.Close()
+	}
+}
+
+// allOf reports whether keep says yes to every file of the dataset.
+func (d *dataSource) allOf(keep func(f arrowio.DataFile) bool) bool {
+	for _, f := range d.files {
+		if !keep(f) {
+			return false
+		}
+	}
+	return true
+}
+
 func (f *inputFlags) readOptions() arrowio.ReadOptions {
 	return arrowio.ReadOptions{
 		Format: f.format, StateCol: f.state, ActionCol: f.action, NextCol: f.next, CountCol: f.count,
@@ -133,8 +209,13 @@ func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64
 	// read batch, the counter's log and the CSR being built) rather than
 	// twice that.
 	defer debug.SetGCPercent(debug.SetGCPercent(ingestGCPercent))
-	if holdout == 0 && validation == 0 && twoPassFormat(f) {
-		d, ok, err := loadTwoPass(ctx, f)
+	src, err := f.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer src.close()
+	if holdout == 0 && validation == 0 && src.allOf(twoPassFile) {
+		d, ok, err := loadTwoPass(ctx, f, src)
 		if err != nil || ok {
 			return d, err
 		}
@@ -144,7 +225,7 @@ func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64
 	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
 	vrng := rand.New(rand.NewPCG(seed, 0x76616c))  // "val"
 	h := newFingerprint()
-	err := scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+	err = scanPipelined(ctx, src, f.readOptions(), func(b *arrowio.TransitionBatch) error {
 		if holdout == 0 && validation == 0 {
 			k, err := train.AddBatch(b.State, b.Action, b.Next, b.Count)
 			if err != nil {
@@ -287,21 +368,19 @@ func actionsSeen(sets ...[]*factor.Block) int {
 // firstPassGCPercent is the GOGC of loadTwoPass's first read.
 const firstPassGCPercent = 200
 
-// twoPassFormat reports whether loadData reads f twice (shard.TwoPass):
-// Arrow IPC and Parquet files, which decode fast, so that a second read
-// costs less than keeping every transition while the matrices are built.
-// CSV, whose parsing is most of its cost, is read once, and so is
-// standard input (it cannot be read twice) and gzip data (decompressed
-// once; a one-pass read's peak memory is about a two-pass read's).
-func twoPassFormat(f *inputFlags) bool {
-	if f.input == arrowio.StdinPath || arrowio.IsGzipFile(f.input) {
-		return false
-	}
-	format, err := arrowio.NormalizeFormat(f.format)
-	if err == nil && format == "" {
-		format, _, err = arrowio.DetectFormat(f.input)
-	}
-	return err == nil && format != arrowio.FormatCSV
+// twoPassFormat reports whether loadData reads files of format twice
+// (shard.TwoPass): Arrow IPC and Parquet files, which decode fast, so
+// that a second read costs less than keeping every transition while the
+// matrices are built. CSV, whose parsing is most of its cost, is read
+// once.
+func twoPassFormat(format string) bool { return format != arrowio.FormatCSV }
+
+// twoPassFile reports whether loadData may read f twice: a file (not
+// standard input, which cannot be read twice, nor a stream) of a
+// twoPassFormat, not gzip data (decompressed once: a one-pass read's peak
+// memory is about a two-pass read's).
+func twoPassFile(f arrowio.DataFile) bool {
+	return !f.Stream && f.Name != arrowio.StdinPath && twoPassFormat(f.Format) && !arrowio.IsGzipFile(f.Name)
 }
 
 // loadTwoPass is loadData without a holdout, in two reads of the file
@@ -311,7 +390,7 @@ func twoPassFormat(f *inputFlags) bool {
 // or when the second read differs from the first (shard.ErrInputChanged):
 // the caller counts in one pass instead. The dataset is the one loadData
 // builds in one pass, bitwise.
-func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err error) {
+func loadTwoPass(ctx context.Context, f *inputFlags, src *dataSource) (d *dataset, ok bool, err error) {
 	// The first read keeps almost nothing live, so loadData's GOGC would
 	// collect at every MiB or so of the readers' garbage: collect less
 	// often until Plan, but not so rarely that the heap of this read
@@ -322,7 +401,7 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	var tp shard.TwoPass
 	h := &splitHash{f: newFingerprint()}
 	var histDone atomic.Int64 // batches
-	err = scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+	err = scanPipelined(ctx, src, f.readOptions(), func(b *arrowio.TransitionBatch) error {
 		k, err := tp.Hist(b.State, b.Action, b.Next, b.Count)
 		if err != nil {
 			return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
@@ -354,7 +433,7 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	// column, which the first has checked.
 	opts := f.readOptions()
 	opts.NoCount = !tp.Weighted()
-	err = scanPipelined(ctx, f.input, opts, func(b *arrowio.TransitionBatch) error {
+	err = scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
 		return tp.Fill(b.State, b.Action, b.Next, b.Count)
 	}, h.second)
 	if err == nil {
@@ -398,6 +477,7 @@ type splitHash struct {
 	rows    int // hashed so far, from the first row on
 	batches int // of the first read, seen so far
 	stopped bool
+	seen    int // rows of the second read seen so far
 }
 
 // first is the hashing of a batch of the first read; with behind, and
@@ -412,11 +492,14 @@ func (s *splitHash) first(b *arrowio.TransitionBatch, behind bool) {
 }
 
 // second is the hashing of a batch of the second read: its rows that
-// first did not hash.
+// first did not hash. (Rows are counted here, not by b.FirstRow, which
+// starts again at 1 with each file of a dataset.)
 func (s *splitHash) second(b *arrowio.TransitionBatch) error {
-	if from := s.rows - (b.FirstRow - 1); from < b.Len() {
+	at := s.seen
+	s.seen += b.Len()
+	if from := s.rows - at; from < b.Len() {
 		s.f.addRows(b, max(from, 0))
-		s.rows = b.FirstRow - 1 + b.Len()
+		s.rows = at + b.Len()
 	}
 	return nil
 }
@@ -430,18 +513,8 @@ func (d *dataset) all() []*factor.Block {
 	return mergeBlocks(d.u, d.train, d.holdout)
 }
 
-// mergeBlocks adds the nonzeros of the sets into one matrix per action.
+// mergeBlocks adds the nonzeros of the sets into one matrix per action
+// (shard.Union).
 func mergeBlocks(u int, sets ...[]*factor.Block) []*factor.Block {
-	var ct shard.Counter
-	for _, set := range sets {
-		for _, b := range set {
-			for r, i := range b.Rows {
-				for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
-					// Counts were validated when read; Add cannot fail here.
-					_ = ct.Add(int(i), b.Action, int(b.Cols[q]), b.Vals[q])
-				}
-			}
-		}
-	}
-	return ct.Matrices(u)
+	return shard.Union(u, sets...)
 }

@@ -70,6 +70,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	var f fitFlags
 	fs := newFlagSet(e, "fit", "fit --input FILE --order M [flags]")
 	f.in.register(fs)
+	f.in.nats = &f.cluster.natsFlags
 	f.logs.register(fs)
 	f.cluster.register(fs)
 	f.inc.register(fs)
@@ -347,7 +348,7 @@ func (f *fitFlags) validate() error {
 // --out that cannot be written, a --nats server that cannot be reached;
 // and warns when the input's content and name disagree on its format.
 func (f *fitFlags) preflight(log hclog.Logger) error {
-	if f.in.format == "" {
+	if st, err := os.Stat(f.in.input); f.in.format == "" && err == nil && st.Mode().IsRegular() {
 		if _, note, err := arrowio.DetectFormat(f.in.input); err != nil {
 			return err
 		} else if note != "" {

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"flag"
 	"fmt"
-	"hash/crc32"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 )
 
 // incrementalFlags are the flags of `emsf fit --incremental`
@@ -82,6 +80,11 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	in := &f.in
 	opts := in.readOptions()
 	n, u := in.states, in.actions
+	src, err := in.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.close()
 	fingerprint := ""
 	rowsKnown := 0 // transitions of one pass, when a sizing pass counted them
 	sparse := func() error { return nil }
@@ -91,7 +94,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 		rows := 0
 		seen := map[int32]bool{} // actions with transitions
 		h := newFingerprint()
-		err := scanPipelined(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+		err := scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
 			h.addBatch(b)
 			for k := range b.State {
 				maxS = max(maxS, int(b.State[k])+1, int(b.Next[k])+1)
@@ -193,7 +196,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			h = newFingerprint()
 		}
 		rows := 0
-		err := scanPipelined(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+		err := scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
 			if h != nil {
 				h.addBatch(b)
 			}
@@ -294,45 +297,29 @@ func (f *fitFlags) writeInterrupted(e *env, inc streamFit, fingerprint string, p
 }
 
 // fingerprintHash is the training-data fingerprint of a fit (loadData,
-// the incremental fit), computed while streaming: CRC-32C and CRC-32
-// (IEEE) of the rows, written "crc32c-ieee:" and 16 hex digits
-// (docs/formats.md). Both run in hardware (SSE 4.2, PCLMULQDQ), about 15×
-// the speed of the SHA-256 that models written before 2026-11-23 record
-// (16 hex digits, no prefix), which was the slowest stage of a first
-// read: Arrow ingest of 10M transitions 0.46 → 0.30 s. The fingerprint
-// tells data sets apart; nothing compares it to decide anything.
-type fingerprintHash struct {
-	cast *crc32.Table
-	c, i uint32 // CRC-32C and CRC-32 (IEEE) so far
-	rows []byte // addBatch's buffer
-}
+// the incremental fit), computed while streaming (shard.FingerprintHash:
+// CRC-32C and CRC-32 (IEEE) of the rows, written "crc32c-ieee:" and 16
+// hex digits, docs/formats.md). Both run in hardware (SSE 4.2,
+// PCLMULQDQ), about 15× the speed of the SHA-256 that models written
+// before 2026-11-23 record (16 hex digits, no prefix), which was the
+// slowest stage of a first read: Arrow ingest of 10M transitions 0.46 →
+// 0.30 s. The fingerprint tells data sets apart; nothing compares it to
+// decide anything.
+type fingerprintHash struct{ h shard.FingerprintHash }
 
-func newFingerprint() *fingerprintHash {
-	return &fingerprintHash{cast: crc32.MakeTable(crc32.Castagnoli)}
-}
+func newFingerprint() *fingerprintHash { return &fingerprintHash{} }
 
-// addBatch adds every row of b, in order (20 bytes a row: state, action, next state as uint32 and the count's float64 bits, little-endian).
+// addBatch adds every row of b, in order.
 func (f *fingerprintHash) addBatch(b *arrowio.TransitionBatch) { f.addRows(b, 0) }
 
 // addRows adds the rows of b from its row from on (a count of 1 each when
 // b.Count is nil).
 func (f *fingerprintHash) addRows(b *arrowio.TransitionBatch, from int) {
-	n := b.Len() - from
-	buf := slices.Grow(f.rows[:0], 20*n)[:20*n]
-	for k := range n {
-		r, q := buf[20*k:20*k+20], from+k
-		c := 1.0
-		if b.Count != nil {
-			c = b.Count[q]
-		}
-		binary.LittleEndian.PutUint32(r[0:], uint32(b.State[q]))
-		binary.LittleEndian.PutUint32(r[4:], uint32(b.Action[q]))
-		binary.LittleEndian.PutUint32(r[8:], uint32(b.Next[q]))
-		binary.LittleEndian.PutUint64(r[12:], math.Float64bits(c))
+	var counts []float64
+	if b.Count != nil {
+		counts = b.Count[from:]
 	}
-	f.c = crc32.Update(f.c, f.cast, buf)
-	f.i = crc32.Update(f.i, crc32.IEEETable, buf)
-	f.rows = buf
+	f.h.Add(b.State[from:], b.Action[from:], b.Next[from:], counts)
 }
 
 // add is addBatch as a consumer of scanPipelined (on a goroutine of its
@@ -342,4 +329,4 @@ func (f *fingerprintHash) add(b *arrowio.TransitionBatch) error {
 	return nil
 }
 
-func (f *fingerprintHash) sum() string { return fmt.Sprintf("crc32c-ieee:%08x%08x", f.c, f.i) }
+func (f *fingerprintHash) sum() string { return f.h.Sum().Fingerprint() }

@@ -52,6 +52,7 @@ func commands() []command {
 		{"retrain", "ask emsf serve for a new model version now", runRetrain},
 		{"model", "fetch (get), list or inspect (status) a served model's versions; assemble or split a model dataset", runModel},
 		{"scaling", "cost model of a cluster iteration at scale; --check against scripts/netns-cluster.sh", runScaling},
+		{"data", "upload datasets of transitions to the Object Store (put) and list them", runData},
 		{"worker", "run a cluster worker (NATS micro service)", func(ctx context.Context, e *env, args []string) error {
 			if rc := runWorker(ctx, args, e.stdout, e.stderr); rc != 0 {
 				return exitCode(rc)

@@ -34,6 +34,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		delay     time.Duration
 		delayFrom int
 		memDir    string
+		holdSeg   int
+		holdFed   int
 	)
 	nf.register(fs)
 	fs.StringVar(&name, "name", "emsf-worker", "client name shown by the NATS server")
@@ -43,6 +45,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&jobs, "bucket-jobs", wire.DefaultKVBucket, "JetStream KV bucket of the job records (the coordinators' --bucket-jobs): an owners epoch is taken up, and a job ended, only when its record there says so")
 	fs.DurationVar(&delay, "task-delay", 0, "testing: wait this long before computing each task")
 	fs.IntVar(&delayFrom, "task-delay-from", 0, "testing: apply --task-delay to the tasks of this iteration and later only (0: all)")
+	fs.IntVar(&holdSeg, "ingest-hold-segment", 0, "testing: hold the ingest's mapper after it put this many segments in its outbox (printing so), until the worker is killed (0: never)")
+	fs.IntVar(&holdFed, "ingest-hold-fed", 0, "testing: hold the ingest's reducer after it counted this many splits (printing so), until the worker is killed (0: never)")
 	fs.StringVar(&memDir, "memprofile-dir", os.Getenv(memProfileEnv), "debugging: write mem.tsv (resident set and Go heap at each owners operation and each new peak) and heap profiles at the peaks into this directory (default $"+memProfileEnv+")")
 	fs.Usage = func() {
 		fs.SetOutput(stdout) // help
@@ -122,13 +126,18 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 0
 		}
 	}
+	if holdSeg < 0 || holdFed < 0 {
+		nc.Close()
+		return fail(2, "--ingest-hold-segment and --ingest-hold-fed must be >= 0")
+	}
 	mw, err := startMemWatch(memDir, memWatchInterval)
 	if err != nil {
 		nc.Close()
 		return fail(2, "%v", err)
 	}
 	defer mw.Close()
-	cfg := worker.Config{Prefix: nf.prefix, JobsBucket: jobs, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom}
+	cfg := worker.Config{Prefix: nf.prefix, JobsBucket: jobs, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom,
+		IngestHooks: ingestHolds(ctx, stdout, holdSeg, holdFed)}
 	if mw != nil {
 		cfg.OnOwnersOp = func(op string, iter int) { mw.Phase(op + "-" + strconv.Itoa(iter)) }
 	}
@@ -160,4 +169,41 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		nc.Close()
 	}
 	return 0
+}
+
+// ingestHolds returns the hooks of --ingest-hold-segment and
+// --ingest-hold-fed: after the seg-th segment put in the outbox (the
+// fed-th split counted), print "ingest: holding …" and block until ctx
+// ends, so that a test kills the worker at that exact point.
+func ingestHolds(ctx context.Context, stdout io.Writer, seg, fed int) worker.IngestHooks {
+	var mu sync.Mutex
+	segs, splits := 0, 0
+	hold := func(what string) {
+		fmt.Fprintf(stdout, "ingest: holding after %s\n", what)
+		<-ctx.Done()
+	}
+	var h worker.IngestHooks
+	if seg > 0 {
+		h.Segment = func(split, reducer, seq int) {
+			mu.Lock()
+			segs++
+			n := segs
+			mu.Unlock()
+			if n == seg {
+				hold(fmt.Sprintf("segment %d (split %d, reducer %d, seq %d)", n, split, reducer, seq))
+			}
+		}
+	}
+	if fed > 0 {
+		h.Fed = func(split int) {
+			mu.Lock()
+			splits++
+			n := splits
+			mu.Unlock()
+			if n == fed {
+				hold(fmt.Sprintf("counting split %d", split))
+			}
+		}
+	}
+	return h
 }

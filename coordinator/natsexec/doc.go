@@ -68,9 +68,11 @@
 // owners.go (FitOwners: the owners exchange, where workers own column
 // blocks of K and the coordinator only sequences: the NATS adapters of
 // the sequencer in coordinator/owners, which makes every decision; see
-// its comment). Nothing here imports package worker: the protocol is
-// worker/wire and worker/wire/proto, and a local cluster's workers are
-// started by whoever builds one (StartLocalCluster's StartWorker).
+// its comment), ingest.go (Ingest: the distributed ingest of
+// coordinator/ingest over NATS, the shards built on the workers).
+// Nothing here imports package worker: the protocol is worker/wire and
+// worker/wire/proto, and a local cluster's workers are started by
+// whoever builds one (StartLocalCluster's StartWorker).
 //
 // Everything above is the coordinator exchange (`fit --exchange
 // coordinator`, the default): the coordinator serves each model version
