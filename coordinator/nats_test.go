@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -286,7 +287,7 @@ func TestCheckpointCAS(t *testing.T) {
 	}
 	st.Iteration = 2
 	err := a.Commit(ctx, st, md)
-	if err == nil || !strings.Contains(err.Error(), "another coordinator") {
+	if !errors.Is(err, wire.ErrLostRace) || !strings.Contains(err.Error(), "another coordinator") {
 		t.Fatalf("stale commit: err = %v, want a compare-and-set failure", err)
 	}
 }

@@ -41,11 +41,10 @@ func CutStep(rowNNZ []int64, carry int64, target int) (cuts []int, out int64) {
 // shard's nonzeros, computed by the worker that holds it.
 type Line struct {
 	Info
-	// Rows is the number of rows with a nonzero in the shard, RowsCRC the
-	// CRC-32C of those rows' indices (int32 little-endian, ascending), in
-	// hex as the owners exchange writes CRCs: what the coordinator places
-	// rows of D by.
-	Rows    int
+	// RowsCRC is the CRC-32C of the indices of the shard's rows with a
+	// nonzero (Info.Rows of them; int32 little-endian, ascending), in hex
+	// as the owners exchange writes CRCs: what the coordinator places rows
+	// of D by.
 	RowsCRC string
 	// DataTerm is the shard's term of factor.DataTerm: Σ c·log(c/x_i)
 	// over its nonzeros in storage order, x_i the total of row i over the
@@ -85,7 +84,9 @@ func RowLines(rs *Shard, cells []*Shard, holder string) []Line {
 			}
 			rows = binary.LittleEndian.AppendUint32(rows, uint32(i))
 		}
-		out[k] = Line{Info: cell.Info, Rows: len(cb.Rows), RowsCRC: strconv.FormatUint(uint64(crc32.Checksum(rows, castagnoli)), 16), DataTerm: dt, Holder: holder}
+		info := cell.Info
+		info.Rows = len(cb.Rows)
+		out[k] = Line{Info: info, RowsCRC: strconv.FormatUint(uint64(crc32.Checksum(rows, castagnoli)), 16), DataTerm: dt, Holder: holder}
 	}
 	return out
 }

@@ -238,7 +238,7 @@ type flagGroup struct {
 
 func flagGroups() []flagGroup {
 	return []flagGroup{
-		{"Input", []string{"input", "input-format", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "version", "rho", "check", "skip"}},
+		{"Input", []string{"input", "input-format", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "version", "rho", "check", "skip", "input-nats"}},
 		{"Model", []string{"order", "orders", "tie", "init", "init-smooth", "algorithm", "loss", "seed", "true-order", "rows", "conc"}},
 		{"Sampling", []string{"transitions", "sampling", "episode-len", "per-row"}},
 		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "precision", "holdout", "shard-nnz", "col-cells", "group-nnz",
@@ -249,15 +249,15 @@ func flagGroups() []flagGroup {
 			"observations", "hmm-iters", "hmm-eps", "gen-iters", "epca-iters", "nmf-steps"}},
 		{"Benchmark", []string{"cluster", "ingest", "ingest-cpuprofile"}},
 		{"Cost model", []string{"nodes", "nnz", "shards", "gbit", "rtt", "conns", "window", "cores", "box-cores", "cpu-per-byte", "box-cpu-per-byte",
-			"merge-bw", "ns-per-nnz", "wire-overhead", "serial"}},
+			"merge-bw", "ns-per-nnz", "wire-overhead", "serial", "memory", "gogc", "check-memory"}},
 		{"Output", []string{"out", "format", "dir", "part-rows"}},
-		{"Publishing and retraining", []string{"create", "allow-rejects", "dedup", "max-rows", "after-seq", "wait"}},
+		{"Publishing and retraining", []string{"create", "allow-rejects", "dedup", "max-rows", "after-seq", "wait", "keep-versions", "buffer-rows", "stop-timeout"}},
 		{"Service limits", []string{"max-states", "max-actions", "max-model-bytes"}},
 		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key",
 			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",
 			"exchange", "col-blocks", "speculation", "min-workers", "wait-workers", "worker-wait", "worker-probe", "worker-timeout", "worker-frozen", "use-workers", "replicas", "store", "listen", "port",
-			"max-cached-shards", "task-delay", "task-delay-from", "stream-max-age", "stream-max-bytes", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
-		{"Logging and progress", []string{"quiet", "verbose", "log-level", "log-json", "log-every"}},
+			"max-cached-shards", "task-delay", "task-delay-from", "ingest-hold-segment", "ingest-hold-fed", "stream-max-age", "stream-max-bytes", "stream-purge", "stream-keep", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
+		{"Logging and progress", []string{"quiet", "verbose", "log-level", "log-json", "log-every", "memprofile-dir"}},
 	}
 }
 

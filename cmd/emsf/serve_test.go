@@ -25,6 +25,7 @@ import (
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/service"
+	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 )
 
@@ -378,7 +379,9 @@ func TestServeFlagsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := service.DefaultConfig()
-	want.Name = "x"
+	// serve's own defaults beside the Config's: SQUAREM refits (the
+	// Config's zero value is plain EM) and the binary's version.
+	want.Name, want.Accel, want.Version = "x", factor.AccelSquarem, semver()
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("serve's Config with default flags:\n%+v\nwant service.DefaultConfig():\n%+v", got, want)
 	}

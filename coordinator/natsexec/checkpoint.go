@@ -130,9 +130,10 @@ func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, 
 	rev := e.kvRev[st.Job]
 	e.mu.Unlock()
 	nrev, err := wire.CompareAndSet(ctx, e.kv, st.Job, body, rev)
+	if errors.Is(err, wire.ErrLostRace) {
+		return fmt.Errorf("natsexec: commit job %s iteration %d: another coordinator took the job over: %w", st.Job, st.Iteration, err)
+	}
 	if err != nil {
-		// A lost race (errors.Is wire.ErrLostRace) is another coordinator
-		// that took the job over.
 		return fmt.Errorf("natsexec: commit job %s iteration %d: %w", st.Job, st.Iteration, err)
 	}
 	e.mu.Lock()
