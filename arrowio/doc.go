@@ -113,7 +113,9 @@
 //	values  fixed_size_list<float64>[m]   D[a][i, :] or K[a][:, j]
 //
 // Rows are all D blocks in block order, then all K blocks, states
-// ascending: (NumD + NumK)·n rows. The schema metadata holds
+// ascending: (NumD + NumK)·n rows; a model with a smoothing rule
+// (emsf.smooth) has, after them, the rule's streams, rows of factor "Q"
+// and "C" (docs/formats.md). The schema metadata holds
 // emsf.format_version ("1"), emsf.kind ("model"), emsf.n, emsf.m, emsf.u,
 // emsf.tie (factor.Tie.String), emsf.iteration, emsf.loglik, emsf.wkl
 // (shortest round-trip decimals; "NaN" when not computed), emsf.seed,
@@ -133,14 +135,17 @@
 // .hi), and manifest.json, which holds the model's metadata (the schema
 // metadata keys of a model file) and one line per part (ModelPart: file,
 // factor, block, lo, hi, rows, bytes, SHA-256), in the row order of a
-// model file. Storage is a PartSink/PartSource: DirParts (a directory) or
+// model file. A smoothing rule's streams are blocks too (factor "Q" or
+// "C", block = action, rows = the stream's rows; ModelShape.SmoothNNZ and
+// ModelShape.blocks say which there are), so the rule travels in parts
+// like D and K. Storage is a PartSink/PartSource: DirParts (a directory) or
 // worker/wire.ObjectParts (nats-obj://BUCKET/PREFIX).
 //
 // Writing, in a cluster: each owner writes its rows with
 // NewModelPartWriter (Append in pieces, Close returns the manifest line)
 // or WriteModelPart; the coordinator collects the lines and commits with
-// CommitModelDataset, which checks that they cover [0, n) of every block
-// once and writes the manifest last and atomically: the manifest is the
+// CommitModelDataset, which checks that they cover the rows of every
+// block once and writes the manifest last and atomically: the manifest is the
 // commit, and files it does not list are not part of the dataset.
 // Reading: ReadModelDataset (ReadModelAny takes a file, a directory or a
 // manifest.json) checks every part's size, SHA-256, schema metadata and

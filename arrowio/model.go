@@ -91,10 +91,15 @@ func modelFields(m int) []arrow.Field {
 }
 
 // modelSchema returns the schema of a model file, metadata included.
-func modelSchema(mf *ModelFile) *arrow.Schema {
+func modelSchema(mf *ModelFile) *arrow.Schema { return modelSchemaOf(mf, ShapeOf(mf.Model)) }
+
+// modelSchemaOf is modelSchema for a model of shape s, which gives the
+// smoothing rule's count of counts per action: mf may be a header (no
+// factors; a rule's λ, κ and δ only, see headerFromMeta).
+func modelSchemaOf(mf *ModelFile, s ModelShape) *arrow.Schema {
 	md := mf.Model
 	var mw metaWriter
-	mw.modelShape(kindModel, ShapeOf(md))
+	mw.modelShape(kindModel, s)
 	mw.int(keyIteration, md.Iteration)
 	mw.set(keyLogLik, fmtFloat(md.LogLik))
 	mw.set(keyWKL, fmtFloat(md.WKL))
@@ -107,12 +112,13 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	if mf.Status != "" {
 		mw.set(keyStatus, mf.Status)
 	}
-	if sm := md.Smoothing; sm != nil {
+	if s.SmoothNNZ != nil {
+		sm := md.Smoothing
 		mw.set(keySmooth, smoothRule)
 		mw.set(keySmoothLambda, floatList(sm.Lambda))
 		mw.set(keySmoothKappa, floatList(sm.Kappa))
 		mw.set(keySmoothDelta, floatList(sm.Delta))
-		mw.set(keySmoothNNZ, intList(smoothNNZ(sm, md.U)))
+		mw.set(keySmoothNNZ, intList(s.SmoothNNZ))
 	}
 	keys := make([]string, 0, len(mf.Params))
 	for k := range mf.Params {
@@ -125,60 +131,61 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	return arrow.NewSchema(modelFields(md.M), mw.metadata())
 }
 
-// emitModel produces the record batches of a model: all D blocks in block
-// order, then all K blocks, states ascending, at most batchBytes of values
-// per batch (but at least one row); see modelBatcher.
+// emitModel produces the record batches of a model: its blocks in the
+// order of ShapeOf(md).blocks(), states ascending, at most batchBytes of
+// values per batch (but at least one row); see modelBatcher.
 func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes int, write func(arrow.Record) error) error {
 	md := mf.Model
 	b := newModelBatcher(sc, mem, modelBatchRows(md.N, md.M, batchBytes), write)
 	defer b.release()
-	for _, blk := range modelBlocks(md.U, md.Tie) {
-		vals := md.D
-		if blk.factor == "K" {
-			vals = md.KT
-		}
-		b.start(blk.factor, blk.action, 0)
-		if err := b.add(vals[blk.block]); err != nil {
+	bs := ShapeOf(md).blocks()
+	for i, vals := range blockValues(md, bs) {
+		b.start(bs[i].factor, bs[i].action, 0)
+		if err := b.add(vals); err != nil {
 			return err
 		}
 		if err := b.flush(); err != nil {
 			return err
 		}
 	}
-	sm := md.Smoothing
-	if sm == nil {
-		return nil
-	}
-	// The rule's q and counts, each action's a stream of float64 values
-	// cut into rows of m (the row's "state" is its index in the stream):
-	// q^a (n values), then the counts as (state, next state, count)
-	// triples; the last row of a stream is padded with zeros.
-	stream := func(name string, a int, vals []float64) error {
-		padded := make([]float64, streamRows(len(vals), md.M)*md.M)
-		copy(padded, vals)
-		b.start(name, int32(a), 0)
-		if err := b.add(padded); err != nil {
-			return err
-		}
-		return b.flush()
-	}
-	triples := make([][]float64, md.U)
-	if sm.Counts != nil {
-		sm.Counts.Entries(func(a, i, j int, c float64) {
-			triples[a] = append(triples[a], float64(i), float64(j), c)
-		})
-	}
-	for a := range md.U {
-		if err := stream("Q", a, sm.Q[a]); err != nil {
-			return err
-		}
-		if len(triples[a]) > 0 {
-			if err := stream("C", a, triples[a]); err != nil {
-				return err
-			}
-		}
-	}
 	return nil
+}
+
+// blockValues returns the rows of md's blocks bs (ShapeOf(md).blocks()),
+// m values a row: the D and K^T blocks as md holds them, and the smoothing
+// rule's streams, each action's a stream of float64 values cut into rows
+// of m: q^a (n values), then its counts as (state, next state, count)
+// triples, the last row of a stream padded with zeros.
+func blockValues(md *factor.Model, bs []modelBlock) [][]float64 {
+	sm := md.Smoothing
+	var triples [][]float64
+	if sm != nil {
+		triples = make([][]float64, md.U)
+		if sm.Counts != nil {
+			sm.Counts.Entries(func(a, i, j int, c float64) {
+				triples[a] = append(triples[a], float64(i), float64(j), c)
+			})
+		}
+	}
+	stream := func(rows int, vals []float64) []float64 {
+		padded := make([]float64, rows*md.M)
+		copy(padded, vals)
+		return padded
+	}
+	out := make([][]float64, len(bs))
+	for k, blk := range bs {
+		switch blk.factor {
+		case "D":
+			out[k] = md.D[blk.block]
+		case "K":
+			out[k] = md.KT[blk.block]
+		case "Q":
+			out[k] = stream(blk.rows, sm.Q[blk.block])
+		case "C":
+			out[k] = stream(blk.rows, triples[blk.block])
+		}
+	}
+	return out
 }
 
 // smoothNNZ returns the number of stored counts per action.
@@ -621,27 +628,36 @@ func (r *modelReader) streamRow(f string, a, s int, vals []float64) error {
 // smoothing builds the rule from the streams (every row present: the
 // row count matched and none repeated).
 func (r *modelReader) smoothing() (*factor.Smoothing, error) {
-	sm := &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta, Q: make([][]float64, r.u)}
+	return newSmoothing(r.n, r.u, &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta},
+		r.nnz, r.streams["Q"], r.streams["C"])
+}
+
+// newSmoothing builds and validates a smoothing rule of a model with n
+// states and u actions from its metadata, λ κ δ (the fields of meta) and
+// the count of counts per action, and its streams: q[a] holds q^a and
+// then padding, c[a] the 3·nnz[a] values of action a's count triples and
+// then padding (nil when nnz[a] is 0).
+func newSmoothing(n, u int, meta *factor.Smoothing, nnz []int, q, c [][]float64) (*factor.Smoothing, error) {
+	sm := &factor.Smoothing{Lambda: meta.Lambda, Kappa: meta.Kappa, Delta: meta.Delta, Q: make([][]float64, u)}
 	var es []factor.CountEntry
-	for a := range r.u {
-		sm.Q[a] = r.streams["Q"][a][:r.n]
-		c := r.streams["C"][a]
-		for k := 0; k < 3*r.nnz[a]; k += 3 {
-			i, j := c[k], c[k+1]
-			if i != math.Trunc(i) || j != math.Trunc(j) || i < 0 || j < 0 || i >= float64(r.n) || j >= float64(r.n) {
-				return nil, fmt.Errorf("stored count %d of action %d names states %v, %v: not in [0, %d)", k/3, a, i, j, r.n)
+	for a := range u {
+		sm.Q[a] = q[a][:n]
+		for k := 0; k < 3*nnz[a]; k += 3 {
+			i, j := c[a][k], c[a][k+1]
+			if i != math.Trunc(i) || j != math.Trunc(j) || i < 0 || j < 0 || i >= float64(n) || j >= float64(n) {
+				return nil, fmt.Errorf("stored count %d of action %d names states %v, %v: not in [0, %d)", k/3, a, i, j, n)
 			}
-			es = append(es, factor.CountEntry{A: a, I: int(i), J: int(j), C: c[k+2]})
+			es = append(es, factor.CountEntry{A: a, I: int(i), J: int(j), C: c[a][k+2]})
 		}
 	}
-	if len(es) > 0 || slices.ContainsFunc(r.kappa, func(k float64) bool { return !math.IsInf(k, 1) }) {
-		cnt, err := factor.NewCNTFromEntries(r.n, r.u, es)
+	if len(es) > 0 || slices.ContainsFunc(sm.Kappa, func(k float64) bool { return !math.IsInf(k, 1) }) {
+		cnt, err := factor.NewCNTFromEntries(n, u, es)
 		if err != nil {
 			return nil, err
 		}
 		sm.Counts = cnt
 	}
-	if err := sm.Validate(r.n, r.u); err != nil {
+	if err := sm.Validate(n, u); err != nil {
 		return nil, err
 	}
 	return sm, nil

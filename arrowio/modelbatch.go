@@ -8,18 +8,23 @@ import (
 	"github.com/emsf/emsf/factor"
 )
 
-// modelBlock is one block of a model table: its factor ("D" or "K"), its
-// index among that factor's blocks and the action its rows carry (-1 for a
-// shared factor).
+// modelBlock is one block of a model table: its factor ("D" or "K", or
+// "Q" or "C", a stream of the smoothing rule), its index among that
+// factor's blocks, the action its rows carry (-1 for a shared factor) and
+// its number of rows.
 type modelBlock struct {
 	factor string
 	block  int
 	action int32
+	rows   int
 }
 
-// modelBlocks lists a model's blocks in the order of a model file: all D
-// blocks in block order, then all K blocks.
-func modelBlocks(u int, tie factor.Tie) []modelBlock {
+// blocks lists the blocks of a model of shape s in the order of a model
+// file: all D blocks in block order, then all K blocks (n rows each),
+// then, when the model has a smoothing rule, for each action its Q stream
+// and, if the action stores counts, its C stream (rows of m values, the
+// row's state its index in the stream).
+func (s ModelShape) blocks() []modelBlock {
 	var bs []modelBlock
 	add := func(name string, count int, shared bool) {
 		for b := range count {
@@ -27,11 +32,17 @@ func modelBlocks(u int, tie factor.Tie) []modelBlock {
 			if shared {
 				a = -1
 			}
-			bs = append(bs, modelBlock{name, b, a})
+			bs = append(bs, modelBlock{name, b, a, s.N})
 		}
 	}
-	add("D", factor.NumD(u, tie), tie == factor.TieSharedD)
-	add("K", factor.NumK(u, tie), tie == factor.TieSharedK)
+	add("D", factor.NumD(s.U, s.Tie), s.Tie == factor.TieSharedD)
+	add("K", factor.NumK(s.U, s.Tie), s.Tie == factor.TieSharedK)
+	for a, nnz := range s.SmoothNNZ {
+		bs = append(bs, modelBlock{"Q", a, int32(a), streamRows(s.N, s.M)})
+		if nnz > 0 {
+			bs = append(bs, modelBlock{"C", a, int32(a), streamRows(3*nnz, s.M)})
+		}
+	}
 	return bs
 }
 

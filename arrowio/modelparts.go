@@ -27,8 +27,9 @@ import (
 
 // A model dataset is a model written in parts (docs/formats.md, "Model
 // dataset"): files in the model schema that each hold rows [lo, hi) of one
-// block, and a manifest, written last, that lists them with their sizes
-// and SHA-256 digests. The manifest is the commit: files it does not list
+// block (a block of D or K, or a stream of the smoothing rule, Q or C),
+// and a manifest, written last, that lists them with their sizes and
+// SHA-256 digests. The manifest is the commit: files it does not list
 // are not part of the dataset.
 
 // ManifestName is the name of a model dataset's manifest.
@@ -50,10 +51,21 @@ const (
 type ModelShape struct {
 	N, M, U int
 	Tie     factor.Tie
+	// SmoothNNZ is nil for a model without a smoothing rule; for a model
+	// with one, the number of counts the rule stores for each action (U
+	// values), which fixes the length of its C streams.
+	SmoothNNZ []int
 }
 
-// ShapeOf returns md's shape.
-func ShapeOf(md *factor.Model) ModelShape { return ModelShape{md.N, md.M, md.U, md.Tie} }
+// ShapeOf returns md's shape; md.Smoothing, when set, must have its
+// Counts (or none, every κ being +Inf).
+func ShapeOf(md *factor.Model) ModelShape {
+	s := ModelShape{N: md.N, M: md.M, U: md.U, Tie: md.Tie}
+	if md.Smoothing != nil {
+		s.SmoothNNZ = smoothNNZ(md.Smoothing, md.U)
+	}
+	return s
+}
 
 func (s ModelShape) check() error {
 	if s.N < 1 || s.M < 1 || s.U < 1 || s.N > math.MaxInt32 || s.M > math.MaxInt32 || s.U > math.MaxInt32 {
@@ -62,29 +74,46 @@ func (s ModelShape) check() error {
 	if s.Tie.String() == "" {
 		return fmt.Errorf("bad tie mode %d", s.Tie)
 	}
+	if s.SmoothNNZ != nil && len(s.SmoothNNZ) != s.U {
+		return fmt.Errorf("smoothing rule with counts of %d actions, the model has u=%d", len(s.SmoothNNZ), s.U)
+	}
+	for a, nnz := range s.SmoothNNZ {
+		if nnz < 0 || nnz > math.MaxInt32 {
+			return fmt.Errorf("smoothing rule with %d counts for action %d", nnz, a)
+		}
+	}
 	return nil
 }
 
-// block returns the block of factor f ("D" or "K") with index b.
+// block returns the block of factor f ("D", "K", "Q" or "C") with index b.
 func (s ModelShape) block(f string, b int) (modelBlock, error) {
-	for _, blk := range modelBlocks(s.U, s.Tie) {
+	for _, blk := range s.blocks() {
 		if blk.factor == f && blk.block == b {
 			return blk, nil
 		}
 	}
-	switch f {
-	case "D", "K":
+	switch {
+	case f == "D" || f == "K":
 		return modelBlock{}, fmt.Errorf("%s block %d: out of range (a model with u=%d tie=%s has %d D and %d K blocks)",
 			f, b, s.U, s.Tie, factor.NumD(s.U, s.Tie), factor.NumK(s.U, s.Tie))
+	case (f == "Q" || f == "C") && s.SmoothNNZ == nil:
+		return modelBlock{}, fmt.Errorf("%s block %d: the model has no smoothing rule (no %s)", f, b, keySmooth)
+	case (f == "Q" || f == "C") && (b < 0 || b >= s.U):
+		return modelBlock{}, fmt.Errorf("%s block %d: out of range (a model with u=%d has one per action)", f, b, s.U)
+	case f == "C": // an action without counts has no C stream
+		return modelBlock{}, fmt.Errorf("C block %d: the smoothing rule stores no counts for action %d", b, b)
 	}
-	return modelBlock{}, fmt.Errorf("factor %q (want D or K)", f)
+	return modelBlock{}, fmt.Errorf("factor %q (want D, K, Q or C)", f)
 }
 
 // PartSpec says which rows a part holds: rows [Lo, Hi) of block Block of
 // factor Factor ("D" or "K"; K is stored transposed, so K's rows are the
 // columns of K^a, the next states). An owner of D rows [lo, hi) of action
 // a writes {"D", a, lo, hi} (block 0 for a shared D); an owner of K
-// columns [lo, hi) of block k writes {"K", k, lo, hi}.
+// columns [lo, hi) of block k writes {"K", k, lo, hi}. The smoothing
+// rule's streams are factors "Q" and "C", block a for action a, their
+// rows the rows of a model file (m values each, the last padded with
+// zeros; docs/formats.md).
 type PartSpec struct {
 	Factor        string
 	Block, Lo, Hi int
@@ -118,8 +147,8 @@ func (p PartSpec) check(s ModelShape) (modelBlock, error) {
 	if err != nil {
 		return blk, err
 	}
-	if p.Lo < 0 || p.Lo >= p.Hi || p.Hi > s.N {
-		return blk, fmt.Errorf("rows [%d, %d) are not a non-empty range of [0, %d)", p.Lo, p.Hi, s.N)
+	if p.Lo < 0 || p.Lo >= p.Hi || p.Hi > blk.rows {
+		return blk, fmt.Errorf("rows [%d, %d) are not a non-empty range of [0, %d)", p.Lo, p.Hi, blk.rows)
 	}
 	if p.Attempt != "" && !attemptPattern.MatchString(p.Attempt) {
 		return blk, fmt.Errorf("attempt %q: want letters, digits, '-' and '_'", p.Attempt)
@@ -146,9 +175,10 @@ type ModelPart struct {
 
 // ModelManifest is the manifest of a model dataset (manifest.json).
 // Metadata holds the model's metadata under the keys of a model file's
-// schema metadata (emsf.n, emsf.m, ..., emsf.param.<key>); Parts lists
-// the parts in the row order of a model file (factor D before K, block,
-// lo), together covering [0, n) of every block exactly once.
+// schema metadata (emsf.n, emsf.m, ..., emsf.smooth..., emsf.param.<key>);
+// Parts lists the parts in the row order of a model file (the D blocks,
+// the K blocks, then each action's Q and C streams; by block, then lo),
+// together covering the rows of every block exactly once.
 type ModelManifest struct {
 	FormatVersion string            `json:"format_version"`
 	Kind          string            `json:"kind"`
@@ -240,7 +270,8 @@ func NewModelPartWriter(ctx context.Context, sink PartSink, s ModelShape, spec P
 	return w, nil
 }
 
-// Append adds rows: m values each, row-major, the next states of the part.
+// Append adds rows: m values each, row-major, the next states of the part
+// (of a Q or C part, the next rows of the stream).
 func (w *ModelPartWriter) Append(rows []float64) error {
 	if w.err != nil || w.done {
 		return w.failed()
@@ -330,12 +361,22 @@ func WriteModelPart(ctx context.Context, sink PartSink, s ModelShape, spec PartS
 
 // CommitModelDataset writes the manifest of a dataset into sink, which
 // makes the dataset exist: mf gives the model's metadata (its Model's
-// shape and scalars; D and KT are not read and may be nil), parts the
-// lines of every part, in any order. They must cover [0, n) of every
-// block exactly once. The manifest is written atomically (PartFile.Commit)
-// and replaces an earlier one.
+// shape and scalars, and its Smoothing, whose λ κ δ and Counts give the
+// rule's metadata; D, KT and the rule's Q are not read and may be nil),
+// parts the lines of every part, in any order. They must cover the rows
+// of every block (ModelShape.blocks) exactly once. The manifest is
+// written atomically (PartFile.Commit) and replaces an earlier one.
 func CommitModelDataset(ctx context.Context, sink PartSink, mf *ModelFile, parts []ModelPart) (*ModelManifest, error) {
-	man, err := newManifest(mf, parts)
+	if mf == nil || mf.Model == nil {
+		return nil, fmt.Errorf("arrowio: commit model dataset %s: no model metadata", sink)
+	}
+	return commitDataset(ctx, sink, mf, ShapeOf(mf.Model), parts)
+}
+
+// commitDataset is CommitModelDataset for a header mf of a model of shape
+// s (headerFromMeta).
+func commitDataset(ctx context.Context, sink PartSink, mf *ModelFile, s ModelShape, parts []ModelPart) (*ModelManifest, error) {
+	man, err := newManifest(mf, s, parts)
 	if err != nil {
 		return nil, fmt.Errorf("arrowio: commit model dataset %s: %w", sink, err)
 	}
@@ -357,29 +398,43 @@ func CommitModelDataset(ctx context.Context, sink PartSink, mf *ModelFile, parts
 	return man, nil
 }
 
-func newManifest(mf *ModelFile, parts []ModelPart) (*ModelManifest, error) {
-	if mf == nil || mf.Model == nil {
-		return nil, errors.New("no model metadata")
-	}
-	s := ShapeOf(mf.Model)
+func newManifest(mf *ModelFile, s ModelShape, parts []ModelPart) (*ModelManifest, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	kv := modelSchema(mf).Metadata()
+	if s.SmoothNNZ != nil && (mf.Model.Smoothing == nil || len(mf.Model.Smoothing.Lambda) != s.U ||
+		len(mf.Model.Smoothing.Kappa) != s.U || len(mf.Model.Smoothing.Delta) != s.U) {
+		return nil, fmt.Errorf("the smoothing rule's metadata lacks λ, κ or δ for each of the u=%d actions", s.U)
+	}
+	kv := modelSchemaOf(mf, s).Metadata()
 	man := &ModelManifest{FormatVersion: FormatVersion, Kind: kindModelDataset, Metadata: make(map[string]string, kv.Len()),
 		Parts: slices.Clone(parts)}
 	for i, k := range kv.Keys() {
 		man.Metadata[k] = kv.Values()[i]
 	}
-	rank := map[string]int{"D": 0, "K": 1}
+	type key struct {
+		factor string
+		block  int
+	}
+	bs := s.blocks()
+	rank := make(map[key]int, len(bs))
+	for i, blk := range bs {
+		rank[key{blk.factor, blk.block}] = i
+	}
+	order := func(p ModelPart) int {
+		if r, ok := rank[key{p.Factor, p.Block}]; ok {
+			return r
+		}
+		return len(bs) // no block of the model: checkParts says so
+	}
 	slices.SortStableFunc(man.Parts, func(a, b ModelPart) int {
-		return cmp.Or(cmp.Compare(rank[a.Factor], rank[b.Factor]), cmp.Compare(a.Block, b.Block), cmp.Compare(a.Lo, b.Lo))
+		return cmp.Or(cmp.Compare(order(a), order(b)), cmp.Compare(a.Lo, b.Lo))
 	})
 	return man, checkParts(s, man.Parts)
 }
 
 // checkParts checks manifest lines: each well formed, in the row order of
-// a model file, together covering [0, n) of every block exactly once.
+// a model file, together covering the rows of every block exactly once.
 func checkParts(s ModelShape, parts []ModelPart) error {
 	files := map[string]bool{}
 	for _, p := range parts {
@@ -390,11 +445,12 @@ func checkParts(s ModelShape, parts []ModelPart) error {
 			return fmt.Errorf("part %s is listed twice", p.File)
 		}
 		files[p.File] = true
-		if _, err := s.block(p.Factor, p.Block); err != nil {
+		blk, err := s.block(p.Factor, p.Block)
+		if err != nil {
 			return fmt.Errorf("part %s: %w", p.File, err)
 		}
-		if p.Lo < 0 || p.Lo >= p.Hi || p.Hi > s.N {
-			return fmt.Errorf("part %s: rows [%d, %d) are not a non-empty range of [0, %d)", p.File, p.Lo, p.Hi, s.N)
+		if p.Lo < 0 || p.Lo >= p.Hi || p.Hi > blk.rows {
+			return fmt.Errorf("part %s: rows [%d, %d) are not a non-empty range of [0, %d)", p.File, p.Lo, p.Hi, blk.rows)
 		}
 		if p.Rows != int64(p.Hi-p.Lo) {
 			return fmt.Errorf("part %s: rows = %d, but [%d, %d) holds %d", p.File, p.Rows, p.Lo, p.Hi, p.Hi-p.Lo)
@@ -407,7 +463,7 @@ func checkParts(s ModelShape, parts []ModelPart) error {
 		}
 	}
 	i := 0
-	for _, blk := range modelBlocks(s.U, s.Tie) {
+	for _, blk := range s.blocks() {
 		lo := 0
 		for ; i < len(parts) && parts[i].Factor == blk.factor && parts[i].Block == blk.block; i++ {
 			p := parts[i]
@@ -420,13 +476,14 @@ func checkParts(s ModelShape, parts []ModelPart) error {
 			}
 			lo = p.Hi
 		}
-		if lo != s.N {
-			return fmt.Errorf("%s block %d: rows [%d, %d) are in no part", blk.factor, blk.block, lo, s.N)
+		if lo != blk.rows {
+			return fmt.Errorf("%s block %d: rows [%d, %d) are in no part", blk.factor, blk.block, lo, blk.rows)
 		}
 	}
 	if i < len(parts) {
 		p := parts[i]
-		return fmt.Errorf("part %s (%s block %d) is out of order: parts are listed D before K, then by block and rows", p.File, p.Factor, p.Block)
+		return fmt.Errorf("part %s (%s block %d) is out of order: parts are listed in the row order of a model file (D, K, then each action's Q and C), then by rows",
+			p.File, p.Factor, p.Block)
 	}
 	return nil
 }
@@ -435,7 +492,7 @@ func checkParts(s ModelShape, parts []ModelPart) error {
 // its format version and kind, the model's metadata (as a model file's
 // is checked) and the parts' coverage. It does not open the parts.
 func ReadModelManifest(ctx context.Context, src PartSource) (*ModelManifest, error) {
-	man, _, err := readManifest(ctx, src)
+	man, _, _, err := readManifest(ctx, src)
 	if err != nil {
 		return nil, fmt.Errorf("arrowio: read model %s: %w", src, err)
 	}
@@ -443,16 +500,18 @@ func ReadModelManifest(ctx context.Context, src PartSource) (*ModelManifest, err
 }
 
 // Header returns the model's metadata: a ModelFile whose Model has the
-// shape and scalars (iteration, loglik, WKL, seed) and no factors.
+// shape and scalars (iteration, loglik, WKL, seed) and no factors; with
+// a smoothing rule, its Smoothing holds the rule's λ, κ and δ only (Q and
+// the counts are in the parts).
 func (man *ModelManifest) Header() (*ModelFile, error) {
-	hdr, err := parseModelMeta(man.Metadata)
+	hdr, _, err := parseModelMeta(man.Metadata)
 	if err != nil {
 		return nil, fmt.Errorf("arrowio: %s metadata: %w", ManifestName, err)
 	}
 	return hdr, nil
 }
 
-func parseModelMeta(meta map[string]string) (*ModelFile, error) {
+func parseModelMeta(meta map[string]string) (*ModelFile, ModelShape, error) {
 	keys := make([]string, 0, len(meta))
 	for k := range meta {
 		keys = append(keys, k)
@@ -465,45 +524,52 @@ func parseModelMeta(meta map[string]string) (*ModelFile, error) {
 	return headerFromMeta(arrow.NewMetadata(keys, vals))
 }
 
-// headerFromMeta reads a model's metadata as a model file's reader does.
-func headerFromMeta(kv arrow.Metadata) (*ModelFile, error) {
+// headerFromMeta reads a model's metadata as a model file's reader does:
+// the header (a ModelFile with no factors; with a smoothing rule, a
+// Smoothing with its λ, κ and δ only) and the model's shape.
+func headerFromMeta(kv arrow.Metadata) (*ModelFile, ModelShape, error) {
 	var r modelReader
 	if err := r.meta(kv); err != nil {
-		return nil, err
+		return nil, ModelShape{}, err
 	}
 	hdr := r.mf
 	hdr.Model.N, hdr.Model.M, hdr.Model.U, hdr.Model.Tie = r.n, r.m, r.u, r.tie
-	return &hdr, nil
+	s := ModelShape{N: r.n, M: r.m, U: r.u, Tie: r.tie}
+	if r.smooth {
+		hdr.Model.Smoothing = &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta}
+		s.SmoothNNZ = r.nnz
+	}
+	return &hdr, s, nil
 }
 
-func readManifest(ctx context.Context, src PartSource) (*ModelManifest, *ModelFile, error) {
+func readManifest(ctx context.Context, src PartSource) (*ModelManifest, *ModelFile, ModelShape, error) {
 	f, err := src.Open(ctx, ManifestName)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w (not a model dataset?)", ManifestName, err)
+		return nil, nil, ModelShape{}, fmt.Errorf("%s: %w (not a model dataset?)", ManifestName, err)
 	}
 	defer f.Close()
 	if f.Size() > maxManifestBytes {
-		return nil, nil, fmt.Errorf("%s: %d bytes, more than a manifest's %d", ManifestName, f.Size(), maxManifestBytes)
+		return nil, nil, ModelShape{}, fmt.Errorf("%s: %d bytes, more than a manifest's %d", ManifestName, f.Size(), maxManifestBytes)
 	}
 	var man ModelManifest
 	dec := json.NewDecoder(io.NewSectionReader(f, 0, f.Size()))
 	if err := dec.Decode(&man); err != nil {
-		return nil, nil, fmt.Errorf("%s: not a manifest: %w", ManifestName, err)
+		return nil, nil, ModelShape{}, fmt.Errorf("%s: not a manifest: %w", ManifestName, err)
 	}
 	if man.FormatVersion != FormatVersion {
-		return nil, nil, fmt.Errorf("%s: format_version is %q; this build reads version %s", ManifestName, man.FormatVersion, FormatVersion)
+		return nil, nil, ModelShape{}, fmt.Errorf("%s: format_version is %q; this build reads version %s", ManifestName, man.FormatVersion, FormatVersion)
 	}
 	if man.Kind != kindModelDataset {
-		return nil, nil, fmt.Errorf("%s: kind is %q, want %q", ManifestName, man.Kind, kindModelDataset)
+		return nil, nil, ModelShape{}, fmt.Errorf("%s: kind is %q, want %q", ManifestName, man.Kind, kindModelDataset)
 	}
-	hdr, err := man.Header()
+	hdr, s, err := parseModelMeta(man.Metadata)
 	if err != nil {
-		return nil, nil, errors.Unwrap(err) // without the "arrowio:" of Header
+		return nil, nil, ModelShape{}, fmt.Errorf("%s metadata: %w", ManifestName, err)
 	}
-	if err := checkParts(ShapeOf(hdr.Model), man.Parts); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", ManifestName, err)
+	if err := checkParts(s, man.Parts); err != nil {
+		return nil, nil, ModelShape{}, fmt.Errorf("%s: %w", ManifestName, err)
 	}
-	return &man, hdr, nil
+	return &man, hdr, s, nil
 }
 
 // checkPartMeta checks a part's schema metadata against the model's shape
@@ -617,25 +683,32 @@ func ReadModelDataset(ctx context.Context, src PartSource, opts ...Option) (*Mod
 }
 
 func readModelDataset(ctx context.Context, src PartSource, mem memory.Allocator) (*ModelFile, error) {
-	man, hdr, err := readManifest(ctx, src)
+	man, hdr, s, err := readManifest(ctx, src)
 	if err != nil {
 		return nil, err
 	}
-	s := ShapeOf(hdr.Model)
 	if err := statParts(ctx, src, s, man.Parts); err != nil {
 		return nil, err
 	}
 	md := factor.NewModel(s.N, s.M, s.U, s.Tie)
 	md.Iteration, md.LogLik, md.WKL, md.Seed = hdr.Model.Iteration, hdr.Model.LogLik, hdr.Model.WKL, hdr.Model.Seed
+	// Where each block's rows go: the factors, and the smoothing rule's
+	// streams (checkParts: the parts cover them, statParts: their bytes
+	// can hold them).
+	dst := map[string][][]float64{"D": md.D, "K": md.KT}
+	if s.SmoothNNZ != nil {
+		dst["Q"], dst["C"] = make([][]float64, s.U), make([][]float64, s.U)
+		for _, blk := range s.blocks() {
+			if blk.factor == "Q" || blk.factor == "C" {
+				dst[blk.factor][blk.block] = make([]float64, blk.rows*s.M)
+			}
+		}
+	}
 	for _, p := range man.Parts {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		dst := md.D
-		if p.Factor == "K" {
-			dst = md.KT
-		}
-		vals := dst[p.Block]
+		vals := dst[p.Factor][p.Block]
 		err := readPart(ctx, src, s, p, mem, func(state int, rows []float64) error {
 			copy(vals[state*s.M:], rows)
 			return nil
@@ -646,6 +719,11 @@ func readModelDataset(ctx context.Context, src PartSource, mem memory.Allocator)
 	}
 	if err := md.Validate(); err != nil {
 		return nil, err
+	}
+	if s.SmoothNNZ != nil {
+		if md.Smoothing, err = newSmoothing(s.N, s.U, hdr.Model.Smoothing, s.SmoothNNZ, dst["Q"], dst["C"]); err != nil {
+			return nil, err
+		}
 	}
 	hdr.Model = md
 	return hdr, nil
@@ -680,12 +758,11 @@ func AssembleModel(ctx context.Context, src PartSource, path, format string, opt
 
 func assembleModel(ctx context.Context, src PartSource, w io.Writer, format string, cfg *config) error {
 	mem := cfg.mem
-	man, hdr, err := readManifest(ctx, src)
+	man, hdr, s, err := readManifest(ctx, src)
 	if err != nil {
 		return err
 	}
-	s := ShapeOf(hdr.Model)
-	sc := modelSchema(hdr)
+	sc := modelSchemaOf(hdr, s)
 	rw, err := newModelWriter(w, sc, mem, format)
 	if err != nil {
 		return err
@@ -719,8 +796,8 @@ func assembleModel(ctx context.Context, src PartSource, w io.Writer, format stri
 
 // SplitModel writes the model file at path (Arrow IPC or Parquet, in the
 // row order every emsf writer uses) as a dataset into sink: parts of at
-// most partRows rows (0: one part per block) in format, then the
-// manifest. It streams, one record batch in memory. On an error the parts
+// most partRows rows (0: one part per block; the smoothing rule's streams
+// are blocks too) in format, then the manifest. It streams, one record batch in memory. On an error the parts
 // it wrote are removed and no manifest is written.
 func SplitModel(ctx context.Context, path string, sink PartSink, format string, partRows int, opts ...Option) (*ModelManifest, error) {
 	if partRows < 0 {
@@ -751,6 +828,7 @@ func splitModel(ctx context.Context, path string, sink PartSink, format string, 
 	var (
 		hdr *ModelFile
 		s   ModelShape
+		bs  []modelBlock
 		pw  *ModelPartWriter
 	)
 	defer func() {
@@ -759,16 +837,13 @@ func splitModel(ctx context.Context, path string, sink PartSink, format string, 
 		}
 	}()
 	meta := func(kv arrow.Metadata) (*rowCursor, error) {
-		if hdr, err = headerFromMeta(kv); err != nil {
+		if hdr, s, err = headerFromMeta(kv); err != nil {
 			return nil, err
 		}
-		s = ShapeOf(hdr.Model)
-		if partRows == 0 {
-			partRows = s.N
-		}
+		bs = s.blocks()
 		var segs []rowSeg
-		for _, blk := range modelBlocks(s.U, s.Tie) {
-			segs = append(segs, rowSeg{blk, 0, s.N})
+		for _, blk := range bs {
+			segs = append(segs, rowSeg{blk, 0, blk.rows})
 		}
 		return newRowCursor(s.N, s.M, segs), nil
 	}
@@ -777,12 +852,16 @@ func splitModel(ctx context.Context, path string, sink PartSink, format string, 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		blk := modelBlocks(s.U, s.Tie)[seg]
+		blk := bs[seg]
+		per := partRows
+		if per == 0 {
+			per = blk.rows
+		}
 		for len(vals) > 0 {
 			if pw == nil || seg != cur {
 				cur = seg
 				lo := state
-				spec := PartSpec{Factor: blk.factor, Block: blk.block, Lo: lo, Hi: min(s.N, (lo/partRows+1)*partRows), Format: format}
+				spec := PartSpec{Factor: blk.factor, Block: blk.block, Lo: lo, Hi: min(blk.rows, (lo/per+1)*per), Format: format}
 				if pw, err = NewModelPartWriter(ctx, sink, s, spec, opts...); err != nil {
 					return writerError{err}
 				}
@@ -810,7 +889,7 @@ func splitModel(ctx context.Context, path string, sink PartSink, format string, 
 		}
 		return nil, fmt.Errorf("arrowio: split model %s: %w", path, err)
 	}
-	return CommitModelDataset(ctx, sink, hdr, *parts)
+	return commitDataset(ctx, sink, hdr, s, *parts)
 }
 
 // writerError marks an error of a part writer inside a scan.

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -100,6 +102,62 @@ func TestModelDatasetEveryReader(t *testing.T) {
 		}
 		if !a.Model.Equal(b.Model) {
 			t.Errorf("fit --init %s: not the model of fit --init m.arrow", form)
+		}
+	}
+}
+
+// TestModelDatasetSmoothing: a model fitted with a smoothing rule (the
+// default --smooth auto) splits into a dataset, in a directory and in the
+// Object Store, with parts for the rule's streams, assembles into the
+// bytes fit wrote, and reads as the file does (its rule included).
+func TestModelDatasetSmoothing(t *testing.T) {
+	dir := t.TempDir()
+	p := func(name string) string { return filepath.Join(dir, name) }
+	mustEmsf(t, "gen", "--states", "40", "--true-order", "4", "--transitions", "1200", "--out", p("t.csv"), "--truth", "")
+	mustEmsf(t, "fit", "--input", p("t.csv"), "--order", "3", "--iters", "4", "--smooth", "auto", "--quiet", "--out", p("m.arrow"))
+	file, err := arrowio.ReadModel(p("m.arrow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if file.Model.Smoothing == nil || file.Model.Smoothing.Counts == nil {
+		t.Fatal("fit --smooth auto wrote no rule with counts")
+	}
+	mustEmsf(t, "model", "split", p("m.arrow"), "--out", p("ds"), "--part-rows", "15", "--format", "parquet")
+	man, err := arrowio.ReadModelManifest(context.Background(), arrowio.DirParts{Dir: p("ds")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factors := map[string]int{}
+	for _, part := range man.Parts {
+		factors[part.Factor]++
+	}
+	if factors["Q"] == 0 || factors["C"] == 0 {
+		t.Errorf("parts per factor %v: no part of the rule's streams", factors)
+	}
+	mustEmsf(t, "model", "assemble", p("ds"), "--out", p("a.arrow"))
+	sameFile(t, p("a.arrow"), p("m.arrow"))
+	url, _ := embeddedNATS(t, true)
+	const obj = "nats-obj://emsf-models/fits/rule"
+	mustEmsf(t, "model", "split", p("m.arrow"), "--out", obj, "--nats", url)
+	mustEmsf(t, "model", "assemble", obj, "--out", p("b.arrow"), "--nats", url)
+	sameFile(t, p("b.arrow"), p("m.arrow"))
+	got, err := arrowio.ReadModelAny(context.Background(), p("ds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Model.Equal(file.Model) || !reflect.DeepEqual(got.Model.Smoothing, file.Model.Smoothing) {
+		t.Error("the dataset reads as another model or rule than the file")
+	}
+	for _, form := range []string{p("ds"), obj} {
+		run := func(model string) string {
+			args := []string{"eval", "--model", model, "--input", p("t.csv")}
+			if strings.HasPrefix(model, "nats-obj://") {
+				args = append(args, "--nats", url)
+			}
+			return strings.Join(strings.Fields(strings.ReplaceAll(mustEmsf(t, args...), model, "MODEL")), " ")
+		}
+		if want, got := run(p("m.arrow")), run(form); got != want {
+			t.Errorf("eval on %s:\n%s\nwant (as on the file):\n%s", form, got, want)
 		}
 	}
 }
