@@ -47,6 +47,10 @@ type Line struct {
 	// rows of D by.
 	Rows    int
 	RowsCRC string
+	// RangeRows is the number of rows with a nonzero in the shard's row
+	// range (all its column cells: the row shard's): how many row groups
+	// of D the range is cut into (CutRange) follows from it.
+	RangeRows int
 	// DataTerm is the shard's term of factor.DataTerm: Σ c·log(c/x_i)
 	// over its nonzeros in storage order, x_i the total of row i over the
 	// shard's row range (all its column cells). factor.DataTerm of the
@@ -85,7 +89,7 @@ func RowLines(rs *Shard, cells []*Shard, holder string) []Line {
 			}
 			rows = binary.LittleEndian.AppendUint32(rows, uint32(i))
 		}
-		out[k] = Line{Info: cell.Info, Rows: len(cb.Rows), RowsCRC: strconv.FormatUint(uint64(crc32.Checksum(rows, castagnoli)), 16), DataTerm: dt, Holder: holder}
+		out[k] = Line{Info: cell.Info, Rows: len(cb.Rows), RowsCRC: strconv.FormatUint(uint64(crc32.Checksum(rows, castagnoli)), 16), RangeRows: len(b.Rows), DataTerm: dt, Holder: holder}
 	}
 	return out
 }
