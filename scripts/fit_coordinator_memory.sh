@@ -27,7 +27,9 @@ CHECK=${CHECK:-0}
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
+	# The workers run under time: end each emsf (the child), then time.
 	for p in "${pids[@]}"; do
+		kill "$(pgrep -P "$p")" 2>/dev/null || true
 		kill "$p" 2>/dev/null || true
 	done
 	wait 2>/dev/null || true
