@@ -46,6 +46,10 @@ type Line struct {
 	// as the owners exchange writes CRCs: what the coordinator places rows
 	// of D by.
 	RowsCRC string
+	// RangeRows is the number of rows with a nonzero in the shard's row
+	// range (all its column cells: the row shard's): how many row groups
+	// of D the range is cut into (CutRange) follows from it.
+	RangeRows int
 	// DataTerm is the shard's term of factor.DataTerm: Σ c·log(c/x_i)
 	// over its nonzeros in storage order, x_i the total of row i over the
 	// shard's row range (all its column cells). factor.DataTerm of the
@@ -86,7 +90,7 @@ func RowLines(rs *Shard, cells []*Shard, holder string) []Line {
 		}
 		info := cell.Info
 		info.Rows = len(cb.Rows)
-		out[k] = Line{Info: info, RowsCRC: strconv.FormatUint(uint64(crc32.Checksum(rows, castagnoli)), 16), DataTerm: dt, Holder: holder}
+		out[k] = Line{Info: info, RowsCRC: strconv.FormatUint(uint64(crc32.Checksum(rows, castagnoli)), 16), RangeRows: len(b.Rows), DataTerm: dt, Holder: holder}
 	}
 	return out
 }

@@ -181,6 +181,20 @@ func TestRowLinesDataTerm(t *testing.T) {
 		if want := factor.DataTerm(Blocks(grid)); dt != want {
 			t.Fatalf("q=%d: lines' data term %v, factor.DataTerm %v", q, dt, want)
 		}
+		// RangeRows: the rows of the whole range, its cells' rows merged.
+		for _, cells := range RowGroups(man.Shards) {
+			var rows []int32
+			for _, k := range cells {
+				rows = append(rows, grid[k].Block.Rows...)
+			}
+			slices.Sort(rows)
+			rows = slices.Compact(rows)
+			for _, k := range cells {
+				if lines[k].RangeRows != len(rows) {
+					t.Fatalf("q=%d: line %d: range rows %d, its range has %d", q, k, lines[k].RangeRows, len(rows))
+				}
+			}
+		}
 	}
 }
 

@@ -104,6 +104,10 @@ func (w *Worker) serveIngest(m *nats.Msg) {
 		err = ingestDo(m, func(r *ingestwire.BuildRequest) (any, error) { return n.Build(ctx, r) }, &rep)
 	case ingestwire.OpCommit:
 		err = ingestDo(m, func(r *ingestwire.CommitRequest) (any, error) { return n.Commit(ctx, r) }, &rep)
+	case ingestwire.OpGroups:
+		err = ingestDo(m, func(r *ingestwire.GroupsRequest) (any, error) { return w.cutGroups(ctx, r) }, &rep)
+	case ingestwire.OpInit:
+		err = ingestDo(m, func(r *ingestwire.InitRequest) (any, error) { return w.initModel(ctx, r) }, &rep)
 	case ingestwire.OpEnd:
 		err = ingestDo(m, func(r *ingestwire.EndRequest) (any, error) { n.End(r.Job); return struct{}{}, nil }, &rep)
 	case ingestwire.OpPull:

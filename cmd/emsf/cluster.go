@@ -244,57 +244,78 @@ func (c *clusterFlags) jobName(man *shard.Manifest, md *factor.Model, opts facto
 	return "fit-" + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
+// executor connects to --nats (or starts the --embedded cluster of
+// workers in-process workers) and returns the executor, how many workers
+// to wait for, and done, which closes what it started.
+func (c *clusterFlags) executor(ctx context.Context, logger hclog.Logger, workers int) (_ *natsexec.Executor, minWorkers int, done func(), _ error) {
+	log := logger.Named("cluster")
+	var closers []func()
+	done = func() {
+		for k := len(closers) - 1; k >= 0; k-- {
+			closers[k]()
+		}
+	}
+	fail := func(err error) (*natsexec.Executor, int, func(), error) {
+		done()
+		return nil, 0, func() {}, err
+	}
+	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket,
+		Replicas: c.replicas, ProbeEvery: c.probeEvery, FrozenAfter: c.frozenAfter, Logger: logger}
+	minWorkers = c.minWorkers
+	if c.embedded {
+		dir := c.store
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "emsf-nats-")
+			if err != nil {
+				return fail(fmt.Errorf("cluster: store directory: %w", err))
+			}
+			closers = append(closers, func() { os.RemoveAll(tmp) })
+			dir = tmp
+		}
+		lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: dir, Workers: workers,
+			InProcess: true, Exec: ecfg, Sync: c.store != ""}, worker.Starter(worker.Config{Prefix: c.prefix, JobsBucket: c.kvBucket, Logger: logger}))
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, func() {
+			if err := lc.Close(); err != nil {
+				log.Warn("stopping the embedded cluster", "error", err)
+			}
+		})
+		log.Info("embedded NATS server", "url", lc.URL(), "store", dir, "workers", len(lc.Workers))
+		return lc.Exec, max(minWorkers, len(lc.Workers)), done, nil
+	}
+	nc, err := c.conn("emsf-coordinator").Connect()
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, nc.Close)
+	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+		if err != nil {
+			log.Warn("disconnected", "error", err)
+		}
+	})
+	nc.SetReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected", "url", nc.ConnectedUrlRedacted()) })
+	log.Info("connected", "url", nc.ConnectedUrlRedacted(), "max_payload", nc.MaxPayload())
+	exec, err := natsexec.New(ctx, nc, ecfg)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, exec.Close)
+	return exec, minWorkers, done, nil
+}
+
 // fitCluster fits md in place like factor.Fit(ctx, md, shard.Blocks(shards),
 // opts), bitwise, with the statistics computed by NATS workers: in-process
 // ones behind an embedded server with --embedded (workers of them), or
 // whatever workers serve --nats.
 func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, opts factor.FitOptions, workers int) (factor.FitResult, error) {
 	log := logger.Named("cluster")
-	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket,
-		Replicas: c.replicas, ProbeEvery: c.probeEvery, FrozenAfter: c.frozenAfter, Logger: logger}
-	var exec *natsexec.Executor
-	minWorkers := c.minWorkers
-	if c.embedded {
-		dir := c.store
-		if dir == "" {
-			tmp, err := os.MkdirTemp("", "emsf-nats-")
-			if err != nil {
-				return factor.FitResult{}, fmt.Errorf("cluster: store directory: %w", err)
-			}
-			defer os.RemoveAll(tmp)
-			dir = tmp
-		}
-		lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: dir, Workers: workers,
-			InProcess: true, Exec: ecfg, Sync: c.store != ""}, worker.Starter(worker.Config{Prefix: c.prefix, JobsBucket: c.kvBucket, Logger: logger}))
-		if err != nil {
-			return factor.FitResult{}, err
-		}
-		defer func() {
-			if err := lc.Close(); err != nil {
-				log.Warn("stopping the embedded cluster", "error", err)
-			}
-		}()
-		log.Info("embedded NATS server", "url", lc.URL(), "store", dir, "workers", len(lc.Workers))
-		exec = lc.Exec
-		minWorkers = max(minWorkers, len(lc.Workers))
-	} else {
-		nc, err := c.conn("emsf-coordinator").Connect()
-		if err != nil {
-			return factor.FitResult{}, err
-		}
-		defer nc.Close()
-		nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("disconnected", "error", err)
-			}
-		})
-		nc.SetReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected", "url", nc.ConnectedUrlRedacted()) })
-		log.Info("connected", "url", nc.ConnectedUrlRedacted(), "max_payload", nc.MaxPayload())
-		if exec, err = natsexec.New(ctx, nc, ecfg); err != nil {
-			return factor.FitResult{}, err
-		}
-		defer exec.Close()
+	exec, minWorkers, done, err := c.executor(ctx, logger, workers)
+	if err != nil {
+		return factor.FitResult{}, err
 	}
+	defer done()
 	job := c.jobName(man, md, opts)
 	if c.exchange == "auto" {
 		// MU's commit rules run on the coordinator (factor.MUCommit); a

@@ -134,6 +134,15 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		return fitBaseline(ctx, e, &f, log)
 	}
 
+	if f.cluster.enabled() {
+		ok, why := f.ingestedPath()
+		if ok {
+			log.Info("cluster fit from metadata: the workers ingest the dataset, cut the shards and hold the model; the coordinator reads no data")
+			mw.Phase("fit")
+			return fitIngested(ctx, e, &f, log)
+		}
+		log.Info("cluster fit with the data read in the coordinator", "why", why)
+	}
 	var warm *arrowio.ModelFile
 	if f.initModel != "" {
 		if warm, err = readModel(ctx, &f.cluster.natsFlags, f.initModel); err != nil {

@@ -63,6 +63,13 @@ func TestOwnersWorkerFaults(t *testing.T) {
 				t.Errorf("the last iteration did not run on 2 workers after one rollback:\n%s", log)
 			}
 			c.check(t, out, "after a "+fault.name+" of an owner", log)
+			// The fit ran from metadata (the workers held the shards, the
+			// model and the init), and its file is the local fit's, byte
+			// for byte.
+			if !strings.Contains(log, "cluster fit from metadata") {
+				t.Errorf("the fit did not run from metadata:\n%s", log)
+			}
+			sameFile(t, out, filepath.Join(c.dir, "local.arrow"))
 		})
 	}
 }

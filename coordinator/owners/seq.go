@@ -52,6 +52,11 @@ type Options struct {
 	// one (the caller checked that the data and parameters are the
 	// job's).
 	Resume bool
+	// Evaluate, once the fitted model is stored, runs one more pass that
+	// computes its log-likelihood into hdr.LogLik and hdr.WKL: what
+	// factor.Evaluate gives the local fit's model before it is written
+	// (a caller that holds no shard cannot run it).
+	Evaluate bool
 	// Logger receives the sequencer's logs (default: none); Clock is its
 	// time (default RealClock).
 	Logger hclog.Logger
@@ -218,6 +223,11 @@ func Run(ctx context.Context, cl Cluster, store Store, model Model, job *Job, hd
 	}
 	if err := s.finish(ctx, hdr.LogLik); err != nil {
 		return res, err
+	}
+	if opt.Evaluate {
+		if err := s.evaluate(ctx, hdr); err != nil {
+			return res, err
+		}
 	}
 	s.status = res.Status.String()
 	return res, s.saveState(ctx)
@@ -758,6 +768,28 @@ func (s *seq) finish(ctx context.Context, ll float64) error {
 		}
 	}
 	return s.model.Final(ctx, s.plan, s.ck)
+}
+
+// evaluate computes the log-likelihood of the last version (a pass that
+// commits nothing) into hdr, as factor.Evaluate does.
+func (s *seq) evaluate(ctx context.Context, hdr *factor.Model) error {
+	acc := factor.NewScalarAccumulator(s.plan.M, s.plan.U, s.plan.Tie)
+	for iter := s.version + 1; ; {
+		err := s.ready(ctx, iter)
+		if err == nil {
+			if err = s.pass(ctx, iter, true, acc); err == nil {
+				break
+			}
+		}
+		if err = s.rollback(ctx, err); err != nil {
+			return err
+		}
+	}
+	hdr.LogLik, hdr.WKL = acc.LogLik, nan
+	if acc.SumX > 0 {
+		hdr.WKL = (s.sums.DataTerm - acc.LogLik) / acc.SumX
+	}
+	return nil
 }
 
 // saveAll has the owners store their column blocks and row groups at

@@ -43,6 +43,11 @@ const (
 	OpTail   = "tail"
 	OpCommit = "commit"
 	OpEnd    = "end"
+	// The start of a fit whose coordinator holds no shard (after the
+	// ingest): the row groups of D cut from the shards, and the initial
+	// model drawn, by the workers (GroupsRequest, InitRequest).
+	OpGroups = "groups"
+	OpInit   = "init"
 )
 
 // Header names of the ingest endpoint's messages.
@@ -302,6 +307,74 @@ type CommitReply struct {
 // shards it committed stay in its cache for the fit).
 type EndRequest struct {
 	Job string `json:"job"`
+}
+
+// RowRange is one row range of D whose row groups a worker cuts
+// (shard.CutRange): the shards Cells (by index, with their Checksums,
+// whose objects are proto.ShardObject of them) of D block DBlock, cut
+// into at most Q groups numbered from G0.
+type RowRange struct {
+	DBlock    int      `json:"dblock"`
+	Cells     []int    `json:"cells"`
+	Checksums []string `json:"checksums"`
+	Q         int      `json:"q"`
+	G0        int      `json:"g0"`
+}
+
+// GroupsRequest has a worker cut the row groups of Ranges from their
+// shards (its cache, else the Object Store bucket Bucket) and store each
+// group's row list as proto.RowsObject(Job, g).
+type GroupsRequest struct {
+	Job    string     `json:"job"`
+	Bucket string     `json:"bucket,omitempty"`
+	Ranges []RowRange `json:"ranges"`
+}
+
+// GroupsReply lists the groups cut, range by range (RowsCRC set).
+type GroupsReply struct {
+	Groups [][]shard.DGroup `json:"groups"`
+}
+
+// InitGroup is a row group of D whose rows of the initial model a worker
+// draws: its row list is proto.RowsObject(job, G), of CRC RowsCRC.
+type InitGroup struct {
+	G       int    `json:"g"`
+	DBlock  int    `json:"dblock"`
+	RowsCRC string `json:"rows_crc"`
+}
+
+// InitBlock is a column block of K (rows [Lo, Hi) of K^T block KBlock).
+type InitBlock struct {
+	KBlock int `json:"kblock"`
+	C      int `json:"c"`
+	Lo     int `json:"lo"`
+	Hi     int `json:"hi"`
+}
+
+// InitRequest has a worker draw its pieces of the random initial model
+// (factor.NewRandom(N, M, U, Tie, Seed), bitwise: factor.RandomDRows,
+// RandomKRows with the K blocks' column sums Sums) and store them as
+// checkpoint 0 of the owners exchange (proto.DObject(Job, 0, g),
+// proto.KObject(Job, 0, kb, c)); Precision "float32" rounds them as
+// factor.RoundFactors does.
+type InitRequest struct {
+	Job       string      `json:"job"`
+	Bucket    string      `json:"bucket,omitempty"`
+	N         int         `json:"n"`
+	M         int         `json:"m"`
+	U         int         `json:"u"`
+	Tie       string      `json:"tie"`
+	Seed      uint64      `json:"seed"`
+	Precision string      `json:"precision,omitempty"`
+	Sums      [][]float64 `json:"sums,omitempty"`
+	Groups    []InitGroup `json:"groups,omitempty"`
+	Blocks    []InitBlock `json:"blocks,omitempty"`
+}
+
+// InitReply gives the CRC of each object stored, in the request's order.
+type InitReply struct {
+	DCRC []string `json:"d_crc,omitempty"`
+	KCRC []string `json:"k_crc,omitempty"`
 }
 
 // Reply is the envelope of every JSON reply: an error, or the answer.

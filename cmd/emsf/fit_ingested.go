@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/ingest"
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/coordinator/owners"
+	"github.com/emsf/emsf/factor"
+)
+
+// A cluster fit whose coordinator holds metadata only: the distributed
+// ingest builds the shards on the workers (and stores them once in the
+// Object Store, for recovery), the workers cut the row groups of D and
+// draw the random init, the owners exchange fits, its last checkpoint is
+// streamed into model parts and, for --out FILE, assembled into the one
+// file the local fit writes (byte for byte: `emsf fit --plain` on the
+// same data). The coordinator opens no data file and holds no shard, row
+// of D or column of K.
+
+// ingestedPath says whether the fit runs from metadata (ingestedFit),
+// and if not, why not: what only a coordinator holding the data or the
+// model does.
+func (f *fitFlags) ingestedPath() (bool, string) {
+	c := &f.cluster
+	switch {
+	case !c.enabled():
+		return false, "not a cluster fit"
+	case c.exchange == "coordinator":
+		return false, "--exchange coordinator moves the model through the coordinator"
+	case f.initModel != "":
+		return false, "--init: the coordinator holds the warm-start model"
+	case c.resume:
+		return false, "--resume checks the data against the job's as the coordinator reads it"
+	case !f.plain:
+		return false, "without --plain the fit smooths and scores on held-out data and sets the unseen rows of D, which the coordinator does with the data in hand"
+	case f.holdout > 0 || len(f.orders) > 1 || f.restarts > 1:
+		return false, "--holdout, several --order values and --restarts compare models in the coordinator"
+	case f.tieV == factor.TieSharedD:
+		return false, "--tie shared-d: the coordinator cuts the row groups of the one D"
+	case f.in.input == "-":
+		return false, "standard input is read by the coordinator"
+	}
+	return true, ""
+}
+
+// fitIngested is runFit on the metadata path.
+func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
+	c := &f.cluster
+	m := f.orders[0]
+	exec, minWorkers, done, err := c.executor(ctx, log, f.workers)
+	if err != nil {
+		return err
+	}
+	defer done()
+	deadline := time.Now().Add(c.waitWorkers)
+	for {
+		ids, err := exec.Census(ctx)
+		if err != nil {
+			return err
+		}
+		if len(ids) >= max(1, minWorkers) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d workers answer, --min-workers %d: none more came within --wait-workers %v", len(ids), minWorkers, c.waitWorkers)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	ijob := "ingest-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if c.job != "" {
+		ijob = c.job + "-ingest"
+	}
+	res, err := exec.Ingest(ctx, ingest.Options{Job: ijob, Input: f.in.input, Format: f.in.format, Read: f.in.readOptions(),
+		MaxStates: maxInferredStates, MaxActions: maxInferredActions, Target: f.shardNNZ, ColCells: f.colCells, Store: true, Logger: log})
+	if err != nil {
+		var se *ingest.SizeError
+		if errors.As(err, &se) {
+			return usagef("%v (--states N / --actions N)", err)
+		}
+		return err
+	}
+	set := res.Sets[0]
+	if m > res.N {
+		return usagef("--order %d: must be at most the number of states n = %d", m, res.N)
+	}
+	log.Info("data", "input", f.in.input, "transitions", res.Transitions, "states", res.N, "actions", res.U,
+		"nonzeros", set.Manifest.NNZ, "shards", len(set.Lines), "splits", len(res.Splits), "ingest_epochs", res.Epochs)
+
+	hdr := &factor.Model{N: res.N, M: m, U: res.U, Tie: f.tieV, Seed: f.seed, Precision: f.precisionV, LogLik: math.NaN(), WKL: math.NaN()}
+	opts := factor.FitOptions{Alpha: f.alpha, GroupNNZ: f.groupNNZ, Converger: f.stop.converger(),
+		Progress: f.report.iterations(f.stop.iters, "order", m, "seed", f.seed)}
+	c.exchange = "owners"
+	c.params = maps.Clone(f.params(m))
+	delete(c.params, "accel")
+	delete(c.params, "prior_d")
+	delete(c.params, "prior_k")
+	c.params["stop"] = "tol"
+	job := c.jobName(set.Manifest, hdr, opts)
+	oj, err := exec.IngestedJob(ctx, job, set.Lines, f.tieV)
+	if err != nil {
+		return err
+	}
+
+	// The parts go into a directory beside --out, assembled into it at
+	// the end (and removed).
+	tmp, err := os.MkdirTemp(filepath.Dir(f.out), ".emsf-parts-")
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	sink := arrowio.DirParts{Dir: tmp}
+	model := exec.NewDrawnModel(hdr, sink, f.format)
+	clog := log.Named("cluster")
+	fr, err := exec.RunOwners(ctx, oj, hdr, model, natsexec.OwnersOptions{
+		Job:         job,
+		WaitWorkers: c.waitWorkers,
+		Params:      c.jobParams(hdr, opts),
+		Manifest:    set.Manifest,
+		Options: owners.Options{
+			Alpha:           opts.Alpha,
+			Converger:       opts.Converger,
+			Progress:        opts.Progress,
+			GroupNNZ:        opts.GroupNNZ,
+			ColBlocks:       c.colBlocks,
+			CheckpointEvery: c.checkpointEvery,
+			NoBackups:       !c.speculation,
+			TaskTimeout:     c.workerTimeout,
+			MinWorkers:      minWorkers,
+			Evaluate:        true,
+			Report: func(r natsexec.OwnersReport) {
+				c.iterationLine(clog, "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
+					"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
+					"shards", len(oj.Shards), "backups", r.Backups, "quarantined", r.Quarantined)
+			},
+		},
+	})
+	f.report.done()
+	if err != nil {
+		return err
+	}
+	status := fr.Status.String()
+	log.Info("fit done", "order", m, "seed", f.seed, "status", status, "iterations", fr.Iterations, "loglik", hdr.LogLik,
+		"elapsed", fr.Elapsed.Round(time.Millisecond))
+	f.warnEarly(log, fr.Status, "order", m, "seed", f.seed, "iterations", fr.Iterations)
+	mf := &arrowio.ModelFile{Model: hdr, Fingerprint: res.Fingerprint, Params: f.params(m), Status: status,
+		ReduceOrder: factor.ReduceOrder, GroupNNZ: f.groupNNZ}
+	if _, err := arrowio.CommitModelDataset(ctx, sink, mf, model.Parts); err != nil {
+		return err
+	}
+	if err := arrowio.AssembleModel(ctx, sink, f.out, f.format); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations (%s), log-likelihood %.6g, WKL %.6g\nwrote %s\n",
+		hdr.N, hdr.M, hdr.U, hdr.Tie, hdr.Iteration, status, hdr.LogLik, hdr.WKL, f.out)
+	return nil
+}

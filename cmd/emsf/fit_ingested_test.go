@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestFitIngestedBitwise: `emsf fit --nats` on 1, 2 and 3 real `emsf
+// worker` processes runs from metadata (the workers ingest the dataset,
+// cut the row groups, draw the init and hold the model) and writes, byte
+// for byte, the file the local `emsf fit --plain` writes; with column
+// cells too. A dataset with a bad row fails naming file, row and value,
+// and writes nothing.
+func TestFitIngestedBitwise(t *testing.T) {
+	c := newOwnersCase(t, 7, 5, 400)
+	local := filepath.Join(c.dir, "local.arrow")
+	want, err := os.ReadFile(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("P=%d", p), func(t *testing.T) {
+			url, _ := embeddedNATS(t, true)
+			c.workers(t, url, p, nil)
+			out := filepath.Join(c.dir, fmt.Sprintf("cluster-%d.arrow", p))
+			coord := startProc(t, "coordinator", c.bin, append(c.fitArgs, "--out", out, "--nats", url, "--min-workers", fmt.Sprint(p),
+				"--col-blocks", "3", "--checkpoint-every", "2", "--job", fmt.Sprintf("ingested-%d", p))...)
+			if err := coord.wait(t, "coordinator"); err != nil {
+				t.Fatalf("coordinator: %v\n%s", err, coord.out.String())
+			}
+			log := coord.out.String()
+			if !strings.Contains(log, "cluster fit from metadata") {
+				t.Fatalf("the fit did not run from metadata:\n%s", log)
+			}
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				c.check(t, out, "from metadata", log)
+				t.Fatalf("P=%d: %s (%d bytes) is not the local fit's file (%d bytes), though the factors are equal\n%s", p, out, len(got), len(want), log)
+			}
+		})
+	}
+	t.Run("col-cells", func(t *testing.T) {
+		args := append(c.fitArgs[:len(c.fitArgs):len(c.fitArgs)], "--col-cells", "2")
+		lc := filepath.Join(c.dir, "local-cells.arrow")
+		if msg, err := exec.Command(c.bin, append(args, "--out", lc, "--quiet")...).CombinedOutput(); err != nil {
+			t.Fatalf("local fit: %v\n%s", err, msg)
+		}
+		url, _ := embeddedNATS(t, true)
+		c.workers(t, url, 2, nil)
+		out := filepath.Join(c.dir, "cluster-cells.arrow")
+		if msg, err := exec.Command(c.bin, append(args, "--out", out, "--nats", url, "--min-workers", "2", "--job", "ingested-cells")...).CombinedOutput(); err != nil {
+			t.Fatalf("cluster fit: %v\n%s", err, msg)
+		}
+		sameFile(t, out, lc)
+	})
+	t.Run("bad row", func(t *testing.T) {
+		bad := filepath.Join(c.dir, "bad.csv")
+		data, err := os.ReadFile(c.fitArgs[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.SplitAfter(string(data), "\n")
+		lines[40] = "3,0,-7\n"
+		if err := os.WriteFile(bad, []byte(strings.Join(lines, "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		url, _ := embeddedNATS(t, true)
+		c.workers(t, url, 2, nil)
+		out := filepath.Join(c.dir, "bad.arrow")
+		args := append([]string{"fit", "--input", bad}, c.fitArgs[3:]...)
+		msg, err := exec.Command(c.bin, append(args, "--out", out, "--nats", url, "--min-workers", "2", "--job", "ingested-bad")...).CombinedOutput()
+		if err == nil || !strings.Contains(string(msg), "bad.csv") || !strings.Contains(string(msg), "-7") {
+			t.Fatalf("a bad row: %v\n%s", err, msg)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Fatalf("the failed fit wrote %s", out)
+		}
+		if left, _ := filepath.Glob(filepath.Join(c.dir, ".emsf-parts-*")); len(left) > 0 {
+			t.Fatalf("the failed fit left %v", left)
+		}
+	})
+}

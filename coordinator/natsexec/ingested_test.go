@@ -1,0 +1,95 @@
+package natsexec_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/ingest"
+	"github.com/emsf/emsf/coordinator/ingest/ingesttest"
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/coordinator/owners"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker/wire"
+)
+
+// TestFitIngestedMatchesLocal: a fit whose coordinator holds metadata
+// only (distributed ingest, row groups cut by the workers, the initial
+// model drawn by them, the fitted one streamed out of the last
+// checkpoint into a model dataset) gives the local fit's model bitwise
+// (factor.NewRandom, factor.Fit, factor.Evaluate on the local shards):
+// 1 to 3 workers, tie none and shared-k, column cells 1 and 2, float64
+// and float32; and the row groups are shard.CutDGroups'.
+func TestFitIngestedMatchesLocal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for trial, p := range []int{1, 2, 3, 2} {
+		tie := []factor.Tie{factor.TieNone, factor.TieSharedK}[trial%2]
+		q := 1 + trial%2
+		prec := factor.Float64
+		if trial == 3 {
+			prec = factor.Float32
+		}
+		n, u, m, target := 50+rng.IntN(150), 1+rng.IntN(3), 2+rng.IntN(4), 30+rng.IntN(100)
+		rows := ingesttest.RandomRows(rng, n, u, 1000+rng.IntN(3000), target, trial%2 == 0)
+		dir := t.TempDir()
+		files := ingesttest.Dataset(t, rng, dir, rows, 2)
+		what := fmt.Sprintf("P=%d tie=%s q=%d m=%d %s", p, tie, q, m, prec)
+		local := ingesttest.LocalShards(t, files, arrowio.ReadOptions{}, 0, 0, target, q)
+		c := startIngestCluster(t, p, nil)
+		ctx := context.Background()
+		res, err := c.exec.Ingest(ctx, ingest.Options{Job: fmt.Sprintf("fi-%d", trial), Input: dir, Target: target, ColCells: q, Store: true})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		job := fmt.Sprintf("fit-%d", trial)
+		oj, err := c.exec.IngestedJob(ctx, job, res.Sets[0].Lines, tie)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		wantG, wantRows := shard.CutDGroups(local.Sets[0], tie)
+		for g := range wantG {
+			wantG[g].RowsCRC = wire.CRC(wire.EncodeCols(wantRows[g], nil))
+		}
+		if !reflect.DeepEqual(oj.Groups, wantG) {
+			t.Fatalf("%s: row groups\n%+v\nwant\n%+v", what, oj.Groups, wantG)
+		}
+		seed := rng.Uint64()
+		hdr := &factor.Model{N: res.N, M: m, U: res.U, Tie: tie, Seed: seed, Precision: prec, LogLik: math.NaN(), WKL: math.NaN()}
+		out := arrowio.DirParts{Dir: t.TempDir()}
+		model := c.exec.NewDrawnModel(hdr, out, "")
+		conv := factor.Converger{MaxIter: 4}
+		if _, err := c.exec.RunOwners(ctx, oj, hdr, model, natsexec.OwnersOptions{Job: job, WaitWorkers: 10 * time.Second,
+			Options: owners.Options{Alpha: 1, Converger: conv, CheckpointEvery: 2, MinWorkers: p, Evaluate: true}}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if _, err := arrowio.CommitModelDataset(ctx, out, &arrowio.ModelFile{Model: hdr}, model.Parts); err != nil {
+			t.Fatal(err)
+		}
+		got, err := arrowio.ReadModelDataset(ctx, out)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+
+		md := factor.NewRandom(local.N, m, local.U, tie, seed)
+		md.SetPrecision(prec)
+		blocks := shard.Blocks(local.Sets[0])
+		if _, err := factor.Fit(ctx, md, blocks, factor.FitOptions{Alpha: 1, Converger: conv, Workers: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := factor.Evaluate(ctx, md, blocks, 2); err != nil {
+			t.Fatal(err)
+		}
+		if !got.Model.Equal(md) {
+			t.Fatalf("%s: the model differs from the local fit's", what)
+		}
+		if math.Float64bits(hdr.LogLik) != math.Float64bits(md.LogLik) || math.Float64bits(hdr.WKL) != math.Float64bits(md.WKL) || hdr.Iteration != md.Iteration {
+			t.Fatalf("%s: loglik %v WKL %v after %d iterations, local %v %v after %d", what, hdr.LogLik, hdr.WKL, hdr.Iteration, md.LogLik, md.WKL, md.Iteration)
+		}
+	}
+}
