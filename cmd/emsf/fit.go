@@ -50,6 +50,7 @@ type fitFlags struct {
 	stopRule   string
 	validation float64
 	patience   int
+	cpuProfile string
 	priorD     float64
 	priorK     float64
 	plain      bool
@@ -98,8 +99,16 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&f.priorK, "prior-k", defaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
 	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: --accel none --smooth none --stop tol --prior-d 0 --prior-k 0, and rows without data left at their random start")
 	fs.IntVar(&f.patience, "patience", 10, "with --stop validation: scores in a row without gain before the fit stops")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole command to this file (go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if f.cpuProfile != "" {
+		stop, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer stop()
 	}
 	fs.Visit(func(fl *flag.Flag) { f.priorSet = f.priorSet || fl.Name == "prior-d" || fl.Name == "prior-k" })
 	if err := f.validate(); err != nil {
