@@ -47,7 +47,13 @@ const (
 	keySmoothKappa  = "emsf.smooth.kappa"
 	keySmoothDelta  = "emsf.smooth.delta"
 	keySmoothNNZ    = "emsf.smooth.nnz"
-	smoothRule      = "interpolation-v1"
+	// interpolation-v2 adds the rule's μ, discount d and ρ
+	// (factor.Smoothing); a rule without them is written as v1.
+	keySmoothMu       = "emsf.smooth.mu"
+	keySmoothDiscount = "emsf.smooth.discount"
+	keySmoothRho      = "emsf.smooth.rho"
+	smoothRule        = "interpolation-v1"
+	smoothRuleV2      = "interpolation-v2"
 	// modelBatchBytes bounds the values of one record batch.
 	modelBatchBytes = 16 << 20
 )
@@ -112,7 +118,14 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 		mw.set(keyStatus, mf.Status)
 	}
 	if sm := md.Smoothing; sm != nil {
-		mw.set(keySmooth, smoothRule)
+		if sm.Mu != nil || sm.Discount != nil || sm.Rho != nil {
+			mw.set(keySmooth, smoothRuleV2)
+			mw.set(keySmoothMu, floatList(orZeros(sm.Mu, md.U)))
+			mw.set(keySmoothDiscount, floatList(orZeros(sm.Discount, md.U)))
+			mw.set(keySmoothRho, floatList(orZeros(sm.Rho, md.U)))
+		} else {
+			mw.set(keySmooth, smoothRule)
+		}
 		mw.set(keySmoothLambda, floatList(sm.Lambda))
 		mw.set(keySmoothKappa, floatList(sm.Kappa))
 		mw.set(keySmoothDelta, floatList(sm.Delta))
@@ -222,6 +235,14 @@ func smoothNNZ(sm *factor.Smoothing, u int) []int {
 		sm.Counts.Entries(func(a, _, _ int, _ float64) { nnz[a]++ })
 	}
 	return nnz
+}
+
+// orZeros returns xs, or u zeros for a nil xs.
+func orZeros(xs []float64, u int) []float64 {
+	if xs == nil {
+		return make([]float64, u)
+	}
+	return xs
 }
 
 func floatList(xs []float64) string {
@@ -387,10 +408,12 @@ type modelReader struct {
 	// The smoothing rule's metadata, when the file has one.
 	smooth               bool
 	lambda, kappa, delta []float64
-	nnz                  []int
-	streams              map[string][][]float64
-	got                  []map[int]bool
-	gotIdx               map[string]int
+	// mu, discount and rho: nil for an interpolation-v1 rule.
+	mu, discount, rho []float64
+	nnz               []int
+	streams           map[string][][]float64
+	got               []map[int]bool
+	gotIdx            map[string]int
 }
 
 func (r *modelReader) release() {
@@ -556,8 +579,13 @@ func (r *modelReader) smoothMeta(sc *arrow.Schema) error {
 	if i < 0 {
 		return nil
 	}
-	if v := md.Values()[i]; v != smoothRule {
-		return fmt.Errorf("schema metadata %s = %q: unknown smoothing rule (want %s)", keySmooth, v, smoothRule)
+	v2 := false
+	switch v := md.Values()[i]; v {
+	case smoothRule:
+	case smoothRuleV2:
+		v2 = true
+	default:
+		return fmt.Errorf("schema metadata %s = %q: unknown smoothing rule (want %s or %s)", keySmooth, v, smoothRule, smoothRuleV2)
 	}
 	r.smooth = true
 	get := func(key string) ([]string, error) {
@@ -571,10 +599,26 @@ func (r *modelReader) smoothMeta(sc *arrow.Schema) error {
 		}
 		return parts, nil
 	}
-	for _, f := range []struct {
+	fields := []struct {
 		key string
 		dst *[]float64
-	}{{keySmoothLambda, &r.lambda}, {keySmoothKappa, &r.kappa}, {keySmoothDelta, &r.delta}} {
+	}{{keySmoothLambda, &r.lambda}, {keySmoothKappa, &r.kappa}, {keySmoothDelta, &r.delta}}
+	if !v2 {
+		// An interpolation-v1 reader would ignore them: the file would
+		// predict otherwise than its writer meant.
+		for _, k := range []string{keySmoothMu, keySmoothDiscount, keySmoothRho} {
+			if md.FindKey(k) >= 0 {
+				return fmt.Errorf("schema metadata %s with %s = %s: the parameter belongs to %s", k, keySmooth, smoothRule, smoothRuleV2)
+			}
+		}
+	} else {
+		r.mu, r.discount, r.rho = []float64{}, []float64{}, []float64{}
+		fields = append(fields, []struct {
+			key string
+			dst *[]float64
+		}{{keySmoothMu, &r.mu}, {keySmoothDiscount, &r.discount}, {keySmoothRho, &r.rho}}...)
+	}
+	for _, f := range fields {
 		parts, err := get(f.key)
 		if err != nil {
 			return err
@@ -641,7 +685,8 @@ func (r *modelReader) streamRow(f string, a, s int, vals []float64) error {
 // smoothing builds the rule from the streams (every row present: the
 // row count matched and none repeated).
 func (r *modelReader) smoothing() (*factor.Smoothing, error) {
-	sm := &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta, Q: make([][]float64, r.u)}
+	sm := &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta, Mu: r.mu, Discount: r.discount, Rho: r.rho,
+		Q: make([][]float64, r.u)}
 	var es []factor.CountEntry
 	for a := range r.u {
 		sm.Q[a] = r.streams["Q"][a][:r.n]
@@ -661,7 +706,7 @@ func (r *modelReader) smoothing() (*factor.Smoothing, error) {
 		}
 		sm.Counts = cnt
 	}
-	if err := sm.Validate(r.n, r.u); err != nil {
+	if err := sm.Prepare(r.n, r.u); err != nil {
 		return nil, err
 	}
 	return sm, nil
