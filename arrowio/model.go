@@ -14,6 +14,7 @@ import (
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/ipc"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
@@ -96,15 +97,15 @@ func modelFields(m int) []arrow.Field {
 }
 
 // modelSchema returns the schema of a model file, metadata included.
-func modelSchema(mf *ModelFile) *arrow.Schema {
+func modelSchema(mf *ModelFile) *arrow.Schema { return modelSchemaOf(mf, ShapeOf(mf.Model)) }
+
+// modelSchemaOf is modelSchema for a model of shape s, which gives the
+// smoothing rule's count of counts per action: mf may be a header (no
+// factors; a rule's λ, κ, δ (and μ, d, ρ) only, see headerFromMeta).
+func modelSchemaOf(mf *ModelFile, s ModelShape) *arrow.Schema {
 	md := mf.Model
 	var mw metaWriter
-	mw.set(keyVersion, FormatVersion)
-	mw.set(keyKind, kindModel)
-	mw.int(keyN, md.N)
-	mw.int(keyM, md.M)
-	mw.int(keyU, md.U)
-	mw.set(keyTie, md.Tie.String())
+	mw.modelShape(kindModel, s)
 	mw.int(keyIteration, md.Iteration)
 	mw.set(keyLogLik, fmtFloat(md.LogLik))
 	mw.set(keyWKL, fmtFloat(md.WKL))
@@ -117,7 +118,8 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	if mf.Status != "" {
 		mw.set(keyStatus, mf.Status)
 	}
-	if sm := md.Smoothing; sm != nil {
+	if s.SmoothNNZ != nil {
+		sm := md.Smoothing
 		if sm.Mu != nil || sm.Discount != nil || sm.Rho != nil {
 			mw.set(keySmooth, smoothRuleV2)
 			mw.set(keySmoothMu, floatList(orZeros(sm.Mu, md.U)))
@@ -129,7 +131,7 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 		mw.set(keySmoothLambda, floatList(sm.Lambda))
 		mw.set(keySmoothKappa, floatList(sm.Kappa))
 		mw.set(keySmoothDelta, floatList(sm.Delta))
-		mw.set(keySmoothNNZ, intList(smoothNNZ(sm, md.U)))
+		mw.set(keySmoothNNZ, intList(s.SmoothNNZ))
 	}
 	keys := make([]string, 0, len(mf.Params))
 	for k := range mf.Params {
@@ -142,90 +144,61 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	return arrow.NewSchema(modelFields(md.M), mw.metadata())
 }
 
-// emitModel produces the record batches of a model: all D blocks in block
-// order, then all K blocks, states ascending, at most batchBytes of values
-// per batch (but at least one row).
+// emitModel produces the record batches of a model: its blocks in the
+// order of ShapeOf(md).blocks(), states ascending, at most batchBytes of
+// values per batch (but at least one row); see modelBatcher.
 func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes int, write func(arrow.Record) error) error {
 	md := mf.Model
-	n, m := md.N, md.M
-	per := max(1, min(n, batchBytes/(8*m)))
-	rb := array.NewRecordBuilder(mem, sc)
-	defer rb.Release()
-	block := func(name string, b int, shared bool, vals []float64) error {
-		action := int32(b)
-		if shared {
-			action = -1
-		}
-		for lo := 0; lo < n; lo += per {
-			hi := min(n, lo+per)
-			fb := rb.Field(0).(*array.StringBuilder)
-			ab := rb.Field(1).(*array.Int32Builder)
-			sb := rb.Field(2).(*array.Int32Builder)
-			fb.Reserve(hi - lo)
-			ab.Reserve(hi - lo)
-			sb.Reserve(hi - lo)
-			for i := lo; i < hi; i++ {
-				fb.Append(name)
-				ab.UnsafeAppend(action)
-				sb.UnsafeAppend(int32(i))
-			}
-			appendRows(rb.Field(3).(*array.FixedSizeListBuilder), vals[lo*m:hi*m], hi-lo)
-			if err := flushRecord(rb, write); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for b, d := range md.D {
-		if err := block("D", b, md.Tie == factor.TieSharedD, d); err != nil {
+	b := newModelBatcher(sc, mem, modelBatchRows(md.N, md.M, batchBytes), write)
+	defer b.release()
+	bs := ShapeOf(md).blocks()
+	for i, vals := range blockValues(md, bs) {
+		b.start(bs[i].factor, bs[i].action, 0)
+		if err := b.add(vals); err != nil {
 			return err
 		}
-	}
-	for b, kt := range md.KT {
-		if err := block("K", b, md.Tie == factor.TieSharedK, kt); err != nil {
+		if err := b.flush(); err != nil {
 			return err
-		}
-	}
-	sm := md.Smoothing
-	if sm == nil {
-		return nil
-	}
-	// The rule's q and counts, each action's a stream of float64 values
-	// cut into rows of m (the row's "state" is its index in the stream):
-	// q^a (n values), then the counts as (state, next state, count)
-	// triples; the last row of a stream is padded with zeros.
-	stream := func(name string, a int, vals []float64) error {
-		rows := (len(vals) + m - 1) / m
-		padded := make([]float64, rows*m)
-		copy(padded, vals)
-		fb := rb.Field(0).(*array.StringBuilder)
-		ab := rb.Field(1).(*array.Int32Builder)
-		sb := rb.Field(2).(*array.Int32Builder)
-		for r := 0; r < rows; r++ {
-			fb.Append(name)
-			ab.Append(int32(a))
-			sb.Append(int32(r))
-		}
-		appendRows(rb.Field(3).(*array.FixedSizeListBuilder), padded, rows)
-		return flushRecord(rb, write)
-	}
-	triples := make([][]float64, md.U)
-	if sm.Counts != nil {
-		sm.Counts.Entries(func(a, i, j int, c float64) {
-			triples[a] = append(triples[a], float64(i), float64(j), c)
-		})
-	}
-	for a := range md.U {
-		if err := stream("Q", a, sm.Q[a]); err != nil {
-			return err
-		}
-		if len(triples[a]) > 0 {
-			if err := stream("C", a, triples[a]); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
+}
+
+// blockValues returns the rows of md's blocks bs (ShapeOf(md).blocks()),
+// m values a row: the D and K^T blocks as md holds them, and the smoothing
+// rule's streams, each action's a stream of float64 values cut into rows
+// of m: q^a (n values), then its counts as (state, next state, count)
+// triples, the last row of a stream padded with zeros.
+func blockValues(md *factor.Model, bs []modelBlock) [][]float64 {
+	sm := md.Smoothing
+	var triples [][]float64
+	if sm != nil {
+		triples = make([][]float64, md.U)
+		if sm.Counts != nil {
+			sm.Counts.Entries(func(a, i, j int, c float64) {
+				triples[a] = append(triples[a], float64(i), float64(j), c)
+			})
+		}
+	}
+	stream := func(rows int, vals []float64) []float64 {
+		padded := make([]float64, rows*md.M)
+		copy(padded, vals)
+		return padded
+	}
+	out := make([][]float64, len(bs))
+	for k, blk := range bs {
+		switch blk.factor {
+		case "D":
+			out[k] = md.D[blk.block]
+		case "K":
+			out[k] = md.KT[blk.block]
+		case "Q":
+			out[k] = stream(blk.rows, sm.Q[blk.block])
+		case "C":
+			out[k] = stream(blk.rows, triples[blk.block])
+		}
+	}
+	return out
 }
 
 // smoothNNZ returns the number of stored counts per action.
@@ -284,43 +257,49 @@ func EncodeModel(mf *ModelFile, opts ...Option) ([]byte, error) {
 		// buffer of megabytes doubles it again and again.
 		buf.Grow((len(md.D)+len(md.KT))*md.N*(md.M*8+16) + 64<<10)
 	}
-	if err := encodeModel(&buf, mf, ModelArrow, newConfig(opts).mem); err != nil {
+	if err := encodeModel(&buf, mf, ModelArrow, newConfig(opts)); err != nil {
 		return nil, fmt.Errorf("arrowio: encode model: %w", err)
 	}
 	return buf.Bytes(), nil
 }
 
-func encodeModel(w io.Writer, mf *ModelFile, format string, mem memory.Allocator) error {
+func encodeModel(w io.Writer, mf *ModelFile, format string, cfg *config) error {
 	if err := checkWritable(mf); err != nil {
 		return err
 	}
 	sc := modelSchema(mf)
-	emit := func(write func(arrow.Record) error) error { return emitModel(mf, sc, mem, modelBatchBytes, write) }
-	switch format {
-	case ModelArrow, "":
-		return writeIPCFile(w, sc, mem, emit)
-	case ModelParquet:
-		return writeParquet(w, sc, mem, emit)
-	}
-	return fmt.Errorf("unknown model format %q (want arrow or parquet)", format)
-}
-
-// writeParquet writes a Parquet file of the records emit produces, one row
-// group per record, with the Arrow schema (and so its metadata) stored in
-// the file's key-value metadata.
-func writeParquet(w io.Writer, sc *arrow.Schema, mem memory.Allocator, emit func(write func(arrow.Record) error) error) error {
-	props := parquet.NewWriterProperties(parquet.WithAllocator(mem), parquet.WithDictionaryDefault(false))
-	// struct{ io.Writer } hides any Close: the caller owns w.
-	fw, err := pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props,
-		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem)))
+	rw, err := newModelWriter(w, sc, cfg.mem, format)
 	if err != nil {
 		return err
 	}
-	if err := emit(fw.Write); err != nil {
-		fw.Close()
+	if err := emitModel(mf, sc, cfg.mem, cfg.modelBatchBytes(), rw.Write); err != nil {
+		rw.Close()
 		return err
 	}
-	return fw.Close()
+	return rw.Close()
+}
+
+// recordWriter is an open Arrow IPC file or Parquet writer.
+type recordWriter interface {
+	Write(arrow.Record) error
+	Close() error
+}
+
+// newModelWriter opens a model file writer on w: an Arrow IPC file for
+// ModelArrow (also ""), Parquet for ModelParquet, one row group per record,
+// with the Arrow schema (and so its metadata) stored in the file's
+// key-value metadata.
+func newModelWriter(w io.Writer, sc *arrow.Schema, mem memory.Allocator, format string) (recordWriter, error) {
+	switch format {
+	case ModelArrow, "":
+		return ipc.NewFileWriter(&posWriter{w: w}, ipc.WithSchema(sc), ipc.WithAllocator(mem))
+	case ModelParquet:
+		props := parquet.NewWriterProperties(parquet.WithAllocator(mem), parquet.WithDictionaryDefault(false))
+		// struct{ io.Writer } hides any Close: the caller owns w.
+		return pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props,
+			pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem)))
+	}
+	return nil, fmt.Errorf("unknown model format %q (want arrow or parquet)", format)
 }
 
 // WriteModel writes mf to path atomically (a temporary file in the same
@@ -334,10 +313,10 @@ func WriteModel(path string, mf *ModelFile, format string, opts ...Option) error
 	if err := checkWritable(mf); err != nil {
 		return fmt.Errorf("arrowio: write model %s: %w", path, err)
 	}
-	mem := newConfig(opts).mem
+	cfg := newConfig(opts)
 	return writeAtomic(path, func(f *os.File) error {
 		w := bufio.NewWriterSize(f, 1<<20)
-		if err := encodeModel(w, mf, format, mem); err != nil {
+		if err := encodeModel(w, mf, format, cfg); err != nil {
 			return err
 		}
 		return w.Flush()
@@ -424,18 +403,27 @@ func (r *modelReader) release() {
 }
 
 func (r *modelReader) schema(sc *arrow.Schema) error {
-	mr := metaReader{md: sc.Metadata()}
+	if err := r.meta(sc.Metadata()); err != nil {
+		return err
+	}
+	return checkFields(sc, modelFields(r.m)...)
+}
+
+// meta reads and checks a model's metadata (the schema metadata of a
+// model file, the metadata of a dataset's manifest).
+func (r *modelReader) meta(kv arrow.Metadata) error {
+	mr := metaReader{md: kv}
 	mr.header(kindModel)
 	r.n, r.m, r.u = mr.int(keyN), mr.int(keyM), mr.int(keyU)
 	tie := mr.str(keyTie)
 	md := &factor.Model{Iteration: mr.int(keyIteration), LogLik: mr.float(keyLogLik),
 		WKL: mr.float(keyWKL), Seed: mr.uint64(keySeed)}
 	r.mf.Fingerprint = mr.str(keyFingerprint)
-	if sc.Metadata().FindKey(keyReduceOrder) >= 0 {
+	if kv.FindKey(keyReduceOrder) >= 0 {
 		r.mf.ReduceOrder, r.mf.GroupNNZ = mr.str(keyReduceOrder), mr.int(keyGroupNNZ)
 	}
-	if i := sc.Metadata().FindKey(keyStatus); i >= 0 {
-		r.mf.Status = sc.Metadata().Values()[i]
+	if i := kv.FindKey(keyStatus); i >= 0 {
+		r.mf.Status = kv.Values()[i]
 	}
 	if mr.err != nil {
 		return mr.err
@@ -448,19 +436,19 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 		return fmt.Errorf("bad model shape n=%d m=%d u=%d", r.n, r.m, r.u)
 	}
 	r.want = int64(factor.NumD(r.u, r.tie)+factor.NumK(r.u, r.tie)) * int64(r.n)
-	if err := r.smoothMeta(sc); err != nil {
+	if err := r.smoothMeta(kv); err != nil {
 		return err
 	}
 	r.mf.Model = md
-	for i, k := range sc.Metadata().Keys() {
+	for i, k := range kv.Keys() {
 		if p, ok := strings.CutPrefix(k, keyParamPrefix); ok {
 			if r.mf.Params == nil {
 				r.mf.Params = map[string]string{}
 			}
-			r.mf.Params[p] = sc.Metadata().Values()[i]
+			r.mf.Params[p] = kv.Values()[i]
 		}
 	}
-	return checkFields(sc, modelFields(r.m)...)
+	return nil
 }
 
 func (r *modelReader) record(rec arrow.Record) error {
@@ -573,8 +561,7 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 
 // smoothMeta reads the smoothing rule's metadata and adds its rows to
 // the rows expected.
-func (r *modelReader) smoothMeta(sc *arrow.Schema) error {
-	md := sc.Metadata()
+func (r *modelReader) smoothMeta(md arrow.Metadata) error {
 	i := md.FindKey(keySmooth)
 	if i < 0 {
 		return nil
@@ -685,28 +672,37 @@ func (r *modelReader) streamRow(f string, a, s int, vals []float64) error {
 // smoothing builds the rule from the streams (every row present: the
 // row count matched and none repeated).
 func (r *modelReader) smoothing() (*factor.Smoothing, error) {
-	sm := &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta, Mu: r.mu, Discount: r.discount, Rho: r.rho,
-		Q: make([][]float64, r.u)}
+	return newSmoothing(r.n, r.u, &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta,
+		Mu: r.mu, Discount: r.discount, Rho: r.rho}, r.nnz, r.streams["Q"], r.streams["C"])
+}
+
+// newSmoothing builds and validates a smoothing rule of a model with n
+// states and u actions from its metadata, λ κ δ and (interpolation-v2)
+// μ d ρ (the fields of meta) and the count of counts per action, and its
+// streams: q[a] holds q^a and then padding, c[a] the 3·nnz[a] values of
+// action a's count triples and then padding (nil when nnz[a] is 0).
+func newSmoothing(n, u int, meta *factor.Smoothing, nnz []int, q, c [][]float64) (*factor.Smoothing, error) {
+	sm := &factor.Smoothing{Lambda: meta.Lambda, Kappa: meta.Kappa, Delta: meta.Delta,
+		Mu: meta.Mu, Discount: meta.Discount, Rho: meta.Rho, Q: make([][]float64, u)}
 	var es []factor.CountEntry
-	for a := range r.u {
-		sm.Q[a] = r.streams["Q"][a][:r.n]
-		c := r.streams["C"][a]
-		for k := 0; k < 3*r.nnz[a]; k += 3 {
-			i, j := c[k], c[k+1]
-			if i != math.Trunc(i) || j != math.Trunc(j) || i < 0 || j < 0 || i >= float64(r.n) || j >= float64(r.n) {
-				return nil, fmt.Errorf("stored count %d of action %d names states %v, %v: not in [0, %d)", k/3, a, i, j, r.n)
+	for a := range u {
+		sm.Q[a] = q[a][:n]
+		for k := 0; k < 3*nnz[a]; k += 3 {
+			i, j := c[a][k], c[a][k+1]
+			if i != math.Trunc(i) || j != math.Trunc(j) || i < 0 || j < 0 || i >= float64(n) || j >= float64(n) {
+				return nil, fmt.Errorf("stored count %d of action %d names states %v, %v: not in [0, %d)", k/3, a, i, j, n)
 			}
-			es = append(es, factor.CountEntry{A: a, I: int(i), J: int(j), C: c[k+2]})
+			es = append(es, factor.CountEntry{A: a, I: int(i), J: int(j), C: c[a][k+2]})
 		}
 	}
-	if len(es) > 0 || slices.ContainsFunc(r.kappa, func(k float64) bool { return !math.IsInf(k, 1) }) {
-		cnt, err := factor.NewCNTFromEntries(r.n, r.u, es)
+	if len(es) > 0 || slices.ContainsFunc(sm.Kappa, func(k float64) bool { return !math.IsInf(k, 1) }) {
+		cnt, err := factor.NewCNTFromEntries(n, u, es)
 		if err != nil {
 			return nil, err
 		}
 		sm.Counts = cnt
 	}
-	if err := sm.Prepare(r.n, r.u); err != nil {
+	if err := sm.Prepare(n, u); err != nil {
 		return nil, err
 	}
 	return sm, nil

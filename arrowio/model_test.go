@@ -332,7 +332,7 @@ func TestReadModelBad(t *testing.T) {
 func TestReadModelCorrupt(t *testing.T) {
 	for _, format := range []string{ModelArrow, ModelParquet} {
 		var buf bytes.Buffer
-		if err := encodeModel(&buf, &ModelFile{Model: factor.NewRandom(6, 2, 2, factor.TieSharedD, 3)}, format, memory.NewGoAllocator()); err != nil {
+		if err := encodeModel(&buf, &ModelFile{Model: factor.NewRandom(6, 2, 2, factor.TieSharedD, 3)}, format, newConfig(nil)); err != nil {
 			t.Fatal(err)
 		}
 		data := buf.Bytes()
@@ -490,7 +490,7 @@ func TestModelSmoothingV1File(t *testing.T) {
 	if err := WriteModel(path, mf, ModelArrow); err != nil {
 		t.Fatal(err)
 	}
-	sc, err := modelSchemaOf(path)
+	sc, err := fileSchema(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,8 +502,8 @@ func TestModelSmoothingV1File(t *testing.T) {
 	}
 }
 
-// modelSchemaOf returns the schema of the Arrow file at path.
-func modelSchemaOf(path string) (*arrow.Schema, error) {
+// fileSchema returns the schema of the Arrow file at path.
+func fileSchema(path string) (*arrow.Schema, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

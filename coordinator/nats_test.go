@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -286,7 +287,7 @@ func TestCheckpointCAS(t *testing.T) {
 	}
 	st.Iteration = 2
 	err := a.Commit(ctx, st, md)
-	if err == nil || !strings.Contains(err.Error(), "another coordinator") {
+	if !errors.Is(err, wire.ErrLostRace) || !strings.Contains(err.Error(), "another coordinator") {
 		t.Fatalf("stale commit: err = %v, want a compare-and-set failure", err)
 	}
 }
@@ -347,7 +348,7 @@ func TestWorkerDiscovery(t *testing.T) {
 
 func TestBench(t *testing.T) {
 	fc := newFitCase(t)
-	res, err := natsexec.Bench(context.Background(), t.TempDir(), 2, 3, fc.shards, fc.man, fc.init)
+	res, err := natsexec.Bench(context.Background(), t.TempDir(), 2, 3, fc.shards, fc.man, fc.init, worker.Starter(worker.Config{}))
 	if err != nil {
 		t.Fatal(err)
 	}

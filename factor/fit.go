@@ -294,16 +294,38 @@ func TotalCount(blocks []*Block) float64 {
 	return n
 }
 
-// DataTerm returns Σ c·log(c/x_i) over all blocks (see Block.DataTerm).
+// DataTerm returns Σ c·log(c/x_i) over all blocks (see Block.DataTerm):
+// the blocks' DataTerms summed left to right in block order.
 func DataTerm(blocks []*Block) float64 {
+	return SumDataTerms(DataTerms(blocks))
+}
+
+// DataTerms returns each block's share of DataTerm: Σ c·log(c/x_i) over
+// its nonzeros, with x_i the total count of row i over all blocks (a
+// row that column cells cut across blocks, shard.SplitGrid, has its
+// total summed over them first, in block order; otherwise the block's
+// own, Block.DataTerm). A node that holds a block but not the others
+// computes its share from the row totals of its range; whoever holds
+// only the shares gets DataTerm with SumDataTerms.
+func DataTerms(blocks []*Block) []float64 {
 	if n, u, split := rowsSplit(blocks); split {
 		// Column cells (shard.SplitGrid) cut rows across blocks: the row
 		// totals x^a_i are summed over the blocks first.
-		return dataTermSplit(blocks, n, u)
+		return dataTermsSplit(blocks, n, u)
 	}
+	out := make([]float64, len(blocks))
+	for k, b := range blocks {
+		out[k] = b.DataTerm()
+	}
+	return out
+}
+
+// SumDataTerms is DataTerm from the blocks' shares (DataTerms), summed
+// left to right in block order.
+func SumDataTerms(terms []float64) float64 {
 	t := 0.0
-	for _, b := range blocks {
-		t += b.DataTerm()
+	for _, bt := range terms {
+		t += bt
 	}
 	return t
 }
@@ -361,6 +383,17 @@ type LoopHooks struct {
 	// NewAccumulator(md): a NewScalarAccumulator for a stepper whose D̂
 	// and K̂ are folded elsewhere.
 	Accumulator *Accumulator
+	// Sums, if set, are the data's Σc and data term for a loop whose
+	// blocks are not in this process (Loop's blocks nil): the stepper's
+	// nodes hold them, and whoever planned the fit checked their shapes.
+	Sums *DataSums
+}
+
+// DataSums are what Loop needs of the data besides the passes: its total
+// count (TotalCount: the blocks' Σc summed in block order) and its data
+// term (DataTerm, or SumDataTerms of the blocks' shares).
+type DataSums struct {
+	Total, DataTerm float64
 }
 
 // Fit runs batch EMSF on md in place until the converger stops it. Every
@@ -412,11 +445,18 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			return FitResult{}, fmt.Errorf("factor: block %d: %w", k, err)
 		}
 	}
-	total := TotalCount(blocks)
-	if !(total > 0) {
+	var total, dataTerm float64
+	switch {
+	case hooks.Sums != nil && blocks != nil:
+		panic("factor: Loop: blocks and LoopHooks.Sums both given")
+	case hooks.Sums != nil:
+		total, dataTerm = hooks.Sums.Total, hooks.Sums.DataTerm
+	default:
+		total, dataTerm = TotalCount(blocks), DataTerm(blocks)
+	}
+	if !(total > 0) || math.IsInf(total, 0) {
 		return FitResult{}, fmt.Errorf("factor: no data: the total count is %v", total)
 	}
-	dataTerm := DataTerm(blocks)
 	if md.Precision == Float32 {
 		// Idempotent on a model rounded before (a resumed fit's).
 		md.RoundFactors()

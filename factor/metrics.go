@@ -260,6 +260,11 @@ func WKL(e Estimate, blocks []*Block) (float64, error) {
 // dataTermSplit is Σ c·log(c/x^a_i) with row totals x^a_i summed over all
 // blocks in order (the blocks' shapes were checked by the caller).
 func dataTermSplit(blocks []*Block, n, u int) float64 {
+	return SumDataTerms(dataTermsSplit(blocks, n, u))
+}
+
+// dataTermsSplit is each block's share of dataTermSplit.
+func dataTermsSplit(blocks []*Block, n, u int) []float64 {
 	x := make([][]float64, u)
 	for _, b := range blocks {
 		if x[b.Action] == nil {
@@ -272,8 +277,8 @@ func dataTermSplit(blocks []*Block, n, u int) float64 {
 			}
 		}
 	}
-	t := 0.0
-	for _, b := range blocks {
+	out := make([]float64, len(blocks))
+	for k, b := range blocks {
 		xa := x[b.Action]
 		bt := 0.0
 		for r, i := range b.Rows {
@@ -281,9 +286,9 @@ func dataTermSplit(blocks []*Block, n, u int) float64 {
 				bt += c * math.Log(c/xa[i])
 			}
 		}
-		t += bt
+		out[k] = bt
 	}
-	return t
+	return out
 }
 
 // checkSameShape panics unless two estimates have the same n and u.

@@ -87,8 +87,11 @@ func fitBaseline(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	if err != nil {
 		return err
 	}
-	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
+	log.Info("data", "file", f.in.name(), "transitions", data.transitions, "states", data.n, "actions", data.u,
 		"nonzeros", nnz(data.train), "held_out", f.holdout > 0)
+	if err := f.checkMemory(data); err != nil {
+		return err
+	}
 	if f.algorithm == algCNT {
 		return reportCNT(e, data)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/coordinator/owners"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
@@ -129,6 +130,21 @@ type clusterFlags struct {
 	// accelExplicit and stopExplicit: --accel squarem and --stop
 	// validation were asked for (not chosen by auto).
 	accelExplicit, stopExplicit, priorExplicit bool
+	// report, when set, is the fit's progress: it rate-limits the line
+	// logged per cluster iteration (iterationLine).
+	report *progress
+}
+
+// iterationLine logs the report of one cluster iteration: through the
+// fit's progress when there is one (at most one line per --log-every,
+// none under the live status line, every one at debug level), else at
+// info level.
+func (c *clusterFlags) iterationLine(log hclog.Logger, fields ...any) {
+	if c.report != nil {
+		c.report.detail(log, "cluster iteration", fields)
+		return
+	}
+	log.Info("cluster iteration", fields...)
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -249,7 +265,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			dir = tmp
 		}
 		lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: dir, Workers: workers,
-			InProcess: true, Exec: ecfg, Logger: logger, Sync: c.store != ""})
+			InProcess: true, Exec: ecfg, Sync: c.store != ""}, worker.Starter(worker.Config{Prefix: c.prefix, JobsBucket: c.kvBucket, Logger: logger}))
 		if err != nil {
 			return factor.FitResult{}, err
 		}
@@ -340,7 +356,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		Resume:      c.resume,
 		Logger:      log,
 		Report: func(r coordinator.IterReport) {
-			log.Info("cluster iteration", "job", job, "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
+			c.iterationLine(log, "job", job, "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
 				"compute", r.Compute.Round(time.Microsecond), "transfer", r.Transfer.Round(time.Microsecond),
 				"reduce", r.Reduce.Round(time.Microsecond), "commit", r.Commit.Round(time.Microsecond),
 				"bytes", r.Bytes, "tasks", r.Tasks, "retried", r.Retried, "dropped", r.Dropped,
@@ -355,24 +371,26 @@ func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *na
 		return factor.FitResult{}, usagef("--exchange owners runs EMSF only: drop --algorithm %s or use --exchange coordinator", c.params["algorithm"])
 	}
 	return exec.FitOwners(ctx, md, shards, natsexec.OwnersOptions{
-		Job:             job,
-		Alpha:           opts.Alpha,
-		Converger:       opts.Converger,
-		Progress:        opts.Progress,
-		GroupNNZ:        opts.GroupNNZ,
-		ColBlocks:       c.colBlocks,
-		CheckpointEvery: c.checkpointEvery,
-		NoBackups:       !c.speculation,
-		TaskTimeout:     c.workerTimeout,
-		MinWorkers:      minWorkers,
-		WaitWorkers:     c.waitWorkers,
-		Params:          params,
-		Manifest:        man,
-		Resume:          c.resume,
-		Report: func(r natsexec.OwnersReport) {
-			log.Info("cluster iteration", "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
-				"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
-				"shards", len(shards), "backups", r.Backups)
+		Job:         job,
+		WaitWorkers: c.waitWorkers,
+		Params:      params,
+		Manifest:    man,
+		Options: owners.Options{
+			Alpha:           opts.Alpha,
+			Converger:       opts.Converger,
+			Progress:        opts.Progress,
+			GroupNNZ:        opts.GroupNNZ,
+			ColBlocks:       c.colBlocks,
+			CheckpointEvery: c.checkpointEvery,
+			NoBackups:       !c.speculation,
+			TaskTimeout:     c.workerTimeout,
+			MinWorkers:      minWorkers,
+			Resume:          c.resume,
+			Report: func(r natsexec.OwnersReport) {
+				c.iterationLine(log, "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
+					"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
+					"shards", len(shards), "backups", r.Backups, "quarantined", r.Quarantined)
+			},
 		},
 	})
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/factor/experiment"
 )
@@ -22,10 +21,12 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	var rhoFlag string
 	var mix, validation float64
 	var seed uint64
-	fs := newFlagSet(e, "eval", "eval --model FILE [--input TRANSITIONS] [--train TRAINING_TRANSITIONS] [--truth TRUE_MODEL] [--cnt]")
+	var nf natsFlags
+	fs := newFlagSet(e, "eval", "eval --model FILE|DATASET [--input TRANSITIONS] [--train TRAINING_TRANSITIONS] [--truth TRUE_MODEL] [--cnt]")
 	in.register(fs)
-	fs.StringVar(&modelPath, "model", "", "model to evaluate (required unless --cnt or --train)")
-	fs.StringVar(&truthPath, "truth", "", "true model D'K' (from emsf gen): report ‖P − DK‖_F and KL_ρ against it")
+	fs.StringVar(&modelPath, "model", "", "model to evaluate (required unless --cnt or --train): "+modelPathUsage)
+	fs.StringVar(&truthPath, "truth", "", "true model D'K' (from emsf gen): report ‖P − DK‖_F and KL_ρ against it; any form --model takes")
+	nf.register(fs)
 	fs.StringVar(&trainPath, "train", "", "training transitions: score counting baselines trained on this file beside the model on --input (their parameters chosen on a --validation split of it, never on --input)")
 	fs.StringVar(&baselines, "baselines", "cnt,add,jm", "with --train: the counting baselines to score: cnt (counting), add (add-β), jm (Jelinek–Mercer with the next-state frequencies); comma-separated, or none")
 	fs.Float64Var(&mix, "mix", factor.DefaultHeldOutMix, "the held-out scoring rule, applied to every estimate alike: its probabilities mixed with the uniform distribution over the scored states at this weight, in [0, 1) (recorded in the output)")
@@ -58,6 +59,9 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := nf.validate(); err != nil {
+		return err
+	}
 	if rhoFlag == "" {
 		rhoFlag = "uniform"
 		if in.input != "" {
@@ -71,7 +75,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	var ests []namedEstimate
 	var md *factor.Model
 	if modelPath != "" {
-		mf, err := arrowio.ReadModel(modelPath)
+		mf, err := readModel(ctx, &nf, modelPath)
 		if err != nil {
 			return err
 		}
@@ -80,7 +84,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	}
 	var truth *factor.Model
 	if truthPath != "" {
-		tf, err := arrowio.ReadModel(truthPath)
+		tf, err := readModel(ctx, &nf, truthPath)
 		if err != nil {
 			return fmt.Errorf("--truth: %w", err)
 		}
@@ -136,7 +140,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		ests = append(ests, namedEstimate{"CNT (counting, in-sample: of --input itself)", c, ""})
 	}
 	if data != nil {
-		if err := scoreHeldOut(e, in.input, data, n, md, ests, rule); err != nil {
+		if err := scoreHeldOut(e, in.name(), data, n, md, ests, rule); err != nil {
 			return err
 		}
 	}

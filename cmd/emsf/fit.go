@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ type fitFlags struct {
 	cluster    clusterFlags
 	inc        incrementalFlags
 	onlineEM   onlineEMFlags
+	limits     limitFlags
 	order      string
 	tie        string
 	stop       stopFlags
@@ -35,6 +37,7 @@ type fitFlags struct {
 	workers    int
 	alpha      float64
 	initModel  string
+	initIters  int // the iterations of the --init model (set by runFit)
 	initSmooth float64
 	holdout    float64
 	out        string
@@ -68,10 +71,12 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	var f fitFlags
 	fs := newFlagSet(e, "fit", "fit --input FILE --order M [flags]")
 	f.in.register(fs)
+	f.in.nats = &f.cluster.natsFlags
 	f.logs.register(fs)
 	f.cluster.register(fs)
 	f.inc.register(fs)
 	f.onlineEM.register(fs)
+	f.limits.register(fs)
 	fs.StringVar(&f.order, "order", "", "order m of the factorization (number of hidden states); a list like 5,10,20 with --holdout picks the best (required)")
 	fs.StringVar(&f.tie, "tie", "none", "tie mode: none (D^a, K^a per action), shared-k (one K), shared-d (one D)")
 	f.stop.register(fs)
@@ -80,7 +85,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.restarts, "restarts", 1, "fit from this many random seeds (seed, seed+1, ...) and keep the best log-likelihood")
 	fs.IntVar(&f.workers, "workers", 2, "goroutines computing statistics in parallel (the result does not depend on it)")
 	fs.Float64Var(&f.alpha, "alpha", 1, "learning rate of each commit, in (0, 1]; 1 is plain EM")
-	fs.StringVar(&f.initModel, "init", "", "warm-start from this model file instead of a random initialisation")
+	fs.StringVar(&f.initModel, "init", "", "warm-start from this model instead of a random initialisation: "+modelPathUsage)
 	fs.Float64Var(&f.initSmooth, "init-smooth", 0, "mix the --init model with the uniform distribution, this weight in [0, 1), so that new data may hold transitions it gives probability 0 (e.g. 0.01)")
 	fs.Float64Var(&f.holdout, "holdout", 0, "fraction of transitions held out to score each --order (0: none)")
 	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model")
@@ -119,9 +124,15 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	f.report = newProgress(e, &f.logs, &f.progress, log)
+	f.cluster.report = f.report
 	if err := f.preflight(log); err != nil {
 		return err
 	}
+	mw, err := startMemWatch(os.Getenv(memProfileEnv), memWatchInterval)
+	if err != nil {
+		return err
+	}
+	defer mw.Close()
 	if f.inc.enabled {
 		return fitIncremental(ctx, e, &f, log)
 	}
@@ -134,22 +145,28 @@ func runFit(ctx context.Context, e *env, args []string) error {
 
 	var warm *arrowio.ModelFile
 	if f.initModel != "" {
-		if warm, err = arrowio.ReadModel(f.initModel); err != nil {
+		if warm, err = readModel(ctx, &f.cluster.natsFlags, f.initModel); err != nil {
 			return fmt.Errorf("--init: %w", err)
 		}
+		f.initIters = warm.Model.Iteration
 	}
 	valFrac := 0.0
 	if f.needsValidation() {
 		valFrac = f.validation
 	}
+	mw.Phase("read")
 	data, err := loadDataVal(ctx, &f.in, f.holdout, valFrac, f.seed)
 	if err != nil {
 		return err
 	}
+	mw.Phase("fit")
 	for _, m := range f.orders {
 		if m > data.n {
 			return usagef("--order %d: must be at most the number of states n = %d", m, data.n)
 		}
+	}
+	if err := f.checkMemory(data); err != nil {
+		return err
 	}
 	if warm != nil {
 		if err := warm.Model.CheckCompatible(data.n, f.orders[0], data.u, f.tieV); err != nil {
@@ -159,7 +176,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 			return err // validate checked the weight
 		}
 	}
-	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
+	log.Info("data", "file", f.in.name(), "transitions", data.transitions, "states", data.n, "actions", data.u,
 		"nonzeros", nnz(data.train), "held_out", f.holdout > 0, "validation_nonzeros", nnz(data.val))
 
 	bestM := 0
@@ -204,6 +221,25 @@ func runFit(ctx context.Context, e *env, args []string) error {
 // method (EMSF orders, --algorithm cnt) and eval's default.
 var heldOutRule = factor.HeldOutRule{Mix: factor.DefaultHeldOutMix}
 
+// warmNote says, for a warm-started fit (--init) whose model has total
+// iterations, how many this fit ran: a model counts its --init model's
+// iterations too. "" without --init.
+func (f *fitFlags) warmNote(total int) string {
+	if f.initModel == "" {
+		return ""
+	}
+	return fmt.Sprintf("; %d in this fit, after the %d of --init %s", total-f.initIters, f.initIters, f.initModel)
+}
+
+// warmFields are warmNote's log fields: the model's iterations, this
+// fit's and the --init model's included.
+func (f *fitFlags) warmFields(total int) []any {
+	if f.initModel == "" {
+		return nil
+	}
+	return []any{"model_iterations", total, "init_iterations", f.initIters}
+}
+
 // statusInterrupted is the model status of a fit stopped by a signal.
 const statusInterrupted = "interrupted"
 
@@ -217,8 +253,8 @@ func (f *fitFlags) write(e *env, md *factor.Model, data *dataset, status, where 
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations (%s), log-likelihood %.6g, WKL %.6g\nwrote %s\n",
-		md.N, md.M, md.U, md.Tie, md.Iteration, status, md.LogLik, md.WKL, f.out)
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations (%s%s), log-likelihood %.6g, WKL %.6g\nwrote %s\n",
+		md.N, md.M, md.U, md.Tie, md.Iteration, status, f.warmNote(md.Iteration), md.LogLik, md.WKL, f.out)
 	if status == statusInterrupted {
 		if where != "" {
 			where = " " + where
@@ -311,6 +347,9 @@ func (f *fitFlags) validate() error {
 	if err := f.onlineEM.validate(&f.inc, f); err != nil {
 		return err
 	}
+	if err := f.limits.validate(); err != nil {
+		return err
+	}
 	return f.cluster.validate()
 }
 
@@ -318,7 +357,7 @@ func (f *fitFlags) validate() error {
 // --out that cannot be written, a --nats server that cannot be reached;
 // and warns when the input's content and name disagree on its format.
 func (f *fitFlags) preflight(log hclog.Logger) error {
-	if f.in.format == "" {
+	if st, err := os.Stat(f.in.input); f.in.format == "" && err == nil && st.Mode().IsRegular() {
 		if _, note, err := arrowio.DetectFormat(f.in.input); err != nil {
 			return err
 		} else if note != "" {
@@ -469,10 +508,11 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 			log.Info("validation", "order", m, "seed", md.Seed, "loglik_per_transition", score, "rule", ruleString(rules),
 				"smooth", f.smooth, "best_iteration", res.BestIteration, "scores", res.Evaluations)
 		}
-		log.Info("fit done", "order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations,
-			"loglik", md.LogLik, "accel", opts.Accel, "rejected", res.Rejected, "elapsed", res.Elapsed.Round(time.Millisecond))
+		log.Info("fit done", append([]any{"order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations},
+			append(f.warmFields(md.Iteration), "loglik", md.LogLik, "accel", opts.Accel, "rejected", res.Rejected,
+				"elapsed", res.Elapsed.Round(time.Millisecond))...)...)
 		if !interrupted {
-			f.warnEarly(log, res.Status, "order", m, "seed", md.Seed, "iterations", res.Iterations)
+			f.warnEarly(log, res.Status, append([]any{"order", m, "seed", md.Seed, "iterations", res.Iterations}, f.warmFields(md.Iteration)...)...)
 		}
 		if best == nil || score > bestScore {
 			best, bestStatus, bestScore = md, status, score

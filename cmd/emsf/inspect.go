@@ -4,21 +4,24 @@ import (
 	"context"
 	"fmt"
 	"sort"
-
-	"github.com/emsf/emsf/arrowio"
 )
 
 func runInspect(ctx context.Context, e *env, args []string) error {
 	var path string
-	fs := newFlagSet(e, "inspect", "inspect --model FILE")
-	fs.StringVar(&path, "model", "", "model file (required)")
+	var nf natsFlags
+	fs := newFlagSet(e, "inspect", "inspect --model FILE|DATASET")
+	fs.StringVar(&path, "model", "", "the model (required): "+modelPathUsage)
+	nf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if path == "" {
 		return usagef("--model is required")
 	}
-	mf, err := arrowio.ReadModel(path)
+	if err := nf.validate(); err != nil {
+		return err
+	}
+	mf, err := readModel(ctx, &nf, path)
 	if err != nil {
 		return err
 	}

@@ -82,9 +82,10 @@ func TestFitSignalKeepsModel(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			out := filepath.Join(dir, sig.String()+".arrow")
-			// No stopping rule but the (far) time limit: only the signal
-			// ends this fit. --log-every 0 logs every iteration.
-			cmd := exec.Command(bin, "fit", "--input", data, "--order", "8", "--tol", "0", "--iters", "0",
+			// No stopping rule but the (far) time limit (--stop tol with
+			// --tol 0: no held-out stop either): only the signal ends this
+			// fit. --log-every 0 logs every iteration.
+			cmd := exec.Command(bin, "fit", "--input", data, "--order", "8", "--stop", "tol", "--tol", "0", "--iters", "0",
 				"--time-limit", "1h", "--log-every", "0", "--workers", "1", "--out", out)
 			wait := startUntil(t, cmd, "iter=2")
 			if err := cmd.Process.Signal(sig); err != nil {

@@ -141,7 +141,8 @@ func newOwnersCase(t *testing.T, seed, iters, shardNNZ int) *ownersCase {
 	data := filepath.Join(c.dir, "data.csv")
 	writeTransitions(t, data, 200, 2, 5000)
 	c.fitArgs = []string{"fit", "--input", data, "--order", "4", "--iters", strconv.Itoa(iters), "--tol", "0",
-		"--seed", strconv.Itoa(seed), "--shard-nnz", strconv.Itoa(shardNNZ), "--plain"} // the owners exchange runs plain EM
+		"--seed", strconv.Itoa(seed), "--shard-nnz", strconv.Itoa(shardNNZ), "--plain", // the owners exchange runs plain EM
+		"--log-every", "0"} // the tests read every iteration's "cluster iteration" line
 	local := filepath.Join(c.dir, "local.arrow")
 	if out, err := exec.Command(c.bin, append(c.fitArgs, "--out", local, "--quiet")...).CombinedOutput(); err != nil {
 		t.Fatalf("local fit: %v\n%s", err, out)

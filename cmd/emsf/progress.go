@@ -53,10 +53,11 @@ type progress struct {
 	every time.Duration
 	start time.Time
 
-	mu      sync.Mutex
-	last    time.Time // of the last line logged or drawn
-	drawn   bool      // a live line is on the screen
-	pending []any     // the newest fields not yet logged
+	mu         sync.Mutex
+	last       time.Time // of the last line logged or drawn
+	lastDetail time.Time // of the last detail line logged at info
+	drawn      bool      // a live line is on the screen
+	pending    []any     // the newest fields not yet logged
 }
 
 // newProgress returns the progress of work that logs to log and draws its
@@ -85,6 +86,22 @@ func (p *progress) update(status, msg string, fields []any, final bool) {
 		p.log.Info(msg, fields...)
 		p.last = now
 	}
+}
+
+// detail logs a line of detail about the work's progress (a cluster
+// iteration's timings and bytes) to log: at most one per --log-every at
+// info level, like the progress lines, and none under the live line;
+// every one at debug level (--log-level debug).
+func (p *progress) detail(log hclog.Logger, msg string, fields []any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if !p.live && (p.lastDetail.IsZero() || now.Sub(p.lastDetail) >= p.every) {
+		log.Info(msg, fields...)
+		p.lastDetail = now
+		return
+	}
+	log.Debug(msg, fields...)
 }
 
 // done ends the live line, so that what follows starts on a line of its

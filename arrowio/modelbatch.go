@@ -1,0 +1,134 @@
+package arrowio
+
+import (
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+
+	"github.com/emsf/emsf/factor"
+)
+
+// modelBlock is one block of a model table: its factor ("D" or "K", or
+// "Q" or "C", a stream of the smoothing rule), its index among that
+// factor's blocks, the action its rows carry (-1 for a shared factor) and
+// its number of rows.
+type modelBlock struct {
+	factor string
+	block  int
+	action int32
+	rows   int
+}
+
+// blocks lists the blocks of a model of shape s in the order of a model
+// file: all D blocks in block order, then all K blocks (n rows each),
+// then, when the model has a smoothing rule, for each action its Q stream
+// and, if the action stores counts, its C stream (rows of m values, the
+// row's state its index in the stream).
+func (s ModelShape) blocks() []modelBlock {
+	var bs []modelBlock
+	add := func(name string, count int, shared bool) {
+		for b := range count {
+			a := int32(b)
+			if shared {
+				a = -1
+			}
+			bs = append(bs, modelBlock{name, b, a, s.N})
+		}
+	}
+	add("D", factor.NumD(s.U, s.Tie), s.Tie == factor.TieSharedD)
+	add("K", factor.NumK(s.U, s.Tie), s.Tie == factor.TieSharedK)
+	for a, nnz := range s.SmoothNNZ {
+		bs = append(bs, modelBlock{"Q", a, int32(a), streamRows(s.N, s.M)})
+		if nnz > 0 {
+			bs = append(bs, modelBlock{"C", a, int32(a), streamRows(3*nnz, s.M)})
+		}
+	}
+	return bs
+}
+
+// modelBatchRows is the number of rows of a model file's record batches:
+// at most batchBytes of values, at least one row, at most n.
+func modelBatchRows(n, m, batchBytes int) int { return max(1, min(n, batchBytes/(8*m))) }
+
+// modelBatcher cuts the rows of a model's blocks into record batches as a
+// model file has them: per rows a batch, a block's last batch shorter, no
+// batch across blocks. Rows come in state order in pieces of any size
+// (add), so the batches, and the bytes of the file, do not depend on how
+// the rows arrive: a whole block (WriteModel) or the parts of a dataset
+// (AssembleModel).
+type modelBatcher struct {
+	rb     *array.RecordBuilder
+	m, per int
+	factor string
+	action int32
+	state  int32 // the state of the next row
+	rows   int   // rows in rb
+	write  func(arrow.Record) error
+}
+
+func newModelBatcher(sc *arrow.Schema, mem memory.Allocator, per int, write func(arrow.Record) error) *modelBatcher {
+	m := int(sc.Field(3).Type.(*arrow.FixedSizeListType).Len())
+	return &modelBatcher{rb: array.NewRecordBuilder(mem, sc), m: m, per: per, write: write}
+}
+
+func (b *modelBatcher) release() { b.rb.Release() }
+
+// start begins the rows of a block at state; the rows of the block before
+// must have been flushed.
+func (b *modelBatcher) start(factor string, action int32, state int) {
+	if b.rows != 0 {
+		panic("arrowio: modelBatcher.start with rows not flushed")
+	}
+	b.factor, b.action, b.state = factor, action, int32(state)
+}
+
+// add appends rows (m values each, row-major) and writes each batch that
+// fills up.
+func (b *modelBatcher) add(vals []float64) error {
+	if len(vals)%b.m != 0 {
+		panic("arrowio: modelBatcher.add of a partial row")
+	}
+	for len(vals) > 0 {
+		k := min(b.per-b.rows, len(vals)/b.m)
+		fb := b.rb.Field(0).(*array.StringBuilder)
+		ab := b.rb.Field(1).(*array.Int32Builder)
+		sb := b.rb.Field(2).(*array.Int32Builder)
+		lb := b.rb.Field(3).(*array.FixedSizeListBuilder)
+		if b.rows == 0 {
+			// Room for a whole batch at once: grown piece by piece, the
+			// buffers would be copied and thrown away again and again.
+			fb.Reserve(b.per)
+			fb.ReserveData(b.per * len(b.factor))
+			ab.Reserve(b.per)
+			sb.Reserve(b.per)
+			lb.Reserve(b.per)
+			lb.ValueBuilder().Reserve(b.per * b.m)
+		}
+		fb.Reserve(k)
+		ab.Reserve(k)
+		sb.Reserve(k)
+		for range k {
+			fb.Append(b.factor)
+			ab.UnsafeAppend(b.action)
+			sb.UnsafeAppend(b.state)
+			b.state++
+		}
+		appendRows(lb, vals[:k*b.m], k)
+		vals = vals[k*b.m:]
+		if b.rows += k; b.rows == b.per {
+			if err := b.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flush writes the rows held, if any, as one record batch.
+func (b *modelBatcher) flush() error {
+	if b.rows == 0 {
+		return nil
+	}
+	b.rows = 0
+	return flushRecord(b.rb, b.write)
+}
