@@ -48,7 +48,13 @@ const (
 	keySmoothKappa  = "emsf.smooth.kappa"
 	keySmoothDelta  = "emsf.smooth.delta"
 	keySmoothNNZ    = "emsf.smooth.nnz"
-	smoothRule      = "interpolation-v1"
+	// interpolation-v2 adds the rule's μ, discount d and ρ
+	// (factor.Smoothing); a rule without them is written as v1.
+	keySmoothMu       = "emsf.smooth.mu"
+	keySmoothDiscount = "emsf.smooth.discount"
+	keySmoothRho      = "emsf.smooth.rho"
+	smoothRule        = "interpolation-v1"
+	smoothRuleV2      = "interpolation-v2"
 	// modelBatchBytes bounds the values of one record batch.
 	modelBatchBytes = 16 << 20
 )
@@ -95,7 +101,7 @@ func modelSchema(mf *ModelFile) *arrow.Schema { return modelSchemaOf(mf, ShapeOf
 
 // modelSchemaOf is modelSchema for a model of shape s, which gives the
 // smoothing rule's count of counts per action: mf may be a header (no
-// factors; a rule's λ, κ and δ only, see headerFromMeta).
+// factors; a rule's λ, κ, δ (and μ, d, ρ) only, see headerFromMeta).
 func modelSchemaOf(mf *ModelFile, s ModelShape) *arrow.Schema {
 	md := mf.Model
 	var mw metaWriter
@@ -114,7 +120,14 @@ func modelSchemaOf(mf *ModelFile, s ModelShape) *arrow.Schema {
 	}
 	if s.SmoothNNZ != nil {
 		sm := md.Smoothing
-		mw.set(keySmooth, smoothRule)
+		if sm.Mu != nil || sm.Discount != nil || sm.Rho != nil {
+			mw.set(keySmooth, smoothRuleV2)
+			mw.set(keySmoothMu, floatList(orZeros(sm.Mu, md.U)))
+			mw.set(keySmoothDiscount, floatList(orZeros(sm.Discount, md.U)))
+			mw.set(keySmoothRho, floatList(orZeros(sm.Rho, md.U)))
+		} else {
+			mw.set(keySmooth, smoothRule)
+		}
 		mw.set(keySmoothLambda, floatList(sm.Lambda))
 		mw.set(keySmoothKappa, floatList(sm.Kappa))
 		mw.set(keySmoothDelta, floatList(sm.Delta))
@@ -195,6 +208,14 @@ func smoothNNZ(sm *factor.Smoothing, u int) []int {
 		sm.Counts.Entries(func(a, _, _ int, _ float64) { nnz[a]++ })
 	}
 	return nnz
+}
+
+// orZeros returns xs, or u zeros for a nil xs.
+func orZeros(xs []float64, u int) []float64 {
+	if xs == nil {
+		return make([]float64, u)
+	}
+	return xs
 }
 
 func floatList(xs []float64) string {
@@ -366,10 +387,12 @@ type modelReader struct {
 	// The smoothing rule's metadata, when the file has one.
 	smooth               bool
 	lambda, kappa, delta []float64
-	nnz                  []int
-	streams              map[string][][]float64
-	got                  []map[int]bool
-	gotIdx               map[string]int
+	// mu, discount and rho: nil for an interpolation-v1 rule.
+	mu, discount, rho []float64
+	nnz               []int
+	streams           map[string][][]float64
+	got               []map[int]bool
+	gotIdx            map[string]int
 }
 
 func (r *modelReader) release() {
@@ -543,8 +566,13 @@ func (r *modelReader) smoothMeta(md arrow.Metadata) error {
 	if i < 0 {
 		return nil
 	}
-	if v := md.Values()[i]; v != smoothRule {
-		return fmt.Errorf("schema metadata %s = %q: unknown smoothing rule (want %s)", keySmooth, v, smoothRule)
+	v2 := false
+	switch v := md.Values()[i]; v {
+	case smoothRule:
+	case smoothRuleV2:
+		v2 = true
+	default:
+		return fmt.Errorf("schema metadata %s = %q: unknown smoothing rule (want %s or %s)", keySmooth, v, smoothRule, smoothRuleV2)
 	}
 	r.smooth = true
 	get := func(key string) ([]string, error) {
@@ -558,10 +586,26 @@ func (r *modelReader) smoothMeta(md arrow.Metadata) error {
 		}
 		return parts, nil
 	}
-	for _, f := range []struct {
+	fields := []struct {
 		key string
 		dst *[]float64
-	}{{keySmoothLambda, &r.lambda}, {keySmoothKappa, &r.kappa}, {keySmoothDelta, &r.delta}} {
+	}{{keySmoothLambda, &r.lambda}, {keySmoothKappa, &r.kappa}, {keySmoothDelta, &r.delta}}
+	if !v2 {
+		// An interpolation-v1 reader would ignore them: the file would
+		// predict otherwise than its writer meant.
+		for _, k := range []string{keySmoothMu, keySmoothDiscount, keySmoothRho} {
+			if md.FindKey(k) >= 0 {
+				return fmt.Errorf("schema metadata %s with %s = %s: the parameter belongs to %s", k, keySmooth, smoothRule, smoothRuleV2)
+			}
+		}
+	} else {
+		r.mu, r.discount, r.rho = []float64{}, []float64{}, []float64{}
+		fields = append(fields, []struct {
+			key string
+			dst *[]float64
+		}{{keySmoothMu, &r.mu}, {keySmoothDiscount, &r.discount}, {keySmoothRho, &r.rho}}...)
+	}
+	for _, f := range fields {
 		parts, err := get(f.key)
 		if err != nil {
 			return err
@@ -628,17 +672,18 @@ func (r *modelReader) streamRow(f string, a, s int, vals []float64) error {
 // smoothing builds the rule from the streams (every row present: the
 // row count matched and none repeated).
 func (r *modelReader) smoothing() (*factor.Smoothing, error) {
-	return newSmoothing(r.n, r.u, &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta},
-		r.nnz, r.streams["Q"], r.streams["C"])
+	return newSmoothing(r.n, r.u, &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta,
+		Mu: r.mu, Discount: r.discount, Rho: r.rho}, r.nnz, r.streams["Q"], r.streams["C"])
 }
 
 // newSmoothing builds and validates a smoothing rule of a model with n
-// states and u actions from its metadata, λ κ δ (the fields of meta) and
-// the count of counts per action, and its streams: q[a] holds q^a and
-// then padding, c[a] the 3·nnz[a] values of action a's count triples and
-// then padding (nil when nnz[a] is 0).
+// states and u actions from its metadata, λ κ δ and (interpolation-v2)
+// μ d ρ (the fields of meta) and the count of counts per action, and its
+// streams: q[a] holds q^a and then padding, c[a] the 3·nnz[a] values of
+// action a's count triples and then padding (nil when nnz[a] is 0).
 func newSmoothing(n, u int, meta *factor.Smoothing, nnz []int, q, c [][]float64) (*factor.Smoothing, error) {
-	sm := &factor.Smoothing{Lambda: meta.Lambda, Kappa: meta.Kappa, Delta: meta.Delta, Q: make([][]float64, u)}
+	sm := &factor.Smoothing{Lambda: meta.Lambda, Kappa: meta.Kappa, Delta: meta.Delta,
+		Mu: meta.Mu, Discount: meta.Discount, Rho: meta.Rho, Q: make([][]float64, u)}
 	var es []factor.CountEntry
 	for a := range u {
 		sm.Q[a] = q[a][:n]
@@ -657,7 +702,7 @@ func newSmoothing(n, u int, meta *factor.Smoothing, nnz []int, q, c [][]float64)
 		}
 		sm.Counts = cnt
 	}
-	if err := sm.Validate(n, u); err != nil {
+	if err := sm.Prepare(n, u); err != nil {
 		return nil, err
 	}
 	return sm, nil

@@ -2,6 +2,7 @@ package arrowio
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -397,40 +398,217 @@ func TestReadModelParquetNoSchema(t *testing.T) {
 	sameModelFile(t, got, mf)
 }
 
-// TestModelSmoothingRoundTrip: a model with a smoothing rule (λ, κ, δ,
-// q and counts) reads back with the same rule and predictions, in both
-// formats, for m = 1 (streams of one value a row) and m = 4.
+// TestModelSmoothingRoundTrip: a model with a smoothing rule (its
+// parameters, q and counts) reads back with the same rule and
+// predictions, in both formats, for m = 1 (streams of one value a row)
+// and m = 4, for a Dirichlet rule (interpolation-v1) and one with
+// discounts, μ and ρ (interpolation-v2).
 func TestModelSmoothingRoundTrip(t *testing.T) {
-	for _, m := range []int{1, 4} {
-		for _, format := range []string{ModelArrow, ModelParquet} {
-			md := factor.NewRandom(9, m, 2, factor.TieSharedK, 3)
-			blocks := factor.RandomCounts(9, 2, 2, 3, 4)
-			sm, err := factor.NewSmoothing(9, 2, blocks, []float64{0.2, 0.5}, []float64{3, math.Inf(1)}, []float64{0.5, math.Inf(1)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			md.Smoothing = sm
-			path := filepath.Join(t.TempDir(), "m."+format)
-			if err := WriteModel(path, &ModelFile{Model: md}, format); err != nil {
-				t.Fatal(err)
-			}
-			mf, err := ReadModel(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := mf.Model
-			if got.Smoothing == nil || !got.Equal(md) {
-				t.Fatalf("m=%d %s: smoothing or factors lost", m, format)
-			}
-			for a := range 2 {
-				for i := range 9 {
-					for j := range 9 {
-						if p, q := got.Prob(a, i, j), md.Prob(a, i, j); p != q {
-							t.Fatalf("m=%d %s: P̃^%d[%d,%d] = %v, written %v", m, format, a, i, j, p, q)
+	rules := map[string][]factor.RuleParams{
+		smoothRule: {{Lambda: 0.2, Kappa: 3, Delta: 0.5}, {Lambda: 0.5, Kappa: math.Inf(1), Delta: math.Inf(1)}},
+		smoothRuleV2: {{Lambda: 0.2, Kappa: 3, Delta: 0.5, Mu: 0.1, Discount: 0.75, Rho: 0.5},
+			{Lambda: 0.5, Kappa: 0, Delta: 2, Mu: 0.3, Discount: 0.4, Rho: 1}},
+	}
+	for _, version := range []string{smoothRule, smoothRuleV2} {
+		for _, m := range []int{1, 4} {
+			for _, format := range []string{ModelArrow, ModelParquet} {
+				md := factor.NewRandom(9, m, 2, factor.TieSharedK, 3)
+				blocks := factor.RandomCounts(9, 2, 2, 3, 4)
+				sm, err := factor.NewSmoothing(9, 2, blocks, rules[version])
+				if err != nil {
+					t.Fatal(err)
+				}
+				md.Smoothing = sm
+				path := filepath.Join(t.TempDir(), "m."+format)
+				if err := WriteModel(path, &ModelFile{Model: md}, format); err != nil {
+					t.Fatal(err)
+				}
+				mf, err := ReadModel(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := mf.Model
+				if got.Smoothing == nil || !got.Equal(md) {
+					t.Fatalf("%s m=%d %s: smoothing or factors lost", version, m, format)
+				}
+				for a := range 2 {
+					if p := got.Smoothing.Params(a); p != rules[version][a] {
+						t.Fatalf("%s m=%d %s: action %d reads back as %+v, written %+v", version, m, format, a, p, rules[version][a])
+					}
+					for i := range 9 {
+						for j := range 9 {
+							if p, q := got.Prob(a, i, j), md.Prob(a, i, j); p != q {
+								t.Fatalf("%s m=%d %s: P̃^%d[%d,%d] = %v, written %v", version, m, format, a, i, j, p, q)
+							}
 						}
 					}
 				}
 			}
 		}
+	}
+}
+
+// TestModelSmoothingV1File: a file written before interpolation-v2
+// (testdata/model-smooth-v1.arrow, written by the code of commit 3ad4bbb:
+// factor.NewRandom(9, 2, 2, TieSharedK, 3), the rule of
+// factor.RandomCounts(9, 2, 2, 3, 4) with λ = (0.2, 0.5), κ = (3, 0.3),
+// δ = (½, +Inf)) reads as a rule without μ, d and ρ and predicts every
+// entry bitwise as that code did (testdata/model-smooth-v1.probs), and
+// writes back as interpolation-v1.
+func TestModelSmoothingV1File(t *testing.T) {
+	mf, err := ReadModel(filepath.Join("testdata", "model-smooth-v1.arrow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := mf.Model.Smoothing
+	if sm == nil || sm.Mu != nil || sm.Discount != nil || sm.Rho != nil {
+		t.Fatalf("smoothing %+v: want a rule without μ, d and ρ", sm)
+	}
+	raw, err := os.ReadFile(filepath.Join("testdata", "model-smooth-v1.probs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		var a, i, j int
+		var bits uint64
+		if _, err := fmt.Sscanf(line, "%d %d %d %x", &a, &i, &j, &bits); err != nil {
+			t.Fatalf("probs line %q: %v", line, err)
+		}
+		if p := mf.Model.Prob(a, i, j); math.Float64bits(p) != bits {
+			t.Fatalf("P̃^%d[%d,%d] = %v, the old code predicted %v", a, i, j, p, math.Float64frombits(bits))
+		}
+		checked++
+	}
+	if checked != 2*9*9 {
+		t.Fatalf("checked %d entries, want %d", checked, 2*9*9)
+	}
+	path := filepath.Join(t.TempDir(), "m.arrow")
+	if err := WriteModel(path, mf, ModelArrow); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := fileSchema(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := sc.Metadata().GetValue(keySmooth); v != smoothRule {
+		t.Fatalf("rewritten as %s = %q, want %s", keySmooth, v, smoothRule)
+	}
+	if sc.Metadata().FindKey(keySmoothMu) >= 0 {
+		t.Fatalf("rewritten v1 file has %s", keySmoothMu)
+	}
+}
+
+// fileSchema returns the schema of the Arrow file at path.
+func fileSchema(path string) (*arrow.Schema, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := ipc.NewFileReader(f)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.Schema(), nil
+}
+
+// rewriteMeta copies the Arrow model file at path with its schema
+// metadata changed by edit (a map of key to value; "" deletes a key).
+func rewriteMeta(t *testing.T, path string, edit map[string]string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := ipc.NewFileReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	old := r.Schema().Metadata()
+	var keys, vals []string
+	for k, key := range old.Keys() {
+		if v, ok := edit[key]; ok {
+			if v != "" {
+				keys, vals = append(keys, key), append(vals, v)
+			}
+			continue
+		}
+		keys, vals = append(keys, key), append(vals, old.Values()[k])
+	}
+	for key, v := range edit {
+		if old.FindKey(key) < 0 && v != "" {
+			keys, vals = append(keys, key), append(vals, v)
+		}
+	}
+	meta := arrow.NewMetadata(keys, vals)
+	sc := arrow.NewSchema(r.Schema().Fields(), &meta)
+	var buf bytes.Buffer
+	err = writeIPCFile(&buf, sc, memory.NewGoAllocator(), func(write func(arrow.Record) error) error {
+		for k := range r.NumRecords() {
+			rec, err := r.Record(k)
+			if err != nil {
+				return err
+			}
+			out := array.NewRecord(sc, rec.Columns(), rec.NumRows())
+			err = write(out)
+			out.Release()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeFile(t, "edited.arrow", buf.Bytes())
+}
+
+// TestReadModelSmoothingBad: metadata of a rule that is missing, out of
+// range or of another version gets one error naming the key or value.
+func TestReadModelSmoothingBad(t *testing.T) {
+	md := factor.NewRandom(9, 2, 2, factor.TieNone, 3)
+	sm, err := factor.NewSmoothing(9, 2, factor.RandomCounts(9, 2, 2, 3, 4), []factor.RuleParams{
+		{Lambda: 0.2, Kappa: 3, Delta: 0.5, Mu: 0.1, Discount: 0.75, Rho: 0.5}, {Lambda: 0.5, Kappa: 1, Delta: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md.Smoothing = sm
+	path := filepath.Join(t.TempDir(), "m.arrow")
+	if err := WriteModel(path, &ModelFile{Model: md}, ModelArrow); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadModel(rewriteMeta(t, path, nil)); err != nil {
+		t.Fatalf("unchanged copy: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit map[string]string
+		msg  string
+	}{
+		{"no rho", map[string]string{keySmoothRho: ""}, "lacks emsf.smooth.rho"},
+		{"short discount", map[string]string{keySmoothDiscount: "0.5"}, "emsf.smooth.discount holds 1 values, want one per action (2)"},
+		{"mu not a number", map[string]string{keySmoothMu: "0.1,x"}, `emsf.smooth.mu: "x" is not a number`},
+		{"mu above 1", map[string]string{keySmoothMu: "1.5,0"}, "μ of action 0 is 1.5"},
+		{"negative discount", map[string]string{keySmoothDiscount: "0.75,-1"}, "discount d of action 1 is -1"},
+		{"infinite discount", map[string]string{keySmoothDiscount: "+Inf,0"}, "discount d of action 0 is +Inf"},
+		{"rho above 1", map[string]string{keySmoothRho: "0.5,2"}, "ρ of action 1 is 2"},
+		{"v1 with mu", map[string]string{keySmooth: smoothRule}, "emsf.smooth.mu with emsf.smooth = interpolation-v1"},
+		{"unknown rule", map[string]string{keySmooth: "interpolation-v3"}, `"interpolation-v3": unknown smoothing rule`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := rewriteMeta(t, path, tc.edit)
+			_, err := ReadModel(bad)
+			if err == nil || !strings.Contains(err.Error(), tc.msg) || !strings.Contains(err.Error(), "arrowio: read model "+bad+": ") {
+				t.Errorf("got %v, want an error naming the file with %q", err, tc.msg)
+			}
+		})
 	}
 }

@@ -361,7 +361,7 @@ func WriteModelPart(ctx context.Context, sink PartSink, s ModelShape, spec PartS
 
 // CommitModelDataset writes the manifest of a dataset into sink, which
 // makes the dataset exist: mf gives the model's metadata (its Model's
-// shape and scalars, and its Smoothing, whose λ κ δ and Counts give the
+// shape and scalars, and its Smoothing, whose λ κ δ (μ d ρ) and Counts give the
 // rule's metadata; D, KT and the rule's Q are not read and may be nil),
 // parts the lines of every part, in any order. They must cover the rows
 // of every block (ModelShape.blocks) exactly once. The manifest is
@@ -501,7 +501,7 @@ func ReadModelManifest(ctx context.Context, src PartSource) (*ModelManifest, err
 
 // Header returns the model's metadata: a ModelFile whose Model has the
 // shape and scalars (iteration, loglik, WKL, seed) and no factors; with
-// a smoothing rule, its Smoothing holds the rule's λ, κ and δ only (Q and
+// a smoothing rule, its Smoothing holds the rule's λ, κ and δ (and μ, d, ρ) only (Q and
 // the counts are in the parts).
 func (man *ModelManifest) Header() (*ModelFile, error) {
 	hdr, _, err := parseModelMeta(man.Metadata)
@@ -526,7 +526,7 @@ func parseModelMeta(meta map[string]string) (*ModelFile, ModelShape, error) {
 
 // headerFromMeta reads a model's metadata as a model file's reader does:
 // the header (a ModelFile with no factors; with a smoothing rule, a
-// Smoothing with its λ, κ and δ only) and the model's shape.
+// Smoothing with its λ, κ and δ (and μ, d, ρ) only) and the model's shape.
 func headerFromMeta(kv arrow.Metadata) (*ModelFile, ModelShape, error) {
 	var r modelReader
 	if err := r.meta(kv); err != nil {
@@ -536,7 +536,7 @@ func headerFromMeta(kv arrow.Metadata) (*ModelFile, ModelShape, error) {
 	hdr.Model.N, hdr.Model.M, hdr.Model.U, hdr.Model.Tie = r.n, r.m, r.u, r.tie
 	s := ModelShape{N: r.n, M: r.m, U: r.u, Tie: r.tie}
 	if r.smooth {
-		hdr.Model.Smoothing = &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta}
+		hdr.Model.Smoothing = &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta, Mu: r.mu, Discount: r.discount, Rho: r.rho}
 		s.SmoothNNZ = r.nnz
 	}
 	return &hdr, s, nil

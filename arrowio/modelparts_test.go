@@ -66,7 +66,8 @@ func writeParts(t *testing.T, rng *rand.Rand, dir string, mf *ModelFile, format 
 	hdr := *mf
 	hdr.Model = &factor.Model{N: md.N, M: md.M, U: md.U, Tie: md.Tie, Iteration: md.Iteration, LogLik: md.LogLik, WKL: md.WKL, Seed: md.Seed}
 	if sm := md.Smoothing; sm != nil {
-		hdr.Model.Smoothing = &factor.Smoothing{Lambda: sm.Lambda, Kappa: sm.Kappa, Delta: sm.Delta, Counts: sm.Counts}
+		hdr.Model.Smoothing = &factor.Smoothing{Lambda: sm.Lambda, Kappa: sm.Kappa, Delta: sm.Delta,
+			Mu: sm.Mu, Discount: sm.Discount, Rho: sm.Rho, Counts: sm.Counts}
 	}
 	man, err := CommitModelDataset(ctx, sink, &hdr, lines)
 	if err != nil {
@@ -76,7 +77,7 @@ func writeParts(t *testing.T, rng *rand.Rand, dir string, mf *ModelFile, format 
 }
 
 // withRule gives md a smoothing rule made from random counts: with counts
-// stored (κ finite for action 0) for every action but the last, which
+// stored (κ finite, and d, μ and ρ, for action 0) for every action but the last, which
 // then has no C stream, or, without counts, a background rule (every κ
 // +Inf: no C streams at all).
 func withRule(t *testing.T, md *factor.Model, counts bool, seed uint64) {
@@ -85,17 +86,18 @@ func withRule(t *testing.T, md *factor.Model, counts bool, seed uint64) {
 	if md.U > 1 {
 		blocks = slices.DeleteFunc(blocks, func(b *factor.Block) bool { return b.Action == md.U-1 })
 	}
-	lambda, kappa, delta := make([]float64, md.U), make([]float64, md.U), make([]float64, md.U)
+	rules := make([]factor.RuleParams, md.U)
 	for a := range md.U {
-		lambda[a], kappa[a], delta[a] = 0.1+0.2*float64(a%3), math.Inf(1), 0.5
+		rules[a] = factor.RuleParams{Lambda: 0.1 + 0.2*float64(a%3), Kappa: math.Inf(1), Delta: 0.5}
 	}
 	if counts {
-		kappa[0] = 2.5
+		// Action 0 with discount, μ and ρ: an interpolation-v2 rule.
+		rules[0].Kappa, rules[0].Mu, rules[0].Discount, rules[0].Rho = 2.5, 0.1, 0.5, 0.5
 	}
 	if md.U > 1 {
-		delta[1] = math.Inf(1)
+		rules[1].Delta = math.Inf(1)
 	}
-	sm, err := factor.NewSmoothing(md.N, md.U, blocks, lambda, kappa, delta)
+	sm, err := factor.NewSmoothing(md.N, md.U, blocks, rules)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,22 +9,35 @@ import (
 // Smoothing is the predictive rule of a model: what it says about a
 // transition beyond its factors. For action a, state i and next state j
 //
-//	P̃^a_ij = w_i·c_ij/x_i + (1 − w_i)·[(1 − λ_a)·(D^a K^a)_ij + λ_a·q^a_j],
-//	w_i = x_i/(x_i + κ_a)   (0 when κ_a = +Inf or x_i = 0),
+//	P̃^a_ij = f_i·(c_ij − d_a)₊ + b_i·B^a_ij,
+//	B^a_ij = (1 − λ_a)·(D^a K^a)_ij + λ_a·q^a_j,
+//	f_i = (1 − μ_a)/(x_i + κ_a),
+//	b_i = (1 − μ_a)·(κ_a + m_i)/(x_i + κ_a) + μ_a,   m_i = Σ_j min(c_ij, d_a),
 //
-// where c and x = Σ_j c_ij are the training counts of action a, q^a the
-// next-state frequencies of action a smoothed with δ_a counts per state
-// (q^a_j = (N^a_j + δ_a)/(N^a + n·δ_a) > 0; δ_a = +Inf: uniform), λ_a ∈ [0, 1] the weight of
-// that background and κ_a > 0 the weight of the low-rank backoff
-// against a row's own counts (MacKay & Peto's hierarchical Dirichlet
-// rule: a row with many counts keeps its frequencies, a rare row gets the
-// backoff, a row never seen gets it whole). See the package doc, "The
-// predictive rule", for why this rule, how λ and κ are chosen and what it
+// and P̃^a_ij = B^a_ij for a row without counts (x_i = 0) or κ_a = +Inf,
+// where c and x = Σ_j c_ij are the training counts of action a. Each
+// row of P̃ sums to 1. The backoff B mixes the factorization with q^a,
+// the next-state frequencies of action a smoothed with δ_a counts per
+// state, interpolated (weight ρ_a) with the Kneser–Ney continuation
+// frequencies, the number of distinct states each next state follows
+// (NewQRule; δ_a = +Inf: uniform). A row's own counts are discounted by
+// d_a each (absolute discounting, Ney, Essen & Kneser 1994) and the
+// discounted mass plus κ_a pseudo-counts go to the backoff (the
+// hierarchical Pitman–Yor / Dirichlet rule of Teh 2006 and MacKay &
+// Peto 1995), then μ_a more of the row is moved to the backoff
+// (Jelinek–Mercer). Special cases: d = μ = 0 is the Dirichlet rule
+// w_i = x_i/(x_i+κ) of interpolation-v1; κ = d = 0, λ = 1, ρ = 0 is
+// Jelinek–Mercer counting (JM) with weight μ; d = μ = 0, λ = 1, δ = +Inf
+// is add-β counting with β = κ/n. See the package doc, "The predictive
+// rule", for why this rule, how its parameters are chosen and what it
 // measured.
 type Smoothing struct {
 	// Lambda, Kappa and Delta are λ_a, κ_a and δ_a, one per action
 	// (Delta only says how Q was made).
 	Lambda, Kappa, Delta []float64
+	// Mu, Discount and Rho are μ_a, d_a and ρ_a, one per action, or nil
+	// for 0 (Rho only says how Q was made).
+	Mu, Discount, Rho []float64
 	// Q holds q^a, one n-vector per action, each summing to 1 with every
 	// entry > 0.
 	Q [][]float64
@@ -32,6 +45,8 @@ type Smoothing struct {
 	// every κ_a is +Inf (the rule is then a stochastic factorization of
 	// order m+1: D̃_i = [(1−λ)D_i, λ], K̃ = [K; q]).
 	Counts *CNT
+	// mass[a][i] is m_i of action a (Prepare); nil: summed per call.
+	mass [][]float64
 }
 
 // QHalf is the pseudo-count of every next state in q^a (Jeffreys' ½):
@@ -66,19 +81,67 @@ func NewQDelta(n, u int, blocks []*Block, delta []float64) [][]float64 {
 		}
 	}
 	for a, qa := range q {
-		d := delta[a]
-		if math.IsInf(d, 1) {
-			for j := range qa {
-				qa[j] = 1 / float64(n)
-			}
+		smoothFreq(qa, tot[a], delta[a])
+	}
+	return q
+}
+
+// smoothFreq turns the counts f (total tot) into (f_j + δ)/(tot + n·δ)
+// in place; δ = +Inf gives 1/n.
+func smoothFreq(f []float64, tot, delta float64) {
+	n := len(f)
+	if math.IsInf(delta, 1) {
+		for j := range f {
+			f[j] = 1 / float64(n)
+		}
+		return
+	}
+	den := tot + delta*float64(n)
+	for j := range f {
+		f[j] = (f[j] + delta) / den
+	}
+}
+
+// NewQRule is NewQDelta interpolated, per action, with the Kneser–Ney
+// continuation frequencies of cnt (the counts of blocks):
+//
+//	q^a_j = (1 − ρ_a)·(N^a_j + δ_a)/(N^a + n·δ_a) + ρ_a·(T^a_j + δ_a)/(T^a + n·δ_a),
+//
+// with T^a_j the number of distinct states j follows under action a
+// and T^a = Σ_j T^a_j. rho may be nil (0); cnt is needed only where
+// some ρ_a > 0.
+func NewQRule(n, u int, blocks []*Block, cnt *CNT, delta, rho []float64) [][]float64 {
+	q := NewQDelta(n, u, blocks, delta)
+	for a := range u {
+		r := ruleAt(rho, a)
+		if r == 0 || math.IsInf(delta[a], 1) {
 			continue
 		}
-		den := tot[a] + d*float64(n)
-		for j := range qa {
-			qa[j] = (qa[j] + d) / den
+		t, tot := cnt.continuation(a)
+		smoothFreq(t, tot, delta[a])
+		for j, v := range t {
+			q[a][j] = float64((1-r)*q[a][j]) + float64(r*v)
 		}
 	}
 	return q
+}
+
+// continuation returns T^a_j, the number of distinct rows with a count
+// of next state j under action a, and their sum.
+func (e *CNT) continuation(a int) ([]float64, float64) {
+	t := make([]float64, e.n)
+	for _, j := range e.cols[a] {
+		t[j]++
+	}
+	return t, float64(len(e.cols[a]))
+}
+
+// ruleAt returns xs[a], or 0 for a nil xs.
+func ruleAt(xs []float64, a int) float64 {
+	if xs == nil {
+		return 0
+	}
+	return xs[a]
 }
 
 // Validate checks the rule against a model of n states and u actions.
@@ -86,15 +149,32 @@ func (s *Smoothing) Validate(n, u int) error {
 	if len(s.Lambda) != u || len(s.Kappa) != u || len(s.Delta) != u || len(s.Q) != u {
 		return fmt.Errorf("factor: smoothing has %d λ, %d κ, %d δ and %d q, want one per action (%d)", len(s.Lambda), len(s.Kappa), len(s.Delta), len(s.Q), u)
 	}
+	for _, opt := range []struct {
+		name string
+		xs   []float64
+	}{{"μ", s.Mu}, {"d", s.Discount}, {"ρ", s.Rho}} {
+		if opt.xs != nil && len(opt.xs) != u {
+			return fmt.Errorf("factor: smoothing has %d %s, want one per action (%d) or none", len(opt.xs), opt.name, u)
+		}
+	}
 	for a := range u {
 		if l := s.Lambda[a]; !(l >= 0 && l <= 1) {
 			return fmt.Errorf("factor: smoothing λ of action %d is %v, want a weight in [0, 1]", a, l)
 		}
-		if k := s.Kappa[a]; !(k > 0) {
-			return fmt.Errorf("factor: smoothing κ of action %d is %v, want > 0 (+Inf: no counts)", a, k)
+		if k := s.Kappa[a]; !(k >= 0) {
+			return fmt.Errorf("factor: smoothing κ of action %d is %v, want >= 0 (+Inf: no counts)", a, k)
 		}
 		if d := s.Delta[a]; !(d > 0) {
 			return fmt.Errorf("factor: smoothing δ of action %d is %v, want > 0 (+Inf: uniform q)", a, d)
+		}
+		if mu := ruleAt(s.Mu, a); !(mu >= 0 && mu <= 1) {
+			return fmt.Errorf("factor: smoothing μ of action %d is %v, want a weight in [0, 1]", a, mu)
+		}
+		if d := ruleAt(s.Discount, a); !(d >= 0) || math.IsInf(d, 1) {
+			return fmt.Errorf("factor: smoothing discount d of action %d is %v, want finite and >= 0", a, d)
+		}
+		if r := ruleAt(s.Rho, a); !(r >= 0 && r <= 1) {
+			return fmt.Errorf("factor: smoothing ρ of action %d is %v, want a weight in [0, 1]", a, r)
 		}
 		if !math.IsInf(s.Kappa[a], 1) && s.Counts == nil {
 			return fmt.Errorf("factor: smoothing κ of action %d is %v but the rule has no counts", a, s.Kappa[a])
@@ -119,13 +199,48 @@ func (s *Smoothing) Validate(n, u int) error {
 	return nil
 }
 
-// Clone returns a deep copy (the counts, never written after they are
-// made, are shared).
+// Prepare validates the rule (Validate) and computes each row's
+// discounted mass m_i once, so that NextRow and Prob need not sum it.
+// NewSmoothing and the model reader call it; a rule built field by field
+// works without it, summing m_i per call.
+func (s *Smoothing) Prepare(n, u int) error {
+	if err := s.Validate(n, u); err != nil {
+		return err
+	}
+	s.mass = nil
+	if s.Counts == nil || s.Discount == nil {
+		return nil
+	}
+	s.mass = make([][]float64, u)
+	for a := range u {
+		if d := s.Discount[a]; d > 0 && !math.IsInf(s.Kappa[a], 1) {
+			s.mass[a] = make([]float64, n)
+			for i := range n {
+				s.mass[a][i] = s.Counts.discounted(a, i, d)
+			}
+		}
+	}
+	return nil
+}
+
+// discounted returns Σ_j min(C^a_ij, d) over row i of action a.
+func (e *CNT) discounted(a, i int, d float64) float64 {
+	_, cnt := e.rowNZ(a, i)
+	m := 0.0
+	for _, c := range cnt {
+		m += min(c, d)
+	}
+	return m
+}
+
+// Clone returns a deep copy (the counts and per-row sums, never written
+// after they are made, are shared).
 func (s *Smoothing) Clone() *Smoothing {
 	if s == nil {
 		return nil
 	}
-	c := &Smoothing{Lambda: slices.Clone(s.Lambda), Kappa: slices.Clone(s.Kappa), Delta: slices.Clone(s.Delta), Counts: s.Counts}
+	c := &Smoothing{Lambda: slices.Clone(s.Lambda), Kappa: slices.Clone(s.Kappa), Delta: slices.Clone(s.Delta),
+		Mu: slices.Clone(s.Mu), Discount: slices.Clone(s.Discount), Rho: slices.Clone(s.Rho), Counts: s.Counts, mass: s.mass}
 	c.Q = make([][]float64, len(s.Q))
 	for a, q := range s.Q {
 		c.Q[a] = slices.Clone(q)
@@ -133,32 +248,53 @@ func (s *Smoothing) Clone() *Smoothing {
 	return c
 }
 
-// weights returns the rule's weights for row i of action a: wc on the
-// row's frequencies c_ij/x_i (x its total), wf on (D K)_ij and wq on
-// q_j; wc + wf + wq = 1.
-func (s *Smoothing) weights(a, i int) (wc, wf, wq, x float64) {
+// Params returns the rule's parameters for action a.
+func (s *Smoothing) Params(a int) RuleParams {
+	return RuleParams{Lambda: s.Lambda[a], Kappa: s.Kappa[a], Delta: s.Delta[a],
+		Mu: ruleAt(s.Mu, a), Discount: ruleAt(s.Discount, a), Rho: ruleAt(s.Rho, a)}
+}
+
+// weights returns the rule's weights for row i of action a: f and d of
+// the counted term f·(c_ij − d)₊, wf on (D K)_ij and wq on q_j.
+func (s *Smoothing) weights(a, i int) (f, d, wf, wq float64) {
 	lambda, kappa := s.Lambda[a], s.Kappa[a]
+	b := 1.0
 	if s.Counts != nil && !math.IsInf(kappa, 1) {
-		x = s.Counts.RowTotal(a, i)
-		if x > 0 {
-			wc = x / (x + kappa)
+		if x := s.Counts.RowTotal(a, i); x > 0 {
+			mu := ruleAt(s.Mu, a)
+			d = ruleAt(s.Discount, a)
+			if mu == 0 && d == 0 {
+				// The Dirichlet rule w = x/(x+κ), in interpolation-v1's
+				// arithmetic (its files predict bitwise as before).
+				wc := x / (x + kappa)
+				f, b = wc/x, 1-wc
+			} else {
+				var m float64
+				if s.mass != nil && s.mass[a] != nil {
+					m = s.mass[a][i]
+				} else if d > 0 {
+					m = s.Counts.discounted(a, i, d)
+				}
+				den := x + kappa
+				f = (1 - mu) / den
+				b = float64((1-mu)*(kappa+m)/den) + mu
+			}
 		}
 	}
-	rest := 1 - wc
-	return wc, rest * (1 - lambda), rest * lambda, x
+	return f, d, b * (1 - lambda), b * lambda
 }
 
 // RowWeights returns, for row i of action a, the weights of the rule's
-// three terms: wc on the row's own frequencies c_ij/x_i, wf on (D K)_ij
-// and wq on q^a_j (they sum to 1; a model without smoothing has wf = 1).
-// With them a consumer computes any entry, or the top k of a row, as an
-// inner product: see the package doc, "The predictive rule".
-func (md *Model) RowWeights(a, i int) (wc, wf, wq float64) {
+// terms: its counted next states add f·(c_ij − d)₊, and every next
+// state gets wf·(D K)_ij + wq·q^a_j (a model without smoothing has
+// f = 0, wf = 1). With them a consumer computes any entry, or the top k
+// of a row, as an inner product: see the package doc, "The predictive
+// rule".
+func (md *Model) RowWeights(a, i int) (f, d, wf, wq float64) {
 	if md.Smoothing == nil {
-		return 0, 1, 0
+		return 0, 0, 1, 0
 	}
-	wc, wf, wq, _ = md.Smoothing.weights(a, i)
-	return wc, wf, wq
+	return md.Smoothing.weights(a, i)
 }
 
 // NextRow sets dst[j] to the model's predictive probability of next
@@ -175,16 +311,15 @@ func (md *Model) NextRow(a, i int, dst []float64) {
 	if s == nil {
 		return
 	}
-	wc, wf, wq, x := s.weights(a, i)
+	f, d, wf, wq := s.weights(a, i)
 	q := s.Q[a]
 	for j, v := range dst {
 		dst[j] = float64(wf*v) + float64(wq*q[j])
 	}
-	if wc > 0 {
+	if f > 0 {
 		cols, cnt := s.Counts.rowNZ(a, i)
-		f := wc / x
 		for k, j := range cols {
-			dst[j] += float64(f * cnt[k])
+			dst[j] += float64(f * max(cnt[k]-d, 0))
 		}
 	}
 }
@@ -198,10 +333,10 @@ func (md *Model) Prob(a, i, j int) float64 {
 	if s == nil {
 		return g
 	}
-	wc, wf, wq, x := s.weights(a, i)
+	f, d, wf, wq := s.weights(a, i)
 	p := float64(wf*g) + float64(wq*s.Q[a][j])
-	if wc > 0 {
-		p += float64(wc / x * s.Counts.count(a, i, j))
+	if f > 0 {
+		p += float64(f * max(s.Counts.count(a, i, j)-d, 0))
 	}
 	return p
 }

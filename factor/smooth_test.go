@@ -2,8 +2,10 @@ package factor
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -44,8 +46,8 @@ func TestSmoothingHandComputed(t *testing.T) {
 			}
 		}
 	}
-	if wc, wf, wq := md.RowWeights(0, 0); wc != 0.5 || math.Abs(wf-0.4) > 1e-15 || math.Abs(wq-0.1) > 1e-15 {
-		t.Errorf("weights of row 0: %v %v %v, want .5 .4 .1", wc, wf, wq)
+	if f, d, wf, wq := md.RowWeights(0, 0); f != 0.125 || d != 0 || math.Abs(wf-0.4) > 1e-15 || math.Abs(wq-0.1) > 1e-15 {
+		t.Errorf("weights of row 0: %v %v %v %v, want 1/8 0 .4 .1", f, d, wf, wq)
 	}
 	if md.FactorProb(0, 0, 0) != 0.5 {
 		t.Errorf("FactorProb = %v, want K's 0.5", md.FactorProb(0, 0, 0))
@@ -65,15 +67,32 @@ func TestSmoothingRowsSumToOne(t *testing.T) {
 		n, m, u := 5+rng.IntN(30), 1+rng.IntN(4), 1+rng.IntN(3)
 		md := NewRandom(n, m, u, TieNone, uint64(trial))
 		blocks := RandomCounts(n, u, 1+rng.IntN(4), 3, uint64(trial))
-		lam, kap, del := make([]float64, u), make([]float64, u), make([]float64, u)
-		for a := range u {
-			lam[a] = LambdaGrid[rng.IntN(len(LambdaGrid))]
-			kap[a] = KappaGrid[rng.IntN(len(KappaGrid))]
-			del[a] = DeltaGrid[rng.IntN(len(DeltaGrid))]
+		if trial%2 == 1 {
+			// Counts that are not whole (below and above the discount).
+			for _, b := range blocks {
+				for k := range b.Vals {
+					b.Vals[k] *= 0.3 + rng.Float64()
+				}
+			}
 		}
-		s, err := NewSmoothing(n, u, blocks, lam, kap, del)
+		rules := make([]RuleParams, u)
+		for a := range rules {
+			rules[a] = RuleParams{Lambda: LambdaGrid[rng.IntN(len(LambdaGrid))], Kappa: KappaGrid[rng.IntN(len(KappaGrid))],
+				Delta: DeltaGrid[rng.IntN(len(DeltaGrid))], Mu: MuGrid[rng.IntN(len(MuGrid))],
+				Discount: DiscountGrid[rng.IntN(len(DiscountGrid))], Rho: RhoGrid[rng.IntN(len(RhoGrid))]}
+		}
+		s, err := NewSmoothing(n, u, blocks, rules)
 		if err != nil {
 			t.Fatal(err)
+		}
+		lam := make([]float64, u)
+		for a, r := range rules {
+			// Counting alone (κ = d = μ = 0) gives 0 to a next state
+			// its row never saw.
+			lam[a] = r.Lambda
+			if r.Kappa == 0 && r.Discount == 0 && r.Mu == 0 {
+				lam[a] = 0
+			}
 		}
 		md.Smoothing = s
 		row := make([]float64, n)
@@ -84,6 +103,9 @@ func TestSmoothingRowsSumToOne(t *testing.T) {
 				for j, v := range row {
 					if !(v > 0) && lam[a] > 0 {
 						t.Fatalf("trial %d: P̃[%d][%d] = %v with λ > 0", trial, i, j, v)
+					}
+					if p := md.Prob(a, i, j); p != v {
+						t.Fatalf("trial %d: Prob(%d, %d, %d) = %v, NextRow has %v", trial, a, i, j, p, v)
 					}
 					sum += v
 				}
@@ -171,33 +193,128 @@ func TestHeldOutRuleUnseen(t *testing.T) {
 }
 
 // TestValidationTune: the rule chosen on validation is at least as good
-// on it as the factors alone (λ = 0, κ = Inf are on the grid), and
-// scoring is the same for any workers.
+// on it as the factors alone and as Jelinek–Mercer and add-β counting
+// with every parameter of their grids (each scored by its own estimate,
+// NewJM and NewCNT, not by the rule), and scoring is the same for any
+// workers.
 func TestValidationTune(t *testing.T) {
-	fit := RandomCounts(60, 2, 3, 4, 1)
-	val := RandomCounts(60, 2, 2, 2, 2)
-	md := NewRandom(60, 4, 2, TieNone, 1)
-	if _, err := Fit(context.Background(), md, fit, FitOptions{Converger: Converger{MaxIter: 30}}); err != nil {
-		t.Fatal(err)
+	testValidationTune(t)
+	// With every grid cut to one point, only Tune's starts (the
+	// baselines as special cases of the rule) can carry the guarantee.
+	grids := []*[]float64{&LambdaGrid, &KappaGrid, &DiscountGrid, &MuGrid, &DeltaGrid, &RhoGrid}
+	saved := make([][]float64, len(grids))
+	for k, g := range grids {
+		saved[k] = *g
 	}
-	v1, err := NewValidation(60, 2, TieNone, fit, val)
-	if err != nil {
-		t.Fatal(err)
+	defer func() {
+		for k, g := range grids {
+			*g = saved[k]
+		}
+	}()
+	LambdaGrid, KappaGrid, DiscountGrid, MuGrid, DeltaGrid, RhoGrid = []float64{0.1}, []float64{math.Inf(1)}, []float64{0}, []float64{0}, []float64{QHalf}, []float64{0}
+	testValidationTune(t)
+}
+
+// chainCounts draws k transitions per action from a chain that goes from
+// i to i+1 (mod n) with probability stay, else to a next state drawn
+// mostly state 0: data where a row's few counts are reliable
+// (Jelinek–Mercer's case) unlike RandomCounts'.
+func chainCounts(n, u, k int, stay float64, seed uint64) []*Block {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	out := make([]*Block, u)
+	for a := range u {
+		c := make(map[[2]int32]float64)
+		for range k {
+			i := int32(rng.IntN(n))
+			j := (i + 1) % int32(n)
+			if rng.Float64() >= stay {
+				j = 0 // mostly to state 0, the rest uniform
+				if rng.Float64() < 0.2 {
+					j = int32(rng.IntN(n))
+				}
+			}
+			c[[2]int32{i, j}]++
+		}
+		b := &Block{Action: a, Ptr: []int64{0}}
+		for i := range int32(n) {
+			var js []int32
+			for j := range int32(n) {
+				if c[[2]int32{i, j}] > 0 {
+					js = append(js, j)
+				}
+			}
+			if len(js) == 0 {
+				continue
+			}
+			for _, j := range js {
+				b.Cols = append(b.Cols, j)
+				b.Vals = append(b.Vals, c[[2]int32{i, j}])
+			}
+			b.Rows = append(b.Rows, i)
+			b.Ptr = append(b.Ptr, int64(len(b.Cols)))
+		}
+		out[a] = b
 	}
-	v3, _ := NewValidation(60, 2, TieNone, fit, val)
-	s1, l1, k1, d1 := v1.Tune(md, 1)
-	s3, _, _, _ := v3.Tune(md, 3)
-	if s1 != s3 {
-		t.Fatalf("tuned score differs with workers: %v vs %v", s1, s3)
-	}
-	zero := []float64{0, 0}
-	inf := []float64{math.Inf(1), math.Inf(1)}
-	if plain := v1.Score(md, []float64{0.001, 0.001}, inf, []float64{QHalf, QHalf}, 1); !(s1 >= plain) {
-		t.Fatalf("tuned %v below nearly-plain %v", s1, plain)
-	}
-	_ = zero
-	if got := v1.Score(md, l1, k1, d1, 2); got != s1 {
-		t.Fatalf("Score with the chosen parameters %v, Tune said %v", got, s1)
+	return out
+}
+
+func testValidationTune(t *testing.T) {
+	t.Helper()
+	for trial := range 6 {
+		n := 40 + 20*trial
+		fit := RandomCounts(n, 2, 1+trial%3, 4, uint64(trial))
+		val := RandomCounts(n, 2, 1+trial%2, 2, uint64(trial)+100)
+		if trial%2 == 1 {
+			fit, val = chainCounts(n, 2, 4*n, 0.7, uint64(trial)), chainCounts(n, 2, n, 0.7, uint64(trial)+100)
+		}
+		md := NewRandom(n, 4, 2, TieNone, 1)
+		if _, err := Fit(context.Background(), md, fit, FitOptions{Converger: Converger{MaxIter: 30}}); err != nil {
+			t.Fatal(err)
+		}
+		v1, err := NewValidation(n, 2, TieNone, fit, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v3, _ := NewValidation(n, 2, TieNone, fit, val)
+		s1, rules := v1.Tune(md, 1)
+		s3, _ := v3.Tune(md, 3)
+		if s1 != s3 {
+			t.Fatalf("trial %d: tuned score differs with workers: %v vs %v", trial, s1, s3)
+		}
+		inf := RuleParams{Lambda: 0.001, Kappa: math.Inf(1), Delta: QHalf}
+		if plain := v1.Score(md, []RuleParams{inf, inf}, 1); !(s1 >= plain) {
+			t.Fatalf("trial %d: tuned %v below nearly-plain %v", trial, s1, plain)
+		}
+		if got := v1.Score(md, rules, 2); got != s1 {
+			t.Fatalf("trial %d: Score with the chosen parameters %v, Tune said %v", trial, got, s1)
+		}
+		rule := HeldOutRule{}
+		for _, l := range JMGrid {
+			jm, err := NewJM(n, 2, fit, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, err := rule.PerTransition(jm, val, n); err == nil && s > s1+1e-12 {
+				t.Fatalf("trial %d: Jelinek–Mercer λ = %v scores %v on validation, the tuned rule %v", trial, l, s, s1)
+			}
+		}
+		for _, b := range AddBetaGrid {
+			ab, err := NewCNT(n, 2, fit, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, err := rule.PerTransition(ab, val, n); err == nil && s > s1+1e-12 {
+				t.Fatalf("trial %d: add-β β = %v scores %v on validation, the tuned rule %v", trial, b, s, s1)
+			}
+		}
+		// λ alone follows the factors: a function of the model and the
+		// last choice, for any workers.
+		if _, err := Fit(context.Background(), md, fit, FitOptions{Converger: Converger{MaxIter: 5}}); err != nil {
+			t.Fatal(err)
+		}
+		if a, b := v1.TuneLambda(md, 1), v3.TuneLambda(md, 3); a != b || !(a >= v1.Score(md, rules, 1)) {
+			t.Fatalf("trial %d: TuneLambda %v (1 worker), %v (3); the earlier rule scores %v", trial, a, b, v1.Score(md, rules, 1))
+		}
 	}
 }
 
@@ -293,6 +410,254 @@ func TestAugmented(t *testing.T) {
 			if p, q := aug.FactorProb(0, i, j), md.Prob(0, i, j); math.Abs(p-q) > 1e-15 {
 				t.Fatalf("D̃K̃[%d,%d] = %v, rule %v", i, j, p, q)
 			}
+		}
+	}
+}
+
+// TestSmoothingDiscountHandComputed: smoothCase's row 0 (counts {0: 1,
+// 2: 3}, x = 4) with d = ½, μ = 0.2, κ = 4: m = min(1, ½) + min(3, ½) =
+// 1, f = 0.8/8 = 0.1, b = 0.8·(4 + 1)/8 + 0.2 = 0.7, so with B = [.42
+// .26 .32] P̃ = 0.1·[½ 0 5/2] + 0.7·B = [.344 .182 .474]. Row 1 has no
+// counts: P̃ = B (μ and d do not touch it).
+func TestSmoothingDiscountHandComputed(t *testing.T) {
+	md := smoothCase(t)
+	s := md.Smoothing
+	s.Mu, s.Discount, s.Rho = []float64{0.2}, []float64{0.5}, []float64{0}
+	for _, prepared := range []bool{false, true} {
+		if prepared {
+			if err := s.Prepare(3, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := [][]float64{{0.344, 0.182, 0.474}, {0.42, 0.26, 0.32}}
+		row := make([]float64, 3)
+		for i, w := range want {
+			md.NextRow(0, i, row)
+			for j := range row {
+				if math.Abs(row[j]-w[j]) > 1e-15 {
+					t.Errorf("prepared %v: row %d: P̃[%d] = %v, want %v", prepared, i, j, row[j], w[j])
+				}
+				if p := md.Prob(0, i, j); p != row[j] {
+					t.Errorf("prepared %v: Prob(0, %d, %d) = %v, NextRow has %v", prepared, i, j, p, row[j])
+				}
+			}
+		}
+		if f, d, wf, wq := md.RowWeights(0, 0); math.Abs(f-0.1) > 1e-15 || d != 0.5 || math.Abs(wf-0.56) > 1e-15 || math.Abs(wq-0.14) > 1e-15 {
+			t.Errorf("prepared %v: weights of row 0: %v %v %v %v, want .1 .5 .56 .14", prepared, f, d, wf, wq)
+		}
+	}
+	// A discount above every count: the row is all backoff (m = x).
+	s.Discount[0] = 3
+	if err := s.Prepare(3, 1); err != nil {
+		t.Fatal(err)
+	}
+	row := make([]float64, 3)
+	md.NextRow(0, 0, row)
+	for j, w := range []float64{0.42, 0.26, 0.32} {
+		if math.Abs(row[j]-w) > 1e-15 {
+			t.Errorf("d = 3: P̃[%d] = %v, want B's %v", j, row[j], w)
+		}
+	}
+}
+
+// TestNewQRuleHandComputed: counts row 0 {0: 1, 2: 3}, row 1 {2: 2}:
+// N = [1 0 5], T = [1 0 2] (distinct predecessors); with δ = ½ the
+// frequencies are [1/5 1/15 11/15] and the continuation frequencies [1/3
+// 1/9 5/9], so ρ = ½ gives q = [4/15 4/45 29/45]; ρ = 0 is NewQDelta.
+func TestNewQRuleHandComputed(t *testing.T) {
+	b := &Block{Action: 0, Rows: []int32{0, 1}, Ptr: []int64{0, 2, 3}, Cols: []int32{0, 2, 2}, Vals: []float64{1, 3, 2}}
+	cnt, err := NewCNT(3, 1, []*Block{b}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := NewQRule(3, 1, []*Block{b}, cnt, []float64{QHalf}, []float64{0.5})[0]
+	for j, w := range []float64{4.0 / 15, 4.0 / 45, 29.0 / 45} {
+		if math.Abs(q[j]-w) > 1e-15 {
+			t.Errorf("ρ = ½: q[%d] = %v, want %v", j, q[j], w)
+		}
+	}
+	q0 := NewQRule(3, 1, []*Block{b}, nil, []float64{QHalf}, nil)[0]
+	for j, w := range NewQDelta(3, 1, []*Block{b}, []float64{QHalf})[0] {
+		if q0[j] != w {
+			t.Errorf("ρ = 0: q[%d] = %v, NewQDelta %v", j, q0[j], w)
+		}
+	}
+}
+
+// TestSmoothingSpecialCases: the rule with d = μ = 0 (nil or zeros, as
+// an interpolation-v2 file stores them) predicts bitwise as the Dirichlet
+// rule of interpolation-v1, computed here in its own arithmetic;
+// JMRule(μ) predicts as Jelinek–Mercer counting (NewJM) and
+// AddBetaRule(β) as add-β counting (NewCNT), to rounding, on every row
+// (rows without counts included).
+func TestSmoothingSpecialCases(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for trial := range 10 {
+		n, m, u := 5+rng.IntN(30), 1+rng.IntN(4), 1+rng.IntN(3)
+		md := NewRandom(n, m, u, TieNone, uint64(trial))
+		blocks := RandomCounts(n, u, 1+rng.IntN(4), 3, uint64(trial))
+		rules := make([]RuleParams, u)
+		for a := range rules {
+			rules[a] = RuleParams{Lambda: LambdaGrid[rng.IntN(len(LambdaGrid))], Kappa: KappaGrid[1+rng.IntN(len(KappaGrid)-1)],
+				Delta: DeltaGrid[rng.IntN(len(DeltaGrid))]}
+		}
+		s, err := NewSmoothing(n, u, blocks, rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Mu != nil || s.Discount != nil || s.Rho != nil {
+			t.Fatalf("trial %d: a Dirichlet rule stores μ %v, d %v, ρ %v", trial, s.Mu, s.Discount, s.Rho)
+		}
+		cnt, err := NewCNT(n, u, blocks, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirichlet := func(a, i, j int) float64 {
+			// interpolation-v1, as Prob computed it before μ, d and ρ.
+			lambda, kappa := s.Lambda[a], s.Kappa[a]
+			wc, x := 0.0, 0.0
+			if !math.IsInf(kappa, 1) {
+				if x = cnt.RowTotal(a, i); x > 0 {
+					wc = x / (x + kappa)
+				}
+			}
+			rest := 1 - wc
+			p := float64(rest*(1-lambda)*md.FactorProb(a, i, j)) + float64(rest*lambda*s.Q[a][j])
+			if wc > 0 {
+				p += float64(wc / x * cnt.count(a, i, j))
+			}
+			return p
+		}
+		zeros := s.Clone()
+		zeros.Mu, zeros.Discount, zeros.Rho = make([]float64, u), make([]float64, u), make([]float64, u)
+		if err := zeros.Prepare(n, u); err != nil {
+			t.Fatal(err)
+		}
+		row := make([]float64, n)
+		for _, rule := range []*Smoothing{s, zeros} {
+			md.Smoothing = rule
+			for a := range u {
+				for i := range n {
+					md.NextRow(a, i, row)
+					for j := range n {
+						want := dirichlet(a, i, j)
+						if p := md.Prob(a, i, j); math.Float64bits(p) != math.Float64bits(want) || math.Float64bits(row[j]) != math.Float64bits(want) {
+							t.Fatalf("trial %d (μ %v): P̃^%d[%d,%d] = %v (NextRow %v), the Dirichlet rule %v", trial, rule.Mu, a, i, j, p, row[j], want)
+						}
+					}
+				}
+			}
+		}
+		// The counting baselines as special cases.
+		for _, mu := range []float64{0.01, 0.3, 0.9} {
+			jmRules := make([]RuleParams, u)
+			for a := range jmRules {
+				jmRules[a] = JMRule(mu)
+			}
+			jm, err := NewJM(n, u, blocks, mu)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameEstimate(t, md, blocks, jmRules, jm, fmt.Sprintf("trial %d, JM μ = %v", trial, mu))
+		}
+		for _, beta := range []float64{0.001, 0.1, 1} {
+			abRules := make([]RuleParams, u)
+			for a := range abRules {
+				abRules[a] = AddBetaRule(n, beta)
+			}
+			ab, err := NewCNT(n, u, blocks, beta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameEstimate(t, md, blocks, abRules, ab, fmt.Sprintf("trial %d, add-β β = %v", trial, beta))
+		}
+	}
+}
+
+// sameEstimate checks that md under the rule of the blocks with rules
+// predicts as e on every entry, to rounding.
+func sameEstimate(t *testing.T, md *Model, blocks []*Block, rules []RuleParams, e Estimate, what string) {
+	t.Helper()
+	s, err := NewSmoothing(md.N, md.U, blocks, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md.Smoothing = s
+	for a := range md.U {
+		for i := range md.N {
+			for j := range md.N {
+				p, want := md.Prob(a, i, j), e.Prob(a, i, j)
+				if math.Abs(p-want) > 1e-12*want { // 1 − x/(x+κ) cancels for small κ
+					t.Fatalf("%s: P̃^%d[%d,%d] = %v, the counting estimate %v", what, a, i, j, p, want)
+				}
+			}
+		}
+	}
+}
+
+// TestValidationScoresTheStoredRule: the validation score of a rule is
+// the held-out log-likelihood of the model that stores that rule built
+// on the fit part (NewSmoothing, rows without counts set to the
+// marginal, HeldOutRule without mixture): the search chooses on exactly
+// the predictions the model file will make.
+func TestValidationScoresTheStoredRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 8 {
+		n, u := 30+10*trial, 1+trial%3
+		fit := RandomCounts(n, u, 1+trial%3, 4, uint64(trial))
+		val := RandomCounts(n, u, 1, 2, uint64(trial)+50)
+		md := NewRandom(n, 3, u, TieNone, uint64(trial))
+		if _, err := Fit(context.Background(), md, fit, FitOptions{Converger: Converger{MaxIter: 10}}); err != nil {
+			t.Fatal(err)
+		}
+		md.SetUnseenRows(fit)
+		v, err := NewValidation(n, u, TieNone, fit, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules := make([]RuleParams, u)
+		for a := range rules {
+			rules[a] = RuleParams{Lambda: LambdaGrid[1+rng.IntN(len(LambdaGrid)-1)], Kappa: KappaGrid[rng.IntN(len(KappaGrid))],
+				Delta: DeltaGrid[rng.IntN(len(DeltaGrid))], Mu: MuGrid[rng.IntN(len(MuGrid))],
+				Discount: DiscountGrid[rng.IntN(len(DiscountGrid))], Rho: RhoGrid[rng.IntN(len(RhoGrid))]}
+			if trial%4 == 3 {
+				rules[a].Discount = 0.33 // off the grid: summed per row
+			}
+		}
+		got := v.Score(md, rules, 2)
+		stored := md.Clone()
+		if stored.Smoothing, err = NewSmoothing(n, u, fit, rules); err != nil {
+			t.Fatal(err)
+		}
+		want, err := HeldOutRule{}.PerTransition(stored, val, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(got-want) > 1e-12*math.Abs(want) {
+			t.Fatalf("trial %d: validation scores %+v at %v, the model storing it %v", trial, rules, got, want)
+		}
+	}
+}
+
+// TestSmoothingValidateBad: every parameter out of its range is one
+// error naming it and the action.
+func TestSmoothingValidateBad(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(s *Smoothing)
+		msg  string
+	}{
+		{func(s *Smoothing) { s.Mu = []float64{1.5} }, "μ of action 0 is 1.5"},
+		{func(s *Smoothing) { s.Mu = []float64{math.NaN()} }, "μ of action 0 is NaN"},
+		{func(s *Smoothing) { s.Discount = []float64{-0.1} }, "discount d of action 0 is -0.1"},
+		{func(s *Smoothing) { s.Discount = []float64{math.Inf(1)} }, "discount d of action 0 is +Inf"},
+		{func(s *Smoothing) { s.Rho = []float64{-1} }, "ρ of action 0 is -1"},
+		{func(s *Smoothing) { s.Rho = []float64{0, 0} }, "2 ρ, want one per action (1) or none"},
+		{func(s *Smoothing) { s.Kappa = []float64{-1} }, "κ of action 0 is -1"},
+	} {
+		md := smoothCase(t)
+		tc.edit(md.Smoothing)
+		if err := md.Smoothing.Prepare(3, 1); err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("got %v, want an error with %q", err, tc.msg)
 		}
 	}
 }

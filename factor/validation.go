@@ -4,56 +4,97 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 )
 
-// LambdaGrid and KappaGrid are the values of λ and κ (Smoothing) that
-// Validation.Tune chooses from. λ = 0 trusts the factors alone, 0.95
-// nearly ignores them; κ = +Inf keeps no counts (the rule is then a
-// stochastic factorization), small κ lets a row's own frequencies win
-// after a few counts.
+// The grids Validation.Tune chooses the rule's parameters (Smoothing,
+// RuleParams) from, per action. λ = 0 trusts the factors alone, 1
+// ignores them; κ = 0 with d = μ = 0 is counting, +Inf keeps no counts
+// (the rule is then a stochastic factorization); d is the absolute
+// discount of every count, μ the Jelinek–Mercer weight of the backoff;
+// δ the pseudo-counts per state of q (½ keeps the next-state
+// frequencies, +Inf makes q uniform), ρ the weight of the Kneser–Ney
+// continuation frequencies in q.
 var (
-	LambdaGrid = []float64{0, 0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95, 0.98, 0.99}
-	KappaGrid  = []float64{0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000, 3000, 10000, math.Inf(1)}
-	// DeltaGrid are the pseudo-counts per state of q (NewQDelta): ½
-	// keeps the next-state frequencies, +Inf makes q uniform (data whose
-	// next states are nearly uniform, where frequencies are noise).
-	DeltaGrid = []float64{0.01, 0.1, 0.5, 2, 10, 100, math.Inf(1)}
+	LambdaGrid   = []float64{0, 0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95, 0.98, 0.99, 1}
+	KappaGrid    = []float64{0, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000, 3000, 10000, math.Inf(1)}
+	DiscountGrid = []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1}
+	MuGrid       = []float64{0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9}
+	DeltaGrid    = []float64{0.01, 0.1, 0.5, 2, 10, 100, math.Inf(1)}
+	RhoGrid      = []float64{0, 0.25, 0.5, 0.75, 1}
 )
+
+// The grids of the counting baselines (emsf eval --train): the weight λ
+// of Jelinek–Mercer counting (NewJM) and the β of add-β counting
+// (NewCNT). Tune starts from each of them as a special case of the rule,
+// so the rule it chooses scores at least as well on the validation split
+// as the best of those baselines tuned on the same split.
+var (
+	JMGrid      = []float64{0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95, 0.98, 0.99}
+	AddBetaGrid = []float64{1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1}
+)
+
+// RuleParams are the parameters of the smoothing rule for one action
+// (Smoothing): λ, κ, δ, μ, the discount d and ρ.
+type RuleParams struct {
+	Lambda, Kappa, Delta, Mu, Discount, Rho float64
+}
+
+// JMRule is Jelinek–Mercer counting with weight lambda as the rule
+// (κ = d = 0, λ = 1, δ = ½, ρ = 0, μ = lambda).
+func JMRule(lambda float64) RuleParams {
+	return RuleParams{Lambda: 1, Kappa: 0, Delta: QHalf, Mu: lambda}
+}
+
+// AddBetaRule is add-β counting over n states as the rule (d = μ = 0,
+// λ = 1, δ = +Inf, κ = n·β).
+func AddBetaRule(n int, beta float64) RuleParams {
+	return RuleParams{Lambda: 1, Kappa: float64(n) * beta, Delta: math.Inf(1)}
+}
 
 // Validation scores models on held-out counts (a validation split of the
-// training data) under the smoothing rule, and chooses the rule's λ and
-// κ per action: the score that the held-out stopping rule watches and
-// the choice that --smooth auto stores in the model. The rule's counts
-// and q are those of the fit part (the data the factors were fitted on):
-// the scores are honest estimates of how the rule predicts data it has
-// not seen.
+// training data) under the smoothing rule, and chooses the rule's
+// parameters per action: the score that the held-out stopping rule
+// watches and the choice that --smooth auto stores in the model. The
+// rule's counts and q are those of the fit part (the data the factors
+// were fitted on): the scores are honest estimates of how the rule
+// predicts data it has not seen.
 type Validation struct {
 	n, u int
-	// Per validation nonzero, in block order: action, row, column,
-	// count, the fit part's frequency c_ij/x_i, row total x_i and count
-	// of next state j (N_j).
-	act           []int32
-	row, col      []int32
-	c, cf, xf, nj []float64
-	// nf is the fit part's total count per action.
-	nf         []float64
-	blockStart []int // nonzeros of block k: [blockStart[k], blockStart[k+1])
-	tot        []float64
-	total      float64
+	// ents are the validation nonzeros per action in block order, with
+	// the fit part's statistics; i and j their states, g the factors'
+	// (D K)_ij (scratch).
+	ents [][]valEntry
+	i, j [][]int32
+	g    [][]float64
+	// mass[a][r·len(DiscountGrid)+k] is Σ_j min(c_ij, DiscountGrid[k])
+	// over the fit counts of the r-th row of action a in the validation
+	// blocks (block order).
+	mass [][]float64
+	// nf and tf are the fit part's total count and number of distinct
+	// (state, next state) per action; tot the validation's total count
+	// per action.
+	nf, tf, tot []float64
+	total       float64
 	// xd are the fit part's row totals per D block (for the marginal of
 	// rows without counts).
 	xd  [][]float64
 	fit *CNT
-	tie Tie
-	// g is the factors' (D K)_ij of each validation nonzero (scratch).
-	g []float64
-	// lambda, kappa and delta are the last choice, where the next Tune
-	// starts.
-	lambda, kappa, delta []float64
+	// last is the last choice, where the next Tune starts.
+	last []RuleParams
+	// tuned reports whether Tune ran (TuneLambda needs its choice).
+	tuned bool
 	// NoCounts keeps κ at +Inf: the rule without counts (a stochastic
 	// factorization of order m+1).
 	NoCounts bool
+}
+
+// valEntry is one validation nonzero: its count c, the fit part's count
+// cf of the same transition, the row's total x, the next state's count
+// nj and continuation count tj (distinct predecessors), and the index
+// of its row in the mass table.
+type valEntry struct {
+	c, cf, x, nj, tj float64
+	row              int32
 }
 
 // NewValidation prepares scoring on the validation counts val of a model
@@ -63,10 +104,17 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &Validation{n: n, u: u, tie: tie, fit: cnt, tot: make([]float64, u), nf: make([]float64, u)}
+	v := &Validation{n: n, u: u, fit: cnt, nf: make([]float64, u), tf: make([]float64, u), tot: make([]float64, u),
+		ents: make([][]valEntry, u), i: make([][]int32, u), j: make([][]int32, u), g: make([][]float64, u), mass: make([][]float64, u)}
 	nj := make([][]float64, u)
-	for a := range nj {
+	tj := make([][]float64, u)
+	for a := range u {
 		nj[a] = make([]float64, n)
+		if cnt.x[a] != nil {
+			tj[a], v.tf[a] = cnt.continuation(a)
+		} else {
+			tj[a] = make([]float64, n)
+		}
 	}
 	for _, b := range fit {
 		for k, j := range b.Cols {
@@ -89,41 +137,36 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 			}
 		}
 	}
+	nd := len(DiscountGrid)
 	for k, b := range val {
 		if err := b.CheckShape(n, u); err != nil {
 			return nil, fmt.Errorf("factor: validation block %d: %w", k, err)
 		}
-		v.blockStart = append(v.blockStart, len(v.c))
+		a := b.Action
 		for r, i := range b.Rows {
-			x := cnt.RowTotal(b.Action, int(i))
+			x := cnt.RowTotal(a, int(i))
+			row := int32(len(v.mass[a]) / nd)
+			for _, d := range DiscountGrid {
+				v.mass[a] = append(v.mass[a], cnt.discounted(a, int(i), d))
+			}
 			for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
 				j := b.Cols[q]
-				v.act = append(v.act, int32(b.Action))
-				v.row = append(v.row, i)
-				v.col = append(v.col, j)
-				v.c = append(v.c, b.Vals[q])
-				f := 0.0
-				if x > 0 {
-					f = cnt.count(b.Action, int(i), int(j)) / x
-				}
-				v.cf = append(v.cf, f)
-				v.xf = append(v.xf, x)
-				v.nj = append(v.nj, nj[b.Action][j])
-				v.tot[b.Action] += b.Vals[q]
+				v.ents[a] = append(v.ents[a], valEntry{c: b.Vals[q], cf: cnt.count(a, int(i), int(j)), x: x,
+					nj: nj[a][j], tj: tj[a][j], row: row})
+				v.i[a] = append(v.i[a], i)
+				v.j[a] = append(v.j[a], j)
+				v.tot[a] += b.Vals[q]
 				v.total += b.Vals[q]
 			}
 		}
 	}
-	v.blockStart = append(v.blockStart, len(v.c))
 	if !(v.total > 0) {
 		return nil, fmt.Errorf("factor: the validation split holds no transitions")
 	}
-	v.g = make([]float64, len(v.c))
-	v.lambda = make([]float64, u)
-	v.kappa = make([]float64, u)
-	v.delta = make([]float64, u)
+	v.last = make([]RuleParams, u)
 	for a := range u {
-		v.lambda[a], v.kappa[a], v.delta[a] = 0.1, math.Inf(1), QHalf
+		v.g[a] = make([]float64, len(v.ents[a]))
+		v.last[a] = RuleParams{Lambda: 0.1, Kappa: math.Inf(1), Delta: QHalf}
 	}
 	return v, nil
 }
@@ -158,140 +201,237 @@ func (v *Validation) factorProbs(md *Model, workers int) {
 		}
 		pis[b] = pi
 	}
-	nb := len(v.blockStart) - 1
-	workers = max(1, min(workers, nb))
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := w; k < nb; k += workers {
-				for q := v.blockStart[k]; q < v.blockStart[k+1]; q++ {
-					a, i := int(v.act[q]), int(v.row[q])
-					db := md.DBlock(a)
-					d := pis[db]
-					if v.xd[db][i] > 0 {
-						d = md.DRow(a, i)
-					}
-					v.g[q] = dot(d, md.KCol(a, int(v.col[q])))
+	for a := range v.u {
+		is, js, g := v.i[a], v.j[a], v.g[a]
+		db := md.DBlock(a)
+		pieces(len(g), workers, func(_, lo, hi int) {
+			for k := lo; k < hi; k++ {
+				i := int(is[k])
+				d := pis[db]
+				if v.xd[db][i] > 0 {
+					d = md.DRow(a, i)
 				}
+				g[k] = dot(d, md.KCol(a, int(js[k])))
 			}
-		}()
+		})
 	}
-	wg.Wait()
 }
 
 // score returns Σ c·log P̃ over the validation nonzeros of action a
-// under λ and κ (the rule of Smoothing with the fit part's counts and
-// q), summed in block order.
-func (v *Validation) score(a int, lambda, kappa, delta float64) float64 {
+// under the rule p (with the fit part's counts and q). The sum runs over
+// pieces of nonzeros folded in order: the same for any workers.
+func (v *Validation) score(a int, p RuleParams, workers int) float64 {
+	es, g := v.ents[a], v.g[a]
+	nd := len(DiscountGrid)
+	dk := slices.Index(DiscountGrid, p.Discount) // -1: off the grid
+	n := float64(v.n)
+	uniform := math.IsInf(p.Delta, 1)
+	qden, cden := v.nf[a]+p.Delta*n, v.tf[a]+p.Delta*n
+	counts := !math.IsInf(p.Kappa, 1)
+	part := make([]float64, (len(es)+chunkRows-1)/chunkRows)
+	pieces(len(es), workers, func(pc, lo, hi int) {
+		s := 0.0
+		for k := lo; k < hi; k++ {
+			e := &es[k]
+			q := 1 / n
+			if !uniform {
+				q = (e.nj + p.Delta) / qden
+				if p.Rho > 0 {
+					q = float64((1-p.Rho)*q) + float64(p.Rho*(e.tj+p.Delta)/cden)
+				}
+			}
+			pr := float64((1-p.Lambda)*g[k]) + float64(p.Lambda*q)
+			if counts && e.x > 0 {
+				var m float64
+				if dk >= 0 {
+					m = v.mass[a][int(e.row)*nd+dk]
+				} else {
+					m = v.fit.discounted(a, int(v.i[a][k]), p.Discount)
+				}
+				den := e.x + p.Kappa
+				pr = float64((1-p.Mu)*(float64(max(e.cf-p.Discount, 0)+float64((p.Kappa+m)*pr)))/den) + float64(p.Mu*pr)
+			}
+			if !(pr > 0) {
+				s = math.Inf(-1)
+				break
+			}
+			s += float64(e.c * math.Log(pr))
+		}
+		part[pc] = s
+	})
 	s := 0.0
-	qu := math.IsInf(delta, 1)
-	den := v.nf[a] + delta*float64(v.n)
-	for k := range v.c {
-		if int(v.act[k]) != a {
-			continue
-		}
-		wc := 0.0
-		if x := v.xf[k]; x > 0 && !math.IsInf(kappa, 1) {
-			wc = x / (x + kappa)
-		}
-		rest := 1 - wc
-		q := 1 / float64(v.n)
-		if !qu {
-			q = (v.nj[k] + delta) / den
-		}
-		p := float64(rest*(1-lambda))*v.g[k] + float64(rest*lambda)*q
-		p = float64(p) + float64(wc*v.cf[k])
-		if !(p > 0) {
-			return math.Inf(-1)
-		}
-		s += float64(v.c[k] * math.Log(p))
+	for _, x := range part {
+		s += x
 	}
 	return s
 }
 
-// Tune scores md's factors on the validation split: per action it
-// chooses λ from LambdaGrid and κ from KappaGrid by coordinate ascent
-// (from the last choice; ties to the earlier grid value) and returns the
-// validation log-likelihood per transition under the chosen rule with
-// the choice. The result is a function of md and the earlier choices
-// only, never of workers.
-func (v *Validation) Tune(md *Model, workers int) (perTransition float64, lambda, kappa, delta []float64) {
+// Tune scores md's factors on the validation split and chooses the
+// rule's parameters per action: it starts from the best of the last
+// choice and the counting baselines as special cases of the rule
+// (JMRule over JMGrid, AddBetaRule over AddBetaGrid, interpolated
+// Kneser–Ney), then climbs by coordinate ascent over the grids (ties to
+// the earlier value). So the choice scores at least as well on the
+// validation split as Jelinek–Mercer and add-β counting tuned on it. It
+// returns the validation log-likelihood per transition under the choice
+// and the choice; the result is a function of md and the earlier
+// choices only, never of workers.
+func (v *Validation) Tune(md *Model, workers int) (perTransition float64, rules []RuleParams) {
 	v.factorProbs(md, workers)
 	ll := 0.0
 	for a := range v.u {
 		if v.tot[a] == 0 {
 			continue
 		}
-		l, k, d := v.lambda[a], v.kappa[a], v.delta[a]
-		best := v.score(a, l, k, d)
-		for range 4 {
+		cands := []RuleParams{v.last[a]}
+		if !v.NoCounts {
+			for _, l := range JMGrid {
+				cands = append(cands, JMRule(l))
+			}
+			for _, b := range AddBetaGrid {
+				cands = append(cands, AddBetaRule(v.n, b))
+			}
+			cands = append(cands, RuleParams{Lambda: 1, Kappa: 0, Delta: QHalf, Discount: 0.75, Rho: 1})
+		}
+		p, best := cands[0], v.score(a, cands[0], workers)
+		for _, c := range cands[1:] {
+			if s := v.score(a, c, workers); s > best {
+				p, best = c, s
+			}
+		}
+		type coord struct {
+			grid []float64
+			at   *float64
+		}
+		coords := []coord{{LambdaGrid, &p.Lambda}, {DeltaGrid, &p.Delta}, {RhoGrid, &p.Rho}}
+		if !v.NoCounts {
+			coords = append(coords, coord{KappaGrid, &p.Kappa}, coord{DiscountGrid, &p.Discount}, coord{MuGrid, &p.Mu})
+		}
+		for range 8 {
 			changed := false
-			for _, c := range LambdaGrid {
-				if s := v.score(a, c, k, d); s > best {
-					best, l, changed = s, c, true
+			for _, c := range coords {
+				keep := *c.at
+				for _, x := range c.grid {
+					if x == keep {
+						continue
+					}
+					*c.at = x
+					if s := v.score(a, p, workers); s > best {
+						best, keep, changed = s, x, true
+					}
 				}
-			}
-			for _, c := range KappaGrid {
-				if v.NoCounts {
-					break
-				}
-				if s := v.score(a, l, c, d); s > best {
-					best, k, changed = s, c, true
-				}
-			}
-			for _, c := range DeltaGrid {
-				if s := v.score(a, l, k, c); s > best {
-					best, d, changed = s, c, true
-				}
+				*c.at = keep
 			}
 			if !changed {
 				break
 			}
 		}
-		v.lambda[a], v.kappa[a], v.delta[a] = l, k, d
+		v.last[a] = p
 		ll += best
 	}
-	return ll / v.total, slices.Clone(v.lambda), slices.Clone(v.kappa), slices.Clone(v.delta)
+	v.tuned = true
+	return ll / v.total, slices.Clone(v.last)
 }
 
-// Rescore is Score with the last choice Tune made (λ, κ and δ per
-// action): one pass over the validation nonzeros, where Tune takes
-// dozens. The held-out stopping rule uses it between full tunings.
+// TuneLambda scores md's factors on the validation split with the last
+// choice of Tune, λ chosen anew per action (the weight of the factors,
+// the one parameter that follows them from iterate to iterate): a local
+// search on LambdaGrid from the last λ, exact since the score is concave
+// in λ (the rule is affine in it). It runs Tune when Tune never ran. It
+// returns the validation log-likelihood per transition.
+func (v *Validation) TuneLambda(md *Model, workers int) float64 {
+	if !v.tuned {
+		s, _ := v.Tune(md, workers)
+		return s
+	}
+	v.factorProbs(md, workers)
+	ll := 0.0
+	for a := range v.u {
+		if v.tot[a] == 0 {
+			continue
+		}
+		p := v.last[a]
+		k := slices.Index(LambdaGrid, p.Lambda)
+		best := v.score(a, p, workers)
+		if k < 0 {
+			ll += best
+			continue
+		}
+		for _, step := range []int{1, -1} {
+			moved := false
+			for t := k + step; t >= 0 && t < len(LambdaGrid); t += step {
+				q := p
+				q.Lambda = LambdaGrid[t]
+				s := v.score(a, q, workers)
+				if !(s > best) {
+					break
+				}
+				p, best, moved = q, s, true
+			}
+			if moved {
+				break
+			}
+		}
+		v.last[a] = p
+		ll += best
+	}
+	return ll / v.total
+}
+
+// Rescore is Score with the last choice (Tune, TuneLambda): one pass
+// over the validation nonzeros.
 func (v *Validation) Rescore(md *Model, workers int) float64 {
-	return v.Score(md, v.lambda, v.kappa, v.delta, workers)
+	return v.Score(md, v.last, workers)
 }
 
 // Score returns the validation log-likelihood per transition of md's
-// factors under the rule with the given λ and κ per action (no tuning).
-func (v *Validation) Score(md *Model, lambda, kappa, delta []float64, workers int) float64 {
+// factors under the rule with the given parameters per action (no
+// tuning).
+func (v *Validation) Score(md *Model, rules []RuleParams, workers int) float64 {
 	v.factorProbs(md, workers)
 	ll := 0.0
 	for a := range v.u {
 		if v.tot[a] > 0 {
-			ll += v.score(a, lambda[a], kappa[a], delta[a])
+			ll += v.score(a, rules[a], workers)
 		}
 	}
 	return ll / v.total
 }
 
-// NewSmoothing returns the rule with λ and κ per action, q and the
-// counts from the blocks (all the training data: the rule stores what the
-// model saw), or no counts when every κ is +Inf.
-func NewSmoothing(n, u int, blocks []*Block, lambda, kappa, delta []float64) (*Smoothing, error) {
-	s := &Smoothing{Lambda: slices.Clone(lambda), Kappa: slices.Clone(kappa), Delta: slices.Clone(delta), Q: NewQDelta(n, u, blocks, delta)}
-	for _, k := range kappa {
-		if !math.IsInf(k, 1) {
-			c, err := NewCNT(n, u, blocks, 0)
-			if err != nil {
-				return nil, err
-			}
-			s.Counts = c
-			break
-		}
+// NewSmoothing returns the rule with the parameters per action, q and
+// the counts from the blocks (all the training data: the rule stores
+// what the model saw), or no counts when every κ is +Inf.
+func NewSmoothing(n, u int, blocks []*Block, rules []RuleParams) (*Smoothing, error) {
+	if len(rules) != u {
+		return nil, fmt.Errorf("factor: %d smoothing rules, want one per action (%d)", len(rules), u)
 	}
-	if err := s.Validate(n, u); err != nil {
+	s := &Smoothing{}
+	var mu, disc, rho []float64
+	for _, r := range rules {
+		s.Lambda = append(s.Lambda, r.Lambda)
+		s.Kappa = append(s.Kappa, r.Kappa)
+		s.Delta = append(s.Delta, r.Delta)
+		mu, disc, rho = append(mu, r.Mu), append(disc, r.Discount), append(rho, r.Rho)
+	}
+	// The parameters of interpolation-v2 are stored only where they are
+	// used (a Dirichlet rule stays an interpolation-v1 model).
+	if slices.ContainsFunc(rules, func(r RuleParams) bool { return r.Mu != 0 || r.Discount != 0 || r.Rho != 0 }) {
+		s.Mu, s.Discount, s.Rho = mu, disc, rho
+	}
+	var cnt *CNT
+	needCounts := slices.ContainsFunc(rules, func(r RuleParams) bool { return !math.IsInf(r.Kappa, 1) || r.Rho > 0 })
+	if needCounts {
+		c, err := NewCNT(n, u, blocks, 0)
+		if err != nil {
+			return nil, err
+		}
+		cnt = c
+	}
+	s.Q = NewQRule(n, u, blocks, cnt, s.Delta, s.Rho)
+	if slices.ContainsFunc(rules, func(r RuleParams) bool { return !math.IsInf(r.Kappa, 1) }) {
+		s.Counts = cnt
+	}
+	if err := s.Prepare(n, u); err != nil {
 		return nil, err
 	}
 	return s, nil

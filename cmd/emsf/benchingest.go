@@ -17,22 +17,17 @@ import (
 // memory (Linux: VmHWM; the process does nothing else before). With
 // profile set it writes a CPU profile of the ingest there.
 func benchIngest(ctx context.Context, e *env, in *inputFlags, profile string) error {
+	stop := func() {}
 	if profile != "" {
-		pf, err := os.Create(profile)
-		if err != nil {
-			return fmt.Errorf("--ingest-cpuprofile: %w", err)
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
+		var err error
+		if stop, err = startCPUProfile(profile); err != nil {
 			return fmt.Errorf("--ingest-cpuprofile: %w", err)
 		}
 	}
 	t0 := time.Now()
 	d, err := loadData(ctx, in, 0, 0)
 	el := time.Since(t0)
-	if profile != "" {
-		pprof.StopCPUProfile()
-	}
+	stop()
 	if err != nil {
 		return err
 	}
@@ -63,4 +58,21 @@ func peakRSS() string {
 		}
 	}
 	return "unknown"
+}
+
+// startCPUProfile starts a CPU profile into path and returns what stops
+// it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		pf.Close()
+	}, nil
 }

@@ -233,9 +233,6 @@ func parseBaselines(s string) ([]string, error) {
 	return out, nil
 }
 
-// Grids of the baselines' parameters, chosen on the validation split.
-var addBetaGrid = []float64{1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1}
-
 // trainBaselines returns the counting baselines of train: each
 // parameter chosen by the score under rule of the validation split
 // (train.val) when counted on the rest (train.train), then counted on
@@ -270,7 +267,7 @@ func trainBaselines(n, u int, train *dataset, bases []string, rule factor.HeldOu
 			out = append(out, namedEstimate{"CNT (counting)", c, ""})
 		case baseAdd:
 			mk := func(bs []*factor.Block, beta float64) (factor.Estimate, error) { return factor.NewCNT(n, u, bs, beta) }
-			beta, err := choose(addBetaGrid, mk)
+			beta, err := choose(factor.AddBetaGrid, mk)
 			if err != nil {
 				return nil, err
 			}
@@ -281,7 +278,7 @@ func trainBaselines(n, u int, train *dataset, bases []string, rule factor.HeldOu
 			out = append(out, namedEstimate{"add-β counting", c, fmt.Sprintf("β = %g", beta)})
 		case baseJM:
 			mk := func(bs []*factor.Block, l float64) (factor.Estimate, error) { return factor.NewJM(n, u, bs, l) }
-			lambda, err := choose(factor.LambdaGrid[1:], mk)
+			lambda, err := choose(factor.JMGrid, mk)
 			if err != nil {
 				return nil, err
 			}

@@ -53,6 +53,7 @@ type fitFlags struct {
 	stopRule   string
 	validation float64
 	patience   int
+	cpuProfile string
 	priorD     float64
 	priorK     float64
 	plain      bool
@@ -96,15 +97,23 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.loss, "loss", "wkl", lossUsage)
 	fs.StringVar(&f.precision, "precision", "float64", precisionUsage)
 	fs.StringVar(&f.accel, "accel", "auto", "acceleration between EM passes: squarem (SQUAREM: extrapolated steps with a safeguard, the log-likelihood never below the EM step it replaces), none (plain EM, bitwise as before), or auto: squarem where the fit holds the model (local, --exchange coordinator) with --alpha 1, else none")
-	fs.StringVar(&f.smooth, "smooth", "auto", "the model's predictive rule beyond D·K, stored in the model and used by eval, trick, serve and queries: auto (interpolation with the next-state frequencies, weight λ, and with the training counts, weight κ, both chosen per action on the --validation split), background (λ only: no counts stored, the model stays a factorization, of order m+1), or none (D·K itself)")
+	fs.StringVar(&f.smooth, "smooth", "auto", "the model's predictive rule beyond D·K, stored in the model and used by eval, trick, serve and queries: auto (the training counts, discounted (d, κ, μ), backed off to D·K interpolated with the next-state and Kneser–Ney continuation frequencies (λ, δ, ρ), all chosen per action on the --validation split; factor.Smoothing), background (λ only: no counts stored, the model stays a factorization, of order m+1), or none (D·K itself)")
 	fs.StringVar(&f.stopRule, "stop", "auto", "stopping rule beside --iters, --tol and --time-limit: validation (stop once the --validation score has not gained for --patience scores, and keep the best iterate), tol (the relative change alone), or auto: validation where the fit holds the model, else tol")
 	fs.Float64Var(&f.validation, "validation", 0.1, "fraction of the training transitions held out (seeded by --seed) to choose the smoothing and to stop the fit; used with --smooth auto|background or --stop validation")
 	fs.Float64Var(&f.priorD, "prior-d", defaultPriorD, "Dirichlet prior on the rows of D (MAP-EM): pseudo-counts added to every entry of a row before it is normalized (0: none)")
 	fs.Float64Var(&f.priorK, "prior-k", defaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
 	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: --accel none --smooth none --stop tol --prior-d 0 --prior-k 0, and rows without data left at their random start")
 	fs.IntVar(&f.patience, "patience", 10, "with --stop validation: scores in a row without gain before the fit stops")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole command to this file (go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if f.cpuProfile != "" {
+		stop, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer stop()
 	}
 	fs.Visit(func(fl *flag.Flag) { f.priorSet = f.priorSet || fl.Name == "prior-d" || fl.Name == "prior-k" })
 	if err := f.validate(); err != nil {
@@ -449,19 +458,14 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 			opts.Prior = &factor.Prior{D: f.priorD, K: f.priorK}
 		}
 		if f.stopV == stopValidation {
-			scores := 0
 			opts.EarlyStop = &factor.EarlyStop{Patience: f.patience, MinGain: heldOutMinGain,
 				Score: func(md *factor.Model) float64 {
-					// The rule's λ, κ, δ move slowly: tuned in full every
-					// tuneEvery scores, rescored with the last choice
-					// between (a function of the score's count: the fit
-					// stays deterministic).
-					scores++
-					if scores%tuneEvery == 1 {
-						s, _, _, _ := v.Tune(md, f.workers)
-						return s
-					}
-					return v.Rescore(md, f.workers)
+					// The rule is tuned in full at the first score; then
+					// only λ, the weight of the factors, follows them
+					// (the counts' parameters move little while the
+					// factors fit). A function of the score's count and
+					// the model: the fit stays deterministic.
+					return v.TuneLambda(md, f.workers)
 				}}
 		}
 		var res factor.FitResult
@@ -503,14 +507,14 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 		}
 		score := md.LogLik
 		if v != nil {
-			var lambda, kappa, delta []float64
-			score, lambda, kappa, delta = v.Tune(md, f.workers)
+			var rules []factor.RuleParams
+			score, rules = v.Tune(md, f.workers)
 			if f.smooth != smoothNone {
-				if md.Smoothing, err = factor.NewSmoothing(n, u, mergeBlocks(u, mats, val), lambda, kappa, delta); err != nil {
+				if md.Smoothing, err = factor.NewSmoothing(n, u, mergeBlocks(u, mats, val), rules); err != nil {
 					return nil, "", err
 				}
 			}
-			log.Info("validation", "order", m, "seed", md.Seed, "loglik_per_transition", score, "lambda", lambda, "kappa", kappa, "delta", delta,
+			log.Info("validation", "order", m, "seed", md.Seed, "loglik_per_transition", score, "rule", ruleString(rules),
 				"smooth", f.smooth, "best_iteration", res.BestIteration, "scores", res.Evaluations)
 		}
 		log.Info("fit done", append([]any{"order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations},
@@ -536,9 +540,14 @@ const (
 	defaultPriorK = 30
 )
 
-// tuneEvery is how often (in scores) the held-out rule tunes λ, κ and δ
-// in full while a fit runs.
-const tuneEvery = 5
+// ruleString describes the chosen rule per action for logs.
+func ruleString(rules []factor.RuleParams) string {
+	parts := make([]string, len(rules))
+	for a, r := range rules {
+		parts[a] = fmt.Sprintf("a%d: λ=%g κ=%g d=%g μ=%g δ=%g ρ=%g", a, r.Lambda, r.Kappa, r.Discount, r.Mu, r.Delta, r.Rho)
+	}
+	return strings.Join(parts, "; ")
+}
 
 // heldOutMinGain is the relative gain of the validation score that
 // resets the patience of --stop validation.

@@ -58,7 +58,11 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		if sm.Counts != nil {
 			counts = sm.Counts.NNZ()
 		}
-		fmt.Fprintf(w, "  smoothing    λ %v, κ %v, δ %v per action; %d counts stored (factor.Smoothing)\n", sm.Lambda, sm.Kappa, sm.Delta, counts)
+		fmt.Fprintf(w, "  smoothing    λ %v, κ %v, δ %v", sm.Lambda, sm.Kappa, sm.Delta)
+		if sm.Mu != nil || sm.Discount != nil || sm.Rho != nil {
+			fmt.Fprintf(w, ", μ %v, discount %v, ρ %v", sm.Mu, sm.Discount, sm.Rho)
+		}
+		fmt.Fprintf(w, " per action; %d counts stored (factor.Smoothing)\n", counts)
 	} else {
 		fmt.Fprintf(w, "  smoothing    none (the model predicts D·K)\n")
 	}
