@@ -99,6 +99,13 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	if m > res.N {
 		return usagef("--order %d: must be at most the number of states n = %d", m, res.N)
 	}
+	// Limits before allocation (--max-model-bytes): the workers hold the
+	// model between them, once; refuse it here, before any is drawn.
+	fp := factor.Footprint{N: res.N, M: m, U: res.U, Tie: f.tieV, Float32: f.precisionV == factor.Float32, GroupNNZ: f.groupNNZ,
+		NNZ: int64(set.Manifest.NNZ)}
+	if err := f.limits.check("a cluster fit (--algorithm emsf; its workers hold the model)", fp, fp.Model()); err != nil {
+		return err
+	}
 	log.Info("data", "input", f.in.input, "transitions", res.Transitions, "states", res.N, "actions", res.U,
 		"nonzeros", set.Manifest.NNZ, "shards", len(set.Lines), "splits", len(res.Splits), "ingest_epochs", res.Epochs)
 

@@ -23,7 +23,7 @@ func TestFitRefusesTooLargeModels(t *testing.T) {
 		{"--algorithm", "emsf"},
 		{"--algorithm", "emsf", "--restarts", "2", "--precision", "float32"},
 		{"--algorithm", "emsf", "--embedded", "--workers", "1"},
-		{"--algorithm", "emsf", "--nats", ""},
+		{"--algorithm", "emsf", "--exchange", "coordinator", "--nats", ""},
 		{"--algorithm", "klm"},
 		{"--algorithm", "cnt"},
 		{"--algorithm", "mu-norm"},
@@ -40,7 +40,10 @@ func TestFitRefusesTooLargeModels(t *testing.T) {
 			}
 			if args[len(args)-1] == "" {
 				// A real server (the preflight dials it); no worker is
-				// needed: the coordinator refuses before it waits for one.
+				// needed: the coordinator, which reads the data on this
+				// path, refuses before it waits for one. (On the path
+				// from metadata the workers read the data: --embedded
+				// above refuses after their ingest, before any model.)
 				args[len(args)-1], _ = embeddedNATS(t, true)
 			}
 			code, _, errs := emsf(t, args...)

@@ -247,7 +247,7 @@ func flagGroups() []flagGroup {
 		{"Analysis", []string{"policy", "top", "cnt"}},
 		{"Experiment", []string{"paper", "runs", "sizes", "bases", "hands", "batch-hands", "batches", "eval-hands", "epsilon", "emsf-init",
 			"observations", "hmm-iters", "hmm-eps", "gen-iters", "epca-iters", "nmf-steps"}},
-		{"Benchmark", []string{"cluster", "ingest", "ingest-cpuprofile"}},
+		{"Benchmark", []string{"cluster", "ingest", "ingest-cpuprofile", "cpuprofile"}},
 		{"Cost model", []string{"nodes", "nnz", "shards", "gbit", "rtt", "conns", "window", "cores", "box-cores", "cpu-per-byte", "box-cpu-per-byte",
 			"merge-bw", "ns-per-nnz", "wire-overhead", "serial", "memory", "gogc", "check-memory"}},
 		{"Output", []string{"out", "format", "dir", "part-rows"}},

@@ -35,12 +35,18 @@ import (
 // is asked of another.
 const spreadAttempts = 4
 
+// spreadChunk is the most items one request of spread carries: a share
+// of thousands of row groups and column blocks (many actions, large n)
+// would not fit one NATS message.
+const spreadChunk = 256
+
 // spread runs work on the workers alive: items (indices 0..n−1) are
 // dealt to workers (prefer names the worker to give an item first, ""
-// for none) and each worker's share is done by do, in parallel. A
-// worker whose request fails loses its share to the others (up to
-// spreadAttempts rounds): the work is a pure function of the data, so
-// anyone computes the same bytes.
+// for none) and each worker's share is done by do, in parallel across
+// workers, in chunks of at most spreadChunk items one after another. A
+// worker whose request fails loses what is left of its share to the
+// others (up to spreadAttempts rounds): the work is a pure function of
+// the data, so anyone computes the same bytes.
 func (e *Executor) spread(ctx context.Context, n int, prefer func(i int) string, do func(ctx context.Context, worker string, items []int) error) error {
 	left := make([]int, n)
 	for i := range left {
@@ -79,15 +85,18 @@ func (e *Executor) spread(ctx context.Context, n int, prefer func(i int) string,
 		left = left[:0]
 		for w, items := range share {
 			wg.Go(func() {
-				err := do(ctx, w, items)
-				if err == nil {
+				for start := 0; start < len(items); start += spreadChunk {
+					err := do(ctx, w, items[start:min(len(items), start+spreadChunk)])
+					if err == nil {
+						continue
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					e.log.Warn("a worker failed its share; asking another", "worker_id", w, "items", len(items)-start, "error", err)
+					failed[w], last = err, err
+					left = append(left, items[start:]...)
 					return
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				e.log.Warn("a worker failed its share; asking another", "worker_id", w, "items", len(items), "error", err)
-				failed[w], last = err, err
-				left = append(left, items...)
 			})
 		}
 		wg.Wait()
@@ -215,8 +224,10 @@ func (d *DrawnModel) Initial(ctx context.Context, p *owners.Plan) ([][]string, [
 	dcrc := make([]string, len(p.Groups))
 	c := &natsCluster{e: d.e}
 	err := d.e.spread(ctx, len(pieces), nil, func(ctx context.Context, w string, items []int) error {
+		// The column sums of the K blocks this request draws (nil for
+		// the others: a message holds a few, not u·m values).
 		req := &ingestwire.InitRequest{Job: p.Job, Bucket: d.e.cfg.ObjectBucket, N: h.N, M: h.M, U: h.U, Tie: h.Tie.String(), Seed: h.Seed,
-			Sums: sums}
+			Sums: make([][]float64, len(sums))}
 		if h.Precision != factor.Float64 {
 			req.Precision = h.Precision.String()
 		}
@@ -228,6 +239,7 @@ func (d *DrawnModel) Initial(ctx context.Context, p *owners.Plan) ([][]string, [
 			} else {
 				cb := p.Cols[pc.kb][pc.q]
 				req.Blocks = append(req.Blocks, ingestwire.InitBlock{KBlock: pc.kb, C: cb.C, Lo: cb.Lo, Hi: cb.Hi})
+				req.Sums[pc.kb] = sums[pc.kb]
 			}
 		}
 		var rep ingestwire.InitReply

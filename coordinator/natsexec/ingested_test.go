@@ -28,7 +28,7 @@ import (
 // and float32; and the row groups are shard.CutDGroups'.
 func TestFitIngestedMatchesLocal(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
-	for trial, p := range []int{1, 2, 3, 2} {
+	for trial, p := range []int{1, 2, 3, 2, 2} {
 		tie := []factor.Tie{factor.TieNone, factor.TieSharedK}[trial%2]
 		q := 1 + trial%2
 		prec := factor.Float64
@@ -36,6 +36,11 @@ func TestFitIngestedMatchesLocal(t *testing.T) {
 			prec = factor.Float32
 		}
 		n, u, m, target := 50+rng.IntN(150), 1+rng.IntN(3), 2+rng.IntN(4), 30+rng.IntN(100)
+		if trial == 4 {
+			// Hundreds of actions: more row groups and column blocks per
+			// worker than one request carries (spreadChunk).
+			u = 300
+		}
 		rows := ingesttest.RandomRows(rng, n, u, 1000+rng.IntN(3000), target, trial%2 == 0)
 		dir := t.TempDir()
 		files := ingesttest.Dataset(t, rng, dir, rows, 2)
