@@ -57,6 +57,8 @@ type fitFlags struct {
 	priorD     float64
 	priorK     float64
 	plain      bool
+	// clusterPlain: plain set by clusterPlainDefault, not by the user.
+	clusterPlain bool
 
 	orders     []int
 	tieV       factor.Tie
@@ -144,6 +146,9 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	}
 
 	if f.cluster.enabled() {
+		if f.clusterPlain {
+			log.Info("a cluster fit runs plain EM and stores no smoothing rule unless told otherwise (its workers hold D and K; the rule needs the counts in one place): the model is the local 'emsf fit --plain' one; --exchange coordinator with --smooth auto smooths")
+		}
 		ok, why := f.ingestedPath()
 		if ok {
 			log.Info("cluster fit from metadata: the workers ingest the dataset, cut the shards and hold the model; the coordinator reads no data")
@@ -562,6 +567,14 @@ const (
 	stopTol          = "tol"
 )
 
+// clusterPlainDefault reports whether f is a cluster fit of the owners
+// exchange that names none of the quality flags (--accel, --smooth,
+// --stop, the priors, --plain): it runs as --plain.
+func (f *fitFlags) clusterPlainDefault() bool {
+	return f.cluster.enabled() && f.cluster.exchange != "coordinator" && f.algorithm == algEMSF && !f.inc.enabled &&
+		!f.plain && !f.priorSet && f.accel == "auto" && f.smooth == smoothAuto && f.stopRule == "auto"
+}
+
 // needsValidation reports whether the fit splits a validation part off
 // its training data (--smooth or --stop use it).
 func (f *fitFlags) needsValidation() bool {
@@ -572,6 +585,14 @@ func (f *fitFlags) needsValidation() bool {
 // --patience and resolves their auto values for a fit that holds the
 // model; fitCluster drops what the owners exchange cannot run.
 func (f *fitFlags) validateQuality() error {
+	if f.clusterPlainDefault() {
+		// A cluster fit's default: the owners exchange runs plain EM
+		// (its workers hold D and K), and the smoothing rule, the
+		// validation split and the start of unseen rows need the data in
+		// one place; so it is --plain, and the coordinator need not read
+		// the data (ingestedPath). The model is the local --plain fit's.
+		f.plain, f.clusterPlain = true, true
+	}
 	if f.plain {
 		if f.priorSet || f.accel != "auto" || f.smooth != smoothAuto || f.stopRule != "auto" {
 			return usagef("--plain sets --accel, --smooth, --stop and the priors itself: give it alone")

@@ -44,7 +44,7 @@ func (f *fitFlags) ingestedPath() (bool, string) {
 	case c.resume:
 		return false, "--resume checks the data against the job's as the coordinator reads it"
 	case !f.plain:
-		return false, "without --plain the fit smooths and scores on held-out data and sets the unseen rows of D, which the coordinator does with the data in hand"
+		return false, "a quality flag (--smooth, --stop, --accel, --prior-d/-k) asks for smoothing, held-out scoring or the unseen rows of D set from the data, which the coordinator does with the data in hand"
 	case f.holdout > 0 || len(f.orders) > 1 || f.restarts > 1:
 		return false, "--holdout, several --order values and --restarts compare models in the coordinator"
 	case f.tieV == factor.TieSharedD:
@@ -59,6 +59,11 @@ func (f *fitFlags) ingestedPath() (bool, string) {
 func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 	c := &f.cluster
 	m := f.orders[0]
+	// The coordinator's heap is what the workers' is: record batches and
+	// row buffers of the model it streams at the end, pointer-free and
+	// cheap to mark, and their garbage; GOGC 25 (and a cgroup's limit)
+	// keeps its peak near what is live.
+	setWorkerMemory(log)
 	exec, minWorkers, done, err := c.executor(ctx, log, f.workers)
 	if err != nil {
 		return err
