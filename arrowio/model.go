@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
@@ -19,6 +20,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 )
 
 // Model file formats, the format argument of WriteModel.
@@ -41,6 +43,11 @@ const (
 	keyParamPrefix = "emsf.param."
 	keyReduceOrder = "emsf.reduce_order"
 	keyGroupNNZ    = "emsf.group_nnz"
+	keyVocab       = "emsf.vocab"
+	keyVocabSum    = "emsf.vocab_checksum." // + "states" or "actions"
+	// modelVersionVocab is the emsf.format_version of a model file with a
+	// vocabulary (a file without one stays version 1, bit for bit).
+	modelVersionVocab = "2"
 	// modelBatchBytes bounds the values of one record batch.
 	modelBatchBytes = 16 << 20
 )
@@ -68,25 +75,60 @@ type ModelFile struct {
 	// file written before the field existed, or no fit); written only
 	// when set.
 	Status string
+	// States and Actions, when not nil, are the vocabularies of user ids:
+	// state i of the model is States.ID(i), action a is Actions.ID(a)
+	// (lengths n and u). Nil: the data named states and actions by
+	// integer indices.
+	States, Actions *shard.Vocab
 }
+
+// vocabs returns the vocabularies the file holds, by name ("states",
+// "actions"), in file order.
+func (mf *ModelFile) vocabs() (names []string, vs []*shard.Vocab) {
+	if mf.States != nil {
+		names, vs = append(names, vocabStates), append(vs, mf.States)
+	}
+	if mf.Actions != nil {
+		names, vs = append(names, vocabActions), append(vs, mf.Actions)
+	}
+	return names, vs
+}
+
+// Vocabulary names (emsf.vocab) and their rows' factor.
+const (
+	vocabStates  = "states"
+	vocabActions = "actions"
+	factorStates = "S"
+	factorAction = "A"
+)
 
 // modelFields is the model table. The fields are declared nullable (as
 // pyarrow does by default; they never hold nulls): the Parquet reader of
 // arrow-go v15 reads a non-nullable fixed-size list back as all nulls.
-func modelFields(m int) []arrow.Field {
-	return []arrow.Field{
+// A model with a vocabulary has a fifth column, id.
+func modelFields(m int, vocab bool) []arrow.Field {
+	fs := []arrow.Field{
 		{Name: "factor", Type: arrow.BinaryTypes.String, Nullable: true},
 		{Name: "action", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 		{Name: "state", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 		{Name: "values", Type: arrow.FixedSizeListOf(int32(m), arrow.PrimitiveTypes.Float64), Nullable: true},
 	}
+	if vocab {
+		fs = append(fs, arrow.Field{Name: "id", Type: arrow.BinaryTypes.String, Nullable: true})
+	}
+	return fs
 }
 
 // modelSchema returns the schema of a model file, metadata included.
 func modelSchema(mf *ModelFile) *arrow.Schema {
 	md := mf.Model
 	var mw metaWriter
-	mw.set(keyVersion, FormatVersion)
+	names, vs := mf.vocabs()
+	if len(vs) > 0 {
+		mw.set(keyVersion, modelVersionVocab)
+	} else {
+		mw.set(keyVersion, FormatVersion)
+	}
 	mw.set(keyKind, kindModel)
 	mw.int(keyN, md.N)
 	mw.int(keyM, md.M)
@@ -112,7 +154,14 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	for _, k := range keys {
 		mw.set(keyParamPrefix+k, mf.Params[k])
 	}
-	return arrow.NewSchema(modelFields(md.M), mw.metadata())
+	if len(vs) > 0 {
+		mw.set(keyVocab, strings.Join(names, ","))
+		for k, v := range vs {
+			sum := v.Checksum()
+			mw.set(keyVocabSum+names[k], hex.EncodeToString(sum[:]))
+		}
+	}
+	return arrow.NewSchema(modelFields(md.M, len(vs) > 0), mw.metadata())
 }
 
 // emitModel produces the record batches of a model: all D blocks in block
@@ -124,6 +173,7 @@ func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes
 	per := max(1, min(n, batchBytes/(8*m)))
 	rb := array.NewRecordBuilder(mem, sc)
 	defer rb.Release()
+	_, vs := mf.vocabs()
 	block := func(name string, b int, shared bool, vals []float64) error {
 		action := int32(b)
 		if shared {
@@ -143,6 +193,35 @@ func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes
 				sb.UnsafeAppend(int32(i))
 			}
 			appendRows(rb.Field(3).(*array.FixedSizeListBuilder), vals[lo*m:hi*m], hi-lo)
+			if len(vs) > 0 {
+				rb.Field(4).(*array.StringBuilder).AppendNulls(hi - lo)
+			}
+			if err := flushRecord(rb, write); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// vocabulary rows: factor S or A, action -1, state the index, values
+	// null, id the id.
+	vocab := func(name string, v *shard.Vocab) error {
+		for lo := 0; lo < v.Len(); lo += per {
+			hi := min(v.Len(), lo+per)
+			fb := rb.Field(0).(*array.StringBuilder)
+			ab := rb.Field(1).(*array.Int32Builder)
+			sb := rb.Field(2).(*array.Int32Builder)
+			lb := rb.Field(3).(*array.FixedSizeListBuilder)
+			ib := rb.Field(4).(*array.StringBuilder)
+			fb.Reserve(hi - lo)
+			ab.Reserve(hi - lo)
+			sb.Reserve(hi - lo)
+			for i := lo; i < hi; i++ {
+				fb.Append(name)
+				ab.UnsafeAppend(-1)
+				sb.UnsafeAppend(int32(i))
+				ib.BinaryBuilder.Append(v.ID(i))
+			}
+			lb.AppendNulls(hi - lo)
 			if err := flushRecord(rb, write); err != nil {
 				return err
 			}
@@ -159,6 +238,14 @@ func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes
 			return err
 		}
 	}
+	if mf.States != nil {
+		if err := vocab(factorStates, mf.States); err != nil {
+			return err
+		}
+	}
+	if mf.Actions != nil {
+		return vocab(factorAction, mf.Actions)
+	}
 	return nil
 }
 
@@ -168,6 +255,12 @@ func checkWritable(mf *ModelFile) error {
 	}
 	if mf.Model.N > math.MaxInt32 || mf.Model.M > math.MaxInt32 {
 		return fmt.Errorf("model shape n=%d m=%d does not fit int32", mf.Model.N, mf.Model.M)
+	}
+	if mf.States != nil && mf.States.Len() != mf.Model.N {
+		return fmt.Errorf("the state vocabulary has %d ids, the model n=%d states", mf.States.Len(), mf.Model.N)
+	}
+	if mf.Actions != nil && mf.Actions.Len() != mf.Model.U {
+		return fmt.Errorf("the action vocabulary has %d ids, the model u=%d actions", mf.Actions.Len(), mf.Model.U)
 	}
 	return mf.Model.Validate()
 }
@@ -197,19 +290,29 @@ func encodeModel(w io.Writer, mf *ModelFile, format string, mem memory.Allocator
 	case ModelArrow, "":
 		return writeIPCFile(w, sc, mem, emit)
 	case ModelParquet:
-		return writeParquet(w, sc, mem, emit)
+		// A model with a vocabulary has null values (its vocabulary
+		// rows), which arrow-go v15 cannot read back as a fixed-size
+		// list ("expected all lists to be of size=m"): its Parquet file
+		// goes without the stored Arrow schema, so values read as
+		// list<double>; the metadata is in the key-value metadata all
+		// the same.
+		_, vs := mf.vocabs()
+		return writeParquet(w, sc, mem, len(vs) == 0, emit)
 	}
 	return fmt.Errorf("unknown model format %q (want arrow or parquet)", format)
 }
 
 // writeParquet writes a Parquet file of the records emit produces, one row
-// group per record, with the Arrow schema (and so its metadata) stored in
-// the file's key-value metadata.
-func writeParquet(w io.Writer, sc *arrow.Schema, mem memory.Allocator, emit func(write func(arrow.Record) error) error) error {
+// group per record, with the schema's metadata in the file's key-value
+// metadata, and with storeSchema the Arrow schema stored there too.
+func writeParquet(w io.Writer, sc *arrow.Schema, mem memory.Allocator, storeSchema bool, emit func(write func(arrow.Record) error) error) error {
 	props := parquet.NewWriterProperties(parquet.WithAllocator(mem), parquet.WithDictionaryDefault(false))
+	aprops := []pqarrow.WriterOption{pqarrow.WithAllocator(mem)}
+	if storeSchema {
+		aprops = append(aprops, pqarrow.WithStoreSchema())
+	}
 	// struct{ io.Writer } hides any Close: the caller owns w.
-	fw, err := pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props,
-		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem)))
+	fw, err := pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props, pqarrow.NewArrowWriterProperties(aprops...))
 	if err != nil {
 		return err
 	}
@@ -302,6 +405,10 @@ type modelReader struct {
 	want    int64 // rows expected
 	rows    int64
 	recs    []arrow.Record
+	// vocab: the file has an id column; sums are the vocabularies'
+	// checksums by name (emsf.vocab_checksum.*).
+	vocab bool
+	sums  map[string]string
 }
 
 func (r *modelReader) release() {
@@ -313,8 +420,20 @@ func (r *modelReader) release() {
 
 func (r *modelReader) schema(sc *arrow.Schema) error {
 	mr := metaReader{md: sc.Metadata()}
-	mr.header(kindModel)
+	version := mr.headerOf(kindModel, FormatVersion, modelVersionVocab)
 	r.n, r.m, r.u = mr.int(keyN), mr.int(keyM), mr.int(keyU)
+	var names []string
+	if version == modelVersionVocab {
+		r.vocab = true
+		names = strings.Split(mr.str(keyVocab), ",")
+		r.sums = map[string]string{}
+		for _, name := range names {
+			if name != vocabStates && name != vocabActions || r.sums[name] != "" {
+				return fmt.Errorf("schema metadata %s = %q: want states, actions or states,actions", keyVocab, mr.str(keyVocab))
+			}
+			r.sums[name] = mr.str(keyVocabSum + name)
+		}
+	}
 	tie := mr.str(keyTie)
 	md := &factor.Model{Iteration: mr.int(keyIteration), LogLik: mr.float(keyLogLik),
 		WKL: mr.float(keyWKL), Seed: mr.uint64(keySeed)}
@@ -336,6 +455,12 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 		return fmt.Errorf("bad model shape n=%d m=%d u=%d", r.n, r.m, r.u)
 	}
 	r.want = int64(factor.NumD(r.u, r.tie)+factor.NumK(r.u, r.tie)) * int64(r.n)
+	if _, ok := r.sums[vocabStates]; ok {
+		r.want += int64(r.n)
+	}
+	if _, ok := r.sums[vocabActions]; ok {
+		r.want += int64(r.u)
+	}
 	r.mf.Model = md
 	for i, k := range sc.Metadata().Keys() {
 		if p, ok := strings.CutPrefix(k, keyParamPrefix); ok {
@@ -345,12 +470,14 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 			r.mf.Params[p] = sc.Metadata().Values()[i]
 		}
 	}
-	return checkFields(sc, modelFields(r.m)...)
+	return checkFields(sc, modelFields(r.m, r.vocab)...)
 }
 
 func (r *modelReader) record(rec arrow.Record) error {
-	if err := noNulls(rec); err != nil {
-		return err
+	if !r.vocab {
+		if err := noNulls(rec); err != nil {
+			return err
+		}
 	}
 	r.rows += rec.NumRows()
 	if r.rows > r.want {
@@ -386,6 +513,56 @@ func (r *modelReader) parquet(ra parquet.ReaderAtSeeker, size int64, mem memory.
 }
 
 // model builds the model from the collected records and validates it.
+// vocabRows returns the values of a record of a model with a vocabulary
+// (row i's at out[i*m:(i+1)*m], zeros on vocabulary rows) and its id
+// column, checking that values are null exactly where id is not.
+func vocabRows(rec arrow.Record, m int) ([]float64, *array.String, error) {
+	for c := range 3 {
+		if n := rec.Column(c).NullN(); n > 0 {
+			return nil, nil, fmt.Errorf("column %s has %d nulls", rec.ColumnName(c), n)
+		}
+	}
+	idCol, ok := rec.Column(4).(*array.String)
+	if !ok {
+		return nil, nil, fmt.Errorf("id column has type %s", rec.Column(4).DataType())
+	}
+	l, ok := rec.Column(3).(interface {
+		arrow.Array
+		ListValues() arrow.Array
+		ValueOffsets(int) (int64, int64)
+	})
+	if !ok {
+		return nil, nil, fmt.Errorf("values column of type %s is not a list", rec.Column(3).DataType())
+	}
+	f, ok := l.ListValues().(*array.Float64)
+	if !ok {
+		return nil, nil, fmt.Errorf("list values of type %s are not float64", l.ListValues().DataType())
+	}
+	vals := f.Float64Values()
+	names := rec.Column(0).(*array.String)
+	out := make([]float64, int(rec.NumRows())*m)
+	for i := range int(rec.NumRows()) {
+		vocab := names.Value(i) == factorStates || names.Value(i) == factorAction
+		if l.IsNull(i) != vocab || idCol.IsNull(i) == vocab {
+			return nil, nil, fmt.Errorf("row %d (factor %s): values null %v, id null %v", i, names.Value(i), l.IsNull(i), idCol.IsNull(i))
+		}
+		if vocab {
+			continue
+		}
+		start, end := l.ValueOffsets(i)
+		if end-start != int64(m) || start < 0 || end > int64(len(vals)) {
+			return nil, nil, fmt.Errorf("list row %d holds values [%d, %d), want %d values", i, start, end, m)
+		}
+		for k := start; k < end && f.NullN() > 0; k++ {
+			if f.IsNull(int(k)) {
+				return nil, nil, fmt.Errorf("column values has null list values")
+			}
+		}
+		copy(out[i*m:], vals[start:end])
+	}
+	return out, idCol, nil
+}
+
 func (r *modelReader) model() (_ *ModelFile, err error) {
 	defer catchDecode(&err)
 	if r.rows != r.want {
@@ -397,6 +574,13 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 	blocks := map[string][][]float64{"D": md.D, "K": md.KT}
 	shared := map[string]bool{"D": r.tie == factor.TieSharedD, "K": r.tie == factor.TieSharedK}
 	m := r.m
+	ids := map[string][]string{}
+	if _, ok := r.sums[vocabStates]; ok {
+		ids[factorStates] = make([]string, r.n)
+	}
+	if _, ok := r.sums[vocabActions]; ok {
+		ids[factorAction] = make([]string, r.u)
+	}
 	for _, rec := range r.recs {
 		names, ok := rec.Column(0).(*array.String)
 		if !ok {
@@ -404,12 +588,29 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 		}
 		actions := rec.Column(1).(*array.Int32).Int32Values()
 		states := rec.Column(2).(*array.Int32).Int32Values()
-		vals, err := listRows(rec.Column(3), m)
-		if err != nil {
+		var vals []float64
+		var idCol *array.String
+		if r.vocab {
+			if vals, idCol, err = vocabRows(rec, m); err != nil {
+				return nil, err
+			}
+		} else if vals, err = listRows(rec.Column(3), m); err != nil {
 			return nil, err
 		}
 		for i := range int(rec.NumRows()) {
 			f, a, s := names.Value(i), int(actions[i]), int(states[i])
+			if vs, ok := ids[f]; ok {
+				if a != -1 || s < 0 || s >= len(vs) {
+					return nil, fmt.Errorf("vocabulary row %s action %d index %d: want action -1 and an index in [0, %d)", f, a, s, len(vs))
+				}
+				if vs[s] != "" {
+					return nil, fmt.Errorf("vocabulary row %s index %d appears twice", f, s)
+				}
+				if vs[s] = idCol.Value(i); vs[s] == "" {
+					return nil, fmt.Errorf("vocabulary row %s index %d has an empty id", f, s)
+				}
+				continue
+			}
 			bs, ok := blocks[f]
 			if !ok {
 				return nil, fmt.Errorf("row with factor %q (want D or K)", f)
@@ -439,6 +640,24 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 	// rows == want and no duplicates: every row is there.
 	if err := md.Validate(); err != nil {
 		return nil, err
+	}
+	for f, name := range map[string]string{factorStates: vocabStates, factorAction: vocabActions} {
+		vs, ok := ids[f]
+		if !ok {
+			continue
+		}
+		v, err := shard.NewVocab(vs)
+		if err != nil {
+			return nil, fmt.Errorf("%s vocabulary: %w", name, err)
+		}
+		if sum := v.Checksum(); hex.EncodeToString(sum[:]) != r.sums[name] {
+			return nil, fmt.Errorf("%s vocabulary: its ids do not match %s%s (a mangled vocabulary)", name, keyVocabSum, name)
+		}
+		if f == factorStates {
+			r.mf.States = v
+		} else {
+			r.mf.Actions = v
+		}
 	}
 	r.mf.Model = md
 	out := r.mf
