@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime/debug"
 	"sync/atomic"
@@ -24,6 +25,7 @@ type inputFlags struct {
 	count   string
 	states  int
 	actions int
+	ids     string
 }
 
 func (f *inputFlags) register(fs *flag.FlagSet) {
@@ -35,6 +37,7 @@ func (f *inputFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.count, "col-count", "", "name of the count column (default: a column named count if there is one, else every row counts 1)")
 	fs.IntVar(&f.states, "states", 0, "number of states n (default: inferred as 1 + the largest state seen)")
 	fs.IntVar(&f.actions, "actions", 0, "number of actions u (default: inferred as 1 + the largest action seen)")
+	fs.StringVar(&f.ids, "ids", idsAuto, idsUsage)
 }
 
 func (f *inputFlags) validate() error {
@@ -47,7 +50,7 @@ func (f *inputFlags) validate() error {
 	if f.actions < 0 {
 		return usagef("--actions %d: must be >= 1", f.actions)
 	}
-	return nil
+	return validIDs(f.ids)
 }
 
 func (f *inputFlags) readOptions() arrowio.ReadOptions {
@@ -75,19 +78,56 @@ type dataset struct {
 	train       []*factor.Block // one per action
 	holdout     []*factor.Block // nil without a holdout
 	fingerprint string
+	// ids are the vocabularies of the groups named by ids (nil: integer
+	// indices): state i of the counts is ids.states.ID(i).
+	ids vocabs
+	// unseen counts the rows set aside because they name an id the model
+	// read against lacks (policy idsKnown); transitions does not count
+	// them.
+	unseen int
 }
 
 // loadData reads the transitions of f into per-action count matrices.
 // With holdout > 0 each transition goes to the held-out set with that
 // probability, drawn from a generator seeded by seed (so the split is
-// reproducible and independent of the file format).
+// reproducible and independent of the file format). Columns of ids (see
+// --ids) get the sorted vocabulary of the data's ids.
 func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) (*dataset, error) {
+	return loadDataIDs(ctx, f, holdout, seed, vocabs{}, idsFresh)
+}
+
+// loadDataIDs is loadData against the vocabularies of a model (base; a
+// nil group holds integers), whose ids keep their indices: new ids are
+// appended sorted among themselves (policy idsGrow), or the rows that
+// name them are set aside (idsKnown, counted in dataset.unseen).
+//
+// Rows of ids are counted with indices numbered as first seen
+// (arrowio.ReadOptions.StateIDs), then renumbered once the vocabulary is
+// sorted (shard.Counter.Remap): the counts are bitwise those of reading
+// the rows with their final indices. Such inputs are read in one pass
+// whatever their format.
+func loadDataIDs(ctx context.Context, f *inputFlags, holdout float64, seed uint64, base vocabs, policy idPolicy) (*dataset, error) {
+	var d *dataset
+	_, err := f.scanWithIDs(base, policy, func(opts arrowio.ReadOptions) error {
+		var err error
+		d, err = countData(ctx, f, opts, holdout, seed, base, policy)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// countData is one read of loadDataIDs, with the vocabularies of opts.
+func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, holdout float64, seed uint64, base vocabs, policy idPolicy) (*dataset, error) {
 	// The counts are a few large pointer-free buffers, cheap to collect:
 	// collecting more often keeps the peak RSS near what is live (the
 	// read batch, the counter's log and the CSR being built) rather than
 	// twice that.
 	defer debug.SetGCPercent(debug.SetGCPercent(ingestGCPercent))
-	if holdout == 0 && twoPassFormat(f) {
+	ids := vocabs{opts.StateIDs, opts.ActionIDs}
+	if holdout == 0 && !ids.any() && twoPassFormat(f) {
 		d, ok, err := loadTwoPass(ctx, f)
 		if err != nil || ok {
 			return d, err
@@ -97,7 +137,11 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	var train, held shard.Counter
 	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
 	h := newFingerprint()
-	err := scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+	known := knownRows{n: base.states.Len(), u: base.actions.Len(), ids: ids}
+	err := scanPipelined(ctx, f.input, opts, func(b *arrowio.TransitionBatch) error {
+		if policy == idsKnown && ids.any() {
+			b = known.filter(b)
+		}
 		if holdout == 0 {
 			k, err := train.AddBatch(b.State, b.Action, b.Next, b.Count)
 			if err != nil {
@@ -119,10 +163,35 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 	if err != nil {
 		return nil, err
 	}
+	if ids.any() {
+		// The fingerprint is of the rows with each id numbered as first
+		// seen, then of the ids in that order: the sequence of ids.
+		h.addIDs(ids)
+		if policy != idsKnown {
+			var sp, ap []int32
+			if ids.states != nil {
+				sp = ids.states.SortFrom(base.states.Len())
+			}
+			if ids.actions != nil {
+				ap = ids.actions.SortFrom(base.actions.Len())
+			}
+			train.Remap(sp, ap)
+			held.Remap(sp, ap)
+		}
+	}
 	n1, u1 := train.Dims()
 	n2, u2 := held.Dims()
 	d := &dataset{file: f.input, n: max(n1, n2), u: max(u1, u2), transitions: train.Len() + held.Len(),
-		fingerprint: h.sum()}
+		fingerprint: h.sum(), ids: ids, unseen: known.unseen}
+	if policy == idsKnown {
+		d.ids = base
+	}
+	if d.ids.states != nil {
+		d.n = d.ids.states.Len()
+	}
+	if d.ids.actions != nil {
+		d.u = d.ids.actions.Len()
+	}
 	if err := d.size(f); err != nil {
 		return nil, err
 	}
@@ -146,23 +215,76 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 // size checks that d has transitions and sets its n and u from the flags,
 // or checks the sizes inferred from the data.
 func (d *dataset) size(f *inputFlags) error {
+	if d.transitions == 0 && d.unseen > 0 {
+		return fmt.Errorf("%s: no transitions to score: all %d rows name states or actions the model does not have", f.input, d.unseen)
+	}
 	if d.transitions == 0 {
 		return fmt.Errorf("%s: no transitions: the input has no data rows", f.input)
 	}
+	if d.ids.states != nil && f.states > 0 {
+		return usagef("--states %d: the states are named by ids, so n is the number of distinct ids (%d): drop --states", f.states, d.n)
+	}
+	if d.ids.actions != nil && f.actions > 0 {
+		return usagef("--actions %d: the actions are named by ids, so u is the number of distinct ids (%d): drop --actions", f.actions, d.u)
+	}
 	// An inferred size is a guess from the largest index seen: one stray
 	// huge index would make the model too big for memory, so past these
-	// limits the user must confirm the size with a flag.
-	if f.states > 0 {
+	// limits the user must confirm the size with a flag. (A vocabulary's
+	// size is no guess: every id is in the data.)
+	switch {
+	case d.ids.states != nil:
+	case f.states > 0:
 		d.n = f.states
-	} else if d.n > maxInferredStates {
+	case d.n > maxInferredStates:
 		return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", f.input, d.n-1, d.n, maxInferredStates)
 	}
-	if f.actions > 0 {
+	switch {
+	case d.ids.actions != nil:
+	case f.actions > 0:
 		d.u = f.actions
-	} else if d.u > maxInferredActions {
+	case d.u > maxInferredActions:
 		return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", f.input, d.u-1, d.u, maxInferredActions)
 	}
 	return nil
+}
+
+// knownRows sets aside the rows of a batch that name an id a model lacks
+// (an index at or beyond its vocabulary's length n or u, numbered so by
+// the scan, which grew a clone of the vocabulary), for loadDataIDs with
+// policy idsKnown.
+type knownRows struct {
+	n, u   int
+	ids    vocabs
+	kept   arrowio.TransitionBatch
+	unseen int
+}
+
+// filter returns b, or the rows of b that name known ids only.
+func (k *knownRows) filter(b *arrowio.TransitionBatch) *arrowio.TransitionBatch {
+	n, u := int32(k.n), int32(k.u)
+	if k.ids.states == nil {
+		n = math.MaxInt32
+	}
+	if k.ids.actions == nil {
+		u = math.MaxInt32
+	}
+	o := &k.kept
+	o.State, o.Action, o.Next, o.Count = o.State[:0], o.Action[:0], o.Next[:0], o.Count[:0]
+	o.FirstRow = b.FirstRow
+	for r := range b.State {
+		if b.State[r] >= n || b.Next[r] >= n || b.Action[r] >= u {
+			k.unseen++
+			continue
+		}
+		o.State, o.Action, o.Next = append(o.State, b.State[r]), append(o.Action, b.Action[r]), append(o.Next, b.Next[r])
+		if b.Count != nil {
+			o.Count = append(o.Count, b.Count[r])
+		}
+	}
+	if b.Count == nil {
+		o.Count = nil
+	}
+	return o
 }
 
 // firstPassGCPercent is the GOGC of loadTwoPass's first read.

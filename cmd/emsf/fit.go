@@ -108,7 +108,13 @@ func runFit(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("--init: %w", err)
 		}
 	}
-	data, err := loadData(ctx, &f.in, f.holdout, f.seed)
+	var data *dataset
+	if warm != nil {
+		// The model's ids keep their indices; new ones are appended.
+		data, err = loadDataIDs(ctx, &f.in, f.holdout, f.seed, vocabsOf(warm), idsGrow)
+	} else {
+		data, err = loadData(ctx, &f.in, f.holdout, f.seed)
+	}
 	if err != nil {
 		return err
 	}
@@ -118,6 +124,9 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if warm != nil {
+		if err := growWarm(log, warm, data.ids); err != nil {
+			return err
+		}
 		if err := warm.Model.CheckCompatible(data.n, f.orders[0], data.u, f.tieV); err != nil {
 			return fmt.Errorf("--init %s: %w", f.initModel, err)
 		}
@@ -183,7 +192,7 @@ const statusInterrupted = "interrupted"
 // fitted when the signal came.
 func (f *fitFlags) write(e *env, md *factor.Model, data *dataset, status, where string) error {
 	mf := &arrowio.ModelFile{Model: md, Fingerprint: data.fingerprint, Params: f.params(md.M), Status: status,
-		ReduceOrder: factor.ReduceOrder, GroupNNZ: f.groupNNZ}
+		ReduceOrder: factor.ReduceOrder, GroupNNZ: f.groupNNZ, States: data.ids.states, Actions: data.ids.actions}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 )
 
 // genFlags are the flags of emsf gen.
@@ -20,6 +21,7 @@ type genFlags struct {
 	transitions            int
 	episodeLen             int
 	seed                   uint64
+	stringIDs              bool
 	out, truth             string
 }
 
@@ -33,6 +35,7 @@ func (g *genFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&g.transitions, "transitions", 2000, "number of transitions to sample")
 	fs.IntVar(&g.episodeLen, "episode-len", 100, "episode length for --sampling trajectory")
 	fs.Uint64Var(&g.seed, "seed", 1, "random seed")
+	fs.BoolVar(&g.stringIDs, "string-ids", false, "name states s0001, s0002, ... and actions a1, a2, ... (zero-padded, so that their sorted order is the index order) instead of integers; the true model carries the same ids")
 }
 
 func (g *genFlags) validate() error {
@@ -78,6 +81,9 @@ func runGen(ctx context.Context, e *env, args []string) error {
 	}
 	if g.truth != "" {
 		mf := &arrowio.ModelFile{Model: truth, Params: g.params()}
+		if g.stringIDs {
+			mf.States, mf.Actions = g.vocabs()
+		}
 		if err := arrowio.WriteModel(g.truth, mf, "arrow"); err != nil {
 			return err
 		}
@@ -98,7 +104,11 @@ func (g *genFlags) generate(ctx context.Context, out string) (*factor.Model, err
 		return nil, err
 	}
 	truth.Seed = g.seed
-	w, err := arrowio.NewTransitionWriter(out, "")
+	var states, actions *shard.Vocab
+	if g.stringIDs {
+		states, actions = g.vocabs()
+	}
+	w, err := arrowio.NewTransitionWriterIDs(out, "", states, actions)
 	if err != nil {
 		return nil, err
 	}
@@ -131,4 +141,24 @@ func (g *genFlags) params() map[string]string {
 		"transitions": strconv.Itoa(g.transitions),
 		"seed":        strconv.FormatUint(g.seed, 10),
 	}
+}
+
+// vocabs returns the ids of --string-ids: s and a, then the index,
+// zero-padded to the width of the largest, so that the vocabulary a fit
+// builds (the sorted ids) numbers them as gen does and the true model can
+// be compared with the fitted one.
+func (g *genFlags) vocabs() (states, actions *shard.Vocab) {
+	named := func(prefix string, n int) *shard.Vocab {
+		width := len(strconv.Itoa(n - 1))
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("%s%0*d", prefix, width, i)
+		}
+		v, err := shard.NewVocab(ids)
+		if err != nil {
+			panic(err) // distinct, valid ids by construction
+		}
+		return v
+	}
+	return named("s", g.states), named("a", g.actions)
 }
