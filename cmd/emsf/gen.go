@@ -29,7 +29,7 @@ func (g *genFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&g.states, "states", 100, "number of states n")
 	fs.IntVar(&g.order, "true-order", 20, "order m' of the true factorization P^a = D'^a K'^a")
 	fs.IntVar(&g.actions, "actions", 1, "number of actions u")
-	fs.StringVar(&g.rows, "rows", "uniform", "how rows of D' and K' are drawn: uniform (entries uniform, then normalised) or dirichlet")
+	fs.StringVar(&g.rows, "rows", "uniform", "how rows of D' and K' are drawn: uniform (entries uniform, then normalised), dirichlet, or local (states on a ring, each hidden state an arc of it: next states are near the state left, as in a local MDP)")
 	fs.Float64Var(&g.conc, "conc", 0.5, "Dirichlet concentration for --rows dirichlet")
 	fs.StringVar(&g.sampling, "sampling", "uniform", "how start states are drawn: uniform, skewed (90% of the mass on 50% of the states) or trajectory (follow the chain)")
 	fs.IntVar(&g.transitions, "transitions", 2000, "number of transitions to sample")
@@ -46,8 +46,8 @@ func (g *genFlags) validate() error {
 		return usagef("--true-order %d: must be in [1, --states=%d]", g.order, g.states)
 	case g.actions < 1:
 		return usagef("--actions %d: must be >= 1", g.actions)
-	case g.rows != "uniform" && g.rows != "dirichlet":
-		return usagef("--rows %q: want uniform or dirichlet", g.rows)
+	case g.rows != "uniform" && g.rows != "dirichlet" && g.rows != "local":
+		return usagef("--rows %q: want uniform, dirichlet or local", g.rows)
 	case !(g.conc > 0):
 		return usagef("--conc %v: must be > 0", g.conc)
 	case g.sampling != "uniform" && g.sampling != "skewed" && g.sampling != "trajectory":
