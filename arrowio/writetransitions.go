@@ -2,7 +2,6 @@ package arrowio
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -165,18 +164,7 @@ func (w *TransitionWriter) appendIndex(line []byte, g, x int) []byte {
 	if v == nil {
 		return strconv.AppendInt(line, int64(x), 10)
 	}
-	id := v.ID(x)
-	if !bytes.ContainsAny(id, ",\"\r\n") && id[0] != ' ' && id[len(id)-1] != ' ' {
-		return append(line, id...)
-	}
-	line = append(line, '"')
-	for _, c := range id {
-		if c == '"' {
-			line = append(line, '"')
-		}
-		line = append(line, c)
-	}
-	return append(line, '"')
+	return append(line, CSVField(string(v.ID(x)))...)
 }
 
 func (w *TransitionWriter) flush() error {

@@ -21,9 +21,10 @@ const (
 	// into mTrue arcs, hidden state l stands for arc l, D'_i splits its
 	// mass between the two arcs nearest to i (by distance to their
 	// centres) and K'_l spreads over a window of 2n/mTrue states around
-	// arc l (uniform weights, normalised). Next states are near the state
-	// left, and a fitted D row puts its mass on a few hidden states: the
-	// structured data of the top-k benchmark (spec ask-the-model §1).
+	// arc l, with exponentially distributed weights (some next states more
+	// visited than others, as in logged data). Next states are near the
+	// state left, and a fitted D row puts its mass on a few hidden states:
+	// the structured data of the top-k benchmark (spec ask-the-model §1).
 	RowsLocal = "local"
 )
 
@@ -91,7 +92,7 @@ func localModel(n, m, u int, rng *rand.Rand) *Model {
 			clear(row)
 			lo := int(float64(l)*arc+arc/2) - width/2
 			for x := range width {
-				row[((lo+x)%n+n)%n] = rng.Float64()
+				row[((lo+x)%n+n)%n] = rng.ExpFloat64()
 			}
 			s := 0.0
 			for _, v := range row {

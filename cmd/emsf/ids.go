@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -147,12 +146,4 @@ func stateName(v *shard.Vocab, i int) string {
 		return strconv.Itoa(i)
 	}
 	return v.String(i)
-}
-
-// csvField quotes a CSV field when it must be (RFC 4180).
-func csvField(f string) string {
-	if f == "" || strings.ContainsAny(f, ",\"\r\n") || f[0] == ' ' || f[len(f)-1] == ' ' {
-		return `"` + strings.ReplaceAll(f, `"`, `""`) + `"`
-	}
-	return f
 }

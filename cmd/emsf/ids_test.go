@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -197,5 +199,57 @@ func TestTrickInspectIDs(t *testing.T) {
 	v, _ := shard.NewVocab([]string{"cart", "home", "pay"})
 	if got := readModel(t, model).States; !got.Equal(v) {
 		t.Errorf("states %q", got.Strings())
+	}
+}
+
+// TestQueryCommand: emsf query asks a model file in its ids (the request
+// as an argument or on stdin), plans with a reward file, and says what is
+// wrong with a bad request in one line; emsf model export writes what
+// numpy reads (arrowio's TestExportReadByNumpy reads it).
+func TestQueryCommand(t *testing.T) {
+	dir := t.TempDir()
+	in := writeFile(t, dir, "t.csv", "state,action,next_state\nhome,go,cart\ncart,go,pay\npay,stay,pay\ncart,stay,home\nhome,go,pay\nhome,stay,home\npay,go,home\n")
+	model := filepath.Join(dir, "m.arrow")
+	mustEmsf(t, "fit", "--input", in, "--order", "2", "--iters", "50", "--tie", "shared-k", "--quiet", "--out", model)
+	mf := readModel(t, model)
+	out := mustEmsf(t, "query", "--model", model, "topk", `{"state":"home","action":"go","k":2}`)
+	var tk struct {
+		Next []struct {
+			State string
+			P     float64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &tk); err != nil || len(tk.Next) != 2 {
+		t.Fatalf("topk: %q, %v", out, err)
+	}
+	i, _ := mf.States.IndexString("home")
+	a, _ := mf.Actions.IndexString("go")
+	j, _ := mf.States.IndexString(tk.Next[0].State)
+	if tk.Next[0].P != mf.Model.Prob(a, i, j) {
+		t.Errorf("topk p %v, model says %v", tk.Next[0].P, mf.Model.Prob(a, i, j))
+	}
+	for _, r := range []struct{ name, content string }{
+		{"r.csv", "state,reward\npay,1\n"},
+	} {
+		p := writeFile(t, dir, r.name, r.content)
+		out := mustEmsf(t, "query", "--model", model, "plan", fmt.Sprintf(`{"reward":{"file":%q},"gamma":0.9,"top":1}`, p))
+		// Entering pay pays: the best state is the one whose action leads there.
+		if !strings.Contains(out, `"state": "cart"`) || !strings.Contains(out, `"action": "go"`) {
+			t.Errorf("plan with %s: %s", r.name, out)
+		}
+	}
+	if code, _, errs := emsf(t, "query", "--model", model, "topk", `{"state":"nowhere","action":"go"}`); code != 1 ||
+		strings.TrimSpace(errs) != `emsf query: state "nowhere": no such id in the model (code 404)` {
+		t.Errorf("unknown id: exit %d, %q", code, errs)
+	}
+	if code, _, errs := emsf(t, "query", "--model", model); code != 2 || !strings.Contains(errs, "name an endpoint") {
+		t.Errorf("no endpoint: exit %d, %q", code, errs)
+	}
+	exp := filepath.Join(dir, "export")
+	if out := mustEmsf(t, "model", "export", "--model", model, "--out", exp); !strings.Contains(out, "D_0.npy") || !strings.Contains(out, "states.csv") {
+		t.Errorf("export: %s", out)
+	}
+	if code, _, errs := emsf(t, "model", "export", "--model", model, "--out", exp); code != 1 || !strings.Contains(errs, "exists and is not empty") {
+		t.Errorf("export into a full directory: exit %d, %q", code, errs)
 	}
 }

@@ -44,6 +44,7 @@ func commands() []command {
 		{"eval", "evaluate a model against data and against a true model", runEval},
 		{"inspect", "print a model's summary", runInspect},
 		{"trick", "reduced chains K^a D^a and the stationary distribution", runTrick},
+		{"query", "ask a model (file or served): top-k next states, probabilities, memberships, chains, plans; JSON in the model's ids", runQuery},
 		{"bench", "time one EM iteration on generated data", runBench},
 		{"experiment", "reproduce the papers' figures: CSV of every run and a PNG plot", runExperiment},
 		{"serve", "own a model name: count transitions from NATS, retrain, publish versions", runServe},
@@ -224,6 +225,7 @@ func flagGroups() []flagGroup {
 			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",
 			"exchange", "col-blocks", "speculation", "min-workers", "wait-workers", "worker-wait", "worker-probe", "worker-timeout", "worker-frozen", "use-workers", "replicas", "store", "listen", "port",
 			"max-cached-shards", "task-delay", "stream-max-age", "stream-max-bytes", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
+		{"Query", []string{"bench", "load", "queries", "k", "clients", "duration", "warmup", "max-k"}},
 		{"Logging and progress", []string{"quiet", "verbose", "log-level", "log-json", "log-every"}},
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -471,12 +472,17 @@ func request(ctx context.Context, e *env, nc *nats.Conn, subject, name string, b
 	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
 		return fmt.Errorf("%s (code %s)", m.Header.Get("Nats-Service-Error"), code)
 	}
-	var v any
-	if err := json.Unmarshal(m.Data, &v); err != nil {
-		return fmt.Errorf("%s: reply is not JSON: %w", subject, err)
+	return printJSON(e, subject, m.Data)
+}
+
+// printJSON prints a JSON reply indented, its fields and numbers as they
+// came (what emsf query prints too).
+func printJSON(e *env, what string, data []byte) error {
+	var out bytes.Buffer
+	if err := json.Indent(&out, data, "", "  "); err != nil {
+		return fmt.Errorf("%s: reply is not JSON: %w", what, err)
 	}
-	out, _ := json.MarshalIndent(v, "", "  ")
-	fmt.Fprintln(e.stdout, string(out))
+	fmt.Fprintln(e.stdout, out.String())
 	return nil
 }
 
@@ -484,10 +490,12 @@ func request(ctx context.Context, e *env, nc *nats.Conn, subject, name string, b
 func runModel(ctx context.Context, e *env, args []string) (err error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(e.stdout, `Usage: emsf model <get|list|status> NAME [flags]
+       emsf model export --model FILE --out DIR
 
   get NAME [--version V] --out FILE   fetch a version (default: the latest) of a served model
   list NAME                           list the stored versions
   status NAME                         ask the running emsf serve for its status
+  export --model FILE --out DIR       write D, K, the reduced chains and the ids as .npy, .npz and CSV
 
 Run 'emsf model get -h' for the flags.
 `)
@@ -497,6 +505,9 @@ Run 'emsf model get -h' for the flags.
 		return flag.ErrHelp
 	}
 	sub, rest := args[0], args[1:]
+	if sub == "export" {
+		return runModelExport(ctx, e, rest)
+	}
 	fs := newFlagSet(e, "model "+sub, sub+" NAME [flags]")
 	var (
 		sf      serviceFlags

@@ -78,7 +78,7 @@ func runTrick(ctx context.Context, e *env, args []string) error {
 		var b strings.Builder
 		b.WriteString("state,probability\n")
 		for i, v := range mu {
-			fmt.Fprintf(&b, "%s,%s\n", csvField(stateName(mf.States, i)), strconv.FormatFloat(v, 'g', -1, 64))
+			fmt.Fprintf(&b, "%s,%s\n", arrowio.CSVField(stateName(mf.States, i)), strconv.FormatFloat(v, 'g', -1, 64))
 		}
 		if err := arrowio.WriteFileAtomic(out, []byte(b.String())); err != nil {
 			return err

@@ -367,6 +367,7 @@ func (s *Service) commitVersion(ctx context.Context, v *Version, md *factor.Mode
 	}
 	s.table.CommitSnapshot()
 	s.model, s.latest = md, v
+	s.queries.version(v.Version, &arrowio.ModelFile{Model: md})
 	return s.publish(ctx, v)
 }
 

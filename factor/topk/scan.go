@@ -54,3 +54,56 @@ func (ix *Index) scan(w []float64, custom func(int) float64, k int, s *Searcher,
 	}
 	return s.sorted(dst)
 }
+
+// Scan answers q by scoring every item (the exact scan TopK falls back
+// to), whatever the lists would do: the yardstick of a query's cost.
+func (ix *Index) Scan(q Query, s *Searcher, dst []Hit) []Hit {
+	if s == nil {
+		s = &Searcher{}
+	}
+	var st Stats
+	return ix.scan(q.W, q.Score, min(q.K, ix.n), s, dst, &st)
+}
+
+// ScanFloat32 returns the k largest approximate scores of float32 items
+// (n rows of m, row-major) against w, in no particular order among equal
+// ones: a blocked scan at half the bytes of float64, eight rows at a
+// time, for comparing a query's cost with a float32 scan of K. Its
+// scores are not exact (float32 sums): the index never answers with it.
+func ScanFloat32(items []float32, n, m int, w []float32, k int, dst []Hit) []Hit {
+	var s Searcher
+	s.reset(0)
+	k = min(k, n)
+	offer := func(j int, v float32) {
+		h := Hit{j, float64(v)}
+		if len(s.heap) < k || worse(s.heap[0], h) {
+			s.push(h, k)
+		}
+	}
+	j := 0
+	for ; j+8 <= n; j += 8 {
+		var acc [8]float32
+		rows := items[j*m : (j+8)*m : (j+8)*m]
+		for l, wl := range w[:m] {
+			acc[0] += wl * rows[l]
+			acc[1] += wl * rows[m+l]
+			acc[2] += wl * rows[2*m+l]
+			acc[3] += wl * rows[3*m+l]
+			acc[4] += wl * rows[4*m+l]
+			acc[5] += wl * rows[5*m+l]
+			acc[6] += wl * rows[6*m+l]
+			acc[7] += wl * rows[7*m+l]
+		}
+		for r, v := range acc {
+			offer(j+r, v)
+		}
+	}
+	for ; j < n; j++ {
+		var v float32
+		for l, wl := range w[:m] {
+			v += wl * items[j*m+l]
+		}
+		offer(j, v)
+	}
+	return s.sorted(dst)
+}

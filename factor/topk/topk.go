@@ -21,14 +21,11 @@
 //
 // so the query stops as soon as the k-th best score exceeds τ(d) (strictly,
 // with a margin for rounding: an unseen item that ties must still be
-// found, for the smaller-index rule). Before it reads past a probe of the
-// lists' first entries, the query bounds its depth: the k-th best score of
-// the probe, θ, can only grow, so the query stops at the latest at the
-// first level d* where τ(d*) < θ, which a binary search over the sorted
-// lists finds. If that bound asks for more than Budget items scored (or
-// lies past the truncated lists) the query scans all n items instead
-// (blocked, four rows at a time, exact): no query costs much more than
-// one scan of K, and queries whose D row puts its mass on a few hidden
+// found, for the smaller-index rule). A query that has scored Budget
+// items without proving its answer, or that reaches the end of the
+// truncated lists, scans all n items instead (blocked, four rows at a
+// time, exact): its cost is bounded by the budget's gathers plus one
+// scan of K, while queries whose D row puts its mass on a few hidden
 // states with concentrated columns of K — fitted models of structured
 // data — read a few hundred entries.
 //
@@ -415,49 +412,19 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 		}
 	}
 	done := func(lev int) bool { return len(s.heap) == k && s.heap[0].Score > tau(lev) }
-	// Probe: the first k levels (or fewer when that settles it).
-	lev := 0
-	for ; lev < min(k, d); lev++ {
+	for lev := 0; lev < d; lev++ {
+		if st.Scored >= budget {
+			break
+		}
 		level(lev)
 		if done(lev + 1) {
 			return s.sorted(dst), st
 		}
 	}
-	// Bound the depth: the k-th score θ only grows, so the query ends by
-	// the first level whose τ is below θ.
-	stop := ix.n + 1 // past every list: scan
-	if len(s.heap) == k {
-		theta := s.heap[0].Score
-		if lev < d && tau(d) < theta {
-			stop = lev + sortSearch(d-lev, func(x int) bool { return tau(lev+x) < theta })
-		}
-	}
-	if stop > d || (stop-lev)*len(act) > budget {
-		st.Scanned = true
-		return ix.scan(q.W, q.Score, k, s, dst, &st), st
-	}
-	for ; lev < stop; lev++ {
-		level(lev)
-		if done(lev + 1) {
-			break
-		}
-	}
-	return s.sorted(dst), st
-}
-
-// sortSearch is sort.Search: the smallest x in [0, n] with f(x) true, f
-// monotone.
-func sortSearch(n int, f func(int) bool) int {
-	lo, hi := 0, n
-	for lo < hi {
-		h := int(uint(lo+hi) >> 1)
-		if !f(h) {
-			lo = h + 1
-		} else {
-			hi = h
-		}
-	}
-	return lo
+	// The budget is spent, or the lists end before they prove the
+	// answer: score everything.
+	st.Scanned = true
+	return ix.scan(q.W, q.Score, k, s, dst, &st), st
 }
 
 // dotScore is the default score: Dot with the item (and the extra
