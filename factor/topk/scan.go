@@ -72,7 +72,7 @@ func (ix *Index) Scan(q Query, s *Searcher, dst []Hit) []Hit {
 // scores are not exact (float32 sums): the index never answers with it.
 func ScanFloat32(items []float32, n, m int, w []float32, k int, dst []Hit) []Hit {
 	var s Searcher
-	s.reset(0)
+	s.reset()
 	k = min(k, n)
 	offer := func(j int, v float32) {
 		h := Hit{j, float64(v)}

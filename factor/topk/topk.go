@@ -13,13 +13,16 @@
 // middleware", PODS 2001), truncated to the first Depth entries, with the
 // values stored as float32 rounded up (so every bound computed from them
 // is a true upper bound). A query reads only the lists of its non-zero
-// weights, level by level (round robin): at level d every active list has
-// given its first d entries, each new item is scored exactly, and every
-// item not seen yet scores at most
+// weights, one entry at a time, each new item scored exactly; when list l
+// has given its first d_l entries, every item not seen yet scores at most
 //
-//	τ(d) = Σ_l w_l · v_l[d]        (v_l[d]: the next unread value of list l)
+//	τ = Σ_l w_l · v_l[d_l]        (v_l[d]: the next unread value of list l)
 //
-// so the query stops as soon as the k-th best score exceeds τ(d) (strictly,
+// The next entry read is that of the list with the largest term of τ
+// (best first: on fitted models most weights are small, and reading their
+// lists at the pace of the large ones, round robin, read several times
+// more entries), and the query stops as soon as the k-th best score
+// exceeds τ (strictly,
 // with a margin for rounding: an unseen item that ties must still be
 // found, for the smaller-index rule). A query that has scored Budget
 // items without proving its answer, or that reaches the end of the
@@ -275,25 +278,65 @@ type Stats struct {
 	Scanned bool // answered by the scan
 }
 
-// Searcher holds one goroutine's scratch space for queries on indices of
-// up to n items. The zero value is ready to use.
+// Searcher holds one goroutine's scratch space for queries. The zero
+// value is ready to use.
 type Searcher struct {
-	seen  []uint32 // seen[j] == epoch: item j scored in this query
+	// seen is an open-addressing set of the items scored in this query:
+	// slot = epoch<<32 | item+1, a slot of another epoch is empty, so a
+	// query starts with an empty set without clearing it. Small (a query
+	// scores a few hundred items), it stays in cache where an n-long
+	// array of marks would miss.
+	seen  []uint64
+	used  int
 	epoch uint32
 	heap  []Hit
 	act   []int
+	pos   []int
 }
 
-func (s *Searcher) reset(n int) {
-	if len(s.seen) < n {
-		s.seen, s.epoch = make([]uint32, n), 0
+// minSeen is the initial size of the seen set.
+const minSeen = 1 << 10
+
+func (s *Searcher) reset() {
+	if len(s.seen) == 0 {
+		s.seen = make([]uint64, minSeen)
 	}
 	s.epoch++
-	if s.epoch == 0 { // wrapped: clear
+	if s.epoch == 0 { // wrapped: every stamp is stale only after a clear
 		clear(s.seen)
 		s.epoch = 1
 	}
+	s.used = 0
 	s.heap = s.heap[:0]
+}
+
+// see adds item j to the seen set and reports whether it was new.
+func (s *Searcher) see(j int32) bool {
+	mask := uint32(len(s.seen) - 1)
+	key := uint64(s.epoch)<<32 | uint64(uint32(j)+1)
+	for p := (uint32(j) * 0x9E3779B1) & mask; ; p = (p + 1) & mask {
+		switch v := s.seen[p]; {
+		case v == key:
+			return false
+		case uint32(v>>32) != s.epoch:
+			s.seen[p] = key
+			if s.used++; 2*s.used > len(s.seen) {
+				s.grow()
+			}
+			return true
+		}
+	}
+}
+
+// grow doubles the seen set, keeping this query's items.
+func (s *Searcher) grow() {
+	old := s.seen
+	s.seen, s.used = make([]uint64, 2*len(old)), 0
+	for _, v := range old {
+		if uint32(v>>32) == s.epoch {
+			s.see(int32(uint32(v) - 1))
+		}
+	}
 }
 
 // worse orders hits for the answer: a lower score, or the same score and a
@@ -365,7 +408,7 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 	if budget <= 0 {
 		budget = DefaultBudget(ix.n)
 	}
-	s.reset(ix.n)
+	s.reset()
 	var st Stats
 	act := s.act[:0]
 	for l, w := range q.W {
@@ -386,39 +429,39 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 	}
 	d := ix.depth
 	margin := boundMargin(ix.dims)
-	// tau is the bound of the items no list has given in its first lev
-	// entries.
-	tau := func(lev int) float64 {
-		t := 0.0
-		for _, l := range act {
+	pos := s.pos[:0] // entries read of each active list
+	for range act {
+		pos = append(pos, 0)
+	}
+	s.pos = pos
+	for {
+		// τ: the bound of every item no list has given yet; and the list
+		// whose term of τ is largest, which is read next (best first).
+		tau, best, bestTerm := 0.0, -1, -1.0
+		for x, l := range act {
 			v := ix.tail[l]
-			if lev < d {
-				v = ix.vals[l*d+lev]
+			if pos[x] < d {
+				v = ix.vals[l*d+pos[x]]
 			}
-			t += q.W[l] * float64(v)
-		}
-		return t * margin
-	}
-	// level reads entry lev of every active list.
-	level := func(lev int) {
-		for _, l := range act {
-			j := ix.ids[l*d+lev]
-			st.Sorted++
-			if s.seen[j] != s.epoch {
-				s.seen[j] = s.epoch
-				st.Scored++
-				s.push(Hit{int(j), score(int(j))}, k)
+			term := q.W[l] * float64(v)
+			tau += term
+			if pos[x] < d && term > bestTerm {
+				best, bestTerm = x, term
 			}
 		}
-	}
-	done := func(lev int) bool { return len(s.heap) == k && s.heap[0].Score > tau(lev) }
-	for lev := 0; lev < d; lev++ {
-		if st.Scored >= budget {
+		if len(s.heap) == k && s.heap[0].Score > tau*margin {
+			return s.sorted(dst), st
+		}
+		if best < 0 || st.Scored >= budget {
 			break
 		}
-		level(lev)
-		if done(lev + 1) {
-			return s.sorted(dst), st
+		l := act[best]
+		j := ix.ids[l*d+pos[best]]
+		pos[best]++
+		st.Sorted++
+		if s.see(j) {
+			st.Scored++
+			s.push(Hit{int(j), score(int(j))}, k)
 		}
 	}
 	// The budget is spent, or the lists end before they prove the

@@ -259,3 +259,30 @@ func TestNewIndexRejectsBadValues(t *testing.T) {
 		}
 	}
 }
+
+// TestTopKSeenSetGrows: queries that score more items than the seen set
+// first holds (it doubles, keeping the query's items) answer as the
+// oracle does, and the next queries on the same Searcher start empty.
+func TestTopKSeenSetGrows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const n, m = 6000, 3
+	items := regime(rng, "dense", n, m)
+	ix, err := NewIndex(items, n, m, nil, n, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Searcher
+	most := 0
+	for trial := range 40 {
+		w := query(rng, "spread", m)
+		k := []int{1, 10, 600, 2000}[trial%4]
+		got, st := ix.TopK(Query{W: w, K: k, Budget: 2 * n}, &s, nil)
+		if want := oracle(items, nil, n, m, w, k); !slices.Equal(got, want) {
+			t.Fatalf("trial %d (k=%d, stats %+v): the answer differs from the oracle's", trial, k, st)
+		}
+		most = max(most, st.Scored)
+	}
+	if most <= minSeen {
+		t.Fatalf("no query scored more than %d items (most %d): the seen set never grew", minSeen, most)
+	}
+}
