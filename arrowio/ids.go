@@ -1,6 +1,7 @@
 package arrowio
 
 import (
+	"errors"
 	"fmt"
 	"unicode/utf8"
 
@@ -198,4 +199,37 @@ func (s *scan) idDictionary(a *array.Dictionary, lo, hi int, dst []int32, k, fir
 		dst[i-lo] = memo[e] - 1
 	}
 	return nil
+}
+
+// ScanAutoIDs calls scan with opts, and again with a fresh vocabulary for
+// the column group a *StringIDsError names (the state columns, the action
+// column), until it succeeds or fails otherwise: columns that hold
+// integers are read as integers, columns that hold ids as ids (a CSV
+// column whose later rows turn to ids is read again). It returns the
+// options of the last call, whose vocabularies scan filled.
+func ScanAutoIDs(opts ReadOptions, scan func(ReadOptions) error) (ReadOptions, error) {
+	for {
+		err := scan(opts)
+		var se *StringIDsError
+		if !errors.As(err, &se) {
+			return opts, err
+		}
+		switch {
+		case se.Actions && opts.ActionIDs == nil:
+			opts.ActionIDs = &shard.Vocab{}
+		case !se.Actions && opts.StateIDs == nil:
+			opts.StateIDs = &shard.Vocab{}
+		default:
+			return opts, err // cannot happen: a column read as ids raises none
+		}
+		// The vocabularies of the failed read are dropped: fresh ones.
+		opts.StateIDs, opts.ActionIDs = fresh(opts.StateIDs), fresh(opts.ActionIDs)
+	}
+}
+
+func fresh(v *shard.Vocab) *shard.Vocab {
+	if v == nil {
+		return nil
+	}
+	return &shard.Vocab{}
 }

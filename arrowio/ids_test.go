@@ -296,3 +296,56 @@ func TestTransitionWriterIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestScanAutoIDs: columns of integers are read as integers and columns
+// of ids as ids, also when the ids start late in the file (the scan is
+// read again, with fresh vocabularies); an error that is not about ids
+// ends it.
+func TestScanAutoIDs(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		text             string
+		states, actions  []string // nil: read as integers
+		wantS, wantA, wn []int32
+		calls            int
+	}{
+		{"state,action,next_state\n0,0,1\n1,1,0\n", nil, nil, []int32{0, 1}, []int32{0, 1}, []int32{1, 0}, 1},
+		{"state,action,next_state\n5,left,1\n1,right,5\n", nil, []string{"left", "right"}, []int32{5, 1}, []int32{0, 1}, []int32{1, 5}, 2},
+		{"state,action,next_state\n7,0,3\n3,1,/cart\n", []string{"7", "3", "/cart"}, nil, []int32{0, 1}, []int32{0, 1}, []int32{1, 2}, 2},
+		{"state,action,next_state\n7,0,3\n3,up,/cart\n", []string{"7", "3", "/cart"}, []string{"0", "up"}, []int32{0, 1}, []int32{0, 1}, []int32{1, 2}, 3},
+	} {
+		path := writeFile(t, "t.csv", []byte(c.text))
+		var rows *collected
+		calls := 0
+		opts, err := ScanAutoIDs(ReadOptions{}, func(o ReadOptions) error {
+			calls++
+			var err error
+			rows, err = scanAll(ctx, path, o)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%q: %v", c.text, err)
+		}
+		if calls != c.calls || !slices.Equal(opts.StateIDs.Strings(), c.states) || !slices.Equal(opts.ActionIDs.Strings(), c.actions) ||
+			(opts.StateIDs == nil) != (c.states == nil) || (opts.ActionIDs == nil) != (c.actions == nil) {
+			t.Errorf("%q: %d scans, states %q (%v), actions %q (%v); want %d, %q, %q", c.text, calls,
+				opts.StateIDs.Strings(), opts.StateIDs != nil, opts.ActionIDs.Strings(), opts.ActionIDs != nil, c.calls, c.states, c.actions)
+		}
+		if !slices.Equal(rows.s, c.wantS) || !slices.Equal(rows.a, c.wantA) || !slices.Equal(rows.n, c.wn) {
+			t.Errorf("%q: rows %v %v %v, want %v %v %v", c.text, rows.s, rows.a, rows.n, c.wantS, c.wantA, c.wn)
+		}
+	}
+	path := writeFile(t, "bad.csv", []byte("state,action,next_state\nx,0,1\n-1,0,1\n"))
+	calls := 0
+	_, err := ScanAutoIDs(ReadOptions{}, func(o ReadOptions) error { calls++; _, err := scanAll(ctx, path, o); return err })
+	if err != nil || calls != 2 {
+		t.Errorf("ids with a -1 among them: %v after %d scans, want the ids read (-1 is an id there)", err, calls)
+	}
+	path = writeFile(t, "bad2.csv", []byte("state,action,next_state\n0,0,1.5\n"))
+	calls = 0
+	_, err = ScanAutoIDs(ReadOptions{}, func(o ReadOptions) error { calls++; _, err := scanAll(ctx, path, o); return err })
+	var se *StringIDsError
+	if err == nil || errors.As(err, &se) || calls != 1 {
+		t.Errorf("a number that is not an index: %v after %d scans, want a plain error after 1", err, calls)
+	}
+}
