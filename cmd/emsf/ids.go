@@ -58,45 +58,33 @@ const (
 // model, its vocabularies decide (a clone of each, which the scan
 // grows): a group the model names by integers must hold integers.
 func (f *inputFlags) scanWithIDs(base vocabs, policy idPolicy, scan func(opts arrowio.ReadOptions) error) (vocabs, error) {
-	str := [2]bool{f.ids == idsString, f.ids == idsString}
-	if policy != idsFresh {
-		str = [2]bool{base.states != nil, base.actions != nil}
+	opts := f.readOptions()
+	if policy == idsFresh {
+		if f.ids == idsString {
+			opts.StateIDs, opts.ActionIDs = &shard.Vocab{}, &shard.Vocab{}
+		}
+		if f.ids != idsInt {
+			opts, err := arrowio.ScanAutoIDs(opts, scan)
+			return vocabs{opts.StateIDs, opts.ActionIDs}, err
+		}
+	} else {
+		// Against a model, its vocabularies decide (clones, which the
+		// scan grows).
+		opts.StateIDs, opts.ActionIDs = base.states.Clone(), base.actions.Clone()
 	}
-	for {
-		var v vocabs
-		if str[0] {
-			v.states = base.states.Clone()
-			if v.states == nil {
-				v.states = &shard.Vocab{}
-			}
-		}
-		if str[1] {
-			v.actions = base.actions.Clone()
-			if v.actions == nil {
-				v.actions = &shard.Vocab{}
-			}
-		}
-		opts := f.readOptions()
-		opts.StateIDs, opts.ActionIDs = v.states, v.actions
-		err := scan(opts)
-		var se *arrowio.StringIDsError
-		if !errors.As(err, &se) {
-			return v, err
-		}
-		g, what := 0, "states"
+	err := scan(opts)
+	var se *arrowio.StringIDsError
+	if errors.As(err, &se) {
+		what := "states"
 		if se.Actions {
-			g, what = 1, "actions"
+			what = "actions"
 		}
-		switch {
-		case policy != idsFresh:
-			return v, fmt.Errorf("%w (the model names %s by integer indices: the data must too)", err, what)
-		case f.ids == idsInt:
-			return v, fmt.Errorf("%w (--ids int reads integer indices only: drop it, or give --ids auto, to read %s named by ids)", err, what)
-		case str[g]:
-			return v, err // cannot happen: a column read as ids raises no StringIDsError
+		if policy != idsFresh {
+			return vocabs{}, fmt.Errorf("%w (the model names %s by integer indices: the data must too)", err, what)
 		}
-		str[g] = true
+		return vocabs{}, fmt.Errorf("%w (--ids int reads integer indices only: drop it, or give --ids auto, to read %s named by ids)", err, what)
 	}
+	return vocabs{opts.StateIDs, opts.ActionIDs}, err
 }
 
 func validIDs(ids string) error {
