@@ -13,12 +13,13 @@
 // when it has vocabularies, else integer indices (a request may write an
 // index as a number or a string of digits).
 //
-// Every probability an answer holds is computed by one function, prob
-// (Σ_l D^a[s,l]·K^a[l,s'] in index order without fused multiply-add,
-// bitwise factor.Model.Prob): a top-k answer and a prob answer for the
-// same pair agree to the last bit. A model that smooths its rows (issue
-// 28) changes prob alone; its top k then needs the index's extra
-// coordinate (topk.NewIndex) for the interpolation's background term.
+// Every probability an answer holds is computed by one function, row
+// (P^a(s'|s) = Σ_l D^a[s,l]·K^a[l,s'] in index order without fused
+// multiply-add, bitwise factor.Model.Prob): a top-k answer and a prob
+// answer for the same pair agree to the last bit. A model that smooths
+// its rows (issue 28) changes row alone; its top k then needs the
+// index's extra coordinate (topk.NewIndex) for the interpolation's
+// background term.
 //
 // Bad requests get an *Error with a code (the nats micro convention of
 // the service): 400 malformed or out of bounds, 404 an unknown id, 409 a
@@ -132,9 +133,12 @@ func (e *Engine) IndexBytes() int {
 	return b
 }
 
-// prob is P^a(j | i): every probability an answer holds comes from here.
-func (e *Engine) prob(a, i, j int) float64 {
-	return topk.Dot(e.md.DRow(a, i), e.md.KCol(a, j))
+// row returns j ↦ P^a(j | i), the next-state probabilities of (i, a):
+// every probability an answer holds comes from here (top-k scores, prob
+// answers, thresholded rows).
+func (e *Engine) row(a, i int) func(j int) float64 {
+	d, kt, m := e.md.DRow(a, i), e.md.KT[e.md.KBlock(a)], e.md.M
+	return func(j int) float64 { return topk.Dot(d, kt[j*m:(j+1)*m]) }
 }
 
 // Endpoints lists the questions Do answers, by name.
@@ -335,7 +339,7 @@ func (e *Engine) TopK(a, i, k int, dst []topk.Hit) ([]topk.Hit, topk.Stats) {
 	s := e.search.Get().(*topk.Searcher)
 	defer e.search.Put(s)
 	q := topk.Query{W: e.md.DRow(a, i), K: k, Budget: e.opts.Budget,
-		Score: func(j int) float64 { return e.prob(a, i, j) }}
+		Score: e.row(a, i)}
 	return e.index[e.md.KBlock(a)].TopK(q, s, dst)
 }
 
@@ -425,7 +429,7 @@ func (e *Engine) probs(body []byte) (any, error) {
 		if err == nil {
 			var j int
 			if j, err = e.state(p.Next, "next"); err == nil {
-				ans.P[k] = e.prob(a, i, j)
+				ans.P[k] = e.row(a, i)(j)
 				continue
 			}
 		}
