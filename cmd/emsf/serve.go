@@ -383,7 +383,11 @@ func runPublish(ctx context.Context, e *env, args []string) (err error) {
 	if maxRows < 0 {
 		return usagef("--max-rows %d: must be >= 0", maxRows)
 	}
-	opts := service.PublishOptions{Prefix: sf.prefix, Name: sf.name, Read: in.readOptions(), MaxRows: maxRows, Create: create, AllowRejects: allowRejects}
+	opts := service.PublishOptions{Prefix: sf.prefix, Name: sf.name, Read: in.readOptions(), MaxRows: maxRows, Create: create, AllowRejects: allowRejects,
+		AutoIDs: in.ids == idsAuto}
+	if in.ids == idsString {
+		opts.Read.StateIDs, opts.Read.ActionIDs = &shard.Vocab{}, &shard.Vocab{}
+	}
 	if dedup {
 		sum, err := fileDigest(in.input)
 		if err != nil {

@@ -1,17 +1,22 @@
 package service
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/coordinator/query"
+	"github.com/emsf/emsf/shard"
 )
 
 // askQuery sends a query and returns the answer, or the micro error as
@@ -181,5 +186,51 @@ func TestServeQueryOverPayload(t *testing.T) {
 	}
 	if got, err := askQuery(nc, "big", "next", `{"state":0,"max_states":10}`); err != nil || !strings.HasPrefix(got, "{") {
 		t.Fatalf("after the 413: %q (%v)", got, err)
+	}
+}
+
+// TestPublishIDs: publish reads a file of ids and sends them as they are
+// (utf8 columns) to a stream no service reads yet; to a running emsf
+// serve, which counts integer indices only, it sends nothing and says
+// why.
+func TestPublishIDs(t *testing.T) {
+	nc, _ := server(t)
+	path := filepath.Join(t.TempDir(), "ids.csv")
+	if err := os.WriteFile(path, []byte("state,action,next_state\nuser1,left,/cart\n/cart,right,user1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := PublishOptions{Prefix: "emsf", Name: "later", AutoIDs: true, Create: true}
+	res, err := PublishFile(t.Context(), nc, path, opts, StoreConfig{})
+	if err != nil || res.Rows != 2 || res.Messages != 1 {
+		t.Fatalf("publish ids: %+v, %v", res, err)
+	}
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(t.Context(), StreamName("emsf", "later"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := stream.GetMsg(t.Context(), res.LastSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := arrowio.ReadOptions{StateIDs: &shard.Vocab{}, ActionIDs: &shard.Vocab{}}
+	var got []string
+	if err := arrowio.ScanTransitionsReader(t.Context(), bytes.NewReader(msg.Data), "msg", arrowio.FormatArrowStream, ro, func(b *arrowio.TransitionBatch) error {
+		for k := range b.State {
+			got = append(got, ro.StateIDs.String(int(b.State[k]))+" "+ro.ActionIDs.String(int(b.Action[k]))+" "+ro.StateIDs.String(int(b.Next[k])))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, "|") != "user1 left /cart|/cart right user1" {
+		t.Fatalf("the stream holds %q", got)
+	}
+
+	start(t, nc, Config{Name: "now", Order: 2, Seed: 5, MaxIter: 5, UseWorkers: WorkersNever})
+	opts.Name = "now"
+	res, err = PublishFile(t.Context(), nc, path, opts, StoreConfig{})
+	if err == nil || !strings.Contains(err.Error(), "counts integer indices only") || res.Messages != 0 {
+		t.Fatalf("publish ids to a running service: %+v, %v", res, err)
 	}
 }
