@@ -26,6 +26,7 @@ type benchQueryFlags struct {
 	clients  int
 	duration time.Duration
 	warmup   time.Duration
+	input    string
 }
 
 func (b *benchQueryFlags) register(fs *flag.FlagSet) {
@@ -35,6 +36,48 @@ func (b *benchQueryFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&b.clients, "clients", 16, "with --load: concurrent clients, each with its own NATS connection, each waiting for its answer before it asks again")
 	fs.DurationVar(&b.duration, "duration", 30*time.Second, "with --load: how long to measure")
 	fs.DurationVar(&b.warmup, "warmup", 5*time.Second, "with --load: how long to send queries before measuring")
+	fs.StringVar(&b.input, "input", "", "with --bench and --load: draw the (state, action) asked about from this transitions file's rows (their frequencies in the data) instead of uniformly")
+}
+
+// pair is a (state, action) asked about.
+type pair struct{ i, a int }
+
+// draws returns count (state, action) pairs to ask about: uniform over
+// the model's, or drawn from the rows of b.input (rows naming ids the
+// model lacks are skipped).
+func (b *benchQueryFlags) draws(ctx context.Context, mf *arrowio.ModelFile, count int, seed uint64) ([]pair, error) {
+	md := mf.Model
+	rng := rand.New(rand.NewPCG(seed, 0x7175))
+	out := make([]pair, count)
+	if b.input == "" {
+		for k := range out {
+			out[k] = pair{rng.IntN(md.N), rng.IntN(md.U)}
+		}
+		return out, nil
+	}
+	in := inputFlags{input: b.input, ids: idsAuto}
+	var rows []pair
+	_, err := in.scanWithIDs(vocabsOf(mf), idsKnown, func(opts arrowio.ReadOptions) error {
+		rows = rows[:0]
+		return arrowio.ScanTransitions(ctx, b.input, opts, func(tb *arrowio.TransitionBatch) error {
+			for r := range tb.State {
+				if i, a := int(tb.State[r]), int(tb.Action[r]); i < md.N && a < md.U {
+					rows = append(rows, pair{i, a})
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("--input %s: no row names a state and action of the model", b.input)
+	}
+	for k := range out {
+		out[k] = rows[rng.IntN(len(rows))]
+	}
+	return out, nil
 }
 
 func (b *benchQueryFlags) validate() error {
@@ -74,12 +117,15 @@ func benchQueries(_ context.Context, e *env, path string, b *benchQueryFlags) er
 	build := time.Since(t0)
 	fmt.Fprintf(e.stdout, "model %s: n=%d m=%d u=%d; index built in %v (2 goroutines), %.1f MB\n",
 		path, md.N, md.M, md.U, build.Round(time.Millisecond), float64(eng.IndexBytes())/1e6)
-	rng := rand.New(rand.NewPCG(b.seed, 0x7175))
-	type q struct{ a, i int }
-	qs := make([]q, 2*b.queries)
-	for k := range qs {
-		qs[k] = q{rng.IntN(md.U), rng.IntN(md.N)}
+	qs, err := b.draws(context.Background(), mf, 2*b.queries, b.seed)
+	if err != nil {
+		return err
 	}
+	drawn := "uniformly"
+	if b.input != "" {
+		drawn = "as the rows of " + b.input
+	}
+	fmt.Fprintf(e.stdout, "states and actions drawn %s\n", drawn)
 	var hits []topk.Hit
 	for _, x := range qs[:b.queries] { // warm up
 		hits, _ = eng.TopK(x.a, x.i, b.k, hits)
@@ -87,7 +133,7 @@ func benchQueries(_ context.Context, e *env, path string, b *benchQueryFlags) er
 	lat := make([]time.Duration, b.queries)
 	sorted, scored := make([]int, b.queries), make([]int, b.queries)
 	scanned := 0
-	start := time.Now()
+	cpu0, start := cpuTime(), time.Now()
 	for k, x := range qs[b.queries:] {
 		t := time.Now()
 		var st topk.Stats
@@ -98,12 +144,15 @@ func benchQueries(_ context.Context, e *env, path string, b *benchQueryFlags) er
 			scanned++
 		}
 	}
-	wall := time.Since(start)
+	wall, cpu := time.Since(start), cpuTime()-cpu0
 	slices.Sort(lat)
 	slices.Sort(sorted)
 	slices.Sort(scored)
-	fmt.Fprintf(e.stdout, "top-%d, %d queries, one goroutine: %.0f queries/s; latency p50 %v p99 %v p99.9 %v max %v\n",
-		b.k, b.queries, float64(b.queries)/wall.Seconds(), pct(lat, 0.5), pct(lat, 0.99), pct(lat, 0.999), lat[len(lat)-1])
+	// Per second of CPU the process used (garbage collection included):
+	// queries per core, whatever else the machine runs.
+	fmt.Fprintf(e.stdout, "top-%d, %d queries, one goroutine: %.0f queries per CPU second (%.0f per wall second, %.2f CPU s in %.2f s); latency p50 %v p90 %v p99 %v p99.9 %v max %v\n",
+		b.k, b.queries, float64(b.queries)/cpu.Seconds(), float64(b.queries)/wall.Seconds(), cpu.Seconds(), wall.Seconds(),
+		pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99), pct(lat, 0.999), lat[len(lat)-1])
 	fmt.Fprintf(e.stdout, "read depth: list entries p50 %d p99 %d max %d; items scored p50 %d p99 %d max %d (n·m = %d); answered by the scan: %d (%.2f%%)\n",
 		pct(sorted, 0.5), pct(sorted, 0.99), sorted[len(sorted)-1], pct(scored, 0.5), pct(scored, 0.99), scored[len(scored)-1],
 		md.N*md.M, scanned, 100*float64(scanned)/float64(b.queries))
@@ -114,13 +163,14 @@ func benchQueries(_ context.Context, e *env, path string, b *benchQueryFlags) er
 	for k, x := range qs[b.queries : b.queries+nj] {
 		bodies[k], _ = json.Marshal(map[string]any{"state": idOf(mf.States, x.i), "action": idOf(mf.Actions, x.a), "k": b.k})
 	}
-	start = time.Now()
+	cpu0, start = cpuTime(), time.Now()
 	for _, body := range bodies {
 		if _, err := eng.Do("topk", body); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(e.stdout, "the same as JSON requests (Engine.Do \"topk\"): %.0f queries/s\n", float64(nj)/time.Since(start).Seconds())
+	fmt.Fprintf(e.stdout, "the same as JSON requests (Engine.Do \"topk\"): %.0f queries per CPU second (%.0f per wall second)\n",
+		float64(nj)/(cpuTime()-cpu0).Seconds(), float64(nj)/time.Since(start).Seconds())
 
 	// Scans of K: the exact float64 one (the index's fallback) and a
 	// float32 one, median of 3 each.
@@ -174,7 +224,12 @@ func loadQueries(ctx context.Context, e *env, sf *serviceFlags, path string, b *
 	if err != nil {
 		return err
 	}
-	md := mf.Model
+	draws := make([][]pair, b.clients)
+	for c := range draws {
+		if draws[c], err = b.draws(ctx, mf, 1<<16, b.seed+uint64(c)); err != nil {
+			return err
+		}
+	}
 	subject := service.QuerySubject(sf.prefix, sf.name, "topk")
 	type result struct {
 		lat  []time.Duration
@@ -195,11 +250,10 @@ func loadQueries(ctx context.Context, e *env, sf *serviceFlags, path string, b *
 				return
 			}
 			defer nc.Close()
-			rng := rand.New(rand.NewPCG(b.seed, uint64(c)))
 			r.lat = make([]time.Duration, 0, 1<<16)
-			for now := time.Now(); now.Before(end) && ctx.Err() == nil; now = time.Now() {
-				i, a := rng.IntN(md.N), rng.IntN(md.U)
-				body, _ := json.Marshal(map[string]any{"state": idOf(mf.States, i), "action": idOf(mf.Actions, a), "k": b.k})
+			for q, now := 0, time.Now(); now.Before(end) && ctx.Err() == nil; q, now = q+1, time.Now() {
+				x := draws[c][q%len(draws[c])]
+				body, _ := json.Marshal(map[string]any{"state": idOf(mf.States, x.i), "action": idOf(mf.Actions, x.a), "k": b.k})
 				t := time.Now()
 				m, err := nc.Request(subject, body, 10*time.Second)
 				d := time.Since(t)
