@@ -14,6 +14,17 @@ type Option func(*config)
 
 type config struct {
 	mem memory.Allocator
+	// batchBytes bounds the values of a model file's record batches
+	// (0: modelBatchBytes); tests set it to cut small models into many
+	// batches.
+	batchBytes int
+}
+
+func (c *config) modelBatchBytes() int {
+	if c.batchBytes > 0 {
+		return c.batchBytes
+	}
+	return modelBatchBytes
 }
 
 // WithAllocator sets the allocator for Arrow buffers (default

@@ -3,6 +3,7 @@ package arrowio
 import (
 	"bytes"
 	"fmt"
+	"io"
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
@@ -44,13 +45,37 @@ type CountsMeta struct {
 }
 
 // EncodeCounts returns a service's count table (its entries, as
-// shard.Table.Entries gives them) as an Arrow IPC file:
+// shard.Table.Entries gives them) as an Arrow IPC file (WriteCounts).
+func EncodeCounts(meta CountsMeta, es []shard.TableEntry, opts ...Option) ([]byte, error) {
+	var buf bytes.Buffer
+	err := WriteCounts(&buf, meta, func(yield func(shard.TableEntry) error) error {
+		for _, e := range es {
+			if err := yield(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteCounts writes a service's count table to w as an Arrow IPC file:
 // columns action, state, next_state (int32), count and pending (float64;
 // pending is the part not yet seen by a model version), one row per
 // distinct transition sorted by (action, state, next_state), and meta in
-// the schema metadata. It is an ordinary transitions file too: emsf fit
-// reads it (the count column) as it reads any other.
-func EncodeCounts(meta CountsMeta, es []shard.TableEntry, opts ...Option) ([]byte, error) {
+// the schema metadata. scan yields the entries in that order (as
+// shard.Table.Scan does); they are written in record batches of 2^16
+// rows as they come, so the file is never whole in memory (w can be the
+// pipe into an Object Store put). It is an ordinary transitions file too:
+// emsf fit reads it (the count column) as it reads any other.
+//
+// Rows of another kind (the vocabulary of issue 27: a nullable id column,
+// count 0 and action or state -1; docs/formats.md) are to follow the
+// entries, from a second source: scan yields count rows only.
+func WriteCounts(w io.Writer, meta CountsMeta, scan func(yield func(shard.TableEntry) error) error, opts ...Option) error {
 	mem := newConfig(opts).mem
 	var mw metaWriter
 	mw.set(keyVersion, FormatVersion)
@@ -61,36 +86,45 @@ func EncodeCounts(meta CountsMeta, es []shard.TableEntry, opts ...Option) ([]byt
 	mw.set(keyCountsPending, fmt.Sprint(meta.Pending))
 	mw.int(keyCountsModel, meta.Version)
 	sc := arrow.NewSchema(countsFields, mw.metadata())
-	var buf bytes.Buffer
-	err := writeIPCFile(&buf, sc, mem, func(write func(arrow.Record) error) error {
+	err := writeIPCFile(w, sc, mem, func(write func(arrow.Record) error) error {
 		rb := array.NewRecordBuilder(mem, sc)
 		defer rb.Release()
-		for lo := 0; lo == 0 || lo < len(es); lo += countsBatchRows {
-			for _, e := range es[lo:min(lo+countsBatchRows, len(es))] {
-				rb.Field(0).(*array.Int32Builder).Append(e.Action)
-				rb.Field(1).(*array.Int32Builder).Append(e.State)
-				rb.Field(2).(*array.Int32Builder).Append(e.Next)
-				rb.Field(3).(*array.Float64Builder).Append(e.Count)
-				rb.Field(4).(*array.Float64Builder).Append(e.Pending)
+		as, ss, ns := rb.Field(0).(*array.Int32Builder), rb.Field(1).(*array.Int32Builder), rb.Field(2).(*array.Int32Builder)
+		cs, ps := rb.Field(3).(*array.Float64Builder), rb.Field(4).(*array.Float64Builder)
+		rows := 0
+		err := scan(func(e shard.TableEntry) error {
+			as.Append(e.Action)
+			ss.Append(e.State)
+			ns.Append(e.Next)
+			cs.Append(e.Count)
+			ps.Append(e.Pending)
+			if rows++; rows%countsBatchRows == 0 {
+				return flushRecord(rb, write)
 			}
-			if err := flushRecord(rb, write); err != nil {
-				return err
-			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if rows == 0 || rows%countsBatchRows != 0 {
+			return flushRecord(rb, write)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("arrowio: encode counts: %w", err)
+		return fmt.Errorf("arrowio: encode counts: %w", err)
 	}
-	return buf.Bytes(), nil
+	return nil
 }
 
-// DecodeCounts reads a counts checkpoint written by EncodeCounts and checks
-// it (distinct sorted entries, valid counts, the row counters).
+// DecodeCounts reads a counts checkpoint written by WriteCounts and checks
+// it (distinct sorted entries, valid counts, the row counters). The
+// entries go straight into the table's matrices (shard.TableBuilder).
 func DecodeCounts(data []byte, opts ...Option) (*shard.Table, CountsMeta, error) {
 	var meta CountsMeta
-	var es []shard.TableEntry
-	var prev *shard.TableEntry
+	var b shard.TableBuilder
+	var prev shard.TableEntry
+	row := 0
 	err := readIPC(ipcSource{ra: bytes.NewReader(data), size: int64(len(data)), file: true}, newConfig(opts).mem,
 		func(sc *arrow.Schema) error {
 			if err := checkFields(sc, countsFields...); err != nil {
@@ -114,18 +148,21 @@ func DecodeCounts(data []byte, opts ...Option) (*shard.Table, CountsMeta, error)
 			ps := rec.Column(4).(*array.Float64).Float64Values()
 			for k := range as {
 				e := shard.TableEntry{Action: as[k], State: ss[k], Next: ns[k], Count: cs[k], Pending: ps[k]}
-				if prev != nil && !entryLess(prev, &e) {
-					return fmt.Errorf("row %d (%d --%d--> %d) is not after the row before it: rows must be distinct and sorted", len(es), e.State, e.Action, e.Next)
+				if row > 0 && !entryLess(&prev, &e) {
+					return fmt.Errorf("row %d (%d --%d--> %d) is not after the row before it: rows must be distinct and sorted", row, e.State, e.Action, e.Next)
 				}
-				es = append(es, e)
-				prev = &es[len(es)-1]
+				if err := b.Add(e); err != nil {
+					return fmt.Errorf("row %d: %w", row, err)
+				}
+				prev = e
+				row++
 			}
 			return nil
 		}))
 	if err != nil {
 		return nil, meta, fmt.Errorf("arrowio: decode counts: %w", err)
 	}
-	t, err := shard.Restore(es, meta.Added, meta.Pending)
+	t, err := b.Table(meta.Added, meta.Pending)
 	if err != nil {
 		return nil, meta, fmt.Errorf("arrowio: decode counts: %w", err)
 	}

@@ -18,6 +18,7 @@ func TestCountsRoundTrip(t *testing.T) {
 			tab.ClearPending()
 		}
 	}
+	tab.Merge() // NNZ counts merged transitions
 	meta := CountsMeta{Name: "demo", Seq: 42, Added: 200000, Pending: 49999, Version: 3}
 	data, err := EncodeCounts(meta, tab.Entries())
 	if err != nil {

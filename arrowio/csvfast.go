@@ -55,21 +55,41 @@ type csvChunk struct {
 // csv reads CSV with a header row (see csvSlow for what it accepts).
 func (s *scan) csv(ctx context.Context, r io.Reader) error {
 	br := bufio.NewReaderSize(r, 1<<16)
-	head, err := br.ReadSlice('\n')
-	line := bytes.TrimSuffix(bytes.TrimSuffix(head, []byte("\n")), []byte("\r"))
-	if (err != nil && !errors.Is(err, io.EOF)) || len(line) == 0 || bytes.ContainsAny(line, "\"\r") {
+	p, head, err := s.csvHead(br)
+	if errors.Is(err, errSlowHeader) {
 		// Not a plain first line: all of it goes through encoding/csv.
-		return s.csvSlow(ctx, io.MultiReader(bytes.NewReader(bytes.Clone(head)), br))
+		line := bytes.TrimSuffix(bytes.TrimSuffix(head, []byte("\n")), []byte("\r"))
+		return withDelimiterHint(s.csvSlow(ctx, io.MultiReader(bytes.NewReader(bytes.Clone(head)), br)), line)
 	}
-	header, err := newCSVReader(bytes.NewReader(line)).Read()
-	if err != nil {
-		return &InputError{File: s.file, Reason: "malformed CSV header", Err: err}
-	}
-	idx, err := s.csvHeader(header)
 	if err != nil {
 		return err
 	}
-	p := csvParser{s: s, fields: len(header), idx: idx, role: make([]int, len(header))}
+	s.reset(1)
+	return p.run(ctx, br)
+}
+
+// errSlowHeader: the first line is not a plain header line (it holds a
+// quote or a carriage return, or no line end within the buffer): the
+// input goes through encoding/csv.
+var errSlowHeader = errors.New("arrowio: CSV header for encoding/csv")
+
+// csvHead reads the header line from br and returns the fast reader of
+// the lines after it, and the header line's bytes (line end included).
+func (s *scan) csvHead(br *bufio.Reader) (*csvParser, []byte, error) {
+	head, err := br.ReadSlice('\n')
+	line := bytes.TrimSuffix(bytes.TrimSuffix(head, []byte("\n")), []byte("\r"))
+	if (err != nil && !errors.Is(err, io.EOF)) || len(line) == 0 || bytes.ContainsAny(line, "\"\r") {
+		return nil, head, errSlowHeader
+	}
+	header, err := newCSVReader(bytes.NewReader(line)).Read()
+	if err != nil {
+		return nil, head, &InputError{File: s.file, Reason: "malformed CSV header", Err: err}
+	}
+	idx, err := s.csvHeader(header)
+	if err != nil {
+		return nil, head, err
+	}
+	p := &csvParser{s: s, fields: len(header), idx: idx, role: make([]int, len(header))}
 	for f := range p.role {
 		p.role[f] = -1
 	}
@@ -82,8 +102,7 @@ func (s *scan) csv(ctx context.Context, r io.Reader) error {
 			p.role[f] = k
 		}
 	}
-	s.reset(1)
-	return p.run(ctx, br)
+	return p, head, nil
 }
 
 // csvParser is the fast reader of the data rows of one CSV input.
@@ -92,6 +111,10 @@ type csvParser struct {
 	fields int
 	idx    [numCols]int
 	role   []int // role[f]: the column slot of field f, or -1; nil: no fast rows
+	// split: the lines are a split of a file (csvSplit): a line the fast
+	// reader leaves to encoding/csv, or a read error, is ErrReadWhole,
+	// and no rows is no error.
+	split bool
 }
 
 // run reads the data rows that follow the header line.
@@ -136,6 +159,9 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 		<-c.done
 		queue = queue[1:]
 		if c.tail != nil {
+			if p.split {
+				return fmt.Errorf("%w: %s: %w", ErrReadWhole, s.file, c.tail.(errReader).err)
+			}
 			return s.csvRecords(ctx, newCSVReader(io.MultiReader(bytes.NewReader(c.data), c.tail)), p.idx, p.fields, row, line)
 		}
 		base := row
@@ -165,6 +191,9 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 		if c.err != nil {
 			return addRows(c.err, base)
 		}
+		if c.stop >= 0 && p.split {
+			return fmt.Errorf("%w: %s: a quote or a lone carriage return (encoding/csv reads the file)", ErrReadWhole, s.file)
+		}
 		if c.stop >= 0 {
 			// The rest, from c.stop on, is read by encoding/csv.
 			rest := []io.Reader{bytes.NewReader(c.data[c.stop:])}
@@ -180,7 +209,7 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 	if err := s.flush(ctx); err != nil {
 		return err
 	}
-	if row == 0 {
+	if row == 0 && !p.split {
 		return s.noRows()
 	}
 	return nil

@@ -16,7 +16,15 @@
 // only the indices skips the count column (ReadOptions.NoCount: Arrow and
 // Parquet neither decode nor read it). The format is detected by
 // extension, then by magic bytes. ScanTransitionsReader does the same for a
-// payload (a NATS message of CSV or an Arrow IPC stream). Bad input stops
+// payload (a NATS message of CSV or an Arrow IPC stream). ScanTransitions
+// also reads standard input (path StdinPath, "-", from ReadOptions.Stdin)
+// and gzip-compressed files or input, recognised by their first bytes
+// whatever the name (source.go): they are read front to back once, CSV and
+// IPC streams as the bytes arrive, an IPC file or Parquet through a
+// temporary copy (ReadOptions.TempDir) removed after; damaged gzip data is
+// an InputError that says gzip (the trailer is always checked). Payloads
+// are never decompressed. A CSV header separated by ';', tabs or '|'
+// fails with a hint that names the separator. Bad input stops
 // the scan with one *InputError that names the file, the 1-based data row,
 // the column and the value: a missing file or column, a non-integer,
 // negative or out-of-range index, a null, a count that is not finite and
@@ -46,11 +54,25 @@
 // From an IPC file only the byte ranges of the converted columns' buffers
 // are read (flatRanges).
 //
+// # Datasets and splits
+//
+// ListDataset lists a dataset: a file, a directory's data files or a
+// glob's matches, in path order (DataFile: name, size, modification
+// time, format). PlanSplits cuts it into splits from names and sizes
+// only, and ScanSplit reads one split on its own (split.go has the rules:
+// CSV byte ranges cut at line boundaries, Parquet row groups and Arrow IPC
+// file record batches by midpoint, streams whole), numbering rows from
+// the split's first; a split's bad row in CSV or an IPC file is a
+// SplitRowError, exact once the rows of the file's earlier splits are
+// added; anything else it cannot answer exactly is ErrReadWhole, and the
+// file is read whole. CheckFile says when a listed file changed.
+//
 // Readers never trust a length read from the input: IPC metadata is
 // verified before the Arrow library decodes it (flatverify.go), declared
 // message and buffer sizes are checked against the input's size, and
 // panics of the Arrow and Parquet decoders on corrupt data become errors.
-// The fuzz tests (FuzzScanCSV, FuzzScanArrowStream) hold this line.
+// The fuzz tests (FuzzScanCSV, FuzzScanArrowStream, FuzzScanParquet,
+// FuzzScanStdin) hold this line.
 //
 // # Shards
 //
@@ -100,5 +122,29 @@
 // Arrow schema. Writes are atomic (temporary file, fsync, rename); reads
 // check the metadata, the shape, the tie mode, that each (factor, block,
 // state) row is present exactly once, and Model.Validate. Floats
-// round-trip bitwise.
+// round-trip bitwise. The record batches are cut by modelBatcher (16 MiB
+// of values each, never across blocks), whoever writes the file.
+//
+// # Model datasets
+//
+// A model dataset is the same table in parts, so that no process needs
+// the whole model: files in the model schema that each hold rows [lo, hi)
+// of one block (kind "model_part", with emsf.part.factor, .block, .lo and
+// .hi), and manifest.json, which holds the model's metadata (the schema
+// metadata keys of a model file) and one line per part (ModelPart: file,
+// factor, block, lo, hi, rows, bytes, SHA-256), in the row order of a
+// model file. Storage is a PartSink/PartSource: DirParts (a directory) or
+// worker/wire.ObjectParts (nats-obj://BUCKET/PREFIX).
+//
+// Writing, in a cluster: each owner writes its rows with
+// NewModelPartWriter (Append in pieces, Close returns the manifest line)
+// or WriteModelPart; the coordinator collects the lines and commits with
+// CommitModelDataset, which checks that they cover [0, n) of every block
+// once and writes the manifest last and atomically: the manifest is the
+// commit, and files it does not list are not part of the dataset.
+// Reading: ReadModelDataset (ReadModelAny takes a file, a directory or a
+// manifest.json) checks every part's size, SHA-256, schema metadata and
+// rows against its line. AssembleModel streams the parts into one file,
+// byte for byte what WriteModel writes for the model; SplitModel streams
+// a model file into a dataset.
 package arrowio

@@ -1,6 +1,7 @@
 package arrowio
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -53,3 +54,44 @@ func (e *InputError) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *InputError) Unwrap() error { return e.Err }
+
+// inputErrorJSON is an InputError on the wire: the underlying error as
+// its message.
+type inputErrorJSON struct {
+	File   string `json:"file,omitempty"`
+	Row    int    `json:"row,omitempty"`
+	Column string `json:"column,omitempty"`
+	Value  string `json:"value,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Err    string `json:"err,omitempty"`
+}
+
+// MarshalJSON encodes e with its underlying error as its message (so a
+// worker's data error reaches a coordinator with every field, and the
+// same Error text).
+func (e *InputError) MarshalJSON() ([]byte, error) {
+	j := inputErrorJSON{File: e.File, Row: e.Row, Column: e.Column, Value: e.Value, Reason: e.Reason}
+	if e.Err != nil {
+		j.Err = e.Err.Error()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes; the underlying error
+// comes back as an error with its message.
+func (e *InputError) UnmarshalJSON(b []byte) error {
+	var j inputErrorJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*e = InputError{File: j.File, Row: j.Row, Column: j.Column, Value: j.Value, Reason: j.Reason}
+	if j.Err != "" {
+		e.Err = remoteError(j.Err)
+	}
+	return nil
+}
+
+// remoteError is an underlying error that came as its message.
+type remoteError string
+
+func (e remoteError) Error() string { return string(e) }

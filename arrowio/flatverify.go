@@ -362,3 +362,38 @@ func fbDictionaryBatch(t fbTable) error {
 	}
 	return t.sub(1, fbRecordBatch)
 }
+
+// ipcBlock is a Block of an IPC file's footer: a message's offset, the
+// length of its prefix and metadata, and the length of its body.
+type ipcBlock struct {
+	offset, meta, body int64
+}
+
+// footerBlocks verifies a file footer and returns the number of its
+// dictionary blocks and its record batch blocks.
+func footerBlocks(b []byte) (dicts int, blocks []ipcBlock, err error) {
+	if _, err := verifyFooter(b); err != nil {
+		return 0, nil, err
+	}
+	t, err := newFBVerifier(b).root()
+	if err != nil {
+		return 0, nil, err
+	}
+	_, nd, err := t.vector(2, 24)
+	if err != nil {
+		return 0, nil, err
+	}
+	p, n, err := t.vector(3, 24)
+	if err != nil {
+		return 0, nil, err
+	}
+	for k := range n {
+		e := b[p+24*k:]
+		blocks = append(blocks, ipcBlock{
+			offset: int64(binary.LittleEndian.Uint64(e[0:])),
+			meta:   int64(int32(binary.LittleEndian.Uint32(e[8:]))),
+			body:   int64(binary.LittleEndian.Uint64(e[16:])),
+		})
+	}
+	return int(nd), blocks, nil
+}

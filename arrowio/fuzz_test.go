@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -17,9 +18,16 @@ import (
 // checkFuzzScan reads data and checks that the scan either fails with an
 // arrowio error or delivers only valid rows.
 func checkFuzzScan(t *testing.T, data []byte, name, format string) {
+	checkFuzzScanWith(t, func(opts ReadOptions, fn func(*TransitionBatch) error) error {
+		return ScanTransitionsReader(context.Background(), bytes.NewReader(data), name, format, opts, fn)
+	})
+}
+
+// checkFuzzScanWith is checkFuzzScan of the scan that scan runs.
+func checkFuzzScanWith(t *testing.T, scan func(ReadOptions, func(*TransitionBatch) error) error) {
 	opts := ReadOptions{BatchRows: 3, States: 1000, Actions: 50}
 	rows := 0
-	err := ScanTransitionsReader(context.Background(), bytes.NewReader(data), name, format, opts, func(b *TransitionBatch) error {
+	err := scan(opts, func(b *TransitionBatch) error {
 		n := b.Len()
 		if len(b.Action) != n || len(b.Next) != n || len(b.Count) != n || n == 0 || n > opts.BatchRows {
 			t.Fatalf("batch of inconsistent lengths %d %d %d %d", n, len(b.Action), len(b.Next), len(b.Count))
@@ -113,6 +121,40 @@ func FuzzScanParquet(f *testing.F) {
 		}
 		if (errs[0] == nil) != (errs[1] == nil) || errs[0] == nil && !reflect.DeepEqual(got[0], got[1]) {
 			t.Fatalf("pqColumns: %v; pqarrow: %v (or different rows)", errs[0], errs[1])
+		}
+	})
+}
+
+// FuzzScanStdin reads standard input that may be gzip-compressed data of
+// any format (detected from its first bytes, decompressed, an IPC file or
+// Parquet copied to a temporary file): the path of `--input -` and of
+// compressed files.
+func FuzzScanStdin(f *testing.F) {
+	mem := memory.NewGoAllocator()
+	rec := sampleRecord(mem)
+	defer rec.Release()
+	for _, data := range [][]byte{
+		[]byte(sampleCSV),
+		encodeRecords(f, FormatArrowStream, rec),
+		encodeRecords(f, FormatArrowFile, rec),
+		encodeRecords(f, FormatParquet, rec),
+	} {
+		gz := gzipBytes(f, data)
+		f.Add(data)
+		f.Add(gz)
+		f.Add(gz[:len(gz)/2])
+		f.Add(append(bytes.Clone(gz), 0x1f, 0x8b, 8))
+	}
+	f.Add([]byte{0x1f, 0x8b})
+	f.Add([]byte("state;action;next_state\n0;0;1\n"))
+	tmp := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkFuzzScanWith(t, func(opts ReadOptions, fn func(*TransitionBatch) error) error {
+			opts.Stdin, opts.TempDir = bytes.NewReader(data), tmp
+			return ScanTransitions(context.Background(), StdinPath, opts, fn)
+		})
+		if left, _ := os.ReadDir(tmp); len(left) > 0 {
+			t.Fatalf("temporary files left: %v", left)
 		}
 	})
 }

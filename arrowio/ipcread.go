@@ -245,6 +245,9 @@ type ipcSource struct {
 	// schema are then read only in the byte ranges of those fields'
 	// buffers; the other columns' arrays hold stale bytes.
 	fields func() []int
+	// split, when set, is the byte range of a file whose record batches
+	// are read: those whose midpoint lies in it (split.go).
+	split *[2]int64
 }
 
 // readIPC calls onSchema once and then fn for every record batch of src, in
@@ -263,7 +266,16 @@ func readIPC(src ipcSource, mem memory.Allocator, onSchema func(*arrow.Schema) e
 			return &decodeError{err}
 		}
 		footerBatches = n
-		mr = newMsgReader(io.NewSectionReader(src.ra, start, end-start), end-start, false)
+		if src.split != nil {
+			r, size, batches, err := fileSplit(src.ra, src.size, end, src.split[0], src.split[1])
+			if err != nil {
+				return err
+			}
+			footerBatches = batches
+			mr = newMsgReader(r, size, false)
+		} else {
+			mr = newMsgReader(io.NewSectionReader(src.ra, start, end-start), end-start, false)
+		}
 	} else {
 		mr = newMsgReader(src.r, src.size, true)
 	}
@@ -384,4 +396,115 @@ func checkFile(ra io.ReaderAt, size int64) (batches int, start, end int64, err e
 		return 0, 0, 0, fmt.Errorf("corrupt Arrow IPC file footer: %w", err)
 	}
 	return batches, fileHead, end, nil
+}
+
+// fileSplit returns the stream of an IPC file's schema message and of
+// its record batches whose midpoint lies in [off, stop), its size and the
+// number of batches; footerAt is where the footer starts. A file with
+// dictionary batches, or whose record batches do not follow the schema
+// one after the other up to the end of the stream, is ErrReadWhole.
+func fileSplit(ra io.ReaderAt, size, footerAt, off, stop int64) (io.Reader, int64, int, error) {
+	footer := make([]byte, size-fileTail-footerAt)
+	if _, err := ra.ReadAt(footer, footerAt); err != nil {
+		return nil, 0, 0, &decodeError{err}
+	}
+	dicts, blocks, err := footerBlocks(footer)
+	if err != nil {
+		return nil, 0, 0, &decodeError{err}
+	}
+	if dicts > 0 {
+		return nil, 0, 0, fmt.Errorf("%w: the file has dictionary batches", ErrReadWhole)
+	}
+	var prefix [8]byte
+	if _, err := ra.ReadAt(prefix[:], fileHead); err != nil {
+		return nil, 0, 0, &decodeError{err}
+	}
+	schemaLen := int64(4 + binary.LittleEndian.Uint32(prefix[:4]))
+	if binary.LittleEndian.Uint32(prefix[:4]) == contToken {
+		schemaLen = 8 + int64(binary.LittleEndian.Uint32(prefix[4:]))
+	}
+	sec := sections{ra: ra, parts: [][2]int64{{fileHead, schemaLen}}}
+	at := fileHead + schemaLen
+	batches := 0
+	for _, b := range blocks {
+		n := b.meta + b.body
+		if b.offset != at || b.meta < 0 || b.body < 0 || n > footerAt-at {
+			return nil, 0, 0, fmt.Errorf("%w: the record batches are not laid out one after the other", ErrReadWhole)
+		}
+		if mid := b.offset + n/2; mid >= off && mid < stop {
+			sec.parts = append(sec.parts, [2]int64{b.offset, n})
+			batches++
+		}
+		at += n
+	}
+	// What follows the last batch is the end-of-stream marker (or
+	// nothing, from writers that leave it out).
+	if rest := footerAt - at; rest != 0 && rest != 4 && rest != 8 {
+		return nil, 0, 0, fmt.Errorf("%w: %d bytes between the last record batch and the footer", ErrReadWhole, rest)
+	}
+	return &sec, sec.size(), batches, nil
+}
+
+// sections reads parts (offset, length) of ra one after the other, as
+// one input: an io.Reader, io.ReaderAt and io.Seeker.
+type sections struct {
+	ra    io.ReaderAt
+	parts [][2]int64
+	pos   int64
+}
+
+func (s *sections) size() int64 {
+	n := int64(0)
+	for _, p := range s.parts {
+		n += p[1]
+	}
+	return n
+}
+
+func (s *sections) ReadAt(b []byte, off int64) (int, error) {
+	done := 0
+	for _, p := range s.parts {
+		if len(b) == 0 {
+			break
+		}
+		if off >= p[1] {
+			off -= p[1]
+			continue
+		}
+		n := min(int64(len(b)), p[1]-off)
+		m, err := s.ra.ReadAt(b[:n], p[0]+off)
+		done += m
+		if err != nil && !(errors.Is(err, io.EOF) && int64(m) == n) {
+			return done, err
+		}
+		b, off = b[n:], 0
+	}
+	if len(b) > 0 {
+		return done, io.EOF
+	}
+	return done, nil
+}
+
+func (s *sections) Read(b []byte) (int, error) {
+	n, err := s.ReadAt(b, s.pos)
+	s.pos += int64(n)
+	if n > 0 && errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
+}
+
+func (s *sections) Seek(off int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		off += s.pos
+	case io.SeekEnd:
+		off += s.size()
+	}
+	if off < 0 {
+		return 0, errors.New("arrowio: seek before the start")
+	}
+	s.pos = off
+	return off, nil
 }

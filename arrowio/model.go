@@ -15,6 +15,7 @@ import (
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/ipc"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
@@ -43,8 +44,16 @@ const (
 	keyParamPrefix = "emsf.param."
 	keyReduceOrder = "emsf.reduce_order"
 	keyGroupNNZ    = "emsf.group_nnz"
-	keyVocab       = "emsf.vocab"
-	keyVocabSum    = "emsf.vocab_checksum." // + "states" or "actions"
+	// The model's smoothing rule (factor.Smoothing), when it has one.
+	keySmooth       = "emsf.smooth"
+	keySmoothLambda = "emsf.smooth.lambda"
+	keySmoothKappa  = "emsf.smooth.kappa"
+	keySmoothDelta  = "emsf.smooth.delta"
+	keySmoothNNZ    = "emsf.smooth.nnz"
+	smoothRule      = "interpolation-v1"
+	// The model's vocabularies of user ids, when it has them.
+	keyVocab    = "emsf.vocab"
+	keyVocabSum = "emsf.vocab_checksum." // + "states" or "actions"
 	// modelVersionVocab is the emsf.format_version of a model file with a
 	// vocabulary (a file without one stays version 1, bit for bit).
 	modelVersionVocab = "2"
@@ -105,7 +114,7 @@ const (
 // modelFields is the model table. The fields are declared nullable (as
 // pyarrow does by default; they never hold nulls): the Parquet reader of
 // arrow-go v15 reads a non-nullable fixed-size list back as all nulls.
-// A model with a vocabulary has a fifth column, id.
+// A model with a vocabulary has a fifth column, id (model parts never do).
 func modelFields(m int, vocab bool) []arrow.Field {
 	fs := []arrow.Field{
 		{Name: "factor", Type: arrow.BinaryTypes.String, Nullable: true},
@@ -124,16 +133,11 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	md := mf.Model
 	var mw metaWriter
 	names, vs := mf.vocabs()
+	version := FormatVersion
 	if len(vs) > 0 {
-		mw.set(keyVersion, modelVersionVocab)
-	} else {
-		mw.set(keyVersion, FormatVersion)
+		version = modelVersionVocab
 	}
-	mw.set(keyKind, kindModel)
-	mw.int(keyN, md.N)
-	mw.int(keyM, md.M)
-	mw.int(keyU, md.U)
-	mw.set(keyTie, md.Tie.String())
+	mw.modelShape(version, kindModel, ShapeOf(md))
 	mw.int(keyIteration, md.Iteration)
 	mw.set(keyLogLik, fmtFloat(md.LogLik))
 	mw.set(keyWKL, fmtFloat(md.WKL))
@@ -145,6 +149,13 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 	}
 	if mf.Status != "" {
 		mw.set(keyStatus, mf.Status)
+	}
+	if sm := md.Smoothing; sm != nil {
+		mw.set(keySmooth, smoothRule)
+		mw.set(keySmoothLambda, floatList(sm.Lambda))
+		mw.set(keySmoothKappa, floatList(sm.Kappa))
+		mw.set(keySmoothDelta, floatList(sm.Delta))
+		mw.set(keySmoothNNZ, intList(smoothNNZ(sm, md.U)))
 	}
 	keys := make([]string, 0, len(mf.Params))
 	for k := range mf.Params {
@@ -166,88 +177,105 @@ func modelSchema(mf *ModelFile) *arrow.Schema {
 
 // emitModel produces the record batches of a model: all D blocks in block
 // order, then all K blocks, states ascending, at most batchBytes of values
-// per batch (but at least one row).
+// per batch (but at least one row); see modelBatcher. Then the smoothing
+// rule's streams, then the vocabularies' rows (states, then actions).
 func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes int, write func(arrow.Record) error) error {
 	md := mf.Model
-	n, m := md.N, md.M
-	per := max(1, min(n, batchBytes/(8*m)))
-	rb := array.NewRecordBuilder(mem, sc)
-	defer rb.Release()
-	_, vs := mf.vocabs()
-	block := func(name string, b int, shared bool, vals []float64) error {
-		action := int32(b)
-		if shared {
-			action = -1
+	b := newModelBatcher(sc, mem, modelBatchRows(md.N, md.M, batchBytes), write)
+	defer b.release()
+	for _, blk := range modelBlocks(md.U, md.Tie) {
+		vals := md.D
+		if blk.factor == "K" {
+			vals = md.KT
 		}
-		for lo := 0; lo < n; lo += per {
-			hi := min(n, lo+per)
-			fb := rb.Field(0).(*array.StringBuilder)
-			ab := rb.Field(1).(*array.Int32Builder)
-			sb := rb.Field(2).(*array.Int32Builder)
-			fb.Reserve(hi - lo)
-			ab.Reserve(hi - lo)
-			sb.Reserve(hi - lo)
-			for i := lo; i < hi; i++ {
-				fb.Append(name)
-				ab.UnsafeAppend(action)
-				sb.UnsafeAppend(int32(i))
-			}
-			appendRows(rb.Field(3).(*array.FixedSizeListBuilder), vals[lo*m:hi*m], hi-lo)
-			if len(vs) > 0 {
-				rb.Field(4).(*array.StringBuilder).AppendNulls(hi - lo)
-			}
-			if err := flushRecord(rb, write); err != nil {
-				return err
-			}
+		b.start(blk.factor, blk.action, 0)
+		if err := b.add(vals[blk.block]); err != nil {
+			return err
 		}
-		return nil
-	}
-	// vocabulary rows: factor S or A, action -1, state the index, values
-	// null, id the id.
-	vocab := func(name string, v *shard.Vocab) error {
-		for lo := 0; lo < v.Len(); lo += per {
-			hi := min(v.Len(), lo+per)
-			fb := rb.Field(0).(*array.StringBuilder)
-			ab := rb.Field(1).(*array.Int32Builder)
-			sb := rb.Field(2).(*array.Int32Builder)
-			lb := rb.Field(3).(*array.FixedSizeListBuilder)
-			ib := rb.Field(4).(*array.StringBuilder)
-			fb.Reserve(hi - lo)
-			ab.Reserve(hi - lo)
-			sb.Reserve(hi - lo)
-			for i := lo; i < hi; i++ {
-				fb.Append(name)
-				ab.UnsafeAppend(-1)
-				sb.UnsafeAppend(int32(i))
-				ib.BinaryBuilder.Append(v.ID(i))
-			}
-			lb.AppendNulls(hi - lo)
-			if err := flushRecord(rb, write); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for b, d := range md.D {
-		if err := block("D", b, md.Tie == factor.TieSharedD, d); err != nil {
+		if err := b.flush(); err != nil {
 			return err
 		}
 	}
-	for b, kt := range md.KT {
-		if err := block("K", b, md.Tie == factor.TieSharedK, kt); err != nil {
-			return err
-		}
+	if err := emitSmoothing(md, b); err != nil {
+		return err
 	}
 	if mf.States != nil {
-		if err := vocab(factorStates, mf.States); err != nil {
+		if err := b.vocab(factorStates, mf.States); err != nil {
 			return err
 		}
 	}
 	if mf.Actions != nil {
-		return vocab(factorAction, mf.Actions)
+		return b.vocab(factorAction, mf.Actions)
 	}
 	return nil
 }
+
+// emitSmoothing produces the rows of md's smoothing rule, if it has one.
+func emitSmoothing(md *factor.Model, b *modelBatcher) error {
+	sm := md.Smoothing
+	if sm == nil {
+		return nil
+	}
+	// The rule's q and counts, each action's a stream of float64 values
+	// cut into rows of m (the row's "state" is its index in the stream):
+	// q^a (n values), then the counts as (state, next state, count)
+	// triples; the last row of a stream is padded with zeros.
+	stream := func(name string, a int, vals []float64) error {
+		padded := make([]float64, streamRows(len(vals), md.M)*md.M)
+		copy(padded, vals)
+		b.start(name, int32(a), 0)
+		if err := b.add(padded); err != nil {
+			return err
+		}
+		return b.flush()
+	}
+	triples := make([][]float64, md.U)
+	if sm.Counts != nil {
+		sm.Counts.Entries(func(a, i, j int, c float64) {
+			triples[a] = append(triples[a], float64(i), float64(j), c)
+		})
+	}
+	for a := range md.U {
+		if err := stream("Q", a, sm.Q[a]); err != nil {
+			return err
+		}
+		if len(triples[a]) > 0 {
+			if err := stream("C", a, triples[a]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// smoothNNZ returns the number of stored counts per action.
+func smoothNNZ(sm *factor.Smoothing, u int) []int {
+	nnz := make([]int, u)
+	if sm.Counts != nil {
+		sm.Counts.Entries(func(a, _, _ int, _ float64) { nnz[a]++ })
+	}
+	return nnz
+}
+
+func floatList(xs []float64) string {
+	parts := make([]string, len(xs))
+	for k, x := range xs {
+		parts[k] = fmtFloat(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+func intList(xs []int) string {
+	parts := make([]string, len(xs))
+	for k, x := range xs {
+		parts[k] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+// streamRows is the number of rows of m values a stream of k values
+// takes.
+func streamRows(k, m int) int { return (k + m - 1) / m }
 
 func checkWritable(mf *ModelFile) error {
 	if mf == nil || mf.Model == nil {
@@ -274,53 +302,55 @@ func EncodeModel(mf *ModelFile, opts ...Option) ([]byte, error) {
 		// buffer of megabytes doubles it again and again.
 		buf.Grow((len(md.D)+len(md.KT))*md.N*(md.M*8+16) + 64<<10)
 	}
-	if err := encodeModel(&buf, mf, ModelArrow, newConfig(opts).mem); err != nil {
+	if err := encodeModel(&buf, mf, ModelArrow, newConfig(opts)); err != nil {
 		return nil, fmt.Errorf("arrowio: encode model: %w", err)
 	}
 	return buf.Bytes(), nil
 }
 
-func encodeModel(w io.Writer, mf *ModelFile, format string, mem memory.Allocator) error {
+func encodeModel(w io.Writer, mf *ModelFile, format string, cfg *config) error {
 	if err := checkWritable(mf); err != nil {
 		return err
 	}
 	sc := modelSchema(mf)
-	emit := func(write func(arrow.Record) error) error { return emitModel(mf, sc, mem, modelBatchBytes, write) }
-	switch format {
-	case ModelArrow, "":
-		return writeIPCFile(w, sc, mem, emit)
-	case ModelParquet:
-		// A model with a vocabulary has null values (its vocabulary
-		// rows), which arrow-go v15 cannot read back as a fixed-size
-		// list ("expected all lists to be of size=m"): its Parquet file
-		// goes without the stored Arrow schema, so values read as
-		// list<double>; the metadata is in the key-value metadata all
-		// the same.
-		_, vs := mf.vocabs()
-		return writeParquet(w, sc, mem, len(vs) == 0, emit)
-	}
-	return fmt.Errorf("unknown model format %q (want arrow or parquet)", format)
-}
-
-// writeParquet writes a Parquet file of the records emit produces, one row
-// group per record, with the schema's metadata in the file's key-value
-// metadata, and with storeSchema the Arrow schema stored there too.
-func writeParquet(w io.Writer, sc *arrow.Schema, mem memory.Allocator, storeSchema bool, emit func(write func(arrow.Record) error) error) error {
-	props := parquet.NewWriterProperties(parquet.WithAllocator(mem), parquet.WithDictionaryDefault(false))
-	aprops := []pqarrow.WriterOption{pqarrow.WithAllocator(mem)}
-	if storeSchema {
-		aprops = append(aprops, pqarrow.WithStoreSchema())
-	}
-	// struct{ io.Writer } hides any Close: the caller owns w.
-	fw, err := pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props, pqarrow.NewArrowWriterProperties(aprops...))
+	rw, err := newModelWriter(w, sc, cfg.mem, format)
 	if err != nil {
 		return err
 	}
-	if err := emit(fw.Write); err != nil {
-		fw.Close()
+	if err := emitModel(mf, sc, cfg.mem, cfg.modelBatchBytes(), rw.Write); err != nil {
+		rw.Close()
 		return err
 	}
-	return fw.Close()
+	return rw.Close()
+}
+
+// recordWriter is an open Arrow IPC file or Parquet writer.
+type recordWriter interface {
+	Write(arrow.Record) error
+	Close() error
+}
+
+// newModelWriter opens a model file writer on w: an Arrow IPC file for
+// ModelArrow (also ""), Parquet for ModelParquet, one row group per record,
+// with the schema's metadata in the file's key-value metadata and the
+// Arrow schema stored there too, except for a model with a vocabulary:
+// its vocabulary rows have null values, which arrow-go v15 cannot read
+// back as a fixed-size list ("expected all lists to be of size=m"), so
+// its values read as list<double>.
+func newModelWriter(w io.Writer, sc *arrow.Schema, mem memory.Allocator, format string) (recordWriter, error) {
+	switch format {
+	case ModelArrow, "":
+		return ipc.NewFileWriter(&posWriter{w: w}, ipc.WithSchema(sc), ipc.WithAllocator(mem))
+	case ModelParquet:
+		props := parquet.NewWriterProperties(parquet.WithAllocator(mem), parquet.WithDictionaryDefault(false))
+		aprops := []pqarrow.WriterOption{pqarrow.WithAllocator(mem)}
+		if sc.NumFields() == len(modelFields(1, false)) {
+			aprops = append(aprops, pqarrow.WithStoreSchema())
+		}
+		// struct{ io.Writer } hides any Close: the caller owns w.
+		return pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props, pqarrow.NewArrowWriterProperties(aprops...))
+	}
+	return nil, fmt.Errorf("unknown model format %q (want arrow or parquet)", format)
 }
 
 // WriteModel writes mf to path atomically (a temporary file in the same
@@ -334,10 +364,10 @@ func WriteModel(path string, mf *ModelFile, format string, opts ...Option) error
 	if err := checkWritable(mf); err != nil {
 		return fmt.Errorf("arrowio: write model %s: %w", path, err)
 	}
-	mem := newConfig(opts).mem
+	cfg := newConfig(opts)
 	return writeAtomic(path, func(f *os.File) error {
 		w := bufio.NewWriterSize(f, 1<<20)
-		if err := encodeModel(w, mf, format, mem); err != nil {
+		if err := encodeModel(w, mf, format, cfg); err != nil {
 			return err
 		}
 		return w.Flush()
@@ -405,6 +435,13 @@ type modelReader struct {
 	want    int64 // rows expected
 	rows    int64
 	recs    []arrow.Record
+	// The smoothing rule's metadata, when the file has one.
+	smooth               bool
+	lambda, kappa, delta []float64
+	nnz                  []int
+	streams              map[string][][]float64
+	got                  []map[int]bool
+	gotIdx               map[string]int
 	// vocab: the file has an id column; sums are the vocabularies'
 	// checksums by name (emsf.vocab_checksum.*).
 	vocab bool
@@ -419,17 +456,28 @@ func (r *modelReader) release() {
 }
 
 func (r *modelReader) schema(sc *arrow.Schema) error {
-	mr := metaReader{md: sc.Metadata()}
+	if err := r.meta(sc.Metadata()); err != nil {
+		return err
+	}
+	return checkFields(sc, modelFields(r.m, r.vocab)...)
+}
+
+// meta reads and checks a model's metadata (the schema metadata of a
+// model file, the metadata of a dataset's manifest).
+func (r *modelReader) meta(kv arrow.Metadata) error {
+	mr := metaReader{md: kv}
 	version := mr.headerOf(kindModel, FormatVersion, modelVersionVocab)
 	r.n, r.m, r.u = mr.int(keyN), mr.int(keyM), mr.int(keyU)
-	var names []string
-	if version == modelVersionVocab {
+	if version == modelVersionVocab && mr.err == nil {
 		r.vocab = true
-		names = strings.Split(mr.str(keyVocab), ",")
 		r.sums = map[string]string{}
-		for _, name := range names {
+		list := mr.str(keyVocab)
+		if mr.err != nil {
+			return mr.err
+		}
+		for _, name := range strings.Split(list, ",") {
 			if name != vocabStates && name != vocabActions || r.sums[name] != "" {
-				return fmt.Errorf("schema metadata %s = %q: want states, actions or states,actions", keyVocab, mr.str(keyVocab))
+				return fmt.Errorf("schema metadata %s = %q: want states, actions or states,actions", keyVocab, list)
 			}
 			r.sums[name] = mr.str(keyVocabSum + name)
 		}
@@ -438,11 +486,11 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 	md := &factor.Model{Iteration: mr.int(keyIteration), LogLik: mr.float(keyLogLik),
 		WKL: mr.float(keyWKL), Seed: mr.uint64(keySeed)}
 	r.mf.Fingerprint = mr.str(keyFingerprint)
-	if sc.Metadata().FindKey(keyReduceOrder) >= 0 {
+	if kv.FindKey(keyReduceOrder) >= 0 {
 		r.mf.ReduceOrder, r.mf.GroupNNZ = mr.str(keyReduceOrder), mr.int(keyGroupNNZ)
 	}
-	if i := sc.Metadata().FindKey(keyStatus); i >= 0 {
-		r.mf.Status = sc.Metadata().Values()[i]
+	if i := kv.FindKey(keyStatus); i >= 0 {
+		r.mf.Status = kv.Values()[i]
 	}
 	if mr.err != nil {
 		return mr.err
@@ -461,20 +509,23 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 	if _, ok := r.sums[vocabActions]; ok {
 		r.want += int64(r.u)
 	}
+	if err := r.smoothMeta(kv); err != nil {
+		return err
+	}
 	r.mf.Model = md
-	for i, k := range sc.Metadata().Keys() {
+	for i, k := range kv.Keys() {
 		if p, ok := strings.CutPrefix(k, keyParamPrefix); ok {
 			if r.mf.Params == nil {
 				r.mf.Params = map[string]string{}
 			}
-			r.mf.Params[p] = sc.Metadata().Values()[i]
+			r.mf.Params[p] = kv.Values()[i]
 		}
 	}
-	return checkFields(sc, modelFields(r.m, r.vocab)...)
+	return nil
 }
 
 func (r *modelReader) record(rec arrow.Record) error {
-	if !r.vocab {
+	if !r.vocab { // with a vocabulary: vocabRows checks where nulls are
 		if err := noNulls(rec); err != nil {
 			return err
 		}
@@ -512,7 +563,6 @@ func (r *modelReader) parquet(ra parquet.ReaderAtSeeker, size int64, mem memory.
 	}
 }
 
-// model builds the model from the collected records and validates it.
 // vocabRows returns the values of a record of a model with a vocabulary
 // (row i's at out[i*m:(i+1)*m], zeros on vocabulary rows) and its id
 // column, checking that values are null exactly where id is not.
@@ -563,6 +613,7 @@ func vocabRows(rec arrow.Record, m int) ([]float64, *array.String, error) {
 	return out, idCol, nil
 }
 
+// model builds the model from the collected records and validates it.
 func (r *modelReader) model() (_ *ModelFile, err error) {
 	defer catchDecode(&err)
 	if r.rows != r.want {
@@ -611,6 +662,12 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 				}
 				continue
 			}
+			if f == "Q" || f == "C" {
+				if err := r.streamRow(f, a, s, vals[i*m:(i+1)*m]); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			bs, ok := blocks[f]
 			if !ok {
 				return nil, fmt.Errorf("row with factor %q (want D or K)", f)
@@ -641,6 +698,11 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 	if err := md.Validate(); err != nil {
 		return nil, err
 	}
+	if r.smooth {
+		if md.Smoothing, err = r.smoothing(); err != nil {
+			return nil, err
+		}
+	}
 	for f, name := range map[string]string{factorStates: vocabStates, factorAction: vocabActions} {
 		vs, ok := ids[f]
 		if !ok {
@@ -662,4 +724,122 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 	r.mf.Model = md
 	out := r.mf
 	return &out, nil
+}
+
+// smoothMeta reads the smoothing rule's metadata and adds its rows to
+// the rows expected.
+func (r *modelReader) smoothMeta(md arrow.Metadata) error {
+	i := md.FindKey(keySmooth)
+	if i < 0 {
+		return nil
+	}
+	if v := md.Values()[i]; v != smoothRule {
+		return fmt.Errorf("schema metadata %s = %q: unknown smoothing rule (want %s)", keySmooth, v, smoothRule)
+	}
+	r.smooth = true
+	get := func(key string) ([]string, error) {
+		k := md.FindKey(key)
+		if k < 0 {
+			return nil, fmt.Errorf("schema metadata lacks %s (the file has %s)", key, keySmooth)
+		}
+		parts := strings.Split(md.Values()[k], ",")
+		if len(parts) != r.u {
+			return nil, fmt.Errorf("schema metadata %s holds %d values, want one per action (%d)", key, len(parts), r.u)
+		}
+		return parts, nil
+	}
+	for _, f := range []struct {
+		key string
+		dst *[]float64
+	}{{keySmoothLambda, &r.lambda}, {keySmoothKappa, &r.kappa}, {keySmoothDelta, &r.delta}} {
+		parts, err := get(f.key)
+		if err != nil {
+			return err
+		}
+		for _, p := range parts {
+			v, err := strconv.ParseFloat(p, 64)
+			if err != nil {
+				return fmt.Errorf("schema metadata %s: %q is not a number", f.key, p)
+			}
+			*f.dst = append(*f.dst, v)
+		}
+	}
+	parts, err := get(keySmoothNNZ)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		v, err := strconv.Atoi(p)
+		if err != nil || v < 0 || v > math.MaxInt32 {
+			return fmt.Errorf("schema metadata %s: %q is not a count of nonzeros", keySmoothNNZ, p)
+		}
+		r.nnz = append(r.nnz, v)
+		r.want += int64(streamRows(3*v, r.m))
+	}
+	r.want += int64(r.u) * int64(streamRows(r.n, r.m))
+	r.streams = map[string][][]float64{"Q": make([][]float64, r.u), "C": make([][]float64, r.u)}
+	return nil
+}
+
+// streamRow places row s of the Q or C stream of action a.
+func (r *modelReader) streamRow(f string, a, s int, vals []float64) error {
+	if !r.smooth {
+		return fmt.Errorf("row %s action %d: the file has no %s", f, a, keySmooth)
+	}
+	if a < 0 || a >= r.u {
+		return fmt.Errorf("row %s action %d: out of range [0, %d)", f, a, r.u)
+	}
+	k := r.n
+	if f == "C" {
+		k = 3 * r.nnz[a]
+	}
+	rows := streamRows(k, r.m)
+	if s < 0 || s >= rows {
+		return fmt.Errorf("row %s action %d index %d: out of range [0, %d)", f, a, s, rows)
+	}
+	st := r.streams[f]
+	if st[a] == nil {
+		st[a] = make([]float64, rows*r.m)
+		r.got = append(r.got, map[int]bool{})
+		if r.gotIdx == nil {
+			r.gotIdx = map[string]int{}
+		}
+		r.gotIdx[fmt.Sprintf("%s%d", f, a)] = len(r.got) - 1
+	}
+	g := r.got[r.gotIdx[fmt.Sprintf("%s%d", f, a)]]
+	if g[s] {
+		return fmt.Errorf("row %s action %d index %d appears twice", f, a, s)
+	}
+	g[s] = true
+	copy(st[a][s*r.m:(s+1)*r.m], vals)
+	return nil
+}
+
+// smoothing builds the rule from the streams (every row present: the
+// row count matched and none repeated).
+func (r *modelReader) smoothing() (*factor.Smoothing, error) {
+	sm := &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta, Q: make([][]float64, r.u)}
+	var es []factor.CountEntry
+	for a := range r.u {
+		sm.Q[a] = r.streams["Q"][a][:r.n]
+		c := r.streams["C"][a]
+		for k := 0; k < 3*r.nnz[a]; k += 3 {
+			i, j := c[k], c[k+1]
+			if i != math.Trunc(i) || j != math.Trunc(j) || i < 0 || j < 0 || i >= float64(r.n) || j >= float64(r.n) {
+				return nil, fmt.Errorf("stored count %d of action %d names states %v, %v: not in [0, %d)", k/3, a, i, j, r.n)
+			}
+			es = append(es, factor.CountEntry{A: a, I: int(i), J: int(j), C: c[k+2]})
+		}
+	}
+	if len(es) > 0 || slices.ContainsFunc(r.kappa, func(k float64) bool { return !math.IsInf(k, 1) }) {
+		cnt, err := factor.NewCNTFromEntries(r.n, r.u, es)
+		if err != nil {
+			return nil, err
+		}
+		sm.Counts = cnt
+	}
+	if err := sm.Validate(r.n, r.u); err != nil {
+		return nil, err
+	}
+	return sm, nil
 }

@@ -331,7 +331,7 @@ func TestReadModelBad(t *testing.T) {
 func TestReadModelCorrupt(t *testing.T) {
 	for _, format := range []string{ModelArrow, ModelParquet} {
 		var buf bytes.Buffer
-		if err := encodeModel(&buf, &ModelFile{Model: factor.NewRandom(6, 2, 2, factor.TieSharedD, 3)}, format, memory.NewGoAllocator()); err != nil {
+		if err := encodeModel(&buf, &ModelFile{Model: factor.NewRandom(6, 2, 2, factor.TieSharedD, 3)}, format, newConfig(nil)); err != nil {
 			t.Fatal(err)
 		}
 		data := buf.Bytes()
@@ -395,4 +395,42 @@ func TestReadModelParquetNoSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameModelFile(t, got, mf)
+}
+
+// TestModelSmoothingRoundTrip: a model with a smoothing rule (λ, κ, δ,
+// q and counts) reads back with the same rule and predictions, in both
+// formats, for m = 1 (streams of one value a row) and m = 4.
+func TestModelSmoothingRoundTrip(t *testing.T) {
+	for _, m := range []int{1, 4} {
+		for _, format := range []string{ModelArrow, ModelParquet} {
+			md := factor.NewRandom(9, m, 2, factor.TieSharedK, 3)
+			blocks := factor.RandomCounts(9, 2, 2, 3, 4)
+			sm, err := factor.NewSmoothing(9, 2, blocks, []float64{0.2, 0.5}, []float64{3, math.Inf(1)}, []float64{0.5, math.Inf(1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			md.Smoothing = sm
+			path := filepath.Join(t.TempDir(), "m."+format)
+			if err := WriteModel(path, &ModelFile{Model: md}, format); err != nil {
+				t.Fatal(err)
+			}
+			mf, err := ReadModel(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := mf.Model
+			if got.Smoothing == nil || !got.Equal(md) {
+				t.Fatalf("m=%d %s: smoothing or factors lost", m, format)
+			}
+			for a := range 2 {
+				for i := range 9 {
+					for j := range 9 {
+						if p, q := got.Prob(a, i, j), md.Prob(a, i, j); p != q {
+							t.Fatalf("m=%d %s: P̃^%d[%d,%d] = %v, written %v", m, format, a, i, j, p, q)
+						}
+					}
+				}
+			}
+		}
+	}
 }

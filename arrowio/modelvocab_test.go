@@ -3,6 +3,8 @@ package arrowio
 import (
 	"bytes"
 	"fmt"
+	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -162,6 +164,69 @@ func TestModelVocabBad(t *testing.T) {
 		want := map[string]string{"mangled": "do not match emsf.vocab_checksum.states", "repeated": "NUL"}[name]
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", name, err, want)
+		}
+	}
+}
+
+// TestModelVocabSmoothingRoundTrip: a model with vocabularies and a
+// smoothing rule (the id column beside the Q and C streams) reads back
+// with both, in both formats, for m = 1 and m = 4.
+func TestModelVocabSmoothingRoundTrip(t *testing.T) {
+	for _, m := range []int{1, 4} {
+		for _, format := range []string{ModelArrow, ModelParquet} {
+			const n, u = 9, 2
+			md := factor.NewRandom(n, m, u, factor.TieSharedK, 3)
+			blocks := factor.RandomCounts(n, u, 2, 3, 4)
+			sm, err := factor.NewSmoothing(n, u, blocks, []float64{0.2, 0.5}, []float64{3, math.Inf(1)}, []float64{0.5, math.Inf(1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			md.Smoothing = sm
+			mf := &ModelFile{Model: md, States: vocabOf(t, "s", n), Actions: vocabOf(t, "a", u)}
+			path := filepath.Join(t.TempDir(), "m."+format)
+			if err := WriteModel(path, mf, format); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ReadModel(path)
+			if err != nil {
+				t.Fatalf("m=%d %s: %v", m, format, err)
+			}
+			sameVocab(t, "states", got.States, mf.States)
+			sameVocab(t, "actions", got.Actions, mf.Actions)
+			if got.Model.Smoothing == nil || !got.Model.Equal(md) {
+				t.Fatalf("m=%d %s: smoothing or factors lost", m, format)
+			}
+			for a := range u {
+				for i := range n {
+					for j := range n {
+						if p, q := got.Model.Prob(a, i, j), md.Prob(a, i, j); p != q {
+							t.Fatalf("m=%d %s: P̃^%d[%d,%d] = %v, written %v", m, format, a, i, j, p, q)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSplitRefusesIDs: a model dataset's parts hold D and K rows only, so
+// splitting a model with a vocabulary fails with an error that says why,
+// and writes nothing.
+func TestSplitRefusesIDs(t *testing.T) {
+	for _, format := range []string{ModelArrow, ModelParquet} {
+		mf := testModel(factor.TieNone)
+		mf.States = vocabOf(t, "s", mf.Model.N)
+		path := filepath.Join(t.TempDir(), "m."+format)
+		if err := WriteModel(path, mf, format); err != nil {
+			t.Fatal(err)
+		}
+		ds := t.TempDir()
+		_, err := SplitModel(t.Context(), path, DirParts{Dir: ds}, ModelArrow, 0)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "user ids (emsf.vocab), which a model dataset cannot hold") {
+			t.Fatalf("%s: split of a model with ids: %v", format, err)
+		}
+		if left, _ := os.ReadDir(ds); len(left) != 0 {
+			t.Fatalf("%s: split left %d files", format, len(left))
 		}
 	}
 }

@@ -84,14 +84,14 @@ func pqKinds(fr *pqarrow.FileReader, leaves []int) ([]pqKind, bool) {
 // pqOptionalPages reports whether pqPages reads every page of every chunk
 // of the optional columns among leaves, by their headers (see
 // errOptionalPage): pqColumns reads a file only then.
-func pqOptionalPages(rdr *file.Reader, ra io.ReaderAt, size int64, leaves []int) bool {
+func pqOptionalPages(rdr *file.Reader, ra io.ReaderAt, size int64, leaves, groups []int) bool {
 	md := rdr.MetaData()
 	for _, leaf := range leaves {
 		c := md.Schema.Column(leaf)
 		if c.MaxDefinitionLevel() == 0 {
 			continue
 		}
-		for g := range rdr.NumRowGroups() {
+		for _, g := range rowGroups(rdr, groups) {
 			start, end, values, ok := pqChunk(md, rdr.RowGroup(g), leaf, size)
 			if !ok {
 				return false
@@ -135,7 +135,7 @@ type pqReader interface {
 // state and, if read, count, in that order), of kinds as pqKinds says,
 // into batches of s.batchRows rows across row groups, as pqarrow's record
 // reader cuts them.
-func (s *scan) pqColumns(ctx context.Context, rdr *file.Reader, ra io.ReaderAt, size int64, leaves []int, kinds []pqKind) error {
+func (s *scan) pqColumns(ctx context.Context, rdr *file.Reader, ra io.ReaderAt, size int64, leaves []int, kinds []pqKind, groups []int) error {
 	cols := make([]pqColumn, len(leaves))
 	for k := range cols {
 		c := &cols[k]
@@ -156,7 +156,7 @@ func (s *scan) pqColumns(ctx context.Context, rdr *file.Reader, ra io.ReaderAt, 
 	}
 	n := 0 // rows in the batch
 	s.pqBatch(cols, n)
-	for g := range rdr.NumRowGroups() {
+	for _, g := range rowGroups(rdr, groups) {
 		rg := rdr.RowGroup(g)
 		for k := range cols {
 			if err := s.pqOpen(&cols[k], rdr, rg, ra, size); err != nil {
@@ -378,4 +378,16 @@ func pqConvert(s *scan, c *pqColumn, n, first int, convert func(null func(int) b
 	}
 	null := c.null
 	return convert(func(i int) bool { return i >= null })
+}
+
+// rowGroups returns groups, or every row group of rdr when it is nil.
+func rowGroups(rdr *file.Reader, groups []int) []int {
+	if groups != nil {
+		return groups
+	}
+	all := make([]int, rdr.NumRowGroups())
+	for g := range all {
+		all[g] = g
+	}
+	return all
 }

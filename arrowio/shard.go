@@ -214,6 +214,7 @@ func decodeShard(data []byte, mem memory.Allocator) (*shard.Shard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: %w", info.ID, err)
 	}
+	info.Rows = len(b.Rows)
 	s := &shard.Shard{Info: info, Block: b}
 	if err := s.Verify(); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package arrowio
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,13 @@ type ReadOptions struct {
 	BatchRows int
 	// Alloc allocates Arrow buffers (default memory.NewGoAllocator()).
 	Alloc memory.Allocator
+	// Stdin is what ScanTransitions reads for the path StdinPath ("-")
+	// (default os.Stdin).
+	Stdin io.Reader
+	// TempDir is where an Arrow IPC file or Parquet input that arrives
+	// compressed or on standard input is copied for random access while
+	// it is read (default "": os.TempDir()).
+	TempDir string
 	// NoCount delivers every batch with Count nil, as if the input had
 	// no count column: for a second read of a file whose every count the
 	// first read saw to be 1. Arrow and Parquet readers then neither read
@@ -165,8 +173,14 @@ func formatFromMagic(head []byte) string {
 // DetectFormat returns the format ScanTransitions reads path in when no
 // format is given: the content's magic bytes win over the extension (an
 // Arrow or Parquet file named .csv, a CSV named .parquet). note is
-// non-empty when the two disagree: a warning to show the user.
+// non-empty when the two disagree: a warning to show the user. A gzip file
+// is looked at decompressed, its name without ".gz". Standard input
+// (StdinPath) cannot be looked at without being consumed: its format is
+// "" (ScanTransitions detects it from its first bytes).
 func DetectFormat(path string) (format, note string, err error) {
+	if path == StdinPath {
+		return "", "", nil
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return "", "", &InputError{File: path, Reason: "cannot open", Err: err}
@@ -174,8 +188,23 @@ func DetectFormat(path string) (format, note string, err error) {
 	defer f.Close()
 	var head [64]byte
 	n, _ := f.ReadAt(head[:], 0)
-	format, note = detectFormat(path, head[:n])
+	name := path
+	if isGzip(head[:n]) {
+		zr, err := gzip.NewReader(f)
+		n = 0
+		if err == nil {
+			n, _ = io.ReadFull(zr, head[:])
+		}
+		name = contentName(path)
+	}
+	format, note = detectFormat(name, head[:n])
 	return format, note, nil
+}
+
+// DetectFormatBytes is DetectFormat for an input named name whose first
+// bytes (up to 64) are head.
+func DetectFormatBytes(name string, head []byte) (format, note string) {
+	return detectFormat(name, head)
 }
 
 // detectFormat decides a file's format from its name and first bytes
@@ -216,7 +245,20 @@ func looksLikeText(head []byte) bool {
 // column and value; an error returned by fn stops it and is returned as is.
 // Batches already passed to fn stay passed: callers that must not act on
 // partial input collect first and commit after a nil return.
+//
+// path StdinPath ("-") reads ReadOptions.Stdin. Standard input and a file
+// whose first bytes are gzip's (whatever its name) are read front to back
+// once: gzip data is decompressed as it is read, CSV and Arrow IPC streams
+// are parsed as they arrive, and an Arrow IPC file or Parquet file is
+// first copied to a temporary file (ReadOptions.TempDir) and removed after.
 func ScanTransitions(ctx context.Context, path string, opts ReadOptions, fn func(b *TransitionBatch) error) error {
+	if path == StdinPath {
+		s, err := newScan(stdinName, opts, fn)
+		if err != nil {
+			return err
+		}
+		return s.sequential(ctx, cmpOr[io.Reader](opts.Stdin, os.Stdin), "")
+	}
 	s, err := newScan(path, opts, fn)
 	if err != nil {
 		return err
@@ -233,22 +275,31 @@ func ScanTransitions(ctx context.Context, path string, opts ReadOptions, fn func
 	if st.IsDir() {
 		return &InputError{File: path, Reason: "is a directory"}
 	}
-	size := st.Size()
+	return s.at(ctx, f, st.Size())
+}
+
+// at reads all of an input of size bytes from ra: gzip data (sniffed by
+// its first bytes) as it is decompressed, anything else with random
+// access.
+func (s *scan) at(ctx context.Context, ra io.ReaderAt, size int64) error {
+	var head [64]byte
+	n, _ := ra.ReadAt(head[:], 0)
+	if isGzip(head[:n]) {
+		return s.sequential(ctx, io.NewSectionReader(ra, 0, size), s.file)
+	}
 	format := s.format
 	if format == "" {
-		var head [64]byte
-		n, _ := f.ReadAt(head[:], 0)
-		format, _ = detectFormat(path, head[:n])
+		format, _ = detectFormat(s.file, head[:n])
 	}
 	switch format {
 	case FormatCSV:
-		return s.csv(ctx, bufio.NewReaderSize(f, 1<<16))
+		return s.csv(ctx, bufio.NewReaderSize(io.NewSectionReader(ra, 0, size), 1<<16))
 	case FormatArrowFile:
-		return s.ipc(ctx, ipcSource{ra: f, size: size, file: true})
+		return s.ipc(ctx, ipcSource{ra: ra, size: size, file: true})
 	case FormatArrowStream:
-		return s.ipc(ctx, ipcSource{r: bufio.NewReaderSize(f, 1<<16), size: size})
+		return s.ipc(ctx, ipcSource{r: bufio.NewReaderSize(io.NewSectionReader(ra, 0, size), 1<<16), size: size})
 	default:
-		return s.parquet(ctx, f, size)
+		return s.parquet(ctx, io.NewSectionReader(ra, 0, size), size)
 	}
 }
 
@@ -257,7 +308,8 @@ func ScanTransitions(ctx context.Context, path string, opts ReadOptions, fn func
 // and to detect the format by extension; format ("" = opts.Format, then
 // detect) overrides opts.Format. CSV and IPC streams are read as they
 // arrive; IPC files and Parquet (which need random access) are read into
-// memory first. When r has a Len() int method (bytes.Reader,
+// memory first. A payload is read as it is, never decompressed (a small
+// compressed payload could expand without bound). When r has a Len() int method (bytes.Reader,
 // bytes.Buffer, strings.Reader), declared lengths are checked against it.
 func ScanTransitionsReader(ctx context.Context, r io.Reader, name, format string, opts ReadOptions, fn func(b *TransitionBatch) error) error {
 	if format != "" {
@@ -319,6 +371,7 @@ type scan struct {
 	libraryParquet bool
 	libraryPages   bool
 	handOvers      *int
+	tempDir        string
 	mem            memory.Allocator
 	fn             func(*TransitionBatch) error
 	b              TransitionBatch
@@ -338,6 +391,7 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 	s.libraryIPC = o.libraryIPC
 	s.libraryParquet = o.libraryParquet
 	s.libraryPages, s.handOvers = o.libraryPages, o.handOvers
+	s.tempDir = o.TempDir
 	if s.mem == nil {
 		s.mem = memory.NewGoAllocator()
 	}

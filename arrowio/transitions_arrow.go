@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/file"
+	"github.com/apache/arrow/go/v15/parquet/metadata"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 )
 
@@ -45,7 +46,7 @@ func (s *scan) ipc(ctx context.Context, src ipcSource) error {
 	if err != nil {
 		return s.corrupt(what, err)
 	}
-	if s.rows == 0 {
+	if s.rows == 0 && src.split == nil {
 		return s.noRows()
 	}
 	return nil
@@ -53,19 +54,65 @@ func (s *scan) ipc(ctx context.Context, src ipcSource) error {
 
 // parquet reads a Parquet file of size bytes.
 func (s *scan) parquet(ctx context.Context, ra parquet.ReaderAtSeeker, size int64) error {
+	return s.parquetGroups(ctx, ra, size, nil)
+}
+
+// parquetSplit reads the row groups of a Parquet file of size bytes
+// whose midpoint lies in [off, end) (see split.go).
+func (s *scan) parquetSplit(ctx context.Context, ra io.ReaderAt, size, off, end int64) error {
+	return s.parquetGroups(ctx, io.NewSectionReader(ra, 0, size), size, func(md *metadata.FileMetaData) []int {
+		groups := []int{}
+		for g := range len(md.RowGroups) {
+			rg := md.RowGroup(g)
+			if rg.NumColumns() == 0 {
+				continue
+			}
+			cc, err := rg.ColumnChunk(0)
+			if err != nil {
+				continue
+			}
+			start := cc.DataPageOffset()
+			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
+				start = cc.DictionaryPageOffset()
+			}
+			total := int64(0)
+			for c := range rg.NumColumns() {
+				if cc, err := rg.ColumnChunk(c); err == nil {
+					total += cc.TotalCompressedSize()
+				}
+			}
+			if mid := start + total/2; mid >= off && mid < end {
+				groups = append(groups, g)
+			}
+		}
+		return groups
+	})
+}
+
+// parquetGroups reads a Parquet file of size bytes: the row groups that
+// pick returns (all when pick is nil).
+func (s *scan) parquetGroups(ctx context.Context, ra parquet.ReaderAtSeeker, size int64, pick func(*metadata.FileMetaData) []int) error {
 	mem := capAllocator(s.mem, size)
 	fr, total, _, err := openParquetFile(ra, size, mem, s.batchRows)
 	if err != nil {
 		return s.corrupt("Parquet file", err)
 	}
+	var groups []int
+	if pick != nil {
+		groups = pick(fr.ParquetReader().MetaData())
+		total = 0
+		for _, g := range groups {
+			total += fr.ParquetReader().MetaData().RowGroup(g).NumRows()
+		}
+	}
 	leaves, err := s.leaves(fr.Manifest)
 	if err != nil {
 		return err
 	}
-	if kinds, ok := pqKinds(fr, leaves); ok && !s.anyIDs() && !s.libraryParquet && (s.libraryPages || pqOptionalPages(fr.ParquetReader(), ra, size, leaves)) {
-		err = s.pqColumns(ctx, fr.ParquetReader(), ra, size, leaves, kinds)
+	if kinds, ok := pqKinds(fr, leaves); ok && !s.anyIDs() && !s.libraryParquet && (s.libraryPages || pqOptionalPages(fr.ParquetReader(), ra, size, leaves, groups)) {
+		err = s.pqColumns(ctx, fr.ParquetReader(), ra, size, leaves, kinds, groups)
 	} else {
-		err = s.pqRecords(ctx, fr, leaves)
+		err = s.pqRecords(ctx, fr, leaves, groups)
 	}
 	if err != nil {
 		return err
@@ -73,7 +120,7 @@ func (s *scan) parquet(ctx context.Context, ra parquet.ReaderAtSeeker, size int6
 	if int64(s.rows) != total {
 		return s.corrupt("Parquet file", &decodeError{fmt.Errorf("read %d rows, the metadata says %d", s.rows, total)})
 	}
-	if s.rows == 0 {
+	if s.rows == 0 && pick == nil {
 		return s.noRows()
 	}
 	return nil
@@ -81,8 +128,11 @@ func (s *scan) parquet(ctx context.Context, ra parquet.ReaderAtSeeker, size int6
 
 // pqRecords reads the leaf columns leaves of fr with pqarrow's record
 // reader.
-func (s *scan) pqRecords(ctx context.Context, fr *pqarrow.FileReader, leaves []int) error {
-	rr, err := recordReader(ctx, fr, leaves)
+func (s *scan) pqRecords(ctx context.Context, fr *pqarrow.FileReader, leaves, groups []int) error {
+	if groups != nil && len(groups) == 0 {
+		return nil
+	}
+	rr, err := recordReader(ctx, fr, leaves, groups)
 	if err != nil {
 		return s.corrupt("Parquet file", err)
 	}
@@ -144,7 +194,7 @@ func openParquet(ctx context.Context, ra parquet.ReaderAtSeeker, size int64, mem
 	if err != nil {
 		return nil, md, err
 	}
-	rr, err = recordReader(ctx, fr, nil)
+	rr, err = recordReader(ctx, fr, nil, nil)
 	return rr, md, err
 }
 
@@ -190,11 +240,12 @@ func openParquetFile(ra parquet.ReaderAtSeeker, size int64, mem memory.Allocator
 }
 
 // recordReader returns a record reader of the leaf columns leaves of fr
-// (all when nil). Decoding errors come back as *decodeError.
-func recordReader(ctx context.Context, fr *pqarrow.FileReader, leaves []int) (rr pqarrow.RecordReader, err error) {
+// (all when nil), of the row groups groups (all when nil). Decoding
+// errors come back as *decodeError.
+func recordReader(ctx context.Context, fr *pqarrow.FileReader, leaves, groups []int) (rr pqarrow.RecordReader, err error) {
 	err = func() (err error) {
 		defer catch(&err)
-		rr, err = fr.GetRecordReader(ctx, leaves, nil)
+		rr, err = fr.GetRecordReader(ctx, leaves, groups)
 		return err
 	}()
 	if err != nil {

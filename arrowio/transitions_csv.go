@@ -1,6 +1,7 @@
 package arrowio
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -51,10 +52,78 @@ func (s *scan) csvHeader(header []string) (idx [numCols]int, err error) {
 	for k := range numCols {
 		idx[k] = slices.Index(header, s.names[k])
 		if idx[k] < 0 && !(k == colCount && s.countOpt) {
-			return idx, s.missingColumn(k, header)
+			e := s.missingColumn(k, header)
+			if d, ok := otherDelimiter(header, s.names[k]); ok {
+				e.Reason += d.hint(s.file)
+			}
+			return idx, e
 		}
 	}
 	return idx, nil
+}
+
+// delimiter is a field separator other than the comma that CSV-like
+// files use.
+type delimiter struct {
+	sep  string
+	name string // as the hint says it
+	tr   string // as tr(1) writes it
+}
+
+var otherDelimiters = []delimiter{
+	{";", "semicolons (';')", ";"},
+	{"\t", "tabs", `\t`},
+	{"|", "vertical bars ('|')", "|"},
+}
+
+// hint is what the error about the header of file says when the header
+// is separated by d.
+func (d delimiter) hint(file string) string {
+	convert := fmt.Sprintf("convert the file, e.g. tr '%s' ',' < %s > converted.csv", d.tr, file)
+	if file == stdinName {
+		convert = fmt.Sprintf("pipe it through tr '%s' ','", d.tr)
+	}
+	return fmt.Sprintf("; the header is separated by %s, not commas: emsf reads comma-separated values (%s)", d.name, convert)
+}
+
+// withDelimiterHint adds the hint to err when it is about a malformed
+// header line (quotes that encoding/csv does not read when the separator
+// is not a comma: "a";"b") that holds another separator and no comma.
+func withDelimiterHint(err error, line []byte) error {
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Row != 0 || bytes.IndexByte(line, ',') >= 0 {
+		return err
+	}
+	for _, d := range otherDelimiters {
+		if bytes.Contains(line, []byte(d.sep)) {
+			ie.Reason += d.hint(ie.File)
+			return err
+		}
+	}
+	return err
+}
+
+// otherDelimiter returns the separator other than the comma that the
+// header of a file written with it shows: one of its fields, split at the
+// separator, holds the column name looked for, or the header is one field
+// that holds the separator.
+func otherDelimiter(header []string, name string) (delimiter, bool) {
+	for _, d := range otherDelimiters {
+		for _, h := range header {
+			if !strings.Contains(h, d.sep) {
+				continue
+			}
+			for _, f := range strings.Split(h, d.sep) {
+				if strings.TrimSpace(f) == name {
+					return d, true
+				}
+			}
+			if len(header) == 1 {
+				return d, true
+			}
+		}
+	}
+	return delimiter{}, false
 }
 
 // csvRecords reads the data rows of cr into batches, after row data rows

@@ -21,6 +21,7 @@ import (
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // replayer is a worker (a real micro service under the workers' name and
@@ -136,7 +137,7 @@ func (r *replayer) answer(tr *wire.TaskRequest) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	label := wire.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: tr.ShardChecksum, ModelDigest: r.mdDig}
+	label := proto.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: tr.ShardChecksum, ModelDigest: r.mdDig}
 	return body, label.String(), nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // Executor runs tasks on workers. Implementations: worker.Local (in this
@@ -60,13 +61,16 @@ type JobState struct {
 
 // OwnersCheckpoint is where a job of the owners exchange can go on from:
 // the model version whose column blocks and row groups of D are stored
-// as objects (wire.OwnersKObject, wire.OwnersDObject; DCRC by group) with
+// as objects (proto.KObject, proto.DObject; DCRC by group) with
 // these CRCs,
 // and the epoch last used (a resumed or rolled back job takes the next:
 // workers refuse requests of older epochs).
 type OwnersCheckpoint struct {
-	Version   int        `json:"version"`
-	Epoch     int        `json:"epoch"`
+	Version int `json:"version"`
+	// Lease is the epoch placed last and the fence of its token (the
+	// JSON keys "epoch" and "fence"): workers take up an epoch, and end
+	// a job, only when this record names it (proto.Lease).
+	proto.Lease
 	ColBlocks int        `json:"col_blocks"`
 	KCRC      [][]string `json:"k_crc,omitempty"`
 	DCRC      []string   `json:"d_crc,omitempty"`

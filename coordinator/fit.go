@@ -27,6 +27,12 @@ type Options struct {
 	// 0 or 1.
 	Commit    func(md *factor.Model, acc *factor.Accumulator)
 	Converger factor.Converger
+	// Accel and EarlyStop are factor.FitOptions': the coordinator holds
+	// the model, so SQUAREM and the held-out rule run here as in a local
+	// fit, bitwise (not with Resume: their state is not checkpointed).
+	Accel     factor.Accel
+	EarlyStop *factor.EarlyStop
+	Prior     *factor.Prior
 	// Progress, if set, is called after every committed iteration with the
 	// same values factor.Fit reports.
 	Progress func(factor.IterStats)
@@ -211,7 +217,8 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 		}
 		return nil
 	}
-	return factor.Loop(ctx, md, blocks, p, factor.FitOptions{Alpha: opts.Alpha, Converger: opts.Converger, Commit: opts.Commit},
+	return factor.Loop(ctx, md, blocks, p, factor.FitOptions{Alpha: opts.Alpha, Converger: opts.Converger, Commit: opts.Commit,
+		Accel: opts.Accel, EarlyStop: opts.EarlyStop, Prior: opts.Prior},
 		factor.LoopHooks{Start: first, Committed: committed})
 }
 

@@ -347,7 +347,7 @@ func TestWorkerDiscovery(t *testing.T) {
 
 func TestBench(t *testing.T) {
 	fc := newFitCase(t)
-	res, err := natsexec.Bench(context.Background(), t.TempDir(), 2, 3, fc.shards, fc.man, fc.init)
+	res, err := natsexec.Bench(context.Background(), t.TempDir(), 2, 3, fc.shards, fc.man, fc.init, worker.Starter(worker.Config{}))
 	if err != nil {
 		t.Fatal(err)
 	}

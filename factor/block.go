@@ -21,6 +21,9 @@ type Block struct {
 	colIdx atomic.Pointer[colIndex]
 	// rowIdx caches what a row-major pass needs beside (rowpass.go).
 	rowIdx atomic.Pointer[rowIndex]
+	// nnz is the number of nonzeros of a block whose row-major arrays
+	// were dropped (DropRowMajor).
+	nnz int
 }
 
 // NewBlock builds a Block from nonzeros sorted by (row, col) with distinct
@@ -54,7 +57,12 @@ func NewBlock(action int, rows, cols []int32, vals []float64) (*Block, error) {
 }
 
 // NNZ returns the number of nonzeros.
-func (b *Block) NNZ() int { return len(b.Vals) }
+func (b *Block) NNZ() int {
+	if b.Vals == nil && b.nnz > 0 {
+		return b.nnz
+	}
+	return len(b.Vals)
+}
 
 // Sum returns the total count Σc, summed in storage order.
 func (b *Block) Sum() float64 {

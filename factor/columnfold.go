@@ -12,7 +12,8 @@ import "fmt"
 // nothing to it either way (x + 0 = x).
 //
 // The owner of a range holds (Hi−Lo)·m values for the sum plus at most
-// log2 G pending subtrees of the same size: never one slice per block.
+// log2 G pending subtrees of the same size: never one slice per block, and
+// nothing of D̂.
 type ColumnFold struct {
 	// Lo and Hi bound the columns [Lo, Hi); M is the number of hidden
 	// states.
@@ -33,7 +34,11 @@ func NewColumnFold(lo, hi, m int, nnz []int, groupNNZ int) *ColumnFold {
 	if lo < 0 || hi < lo || m < 1 {
 		panic(fmt.Sprintf("factor: NewColumnFold(%d, %d, %d): bad range", lo, hi, m))
 	}
-	f := &ColumnFold{Lo: lo, Hi: hi, M: m, acc: NewAccumulator(&Model{N: hi - lo, M: m, U: 1})}
+	// K̂ and Y only: a slice has no rows, so D̂ and x (n·m + n values of
+	// an Accumulator) would never be touched.
+	acc := &Accumulator{N: hi - lo, M: m, U: 1, Dh: [][]float64{nil}, X: [][]float64{nil},
+		KhT: [][]float64{bigFloats((hi - lo) * m)}, Y: [][]float64{make([]float64, m)}}
+	f := &ColumnFold{Lo: lo, Hi: hi, M: m, acc: acc}
 	f.plan = PlanReduce(make([]int, len(nnz)), nnz, TieNone, groupNNZ)
 	f.p.Y = make([]float64, m)
 	f.Reset()

@@ -3,6 +3,7 @@ package factor
 import (
 	"context"
 	"math"
+	"runtime"
 	"testing"
 )
 
@@ -102,4 +103,20 @@ func TestColumnFoldRejects(t *testing.T) {
 	if f.Next() != 0 {
 		t.Fatalf("a rejected slice moved the fold to %d", f.Next())
 	}
+}
+
+// TestColumnFoldHoldsKOnly: a fold holds K̂ of its range and nothing of
+// D̂ (a slice has no rows): NewColumnFold allocates (Hi−Lo)·m values, not
+// twice that.
+func TestColumnFoldHoldsKOnly(t *testing.T) {
+	const cols, m = 50_000, 16
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f := NewColumnFold(0, cols, m, []int{10, 10, 10}, 0)
+	runtime.ReadMemStats(&after)
+	kh := int64(cols * m * 8)
+	if got := int64(after.TotalAlloc - before.TotalAlloc); got > kh+kh/4 {
+		t.Errorf("NewColumnFold of %d columns, m = %d allocated %d bytes; K̂ is %d", cols, m, got, kh)
+	}
+	runtime.KeepAlive(f)
 }

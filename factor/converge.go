@@ -19,6 +19,9 @@ const (
 	IterationLimit
 	// TimeLimit: the fit ran for longer than TimeLimit.
 	TimeLimit
+	// HeldOutOptimum: the held-out score (EarlyStop) stopped improving;
+	// the model is the best-scoring iterate.
+	HeldOutOptimum
 )
 
 func (s Status) String() string {
@@ -31,6 +34,8 @@ func (s Status) String() string {
 		return "iteration limit"
 	case TimeLimit:
 		return "time limit"
+	case HeldOutOptimum:
+		return "held-out optimum"
 	}
 	return fmt.Sprintf("Status(%d)", int(s))
 }

@@ -24,6 +24,72 @@
 // start at zero stay zero, so a zero pattern in the initial model acts as a
 // sparsity mask.
 //
+// # The predictive rule
+//
+// EM drives every transition it never saw to probability exactly 0 and
+// overfits scarce data: on real data (docs/quality.md) plain EMSF scored
+// 0.04–4.2 nats per held-out transition below counting smoothed as
+// practitioners smooth it. A model therefore carries a predictive rule,
+// Smoothing, which every consumer reads through one place, NextRow (a
+// state's whole next-state distribution) and Prob (one entry):
+//
+//	P̃^a_ij = w_i·c_ij/x_i + (1 − w_i)·[(1 − λ_a)·(D^a K^a)_ij + λ_a·q^a_j],
+//	w_i = x_i/(x_i + κ_a),   q^a_j = (N^a_j + δ_a)/(N^a + n·δ_a).
+//
+// It is MacKay & Peto's hierarchical Dirichlet rule with the low-rank
+// model, itself interpolated with the next-state frequencies
+// (Jelinek–Mercer), as the prior mean of each row: a row with many
+// counts keeps its own frequencies (the only way to reach counting's
+// quality on data that are not low rank, such as a random walk on a
+// dependency graph), a rare row gets the backoff, a row never seen gets
+// the backoff whole, and a next state never seen keeps a positive
+// probability through q. λ, κ and δ are chosen per action on a
+// validation split of the training data (Validation.Tune: coordinate
+// ascent on LambdaGrid × KappaGrid × DeltaGrid, nearly free since none
+// needs a refit); κ = +Inf (no counts stored, --smooth background) keeps
+// the rule a stochastic factorization of order m+1 (Augmented), which the
+// SF trick uses. Rows of D without training data are set to the data's
+// hidden-state marginal π (SetUnseenRows): at a fixed point π K is the
+// next-state distribution, so an unseen state's prediction does not
+// depend on the seed. Inside EM, Prior adds Dirichlet pseudo-counts to
+// the M-step (MAP-EM). Options the measurements turned down (λ learned by
+// EM, tempered EM) are in ../shared/specs/quality-and-acceleration.md §1.
+//
+// Top k under the rule, for a consumer that searches the raw factors
+// (an index of K's columns): for j outside row i's counted next states
+// P̃_ij = [(1−w_i)(1−λ)·D_i, (1−w_i)λ] · [K^j, q_j], an inner product of
+// D_i augmented by one coordinate with K^j augmented by q_j (RowWeights
+// gives wc = w_i, wf = (1−w_i)(1−λ), wq = (1−w_i)λ); the counted next
+// states add wc·c_ij/x_i ≥ 0 to theirs. So the exact top k is among the
+// top k of that inner-product search and the row's counted next states
+// (the row's CNT nonzeros), rescored with Prob.
+//
+// # Stopping and acceleration
+//
+// Training log-likelihood keeps rising long after held-out quality has
+// peaked. FitOptions.EarlyStop scores every accepted iterate on the
+// validation split (under the tuned rule), keeps the best and stops once
+// Patience scores in a row have not gained (Prechelt), beside the
+// Converger's relative-change rule. FitOptions.Accel = AccelSquarem runs
+// SQUAREM (Varadhan & Roland 2008, step length S3) in a parametrization
+// that keeps rows on the simplex — the step in log space per row (a
+// softmax), its length from probability-space norms — with a deferred
+// safeguard: a cycle's result is kept only when its log-likelihood (with
+// a prior, the penalized one) is at least that of the EM step F(x0) it
+// replaced, else the fit goes on from x2 = F(F(x0)). Extrapolation is
+// elementwise with sums over fixed pieces of rows folded in order, so a
+// fit is bitwise the same for any number of workers, in float64 and
+// float32 (proposals rounded once). Both need a loop that holds the
+// model: a local fit and the coordinator exchange. The owners exchange
+// (whose owners hold the rows of D and columns of K) would need, per
+// cycle: the owners to keep x0, x1 and x2 of their blocks, the
+// coordinator to fold three global scalars (‖r‖², ‖v‖² over their
+// blocks, the log-likelihood) and, for K, per hidden state the maximum and
+// the sum of the exponentiated proposal over all columns (two m-vectors
+// per K block, folded in column-block order) before the owners divide;
+// then an accept/reject broadcast. AccelNone leaves Loop exactly as it
+// was.
+//
 // # Related methods
 //
 // Beside EMSF the package has the methods of three related papers

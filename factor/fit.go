@@ -226,6 +226,12 @@ type IterStats struct {
 	IterTime, Elapsed time.Duration
 	NNZ               int
 	SumX              float64
+	// HeldOut is the held-out score taken after this iteration (NaN when
+	// none was); HeldOutBad of HeldOutPatience scores in a row have not
+	// gained on the best (EarlyStop), whose iteration is HeldOutBest.
+	HeldOut                     float64
+	HeldOutBad, HeldOutPatience int
+	HeldOutBest                 int
 }
 
 // FitOptions configures Fit. The zero value is not usable: set at least a
@@ -248,14 +254,35 @@ type FitOptions struct {
 	// (md.Iteration++), as Accumulator.Commit does. Alpha must then be 0
 	// or 1. MUCommit.Commit is MU's rule under LossWKL.
 	Commit func(md *Model, acc *Accumulator)
+	// Accel is the extrapolation between passes (AccelNone: plain EM,
+	// bitwise as before it existed). AccelSquarem needs α = 1, EMSF's
+	// commit and a loop that holds the model (no LoopHooks.Commit).
+	Accel Accel
+	// EarlyStop, if set, is the held-out stopping rule beside the
+	// converger; the fit then returns its best-scoring iterate.
+	EarlyStop *EarlyStop
+	// Prior, if active, makes the commit MAP-EM's (see Prior); the
+	// converger then watches the penalized log-likelihood. It needs α = 1
+	// and EMSF's commit in a loop that holds the model.
+	Prior *Prior
 }
 
 // FitResult says how a fit ended.
 type FitResult struct {
-	Status     Status
+	Status Status
+	// Iterations counts passes (each an EM step's worth of work, whether
+	// or not its point was kept).
 	Iterations int
 	LogLik     float64
 	Elapsed    time.Duration
+	// Rejected counts SQUAREM cycles the safeguard rejected.
+	Rejected int
+	// With an EarlyStop: the best held-out score, the iteration of the
+	// iterate that scored it (the one returned) and how many scores
+	// were taken.
+	HeldOut       float64
+	BestIteration int
+	Evaluations   int
 }
 
 // TotalCount returns Σc over the blocks, summed block by block in order.
@@ -267,16 +294,38 @@ func TotalCount(blocks []*Block) float64 {
 	return n
 }
 
-// DataTerm returns Σ c·log(c/x_i) over all blocks (see Block.DataTerm).
+// DataTerm returns Σ c·log(c/x_i) over all blocks (see Block.DataTerm):
+// the blocks' DataTerms summed left to right in block order.
 func DataTerm(blocks []*Block) float64 {
+	return SumDataTerms(DataTerms(blocks))
+}
+
+// DataTerms returns each block's share of DataTerm: Σ c·log(c/x_i) over
+// its nonzeros, with x_i the total count of row i over all blocks (a
+// row that column cells cut across blocks, shard.SplitGrid, has its
+// total summed over them first, in block order; otherwise the block's
+// own, Block.DataTerm). A node that holds a block but not the others
+// computes its share from the row totals of its range; whoever holds
+// only the shares gets DataTerm with SumDataTerms.
+func DataTerms(blocks []*Block) []float64 {
 	if n, u, split := rowsSplit(blocks); split {
 		// Column cells (shard.SplitGrid) cut rows across blocks: the row
 		// totals x^a_i are summed over the blocks first.
-		return dataTermSplit(blocks, n, u)
+		return dataTermsSplit(blocks, n, u)
 	}
+	out := make([]float64, len(blocks))
+	for k, b := range blocks {
+		out[k] = b.DataTerm()
+	}
+	return out
+}
+
+// SumDataTerms is DataTerm from the blocks' shares (DataTerms), summed
+// left to right in block order.
+func SumDataTerms(terms []float64) float64 {
 	t := 0.0
-	for _, b := range blocks {
-		t += b.DataTerm()
+	for _, bt := range terms {
+		t += bt
 	}
 	return t
 }
@@ -334,6 +383,17 @@ type LoopHooks struct {
 	// NewAccumulator(md): a NewScalarAccumulator for a stepper whose D̂
 	// and K̂ are folded elsewhere.
 	Accumulator *Accumulator
+	// Sums, if set, are the data's Σc and data term for a loop whose
+	// blocks are not in this process (Loop's blocks nil): the stepper's
+	// nodes hold them, and whoever planned the fit checked their shapes.
+	Sums *DataSums
+}
+
+// DataSums are what Loop needs of the data besides the passes: its total
+// count (TotalCount: the blocks' Σc summed in block order) and its data
+// term (DataTerm, or SumDataTerms of the blocks' shares).
+type DataSums struct {
+	Total, DataTerm float64
 }
 
 // Fit runs batch EMSF on md in place until the converger stops it. Every
@@ -373,6 +433,9 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	if opts.Commit != nil && alpha != 1 {
 		return FitResult{}, fmt.Errorf("factor: learning rate %v: a fit with its own commit rule takes none (0 or 1)", alpha)
 	}
+	if err := checkAccel(opts, hooks, alpha); err != nil {
+		return FitResult{}, err
+	}
 	if md.Precision != Float64 && hooks.Commit != nil && !hooks.Rounds {
 		// The nodes that commit would have to round as Commit does.
 		return FitResult{}, fmt.Errorf("factor: precision %s: a fit whose nodes commit the factors (LoopHooks.Commit) runs float64 models only", md.Precision)
@@ -382,11 +445,18 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			return FitResult{}, fmt.Errorf("factor: block %d: %w", k, err)
 		}
 	}
-	total := TotalCount(blocks)
-	if !(total > 0) {
+	var total, dataTerm float64
+	switch {
+	case hooks.Sums != nil && blocks != nil:
+		panic("factor: Loop: blocks and LoopHooks.Sums both given")
+	case hooks.Sums != nil:
+		total, dataTerm = hooks.Sums.Total, hooks.Sums.DataTerm
+	default:
+		total, dataTerm = TotalCount(blocks), DataTerm(blocks)
+	}
+	if !(total > 0) || math.IsInf(total, 0) {
 		return FitResult{}, fmt.Errorf("factor: no data: the total count is %v", total)
 	}
-	dataTerm := DataTerm(blocks)
 	if md.Precision == Float32 {
 		// Idempotent on a model rounded before (a resumed fit's).
 		md.RoundFactors()
@@ -394,6 +464,17 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	acc := hooks.Accumulator
 	if acc == nil {
 		acc = NewAccumulator(md)
+	}
+	var priorQs [][]float64
+	if opts.Prior.Active() {
+		priorQs = priorQ(md, blocks)
+	}
+	if opts.Accel == AccelSquarem {
+		return squaremLoop(ctx, md, blocks, step, opts, hooks, acc, total, dataTerm, priorQs)
+	}
+	var early *earlyState
+	if opts.EarlyStop != nil {
+		early = &earlyState{es: opts.EarlyStop}
 	}
 	start := time.Now()
 	prev := math.NaN()
@@ -419,10 +500,16 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			// Never a model committed (or written) from a NaN pass.
 			return res, fmt.Errorf("factor: iteration %d: the log-likelihood is NaN", iter)
 		}
+		objective := acc.LogLik
 		if hooks.Commit != nil {
 			if err := hooks.Commit(ctx, iter, md, acc, alpha, dataTerm); err != nil {
 				return res, err
 			}
+		} else if priorQs != nil {
+			if withLL {
+				objective += opts.Prior.Penalty(md, priorQs)
+			}
+			mapCommit(md, acc, opts.Prior, priorQs, dataTerm, opts.Workers)
 		} else if opts.Commit != nil {
 			opts.Commit(md, acc)
 		} else {
@@ -432,18 +519,23 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			md.RoundFactors()
 		}
 		now := time.Now()
-		st := IterStats{Iteration: iter, LogLik: acc.LogLik, RelChange: math.NaN(),
+		st := IterStats{Iteration: iter, LogLik: objective, RelChange: math.NaN(),
 			IterTime: now.Sub(t0), Elapsed: now.Sub(start), NNZ: acc.NNZ, SumX: acc.SumX}
 		if withLL {
 			if !math.IsNaN(prev) {
-				st.RelChange = (acc.LogLik - prev) / math.Abs(acc.LogLik)
+				st.RelChange = (objective - prev) / math.Abs(objective)
 			}
-			prev = acc.LogLik
-			res.LogLik = acc.LogLik
+			prev = objective
+			res.LogLik = objective
 		}
 		res.Iterations = iter
 		res.Elapsed = st.Elapsed
-		status := conv.Check(iter, acc.LogLik, st.Elapsed)
+		status := conv.Check(iter, objective, st.Elapsed)
+		st.HeldOut = math.NaN()
+		if early != nil && early.observe(md, iter) && status == NotTerminated {
+			status = HeldOutOptimum
+		}
+		early.stats(&st)
 		if hooks.Committed != nil {
 			if err := hooks.Committed(ctx, st, status); err != nil {
 				return res, err
@@ -454,9 +546,66 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		}
 		if status != NotTerminated {
 			res.Status = status
+			early.finish(md, &res)
 			return res, nil
 		}
 	}
+}
+
+// stats records the held-out rule's state in st (nothing without one).
+func (e *earlyState) stats(st *IterStats) {
+	if e == nil {
+		return
+	}
+	if e.evals > e.seen {
+		st.HeldOut, e.seen = e.last, e.evals
+	}
+	st.HeldOutBad, st.HeldOutPatience, st.HeldOutBest = e.bad, e.es.Patience, e.iter
+}
+
+// finish puts the best iterate back into md and records the held-out
+// results (nothing without an EarlyStop).
+func (e *earlyState) finish(md *Model, res *FitResult) {
+	if e == nil {
+		return
+	}
+	e.restore(md)
+	res.HeldOut, res.BestIteration, res.Evaluations = e.best, e.iter, e.evals
+}
+
+// checkAccel refuses an acceleration or a held-out rule that the fit
+// cannot run.
+func checkAccel(opts FitOptions, hooks LoopHooks, alpha float64) error {
+	if es := opts.EarlyStop; es != nil && (es.Score == nil || es.Patience < 1 || !(es.MinGain >= 0)) {
+		return fmt.Errorf("factor: held-out stopping needs a score, a patience >= 1 and a gain >= 0 (patience %d, gain %v)", es.Patience, es.MinGain)
+	}
+	if opts.EarlyStop != nil && (hooks.Commit != nil || hooks.Start > 1) {
+		return fmt.Errorf("factor: held-out stopping needs the loop to hold the model and does not resume a fit (its best iterate is not checkpointed)")
+	}
+	if err := opts.Prior.check(); err != nil {
+		return err
+	}
+	if opts.Prior.Active() && (alpha != 1 || opts.Commit != nil || hooks.Commit != nil) {
+		return fmt.Errorf("factor: a Dirichlet prior (MAP-EM) needs α = 1 and EMSF's commit in a loop that holds the model")
+	}
+	switch opts.Accel {
+	case AccelNone:
+		return nil
+	case AccelSquarem:
+	default:
+		return fmt.Errorf("factor: unknown acceleration %v", opts.Accel)
+	}
+	switch {
+	case alpha != 1:
+		return fmt.Errorf("factor: acceleration %s runs plain EM steps (α = 1), not learning rate %v", opts.Accel, alpha)
+	case opts.Commit != nil:
+		return fmt.Errorf("factor: acceleration %s runs EMSF's commit, not a fit's own commit rule", opts.Accel)
+	case hooks.Commit != nil:
+		return fmt.Errorf("factor: acceleration %s needs the loop to hold the model (the nodes commit it here)", opts.Accel)
+	case hooks.Start > 1:
+		return fmt.Errorf("factor: acceleration %s does not resume a fit (its cycle state is not checkpointed)", opts.Accel)
+	}
+	return nil
 }
 
 // CheckSumX returns an error unless a pass's Σx equals the data's N (to

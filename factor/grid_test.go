@@ -3,6 +3,7 @@ package factor
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -120,5 +121,40 @@ func TestDataTermColumnCells(t *testing.T) {
 	}
 	if math.Abs(naive-whole) < 1e-6*math.Abs(whole) {
 		t.Fatal("test data does not split rows enough to tell per-cell totals from whole-row ones")
+	}
+}
+
+// TestDataTermShares: DataTerm is the left fold of the blocks' shares
+// (DataTerms), bitwise, with and without column cells; and a Loop told
+// the data's sums (LoopHooks.Sums) instead of its blocks fits bitwise as
+// one given the blocks: a coordinator that holds only shard metadata
+// runs the same loop.
+func TestDataTermShares(t *testing.T) {
+	blocks, md := treeCase(t, 13, TieNone)
+	for _, bs := range [][]*Block{blocks, cutColumns(blocks, md.N, 3)} {
+		terms := DataTerms(bs)
+		if len(terms) != len(bs) {
+			t.Fatalf("%d shares of %d blocks", len(terms), len(bs))
+		}
+		if a, b := DataTerm(bs), SumDataTerms(terms); math.Float64bits(a) != math.Float64bits(b) {
+			t.Fatalf("DataTerm %v, the fold of its shares %v", a, b)
+		}
+	}
+	fit := func(hooks LoopHooks, bs []*Block) *Model {
+		m := md.Clone()
+		stepper := &localStepper{blocks: blocks, workers: 1}
+		if _, err := Loop(context.Background(), m, bs, stepper, FitOptions{Converger: Converger{MaxIter: 3}}, hooks); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	want := fit(LoopHooks{}, blocks)
+	got := fit(LoopHooks{Sums: &DataSums{Total: TotalCount(blocks), DataTerm: SumDataTerms(DataTerms(blocks))}}, nil)
+	if math.Float64bits(got.WKL) != math.Float64bits(want.WKL) || math.Float64bits(got.LogLik) != math.Float64bits(want.LogLik) {
+		t.Fatalf("with sums: loglik %v WKL %v, with blocks %v %v", got.LogLik, got.WKL, want.LogLik, want.WKL)
+	}
+	if _, err := Loop(context.Background(), md.Clone(), nil, &localStepper{blocks: blocks, workers: 1}, FitOptions{Converger: Converger{MaxIter: 1}},
+		LoopHooks{Sums: &DataSums{Total: 0}}); err == nil || !strings.Contains(err.Error(), "no data") {
+		t.Fatalf("sums of no data: %v", err)
 	}
 }

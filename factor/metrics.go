@@ -33,19 +33,8 @@ func (md *Model) States() int { return md.N }
 // Actions returns the number of actions u.
 func (md *Model) Actions() int { return md.U }
 
-// Row sets dst[j] = (D^a K^a)_ij for every state j (emsf-ijcai2015 Def. 4:
-// p_ij = Σ_l d_il k_lj), computed as Prob does. len(dst) must be n.
-func (md *Model) Row(a, i int, dst []float64) {
-	if len(dst) != md.N {
-		panic(fmt.Sprintf("factor: Model.Row: len(dst) = %d, want n = %d", len(dst), md.N))
-	}
-	m := md.M
-	d := md.DRow(a, i)
-	kt := md.KT[md.KBlock(a)]
-	for j := range dst {
-		dst[j] = dot(d, kt[j*m:j*m+m])
-	}
-}
+// Row is NextRow: the model's predictive distribution (Estimate).
+func (md *Model) Row(a, i int, dst []float64) { md.NextRow(a, i, dst) }
 
 // Dense returns D^a K^a as a row-major n×n slice (n² memory: for small n,
 // e.g. to compare with a known P).
@@ -167,6 +156,8 @@ func checkStochastic(row []float64) error {
 func LogLikelihood(e Estimate, blocks []*Block) (ll, total float64, err error) {
 	n, u := e.States(), e.Actions()
 	md, isModel := e.(*Model)
+	// A smoothed model is scored by its rule, as any estimate.
+	isModel = isModel && md.Smoothing == nil
 	var t []float64
 	if isModel {
 		t = make([]float64, md.M)
@@ -269,6 +260,11 @@ func WKL(e Estimate, blocks []*Block) (float64, error) {
 // dataTermSplit is Σ c·log(c/x^a_i) with row totals x^a_i summed over all
 // blocks in order (the blocks' shapes were checked by the caller).
 func dataTermSplit(blocks []*Block, n, u int) float64 {
+	return SumDataTerms(dataTermsSplit(blocks, n, u))
+}
+
+// dataTermsSplit is each block's share of dataTermSplit.
+func dataTermsSplit(blocks []*Block, n, u int) []float64 {
 	x := make([][]float64, u)
 	for _, b := range blocks {
 		if x[b.Action] == nil {
@@ -281,8 +277,8 @@ func dataTermSplit(blocks []*Block, n, u int) float64 {
 			}
 		}
 	}
-	t := 0.0
-	for _, b := range blocks {
+	out := make([]float64, len(blocks))
+	for k, b := range blocks {
 		xa := x[b.Action]
 		bt := 0.0
 		for r, i := range b.Rows {
@@ -290,9 +286,9 @@ func dataTermSplit(blocks []*Block, n, u int) float64 {
 				bt += c * math.Log(c/xa[i])
 			}
 		}
-		t += bt
+		out[k] = bt
 	}
-	return t
+	return out
 }
 
 // checkSameShape panics unless two estimates have the same n and u.

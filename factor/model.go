@@ -74,6 +74,9 @@ type Model struct {
 	// keeps D and K rounded to float32 values and a float32 copy of K^T
 	// for the pass.
 	Precision Precision
+	// Smoothing is the predictive rule beyond the factors (NextRow,
+	// Prob); nil: the model predicts D K itself.
+	Smoothing *Smoothing
 	// kt32 is the float32 copy of KT of a Float32 model (RoundFactors).
 	kt32 [][]float32
 }
@@ -195,6 +198,7 @@ func (md *Model) Clone() *Model {
 	for b := range md.KT {
 		c.KT[b] = cloneFloats(md.KT[b])
 	}
+	c.Smoothing = md.Smoothing.Clone()
 	c.kt32 = nil
 	if md.kt32 != nil {
 		c.kt32 = make([][]float32, len(md.kt32))
@@ -328,11 +332,6 @@ func (md *Model) DRow(a, i int) []float64 {
 // KCol returns column j of K^a, i.e. row j of K^a transposed (a view, length m).
 func (md *Model) KCol(a, j int) []float64 {
 	return md.KT[md.KBlock(a)][j*md.M : (j+1)*md.M]
-}
-
-// Prob returns (D^a K^a)_ij.
-func (md *Model) Prob(a, i, j int) float64 {
-	return dot(md.DRow(a, i), md.KCol(a, j))
 }
 
 // dot is Σ x_l·y_l summed left to right without fused multiply-add.

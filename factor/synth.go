@@ -347,44 +347,16 @@ func SampleEpisodes(truth *Model, count, episodeLen int, rng *rand.Rand) ([]Epis
 // count matrices C^a the simplified EMSF works on. Duplicate transitions
 // are summed.
 func EpisodeBlocks(episodes []Episode, n, u int) ([]*Block, error) {
-	type key struct{ a, i, j int }
-	counts := make(map[key]float64)
+	var t Tally
 	for e, ep := range episodes {
 		if err := checkEpisode(ep, n, u); err != nil {
 			return nil, fmt.Errorf("factor: episode %d: %w", e, err)
 		}
-		for t, a := range ep.Actions {
-			counts[key{a, ep.States[t], ep.States[t+1]}]++
+		for s, a := range ep.Actions {
+			if err := t.Add(ep.States[s], a, ep.States[s+1], 1); err != nil {
+				return nil, fmt.Errorf("factor: episode %d: %w", e, err)
+			}
 		}
 	}
-	keys := make([]key, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(x, y key) int {
-		if x.a != y.a {
-			return x.a - y.a
-		}
-		if x.i != y.i {
-			return x.i - y.i
-		}
-		return x.j - y.j
-	})
-	out := make([]*Block, u)
-	k := 0
-	for a := range u {
-		var rows, cols []int32
-		var vals []float64
-		for ; k < len(keys) && keys[k].a == a; k++ {
-			rows = append(rows, int32(keys[k].i))
-			cols = append(cols, int32(keys[k].j))
-			vals = append(vals, counts[keys[k]])
-		}
-		b, err := NewBlock(a, rows, cols, vals)
-		if err != nil {
-			return nil, err
-		}
-		out[a] = b
-	}
-	return out, nil
+	return t.Blocks(u)
 }

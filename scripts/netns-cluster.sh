@@ -353,9 +353,9 @@ for run in "${runs_list[@]}"; do
 		pids+=($sampler_pid)
 		t0=$EPOCHREALTIME
 		fitlog=$out/logs/fit-$d-$p-$n.log
-		if ! nsx 0 "$emsf" fit --input "$data" --order "$order" --iters "$iters" --tol 0 --seed 1 --shard-nnz "$shard_nnz" \
+		if ! nsx 0 "$emsf" fit --input "$data" --order "$order" --iters "$iters" --tol 0 --seed 1 --shard-nnz "$shard_nnz" --plain \
 			--nats "nats://$(addr 0):4222" --min-workers "$p" --wait-workers 120s --worker-timeout 600s "${fit_x[@]}" \
-			--job "nc-$d-$p-$n" --log-json --out "$out/model-$d-$p-$n.arrow" >"$fitlog" 2>&1; then
+			--job "nc-$d-$p-$n" --log-json --log-every 0 --out "$out/model-$d-$p-$n.arrow" >"$fitlog" 2>&1; then
 			echo "netns-cluster: fit design $d P=$p n=$n failed" >&2
 			exit 1
 		fi

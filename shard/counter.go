@@ -538,3 +538,22 @@ func (ct *Counter) Remap(states, actions []int32) {
 	}
 	ct.maxS, ct.maxA = int(maxS)+1, int(maxA)+1
 }
+
+// Union returns the count matrices of u actions that hold the nonzeros
+// of every set of matrices, summed in set order: each (a, i, j) is the
+// first set's count plus the next's, left to right (a Counter fed the
+// sets' nonzeros in order).
+func Union(u int, sets ...[]*factor.Block) []*factor.Block {
+	var ct Counter
+	for _, set := range sets {
+		for _, b := range set {
+			for r, i := range b.Rows {
+				for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+					// Counts of matrices are valid; Add cannot fail.
+					_ = ct.Add(int(i), b.Action, int(b.Cols[q]), b.Vals[q])
+				}
+			}
+		}
+	}
+	return ct.Matrices(u)
+}

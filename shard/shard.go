@@ -30,6 +30,21 @@
 // size and the number of column cells, never on the number of workers,
 // which is what makes fits bitwise reproducible across worker counts.
 //
+// The pure parts of a distributed count (cluster workers build the shards
+// of a dataset, coordinator/ingest): Summary is a split's first-read
+// summary (rows, largest indices, integrality, the fingerprint's CRCs,
+// a coarse Hist of (action, state)), RowsCRC.Then rebuilds the dataset's
+// fingerprint from the splits' CRCs (CRC32Combine, zlib's
+// crc32_combine: Go's hash/crc32 has none); Bucket and Router route a
+// transition to the worker that counts its (action, row range); CutStep
+// is Split's greedy cut as a link of a carry chain over an action's
+// buckets (the carry is the open shard's nonzeros), so that the cuts are
+// Split's whatever the buckets; Cells is SplitGrid's column cut of one
+// row shard; Line is a shard's manifest line with what a coordinator
+// plans with instead of its nonzeros (present rows and their CRC, its
+// term of factor.DataTerm, its holder); Union adds sets of matrices (the
+// training and held-out parts) as loadData does.
+//
 // The package is pure: no files, no logging, no networking.
 package shard
 
@@ -57,6 +72,14 @@ type Info struct {
 	// Checksum is the hex SHA-256 of the shard's (row, col, count) triples
 	// in little-endian binary, in storage order.
 	Checksum string
+	// Rows is the number of rows with a nonzero (the block's present
+	// rows): the rows of D the shard reads and commits.
+	Rows int
+	// DataTerm is the shard's share of the data term (factor.DataTerms:
+	// Σ c·log(c/x_i) over its nonzeros, x_i the total of row i over its
+	// row range's cells); Describe fills it in. Whoever holds the lines
+	// only gets the data term with factor.SumDataTerms, in shard order.
+	DataTerm float64
 }
 
 // Shard is one shard: its manifest line and its nonzeros.
@@ -129,8 +152,7 @@ func Split(mats []*factor.Block, n, target int) ([]*Shard, *Manifest) {
 			if len(out) > 0 && out[len(out)-1].Action == a {
 				rowLo = out[len(out)-1].RowHi
 			}
-			sh := &Shard{Info: Info{ID: len(out), Action: a, RowLo: rowLo, RowHi: rowHi,
-				ColLo: 0, ColHi: n, NNZ: b.NNZ(), Sum: b.Sum(), Checksum: Checksum(b)}, Block: b}
+			sh := NewRowShard(len(out), b, rowLo, rowHi, n)
 			out = append(out, sh)
 			man.Shards = append(man.Shards, sh.Info)
 			man.NNZ += sh.NNZ
@@ -138,6 +160,13 @@ func Split(mats []*factor.Block, n, target int) ([]*Shard, *Manifest) {
 		}
 	}
 	return out, man
+}
+
+// NewRowShard returns shard id of rows [rowLo, rowHi) and every column
+// [0, n), its nonzeros b, with its manifest line.
+func NewRowShard(id int, b *factor.Block, rowLo, rowHi, n int) *Shard {
+	return &Shard{Info: Info{ID: id, Action: b.Action, RowLo: rowLo, RowHi: rowHi,
+		ColLo: 0, ColHi: n, NNZ: b.NNZ(), Sum: b.Sum(), Checksum: Checksum(b), Rows: len(b.Rows)}, Block: b}
 }
 
 // MaxColCells caps SplitGrid's column cells per row range.
@@ -159,32 +188,11 @@ func SplitGrid(mats []*factor.Block, n, target, q int) ([]*Shard, *Manifest) {
 	if q <= 1 {
 		return rows, man
 	}
-	q = min(q, MaxColCells, max(n, 1))
 	man = &Manifest{N: n, U: len(mats)}
 	var out []*Shard
 	for _, rs := range rows {
-		b := rs.Block
-		for c := range q {
-			lo, hi := int32(int64(c)*int64(n)/int64(q)), int32(int64(c+1)*int64(n)/int64(q))
-			cell := &factor.Block{Action: b.Action, Ptr: []int64{0}}
-			for r, i := range b.Rows {
-				row := b.Cols[b.Ptr[r]:b.Ptr[r+1]]
-				a, _ := slices.BinarySearch(row, lo)
-				e, _ := slices.BinarySearch(row, hi)
-				if a == e {
-					continue
-				}
-				at := int(b.Ptr[r])
-				cell.Rows = append(cell.Rows, i)
-				cell.Cols = append(cell.Cols, row[a:e]...)
-				cell.Vals = append(cell.Vals, b.Vals[at+a:at+e]...)
-				cell.Ptr = append(cell.Ptr, int64(len(cell.Cols)))
-			}
-			if len(cell.Cols) == 0 {
-				continue
-			}
-			sh := &Shard{Info: Info{ID: len(out), Action: b.Action, RowLo: rs.RowLo, RowHi: rs.RowHi,
-				ColLo: int(lo), ColHi: int(hi), NNZ: cell.NNZ(), Sum: cell.Sum(), Checksum: Checksum(cell)}, Block: cell}
+		for _, sh := range Cells(rs, n, q) {
+			sh.ID = len(out)
 			out = append(out, sh)
 			man.Shards = append(man.Shards, sh.Info)
 			man.NNZ += sh.NNZ
@@ -192,6 +200,43 @@ func SplitGrid(mats []*factor.Block, n, target, q int) ([]*Shard, *Manifest) {
 		}
 	}
 	return out, man
+}
+
+// Cells cuts the row shard rs into q column cells as SplitGrid does: the
+// columns [c·n/q, (c+1)·n/q) of its rows, c = 0 … q−1 (q at most
+// MaxColCells and n), each a shard of rs's row range, empty cells left
+// out, in column order. The cells' IDs are rs's: the caller numbers them.
+// q ≤ 1 returns rs itself.
+func Cells(rs *Shard, n, q int) []*Shard {
+	if q <= 1 {
+		return []*Shard{rs}
+	}
+	q = min(q, MaxColCells, max(n, 1))
+	b := rs.Block
+	var out []*Shard
+	for c := range q {
+		lo, hi := int32(int64(c)*int64(n)/int64(q)), int32(int64(c+1)*int64(n)/int64(q))
+		cell := &factor.Block{Action: b.Action, Ptr: []int64{0}}
+		for r, i := range b.Rows {
+			row := b.Cols[b.Ptr[r]:b.Ptr[r+1]]
+			a, _ := slices.BinarySearch(row, lo)
+			e, _ := slices.BinarySearch(row, hi)
+			if a == e {
+				continue
+			}
+			at := int(b.Ptr[r])
+			cell.Rows = append(cell.Rows, i)
+			cell.Cols = append(cell.Cols, row[a:e]...)
+			cell.Vals = append(cell.Vals, b.Vals[at+a:at+e]...)
+			cell.Ptr = append(cell.Ptr, int64(len(cell.Cols)))
+		}
+		if len(cell.Cols) == 0 {
+			continue
+		}
+		out = append(out, &Shard{Info: Info{ID: rs.ID, Action: b.Action, RowLo: rs.RowLo, RowHi: rs.RowHi,
+			ColLo: int(lo), ColHi: int(hi), NNZ: cell.NNZ(), Sum: cell.Sum(), Checksum: Checksum(cell), Rows: len(cell.Rows)}, Block: cell})
+	}
+	return out
 }
 
 // RowGroups returns the shards' row groups: runs of consecutive shards of

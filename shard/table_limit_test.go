@@ -25,6 +25,7 @@ func TestTableCountLimit(t *testing.T) {
 	if err := tab.Add(2, 0, 1, 1); !errors.Is(err, ErrCountLimit) {
 		t.Errorf("one more past the limit: %v", err)
 	}
+	tab.Merge()
 	if all, _ := tab.Added(); tab.Sum() != MaxCount || all != 2 || tab.NNZ() != 2 {
 		t.Fatalf("after the refusals: sum %v, rows %d, nnz %d", tab.Sum(), all, tab.NNZ())
 	}

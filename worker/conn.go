@@ -39,7 +39,7 @@ func (c *ConnConfig) Options() ([]nats.Option, error) {
 	if c.NKey != "" {
 		o, err := nats.NkeyOptionFromSeed(c.NKey)
 		if err != nil {
-			return nil, fmt.Errorf("worker: nkey %s: %w", c.NKey, err)
+			return nil, fmt.Errorf("--nkey %s: %w", c.NKey, err)
 		}
 		opts = append(opts, o)
 	}
@@ -54,14 +54,17 @@ func (c *ConnConfig) Options() ([]nats.Option, error) {
 	}
 	if c.TLSCert != "" || c.TLSKey != "" {
 		if c.TLSCert == "" || c.TLSKey == "" {
-			return nil, fmt.Errorf("worker: a TLS client certificate needs both a certificate and a key file")
+			return nil, fmt.Errorf("a TLS client certificate needs both --tls-cert and --tls-key")
 		}
 		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
 	}
 	return opts, nil
 }
 
-// Connect connects to c.URL with c's options plus extra.
+// Connect connects to c.URL with c's options plus extra. Every command
+// that talks to NATS connects here, so its error names what failed
+// without this package's prefix ("connect to URL: ..."): a client
+// command's user is not running a worker.
 func (c *ConnConfig) Connect(extra ...nats.Option) (*nats.Conn, error) {
 	opts, err := c.Options()
 	if err != nil {
@@ -69,9 +72,18 @@ func (c *ConnConfig) Connect(extra ...nats.Option) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(c.URL, append(opts, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("worker: connect to %s: %w", c.URL, AuthHint(err))
+		return nil, fmt.Errorf("connect to %s: %w", c.URL, connectHint(AuthHint(err)))
 	}
 	return nc, nil
+}
+
+// connectHint adds to a failure to reach any server where the URL comes
+// from.
+func connectHint(err error) error {
+	if errors.Is(err, nats.ErrNoServers) {
+		return fmt.Errorf("%w (is a NATS server running there? --nats URL or NATS_URL says where; emsf serve --embedded or emsf fit --embedded start one)", err)
+	}
+	return err
 }
 
 // AuthHint adds to an authentication or authorization failure of the

@@ -18,7 +18,9 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // The owners exchange (see wire/owners.go for the protocol): this worker
@@ -31,8 +33,13 @@ import (
 
 // ownJob is a job's state in the owners exchange.
 type ownJob struct {
-	job      string
-	epoch    int
+	job   string
+	epoch int
+	// token is the epoch's secret (proto: fencing); sliceKey the key in the
+	// names of the slices served in the epoch (proto.SliceKey), which no
+	// one without the token can name (or drop).
+	token    string
+	sliceKey string
 	n, m, u  int
 	tie      factor.Tie
 	prec     factor.Precision
@@ -41,13 +48,13 @@ type ownJob struct {
 	blocks   map[[2]int]*ownBlock
 	// layout[kblock] are the K block's column blocks with their owners,
 	// shapes[kblock] its shards and their workers: the epoch's placement.
-	layout [][]wire.ColBlock
-	shapes map[int]wire.KShape
+	layout [][]proto.ColBlock
+	shapes map[int]proto.KShape
 	// groups are the row groups of D owned here; rowLayout is every
 	// group of the epoch (index = group), cellGroups each shard's groups
 	// (in row order) and cellWorker each shard's worker.
 	groups     map[int]*ownGroup
-	rowLayout  []wire.RowGroup
+	rowLayout  []proto.RowGroup
 	cellGroups map[int][]int
 	cellWorker map[int]string
 	// served are the K̂ slice blobs served, with the iteration they are of.
@@ -72,6 +79,13 @@ type ownBlock struct {
 	kt      []float64
 	crc     string
 	fold    *factor.ColumnFold
+	// fmu guards fold, foldIter, the iteration it folds (ownfold.go),
+	// and the early pulls' state: ready, the known servers of the
+	// iteration's slices by position, and pulling (ownpull.go).
+	fmu      sync.Mutex
+	foldIter int
+	ready    map[int]string
+	pulling  bool
 }
 
 // dblock is the D block of action a.
@@ -92,7 +106,12 @@ type ownGroup struct {
 	version int
 	d       []float64
 	crc     string
-	dh, x   []float64
+	// fmu guards dh and x, the sums of iteration foldIter, and folded,
+	// the cells (Cells[:folded]) summed into them (ownfold.go).
+	fmu      sync.Mutex
+	dh, x    []float64
+	foldIter int
+	folded   int
 }
 
 // startOwners registers the owners exchange's endpoints.
@@ -110,6 +129,9 @@ func (w *Worker) startOwners() error {
 	}
 	_ = sub.SetPendingLimits(-1, -1)
 	w.gather = sub
+	if err := w.startReady(); err != nil {
+		return fmt.Errorf("worker: ready notices: %w", err)
+	}
 	return nil
 }
 
@@ -119,7 +141,7 @@ func (w *Worker) startOwners() error {
 // that died, say). Requests of one epoch are sequenced by the coordinator.
 func (w *Worker) handleOwn(req micro.Request) {
 	if !w.begin() {
-		data, _ := json.Marshal(wire.OwnReply{Worker: w.id, Error: ErrStopped.Error()})
+		data, _ := json.Marshal(proto.Reply{Worker: w.id, Error: ErrStopped.Error()})
 		_ = req.Respond(data)
 		return
 	}
@@ -134,39 +156,49 @@ func (w *Worker) handleOwn(req micro.Request) {
 }
 
 func (w *Worker) serveOwn(req micro.Request) {
-	reply := wire.OwnReply{Worker: w.id}
-	var r wire.OwnRequest
+	reply := proto.Reply{Worker: w.id}
+	var r proto.Request
 	err := json.Unmarshal(req.Data(), &r)
 	if err != nil {
 		err = fmt.Errorf("worker: bad owners request: %w", err)
 	}
-	if err == nil && !slices.Contains([]string{wire.OpLoad, wire.OpTask, wire.OpCommit, wire.OpSave, wire.OpEnd}, r.Op) {
+	if err == nil && !slices.Contains(proto.Ops, r.Op) {
 		err = fmt.Errorf("worker: unknown owners operation %q", r.Op)
 	}
 	var j *ownJob
-	if err == nil && r.Op != wire.OpEnd {
-		j, err = w.ownState(&r, r.Op == wire.OpLoad)
+	switch {
+	case err != nil:
+	case r.Op == proto.OpHello:
+		// The census's handshake: no job, nothing fenced.
+		reply.Protocol, reply.JobsBucket = proto.Protocol, w.cfg.JobsBucket
+	case r.Op == proto.OpEnd:
+		if err = w.ownAdmit(&r); err == nil {
+			w.ownEnd(r.Job, r.Epoch)
+		}
+	default:
+		if err = w.ownAdmit(&r); err == nil {
+			j, err = w.ownState(&r)
+		}
 	}
-	if err == nil && r.Op == wire.OpEnd {
-		w.ownEnd(r.Job)
-	} else if err == nil {
+	if j != nil {
+		if w.cfg.OnOwnersOp != nil {
+			w.cfg.OnOwnersOp(r.Op, r.Iteration)
+		}
 		ctx, cancel := context.WithCancel(j.ctx)
 		if r.Deadline != 0 {
 			ctx, cancel = context.WithDeadline(j.ctx, time.Unix(0, r.Deadline))
 		}
 		switch r.Op {
-		case wire.OpLoad:
+		case proto.OpLoad:
 			err = w.ownLoad(ctx, j, &r)
-		case wire.OpTask:
+		case proto.OpTask:
 			w.running.Add(1)
 			err = w.ownTask(ctx, j, &r, &reply)
 			w.running.Add(-1)
-		case wire.OpCommit:
+		case proto.OpCommit:
 			err = w.ownCommit(ctx, j, &r, &reply)
-		case wire.OpSave:
+		case proto.OpSave:
 			err = w.ownSave(ctx, j, &r, &reply)
-		default:
-			err = fmt.Errorf("worker: unknown owners operation %q", r.Op)
 		}
 		if err != nil && ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)) {
 			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
@@ -185,19 +217,43 @@ func (w *Worker) serveOwn(req micro.Request) {
 // errSuperseded ends the requests of an epoch that a newer one replaced.
 var errSuperseded = errors.New("worker: superseded by a newer epoch of the job")
 
-// ownState returns the job's state for a request of epoch e: a newer
-// epoch starts afresh, an older one is refused.
-func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
+// ownAdmit fences request r (checkFence): nil when it may act on the
+// job, the epoch of a load or end being proven by the job's record.
+func (w *Worker) ownAdmit(r *proto.Request) error {
+	if r.JobsBucket != "" && r.JobsBucket != w.cfg.JobsBucket {
+		return fmt.Errorf("worker: job %s: the coordinator keeps its record in bucket %s, this worker reads bucket %s (--bucket-jobs)", r.Job, r.JobsBucket, w.cfg.JobsBucket)
+	}
+	w.omu.Lock()
+	j := w.own[r.Job]
+	have, epoch, token := j != nil, 0, ""
+	if j != nil {
+		epoch, token = j.epoch, j.token
+	}
+	w.omu.Unlock()
+	ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
+	defer cancel()
+	_, err := checkFence(have, epoch, token, r, func(want int) (proto.Lease, error) { return w.lease(ctx, r.Job, want) })
+	return err
+}
+
+// ownState returns the job's state for an admitted request: the
+// epoch's, or for a load of a newer epoch a new one (what the older
+// epoch runs is cancelled and its slices dropped).
+func (w *Worker) ownState(r *proto.Request) (*ownJob, error) {
 	w.omu.Lock()
 	defer w.omu.Unlock()
 	j := w.own[r.Job]
 	if j != nil && r.Epoch < j.epoch {
+		// A newer epoch came in meanwhile.
 		return nil, fmt.Errorf("worker: job %s: request of epoch %d, the job is at epoch %d", r.Job, r.Epoch, j.epoch)
 	}
 	if j != nil && r.Epoch == j.epoch {
+		if !sameToken(r.Fence, j.token) {
+			return nil, fmt.Errorf("worker: job %s: %s of epoch %d with another fence than the epoch's: refused", r.Job, r.Op, r.Epoch)
+		}
 		return j, nil
 	}
-	if !create {
+	if r.Op != proto.OpLoad {
 		return nil, fmt.Errorf("worker: job %s epoch %d: no blocks loaded here", r.Job, r.Epoch)
 	}
 	tie, err := factor.ParseTie(r.Tie)
@@ -211,8 +267,8 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 	if r.N < 1 || r.M < 1 || r.U < 1 {
 		return nil, fmt.Errorf("worker: job %s: bad shape n=%d m=%d u=%d", r.Job, r.N, r.M, r.U)
 	}
-	nj := &ownJob{job: r.Job, epoch: r.Epoch, n: r.N, m: r.M, u: r.U, tie: tie, prec: prec, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
-		blocks: map[[2]int]*ownBlock{}, shapes: map[int]wire.KShape{}, groups: map[int]*ownGroup{},
+	nj := &ownJob{job: r.Job, epoch: r.Epoch, token: r.Fence, sliceKey: proto.SliceKey(r.Fence), n: r.N, m: r.M, u: r.U, tie: tie, prec: prec, groupNNZ: r.GroupNNZ, bucket: r.Bucket,
+		blocks: map[[2]int]*ownBlock{}, shapes: map[int]proto.KShape{}, groups: map[int]*ownGroup{},
 		cellGroups: map[int][]int{}, cellWorker: map[int]string{}}
 	nj.ctx, nj.cancel = context.WithCancelCause(w.ctx)
 	if j != nil {
@@ -224,7 +280,7 @@ func (w *Worker) ownState(r *wire.OwnRequest, create bool) (*ownJob, error) {
 }
 
 // ownLoad takes the blocks of a new placement from a checkpoint.
-func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) error {
+func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *proto.Request) error {
 	for _, sh := range r.Shapes {
 		if len(sh.NNZ) != len(sh.Shards) || len(sh.Workers) != len(sh.Shards) {
 			return fmt.Errorf("worker: job %s: K block %d: %d shards, %d nonzero counts, %d workers", r.Job, sh.KBlock, len(sh.Shards), len(sh.NNZ), len(sh.Workers))
@@ -244,7 +300,7 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) err
 		if !ok || cb.Lo < 0 || cb.Hi > j.n || cb.Lo > cb.Hi || cb.KBlock < 0 || cb.KBlock >= factor.NumK(j.u, j.tie) {
 			return fmt.Errorf("worker: job %s: bad column block %+v", r.Job, cb)
 		}
-		name := wire.OwnersKObject(r.Job, r.Iteration, cb.KBlock, cb.C)
+		name := proto.KObject(r.Job, r.Iteration, cb.KBlock, cb.C)
 		data, err := obs.GetBytes(ctx, name)
 		if err != nil {
 			return fmt.Errorf("worker: load %s: %w", name, err)
@@ -271,7 +327,7 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *wire.OwnRequest) err
 // loadGroups takes the epoch's row layout and loads the groups this
 // worker owns: their row lists and their rows of D at version
 // r.Iteration, each checked against the CRCs of the layout.
-func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *ownJob, r *wire.OwnRequest) error {
+func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *ownJob, r *proto.Request) error {
 	for _, sh := range j.shapes {
 		for q, k := range sh.Shards {
 			j.cellWorker[k] = sh.Workers[q]
@@ -293,7 +349,7 @@ func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *o
 		if g.Owner != w.id {
 			continue
 		}
-		name := wire.OwnersRowsObject(r.Job, g.G)
+		name := proto.RowsObject(r.Job, g.G)
 		data, err := obs.GetBytes(ctx, name)
 		if err == nil && wire.CRC(data) != g.RowsCRC {
 			err = fmt.Errorf("CRC %s, the layout says %s", wire.CRC(data), g.RowsCRC)
@@ -313,7 +369,7 @@ func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *o
 		if err != nil {
 			return fmt.Errorf("worker: load %s: %w", name, err)
 		}
-		name = wire.OwnersDObject(r.Job, r.Iteration, g.G)
+		name = proto.DObject(r.Job, r.Iteration, g.G)
 		if data, err = obs.GetBytes(ctx, name); err == nil && wire.CRC(data) != g.CRC {
 			err = fmt.Errorf("CRC %s, the checkpoint says %s", wire.CRC(data), g.CRC)
 		}
@@ -345,14 +401,14 @@ func (w *Worker) storeLocked(ctx context.Context, bucket string) (jetstream.Obje
 // ownTask computes a shard: rows of D (kept or from the checkpoint), K
 // rows gathered from their owners, the partial, the D commit, and the K̂
 // slices served for the owners.
-func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
+func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply *proto.Reply) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	obs, err := w.store(ctx, r.Bucket)
 	if err != nil {
 		return err
 	}
-	s, _, err := w.shard(ctx, obs, &wire.TaskRequest{Shard: r.Shard, ShardObject: r.ShardObject, ShardChecksum: r.ShardChecksum})
+	cs, err := w.ownShardOf(ctx, obs, r)
 	if err != nil {
 		return err
 	}
@@ -364,15 +420,14 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		}
 		t.Stop()
 	}
-	b, m := s.Block, j.m
-	if err := b.CheckShape(j.n, j.u); err != nil {
+	b, m := &factor.Block{Action: cs.info.Action, Rows: cs.rows}, j.m
+	if err := cs.checkShape(j.n, j.u); err != nil {
 		return fmt.Errorf("worker: shard %d: %w", r.Shard, err)
 	}
 	kb := b.Action
 	if j.tie == factor.TieSharedK {
 		kb = 0
 	}
-	cs := w.compactShard(s.Checksum, b)
 	md := w.compactModel(cs, m)
 	// Rows of D at version Iteration−1, from the owners of the shard's
 	// row groups (which split its rows: spans[q] are group q's).
@@ -431,8 +486,13 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		p.Cols[c] = cs.cols[lc]
 	}
 	t2 := time.Now()
-	// Serve the K̂ slices; drop those of earlier iterations (their
-	// commits are done: the coordinator sequences).
+	// Fold what this worker owns and is due (ownfold.go), serve the
+	// other K̂ slices; drop those of earlier iterations (their commits
+	// are done: the coordinator sequences).
+	kdone, gdone, err := w.foldOwn(j, r, kb, p, groups, spans)
+	if err != nil {
+		return fmt.Errorf("worker: shard %d: %w", r.Shard, err)
+	}
 	w.omu.Lock()
 	w.dropSlices(j, r.Iteration)
 	w.omu.Unlock()
@@ -440,30 +500,39 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 	// The D̂ slice of each row group, for its owner.
 	var sent int64
 	for q, g := range groups {
+		if gdone[q] {
+			continue
+		}
 		a, e := spans[q][0], spans[q][1]
 		sum := 0.0
 		for _, x := range p.X[a:e] {
 			sum += x
 		}
 		data := wire.EncodeRawPartial(&factor.Partial{Action: b.Action, Rows: p.Rows[a:e], Dh: p.Dh[a*m : e*m], X: p.X[a:e], Y: zero, SumX: sum}, nil)
-		name := wire.DSliceName(r.Job, r.Epoch, r.Iteration, r.Shard, g)
+		name := wire.DSliceName(r.Job, r.Epoch, r.Iteration, r.Shard, g, j.sliceKey)
 		w.slices.Put(name, data)
 		sent += int64(len(data))
 		w.omu.Lock()
 		j.served = append(j.served, servedSlice{name, r.Iteration})
 		w.omu.Unlock()
 	}
+	servedC := map[int]bool{}
 	for _, cb := range j.layout[kb] {
+		if kdone[cb.C] {
+			continue
+		}
+		servedC[cb.C] = true
 		a, e := factor.SliceColumns(p.Cols, cb.Lo, cb.Hi)
 		data := wire.EncodeRawPartial(&factor.Partial{Action: kb, Cols: p.Cols[a:e], KhT: p.KhT[a*m : e*m], Y: zero}, nil)
-		name := wire.SliceName(r.Job, r.Epoch, r.Iteration, r.Shard, cb.C)
+		name := wire.SliceName(r.Job, r.Epoch, r.Iteration, r.Shard, cb.C, j.sliceKey)
 		w.slices.Put(name, data)
 		sent += int64(len(data))
 		w.omu.Lock()
 		j.served = append(j.served, servedSlice{name, r.Iteration})
 		w.omu.Unlock()
 	}
-	reply.Label = wire.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: s.Checksum, ModelDigest: OwnersDigest(r.Epoch)}.String()
+	w.announce(j, r, kb, j.layout[kb], servedC)
+	reply.Label = proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: cs.info.Checksum, ModelDigest: proto.Digest(r.Epoch)}.String()
 	reply.Y = slices.Clone(p.Y)
 	reply.SumX, reply.NNZ = p.SumX, p.NNZ
 	if !math.IsNaN(p.LogLik) {
@@ -472,18 +541,12 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 	reply.GatherNanos, reply.ComputeNanos = int64(t1.Sub(t0)), int64(t2.Sub(t1))
 	w.count(func(st *Stats) {
 		st.Tasks++
-		st.NNZ += int64(s.NNZ)
+		st.NNZ += int64(cs.info.NNZ)
 		st.ComputeSeconds += t2.Sub(t1).Seconds()
 		st.BytesSent += sent
 	})
 	return nil
 }
-
-// OwnersDigest is the model digest a partial of the owners exchange is
-// labelled with: the version is the task's iteration − 1 of that epoch
-// (every K row and D row it read was checked against the version's CRC or
-// served by the owner of that version).
-func OwnersDigest(epoch int) string { return "owners-e" + strconv.Itoa(epoch) }
 
 // ownShard is a shard in the compact form an owners task computes on:
 // its rows and the columns it touches renumbered 0, 1, … in order, so
@@ -493,7 +556,11 @@ func OwnersDigest(epoch int) string { return "owners-e" + strconv.Itoa(epoch) }
 // term in the same order: the partial is bitwise the shard's.
 type ownShard struct {
 	blk   *factor.Block
+	info  shard.Info
+	rows  []int32 // the shard's rows (global)
 	rowLo int32
+	// maxCol is the shard's largest column (-1: none).
+	maxCol int32
 	// cols is the shard's column of each local column, ascending.
 	cols []int32
 }
@@ -528,20 +595,24 @@ func (w *Worker) compactShard(checksum string, b *factor.Block) *ownShard {
 }
 
 // compactModel returns the worker's model for computing cs: one action,
-// N = max(rows spanned, columns touched), arrays reused across tasks
-// (entries outside what a task writes are never read). The caller holds
-// w.mu.
+// D of the rows spanned, K^T of the columns touched, N the larger (Compute
+// reads rows of D and of K^T at the block's indices only), arrays reused
+// across tasks (entries outside what a task writes are never read). The
+// caller holds w.mu.
 func (w *Worker) compactModel(cs *ownShard, m int) *factor.Model {
-	n := len(cs.cols)
+	nc, nr := max(len(cs.cols), 1), 1
 	if k := len(cs.blk.Rows); k > 0 {
-		n = max(n, int(cs.blk.Rows[k-1])+1)
+		nr = int(cs.blk.Rows[k-1]) + 1
 	}
-	n = max(n, 1)
 	md := w.ownMd
-	if md == nil || md.M != m || md.N < n {
-		md = &factor.Model{N: n, M: m, U: 1, D: [][]float64{make([]float64, n*m)}, KT: [][]float64{make([]float64, n*m)}}
+	if md == nil || md.M != m || len(md.D[0]) < nr*m || len(md.KT[0]) < nc*m {
+		if md != nil && md.M == m {
+			nr, nc = max(nr, len(md.D[0])/m), max(nc, len(md.KT[0])/m)
+		}
+		md = &factor.Model{M: m, U: 1, D: [][]float64{make([]float64, nr*m)}, KT: [][]float64{make([]float64, nc*m)}}
 		w.ownMd = md
 	}
+	md.N = max(nr, nc)
 	return md
 }
 
@@ -551,7 +622,7 @@ const gatherWindow = 8
 // gatherK puts the K rows of cols (ascending) into kt, row q for cols[q]:
 // from this worker's own blocks directly, from the others' owners by
 // gather requests.
-func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *wire.OwnRequest, layout []wire.ColBlock, cols []int32, kt []float64) error {
+func (w *Worker) gatherK(ctx context.Context, j *ownJob, r *proto.Request, layout []proto.ColBlock, cols []int32, kt []float64) error {
 	m := j.m
 	var parts []gatherPart
 	for _, cb := range layout {
@@ -586,7 +657,7 @@ func gatherMax(nc *nats.Conn, m int) int {
 
 // gatherParts fetches parts at version r.Iteration−1, in requests of at
 // most gatherMax rows, gatherWindow of them in flight.
-func (w *Worker) gatherParts(ctx context.Context, r *wire.OwnRequest, parts []gatherPart, m int) error {
+func (w *Worker) gatherParts(ctx context.Context, r *proto.Request, parts []gatherPart, m int) error {
 	per := gatherMax(w.nc, m)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -631,12 +702,13 @@ func (w *Worker) gatherParts(ctx context.Context, r *wire.OwnRequest, parts []ga
 }
 
 // gatherOne requests the rows of one part from its owner.
-func (w *Worker) gatherOne(ctx context.Context, r *wire.OwnRequest, part gatherPart, m int) error {
+func (w *Worker) gatherOne(ctx context.Context, r *proto.Request, part gatherPart, m int) error {
 	msg := nats.NewMsg(wire.GatherSubject(w.cfg.Prefix, part.owner))
 	msg.Header.Set(wire.HeaderOwnJob, r.Job)
 	msg.Header.Set(wire.HeaderOwnBlock, part.block)
 	msg.Header.Set(wire.HeaderOwnVersion, strconv.Itoa(r.Iteration-1))
 	msg.Header.Set(wire.HeaderOwnEpoch, strconv.Itoa(r.Epoch))
+	msg.Header.Set(wire.HeaderOwnFence, r.Fence)
 	msg.Data = wire.EncodeCols(part.idx, nil)
 	rep, err := w.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
@@ -656,12 +728,12 @@ func (w *Worker) gatherOne(ctx context.Context, r *wire.OwnRequest, part gatherP
 }
 
 // ownBlockOf returns block (kb, c) of the job if this worker owns it in
-// that epoch.
-func (w *Worker) ownBlockOf(job string, epoch, kb, c int) (*ownBlock, error) {
+// that epoch, whose token fence is.
+func (w *Worker) ownBlockOf(job string, epoch int, fence string, kb, c int) (*ownBlock, error) {
 	w.omu.Lock()
 	j := w.own[job]
 	var b *ownBlock
-	if j != nil && j.epoch == epoch {
+	if j != nil && j.epoch == epoch && sameToken(fence, j.token) {
 		b = j.blocks[[2]int{kb, c}]
 	}
 	w.omu.Unlock()
@@ -673,8 +745,8 @@ func (w *Worker) ownBlockOf(job string, epoch, kb, c int) (*ownBlock, error) {
 
 // copyOwn copies the rows of cols from a block this worker owns into dst
 // (in cols' order).
-func (w *Worker) copyOwn(j *ownJob, r *wire.OwnRequest, cb wire.ColBlock, cols []int32, dst []float64) error {
-	b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C)
+func (w *Worker) copyOwn(j *ownJob, r *proto.Request, cb proto.ColBlock, cols []int32, dst []float64) error {
+	b, err := w.ownBlockOf(r.Job, r.Epoch, r.Fence, cb.KBlock, cb.C)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -692,12 +764,12 @@ func (w *Worker) copyOwn(j *ownJob, r *wire.OwnRequest, cb wire.ColBlock, cols [
 }
 
 // ownGroupOf returns row group g of the job if this worker owns it in
-// that epoch.
-func (w *Worker) ownGroupOf(job string, epoch, g int) (*ownGroup, error) {
+// that epoch, whose token fence is.
+func (w *Worker) ownGroupOf(job string, epoch int, fence string, g int) (*ownGroup, error) {
 	w.omu.Lock()
 	j := w.own[job]
 	var og *ownGroup
-	if j != nil && j.epoch == epoch {
+	if j != nil && j.epoch == epoch && sameToken(fence, j.token) {
 		og = j.groups[g]
 	}
 	w.omu.Unlock()
@@ -709,8 +781,8 @@ func (w *Worker) ownGroupOf(job string, epoch, g int) (*ownGroup, error) {
 
 // copyOwnRows copies rows (ascending) of a row group this worker owns,
 // at the task's version, into dst (m values each, in rows' order).
-func (w *Worker) copyOwnRows(j *ownJob, r *wire.OwnRequest, g int, rows []int32, dst []float64) error {
-	og, err := w.ownGroupOf(r.Job, r.Epoch, g)
+func (w *Worker) copyOwnRows(j *ownJob, r *proto.Request, g int, rows []int32, dst []float64) error {
+	og, err := w.ownGroupOf(r.Job, r.Epoch, r.Fence, g)
 	if err != nil {
 		return err
 	}
@@ -759,12 +831,13 @@ func (w *Worker) serveGather(msg *nats.Msg) {
 		fail(fmt.Errorf("bad gather request: %w", err))
 		return
 	}
+	fence := msg.Header.Get(wire.HeaderOwnFence)
 	var out []float64
 	var err error
 	if kbs == "d" {
-		out, err = w.gatherD(msg.Data, job, e, c, v)
+		out, err = w.gatherD(msg.Data, job, e, fence, c, v)
 	} else {
-		out, err = w.gatherKRows(msg.Data, job, e, kb, c, v)
+		out, err = w.gatherKRows(msg.Data, job, e, fence, kb, c, v)
 	}
 	if err != nil {
 		fail(err)
@@ -785,8 +858,8 @@ func (w *Worker) gatherIndices(data []byte, m, lo, hi int, what string) ([]int32
 
 // gatherKRows returns the rows of K^T that a gather request asks of owned
 // column block kb/c at version v.
-func (w *Worker) gatherKRows(data []byte, job string, epoch, kb, c, v int) ([]float64, error) {
-	b, err := w.ownBlockOf(job, epoch, kb, c)
+func (w *Worker) gatherKRows(data []byte, job string, epoch int, fence string, kb, c, v int) ([]float64, error) {
+	b, err := w.ownBlockOf(job, epoch, fence, kb, c)
 	if err != nil {
 		return nil, err
 	}
@@ -810,8 +883,8 @@ func (w *Worker) gatherKRows(data []byte, job string, epoch, kb, c, v int) ([]fl
 
 // gatherD returns the rows of D that a gather request asks of owned row
 // group g at version v.
-func (w *Worker) gatherD(data []byte, job string, epoch, g, v int) ([]float64, error) {
-	og, err := w.ownGroupOf(job, epoch, g)
+func (w *Worker) gatherD(data []byte, job string, epoch int, fence string, g, v int) ([]float64, error) {
+	og, err := w.ownGroupOf(job, epoch, fence, g)
 	if err != nil {
 		return nil, err
 	}
@@ -834,7 +907,7 @@ func (w *Worker) gatherD(data []byte, job string, epoch, g, v int) ([]float64, e
 
 // ownCommit folds the owned blocks' K̂ slices and the owned row groups'
 // D̂ slices and commits their columns and rows.
-func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
+func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *proto.Request, reply *proto.Reply) error {
 	// Shards whose slices a backup copy's worker serves this iteration.
 	moved := map[int]string{}
 	for _, sw := range r.Moved {
@@ -877,9 +950,9 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 		sh := j.shapes[b.kb]
 		refs := make([]sliceRef, len(sh.Shards))
 		for q, k := range sh.Shards {
-			refs[q] = sliceRef{worker: cmp.Or(moved[k], sh.Workers[q]), name: wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c)}
+			refs[q] = sliceRef{worker: cmp.Or(moved[k], sh.Workers[q]), name: wire.SliceName(r.Job, r.Epoch, r.Iteration, k, b.c, j.sliceKey)}
 		}
-		if err := w.foldBlock(ctx, j, b, refs); err != nil {
+		if err := w.foldBlock(ctx, j, b, refs, r.Iteration); err != nil {
 			return err
 		}
 		b.mu.Lock()
@@ -893,7 +966,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 			factor.RoundRows32(b.kt) // as Accumulator.Commit rounds
 		}
 		b.version, b.crc = r.Iteration, wire.CRC(wire.FloatBytes(b.kt))
-		cb := wire.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc}
+		cb := proto.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc}
 		b.mu.Unlock()
 		if r.Save {
 			if err := w.saveBlock(ctx, obs, r.Job, b); err != nil {
@@ -935,7 +1008,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 			if err := w.saveGroup(ctx, obs, r.Job, g); err != nil {
 				return err
 			}
-			reply.Groups = append(reply.Groups, wire.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
+			reply.Groups = append(reply.Groups, proto.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
 		}
 		digest = append(digest, g.crc...)
 	}
@@ -946,47 +1019,31 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *wire.OwnRequest, r
 // foldGroup pulls the D̂ slices of a row group's cells (in cell order)
 // and sums them into g.dh and g.x, left to right from zero: the order in
 // which a local pass adds the cells' rows of D̂ (factor.ReducePlan).
-func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *wire.OwnRequest, g *ownGroup, moved map[int]string) error {
+func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *proto.Request, g *ownGroup, moved map[int]string) error {
 	m := j.m
 	cells := j.rowLayout[g.g].Cells
-	refs := make([]sliceRef, len(cells))
-	for q, k := range cells {
-		refs[q] = sliceRef{worker: cmp.Or(moved[k], j.cellWorker[k]), name: wire.DSliceName(r.Job, r.Epoch, r.Iteration, k, g.g)}
+	g.fmu.Lock()
+	defer g.fmu.Unlock()
+	// Tasks of this iteration may have folded a prefix (foldOwn).
+	from := len(cells)
+	if g.foldIterate(r.Iteration, m) {
+		from = g.folded
 	}
-	g.dh = slices.Grow(g.dh[:0], len(g.rows)*m)[:len(g.rows)*m]
-	g.x = slices.Grow(g.x[:0], len(g.rows))[:len(g.rows)]
-	clear(g.dh)
-	clear(g.x)
+	refs := make([]sliceRef, len(cells)-from)
+	for q, k := range cells[from:] {
+		refs[q] = sliceRef{worker: cmp.Or(moved[k], j.cellWorker[k]), name: wire.DSliceName(r.Job, r.Epoch, r.Iteration, k, g.g, j.sliceKey)}
+	}
 	// The largest slice of this group: every row.
 	limit := wire.RawPartialSizeOf(len(g.rows), 0, m)
 	return w.pullInOrder(ctx, refs, limit, func(q int, p *factor.Partial) error {
-		if p.Action < 0 || p.Action >= j.u || j.dblock(p.Action) != g.action || len(p.Y) != m || len(p.Cols) != 0 || len(p.Dh) != len(p.Rows)*m || len(p.X) != len(p.Rows) {
-			return fmt.Errorf("worker: commit: row group %d: the D̂ slice of shard %d is of action %d with m = %d, %d rows and %d columns", g.g, cells[q], p.Action, len(p.Y), len(p.Rows), len(p.Cols))
-		}
-		if err := factor.CheckPartialValues(p); err != nil {
-			return fmt.Errorf("worker: commit: row group %d, shard %d: %w", g.g, cells[q], err)
-		}
-		at := 0
-		for c, i := range p.Rows {
-			k, found := slices.BinarySearch(g.rows[at:], i)
-			if !found {
-				return fmt.Errorf("worker: commit: row group %d: the D̂ slice of shard %d has row %d, which the group does not hold (or out of order)", g.g, cells[q], i)
-			}
-			at += k
-			dst := g.dh[at*m : at*m+m]
-			for l, v := range p.Dh[c*m : c*m+m] {
-				dst[l] += v
-			}
-			g.x[at] += p.X[c]
-		}
-		return nil
+		return g.addSlice(j, from+q, p)
 	})
 }
 
 func (w *Worker) saveGroup(ctx context.Context, obs jetstream.ObjectStore, job string, g *ownGroup) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	name := wire.OwnersDObject(job, g.version, g.g)
+	name := proto.DObject(job, g.version, g.g)
 	if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, wire.FloatBytes(g.d)); err != nil {
 		return fmt.Errorf("worker: store %s: %w", name, err)
 	}
@@ -998,12 +1055,19 @@ const foldWindow = 4
 
 // foldBlock pulls a block's K̂ slices (one per shard of its K block, in
 // block order) and folds them in the canonical order.
-func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []sliceRef) error {
+func (w *Worker) foldBlock(ctx context.Context, j *ownJob, b *ownBlock, refs []sliceRef, iter int) error {
 	f := b.fold
-	f.Reset()
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	// Tasks of this iteration may have folded a prefix (foldOwn).
+	from := len(refs)
+	if b.foldIterate(iter) && !f.Done() {
+		from = f.Next()
+	}
 	// The largest slice of this block: every column touched.
 	limit := wire.RawPartialSizeOf(0, b.hi-b.lo, j.m)
-	return w.pullInOrder(ctx, refs, limit, func(k int, p *factor.Partial) error {
+	return w.pullInOrder(ctx, refs[from:], limit, func(k int, p *factor.Partial) error {
+		k += from
 		if p.Action != b.kb || len(p.Y) != j.m {
 			return fmt.Errorf("worker: commit: block %d/%d: the slice of shard %d of its K block is of K block %d with m = %d", b.kb, b.c, k, p.Action, len(p.Y))
 		}
@@ -1092,7 +1156,7 @@ func (w *Worker) pullInOrder(ctx context.Context, refs []sliceRef, limit int, ad
 func (w *Worker) saveBlock(ctx context.Context, obs jetstream.ObjectStore, job string, b *ownBlock) error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	name := wire.OwnersKObject(job, b.version, b.kb, b.c)
+	name := proto.KObject(job, b.version, b.kb, b.c)
 	if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, wire.FloatBytes(b.kt)); err != nil {
 		return fmt.Errorf("worker: store %s: %w", name, err)
 	}
@@ -1101,13 +1165,13 @@ func (w *Worker) saveBlock(ctx context.Context, obs jetstream.ObjectStore, job s
 
 // ownSave stores owned column blocks and row groups at version Iteration
 // (the last version of a fit, or a checkpoint the coordinator asks for).
-func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, reply *wire.OwnReply) error {
+func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *proto.Request, reply *proto.Reply) error {
 	obs, err := w.storeLocked(ctx, r.Bucket)
 	if err != nil {
 		return err
 	}
 	for _, cb := range r.Blocks {
-		b, err := w.ownBlockOf(r.Job, r.Epoch, cb.KBlock, cb.C)
+		b, err := w.ownBlockOf(r.Job, r.Epoch, r.Fence, cb.KBlock, cb.C)
 		if err != nil {
 			return fmt.Errorf("worker: save: %w", err)
 		}
@@ -1117,10 +1181,10 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		if err := w.saveBlock(ctx, obs, r.Job, b); err != nil {
 			return err
 		}
-		reply.Blocks = append(reply.Blocks, wire.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc})
+		reply.Blocks = append(reply.Blocks, proto.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc})
 	}
 	for _, rg := range r.Groups {
-		g, err := w.ownGroupOf(r.Job, r.Epoch, rg.G)
+		g, err := w.ownGroupOf(r.Job, r.Epoch, r.Fence, rg.G)
 		if err != nil {
 			return fmt.Errorf("worker: save: %w", err)
 		}
@@ -1130,7 +1194,7 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *wire.OwnRequest, rep
 		if err := w.saveGroup(ctx, obs, r.Job, g); err != nil {
 			return err
 		}
-		reply.Groups = append(reply.Groups, wire.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
+		reply.Groups = append(reply.Groups, proto.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
 	}
 	return nil
 }
@@ -1149,11 +1213,11 @@ func (w *Worker) dropSlices(j *ownJob, iter int) {
 	j.served = keep
 }
 
-// ownEnd forgets a job.
-func (w *Worker) ownEnd(job string) {
+// ownEnd forgets a job at epoch epoch or before (an admitted end).
+func (w *Worker) ownEnd(job string, epoch int) {
 	w.omu.Lock()
 	defer w.omu.Unlock()
-	if j := w.own[job]; j != nil {
+	if j := w.own[job]; j != nil && j.epoch <= epoch {
 		j.cancel(errors.New("worker: the job ended"))
 		w.dropSlices(j, math.MaxInt)
 		delete(w.own, job)

@@ -21,12 +21,17 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // Config configures a NATS worker.
 type Config struct {
 	// Prefix is the subject prefix (default DefaultPrefix).
 	Prefix string
+	// JobsBucket is the KV bucket of the coordinators' job records
+	// (default wire.DefaultKVBucket): the owners exchange takes up an
+	// epoch, or ends a job, only when the job's record there names it.
+	JobsBucket string
 	// Logger receives the worker's logs (default: none).
 	Logger hclog.Logger
 	// MaxCachedShards bounds the shard cache (0: no bound). When full, the
@@ -39,6 +44,12 @@ type Config struct {
 	// so that a test can hold a worker in a chosen iteration.
 	Delay     time.Duration
 	DelayFrom int
+	// OnOwnersOp, when set, is called as each owners operation starts,
+	// with its name and iteration: a debugging hook (emsf worker
+	// --memprofile-dir records memory by phase with it). It must not block.
+	OnOwnersOp func(op string, iteration int)
+	// IngestHooks are test hooks of the distributed ingest (ingest.go).
+	IngestHooks IngestHooks
 }
 
 // Stats are a worker's counters, served as the data of $SRV.STATS.
@@ -63,6 +74,12 @@ type Stats struct {
 	// DerivedRows counts tasks whose shard's rows of D the worker derived
 	// from the previous iteration instead of fetching them (model parts).
 	DerivedRows int64 `json:"derived_rows"`
+	// SlicesFolded counts K̂ and D̂ slices of the owners exchange that a
+	// task folded into this worker's own sums at once (never served);
+	// SlicesPulledEarly those this worker, their owner, pulled and folded
+	// while the pass ran (ownfold.go, ownpull.go).
+	SlicesFolded      int64 `json:"slices_folded"`
+	SlicesPulledEarly int64 `json:"slices_pulled_early"`
 	// Running is 1 while a task is being computed.
 	Running int32 `json:"running"`
 }
@@ -98,13 +115,19 @@ type Worker struct {
 	// The owners exchange (owners.go): the job states by job (guarded by
 	// omu), the K̂ slices served, the gather subscription, and the
 	// columns of the current task (guarded by mu).
-	omu       sync.Mutex
-	own       map[string]*ownJob
+	omu sync.Mutex
+	own map[string]*ownJob
+	// kv is the jobs bucket (guarded by kmu), where epochs are proven.
+	kmu       sync.Mutex
+	kv        jetstream.KeyValue
 	slices    *wire.BlobServer
 	gather    *nats.Subscription
+	ready     *nats.Subscription // early pulls' notices (ownpull.go)
 	ownShards map[string]*ownShard
 	ownMd     *factor.Model
 	ownD      []float64 // an owners task's rows of D, as gathered
+	// ing is the distributed ingest's endpoint (ingest.go).
+	ing ingestState
 	// pbufs are raw partial buffers the coordinator has dropped (read
 	// whole), kept for reuse; guarded by pmu.
 	pmu   sync.Mutex
@@ -125,6 +148,13 @@ type Worker struct {
 	running atomic.Int32
 }
 
+// Starter returns a function that starts a worker with cfg on the
+// connection it is given: what natsexec.StartLocalCluster takes to build
+// a cluster of such workers in one process.
+func Starter(cfg Config) func(ctx context.Context, nc *nats.Conn) (*Worker, error) {
+	return func(ctx context.Context, nc *nats.Conn) (*Worker, error) { return Start(ctx, nc, cfg) }
+}
+
 // Start registers a worker on nc. The caller keeps nc: Stop the worker,
 // then drain or close nc.
 func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
@@ -132,6 +162,12 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		cfg.Prefix = wire.DefaultPrefix
 	}
 	if err := wire.CheckPrefix(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	if cfg.JobsBucket == "" {
+		cfg.JobsBucket = wire.DefaultKVBucket
+	}
+	if err := wire.CheckBucket(cfg.JobsBucket); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -178,6 +214,11 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		_ = w.blobs.Close()
 		return nil, err
 	}
+	if err := w.startIngest(); err != nil {
+		_ = svc.Stop()
+		_ = w.blobs.Close()
+		return nil, err
+	}
 	w.blobs.SetOnDrop(func(b []byte) {
 		w.pmu.Lock()
 		defer w.pmu.Unlock()
@@ -220,6 +261,7 @@ func (w *Worker) Stop() error {
 	w.stopMu.Unlock()
 	err := w.svc.Stop()
 	w.cancel(ErrStopped)
+	ierr := w.stopIngest()
 	w.tasks.Wait()
 	if err != nil {
 		return fmt.Errorf("worker: stop: %w", err)
@@ -232,6 +274,12 @@ func (w *Worker) Stop() error {
 	}
 	if err := w.gather.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		return fmt.Errorf("worker: stop: %w", err)
+	}
+	if err := w.ready.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("worker: stop: %w", err)
+	}
+	if ierr != nil {
+		return ierr
 	}
 	w.log.Info("worker stopped", "tasks", w.Stats().Tasks)
 	return nil
@@ -364,7 +412,7 @@ func (w *Worker) run(ctx context.Context, tr *wire.TaskRequest, hdr micro.Header
 	// The label names the shard and model version computed: with model
 	// parts, every part was checked against the task's CRCs, so the
 	// version is the task's; else it is the one the worker holds.
-	label := wire.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
+	label := proto.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
 	if err == nil {
 		compute = pr.compute
 		hdr[wire.HeaderModelNanos] = []string{strconv.FormatInt(int64(pr.model), 10)}

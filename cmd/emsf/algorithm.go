@@ -87,8 +87,11 @@ func fitBaseline(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	if err != nil {
 		return err
 	}
-	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
+	log.Info("data", "file", f.in.name(), "transitions", data.transitions, "states", data.n, "actions", data.u,
 		"nonzeros", nnz(data.train), "held_out", f.holdout > 0)
+	if err := f.checkMemory(data); err != nil {
+		return err
+	}
 	if f.algorithm == algCNT {
 		return reportCNT(e, data)
 	}
@@ -152,16 +155,13 @@ func reportCNT(e *env, data *dataset) error {
 		data.n, data.u, nnz(data.train), total, seen, data.n*data.u)
 	fmt.Fprintf(w, "  training log-likelihood %.8g, per transition %.8g (WKL 0: P̂ is the maximum-likelihood estimate)\n", ll, ll/total)
 	if data.holdout != nil {
-		smooth, err := factor.NewCNT(data.n, data.u, data.train, 1)
-		if err != nil {
-			return err
-		}
-		ho, err := factor.HeldOut(smooth, data.holdout)
+		// The rule of every method's held-out score (EMSF orders too).
+		ho, err := heldOutRule.PerTransition(cnt, data.holdout, data.n)
 		if err != nil {
 			return fmt.Errorf("held-out evaluation of CNT: %w", err)
 		}
-		fmt.Fprintf(w, "  held-out log-likelihood %s per transition (add-one smoothing: plain P̂ gives unseen transitions probability 0)\n",
-			strconv.FormatFloat(ho, 'f', 6, 64))
+		fmt.Fprintf(w, "  held-out log-likelihood %s per transition (scoring rule: %s)\n",
+			strconv.FormatFloat(ho, 'f', 6, 64), heldOutRule)
 	}
 	fmt.Fprintln(w, "no model written: CNT has no D K form (compare it with a model: emsf eval --model FILE --input FILE --cnt)")
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
 )
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -126,7 +127,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("bench: store directory: %w", err)
 		}
 		md := factor.NewRandom(n, m, u, tie, seed)
-		res, err := natsexec.Bench(ctx, dir, w, iters+1, shards, man, md)
+		res, err := natsexec.Bench(ctx, dir, w, iters+1, shards, man, md, worker.Starter(worker.Config{}))
 		os.RemoveAll(dir)
 		if err != nil {
 			return err

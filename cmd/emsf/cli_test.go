@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,9 +16,30 @@ import (
 // emsf runs the command in-process and returns its exit code and output.
 func emsf(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	args = plainByDefault(args)
 	var out, errb bytes.Buffer
 	code = run(args, &out, &errb)
 	return code, out.String(), errb.String()
+}
+
+// plainByDefault adds --plain to a fit that names none of the flags of
+// issue 28 (--plain, --accel, --smooth, --stop, --prior-d, --prior-k,
+// --validation, --patience): the tests written before it pin the bits of
+// plain EM (fit's defaults now extrapolate, smooth and stop on a
+// validation split); a test of the new defaults names one of the flags
+// (e.g. --stop auto).
+func plainByDefault(args []string) []string {
+	if len(args) == 0 || args[0] != "fit" {
+		return args
+	}
+	for _, a := range args {
+		for _, f := range []string{"--plain", "--accel", "--smooth", "--stop", "--prior-d", "--prior-k", "--validation", "--patience"} {
+			if a == f || strings.HasPrefix(a, f+"=") {
+				return args
+			}
+		}
+	}
+	return append(slices.Clone(args), "--plain")
 }
 
 // mustEmsf runs the command and fails the test unless it exits 0.

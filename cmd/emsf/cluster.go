@@ -19,6 +19,7 @@ import (
 
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/coordinator/owners"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
@@ -126,6 +127,24 @@ type clusterFlags struct {
 	// params are the fit's parameters (fitFlags.params), recorded in the
 	// job state and compared by --resume.
 	params map[string]string
+	// accelExplicit and stopExplicit: --accel squarem and --stop
+	// validation were asked for (not chosen by auto).
+	accelExplicit, stopExplicit, priorExplicit bool
+	// report, when set, is the fit's progress: it rate-limits the line
+	// logged per cluster iteration (iterationLine).
+	report *progress
+}
+
+// iterationLine logs the report of one cluster iteration: through the
+// fit's progress when there is one (at most one line per --log-every,
+// none under the live status line, every one at debug level), else at
+// info level.
+func (c *clusterFlags) iterationLine(log hclog.Logger, fields ...any) {
+	if c.report != nil {
+		c.report.detail(log, "cluster iteration", fields)
+		return
+	}
+	log.Info("cluster iteration", fields...)
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -246,7 +265,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			dir = tmp
 		}
 		lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: dir, Workers: workers,
-			InProcess: true, Exec: ecfg, Logger: logger, Sync: c.store != ""})
+			InProcess: true, Exec: ecfg, Sync: c.store != ""}, worker.Starter(worker.Config{Prefix: c.prefix, JobsBucket: c.kvBucket, Logger: logger}))
 		if err != nil {
 			return factor.FitResult{}, err
 		}
@@ -290,6 +309,26 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 			}
 		}
 	}
+	if c.exchange == "owners" && (opts.Accel != factor.AccelNone || opts.EarlyStop != nil || opts.Prior.Active()) {
+		// The owners hold the factors: the coordinator cannot extrapolate
+		// them or keep a best iterate (docs: what the owners need).
+		if c.accelExplicit {
+			return factor.FitResult{}, usagef("--accel squarem: the owners exchange runs plain EM (its owners hold D and K): use --exchange coordinator, or --accel none")
+		}
+		if c.stopExplicit {
+			return factor.FitResult{}, usagef("--stop validation: the owners exchange cannot keep the best iterate (its owners hold D and K): use --exchange coordinator, or --stop tol")
+		}
+		if c.priorExplicit {
+			return factor.FitResult{}, usagef("--prior-d/--prior-k: the owners exchange commits plain EM (its owners hold D and K): use --exchange coordinator, or --prior-d 0 --prior-k 0")
+		}
+		log.Info("the owners exchange runs plain EM with the relative-change rule and no prior (--accel auto, --stop auto, default priors); --exchange coordinator runs SQUAREM, MAP-EM and the held-out rule")
+		opts.Accel, opts.EarlyStop, opts.Prior = factor.AccelNone, nil, nil
+		c.params = maps.Clone(c.params)
+		delete(c.params, "accel")
+		delete(c.params, "prior_d")
+		delete(c.params, "prior_k")
+		c.params["stop"] = "tol"
+	}
 	params := c.jobParams(md, opts)
 	if c.resume {
 		if err := c.checkResume(ctx, exec, job, params, man); err != nil {
@@ -306,6 +345,9 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		Commit:      opts.Commit,
 		GroupNNZ:    opts.GroupNNZ,
 		Converger:   opts.Converger,
+		Accel:       opts.Accel,
+		EarlyStop:   opts.EarlyStop,
+		Prior:       opts.Prior,
 		Progress:    opts.Progress,
 		TaskTimeout: c.workerTimeout,
 		MinWorkers:  minWorkers,
@@ -314,7 +356,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		Resume:      c.resume,
 		Logger:      log,
 		Report: func(r coordinator.IterReport) {
-			log.Info("cluster iteration", "job", job, "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
+			c.iterationLine(log, "job", job, "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
 				"compute", r.Compute.Round(time.Microsecond), "transfer", r.Transfer.Round(time.Microsecond),
 				"reduce", r.Reduce.Round(time.Microsecond), "commit", r.Commit.Round(time.Microsecond),
 				"bytes", r.Bytes, "tasks", r.Tasks, "retried", r.Retried, "dropped", r.Dropped,
@@ -329,24 +371,26 @@ func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *na
 		return factor.FitResult{}, usagef("--exchange owners runs EMSF only: drop --algorithm %s or use --exchange coordinator", c.params["algorithm"])
 	}
 	return exec.FitOwners(ctx, md, shards, natsexec.OwnersOptions{
-		Job:             job,
-		Alpha:           opts.Alpha,
-		Converger:       opts.Converger,
-		Progress:        opts.Progress,
-		GroupNNZ:        opts.GroupNNZ,
-		ColBlocks:       c.colBlocks,
-		CheckpointEvery: c.checkpointEvery,
-		NoBackups:       !c.speculation,
-		TaskTimeout:     c.workerTimeout,
-		MinWorkers:      minWorkers,
-		WaitWorkers:     c.waitWorkers,
-		Params:          params,
-		Manifest:        man,
-		Resume:          c.resume,
-		Report: func(r natsexec.OwnersReport) {
-			log.Info("cluster iteration", "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
-				"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
-				"shards", len(shards), "backups", r.Backups)
+		Job:         job,
+		WaitWorkers: c.waitWorkers,
+		Params:      params,
+		Manifest:    man,
+		Options: owners.Options{
+			Alpha:           opts.Alpha,
+			Converger:       opts.Converger,
+			Progress:        opts.Progress,
+			GroupNNZ:        opts.GroupNNZ,
+			ColBlocks:       c.colBlocks,
+			CheckpointEvery: c.checkpointEvery,
+			NoBackups:       !c.speculation,
+			TaskTimeout:     c.workerTimeout,
+			MinWorkers:      minWorkers,
+			Resume:          c.resume,
+			Report: func(r natsexec.OwnersReport) {
+				c.iterationLine(log, "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
+					"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
+					"shards", len(shards), "backups", r.Backups, "quarantined", r.Quarantined)
+			},
 		},
 	})
 }

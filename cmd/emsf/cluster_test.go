@@ -174,7 +174,7 @@ func TestClusterKillWorker(t *testing.T) {
 	defer cancel()
 
 	out := filepath.Join(dir, "cluster.arrow")
-	coord := exec.Command(bin, append(fitArgs, "--out", out, "--nats", url, "--min-workers", "3", "--exchange", "coordinator",
+	coord := exec.Command(bin, append(fitArgs, "--out", out, "--nats", url, "--min-workers", "3", "--exchange", "coordinator", "--log-every", "0",
 		"--worker-timeout", "1h", "--job", "killtest")...)
 	var coordOut syncBuffer
 	coord.Stdout, coord.Stderr = &coordOut, &coordOut

@@ -5,19 +5,31 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
 )
 
 // inputFlags are the flags that say where transitions come from.
 type inputFlags struct {
 	input   string
+	natsURL string
+	// nats, when set, holds the command's NATS flags: a nats-obj://
+	// input connects with their URL (unless --input-nats) and
+	// credentials.
+	nats    *natsFlags
 	format  string
 	state   string
 	action  string
@@ -29,7 +41,8 @@ type inputFlags struct {
 }
 
 func (f *inputFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.input, "input", "", "transitions file: CSV with a header, Arrow IPC file or stream, or Parquet (required)")
+	fs.StringVar(&f.input, "input", "", "transitions: a file (CSV with a header, Arrow IPC file or stream, or Parquet, each possibly gzip-compressed), a directory of such files or a glob (read in path order), nats-obj://BUCKET/NAME, a dataset uploaded by emsf data put, or - (standard input) (required)")
+	fs.StringVar(&f.natsURL, "input-nats", "", "NATS server URL of a nats-obj:// --input (default: --nats, $NATS_URL)")
 	fs.StringVar(&f.format, "input-format", "", "input format: csv, arrow, arrows (stream) or parquet (default: from the extension or the file's magic bytes)")
 	fs.StringVar(&f.state, "col-state", "state", "name of the state column")
 	fs.StringVar(&f.action, "col-action", "action", "name of the action column")
@@ -38,6 +51,85 @@ func (f *inputFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.states, "states", 0, "number of states n (default: inferred as 1 + the largest state seen)")
 	fs.IntVar(&f.actions, "actions", 0, "number of actions u (default: inferred as 1 + the largest action seen)")
 	fs.StringVar(&f.ids, "ids", idsAuto, idsUsage)
+}
+
+// name is the input as messages name it: its path, or "stdin".
+func (f *inputFlags) name() string {
+	if f.input == arrowio.StdinPath {
+		return "stdin"
+	}
+	return f.input
+}
+
+// spoolStdin copies r (standard input) to a file named "stdin" in a new
+// temporary folder, for a command that reads its input more than once
+// (its messages then name ".../stdin"); remove deletes the copy.
+func spoolStdin(r io.Reader) (path string, remove func(), err error) {
+	dir, err := os.MkdirTemp("", "emsf-input-")
+	if err != nil {
+		return "", nil, fmt.Errorf("--input -: a temporary copy of standard input: %w", err)
+	}
+	remove = func() { os.RemoveAll(dir) }
+	path = filepath.Join(dir, "stdin")
+	f, err := os.Create(path)
+	if err == nil {
+		_, err = io.Copy(f, r)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		remove()
+		return "", nil, fmt.Errorf("--input -: a temporary copy of standard input: %w", err)
+	}
+	return path, remove, nil
+}
+
+// stdinReplay lets standard input be read more than once (a read with
+// --ids auto that meets ids late is read again): what any read takes from
+// standard input is also written to a temporary file, and a later read
+// replays the file before it goes on with standard input. Reads must not
+// overlap.
+type stdinReplay struct {
+	src  io.Reader
+	file *os.File
+	size int64 // bytes written to file
+	err  error // the first write error
+}
+
+func newStdinReplay(src io.Reader) (*stdinReplay, error) {
+	file, err := os.CreateTemp("", "emsf-stdin-")
+	if err != nil {
+		return nil, fmt.Errorf("--input -: a temporary copy of standard input: %w", err)
+	}
+	return &stdinReplay{src: src, file: file}, nil
+}
+
+// reader returns a reader of standard input from its first byte.
+func (r *stdinReplay) reader() io.Reader {
+	return io.MultiReader(io.NewSectionReader(r.file, 0, r.size), r)
+}
+
+// Read reads standard input on and keeps a copy of what it read.
+func (r *stdinReplay) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.src.Read(p)
+	if n > 0 {
+		if _, werr := r.file.WriteAt(p[:n], r.size); werr != nil {
+			r.err = fmt.Errorf("--input -: a temporary copy of standard input: %w", werr)
+			return 0, r.err
+		}
+		r.size += int64(n)
+	}
+	return n, err
+}
+
+// close removes the copy.
+func (r *stdinReplay) close() {
+	r.file.Close()
+	os.Remove(r.file.Name())
 }
 
 func (f *inputFlags) validate() error {
@@ -51,6 +143,72 @@ func (f *inputFlags) validate() error {
 		return usagef("--actions %d: must be >= 1", f.actions)
 	}
 	return validIDs(f.ids)
+}
+
+// dataSource is the dataset an input names, listed once: its files in
+// the order their rows arrive in, and the NATS connection that reads an
+// Object Store dataset.
+type dataSource struct {
+	files []arrowio.DataFile
+	nc    *nats.Conn
+	js    jetstream.JetStream
+}
+
+// open lists the dataset of --input.
+func (f *inputFlags) open(ctx context.Context) (*dataSource, error) {
+	bucket, name, isObj, err := worker.ParseObjectInput(f.input)
+	if err != nil {
+		return nil, usagef("--input: %v", err)
+	}
+	if !isObj {
+		files, err := arrowio.ListDataset(f.input, f.format)
+		if err != nil {
+			return nil, err
+		}
+		return &dataSource{files: files}, nil
+	}
+	var cc *worker.ConnConfig
+	if f.nats != nil {
+		cc = f.nats.conn("emsf-data")
+	} else {
+		cc = &worker.ConnConfig{Name: "emsf-data", URL: os.Getenv("NATS_URL")}
+	}
+	if f.natsURL != "" {
+		cc.URL = f.natsURL
+	}
+	if cc.URL == "" {
+		return nil, usagef("--input %s: give the NATS server with --input-nats URL (or --nats, $NATS_URL)", f.input)
+	}
+	nc, err := cc.Connect()
+	if err != nil {
+		return nil, fmt.Errorf("--input %s: %w", f.input, err)
+	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		var files []arrowio.DataFile
+		if files, err = worker.ListObjectDataset(ctx, js, bucket, name, f.format); err == nil {
+			return &dataSource{files: files, nc: nc, js: js}, nil
+		}
+	}
+	nc.Close()
+	return nil, err
+}
+
+// close closes the connection of an Object Store dataset.
+func (d *dataSource) close() {
+	if d.nc != nil {
+		d.nc.Close()
+	}
+}
+
+// allOf reports whether keep says yes to every file of the dataset.
+func (d *dataSource) allOf(keep func(f arrowio.DataFile) bool) bool {
+	for _, f := range d.files {
+		if !keep(f) {
+			return false
+		}
+	}
+	return true
 }
 
 func (f *inputFlags) readOptions() arrowio.ReadOptions {
@@ -77,6 +235,9 @@ type dataset struct {
 	transitions int
 	train       []*factor.Block // one per action
 	holdout     []*factor.Block // nil without a holdout
+	// val is the validation split of the training transitions (nil
+	// without one): what chooses a model's smoothing and stops its fit.
+	val         []*factor.Block
 	fingerprint string
 	// ids are the vocabularies of the groups named by ids (nil: integer
 	// indices): state i of the counts is ids.states.ID(i).
@@ -93,10 +254,18 @@ type dataset struct {
 // reproducible and independent of the file format). Columns of ids (see
 // --ids) get the sorted vocabulary of the data's ids.
 func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) (*dataset, error) {
-	return loadDataIDs(ctx, f, holdout, seed, vocabs{}, idsFresh)
+	return loadDataIDs(ctx, f, holdout, 0, seed, vocabs{}, idsFresh)
 }
 
-// loadDataIDs is loadData against the vocabularies of a model (base; a
+// loadDataVal is loadData with a validation split: each transition not
+// held out goes to d.val with probability validation, drawn from a
+// second generator seeded by seed (so the held-out part, and the split of
+// the rest, do not depend on each other's fraction).
+func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64, seed uint64) (*dataset, error) {
+	return loadDataIDs(ctx, f, holdout, validation, seed, vocabs{}, idsFresh)
+}
+
+// loadDataIDs is loadDataVal against the vocabularies of a model (base; a
 // nil group holds integers), whose ids keep their indices: new ids are
 // appended sorted among themselves (policy idsGrow), or the rows that
 // name them are set aside (idsKnown, counted in dataset.unseen).
@@ -105,12 +274,25 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 // (arrowio.ReadOptions.StateIDs), then renumbered once the vocabulary is
 // sorted (shard.Counter.Remap): the counts are bitwise those of reading
 // the rows with their final indices. Such inputs are read in one pass
-// whatever their format.
-func loadDataIDs(ctx context.Context, f *inputFlags, holdout float64, seed uint64, base vocabs, policy idPolicy) (*dataset, error) {
+// whatever their format. With --ids auto a column whose rows turn to ids
+// is read again (arrowio.ScanAutoIDs): standard input then replays what
+// the first read took (stdinReplay).
+func loadDataIDs(ctx context.Context, f *inputFlags, holdout, validation float64, seed uint64, base vocabs, policy idPolicy) (*dataset, error) {
+	var replay *stdinReplay
+	if f.input == arrowio.StdinPath && policy == idsFresh && f.ids == idsAuto {
+		var err error
+		if replay, err = newStdinReplay(os.Stdin); err != nil {
+			return nil, err
+		}
+		defer replay.close()
+	}
 	var d *dataset
 	_, err := f.scanWithIDs(base, policy, func(opts arrowio.ReadOptions) error {
+		if replay != nil {
+			opts.Stdin = replay.reader()
+		}
 		var err error
-		d, err = countData(ctx, f, opts, holdout, seed, base, policy)
+		d, err = countData(ctx, f, opts, holdout, validation, seed, base, policy)
 		return err
 	})
 	if err != nil {
@@ -120,42 +302,50 @@ func loadDataIDs(ctx context.Context, f *inputFlags, holdout float64, seed uint6
 }
 
 // countData is one read of loadDataIDs, with the vocabularies of opts.
-func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, holdout float64, seed uint64, base vocabs, policy idPolicy) (*dataset, error) {
+func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, holdout, validation float64, seed uint64, base vocabs, policy idPolicy) (*dataset, error) {
 	// The counts are a few large pointer-free buffers, cheap to collect:
 	// collecting more often keeps the peak RSS near what is live (the
 	// read batch, the counter's log and the CSR being built) rather than
 	// twice that.
 	defer debug.SetGCPercent(debug.SetGCPercent(ingestGCPercent))
 	ids := vocabs{opts.StateIDs, opts.ActionIDs}
-	if holdout == 0 && !ids.any() && twoPassFormat(f) {
-		d, ok, err := loadTwoPass(ctx, f)
+	src, err := f.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer src.close()
+	if holdout == 0 && validation == 0 && !ids.any() && src.allOf(twoPassFile) {
+		d, ok, err := loadTwoPass(ctx, f, src)
 		if err != nil || ok {
 			return d, err
 		}
 		// Too many states for a histogram: count in one pass.
 	}
-	var train, held shard.Counter
+	var train, held, val shard.Counter
 	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
+	vrng := rand.New(rand.NewPCG(seed, 0x76616c))  // "val"
 	h := newFingerprint()
 	known := knownRows{n: base.states.Len(), u: base.actions.Len(), ids: ids}
-	err := scanPipelined(ctx, f.input, opts, func(b *arrowio.TransitionBatch) error {
+	err = scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
 		if policy == idsKnown && ids.any() {
 			b = known.filter(b)
 		}
-		if holdout == 0 {
+		if holdout == 0 && validation == 0 {
 			k, err := train.AddBatch(b.State, b.Action, b.Next, b.Count)
 			if err != nil {
-				return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
+				return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
 			}
 			return nil
 		}
 		for k := range b.State {
 			ct := &train
-			if rng.Float64() < holdout {
+			if holdout > 0 && rng.Float64() < holdout {
 				ct = &held
+			} else if validation > 0 && vrng.Float64() < validation {
+				ct = &val
 			}
 			if err := ct.Add(int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]); err != nil {
-				return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
+				return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
 			}
 		}
 		return nil
@@ -177,11 +367,13 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 			}
 			train.Remap(sp, ap)
 			held.Remap(sp, ap)
+			val.Remap(sp, ap)
 		}
 	}
 	n1, u1 := train.Dims()
 	n2, u2 := held.Dims()
-	d := &dataset{file: f.input, n: max(n1, n2), u: max(u1, u2), transitions: train.Len() + held.Len(),
+	n3, u3 := val.Dims()
+	d := &dataset{file: f.name(), n: max(n1, n2, n3), u: max(u1, u2, u3), transitions: train.Len() + held.Len() + val.Len(),
 		fingerprint: h.sum(), ids: ids, unseen: known.unseen}
 	if policy == idsKnown {
 		d.ids = base
@@ -209,6 +401,12 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 		}
 		d.holdout = held.Matrices(d.u)
 	}
+	if validation > 0 {
+		if val.Len() == 0 {
+			return nil, usagef("--validation %v drew no validation transitions out of %d: use a larger fraction", validation, d.transitions)
+		}
+		d.val = val.Matrices(d.u)
+	}
 	return d, nil
 }
 
@@ -216,10 +414,10 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 // or checks the sizes inferred from the data.
 func (d *dataset) size(f *inputFlags) error {
 	if d.transitions == 0 && d.unseen > 0 {
-		return fmt.Errorf("%s: no transitions to score: all %d rows name states or actions the model does not have", f.input, d.unseen)
+		return fmt.Errorf("%s: no transitions to score: all %d rows name states or actions the model does not have", f.name(), d.unseen)
 	}
 	if d.transitions == 0 {
-		return fmt.Errorf("%s: no transitions: the input has no data rows", f.input)
+		return fmt.Errorf("%s: no transitions: the input has no data rows", f.name())
 	}
 	if d.ids.states != nil && f.states > 0 {
 		return usagef("--states %d: the states are named by ids, so n is the number of distinct ids (%d): drop --states", f.states, d.n)
@@ -236,14 +434,14 @@ func (d *dataset) size(f *inputFlags) error {
 	case f.states > 0:
 		d.n = f.states
 	case d.n > maxInferredStates:
-		return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", f.input, d.n-1, d.n, maxInferredStates)
+		return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", f.name(), d.n-1, d.n, maxInferredStates)
 	}
 	switch {
 	case d.ids.actions != nil:
 	case f.actions > 0:
 		d.u = f.actions
 	case d.u > maxInferredActions:
-		return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", f.input, d.u-1, d.u, maxInferredActions)
+		return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", f.name(), d.u-1, d.u, maxInferredActions)
 	}
 	return nil
 }
@@ -287,19 +485,86 @@ func (k *knownRows) filter(b *arrowio.TransitionBatch) *arrowio.TransitionBatch 
 	return o
 }
 
+// Sparse indices: a fit's work and memory grow with n·u·m, the data's
+// with the transitions. One stray large index in a small file (a typo, a
+// corrupted row) would make a model of millions of mostly empty rows, or
+// thousands of empty actions, that takes minutes and gigabytes to fit
+// (--max-model-bytes bounds only the memory). So an inferred size must be
+// plausible for the data: at most sparseStatesPer states per transition
+// (beyond sparseStatesMin states) and sparseActionsPer actions per
+// distinct action seen (beyond sparseActionsMin actions); past that the
+// user confirms the size with --states or --actions.
+const (
+	sparseStatesMin  = 1 << 16
+	sparseStatesPer  = 16
+	sparseActionsMin = 64
+	sparseActionsPer = 4
+)
+
+// checkSparse applies checkInferredStates and checkInferredActions to
+// the sizes of d that no flag set. A fit checks its memory first, so
+// that a size beyond the machine is named as such.
+func (d *dataset) checkSparse(f *inputFlags) error {
+	// (A vocabulary's size is no guess: every id is in the data.)
+	if f.states == 0 && d.ids.states == nil {
+		if err := checkInferredStates(f.input, d.n, d.transitions); err != nil {
+			return err
+		}
+	}
+	if f.actions == 0 && d.ids.actions == nil {
+		return checkInferredActions(f.input, d.u, actionsSeen(d.train, d.holdout, d.val))
+	}
+	return nil
+}
+
+// checkInferredStates checks n, inferred from the largest state index of
+// file, against the transitions read.
+func checkInferredStates(file string, n, transitions int) error {
+	if n > sparseStatesMin && n/sparseStatesPer > transitions {
+		return usagef("%s: the largest state index is %d, so n would be %d states, but the input has only %d transitions (at most %d states per transition are inferred): pass --states N if that is right", file, n-1, n, transitions, sparseStatesPer)
+	}
+	return nil
+}
+
+// checkInferredActions checks u, inferred from the largest action index
+// of file, against the number of actions that have transitions.
+func checkInferredActions(file string, u, seen int) error {
+	if u > sparseActionsMin && u > sparseActionsPer*seen {
+		return usagef("%s: the largest action index is %d, so u would be %d actions, but only %d of them have transitions: pass --actions N if that is right", file, u-1, u, seen)
+	}
+	return nil
+}
+
+// actionsSeen is the number of actions with transitions in any of the
+// sets of blocks (one block per action each).
+func actionsSeen(sets ...[]*factor.Block) int {
+	seen := map[int]bool{}
+	for _, set := range sets {
+		for _, b := range set {
+			if b.NNZ() > 0 {
+				seen[b.Action] = true
+			}
+		}
+	}
+	return len(seen)
+}
+
 // firstPassGCPercent is the GOGC of loadTwoPass's first read.
 const firstPassGCPercent = 200
 
-// twoPassFormat reports whether loadData reads f twice (shard.TwoPass):
-// Arrow IPC and Parquet files, which decode fast, so that a second read
-// costs less than keeping every transition while the matrices are built.
-// CSV, whose parsing is most of its cost, is read once.
-func twoPassFormat(f *inputFlags) bool {
-	format, err := arrowio.NormalizeFormat(f.format)
-	if err == nil && format == "" {
-		format, _, err = arrowio.DetectFormat(f.input)
-	}
-	return err == nil && format != arrowio.FormatCSV
+// twoPassFormat reports whether loadData reads files of format twice
+// (shard.TwoPass): Arrow IPC and Parquet files, which decode fast, so
+// that a second read costs less than keeping every transition while the
+// matrices are built. CSV, whose parsing is most of its cost, is read
+// once.
+func twoPassFormat(format string) bool { return format != arrowio.FormatCSV }
+
+// twoPassFile reports whether loadData may read f twice: a file (not
+// standard input, which cannot be read twice, nor a stream) of a
+// twoPassFormat, not gzip data (decompressed once: a one-pass read's peak
+// memory is about a two-pass read's).
+func twoPassFile(f arrowio.DataFile) bool {
+	return !f.Stream && f.Name != arrowio.StdinPath && twoPassFormat(f.Format) && !arrowio.IsGzipFile(f.Name)
 }
 
 // loadTwoPass is loadData without a holdout, in two reads of the file
@@ -309,7 +574,7 @@ func twoPassFormat(f *inputFlags) bool {
 // or when the second read differs from the first (shard.ErrInputChanged):
 // the caller counts in one pass instead. The dataset is the one loadData
 // builds in one pass, bitwise.
-func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err error) {
+func loadTwoPass(ctx context.Context, f *inputFlags, src *dataSource) (d *dataset, ok bool, err error) {
 	// The first read keeps almost nothing live, so loadData's GOGC would
 	// collect at every MiB or so of the readers' garbage: collect less
 	// often until Plan, but not so rarely that the heap of this read
@@ -320,10 +585,10 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	var tp shard.TwoPass
 	h := &splitHash{f: newFingerprint()}
 	var histDone atomic.Int64 // batches
-	err = scanPipelined(ctx, f.input, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+	err = scanPipelined(ctx, src, f.readOptions(), func(b *arrowio.TransitionBatch) error {
 		k, err := tp.Hist(b.State, b.Action, b.Next, b.Count)
 		if err != nil {
-			return fmt.Errorf("%s: row %d: %w", f.input, b.FirstRow+k, err)
+			return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
 		}
 		histDone.Add(1)
 		return nil
@@ -335,7 +600,7 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 		return nil, false, err
 	}
 	n, u := tp.Dims()
-	d = &dataset{file: f.input, n: n, u: u, transitions: tp.Len()}
+	d = &dataset{file: f.name(), n: n, u: u, transitions: tp.Len()}
 	if err := d.size(f); err != nil {
 		return nil, false, err
 	}
@@ -352,7 +617,7 @@ func loadTwoPass(ctx context.Context, f *inputFlags) (d *dataset, ok bool, err e
 	// column, which the first has checked.
 	opts := f.readOptions()
 	opts.NoCount = !tp.Weighted()
-	err = scanPipelined(ctx, f.input, opts, func(b *arrowio.TransitionBatch) error {
+	err = scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
 		return tp.Fill(b.State, b.Action, b.Next, b.Count)
 	}, h.second)
 	if err == nil {
@@ -396,6 +661,7 @@ type splitHash struct {
 	rows    int // hashed so far, from the first row on
 	batches int // of the first read, seen so far
 	stopped bool
+	seen    int // rows of the second read seen so far
 }
 
 // first is the hashing of a batch of the first read; with behind, and
@@ -410,11 +676,14 @@ func (s *splitHash) first(b *arrowio.TransitionBatch, behind bool) {
 }
 
 // second is the hashing of a batch of the second read: its rows that
-// first did not hash.
+// first did not hash. (Rows are counted here, not by b.FirstRow, which
+// starts again at 1 with each file of a dataset.)
 func (s *splitHash) second(b *arrowio.TransitionBatch) error {
-	if from := s.rows - (b.FirstRow - 1); from < b.Len() {
+	at := s.seen
+	s.seen += b.Len()
+	if from := s.rows - at; from < b.Len() {
 		s.f.addRows(b, max(from, 0))
-		s.rows = b.FirstRow - 1 + b.Len()
+		s.rows = at + b.Len()
 	}
 	return nil
 }
@@ -425,16 +694,11 @@ func (d *dataset) all() []*factor.Block {
 	if d.holdout == nil {
 		return d.train
 	}
-	var ct shard.Counter
-	for _, set := range [][]*factor.Block{d.train, d.holdout} {
-		for _, b := range set {
-			for r, i := range b.Rows {
-				for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
-					// Counts were validated when read; Add cannot fail here.
-					_ = ct.Add(int(i), b.Action, int(b.Cols[q]), b.Vals[q])
-				}
-			}
-		}
-	}
-	return ct.Matrices(d.u)
+	return mergeBlocks(d.u, d.train, d.holdout)
+}
+
+// mergeBlocks adds the nonzeros of the sets into one matrix per action
+// (shard.Union).
+func mergeBlocks(u int, sets ...[]*factor.Block) []*factor.Block {
+	return shard.Union(u, sets...)
 }

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -77,7 +78,7 @@ func checkTwoPassBitwise(t *testing.T, rows [][4]float64) {
 			path := filepath.Join(dir, "t."+format)
 			writeCountRows(t, path, format, rows, spread)
 			f := &inputFlags{input: path}
-			if format != "csv" && !twoPassFormat(f) {
+			if format != "csv" && !twoPassFormat(format) {
 				t.Fatalf("%s: not read in two passes", format)
 			}
 			d, err := loadData(context.Background(), f, 0, 0)
@@ -105,7 +106,11 @@ func TestLoadTwoPassInputChanged(t *testing.T) {
 	writeCountRows(t, path, "arrow", rows, 1)
 	var tp shard.TwoPass
 	f := &inputFlags{input: path}
-	err := scanPipelined(context.Background(), path, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+	src, err := f.open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = scanPipelined(context.Background(), src, f.readOptions(), func(b *arrowio.TransitionBatch) error {
 		_, err := tp.Hist(b.State, b.Action, b.Next, b.Count)
 		return err
 	})
@@ -114,7 +119,7 @@ func TestLoadTwoPassInputChanged(t *testing.T) {
 	}
 	tp.Plan()
 	writeCountRows(t, path, "arrow", [][4]float64{{0, 0, 1, 1}, {0, 0, 2, 1}, {2, 1, 0, 1}}, 1)
-	err = scanPipelined(context.Background(), path, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+	err = scanPipelined(context.Background(), src, f.readOptions(), func(b *arrowio.TransitionBatch) error {
 		return tp.Fill(b.State, b.Action, b.Next, b.Count)
 	})
 	if err == nil {
@@ -198,5 +203,56 @@ func TestFingerprintDefinition(t *testing.T) {
 				t.Errorf("%s %v: fingerprint %q, want %q", format, extra, mf.Fingerprint, want)
 			}
 		}
+	}
+}
+
+// TestLoadDataDataset: a directory of files (mixed formats) and a glob
+// load bitwise the dataset of one file holding their rows in path order
+// (counts, sizes, fingerprint), with and without a holdout; a bad row in
+// the second file names that file and its row.
+func TestLoadDataDataset(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var rows [][4]float64
+	for range 3000 {
+		c := 1.0
+		if rng.IntN(4) == 0 {
+			c = 0.5 + float64(rng.IntN(5))/4
+		}
+		rows = append(rows, [4]float64{float64(rng.IntN(200)), float64(rng.IntN(3)), float64(rng.IntN(200)), c})
+	}
+	dir := t.TempDir()
+	one := filepath.Join(dir, "one.arrow")
+	writeCountRows(t, one, "arrow", rows, 1)
+	parts := filepath.Join(dir, "parts")
+	if err := os.Mkdir(parts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for k, cut := range [][2]int{{0, 700}, {700, 1900}, {1900, 3000}} {
+		format := []string{"csv", "parquet", "arrow"}[k]
+		writeCountRows(t, filepath.Join(parts, fmt.Sprintf("p%d.%s", k, format)), format, rows[cut[0]:cut[1]], 1)
+	}
+	for _, holdout := range []float64{0, 0.3} {
+		want, err := loadData(context.Background(), &inputFlags{input: one}, holdout, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, input := range []string{parts, filepath.Join(parts, "p*")} {
+			got, err := loadData(context.Background(), &inputFlags{input: input}, holdout, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.file = want.file
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s, holdout %v: the dataset differs from that of one file", input, holdout)
+			}
+		}
+	}
+	bad := filepath.Join(parts, "p1.parquet")
+	rows[900][0] = -1
+	writeCountRows(t, bad, "parquet", rows[700:1900], 1)
+	_, err := loadData(context.Background(), &inputFlags{input: parts}, 0, 0)
+	var ie *arrowio.InputError
+	if !errors.As(err, &ie) || ie.File != bad || ie.Row != 201 || ie.Column != "state" {
+		t.Fatalf("bad row in the second file: %v", err)
 	}
 }

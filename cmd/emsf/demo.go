@@ -28,7 +28,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	logs.register(fs)
 	stop.register(fs)
 	prog.register(fs)
-	fs.StringVar(&dir, "dir", "emsf-demo", "folder for the generated data and the fitted model")
+	fs.StringVar(&dir, "dir", "", "folder for the generated data and the fitted model (default: a new temporary folder, printed; the demo leaves nothing where it runs)")
 	fs.IntVar(&m, "order", 5, "order m of the fitted factorization")
 	fs.IntVar(&workers, "workers", 2, "goroutines computing statistics")
 	if err := parse(fs, args); err != nil {
@@ -53,10 +53,17 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	w := e.stdout
+	if dir == "" {
+		// Not the working folder: run in a clone, the demo would leave
+		// untracked files in the repository.
+		if dir, err = os.MkdirTemp("", "emsf-demo-"); err != nil {
+			return fmt.Errorf("a folder for the demo's files: %w (give one with --dir)", err)
+		}
+		fmt.Fprintf(w, "Writing the demo's files to %s (--dir DIR to choose).\n", dir)
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("--dir: %w", err)
 	}
-	w := e.stdout
 	fmt.Fprintf(w, "1. A random MDP: n=%d states, u=%d action(s), P^a = D'K' of true order %d (rows %s).\n",
 		g.states, g.actions, g.order, g.rows)
 	data := filepath.Join(dir, "transitions.csv")

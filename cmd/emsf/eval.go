@@ -10,7 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/factor/experiment"
 	"github.com/emsf/emsf/shard"
@@ -18,26 +17,51 @@ import (
 
 func runEval(ctx context.Context, e *env, args []string) error {
 	var in inputFlags
-	var modelPath, truthPath string
+	var modelPath, truthPath, trainPath, baselines string
 	var cnt bool
 	var rhoFlag string
-	fs := newFlagSet(e, "eval", "eval --model FILE [--input TRANSITIONS] [--truth TRUE_MODEL] [--cnt]")
+	var mix, validation float64
+	var seed uint64
+	var nf natsFlags
+	fs := newFlagSet(e, "eval", "eval --model FILE|DATASET [--input TRANSITIONS] [--train TRAINING_TRANSITIONS] [--truth TRUE_MODEL] [--cnt]")
 	in.register(fs)
-	fs.StringVar(&modelPath, "model", "", "model to evaluate (required unless --cnt)")
-	fs.StringVar(&truthPath, "truth", "", "true model D'K' (from emsf gen): report ‖P − DK‖_F and KL_ρ against it")
-	fs.BoolVar(&cnt, "cnt", false, "also evaluate the counting estimate (CNT) of --input")
+	fs.StringVar(&modelPath, "model", "", "model to evaluate (required unless --cnt or --train): "+modelPathUsage)
+	fs.StringVar(&truthPath, "truth", "", "true model D'K' (from emsf gen): report ‖P − DK‖_F and KL_ρ against it; any form --model takes")
+	nf.register(fs)
+	fs.StringVar(&trainPath, "train", "", "training transitions: score counting baselines trained on this file beside the model on --input (their parameters chosen on a --validation split of it, never on --input)")
+	fs.StringVar(&baselines, "baselines", "cnt,add,jm", "with --train: the counting baselines to score: cnt (counting), add (add-β), jm (Jelinek–Mercer with the next-state frequencies); comma-separated, or none")
+	fs.Float64Var(&mix, "mix", factor.DefaultHeldOutMix, "the held-out scoring rule, applied to every estimate alike: its probabilities mixed with the uniform distribution over the scored states at this weight, in [0, 1) (recorded in the output)")
+	fs.Float64Var(&validation, "validation", 0.1, "with --train: the fraction of its transitions held out to choose the baselines' β and λ")
+	fs.Uint64Var(&seed, "seed", 1, "seed of the --validation split")
+	fs.BoolVar(&cnt, "cnt", false, "also evaluate the counting estimate (CNT) against --truth: of --train when given, else of --input (in-sample)")
 	fs.StringVar(&rhoFlag, "rho", "", "weights ρ of the rows (state, action) in KL_ρ and the ρ-weighted Frobenius norm: empirical (the start-state frequencies of --input, as the papers do), uniform, or a CSV FILE with columns state, weight and optionally action (default: empirical with --input, else uniform)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if modelPath == "" && !cnt {
-		return usagef("--model is required (or --cnt with --input)")
+	if modelPath == "" && !cnt && trainPath == "" {
+		return usagef("--model is required (or --cnt with --input, or --train)")
 	}
 	if in.input == "" && truthPath == "" {
 		return usagef("nothing to evaluate against: give --input, --truth or both")
 	}
-	if cnt && in.input == "" {
-		return usagef("--cnt needs --input: the counts come from the transitions")
+	if cnt && in.input == "" && trainPath == "" {
+		return usagef("--cnt needs --input or --train: the counts come from the transitions")
+	}
+	if trainPath != "" && in.input == "" {
+		return usagef("--train scores baselines on held-out data: give --input TEST_FILE")
+	}
+	if !(mix >= 0 && mix < 1) {
+		return usagef("--mix %v: must be in [0, 1)", mix)
+	}
+	if !(validation > 0 && validation < 1) {
+		return usagef("--validation %v: must be in (0, 1)", validation)
+	}
+	bases, err := parseBaselines(baselines)
+	if err != nil {
+		return err
+	}
+	if err := nf.validate(); err != nil {
+		return err
 	}
 	if rhoFlag == "" {
 		rhoFlag = "uniform"
@@ -53,16 +77,16 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	var md *factor.Model
 	var ids vocabs // of the model (or, without one, of the truth)
 	if modelPath != "" {
-		mf, err := arrowio.ReadModel(modelPath)
+		mf, err := readModel(ctx, &nf, modelPath)
 		if err != nil {
 			return err
 		}
 		md, ids = mf.Model, vocabsOf(mf)
-		ests = append(ests, namedEstimate{"model " + modelPath, md})
+		ests = append(ests, namedEstimate{"model " + modelPath, md, ""})
 	}
 	var truth *factor.Model
 	if truthPath != "" {
-		tf, err := arrowio.ReadModel(truthPath)
+		tf, err := readModel(ctx, &nf, truthPath)
 		if err != nil {
 			return fmt.Errorf("--truth: %w", err)
 		}
@@ -77,16 +101,32 @@ func runEval(ctx context.Context, e *env, args []string) error {
 			ids = vocabsOf(tf)
 		}
 	}
+	// The baselines, trained on --train (never on the scored file). Its
+	// ids and the scored file's are one vocabulary: the model's (or the
+	// truth's), or without either, --train's own.
+	var train *dataset
+	loadTrain := func(base vocabs, policy idPolicy) error {
+		tin := in
+		tin.input = trainPath
+		tin.format = ""
+		var err error
+		if train, err = loadDataIDs(ctx, &tin, 0, validation, seed, base, policy); err != nil {
+			return fmt.Errorf("--train: %w", err)
+		}
+		if train.unseen > 0 {
+			fmt.Fprintf(e.stdout, "--train %s: %d rows name states or actions the model does not have (unseen ids): not used\n", trainPath, train.unseen)
+		}
+		return nil
+	}
+	if trainPath != "" && md == nil && truth == nil {
+		if err := loadTrain(vocabs{}, idsFresh); err != nil {
+			return err
+		}
+		ids = train.ids
+	}
 	var data *dataset
 	if in.input != "" {
-		if md != nil {
-			if in.states == 0 && ids.states == nil {
-				in.states = md.N
-			}
-			if in.actions == 0 && ids.actions == nil {
-				in.actions = md.U
-			}
-		} else if truth != nil {
+		if truth != nil && md == nil && trainPath == "" {
 			in.states, in.actions = truth.N, truth.U
 			if ids.states != nil {
 				in.states = 0
@@ -95,37 +135,54 @@ func runEval(ctx context.Context, e *env, args []string) error {
 				in.actions = 0
 			}
 		}
-		var err error
-		// Against a model (or truth) the data's ids are the model's: a row
-		// naming one it lacks is an unseen row, set aside.
+		// Against a model (or truth, or --train) the data's ids are its:
+		// a row naming one it lacks is an unseen row, set aside.
 		policy := idsKnown
-		if md == nil && truth == nil {
+		if md == nil && truth == nil && train == nil {
 			policy = idsFresh // --cnt alone: the data's own ids
 		}
-		if data, err = loadDataIDs(ctx, &in, 0, 0, ids, policy); err != nil {
+		if data, err = loadDataIDs(ctx, &in, 0, 0, 0, ids, policy); err != nil {
 			return err
 		}
 		if data.unseen > 0 {
-			fmt.Fprintf(e.stdout, "data %s: %d rows name states or actions the model does not have (unseen ids): not scored\n", in.input, data.unseen)
+			fmt.Fprintf(e.stdout, "data %s: %d rows name states or actions the model does not have (unseen ids): not scored\n", in.name(), data.unseen)
 		}
-		if md != nil {
-			ll, total, err := factor.LogLikelihood(md, data.train)
-			if err != nil {
-				return err
-			}
-			wkl, err := factor.WKL(md, data.train)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stdout, "data %s: %d transitions, total count %g\n", in.input, data.transitions, total)
-			fmt.Fprintf(e.stdout, "  log-likelihood        %.8g\n  per transition        %.8g\n  weighted KL (WKL)     %.8g\n", ll, ll/total, wkl)
+	}
+	if trainPath != "" && train == nil {
+		if err := loadTrain(ids, idsKnown); err != nil {
+			return err
 		}
-		if cnt {
-			c, err := factor.NewCNT(data.n, data.u, data.train, 0)
-			if err != nil {
-				return err
-			}
-			ests = append(ests, namedEstimate{"CNT (counting)", c})
+	}
+	// The states and actions every estimate and data cover.
+	n, u := 0, 0
+	for _, d := range []*dataset{data, train} {
+		if d != nil {
+			n, u = max(n, d.n), max(u, d.u)
+		}
+	}
+	if md != nil {
+		n, u = max(n, md.N), max(u, md.U)
+	}
+	if truth != nil {
+		n, u = max(n, truth.N), max(u, truth.U)
+	}
+	rule := factor.HeldOutRule{Mix: mix}
+	if train != nil {
+		bs, err := trainBaselines(n, u, train, bases, rule)
+		if err != nil {
+			return err
+		}
+		ests = append(ests, bs...)
+	} else if cnt && data != nil {
+		c, err := factor.NewCNT(data.n, data.u, data.train, 0)
+		if err != nil {
+			return err
+		}
+		ests = append(ests, namedEstimate{"CNT (counting, in-sample: of --input itself)", c, ""})
+	}
+	if data != nil {
+		if err := scoreHeldOut(e, in.name(), data, n, md, ests, rule); err != nil {
+			return err
 		}
 	}
 	if truth != nil {
@@ -139,6 +196,9 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(tw, "  estimate\t‖P − P̃‖_F\t‖P − P̃‖_F,ρ\tKL_ρ(P ‖ P̃)\t")
 		var notes []string
 		for _, est := range ests {
+			if est.est.States() != truth.N || est.est.Actions() != truth.U {
+				continue // trained on data of another shape
+			}
 			fro := factor.FrobeniusError(truth, est.est)
 			kl := factor.KLRho(truth, est.est, rho)
 			fmt.Fprintf(tw, "  %s\t%.6f\t%.6f\t%.6f\t\n", est.name, fro, experiment.FrobeniusRho(truth, est.est, rho), kl)
@@ -154,6 +214,126 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	return nil
+}
+
+// scoreHeldOut prints the score of every estimate on data under rule:
+// the log-likelihood, per transition, and for a model its WKL.
+func scoreHeldOut(e *env, file string, data *dataset, n int, md *factor.Model, ests []namedEstimate, rule factor.HeldOutRule) error {
+	total := factor.TotalCount(data.train)
+	fmt.Fprintf(e.stdout, "data %s: %d transitions, total count %g, %d states and %d actions\n", file, data.transitions, total, data.n, data.u)
+	if md != nil && (data.n > md.N || data.u > md.U) {
+		beyond := 0.0
+		for _, b := range data.train {
+			for r, i := range b.Rows {
+				if int(i) >= md.N || b.Action >= md.U {
+					beyond += float64(b.Ptr[r+1] - b.Ptr[r])
+				}
+			}
+		}
+		fmt.Fprintf(e.stdout, "  the model has n=%d u=%d: %g nonzeros come from states or actions beyond it (scored as unseen rows)\n", md.N, md.U, beyond)
+	}
+	fmt.Fprintf(e.stdout, "scoring rule (--mix): %s, N = %d\n", rule, n)
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "  estimate\tlog-likelihood\tper transition\tchosen on validation\t")
+	for _, est := range ests {
+		ll, tot, err := rule.LogLik(est.est, data.train, n)
+		if err != nil {
+			return fmt.Errorf("%s: %w", est.name, err)
+		}
+		fmt.Fprintf(tw, "  %s\t%.8g\t%.8g\t%s\t\n", est.name, ll, ll/tot, est.chosen)
+	}
+	tw.Flush()
+	if md != nil && data.n <= md.N && data.u <= md.U {
+		if wkl, err := factor.WKL(md, data.train); err == nil {
+			fmt.Fprintf(e.stdout, "  weighted KL (WKL) of the model's own probabilities: %.8g\n", wkl)
+		}
+	}
+	return nil
+}
+
+// baseline names of eval --baselines.
+const (
+	baseCNT = "cnt"
+	baseAdd = "add"
+	baseJM  = "jm"
+)
+
+func parseBaselines(s string) ([]string, error) {
+	if s == "none" || s == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, b := range strings.Split(s, ",") {
+		switch b = strings.TrimSpace(b); b {
+		case baseCNT, baseAdd, baseJM:
+			out = append(out, b)
+		default:
+			return nil, usagef("--baselines %q: %q is not cnt, add or jm", s, b)
+		}
+	}
+	return out, nil
+}
+
+// Grids of the baselines' parameters, chosen on the validation split.
+var addBetaGrid = []float64{1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1}
+
+// trainBaselines returns the counting baselines of train: each
+// parameter chosen by the score under rule of the validation split
+// (train.val) when counted on the rest (train.train), then counted on
+// all of train with it.
+func trainBaselines(n, u int, train *dataset, bases []string, rule factor.HeldOutRule) ([]namedEstimate, error) {
+	all := mergeBlocks(u, train.train, train.val)
+	var out []namedEstimate
+	choose := func(grid []float64, make func(bs []*factor.Block, v float64) (factor.Estimate, error)) (float64, error) {
+		best, bestV := math.Inf(-1), grid[0]
+		for _, v := range grid {
+			est, err := make(train.train, v)
+			if err != nil {
+				return 0, err
+			}
+			s, err := rule.PerTransition(est, train.val, n)
+			if err != nil {
+				continue // −Inf under a rule without mixture
+			}
+			if s > best {
+				best, bestV = s, v
+			}
+		}
+		return bestV, nil
+	}
+	for _, b := range bases {
+		switch b {
+		case baseCNT:
+			c, err := factor.NewCNT(n, u, all, 0)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, namedEstimate{"CNT (counting)", c, ""})
+		case baseAdd:
+			mk := func(bs []*factor.Block, beta float64) (factor.Estimate, error) { return factor.NewCNT(n, u, bs, beta) }
+			beta, err := choose(addBetaGrid, mk)
+			if err != nil {
+				return nil, err
+			}
+			c, err := mk(all, beta)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, namedEstimate{"add-β counting", c, fmt.Sprintf("β = %g", beta)})
+		case baseJM:
+			mk := func(bs []*factor.Block, l float64) (factor.Estimate, error) { return factor.NewJM(n, u, bs, l) }
+			lambda, err := choose(factor.LambdaGrid[1:], mk)
+			if err != nil {
+				return nil, err
+			}
+			c, err := mk(all, lambda)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, namedEstimate{"Jelinek–Mercer counting", c, fmt.Sprintf("λ = %g", lambda)})
+		}
+	}
+	return out, nil
 }
 
 // evalRho returns the row weights of eval's --rho (length u·n, row a·n+i
@@ -283,6 +463,7 @@ func zeroRows(truth, est factor.Estimate, rho []float64) (zero, weighted int) {
 }
 
 type namedEstimate struct {
-	name string
-	est  factor.Estimate
+	name   string
+	est    factor.Estimate
+	chosen string // the parameters chosen on validation, for output
 }

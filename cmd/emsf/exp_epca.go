@@ -54,11 +54,11 @@ func runEPCA(ctx context.Context, e *env, args []string) error {
 	}
 	job := &experiment.EPCA{Bases: ls, Transitions: x.sizesV[0], Hands: hands, Epsilon: eps, Smooth: smooth,
 		Converger: x.converger(), EPCAConv: factor.Converger{Tol: x.tol, MaxIter: epcaIters}, Seed: x.seed}
-	return runRelated(ctx, e, &x, "epca", job.Jobs(x.runs), job.Run, []relatedPlot{
+	return runRelated(ctx, e, &x, "epca", job.Jobs(x.runs), job.Run, xIs("bases"), []relatedPlot{
 		{"epca", "heldout_loglik", "gen", fmt.Sprintf("gen data (n = 100, true order 20, %d transitions): E-PCA vs EMSF", job.Transitions),
 			"bases l = order m", "held-out log-likelihood per transition", false},
 		{"epca-blackjack", "heldout_loglik", "blackjack", fmt.Sprintf("blackjack, random policy, %d hands: E-PCA vs EMSF", hands),
 			"bases l = order m", "held-out log-likelihood per transition", false},
-		{"epca-kl", "kl_rho", "gen", "gen data: KL_ρ(P ‖ estimate)", "bases l = order m", "KL_ρ", true},
+		{"epca-kl", "kl_rho", "gen", "gen data: ρ-weighted KL divergence of each estimate from the true P", "bases l = order m", "ρ-weighted KL(P ‖ estimate)", true},
 	})
 }

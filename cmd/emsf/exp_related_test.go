@@ -13,7 +13,7 @@ import (
 func relatedRows(t *testing.T, dir, name string, pngs ...string) [][]string {
 	t.Helper()
 	rows := readCSV(t, filepath.Join(dir, name+".csv"))
-	if got := strings.Join(rows[0], ","); got != "setting,method,m,transitions,seed,measure,error" {
+	if got := strings.Join(rows[0], ","); got != "setting,method,m,x_name,x,seed,measure,value" {
 		t.Fatalf("%s header %q", name, got)
 	}
 	for _, p := range pngs {
@@ -22,13 +22,13 @@ func relatedRows(t *testing.T, dir, name string, pngs ...string) [][]string {
 	return rows[1:]
 }
 
-// value returns the error column of the row with these setting, method,
+// value returns the value column of the row with these setting, method,
 // x, seed and measure.
 func value(t *testing.T, rows [][]string, setting, method, x, seed, measure string) float64 {
 	t.Helper()
 	for _, r := range rows {
-		if r[0] == setting && r[1] == method && r[3] == x && r[4] == seed && r[5] == measure {
-			v, err := strconv.ParseFloat(r[6], 64)
+		if r[0] == setting && r[1] == method && r[4] == x && r[5] == seed && r[6] == measure {
+			v, err := strconv.ParseFloat(r[7], 64)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,6 +49,12 @@ func TestExperimentMUHMM(t *testing.T) {
 		mustEmsf(t, "experiment", "mu-hmm", "--runs", "2", "--seed", "3", "--observations", "20000", "--hmm-iters", "300",
 			"--gen-iters", "20", "--sizes", "3000", "--quiet", "--out", dir, "--workers", w)
 		rows := relatedRows(t, dir, "mu-hmm", "mu-hmm", "mu-hmm-gen")
+		checkXNames(t, rows, func(_, measure string) string {
+			if measure == "hmm_objective" || measure == "gen_loglik" {
+				return "iterations"
+			}
+			return "observations"
+		})
 		for _, seed := range []string{"3", "4"} {
 			value(t, rows, "gen", "mu-repa", "20", seed, "gen_loglik")
 			value(t, rows, "hmm", "normHMM", "20000", seed, "hmm_final_objective")
@@ -56,7 +62,7 @@ func TestExperimentMUHMM(t *testing.T) {
 		}
 		var b strings.Builder
 		for _, r := range rows {
-			if r[5] != "hmm_seconds" {
+			if r[6] != "hmm_seconds" {
 				b.WriteString(strings.Join(r, ",") + "\n")
 			}
 		}
@@ -79,10 +85,16 @@ func TestExperimentOnlineEM(t *testing.T) {
 	mustEmsf(t, "experiment", "online-em", "--runs", "1", "--seed", "2", "--sizes", "1000,20000", "--gamma-exp", "0.8",
 		"--commit-every", "1000", "--alpha", "0.1", "--order", "10", "--nmf-steps", "2000", "--quiet", "--out", dir)
 	rows := relatedRows(t, dir, "online-em", "online-em", "online-em-nmf")
-	if v := value(t, rows, "emsf", "online EM a=0.8", "20000", "2", "kl_rho"); !(v > 0) || math.IsInf(v, 0) {
+	checkXNames(t, rows, func(setting, _ string) string {
+		if setting == "nmf" {
+			return "observations"
+		}
+		return "transitions"
+	})
+	if v := value(t, rows, "emsf", "online EM a = 0.8", "20000", "2", "kl_rho"); !(v > 0) || math.IsInf(v, 0) {
 		t.Errorf("online EM KL_ρ %v", v)
 	}
-	value(t, rows, "emsf", "incremental EMSF t_c=1000, α=0.1", "20000", "2", "kl_rho")
+	value(t, rows, "emsf", "incremental EMSF, commit every 1000, α = 0.1", "20000", "2", "kl_rho")
 	value(t, rows, "nmf", "exact online EM (Fig. 1)", "2000", "2", "b_rel_error")
 	code, _, errs := emsf(t, "experiment", "online-em", "--gamma-exp", "0.4", "--out", dir)
 	if code != 2 || !strings.Contains(errs, "--gamma-exp") {
@@ -98,6 +110,7 @@ func TestExperimentEPCA(t *testing.T) {
 	mustEmsf(t, "experiment", "epca", "--runs", "1", "--seed", "5", "--sizes", "3000", "--hands", "2000", "--bases", "1,4",
 		"--epca-iters", "20", "--iters", "50", "--quiet", "--out", dir)
 	rows := relatedRows(t, dir, "epca", "epca", "epca-blackjack", "epca-kl")
+	checkXNames(t, rows, func(string, string) string { return "bases" })
 	if v := value(t, rows, "gen", "E-PCA", "1", "5", "heldout_loglik"); math.Abs(v+math.Log(100)) > 1e-9 {
 		t.Errorf("E-PCA with the constant basis only: held-out %v, want −log 100", v)
 	}
@@ -131,5 +144,16 @@ func TestDistinctTicks(t *testing.T) {
 	}
 	if labelled < 2 {
 		t.Errorf("%d labelled ticks", labelled)
+	}
+}
+
+// checkXNames fails unless every row's x_name is want(its setting, its
+// measure): the CSV says what each x is.
+func checkXNames(t *testing.T, rows [][]string, want func(setting, measure string) string) {
+	t.Helper()
+	for _, r := range rows {
+		if w := want(r[0], r[6]); r[3] != w {
+			t.Errorf("row %v: x_name %q, want %q", r, r[3], w)
+		}
 	}
 }

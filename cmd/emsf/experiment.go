@@ -151,7 +151,17 @@ func (x *expFlags) converger() factor.Converger {
 	return factor.Converger{Tol: x.tol, MaxIter: x.iters}
 }
 
-var csvHeader = []string{"setting", "method", "m", "transitions", "seed", "measure", "error"}
+// csvHeader is the header of an experiment's CSV: x_name says what x is
+// (transitions, iterations, bases, observations: experiments and their
+// measures differ), value is the measure's value (an error, a
+// log-likelihood, seconds).
+var csvHeader = []string{"setting", "method", "m", "x_name", "x", "seed", "measure", "value"}
+
+// xNamer names the x of a record in an experiment's CSV.
+type xNamer func(experiment.Record) string
+
+// xIs is the xNamer of an experiment whose every x is one quantity.
+func xIs(name string) xNamer { return func(experiment.Record) string { return name } }
 
 // runAll runs job(ctx, k) for k in [0, count) on at most workers
 // goroutines and returns the rows of every job, in job order (so they do
@@ -231,14 +241,14 @@ func interruptedErr(interrupted bool, rows int, out string) error {
 }
 
 // writeCSV writes the records atomically.
-func writeCSV(path string, recs []experiment.Record) error {
+func writeCSV(path string, recs []experiment.Record, xName xNamer) error {
 	return writeRows(path, csvHeader, len(recs), func(k int) []string {
 		r := recs[k]
 		m := ""
 		if r.M > 0 {
 			m = strconv.Itoa(r.M)
 		}
-		return []string{r.Setting, r.Method, m, strconv.Itoa(r.Transitions), strconv.FormatUint(r.Seed, 10),
+		return []string{r.Setting, r.Method, m, xName(r), strconv.Itoa(r.Transitions), strconv.FormatUint(r.Seed, 10),
 			r.Measure, strconv.FormatFloat(r.Error, 'g', -1, 64)}
 	})
 }
@@ -286,7 +296,7 @@ func finish(e *env, x *expFlags, name, title, yLabel, measure string, logY bool,
 		return fmt.Errorf("--out: %w", err)
 	}
 	csvPath := filepath.Join(x.out, name+".csv")
-	if err := writeCSV(csvPath, recs); err != nil {
+	if err := writeCSV(csvPath, recs, xIs("transitions")); err != nil {
 		return err
 	}
 	var measures []string

@@ -54,7 +54,7 @@ func TestExperimentSampleSize(t *testing.T) {
 		t.Errorf("output:\n%s", out)
 	}
 	rows := readCSV(t, filepath.Join(dir, "sample-size.csv"))
-	if got := strings.Join(rows[0], ","); got != "setting,method,m,transitions,seed,measure,error" {
+	if got := strings.Join(rows[0], ","); got != "setting,method,m,x_name,x,seed,measure,value" {
 		t.Fatalf("header %q", got)
 	}
 	if len(rows) != 17 {
@@ -63,11 +63,11 @@ func TestExperimentSampleSize(t *testing.T) {
 	count := map[string]int{}
 	for _, r := range rows[1:] {
 		count[r[1]+" "+r[2]]++
-		if r[0] != "uniform" || (r[3] != "200" && r[3] != "800") || (r[4] != "7" && r[4] != "8") || r[5] != "frobenius" {
+		if r[0] != "uniform" || r[3] != "transitions" || (r[4] != "200" && r[4] != "800") || (r[5] != "7" && r[5] != "8") || r[6] != "frobenius" {
 			t.Errorf("row %v", r)
 		}
-		if v, err := strconv.ParseFloat(r[6], 64); err != nil || !(v > 0) {
-			t.Errorf("row %v: error %q", r, r[6])
+		if v, err := strconv.ParseFloat(r[7], 64); err != nil || !(v > 0) {
+			t.Errorf("row %v: error %q", r, r[7])
 		}
 	}
 	for _, k := range []string{"EMSF 5", "EMSF 10", "EMSF 20", "CNT "} {
@@ -97,8 +97,8 @@ func TestExperimentSampling(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, r := range rows[1:] {
-		seen[r[0]+" "+r[1]+" "+r[5]] = true
-		if r[2] != "10" || r[3] != "2000" {
+		seen[r[0]+" "+r[1]+" "+r[6]] = true
+		if r[2] != "10" || r[3] != "transitions" || r[4] != "2000" {
 			t.Errorf("row %v", r)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ type fitFlags struct {
 	cluster    clusterFlags
 	inc        incrementalFlags
 	onlineEM   onlineEMFlags
+	limits     limitFlags
 	order      string
 	tie        string
 	stop       stopFlags
@@ -35,6 +37,7 @@ type fitFlags struct {
 	workers    int
 	alpha      float64
 	initModel  string
+	initIters  int // the iterations of the --init model (set by runFit)
 	initSmooth float64
 	holdout    float64
 	out        string
@@ -45,20 +48,34 @@ type fitFlags struct {
 	algorithm  string
 	loss       string
 	precision  string
+	accel      string
+	smooth     string
+	stopRule   string
+	validation float64
+	patience   int
+	priorD     float64
+	priorK     float64
+	plain      bool
 
 	orders     []int
 	tieV       factor.Tie
 	precisionV factor.Precision
+	accelV     factor.Accel
+	accelAuto  bool // --accel auto chose accelV
+	priorSet   bool // --prior-d or --prior-k given
+	stopV      string
 }
 
 func runFit(ctx context.Context, e *env, args []string) error {
 	var f fitFlags
 	fs := newFlagSet(e, "fit", "fit --input FILE --order M [flags]")
 	f.in.register(fs)
+	f.in.nats = &f.cluster.natsFlags
 	f.logs.register(fs)
 	f.cluster.register(fs)
 	f.inc.register(fs)
 	f.onlineEM.register(fs)
+	f.limits.register(fs)
 	fs.StringVar(&f.order, "order", "", "order m of the factorization (number of hidden states); a list like 5,10,20 with --holdout picks the best (required)")
 	fs.StringVar(&f.tie, "tie", "none", "tie mode: none (D^a, K^a per action), shared-k (one K), shared-d (one D)")
 	f.stop.register(fs)
@@ -67,7 +84,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.restarts, "restarts", 1, "fit from this many random seeds (seed, seed+1, ...) and keep the best log-likelihood")
 	fs.IntVar(&f.workers, "workers", 2, "goroutines computing statistics in parallel (the result does not depend on it)")
 	fs.Float64Var(&f.alpha, "alpha", 1, "learning rate of each commit, in (0, 1]; 1 is plain EM")
-	fs.StringVar(&f.initModel, "init", "", "warm-start from this model file instead of a random initialisation")
+	fs.StringVar(&f.initModel, "init", "", "warm-start from this model instead of a random initialisation: "+modelPathUsage)
 	fs.Float64Var(&f.initSmooth, "init-smooth", 0, "mix the --init model with the uniform distribution, this weight in [0, 1), so that new data may hold transitions it gives probability 0 (e.g. 0.01)")
 	fs.Float64Var(&f.holdout, "holdout", 0, "fraction of transitions held out to score each --order (0: none)")
 	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model")
@@ -78,9 +95,18 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.algorithm, "algorithm", algEMSF, algorithmUsage)
 	fs.StringVar(&f.loss, "loss", "wkl", lossUsage)
 	fs.StringVar(&f.precision, "precision", "float64", precisionUsage)
+	fs.StringVar(&f.accel, "accel", "auto", "acceleration between EM passes: squarem (SQUAREM: extrapolated steps with a safeguard, the log-likelihood never below the EM step it replaces), none (plain EM, bitwise as before), or auto: squarem where the fit holds the model (local, --exchange coordinator) with --alpha 1, else none")
+	fs.StringVar(&f.smooth, "smooth", "auto", "the model's predictive rule beyond D·K, stored in the model and used by eval, trick, serve and queries: auto (interpolation with the next-state frequencies, weight λ, and with the training counts, weight κ, both chosen per action on the --validation split), background (λ only: no counts stored, the model stays a factorization, of order m+1), or none (D·K itself)")
+	fs.StringVar(&f.stopRule, "stop", "auto", "stopping rule beside --iters, --tol and --time-limit: validation (stop once the --validation score has not gained for --patience scores, and keep the best iterate), tol (the relative change alone), or auto: validation where the fit holds the model, else tol")
+	fs.Float64Var(&f.validation, "validation", 0.1, "fraction of the training transitions held out (seeded by --seed) to choose the smoothing and to stop the fit; used with --smooth auto|background or --stop validation")
+	fs.Float64Var(&f.priorD, "prior-d", defaultPriorD, "Dirichlet prior on the rows of D (MAP-EM): pseudo-counts added to every entry of a row before it is normalized (0: none)")
+	fs.Float64Var(&f.priorK, "prior-k", defaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
+	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: --accel none --smooth none --stop tol --prior-d 0 --prior-k 0, and rows without data left at their random start")
+	fs.IntVar(&f.patience, "patience", 10, "with --stop validation: scores in a row without gain before the fit stops")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	fs.Visit(func(fl *flag.Flag) { f.priorSet = f.priorSet || fl.Name == "prior-d" || fl.Name == "prior-k" })
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -89,9 +115,15 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	f.report = newProgress(e, &f.logs, &f.progress, log)
+	f.cluster.report = f.report
 	if err := f.preflight(log); err != nil {
 		return err
 	}
+	mw, err := startMemWatch(os.Getenv(memProfileEnv), memWatchInterval)
+	if err != nil {
+		return err
+	}
+	defer mw.Close()
 	if f.inc.enabled {
 		return fitIncremental(ctx, e, &f, log)
 	}
@@ -104,24 +136,34 @@ func runFit(ctx context.Context, e *env, args []string) error {
 
 	var warm *arrowio.ModelFile
 	if f.initModel != "" {
-		if warm, err = arrowio.ReadModel(f.initModel); err != nil {
+		if warm, err = readModel(ctx, &f.cluster.natsFlags, f.initModel); err != nil {
 			return fmt.Errorf("--init: %w", err)
 		}
+		f.initIters = warm.Model.Iteration
 	}
+	valFrac := 0.0
+	if f.needsValidation() {
+		valFrac = f.validation
+	}
+	mw.Phase("read")
 	var data *dataset
 	if warm != nil {
 		// The model's ids keep their indices; new ones are appended.
-		data, err = loadDataIDs(ctx, &f.in, f.holdout, f.seed, vocabsOf(warm), idsGrow)
+		data, err = loadDataIDs(ctx, &f.in, f.holdout, valFrac, f.seed, vocabsOf(warm), idsGrow)
 	} else {
-		data, err = loadData(ctx, &f.in, f.holdout, f.seed)
+		data, err = loadDataVal(ctx, &f.in, f.holdout, valFrac, f.seed)
 	}
 	if err != nil {
 		return err
 	}
+	mw.Phase("fit")
 	for _, m := range f.orders {
 		if m > data.n {
 			return usagef("--order %d: must be at most the number of states n = %d", m, data.n)
 		}
+	}
+	if err := f.checkMemory(data); err != nil {
+		return err
 	}
 	if warm != nil {
 		if err := growWarm(log, warm, data.ids); err != nil {
@@ -134,14 +176,14 @@ func runFit(ctx context.Context, e *env, args []string) error {
 			return err // validate checked the weight
 		}
 	}
-	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
-		"nonzeros", nnz(data.train), "held_out", f.holdout > 0)
+	log.Info("data", "file", f.in.name(), "transitions", data.transitions, "states", data.n, "actions", data.u,
+		"nonzeros", nnz(data.train), "held_out", f.holdout > 0, "validation_nonzeros", nnz(data.val))
 
 	bestM := 0
 	if len(f.orders) > 1 || f.holdout > 0 {
 		bestHO := math.Inf(-1)
 		for _, m := range f.orders {
-			md, status, err := f.fitOrder(ctx, log, data.train, data.n, m, data.u, warm)
+			md, status, err := f.fitOrder(ctx, log, data.train, data.val, data.n, m, data.u, warm)
 			if err != nil {
 				return err
 			}
@@ -150,15 +192,11 @@ func runFit(ctx context.Context, e *env, args []string) error {
 				// training part: the work done so far, kept.
 				return f.write(e, md, data, status, fmt.Sprintf("while fitting order %d on the training part", m))
 			}
-			// Scored smoothed, as CNT's held-out score is (add-one): EM
-			// drives the probability of transitions never seen in training
-			// to 0 (exactly, once converged), and one such transition in
-			// the held-out part would make the score -Inf.
-			sm := md.Clone()
-			if err := sm.Smooth(heldOutSmoothing); err != nil {
-				return err
-			}
-			ho, err := factor.HeldOut(sm, data.holdout)
+			// Scored by the one held-out rule of every method (eval's,
+			// CNT's under --algorithm cnt): the model's own predictive
+			// rule, mixed with the uniform distribution so that a
+			// transition no method has seen scores finite.
+			ho, err := heldOutRule.PerTransition(md, data.holdout, data.n)
 			if err != nil {
 				return fmt.Errorf("held-out evaluation of order %d: %w", m, err)
 			}
@@ -167,21 +205,40 @@ func runFit(ctx context.Context, e *env, args []string) error {
 				bestHO, bestM = ho, m
 			}
 		}
-		fmt.Fprintf(e.stdout, "best order: %d (held-out scores of each model mixed with the uniform distribution, weight %g); refitting it on all %d transitions\n",
-			bestM, heldOutSmoothing, data.transitions)
+		fmt.Fprintf(e.stdout, "best order: %d (held-out scoring rule: %s); refitting it on all %d transitions\n",
+			bestM, heldOutRule, data.transitions)
 	} else {
 		bestM = f.orders[0]
 	}
-	best, status, err := f.fitOrder(ctx, log, data.all(), data.n, bestM, data.u, warm)
+	best, status, err := f.fitOrder(ctx, log, data.all(), data.val, data.n, bestM, data.u, warm)
 	if err != nil {
 		return err
 	}
 	return f.write(e, best, data, status, "")
 }
 
-// heldOutSmoothing is the weight of the uniform distribution mixed into
-// each model (factor.Model.Smooth) before it is scored on held-out data.
-const heldOutSmoothing = 1e-3
+// heldOutRule is the scoring rule of fit --holdout, the same for every
+// method (EMSF orders, --algorithm cnt) and eval's default.
+var heldOutRule = factor.HeldOutRule{Mix: factor.DefaultHeldOutMix}
+
+// warmNote says, for a warm-started fit (--init) whose model has total
+// iterations, how many this fit ran: a model counts its --init model's
+// iterations too. "" without --init.
+func (f *fitFlags) warmNote(total int) string {
+	if f.initModel == "" {
+		return ""
+	}
+	return fmt.Sprintf("; %d in this fit, after the %d of --init %s", total-f.initIters, f.initIters, f.initModel)
+}
+
+// warmFields are warmNote's log fields: the model's iterations, this
+// fit's and the --init model's included.
+func (f *fitFlags) warmFields(total int) []any {
+	if f.initModel == "" {
+		return nil
+	}
+	return []any{"model_iterations", total, "init_iterations", f.initIters}
+}
 
 // statusInterrupted is the model status of a fit stopped by a signal.
 const statusInterrupted = "interrupted"
@@ -196,8 +253,8 @@ func (f *fitFlags) write(e *env, md *factor.Model, data *dataset, status, where 
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations (%s), log-likelihood %.6g, WKL %.6g\nwrote %s\n",
-		md.N, md.M, md.U, md.Tie, md.Iteration, status, md.LogLik, md.WKL, f.out)
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations (%s%s), log-likelihood %.6g, WKL %.6g\nwrote %s\n",
+		md.N, md.M, md.U, md.Tie, md.Iteration, status, f.warmNote(md.Iteration), md.LogLik, md.WKL, f.out)
 	if status == statusInterrupted {
 		if where != "" {
 			where = " " + where
@@ -281,10 +338,16 @@ func (f *fitFlags) validate() error {
 	if err := f.validatePrecision(); err != nil {
 		return err
 	}
+	if err := f.validateQuality(); err != nil {
+		return err
+	}
 	if err := f.inc.validate(f); err != nil {
 		return err
 	}
 	if err := f.onlineEM.validate(&f.inc, f); err != nil {
+		return err
+	}
+	if err := f.limits.validate(); err != nil {
 		return err
 	}
 	return f.cluster.validate()
@@ -294,7 +357,7 @@ func (f *fitFlags) validate() error {
 // --out that cannot be written, a --nats server that cannot be reached;
 // and warns when the input's content and name disagree on its format.
 func (f *fitFlags) preflight(log hclog.Logger) error {
-	if f.in.format == "" {
+	if st, err := os.Stat(f.in.input); f.in.format == "" && err == nil && st.Mode().IsRegular() {
 		if _, note, err := arrowio.DetectFormat(f.in.input); err != nil {
 			return err
 		} else if note != "" {
@@ -349,20 +412,30 @@ func modelFormat(format *string, out string) error {
 // of the models fitted so far, the interrupted one included (it is the
 // model of its last completed iteration), with status "interrupted"; it
 // fails only if no iteration completed at all.
-func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*factor.Block, n, m, u int, warm *arrowio.ModelFile) (*factor.Model, string, error) {
+func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*factor.Block, n, m, u int, warm *arrowio.ModelFile) (*factor.Model, string, error) {
 	shards, man := shard.SplitGrid(mats, n, f.shardNNZ, f.colCells)
 	blocks := shard.Blocks(shards)
 	var best *factor.Model
 	bestStatus := ""
+	bestScore := math.Inf(-1)
 	for r := range f.restarts {
 		var md *factor.Model
 		if warm != nil {
 			md = warm.Model.Clone()
+			md.Smoothing = nil // chosen anew for these data
 		} else {
 			md = factor.NewRandom(n, m, u, f.tieV, f.seed+uint64(r))
 		}
 		if f.precisionV != factor.Float64 {
 			md.SetPrecision(f.precisionV)
+		}
+		var v *factor.Validation
+		if val != nil {
+			var err error
+			if v, err = factor.NewValidation(n, u, f.tieV, mats, val); err != nil {
+				return nil, "", err
+			}
+			v.NoCounts = f.smooth == smoothBackground
 		}
 		opts := factor.FitOptions{
 			Alpha:     f.alpha,
@@ -370,6 +443,26 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 			GroupNNZ:  f.groupNNZ,
 			Converger: f.stop.converger(),
 			Progress:  f.report.iterations(f.stop.iters, "order", m, "seed", md.Seed),
+			Accel:     f.accelV,
+		}
+		if f.priorD > 0 || f.priorK > 0 {
+			opts.Prior = &factor.Prior{D: f.priorD, K: f.priorK}
+		}
+		if f.stopV == stopValidation {
+			scores := 0
+			opts.EarlyStop = &factor.EarlyStop{Patience: f.patience, MinGain: heldOutMinGain,
+				Score: func(md *factor.Model) float64 {
+					// The rule's λ, κ, δ move slowly: tuned in full every
+					// tuneEvery scores, rescored with the last choice
+					// between (a function of the score's count: the fit
+					// stays deterministic).
+					scores++
+					if scores%tuneEvery == 1 {
+						s, _, _, _ := v.Tune(md, f.workers)
+						return s
+					}
+					return v.Rescore(md, f.workers)
+				}}
 		}
 		var res factor.FitResult
 		var err error
@@ -397,24 +490,142 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats []*facto
 				return nil, "", fmt.Errorf("interrupted before the first iteration completed: no model written: %w", err)
 			}
 		}
+		// A state without training data is predicted like the average
+		// state, never by the random row it started from (--plain keeps
+		// the fit of before, bits included).
+		if !f.plain {
+			md.SetUnseenRows(mats)
+		}
 		// The final pass is short (one E-step); it runs even after an
 		// interrupt, so the model written carries its own log-likelihood.
 		if err := factor.Evaluate(context.WithoutCancel(ctx), md, blocks, f.workers); err != nil {
 			return nil, "", err
 		}
-		log.Info("fit done", "order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations,
-			"loglik", md.LogLik, "elapsed", res.Elapsed.Round(time.Millisecond))
-		if !interrupted {
-			f.warnEarly(log, res.Status, "order", m, "seed", md.Seed, "iterations", res.Iterations)
+		score := md.LogLik
+		if v != nil {
+			var lambda, kappa, delta []float64
+			score, lambda, kappa, delta = v.Tune(md, f.workers)
+			if f.smooth != smoothNone {
+				if md.Smoothing, err = factor.NewSmoothing(n, u, mergeBlocks(u, mats, val), lambda, kappa, delta); err != nil {
+					return nil, "", err
+				}
+			}
+			log.Info("validation", "order", m, "seed", md.Seed, "loglik_per_transition", score, "lambda", lambda, "kappa", kappa, "delta", delta,
+				"smooth", f.smooth, "best_iteration", res.BestIteration, "scores", res.Evaluations)
 		}
-		if best == nil || md.LogLik > best.LogLik {
-			best, bestStatus = md, status
+		log.Info("fit done", append([]any{"order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations},
+			append(f.warmFields(md.Iteration), "loglik", md.LogLik, "accel", opts.Accel, "rejected", res.Rejected,
+				"elapsed", res.Elapsed.Round(time.Millisecond))...)...)
+		if !interrupted {
+			f.warnEarly(log, res.Status, append([]any{"order", m, "seed", md.Seed, "iterations", res.Iterations}, f.warmFields(md.Iteration)...)...)
+		}
+		if best == nil || score > bestScore {
+			best, bestStatus, bestScore = md, status, score
 		}
 		if interrupted {
 			return best, statusInterrupted, nil
 		}
 	}
 	return best, bestStatus, nil
+}
+
+// The default Dirichlet priors of fit (MAP-EM, factor.Prior): measured
+// in docs/quality.md.
+const (
+	defaultPriorD = 0.3
+	defaultPriorK = 30
+)
+
+// tuneEvery is how often (in scores) the held-out rule tunes λ, κ and δ
+// in full while a fit runs.
+const tuneEvery = 5
+
+// heldOutMinGain is the relative gain of the validation score that
+// resets the patience of --stop validation.
+const heldOutMinGain = 1e-6
+
+// Values of --smooth and --stop.
+const (
+	smoothAuto       = "auto"
+	smoothBackground = "background"
+	smoothNone       = "none"
+	stopValidation   = "validation"
+	stopTol          = "tol"
+)
+
+// needsValidation reports whether the fit splits a validation part off
+// its training data (--smooth or --stop use it).
+func (f *fitFlags) needsValidation() bool {
+	return f.algorithm == algEMSF && !f.inc.enabled && (f.smooth != smoothNone || f.stopV == stopValidation)
+}
+
+// validateQuality checks --accel, --smooth, --stop, --validation and
+// --patience and resolves their auto values for a fit that holds the
+// model; fitCluster drops what the owners exchange cannot run.
+func (f *fitFlags) validateQuality() error {
+	if f.plain {
+		if f.priorSet || f.accel != "auto" || f.smooth != smoothAuto || f.stopRule != "auto" {
+			return usagef("--plain sets --accel, --smooth, --stop and the priors itself: give it alone")
+		}
+		f.accel, f.smooth, f.stopRule, f.priorD, f.priorK = "none", smoothNone, stopTol, 0, 0
+	}
+	switch f.smooth {
+	case smoothAuto, smoothBackground, smoothNone:
+	default:
+		return usagef("--smooth %q: want auto, background or none", f.smooth)
+	}
+	if !(f.validation > 0 && f.validation < 1) {
+		return usagef("--validation %v: must be in (0, 1)", f.validation)
+	}
+	if !(f.priorD >= 0) || !(f.priorK >= 0) || math.IsInf(f.priorD, 0) || math.IsInf(f.priorK, 0) {
+		return usagef("--prior-d %v, --prior-k %v: must be finite and >= 0", f.priorD, f.priorK)
+	}
+	f.cluster.priorExplicit = f.priorSet && (f.priorD > 0 || f.priorK > 0)
+	if (f.priorD > 0 || f.priorK > 0) && (f.algorithm != algEMSF || f.inc.enabled || f.alpha != 1 || f.cluster.resume) {
+		if f.priorSet {
+			return usagef("--prior-d/--prior-k: MAP-EM runs a batch EMSF fit with --alpha 1 that holds the model (not --algorithm %s, --incremental, --alpha %v or --exchange owners)", f.algorithm, f.alpha)
+		}
+		f.priorD, f.priorK = 0, 0
+	}
+	if f.patience < 1 {
+		return usagef("--patience %d: must be >= 1", f.patience)
+	}
+	holds := f.algorithm == algEMSF && !f.inc.enabled && !f.cluster.resume
+	switch f.stopRule {
+	case "auto":
+		f.stopV = stopTol
+		if holds {
+			f.stopV = stopValidation
+		}
+	case stopValidation:
+		if !holds {
+			return usagef("--stop validation: stops a batch EMSF fit that runs from its start (not --algorithm %s, --incremental or --resume)", f.algorithm)
+		}
+		f.stopV = stopValidation
+	case stopTol:
+		f.stopV = stopTol
+	default:
+		return usagef("--stop %q: want auto, validation or tol", f.stopRule)
+	}
+	f.cluster.stopExplicit = f.stopRule == stopValidation
+	f.cluster.accelExplicit = f.accel == "squarem"
+	switch f.accel {
+	case "auto":
+		f.accelV = factor.AccelNone
+		if holds && f.alpha == 1 {
+			f.accelV, f.accelAuto = factor.AccelSquarem, true
+		}
+	case "none":
+		f.accelV = factor.AccelNone
+	case "squarem":
+		if !holds || f.alpha != 1 {
+			return usagef("--accel squarem: accelerates a batch EMSF fit with --alpha 1 that runs from its start (not --algorithm %s, --incremental, --alpha %v or --resume)", f.algorithm, f.alpha)
+		}
+		f.accelV = factor.AccelSquarem
+	default:
+		return usagef("--accel %q: want auto, none or squarem", f.accel)
+	}
+	return nil
 }
 
 // warnEarly warns when a fit (EMSF, KLM, MU) stopped at --iters or
@@ -447,6 +658,22 @@ func (f *fitFlags) params(m int) map[string]string {
 		"shard_nnz": strconv.Itoa(f.shardNNZ),
 		"group_nnz": strconv.Itoa(f.groupNNZ),
 		"init":      f.initModel,
+	}
+	// Recorded only when not plain EM: a plain fit's files and job state
+	// stay as they were.
+	if f.accelV != factor.AccelNone {
+		p["accel"] = f.accelV.String()
+	}
+	if f.priorD > 0 || f.priorK > 0 {
+		p["prior_d"] = strconv.FormatFloat(f.priorD, 'g', -1, 64)
+		p["prior_k"] = strconv.FormatFloat(f.priorK, 'g', -1, 64)
+	}
+	if f.needsValidation() {
+		p["smooth"], p["stop"] = f.smooth, f.stopV
+		p["validation"] = strconv.FormatFloat(f.validation, 'g', -1, 64)
+		if f.stopV == stopValidation {
+			p["patience"] = strconv.Itoa(f.patience)
+		}
 	}
 	// Recorded only when not the default: a float64 fit's files and job
 	// state stay as they were, and a file without it is float64.

@@ -72,7 +72,10 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 	if m > data.n {
 		return usagef("--order %d: must be at most the number of states n = %d", m, data.n)
 	}
-	log.Info("data", "file", f.in.input, "transitions", data.transitions, "states", data.n, "actions", data.u,
+	if err := f.checkMemory(data); err != nil {
+		return err
+	}
+	log.Info("data", "file", f.in.name(), "transitions", data.transitions, "states", data.n, "actions", data.u,
 		"nonzeros", nnz(data.train))
 	shards, man := shard.SplitGrid(data.train, data.n, f.shardNNZ, f.colCells)
 	blocks := shard.Blocks(shards)

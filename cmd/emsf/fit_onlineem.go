@@ -4,6 +4,7 @@ import (
 	"flag"
 	"strconv"
 
+	"github.com/emsf/emsf/coordinator/service"
 	"github.com/emsf/emsf/factor"
 )
 
@@ -24,15 +25,16 @@ type onlineEMParams struct {
 
 func (f *onlineEMFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "online-em", false, "with --incremental: commit by online EM (online-em-nmf_003): running averages of the sufficient statistics with steps γ_t = t^-gamma-exp, an M-step after every transition from --burn-in on; --alpha, --commit-every and --eta-max do not apply; counts must be integers (a count c is c steps)")
-	f.onlineEMParams.register(fs, "with --online-em")
+	f.onlineEMParams.register(fs, "with --online-em", service.DefaultConfig().OnlineEM)
 }
 
-// register adds --gamma-exp, --burn-in and --online-em-floor, their help
-// starting with when (the condition under which they apply).
-func (p *onlineEMParams) register(fs *flag.FlagSet, when string) {
-	fs.Float64Var(&p.gammaExp, "gamma-exp", 0.8, when+": exponent a of the steps γ_t = t^-a, in (0.5, 1]")
-	fs.Int64Var(&p.burnIn, "burn-in", 100, when+": unit transitions before the first M-step (>= 1)")
-	fs.Float64Var(&p.floor, "online-em-floor", factor.DefaultOnlineEMFloor, when+": after each M-step mix the rows with the uniform distribution, D ← (1-ε)D + ε/m, K ← (1-ε)K + ε/n, so that transitions to states not seen before the burn-in stay possible; 0 turns it off (such a transition is then an error; emsf serve refuses 0), in [0, 1)")
+// register adds --gamma-exp, --burn-in and --online-em-floor with the
+// defaults of def, their help starting with when (the condition under
+// which they apply).
+func (p *onlineEMParams) register(fs *flag.FlagSet, when string, def factor.OnlineEMOptions) {
+	fs.Float64Var(&p.gammaExp, "gamma-exp", def.GammaExp, when+": exponent a of the steps γ_t = t^-a, in (0.5, 1]")
+	fs.Int64Var(&p.burnIn, "burn-in", def.BurnIn, when+": unit transitions before the first M-step (>= 1)")
+	fs.Float64Var(&p.floor, "online-em-floor", def.Floor, when+": after each M-step mix the rows with the uniform distribution, D ← (1-ε)D + ε/m, K ← (1-ε)K + ε/n, so that transitions to states not seen before the burn-in stay possible; 0 turns it off (such a transition is then an error; emsf serve refuses 0), in [0, 1)")
 }
 
 // validate checks the settings, naming the bad flag.

@@ -13,7 +13,7 @@ import (
 	"github.com/emsf/emsf/shard"
 )
 
-func readModel(t *testing.T, path string) *arrowio.ModelFile {
+func mustReadModel(t *testing.T, path string) *arrowio.ModelFile {
 	t.Helper()
 	mf, err := arrowio.ReadModel(path)
 	if err != nil {
@@ -49,7 +49,7 @@ func TestFitStringIDsIsTheIntegerFit(t *testing.T) {
 		}
 		want := filepath.Join(dir, name+"-ints.arrow")
 		mustEmsf(t, append([]string{"fit", "--input", ints, "--quiet", "--out", want}, flags()...)...)
-		ref := readModel(t, want)
+		ref := mustReadModel(t, want)
 		if ref.States != nil || ref.Actions != nil {
 			t.Fatalf("%s: a fit of integers wrote a vocabulary", name)
 		}
@@ -60,7 +60,7 @@ func TestFitStringIDsIsTheIntegerFit(t *testing.T) {
 			}
 			out := filepath.Join(dir, name+"-ids-"+ext+".arrow")
 			mustEmsf(t, append([]string{"fit", "--input", in, "--quiet", "--out", out}, flags()...)...)
-			got := readModel(t, out)
+			got := mustReadModel(t, out)
 			if !got.Model.Equal(ref.Model) {
 				t.Errorf("%s from %s ids: the model differs from the fit of integers", name, ext)
 			}
@@ -87,7 +87,7 @@ func TestFitIDsOrderFree(t *testing.T) {
 	b := writeFile(t, dir, "b.csv", "state,action,next_state\n"+strings.Join(lines, "\n")+"\n")
 	mustEmsf(t, "fit", "--input", a, "--order", "2", "--iters", "20", "--quiet", "--out", filepath.Join(dir, "a.arrow"))
 	mustEmsf(t, "fit", "--input", b, "--order", "2", "--iters", "20", "--quiet", "--out", filepath.Join(dir, "b.arrow"))
-	ma, mb := readModel(t, filepath.Join(dir, "a.arrow")), readModel(t, filepath.Join(dir, "b.arrow"))
+	ma, mb := mustReadModel(t, filepath.Join(dir, "a.arrow")), mustReadModel(t, filepath.Join(dir, "b.arrow"))
 	if !ma.Model.Equal(mb.Model) {
 		t.Error("the same rows in another order give another model")
 	}
@@ -99,7 +99,7 @@ func TestFitIDsOrderFree(t *testing.T) {
 	c := writeFile(t, dir, "c.csv", "state,action,next_state\nuser9,up,/cart\nalpha,left,user42\n/cart,left,/home\n")
 	out := mustEmsf(t, "fit", "--input", c, "--order", "2", "--iters", "3", "--init", filepath.Join(dir, "a.arrow"), "--init-smooth", "0.01",
 		"--out", filepath.Join(dir, "c.arrow"), "--log-level", "warn")
-	mc := readModel(t, filepath.Join(dir, "c.arrow"))
+	mc := mustReadModel(t, filepath.Join(dir, "c.arrow"))
 	if want := []string{"/cart", "/home", "user42", "zeta", "alpha", "user9"}; !slices.Equal(mc.States.Strings(), want) {
 		t.Errorf("warm-start states %q, want %q", mc.States.Strings(), want)
 	}
@@ -170,7 +170,7 @@ func TestIDsErrors(t *testing.T) {
 	// Auto mode reads a column whose later rows turn to ids as ids.
 	late := writeFile(t, dir, "late.csv", "state,action,next_state\n3,0,4\n4,0,/cart\n")
 	mustEmsf(t, "fit", "--input", late, "--order", "1", "--iters", "2", "--quiet", "--out", filepath.Join(dir, "late.arrow"))
-	if got := readModel(t, filepath.Join(dir, "late.arrow")); !slices.Equal(got.States.Strings(), []string{"/cart", "3", "4"}) || got.Actions != nil {
+	if got := mustReadModel(t, filepath.Join(dir, "late.arrow")); !slices.Equal(got.States.Strings(), []string{"/cart", "3", "4"}) || got.Actions != nil {
 		t.Errorf("late ids: states %q actions %v", got.States.Strings(), got.Actions)
 	}
 }
@@ -197,7 +197,7 @@ func TestTrickInspectIDs(t *testing.T) {
 		t.Errorf("inspect:\n%s", out)
 	}
 	v, _ := shard.NewVocab([]string{"cart", "home", "pay"})
-	if got := readModel(t, model).States; !got.Equal(v) {
+	if got := mustReadModel(t, model).States; !got.Equal(v) {
 		t.Errorf("states %q", got.Strings())
 	}
 }
@@ -211,7 +211,7 @@ func TestQueryCommand(t *testing.T) {
 	in := writeFile(t, dir, "t.csv", "state,action,next_state\nhome,go,cart\ncart,go,pay\npay,stay,pay\ncart,stay,home\nhome,go,pay\nhome,stay,home\npay,go,home\n")
 	model := filepath.Join(dir, "m.arrow")
 	mustEmsf(t, "fit", "--input", in, "--order", "2", "--iters", "50", "--tie", "shared-k", "--quiet", "--out", model)
-	mf := readModel(t, model)
+	mf := mustReadModel(t, model)
 	out := mustEmsf(t, "query", "--model", model, "topk", `{"state":"home","action":"go","k":2}`)
 	var tk struct {
 		Next []struct {

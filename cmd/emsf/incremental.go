@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
-	"hash/crc32"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
@@ -60,6 +57,20 @@ func (f *incrementalFlags) validate(ff *fitFlags) error {
 	case ff.cluster.enabled():
 		return usagef("--incremental runs in this process: it cannot be combined with cluster mode (--nats, --embedded)")
 	}
+	if ff.in.input == arrowio.StdinPath {
+		reads, why := f.passes, fmt.Sprintf("--passes %d", f.passes)
+		if ff.in.states == 0 || ff.in.actions == 0 {
+			reads++
+			why += " and a first pass that finds n and u (no --states and --actions)"
+		} else if ff.in.ids == idsString {
+			reads++
+			why += " and a first pass that numbers the ids (--ids string)"
+		}
+		if reads > 1 {
+			return usagef("--input -: standard input can be read once, and this incremental fit reads its input %d times (%s): save it to a file, or give --passes 1 with --states and --actions",
+				reads, why)
+		}
+	}
 	return nil
 }
 
@@ -76,33 +87,41 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	in := &f.in
 	opts := in.readOptions()
 	n, u := in.states, in.actions
+	src, err := in.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.close()
 	fingerprint := ""
 	rowsKnown := 0 // transitions of one pass, when a sizing pass counted them
 	var warm *arrowio.ModelFile
 	if f.initModel != "" {
-		var err error
-		if warm, err = arrowio.ReadModel(f.initModel); err != nil {
+		if warm, err = readModel(ctx, &f.cluster.natsFlags, f.initModel); err != nil {
 			return fmt.Errorf("--init: %w", err)
 		}
 	}
 	var ids vocabs
+	sparse := func() error { return nil }
 	if n == 0 || u == 0 || in.ids == idsString || warm != nil && vocabsOf(warm).any() {
 		t0 := time.Now()
 		var maxS, maxA int
 		rows := 0
+		var seen map[int32]bool // actions with transitions
 		var h *fingerprintHash
 		base, policy := vocabs{}, idsFresh
 		if warm != nil && vocabsOf(warm).any() {
 			base, policy = vocabsOf(warm), idsGrow
 		}
-		var err error
 		ids, err = in.scanWithIDs(base, policy, func(o arrowio.ReadOptions) error {
-			maxS, maxA, rows, h = 0, 0, 0, newFingerprint()
-			return scanPipelined(ctx, in.input, o, func(b *arrowio.TransitionBatch) error {
+			maxS, maxA, rows, seen, h = 0, 0, 0, map[int32]bool{}, newFingerprint()
+			return scanPipelined(ctx, src, o, func(b *arrowio.TransitionBatch) error {
 				h.addBatch(b)
 				for k := range b.State {
 					maxS = max(maxS, int(b.State[k])+1, int(b.Next[k])+1)
 					maxA = max(maxA, int(b.Action[k])+1)
+					if len(seen) <= maxInferredActions {
+						seen[b.Action[k]] = true
+					}
 				}
 				rows += b.Len()
 				return nil
@@ -135,21 +154,32 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			return err
 		}
 		if rows == 0 {
-			return fmt.Errorf("%s: no transitions: the input has no data rows", in.input)
+			return fmt.Errorf("%s: no transitions: the input has no data rows", in.name())
 		}
 		fingerprint = h.sum()
 		rowsKnown = rows
 		if n == 0 {
 			if maxS > maxInferredStates && ids.states == nil {
-				return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", in.input, maxS-1, maxS, maxInferredStates)
+				return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", in.name(), maxS-1, maxS, maxInferredStates)
 			}
 			n = maxS
 		}
 		if u == 0 {
 			if maxA > maxInferredActions && ids.actions == nil {
-				return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", in.input, maxA-1, maxA, maxInferredActions)
+				return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", in.name(), maxA-1, maxA, maxInferredActions)
 			}
 			u = maxA
+		}
+		sparse = func() error { // a vocabulary's size is no guess: every id is in the data
+			if in.states == 0 && ids.states == nil {
+				if err := checkInferredStates(in.input, n, rows); err != nil {
+					return err
+				}
+			}
+			if in.actions == 0 && ids.actions == nil {
+				return checkInferredActions(in.input, u, len(seen))
+			}
+			return nil
 		}
 		log.Info("sizing pass", "transitions", rows, "states", n, "actions", u, "elapsed", time.Since(t0).Round(time.Millisecond))
 	}
@@ -158,6 +188,17 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	m := f.orders[0]
 	if m > n {
 		return usagef("--order %d: must be at most the number of states n = %d", m, n)
+	}
+	fp := factor.Footprint{N: n, M: m, U: u, Tie: f.tieV}
+	alg, need := "--incremental", fp.Incremental(f.inc.etaMax)
+	if f.onlineEM.enabled {
+		alg, need = "--online-em", fp.OnlineEM()
+	}
+	if err := f.limits.check(alg, fp, need); err != nil {
+		return err
+	}
+	if err := sparse(); err != nil {
+		return err
 	}
 
 	var md *factor.Model
@@ -169,6 +210,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			return fmt.Errorf("--init %s: %w", f.initModel, err)
 		}
 		md = warm.Model
+		f.initIters = md.Iteration
 	} else {
 		md = factor.NewRandom(n, m, u, f.tieV, f.seed)
 	}
@@ -194,14 +236,14 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			h = newFingerprint()
 		}
 		rows := 0
-		err := scanPipelined(ctx, in.input, opts, func(b *arrowio.TransitionBatch) error {
+		err := scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
 			if h != nil {
 				h.addBatch(b)
 			}
 			for k := range b.State {
 				s, a, s2, c := int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]
 				if err := inc.Add(s, a, s2, c); err != nil {
-					return fmt.Errorf("%s: row %d: %w", in.input, b.FirstRow+k, err)
+					return fmt.Errorf("%s: row %d: %w", in.name(), b.FirstRow+k, err)
 				}
 			}
 			rows += b.Len()
@@ -221,7 +263,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			return err
 		}
 		if rows == 0 {
-			return fmt.Errorf("%s: no transitions: the input has no data rows", in.input)
+			return fmt.Errorf("%s: no transitions: the input has no data rows", in.name())
 		}
 		if h != nil {
 			fingerprint = h.sum()
@@ -240,16 +282,20 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			"elapsed", time.Since(t0).Round(time.Millisecond))
 	}
 	st := inc.Stats()
-	log.Info("fit done", "order", m, "seed", md.Seed, "passes", f.inc.passes, "commits", st.Commits,
-		"elapsed", time.Since(start).Round(time.Millisecond))
+	log.Info("fit done", append([]any{"order", m, "seed", md.Seed, "passes", f.inc.passes, "commits", st.Commits},
+		append(f.warmFields(md.Iteration), "elapsed", time.Since(start).Round(time.Millisecond))...)...)
 
 	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(m, passesDone), Status: statusPasses,
 		States: ids.states, Actions: ids.actions}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d passes, %d commits, %d iterations, log-likelihood %.6g (of the last commit's counts, before it); peak buffered nonzeros %d\nwrote %s\n",
-		md.N, md.M, md.U, md.Tie, f.inc.passes, st.Commits, md.Iteration, md.LogLik, st.PeakBuffered, f.out)
+	note := ""
+	if f.initModel != "" {
+		note = fmt.Sprintf(" (after the %d of --init %s)", f.initIters, f.initModel)
+	}
+	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d passes, %d commits, %d iterations%s, log-likelihood %.6g (of the last commit's counts, before it); peak buffered nonzeros %d\nwrote %s\n",
+		md.N, md.M, md.U, md.Tie, f.inc.passes, st.Commits, md.Iteration, note, md.LogLik, st.PeakBuffered, f.out)
 	return nil
 }
 
@@ -296,45 +342,29 @@ func (f *fitFlags) writeInterrupted(e *env, inc streamFit, ids vocabs, fingerpri
 }
 
 // fingerprintHash is the training-data fingerprint of a fit (loadData,
-// the incremental fit), computed while streaming: CRC-32C and CRC-32
-// (IEEE) of the rows, written "crc32c-ieee:" and 16 hex digits
-// (docs/formats.md). Both run in hardware (SSE 4.2, PCLMULQDQ), about 15×
-// the speed of the SHA-256 that models written before 2026-11-23 record
-// (16 hex digits, no prefix), which was the slowest stage of a first
-// read: Arrow ingest of 10M transitions 0.46 → 0.30 s. The fingerprint
-// tells data sets apart; nothing compares it to decide anything.
-type fingerprintHash struct {
-	cast *crc32.Table
-	c, i uint32 // CRC-32C and CRC-32 (IEEE) so far
-	rows []byte // addBatch's buffer
-}
+// the incremental fit), computed while streaming (shard.FingerprintHash:
+// CRC-32C and CRC-32 (IEEE) of the rows, written "crc32c-ieee:" and 16
+// hex digits, docs/formats.md). Both run in hardware (SSE 4.2,
+// PCLMULQDQ), about 15× the speed of the SHA-256 that models written
+// before 2026-11-23 record (16 hex digits, no prefix), which was the
+// slowest stage of a first read: Arrow ingest of 10M transitions 0.46 →
+// 0.30 s. The fingerprint tells data sets apart; nothing compares it to
+// decide anything.
+type fingerprintHash struct{ h shard.FingerprintHash }
 
-func newFingerprint() *fingerprintHash {
-	return &fingerprintHash{cast: crc32.MakeTable(crc32.Castagnoli)}
-}
+func newFingerprint() *fingerprintHash { return &fingerprintHash{} }
 
-// addBatch adds every row of b, in order (20 bytes a row: state, action, next state as uint32 and the count's float64 bits, little-endian).
+// addBatch adds every row of b, in order.
 func (f *fingerprintHash) addBatch(b *arrowio.TransitionBatch) { f.addRows(b, 0) }
 
 // addRows adds the rows of b from its row from on (a count of 1 each when
 // b.Count is nil).
 func (f *fingerprintHash) addRows(b *arrowio.TransitionBatch, from int) {
-	n := b.Len() - from
-	buf := slices.Grow(f.rows[:0], 20*n)[:20*n]
-	for k := range n {
-		r, q := buf[20*k:20*k+20], from+k
-		c := 1.0
-		if b.Count != nil {
-			c = b.Count[q]
-		}
-		binary.LittleEndian.PutUint32(r[0:], uint32(b.State[q]))
-		binary.LittleEndian.PutUint32(r[4:], uint32(b.Action[q]))
-		binary.LittleEndian.PutUint32(r[8:], uint32(b.Next[q]))
-		binary.LittleEndian.PutUint64(r[12:], math.Float64bits(c))
+	var counts []float64
+	if b.Count != nil {
+		counts = b.Count[from:]
 	}
-	f.c = crc32.Update(f.c, f.cast, buf)
-	f.i = crc32.Update(f.i, crc32.IEEETable, buf)
-	f.rows = buf
+	f.h.Add(b.State[from:], b.Action[from:], b.Next[from:], counts)
 }
 
 // add is addBatch as a consumer of scanPipelined (on a goroutine of its
@@ -344,7 +374,7 @@ func (f *fingerprintHash) add(b *arrowio.TransitionBatch) error {
 	return nil
 }
 
-func (f *fingerprintHash) sum() string { return fmt.Sprintf("crc32c-ieee:%08x%08x", f.c, f.i) }
+func (f *fingerprintHash) sum() string { return f.h.Sum().Fingerprint() }
 
 // addIDs adds the ids of the vocabularies in v (states, then actions),
 // in index order, each followed by a 0x00 byte, after a 0x00 0x00 that
@@ -355,7 +385,6 @@ func (f *fingerprintHash) addIDs(v vocabs) {
 		for i := range voc.Len() {
 			buf = append(append(buf, voc.ID(i)...), 0)
 		}
-		f.c = crc32.Update(f.c, f.cast, buf)
-		f.i = crc32.Update(f.i, crc32.IEEETable, buf)
+		f.h.AddBytes(buf)
 	}
 }

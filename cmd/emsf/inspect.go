@@ -7,21 +7,25 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/shard"
 )
 
 func runInspect(ctx context.Context, e *env, args []string) error {
 	var path string
-	fs := newFlagSet(e, "inspect", "inspect --model FILE")
-	fs.StringVar(&path, "model", "", "model file (required)")
+	var nf natsFlags
+	fs := newFlagSet(e, "inspect", "inspect --model FILE|DATASET")
+	fs.StringVar(&path, "model", "", "the model (required): "+modelPathUsage)
+	nf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if path == "" {
 		return usagef("--model is required")
 	}
-	mf, err := arrowio.ReadModel(path)
+	if err := nf.validate(); err != nil {
+		return err
+	}
+	mf, err := readModel(ctx, &nf, path)
 	if err != nil {
 		return err
 	}
@@ -60,6 +64,15 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, "  stochastic   NO: %v\n", err)
 	} else {
 		fmt.Fprintf(w, "  stochastic   yes (every row of D and K sums to 1)\n")
+	}
+	if sm := md.Smoothing; sm != nil {
+		counts := 0
+		if sm.Counts != nil {
+			counts = sm.Counts.NNZ()
+		}
+		fmt.Fprintf(w, "  smoothing    λ %v, κ %v, δ %v per action; %d counts stored (factor.Smoothing)\n", sm.Lambda, sm.Kappa, sm.Delta, counts)
+	} else {
+		fmt.Fprintf(w, "  smoothing    none (the model predicts D·K)\n")
 	}
 	if len(mf.Params) > 0 {
 		keys := make([]string, 0, len(mf.Params))

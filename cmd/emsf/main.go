@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -50,8 +51,9 @@ func commands() []command {
 		{"serve", "own a model name: count transitions from NATS, retrain, publish versions", runServe},
 		{"publish", "send a transitions file to a served model's stream", runPublish},
 		{"retrain", "ask emsf serve for a new model version now", runRetrain},
-		{"model", "fetch (get), list or inspect (status) a served model's versions", runModel},
+		{"model", "fetch (get), list or inspect (status) a served model's versions; assemble or split a model dataset", runModel},
 		{"scaling", "cost model of a cluster iteration at scale; --check against scripts/netns-cluster.sh", runScaling},
+		{"data", "upload datasets of transitions to the Object Store (put) and list them", runData},
 		{"worker", "run a cluster worker (NATS micro service)", func(ctx context.Context, e *env, args []string) error {
 			if rc := runWorker(ctx, args, e.stdout, e.stderr); rc != 0 {
 				return exitCode(rc)
@@ -121,15 +123,16 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'emsf help <command>' or 'emsf <command> -h' for a command's flags; 'emsf --version' for the version.")
 }
 
-// version returns the module version and the VCS commit the binary was
-// built from (from the build information; "(devel)" for a build in a
-// checkout, whose commit is then the one checked out).
+// version returns the binary's version (semver) and the VCS commit it was
+// built from (from the build information), e.g.
+//
+//	emsf 0.0.0-devel (commit 1a2b…, 2026-11-27T04:00:00Z) go1.26.0
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "emsf (no build information)"
+		return "emsf " + semver() + " (no build information)"
 	}
-	v := "emsf " + bi.Main.Version
+	v := "emsf " + semver()
 	var rev, at, dirty string
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -147,6 +150,25 @@ func version() string {
 		v += fmt.Sprintf(" (commit %s, %s%s)", rev, at, dirty)
 	}
 	return v + " " + bi.GoVersion
+}
+
+// semverPattern is semantic versioning 2.0.0 (the regular expression
+// semver.org suggests, which NATS micro services check their version
+// against).
+var semverPattern = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
+
+// semver is the binary's version in semantic versioning, the one emsf
+// --version prints and emsf serve's micro service announces: the module
+// version without its "v" (a release tag, or the pseudo-version the go
+// command stamps on a build in a checkout), else "0.0.0-devel" (a build
+// without a module version: "(devel)").
+func semver() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v := strings.TrimPrefix(bi.Main.Version, "v"); semverPattern.MatchString(v) {
+			return v
+		}
+	}
+	return "0.0.0-devel"
 }
 
 // usageError is a bad flag or argument; it exits with status 2.
@@ -217,14 +239,25 @@ type flagGroup struct {
 
 func flagGroups() []flagGroup {
 	return []flagGroup{
-		{"Input", []string{"input", "input-format", "ids", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "rho"}},
-		{"Model", []string{"order", "orders", "tie", "init", "algorithm", "seed", "true-order", "rows", "conc"}},
-		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "precision", "holdout", "shard-nnz", "col-cells", "incremental", "passes", "eta-max", "commit-every", "mode", "every", "interval"}},
-		{"Output", []string{"out", "format", "dir", "string-ids"}},
-		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "token", "tls-ca", "tls-cert", "tls-key",
+		{"Input", []string{"input", "input-format", "ids", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "version", "rho", "check", "skip"}},
+		{"Model", []string{"order", "orders", "tie", "init", "init-smooth", "algorithm", "loss", "seed", "true-order", "rows", "conc"}},
+		{"Sampling", []string{"transitions", "sampling", "episode-len", "per-row"}},
+		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "precision", "holdout", "shard-nnz", "col-cells", "group-nnz",
+			"incremental", "passes", "eta-max", "commit-every", "online-em", "gamma-exp", "burn-in", "online-em-floor", "mode", "every", "interval"}},
+		{"Quality and speed", []string{"smooth", "stop", "accel", "validation", "patience", "prior-d", "prior-k", "plain", "train", "baselines", "mix"}},
+		{"Analysis", []string{"policy", "top", "cnt"}},
+		{"Experiment", []string{"paper", "runs", "sizes", "bases", "hands", "batch-hands", "batches", "eval-hands", "epsilon", "emsf-init",
+			"observations", "hmm-iters", "hmm-eps", "gen-iters", "epca-iters", "nmf-steps"}},
+		{"Benchmark", []string{"cluster", "ingest", "ingest-cpuprofile"}},
+		{"Cost model", []string{"nodes", "nnz", "shards", "gbit", "rtt", "conns", "window", "cores", "box-cores", "cpu-per-byte", "box-cpu-per-byte",
+			"merge-bw", "ns-per-nnz", "wire-overhead", "serial"}},
+		{"Output", []string{"out", "format", "dir", "part-rows", "string-ids"}},
+		{"Publishing and retraining", []string{"create", "allow-rejects", "dedup", "max-rows", "after-seq", "wait"}},
+		{"Service limits", []string{"max-states", "max-actions", "max-model-bytes"}},
+		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key",
 			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",
 			"exchange", "col-blocks", "speculation", "min-workers", "wait-workers", "worker-wait", "worker-probe", "worker-timeout", "worker-frozen", "use-workers", "replicas", "store", "listen", "port",
-			"max-cached-shards", "task-delay", "stream-max-age", "stream-max-bytes", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
+			"max-cached-shards", "task-delay", "task-delay-from", "stream-max-age", "stream-max-bytes", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
 		{"Query", []string{"bench", "load", "queries", "k", "clients", "duration", "warmup", "max-k"}},
 		{"Logging and progress", []string{"quiet", "verbose", "log-level", "log-json", "log-every"}},
 	}

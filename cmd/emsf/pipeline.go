@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/worker"
 )
 
 // pipelineDepth is the number of batches scanPipelined has in flight.
@@ -18,14 +19,14 @@ type pipeBatch struct {
 	pending atomic.Int32
 }
 
-// scanPipelined is arrowio.ScanTransitions with the reading and parsing
-// on one goroutine and each fn on a goroutine of its own (the first on
+// scanPipelined is arrowio.ScanTransitions of each file of a dataset in
+// turn, with the reading and parsing on one goroutine and each fn on a goroutine of its own (the first on
 // the calling one): every fn sees every batch, in order, each valid only
 // during the call, and a batch is read into again once every fn has
 // returned from it. Reading and counting, or hashing and counting, use
 // different cores. An error of a fn stops the reading and is returned as
 // is (of several, the first fn's in the order of fns).
-func scanPipelined(ctx context.Context, path string, opts arrowio.ReadOptions, fns ...func(*arrowio.TransitionBatch) error) error {
+func scanPipelined(ctx context.Context, src *dataSource, opts arrowio.ReadOptions, fns ...func(*arrowio.TransitionBatch) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	depth := pipelineDepth + len(fns) - 1
@@ -44,7 +45,7 @@ func scanPipelined(ctx context.Context, path string, opts arrowio.ReadOptions, f
 				close(ch)
 			}
 		}()
-		done <- arrowio.ScanTransitions(ctx, path, opts, func(b *arrowio.TransitionBatch) error {
+		hand := func(b *arrowio.TransitionBatch) error {
 			var c *pipeBatch
 			select {
 			case c = <-free:
@@ -57,7 +58,14 @@ func scanPipelined(ctx context.Context, path string, opts arrowio.ReadOptions, f
 				ch <- c
 			}
 			return nil
-		})
+		}
+		var err error
+		for _, f := range src.files {
+			if err = worker.ScanDataFile(ctx, src.js, f, opts, hand); err != nil {
+				break
+			}
+		}
+		done <- err
 	}()
 	errs := make([]error, len(fns))
 	consume := func(k int) {

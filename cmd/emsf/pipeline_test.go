@@ -19,7 +19,7 @@ func TestScanPipelined(t *testing.T) {
 	p := writeFile(t, t.TempDir(), "t.csv", text.String())
 	opts := arrowio.ReadOptions{BatchRows: 7}
 	row := 0
-	err := scanPipelined(context.Background(), p, opts, func(b *arrowio.TransitionBatch) error {
+	err := scanPipelined(context.Background(), srcOf(t, p), opts, func(b *arrowio.TransitionBatch) error {
 		if b.FirstRow != row+1 {
 			return fmt.Errorf("batch at row %d after %d rows", b.FirstRow, row)
 		}
@@ -37,7 +37,7 @@ func TestScanPipelined(t *testing.T) {
 	// An error of fn comes back as is and stops the reading.
 	stop := errors.New("stop")
 	calls := 0
-	err = scanPipelined(context.Background(), p, opts, func(*arrowio.TransitionBatch) error {
+	err = scanPipelined(context.Background(), srcOf(t, p), opts, func(*arrowio.TransitionBatch) error {
 		calls++
 		if calls == 3 {
 			return stop
@@ -61,26 +61,36 @@ func TestScanPipelined(t *testing.T) {
 			return nil
 		}
 	}
-	err = scanPipelined(context.Background(), p, opts, consumer(0), consumer(1), consumer(2))
+	err = scanPipelined(context.Background(), srcOf(t, p), opts, consumer(0), consumer(1), consumer(2))
 	if err != nil || rows != [3]int{1000, 1000, 1000} {
 		t.Fatalf("three consumers: %v after %v rows", err, rows)
 	}
 	// An error of a consumer other than the first comes back too.
 	rows = [3]int{}
-	err = scanPipelined(context.Background(), p, opts, consumer(0), func(*arrowio.TransitionBatch) error { return stop })
+	err = scanPipelined(context.Background(), srcOf(t, p), opts, consumer(0), func(*arrowio.TransitionBatch) error { return stop })
 	if err != stop {
 		t.Fatalf("got %v, want the second consumer's error", err)
 	}
 	// A bad row is the reader's error.
 	bad := writeFile(t, t.TempDir(), "bad.csv", "state,action,next_state\n0,0,1\n0,x,1\n")
-	err = scanPipelined(context.Background(), bad, opts, func(*arrowio.TransitionBatch) error { return nil })
+	err = scanPipelined(context.Background(), srcOf(t, bad), opts, func(*arrowio.TransitionBatch) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), `row 2, column "action": value "x"`) {
 		t.Fatalf("got %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = scanPipelined(ctx, p, opts, func(*arrowio.TransitionBatch) error { return nil })
+	err = scanPipelined(ctx, srcOf(t, p), opts, func(*arrowio.TransitionBatch) error { return nil })
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
+}
+
+// srcOf lists the dataset of path.
+func srcOf(t *testing.T, path string) *dataSource {
+	t.Helper()
+	src, err := (&inputFlags{input: path}).open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
 }

@@ -53,10 +53,11 @@ type progress struct {
 	every time.Duration
 	start time.Time
 
-	mu      sync.Mutex
-	last    time.Time // of the last line logged or drawn
-	drawn   bool      // a live line is on the screen
-	pending []any     // the newest fields not yet logged
+	mu         sync.Mutex
+	last       time.Time // of the last line logged or drawn
+	lastDetail time.Time // of the last detail line logged at info
+	drawn      bool      // a live line is on the screen
+	pending    []any     // the newest fields not yet logged
 }
 
 // newProgress returns the progress of work that logs to log and draws its
@@ -85,6 +86,22 @@ func (p *progress) update(status, msg string, fields []any, final bool) {
 		p.log.Info(msg, fields...)
 		p.last = now
 	}
+}
+
+// detail logs a line of detail about the work's progress (a cluster
+// iteration's timings and bytes) to log: at most one per --log-every at
+// info level, like the progress lines, and none under the live line;
+// every one at debug level (--log-level debug).
+func (p *progress) detail(log hclog.Logger, msg string, fields []any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if !p.live && (p.lastDetail.IsZero() || now.Sub(p.lastDetail) >= p.every) {
+		log.Info(msg, fields...)
+		p.lastDetail = now
+		return
+	}
+	log.Debug(msg, fields...)
 }
 
 // done ends the live line, so that what follows starts on a line of its
@@ -118,6 +135,14 @@ func (p *progress) iterations(maxIter int, fields ...any) func(factor.IterStats)
 		if !math.IsNaN(s.RelChange) {
 			fmt.Fprintf(&line, "  change %.2g", s.RelChange)
 			args = append(args, "delta", fmt.Sprintf("%.3g", s.RelChange))
+		}
+		if s.HeldOutPatience > 0 {
+			// What the held-out rule waits for: a gain within the patience.
+			fmt.Fprintf(&line, "  held-out best at %d, %d/%d without gain", s.HeldOutBest, s.HeldOutBad, s.HeldOutPatience)
+			args = append(args, "heldout_best_iter", s.HeldOutBest, "heldout_without_gain", s.HeldOutBad)
+			if !math.IsNaN(s.HeldOut) {
+				args = append(args, "heldout", fmt.Sprintf("%.8g", s.HeldOut))
+			}
 		}
 		elapsed := s.Elapsed.Round(time.Millisecond)
 		fmt.Fprintf(&line, "  %.3g it/s  elapsed %s", rate, roundDuration(s.Elapsed))

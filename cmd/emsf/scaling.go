@@ -31,6 +31,9 @@ func runScaling(_ context.Context, e *env, args []string) error {
 		colBlocks, shards  int
 		colCells           int
 		serial             bool
+		memory             bool
+		checkMem           string
+		mc                 costmodel.MemCalibration
 	)
 	fs := newFlagSet(e, "scaling", "scaling [flags]")
 	fs.IntVar(&n, "states", 10_000_000, "n, states")
@@ -50,7 +53,11 @@ func runScaling(_ context.Context, e *env, args []string) error {
 	fs.IntVar(&colBlocks, "col-blocks", 0, "design B as built (emsf fit --exchange owners): column blocks per K block, the coordinator's bytes then those of its protocol (-1: emsf's default for n and m; 0: the spec's per-group idealisation; with --check 0 means 8, the harness's --col-blocks)")
 	fs.IntVar(&shards, "shards", 0, "design B: shards in total (0: one per node and K block; a node's shards each gather and send their own slice)")
 	fs.BoolVar(&serial, "serial", false, "designs B and C: gather, compute and fold in turn (today's owners exchange) instead of overlapping the transfers with compute")
-	fs.IntVar(&colCells, "col-cells", 2, "with --check: the --col-cells of the harness's design C runs (their grid is the one emsf places)")
+	fs.IntVar(&colCells, "col-cells", 2, "with --check: the --col-cells of the harness's design C runs (their grid is the one emsf places); with --memory and --check-memory: emsf fit --col-cells (1: no grid)")
+	fs.BoolVar(&memory, "memory", false, "print the memory per node of the owners exchange by part (shards, owned blocks and folds, the running task, slices, buffers, GC headroom) for each --nodes instead")
+	fs.StringVar(&checkMem, "check-memory", "", "compare the memory model with the workers' peaks in the summary.tsv of scripts/memproof.sh (run on the workload of --states, --nnz, --actions, --order, --col-cells, --shard-nnz) instead")
+	fs.Float64Var(&mc.ShardNNZ, "shard-nnz", 131072, "memory model: nonzeros per shard (row range) (emsf fit --shard-nnz)")
+	fs.Float64Var(&mc.GOGC, "gogc", 25, "memory model: the workers' GOGC")
 	fs.IntVar(&skip, "skip", 2, "with --check: leading iterations of each run left out (shard and D downloads)")
 	fs.Float64Var(&boxCores, "box-cores", 2, "with --check: cores of the machine the emulated nodes share")
 	fs.Float64Var(&boxKappa, "box-cpu-per-byte", 0, "with --check, design B: CPU seconds per byte moved between the emulated nodes, of the machine they share (all nodes exchange at once and their transport CPU adds to the iteration; real nodes have their own)")
@@ -89,6 +96,16 @@ func runScaling(_ context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if memory || checkMem != "" {
+		w := costmodel.Workload{N: n, M: m, U: u, NNZ: nnz, ColCells: colCells}
+		if err := w.Validate(); err != nil {
+			return usagef("%v", err)
+		}
+		if checkMem != "" {
+			return scalingCheckMemory(e.stdout, checkMem, w, mc)
+		}
+		return scalingMemory(e.stdout, w, nodes, mc)
+	}
 	var gbits []float64
 	for _, f := range strings.Split(gbitS, ",") {
 		g, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
@@ -114,11 +131,11 @@ func runScaling(_ context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "design B as built: %d column blocks per K block (0: the spec's coordinator), %d shards (0: one per node and K block), serial %v\n", colBlocks, shards, serial)
 	}
 	fmt.Fprintln(e.stdout)
-	fmt.Fprintf(e.stdout, "| P | design | f | node in / out (GB) | coordinator in / out (GB) | T_comp (s) |")
+	fmt.Fprintf(e.stdout, "| P | design | f | node in / out (GB) | coordinator in / out (GB) | memory per node (GB) | T_comp (s) |")
 	for _, g := range gbits {
 		fmt.Fprintf(e.stdout, " T_iter @%gG (s) |", g)
 	}
-	fmt.Fprintf(e.stdout, "\n|---|---|---|---|---|---|%s\n", strings.Repeat("---|", len(gbits)))
+	fmt.Fprintf(e.stdout, "\n|---|---|---|---|---|---|---|%s\n", strings.Repeat("---|", len(gbits)))
 	for _, p := range nodes {
 		for _, d := range costmodel.Designs() {
 			var row strings.Builder
@@ -134,8 +151,8 @@ func runScaling(_ context.Context, e *env, args []string) error {
 					if est.GridRows > 0 {
 						name += fmt.Sprintf(" %d×%d", est.GridRows, est.GridCols)
 					}
-					fmt.Fprintf(&row, "| %d | %s | %.2f | %.3g / %.3g | %.3g / %.3g | %.3g |", p, name, est.F,
-						est.NodeIn/1e9, est.NodeOut/1e9, est.CoordIn/1e9, est.CoordOut/1e9, est.TComp)
+					fmt.Fprintf(&row, "| %d | %s | %.2f | %.3g / %.3g | %.3g / %.3g | %s | %.3g |", p, name, est.F,
+						est.NodeIn/1e9, est.NodeOut/1e9, est.CoordIn/1e9, est.CoordOut/1e9, memPerNode(w, d, p, est, mc), est.TComp)
 				}
 				fmt.Fprintf(&row, " %.3g |", est.TIter)
 			}
@@ -167,19 +184,10 @@ func readHarness(path string, skip int) ([]*harnessRun, error) {
 	}
 	defer f.Close()
 	r := csv.NewReader(f)
-	head, err := r.Read()
-	if err != nil {
-		return nil, fmt.Errorf("scaling: %s: header: %w", path, err)
-	}
-	col := map[string]int{}
-	for k, h := range head {
-		col[h] = k
-	}
 	need := []string{"design", "P", "n", "u", "m", "nnz", "rate_mbit", "iter", "wall_s", "emsf_bytes", "coord_tx", "coord_rx", "node_tx_mean", "node_rx_mean"}
-	for _, h := range need {
-		if _, ok := col[h]; !ok {
-			return nil, fmt.Errorf("scaling: %s: no column %q", path, h)
-		}
+	col, err := tableHeader(r, path, need, "")
+	if err != nil {
+		return nil, err
 	}
 	var runs []*harnessRun
 	index := map[string]*harnessRun{}
@@ -248,6 +256,26 @@ func readHarness(path string, skip int) ([]*harnessRun, error) {
 		run.mRetx = meanOf(run.retx)
 	}
 	return runs, nil
+}
+
+// tableHeader reads the header of a CSV or TSV table and returns each
+// column's index, or an error naming the first column of need it lacks
+// (with hint after it).
+func tableHeader(r *csv.Reader, path string, need []string, hint string) (map[string]int, error) {
+	head, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("scaling: %s: header: %w", path, err)
+	}
+	col := map[string]int{}
+	for k, h := range head {
+		col[h] = k
+	}
+	for _, h := range need {
+		if _, ok := col[h]; !ok {
+			return nil, fmt.Errorf("scaling: %s: no column %q%s", path, h, hint)
+		}
+	}
+	return col, nil
 }
 
 // meanOf is the mean of xs. Means, not medians: an iteration's end is

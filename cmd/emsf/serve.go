@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -70,13 +69,7 @@ func (f *serviceFlags) validate() error {
 
 // connect connects to --nats, NATS_URL, or else the default local server
 // (where emsf serve --embedded listens by default).
-func (f *serviceFlags) connect(client string) (*nats.Conn, error) {
-	cc := f.conn(client)
-	if cc.URL == "" {
-		cc.URL = nats.DefaultURL
-	}
-	return cc.Connect()
-}
+func (f *serviceFlags) connect(client string) (*nats.Conn, error) { return f.dial(client) }
 
 // connErr adds the connection's last asynchronous error (a permissions
 // violation arrives that way, and the call itself only times out) to err.
@@ -90,57 +83,153 @@ func connErr(nc *nats.Conn, err error) error {
 	return err
 }
 
+// serveFlags are emsf serve's flags: the connection and model name, the
+// logs, the embedded server, and the service.Config fields a user sets,
+// bound to cfg and registered with service.DefaultConfig()'s values as
+// their defaults (the one place they are written). config checks them
+// (service.Config.Validate, each error naming its flag) and returns the
+// Config.
+type serveFlags struct {
+	serviceFlags
+	logs          logFlags
+	embedded      bool
+	store, listen string
+	port          int
+	metricsAddr   string
+	// Flags whose values are converted into cfg by config.
+	mode, tie, useWorkers, purge string
+	accel                        string
+	keepVersions                 int
+	onlineEM                     onlineEMParams
+	cfg                          service.Config
+}
+
+// serveFieldFlags names the flag of each service.Config field serveFlags
+// sets (service.ConfigError names the field).
+var serveFieldFlags = map[string]string{
+	"Mode": "mode", "UseWorkers": "use-workers", "Order": "order", "MaxIter": "iters", "Tol": "tol", "Workers": "workers",
+	"ShardNNZ": "shard-nnz", "WorkerTimeout": "worker-timeout", "Alpha": "alpha", "EtaMax": "eta-max",
+	"OnlineEM.GammaExp": "gamma-exp", "OnlineEM.BurnIn": "burn-in", "OnlineEM.Floor": "online-em-floor",
+	"Policy.Every": "every", "Policy.Interval": "interval", "States": "states", "Actions": "actions",
+	"MaxModelBytes": "max-model-bytes", "MaxStates": "max-states", "MaxActions": "max-actions",
+	"CheckpointEvery": "checkpoint-every", "Replicas": "replicas", "StreamMaxAge": "stream-max-age",
+	"StreamMaxBytes": "stream-max-bytes", "StreamPurge": "stream-purge", "StreamKeep": "stream-keep",
+	"KeepVersions": "keep-versions", "BufferRows": "buffer-rows", "StopTimeout": "stop-timeout", "IngestDelay": "ingest-delay",
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	d := service.DefaultConfig()
+	c := &f.cfg
+	f.serviceFlags.register(fs)
+	f.logs.register(fs)
+	fs.BoolVar(&f.embedded, "embedded", false, "start an embedded NATS server with JetStream (nothing to install); publish to it with --nats nats://LISTEN:PORT")
+	fs.StringVar(&f.store, "store", "", "with --embedded: JetStream store directory (default: $XDG_STATE_HOME/emsf/nats or ~/.local/state/emsf/nats)")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1", "with --embedded: address to listen on")
+	fs.IntVar(&f.port, "port", 4222, "with --embedded: port to listen on (-1: a random free port)")
+	fs.StringVar(&f.mode, "mode", string(d.Mode), "retrain mode: refit (batch EM over all counts, warm-started), incremental (commit the new counts with --alpha) or online-em (online EM over the new counts, going on from the latest version's step t; --gamma-exp, --burn-in, --online-em-floor; integer counts only)")
+	fs.IntVar(&c.Order, "order", d.Order, "m, the number of hidden states")
+	fs.StringVar(&f.tie, "tie", d.Tie.String(), "tie mode: none, shared-k or shared-d")
+	fs.Uint64Var(&c.Seed, "seed", d.Seed, "seed of the first version's random init")
+	fs.IntVar(&c.MaxIter, "iters", d.MaxIter, "refit: most EM passes (a version whose refit stops here records status \"iteration limit\" and is warned about)")
+	fs.Float64Var(&c.Tol, "tol", d.Tol, "refit: stop when the relative change of the log-likelihood is at most this (0: never, run --iters); emsf fit's rule")
+	fs.StringVar(&f.accel, "accel", "squarem", "refit: squarem (SQUAREM, as emsf fit) or none (plain EM)")
+	fs.IntVar(&c.Workers, "workers", d.Workers, "refit in this process: goroutines")
+	fs.IntVar(&c.ShardNNZ, "shard-nnz", d.ShardNNZ, "refit: nonzeros per shard")
+	fs.StringVar(&f.useWorkers, "use-workers", string(d.UseWorkers), "refit on emsf workers of the NATS server: auto (when any answer), yes (wait for them) or no")
+	fs.DurationVar(&c.WorkerTimeout, "worker-timeout", d.WorkerTimeout, "refit on workers: a task not answered within this goes to another worker")
+	fs.Float64Var(&c.Alpha, "alpha", d.Alpha, "incremental: learning rate of a commit, in (0, 1]")
+	fs.IntVar(&c.EtaMax, "eta-max", d.EtaMax, "incremental: buffered nonzeros before their statistics are accumulated (0: all)")
+	f.onlineEM.register(fs, "online-em", d.OnlineEM)
+	fs.Int64Var(&c.Policy.Every, "every", d.Policy.Every, "retrain when this many transitions arrived since the latest version (0: off)")
+	fs.DurationVar(&c.Policy.Interval, "interval", d.Policy.Interval, "retrain this often when transitions arrived since the latest version (0: off)")
+	fs.IntVar(&c.States, "states", d.States, "fix the number of states: transitions beyond it are rejected (0: the model grows)")
+	fs.IntVar(&c.Actions, "actions", d.Actions, "fix the number of actions: transitions beyond it are rejected (0: the model grows)")
+	fs.Int64Var(&c.MaxModelBytes, "max-model-bytes", d.MaxModelBytes, "reject transitions that would grow the model (8·n·m·(D+K blocks) bytes) beyond this")
+	fs.IntVar(&c.MaxStates, "max-states", d.MaxStates, "reject transitions with a state at or beyond this (0: the most states a one-action model within --max-model-bytes has)")
+	fs.IntVar(&c.MaxActions, "max-actions", d.MaxActions, "reject transitions with an action at or beyond this (0: the most actions a one-state model within --max-model-bytes has)")
+	fs.DurationVar(&c.CheckpointEvery, "checkpoint-every", d.CheckpointEvery, fmt.Sprintf("checkpoint the counts this often while transitions arrive (and at least %d times as long as the last checkpoint took)", service.CheckpointCost))
+	fs.IntVar(&c.Replicas, "replicas", d.Replicas, "replicas of the stream and buckets when they are created (3 on a 3-node cluster)")
+	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", d.StreamMaxAge, "when the stream is created: drop transitions older than this (0: keep; a limit can drop transitions no checkpoint holds yet: --stream-purge bounds the stream safely)")
+	fs.Int64Var(&c.StreamMaxBytes, "stream-max-bytes", d.StreamMaxBytes, "when the stream is created: its size limit in bytes (0: none; see --stream-max-age)")
+	fs.StringVar(&f.purge, "stream-purge", string(d.StreamPurge), "checkpointed: purge the transitions a stored checkpoint holds from the stream (it keeps what no checkpoint holds yet); never: keep them")
+	fs.Uint64Var(&c.StreamKeep, "stream-keep", d.StreamKeep, "with --stream-purge checkpointed: keep this many messages below the checkpoint's sequence in the stream")
+	fs.IntVar(&f.keepVersions, "keep-versions", d.KeepVersions, "model versions the Object Store keeps, the latest and those before it (0: all)")
+	fs.IntVar(&c.BufferRows, "buffer-rows", d.BufferRows, "rows the count table buffers before merging them (at least; it buffers a sixteenth of the distinct transitions when more); while a retrain reads the counts, ingestion waits once the buffer is full")
+	fs.DurationVar(&c.StopTimeout, "stop-timeout", d.StopTimeout, "on SIGINT or SIGTERM: bound of the last checkpoint and purge (after the retrain in progress, if any, has seen the stop)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464 (path /metrics)")
+	fs.DurationVar(&c.IngestDelay, "ingest-delay", d.IngestDelay, "testing: wait this long before counting each message")
+}
+
+// config checks the flags and returns the service's Config (its Logger and
+// Registry left to the caller).
+func (f *serveFlags) config(fs *flag.FlagSet) (service.Config, error) {
+	if err := f.serviceFlags.validate(); err != nil {
+		return service.Config{}, err
+	}
+	switch {
+	case f.embedded && flagGiven(fs, "nats"):
+		return service.Config{}, usagef("--embedded starts its own server: it cannot be combined with --nats %s (drop one of them)", f.url)
+	case !f.embedded && f.url == "":
+		return service.Config{}, usagef("give --nats URL (or NATS_URL), or --embedded to start a server in this process")
+	case !f.embedded && f.store != "":
+		return service.Config{}, usagef("--store is the embedded server's store: it needs --embedded")
+	case f.embedded && f.port != -1 && (f.port < 1 || f.port > 65535):
+		return service.Config{}, usagef("--port %d: want 1..65535, or -1 for a random free port", f.port)
+	case f.embedded && net.ParseIP(f.listen) == nil && f.listen != "localhost":
+		return service.Config{}, usagef("--listen %q: want an IP address", f.listen)
+	}
+	if f.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(f.metricsAddr); err != nil {
+			return service.Config{}, usagef("--metrics-addr %q: want host:port", f.metricsAddr)
+		}
+	}
+	tie, err := factor.ParseTie(f.tie)
+	if err != nil {
+		return service.Config{}, usagef("--tie %q: want none, shared-k or shared-d", f.tie)
+	}
+	accel, err := factor.ParseAccel(f.accel)
+	if err != nil {
+		return service.Config{}, usagef("--accel %q: want squarem or none", f.accel)
+	}
+	if err := f.onlineEM.validate(); err != nil {
+		return service.Config{}, err
+	}
+	if f.mode == string(service.ModeOnlineEM) && f.onlineEM.floor == 0 {
+		return service.Config{}, usagef("--online-em-floor 0: emsf serve needs a floor > 0 (a transition of probability 0 would fail every later retrain)")
+	}
+	c := f.cfg
+	c.Name, c.Prefix, c.StateBucket, c.ModelBucket = f.name, f.prefix, f.stateBucket, f.modelBucket
+	c.Mode, c.Tie, c.UseWorkers, c.StreamPurge = service.Mode(f.mode), tie, service.UseWorkers(f.useWorkers), service.Purge(f.purge)
+	c.OnlineEM = f.onlineEM.options()
+	c.Accel, c.Version = accel, semver()
+	c.KeepVersions = f.keepVersions
+	if f.keepVersions == 0 {
+		c.KeepVersions = -1 // all
+	}
+	// Config reads zero as "the default" where the flags mean zero.
+	if c.Tol == 0 {
+		// --tol 0 never stops on the tolerance: the smallest positive
+		// tolerance stops a refit only when its log-likelihood no longer
+		// changes at all, which is the same thing.
+		c.Tol = math.SmallestNonzeroFloat64
+	}
+	if err := c.Validate(); err != nil {
+		var ce *service.ConfigError
+		if errors.As(err, &ce) {
+			if name, ok := serveFieldFlags[ce.Field]; ok {
+				return service.Config{}, usagef("--%s %s: %s", name, service.FormatValue(ce.Value), ce.Rule)
+			}
+		}
+		return service.Config{}, usagef("%v", err)
+	}
+	return c, nil
+}
+
 // runServe is emsf serve.
 func runServe(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlagSet(e, "serve", "serve --name NAME (--nats URL | --embedded) [flags]")
-	var (
-		sf                       serviceFlags
-		lf                       logFlags
-		embedded                 bool
-		store, listen            string
-		port                     int
-		mode, tie, useWorkers    string
-		cfg                      service.Config
-		seed                     uint64
-		metricsAddr              string
-		every                    int64
-		replicas                 int
-		streamMaxBytes           int64
-		streamMaxAge, checkpoint time.Duration
-		onlineEM                 onlineEMParams
-	)
-	sf.register(fs)
-	lf.register(fs)
-	fs.BoolVar(&embedded, "embedded", false, "start an embedded NATS server with JetStream (nothing to install); publish to it with --nats nats://LISTEN:PORT")
-	fs.StringVar(&store, "store", "", "with --embedded: JetStream store directory (default: $XDG_STATE_HOME/emsf/nats or ~/.local/state/emsf/nats)")
-	fs.StringVar(&listen, "listen", "127.0.0.1", "with --embedded: address to listen on")
-	fs.IntVar(&port, "port", 4222, "with --embedded: port to listen on (-1: a random free port)")
-	fs.StringVar(&mode, "mode", "refit", "retrain mode: refit (batch EM over all counts, warm-started), incremental (commit the new counts with --alpha) or online-em (online EM over the new counts, going on from the latest version's step t; --gamma-exp, --burn-in, --online-em-floor; integer counts only)")
-	fs.IntVar(&cfg.Order, "order", 10, "m, the number of hidden states")
-	fs.StringVar(&tie, "tie", "none", "tie mode: none, shared-k or shared-d")
-	fs.Uint64Var(&seed, "seed", 1, "seed of the first version's random init")
-	fs.IntVar(&cfg.MaxIter, "iters", 100, "refit: most EM iterations")
-	fs.Float64Var(&cfg.Tol, "tol", 1e-6, "refit: stop when the log-likelihood per transition improves less than this (0: never, run --iters)")
-	fs.IntVar(&cfg.Workers, "workers", runtime.GOMAXPROCS(0), "refit in this process: goroutines")
-	fs.IntVar(&cfg.ShardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "refit: nonzeros per shard")
-	fs.StringVar(&useWorkers, "use-workers", "auto", "refit on emsf workers of the NATS server: auto (when any answer), yes (wait for them) or no")
-	fs.DurationVar(&cfg.WorkerTimeout, "worker-timeout", 30*time.Second, "refit on workers: a task not answered within this goes to another worker")
-	fs.Float64Var(&cfg.Alpha, "alpha", 0.5, "incremental: learning rate of a commit, in (0, 1]")
-	fs.IntVar(&cfg.EtaMax, "eta-max", 0, "incremental: buffered nonzeros before their statistics are accumulated (0: all)")
-	onlineEM.register(fs, "online-em")
-	fs.Int64Var(&every, "every", 0, "retrain when this many transitions arrived since the latest version (0: off)")
-	fs.DurationVar(&cfg.Interval, "interval", 0, "retrain this often when transitions arrived since the latest version (0: off)")
-	fs.IntVar(&cfg.States, "states", 0, "fix the number of states: transitions beyond it are rejected (0: the model grows)")
-	fs.IntVar(&cfg.Actions, "actions", 0, "fix the number of actions: transitions beyond it are rejected (0: the model grows)")
-	fs.Int64Var(&cfg.MaxModelBytes, "max-model-bytes", service.DefaultMaxModelBytes, "reject transitions that would grow the model (8·n·m·(D+K blocks) bytes) beyond this")
-	fs.IntVar(&cfg.MaxStates, "max-states", 0, "reject transitions with a state at or beyond this (0: the most states a one-action model within --max-model-bytes has)")
-	fs.IntVar(&cfg.MaxActions, "max-actions", 0, "reject transitions with an action at or beyond this (0: the most actions a one-state model within --max-model-bytes has)")
-	fs.DurationVar(&checkpoint, "checkpoint-every", 2*time.Second, "checkpoint the counts this often while transitions arrive")
-	fs.IntVar(&replicas, "replicas", 1, "replicas of the stream and buckets when they are created (3 on a 3-node cluster)")
-	fs.DurationVar(&streamMaxAge, "stream-max-age", 0, "when the stream is created: drop transitions older than this (0: keep)")
-	fs.Int64Var(&streamMaxBytes, "stream-max-bytes", 0, "when the stream is created: its size limit in bytes (0: none)")
-	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464 (path /metrics)")
-	fs.DurationVar(&cfg.IngestDelay, "ingest-delay", 0, "testing: wait this long before counting each message")
+	var f serveFlags
+	f.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stdout, `Usage: emsf serve --name NAME (--nats URL | --embedded) [flags]
 
@@ -151,111 +240,26 @@ retrains on a request to <prefix>.NAME.retrain ('emsf retrain --name NAME' or
 the Object Store, records it as latest in KV and announces it on <prefix>.NAME.model
 ('emsf model get NAME --out FILE' fetches one). Counts are checkpointed with the
 stream sequence they include: a restart neither loses nor double-counts a
-transition. SIGINT or SIGTERM checkpoints and exits.
+transition, and the stream keeps only what no checkpoint holds yet (--stream-purge).
+SIGINT or SIGTERM stops it: requests waiting for a retrain are refused, the counts
+are checkpointed, and it exits 0.
 `)
 		printFlags(e.stdout, fs)
 	}
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := sf.validate(); err != nil {
-		return err
-	}
-	cfg.Name, cfg.Prefix, cfg.StateBucket, cfg.ModelBucket = sf.name, sf.prefix, sf.stateBucket, sf.modelBucket
-	natsGiven := false
-	fs.Visit(func(f *flag.Flag) { natsGiven = natsGiven || f.Name == "nats" })
 	envURL := ""
-	if embedded && !natsGiven {
+	if f.embedded && !flagGiven(fs, "nats") {
 		// NATS_URL is for the client commands: the embedded server is
 		// this process's own.
-		envURL, sf.url = sf.url, ""
+		envURL, f.url = f.url, ""
 	}
-	switch {
-	case embedded && natsGiven:
-		return usagef("--embedded starts its own server: it cannot be combined with --nats %s (drop one of them)", sf.url)
-	case !embedded && sf.url == "":
-		return usagef("give --nats URL (or NATS_URL), or --embedded to start a server in this process")
-	case !embedded && (store != ""):
-		return usagef("--store is the embedded server's store: it needs --embedded")
-	case mode != string(service.ModeRefit) && mode != string(service.ModeIncremental) && mode != string(service.ModeOnlineEM):
-		return usagef("--mode %q: want refit, incremental or online-em", mode)
-	case useWorkers != "auto" && useWorkers != "yes" && useWorkers != "no":
-		return usagef("--use-workers %q: want auto, yes or no", useWorkers)
-	case cfg.Order < 1:
-		return usagef("--order %d: must be >= 1", cfg.Order)
-	case cfg.MaxIter < 1:
-		return usagef("--iters %d: must be >= 1", cfg.MaxIter)
-	case !(cfg.Tol >= 0):
-		return usagef("--tol %v: must be >= 0", cfg.Tol)
-	case cfg.Workers < 1:
-		return usagef("--workers %d: must be >= 1", cfg.Workers)
-	case cfg.ShardNNZ < 1:
-		return usagef("--shard-nnz %d: must be >= 1", cfg.ShardNNZ)
-	case !(cfg.Alpha > 0 && cfg.Alpha <= 1):
-		return usagef("--alpha %v: must be in (0, 1]", cfg.Alpha)
-	case cfg.EtaMax < 0:
-		return usagef("--eta-max %d: must be >= 0", cfg.EtaMax)
-	case every < 0:
-		return usagef("--every %d: must be >= 0", every)
-	case cfg.Interval < 0:
-		return usagef("--interval %v: must be >= 0", cfg.Interval)
-	case cfg.States < 0:
-		return usagef("--states %d: must be >= 0", cfg.States)
-	case cfg.Actions < 0:
-		return usagef("--actions %d: must be >= 0", cfg.Actions)
-	case cfg.MaxModelBytes < 1:
-		return usagef("--max-model-bytes %d: must be >= 1", cfg.MaxModelBytes)
-	case cfg.MaxStates < 0 || cfg.MaxStates >= math.MaxInt32:
-		return usagef("--max-states %d: must be in [0, %d)", cfg.MaxStates, math.MaxInt32)
-	case cfg.MaxActions < 0 || cfg.MaxActions >= math.MaxInt32:
-		return usagef("--max-actions %d: must be in [0, %d)", cfg.MaxActions, math.MaxInt32)
-	case checkpoint <= 0:
-		return usagef("--checkpoint-every %v: must be > 0", checkpoint)
-	case replicas < 1 || replicas > 5:
-		return usagef("--replicas %d: must be in [1, 5]", replicas)
-	case streamMaxAge < 0:
-		return usagef("--stream-max-age %v: must be >= 0", streamMaxAge)
-	case streamMaxBytes < 0:
-		return usagef("--stream-max-bytes %d: must be >= 0", streamMaxBytes)
-	case cfg.WorkerTimeout <= 0:
-		return usagef("--worker-timeout %v: must be > 0", cfg.WorkerTimeout)
-	case cfg.IngestDelay < 0:
-		return usagef("--ingest-delay %v: must be >= 0", cfg.IngestDelay)
-	}
-	if cfg.Tol == 0 {
-		// service.Config reads a zero Tol as "the default"; --tol 0 means
-		// never stop on the tolerance. The smallest positive tolerance
-		// stops a refit only when its log-likelihood no longer changes at
-		// all, which is the same thing.
-		cfg.Tol = math.SmallestNonzeroFloat64
-	}
-	if embedded {
-		if port != -1 && (port < 1 || port > 65535) {
-			return usagef("--port %d: want 1..65535, or -1 for a random free port", port)
-		}
-		if net.ParseIP(listen) == nil && listen != "localhost" {
-			return usagef("--listen %q: want an IP address", listen)
-		}
-	}
-	if metricsAddr != "" {
-		if _, _, err := net.SplitHostPort(metricsAddr); err != nil {
-			return usagef("--metrics-addr %q: want host:port", metricsAddr)
-		}
-	}
-	t, err := factor.ParseTie(tie)
+	cfg, err := f.config(fs)
 	if err != nil {
-		return usagef("--tie %q: want none, shared-k or shared-d", tie)
-	}
-	if err := onlineEM.validate(); err != nil {
 		return err
 	}
-	if mode == string(service.ModeOnlineEM) && onlineEM.floor == 0 {
-		return usagef("--online-em-floor 0: emsf serve needs a floor > 0 (a transition of probability 0 would fail every later retrain)")
-	}
-	cfg.OnlineEM = onlineEM.options()
-	cfg.Tie, cfg.Seed, cfg.Every, cfg.Mode, cfg.UseWorkers = t, seed, every, service.Mode(mode), service.UseWorkers(useWorkers)
-	cfg.CheckpointEvery, cfg.Replicas, cfg.StreamMaxAge, cfg.StreamMaxBytes = checkpoint, replicas, streamMaxAge, streamMaxBytes
-	log, err := lf.logger(e, "emsf")
+	log, err := f.logs.logger(e, "emsf")
 	if err != nil {
 		return err
 	}
@@ -264,14 +268,15 @@ transition. SIGINT or SIGTERM checkpoints and exits.
 		log.Info("NATS_URL ignored: --embedded starts its own server", "NATS_URL", envURL)
 	}
 
-	url := sf.url
-	if embedded {
+	url := f.url
+	if f.embedded {
+		store := f.store
 		if store == "" {
 			if store, err = defaultStore(); err != nil {
 				return err
 			}
 		}
-		srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: store, Host: listen, Port: port})
+		srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: store, Host: f.listen, Port: f.port})
 		if err != nil {
 			return err
 		}
@@ -282,19 +287,19 @@ transition. SIGINT or SIGTERM checkpoints and exits.
 		url = srv.ClientURL()
 		log.Info("embedded NATS server", "url", url, "store", store)
 	}
-	sf.url = url
-	nc, err := sf.connect("emsf-serve-" + sf.name)
+	f.url = url
+	nc, err := f.connect("emsf-serve-" + f.name)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	defer func() { err = connErr(nc, err) }()
 
-	if metricsAddr != "" {
+	if f.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		cfg.Registry = reg
-		stop, err := serveMetrics(metricsAddr, reg, log)
+		stop, err := serveMetrics(f.metricsAddr, reg, log)
 		if err != nil {
 			return err
 		}
@@ -305,14 +310,26 @@ transition. SIGINT or SIGTERM checkpoints and exits.
 		return err
 	}
 	fmt.Fprintf(e.stdout, "emsf serve: model %s on %s\n  publish:  emsf publish --nats %s --name %s --input FILE\n  retrain:  emsf retrain --nats %s --name %s   (or: nats req %s '')\n  fetch:    emsf model get %s --nats %s --out model.arrow\n",
-		sf.name, url, url, sf.name, url, sf.name, service.RetrainSubject(sf.prefix, sf.name), sf.name, url)
+		f.name, url, url, f.name, url, f.name, service.RetrainSubject(f.prefix, f.name), f.name, url)
 	if err := svc.Run(ctx); err != nil {
 		return err
 	}
-	if err := nc.Drain(); err != nil {
-		log.Warn("drain", "error", err)
+	// Replies and announcements still buffered go out before the
+	// connection closes; a connection that is reconnecting has nothing to
+	// flush that would arrive.
+	if nc.IsConnected() {
+		if err := nc.Drain(); err != nil {
+			log.Warn("drain", "error", err)
+		}
 	}
 	return nil
+}
+
+// flagGiven reports whether flag name was set on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // defaultStore is the embedded server's store when --store is not given:
@@ -382,6 +399,16 @@ func runPublish(ctx context.Context, e *env, args []string) (err error) {
 	}
 	if maxRows < 0 {
 		return usagef("--max-rows %d: must be >= 0", maxRows)
+	}
+	if in.input == arrowio.StdinPath {
+		// Publishing reads its input twice (every row is checked before
+		// the first is sent): from a copy.
+		path, remove, err := spoolStdin(os.Stdin)
+		if err != nil {
+			return err
+		}
+		defer remove()
+		in.input = path
 	}
 	opts := service.PublishOptions{Prefix: sf.prefix, Name: sf.name, Read: in.readOptions(), MaxRows: maxRows, Create: create, AllowRejects: allowRejects,
 		AutoIDs: in.ids == idsAuto}
@@ -494,23 +521,29 @@ func printJSON(e *env, what string, data []byte) error {
 func runModel(ctx context.Context, e *env, args []string) (err error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(e.stdout, `Usage: emsf model <get|list|status> NAME [flags]
+       emsf model <assemble|split> IN --out OUT [flags]
        emsf model export --model FILE --out DIR
 
   get NAME [--version V] --out FILE   fetch a version (default: the latest) of a served model
   list NAME                           list the stored versions
   status NAME                         ask the running emsf serve for its status
   export --model FILE --out DIR       write D, K, the reduced chains and the ids as .npy, .npz and CSV
+  assemble DATASET --out FILE         write a model dataset (a directory or nats-obj://BUCKET/PREFIX) as one model file
+  split FILE --out DATASET            write a model file as a dataset: parts and a manifest
 
-Run 'emsf model get -h' for the flags.
+Run 'emsf model get -h' (or assemble -h, split -h) for the flags.
 `)
 		if len(args) == 0 {
-			return usagef("name a subcommand: get, list or status")
+			return usagef("name a subcommand: get, list, status, export, assemble or split")
 		}
 		return flag.ErrHelp
 	}
 	sub, rest := args[0], args[1:]
 	if sub == "export" {
 		return runModelExport(ctx, e, rest)
+	}
+	if sub == "assemble" || sub == "split" {
+		return runModelParts(ctx, e, sub, rest)
 	}
 	fs := newFlagSet(e, "model "+sub, sub+" NAME [flags]")
 	var (
@@ -528,7 +561,7 @@ Run 'emsf model get -h' for the flags.
 	switch sub {
 	case "get", "list", "status":
 	default:
-		return usagef("unknown subcommand %q: want get, list or status", sub)
+		return usagef("unknown subcommand %q: want get, list, status, assemble or split", sub)
 	}
 	// NAME may come anywhere among the flags.
 	pos, err := parseArgs(fs, rest)
@@ -578,6 +611,9 @@ Run 'emsf model get -h' for the flags.
 			return err
 		}
 		if len(vs) == 0 {
+			if err := missingModel(ctx, nc, st, sf.prefix, sf.name, sf.modelBucket); err != nil {
+				return err
+			}
 			return fmt.Errorf("model %s has no versions in bucket %s", sf.name, sf.modelBucket)
 		}
 		fmt.Fprintf(e.stdout, "%-8s %-20s %-12s %8s %8s %14s %12s %10s %s\n", "version", "created", "mode", "n", "u", "loglik", "transitions", "seq", "object")
@@ -589,6 +625,9 @@ Run 'emsf model get -h' for the flags.
 	}
 	f, err := st.Get(ctx, sf.name, version)
 	if err != nil {
+		if merr := missingModel(ctx, nc, st, sf.prefix, sf.name, sf.modelBucket); merr != nil {
+			return merr
+		}
 		return err
 	}
 	data, v := f.Data, f.Info

@@ -337,6 +337,14 @@ func testServeFaultNATSServerRestart(t *testing.T, bin string) {
 		t.Fatalf("publish: %v\n%s", err, out)
 	}
 	waitCounted(t, nc, "nr", 20, p)
+	// The server dies once the stream was purged up to a stored
+	// checkpoint: the checkpoint is then the only copy of those counts.
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		if st, err := serveStatus(nc, "nr"); err != nil || st.PurgedTo < 20 {
+			return fmt.Errorf("purged up to %d (%v)", st.PurgedTo, err)
+		}
+		return nil
+	})
 	ns.restart(t)
 	// serve answers again once it has reconnected.
 	coordtest.CheckFor(t, coordtest.Patience, func() error { _, err := serveStatus(nc, "nr"); return err })
@@ -346,6 +354,15 @@ func testServeFaultNATSServerRestart(t *testing.T, bin string) {
 	st := waitCounted(t, nc, "nr", 40, p)
 	if st.Transitions != 2000 || st.Count != sum {
 		t.Fatalf("after the nats-server restart: %d rows, count %v; want 2000, %v\n%s", st.Transitions, st.Count, sum, p.err.String())
+	}
+	// And serve dies too: what it counts again comes from its checkpoint
+	// and what the stream still holds, exactly.
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	p = startServe(t, bin, url, "nr")
+	st = waitCounted(t, nc, "nr", 40, p)
+	if st.Transitions != 2000 || st.Count != sum {
+		t.Fatalf("after the nats-server restart and a serve kill: %d rows, count %v; want 2000, %v\n%s", st.Transitions, st.Count, sum, p.err.String())
 	}
 	out, err := exec.Command(bin, "retrain", "--nats", url, "--name", "nr").Output()
 	var v service.Version

@@ -359,3 +359,47 @@ func TestServeClientErrors(t *testing.T) {
 		}
 	}
 }
+
+// emsf serve's flags start from service.DefaultConfig (the one place the
+// defaults are written): with no flag but the name, the Config is the
+// defaults; every Config field a flag sets has that flag named in errors.
+func TestServeFlagsDefaults(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	e := &env{stdout: &stdout, stderr: &stderr}
+	fs := newFlagSet(e, "serve", "serve")
+	var f serveFlags
+	f.register(fs)
+	if err := parse(fs, []string{"--name", "x", "--embedded"}); err != nil {
+		t.Fatal(err)
+	}
+	f.url = ""
+	got, err := f.config(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := service.DefaultConfig()
+	want.Name = "x"
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("serve's Config with default flags:\n%+v\nwant service.DefaultConfig():\n%+v", got, want)
+	}
+	for field, name := range serveFieldFlags {
+		if fs.Lookup(name) == nil {
+			t.Errorf("field %s: no flag --%s", field, name)
+		}
+	}
+	for _, c := range []struct{ args, want string }{
+		{"--iters 0", "--iters 0: must be >= 1"},
+		{"--workers 0", "--workers 0: must be >= 1"},
+		{"--checkpoint-every 0s", "--checkpoint-every 0s: must be > 0"},
+		{"--stream-purge always", `--stream-purge "always": want checkpointed or never`},
+		{"--buffer-rows 0", "--buffer-rows 0: must be >= 1"},
+		{"--replicas 7", "--replicas 7: must be in [1, 5]"},
+		{"--max-model-bytes 10", "--max-model-bytes 10: does not hold a model"},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"serve", "--name", "x", "--embedded"}, strings.Fields(c.args)...)
+		if rc := run(args, &stdout, &stderr); rc != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("emsf %s: exit %d, %q; want exit 2 and %q", strings.Join(args, " "), rc, stderr.String(), c.want)
+		}
+	}
+}

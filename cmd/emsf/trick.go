@@ -17,8 +17,10 @@ import (
 func runTrick(ctx context.Context, e *env, args []string) error {
 	var path, policyS, out string
 	var top int
-	fs := newFlagSet(e, "trick", "trick --model FILE [--policy uniform|A|a0,a1,...] [--top K] [--out mu.csv]")
-	fs.StringVar(&path, "model", "", "model file (required)")
+	var nf natsFlags
+	fs := newFlagSet(e, "trick", "trick --model FILE|DATASET [--policy uniform|A|a0,a1,...] [--top K] [--out mu.csv]")
+	fs.StringVar(&path, "model", "", "the model (required): "+modelPathUsage)
+	nf.register(fs)
 	fs.StringVar(&policyS, "policy", "uniform", "policy whose stationary distribution to compute: uniform (every action equally likely), one action A for every state, or a comma-separated action per state")
 	fs.IntVar(&top, "top", 10, "print the K most probable states of the stationary distribution")
 	fs.StringVar(&out, "out", "", "also write the whole stationary distribution over states to this CSV (state,probability)")
@@ -31,11 +33,20 @@ func runTrick(ctx context.Context, e *env, args []string) error {
 	if top < 0 {
 		return usagef("--top %d: must be >= 0", top)
 	}
-	mf, err := arrowio.ReadModel(path)
+	if err := nf.validate(); err != nil {
+		return err
+	}
+	mf, err := readModel(ctx, &nf, path)
 	if err != nil {
 		return err
 	}
 	md := mf.Model
+	if md.Smoothing != nil {
+		// The rule's factored part: the background is hidden state m
+		// (factor.Model.Augmented); a row's own counts are not low rank.
+		fmt.Fprintf(e.stdout, "the model's smoothing rule adds the next-state frequencies as hidden state %d (weight λ per action); its counts term is not part of the reduced chain\n", md.M)
+		md = md.Augmented()
+	}
 	policy, err := parsePolicy(policyS, md.N, md.U, mf.Actions)
 	if err != nil {
 		return err

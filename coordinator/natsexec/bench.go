@@ -33,9 +33,9 @@ type BenchResult struct {
 // cluster of workers workers over 127.0.0.1 TCP (store in storeDir) and
 // reports the cost per iteration. The log-likelihood is computed on the
 // last iteration only, as a plain fit with a fixed iteration count does.
-func Bench(ctx context.Context, storeDir string, workers, iters int, shards []*shard.Shard, man *shard.Manifest, md *factor.Model) (BenchResult, error) {
+func Bench[W LocalWorker](ctx context.Context, storeDir string, workers, iters int, shards []*shard.Shard, man *shard.Manifest, md *factor.Model, start StartWorker[W]) (BenchResult, error) {
 	iters = max(iters, 2)
-	lc, err := StartLocalCluster(ctx, LocalClusterConfig{StoreDir: storeDir, Workers: workers})
+	lc, err := StartLocalCluster(ctx, LocalClusterConfig{StoreDir: storeDir, Workers: workers}, start)
 	if err != nil {
 		return BenchResult{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
 )
 
 // BenchmarkClusterIteration times cluster iterations over loopback NATS
@@ -33,7 +34,7 @@ func BenchmarkClusterIteration(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/workers=%d", size.name, workers), func(b *testing.B) {
 				var sec, bytes float64
 				for b.Loop() {
-					res, err := natsexec.Bench(context.Background(), b.TempDir(), workers, 4, shards, man, md)
+					res, err := natsexec.Bench(context.Background(), b.TempDir(), workers, 4, shards, man, md, worker.Starter(worker.Config{}))
 					if err != nil {
 						b.Fatal(err)
 					}

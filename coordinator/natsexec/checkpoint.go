@@ -14,6 +14,7 @@ import (
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // pendingCommit is a commit whose model and state are being stored in the
@@ -22,6 +23,9 @@ type pendingCommit struct {
 	done chan struct{}
 	err  error
 }
+
+// manifestObject is the Object Store name of a job's manifest.
+func manifestObject(job string) string { return "manifests/" + job }
 
 // Begin records a new run of a job in the KV bucket, replacing an older
 // run's state, and remembers the revision for the first Commit.
@@ -33,7 +37,7 @@ func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
 		if err != nil {
 			return fmt.Errorf("natsexec: manifest: %w", err)
 		}
-		st.ManifestObject = "manifests/" + st.Job
+		st.ManifestObject = manifestObject(st.Job)
 		if _, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), st.ManifestObject, data); err != nil {
 			return fmt.Errorf("natsexec: store manifest of job %s: %w", st.Job, err)
 		}
@@ -46,10 +50,10 @@ func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
 	old, err := e.kv.Get(ctx, st.Job)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		rev, err = e.kv.Create(ctx, st.Job, body)
+		rev, err = wire.CompareAndSet(ctx, e.kv, st.Job, body, 0)
 	case err != nil:
 	default:
-		rev, err = e.kv.Update(ctx, st.Job, body, old.Revision())
+		rev, err = wire.CompareAndSet(ctx, e.kv, st.Job, body, old.Revision())
 	}
 	if err != nil {
 		return fmt.Errorf("natsexec: begin job %s: %w", st.Job, err)
@@ -125,10 +129,11 @@ func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, 
 	e.mu.Lock()
 	rev := e.kvRev[st.Job]
 	e.mu.Unlock()
-	nrev, err := e.kv.Update(ctx, st.Job, body, rev)
+	nrev, err := wire.CompareAndSet(ctx, e.kv, st.Job, body, rev)
 	if err != nil {
-		return fmt.Errorf("natsexec: commit job %s iteration %d on revision %d (did another coordinator take the job over?): %w",
-			st.Job, st.Iteration, rev, err)
+		// A lost race (errors.Is wire.ErrLostRace) is another coordinator
+		// that took the job over.
+		return fmt.Errorf("natsexec: commit job %s iteration %d: %w", st.Job, st.Iteration, err)
 	}
 	e.mu.Lock()
 	e.kvRev[st.Job] = nrev
@@ -160,7 +165,7 @@ func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState
 	}
 	if o := st.Owners; o != nil && o.CRCObject != "" && o.KCRC == nil && o.DCRC == nil {
 		data, err := e.obs.GetBytes(ctx, o.CRCObject)
-		var crcs ownersCRCs
+		var crcs proto.CRCLists
 		if err == nil {
 			err = json.Unmarshal(data, &crcs)
 		}

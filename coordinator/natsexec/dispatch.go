@@ -16,6 +16,7 @@ import (
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // Submit sends t to the workers' queue group and delivers the answer. A
@@ -120,7 +121,7 @@ func (e *Executor) do(ctx context.Context, t wire.Task) wire.Result {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s is quarantined: its partial is dropped", t.Shard, r.Worker)
 			return r
 		}
-		want := wire.Label{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, ShardChecksum: refs[t.Shard].digest, ModelDigest: md.digest}
+		want := proto.Label{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, ShardChecksum: refs[t.Shard].digest, ModelDigest: md.digest}
 		if err := e.decode(ctx, reply, want, &r); err != nil {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %w", t.Shard, r.Worker, err)
 			if isRejected(err) {
@@ -230,7 +231,7 @@ func (e *Executor) watch(ctx context.Context, id string, started *nats.Subscript
 // decode reads the partial a reply carries or names into r.Partial,
 // after checking that its label is want; an error from a check of the
 // partial (not of its transfer) is a *rejectedError.
-func (e *Executor) decode(ctx context.Context, reply *nats.Msg, want wire.Label, r *wire.Result) error {
+func (e *Executor) decode(ctx context.Context, reply *nats.Msg, want proto.Label, r *wire.Result) error {
 	t := r.Task
 	for _, f := range []struct {
 		h string
@@ -245,7 +246,7 @@ func (e *Executor) decode(ctx context.Context, reply *nats.Msg, want wire.Label,
 	if nb, err := strconv.ParseInt(reply.Header.Get(wire.HeaderFetchBytes), 10, 64); err == nil {
 		r.Bytes += nb
 	}
-	label, err := wire.ParseLabel(reply.Header.Get(wire.HeaderPartialOf))
+	label, err := proto.ParseLabel(reply.Header.Get(wire.HeaderPartialOf))
 	if err != nil {
 		return &rejectedError{err: err}
 	}

@@ -27,7 +27,7 @@
 // partials, chunk requests without a length) are not spoken to any more:
 // their partials fail the label check.
 //
-// Authenticity: every partial reply carries its wire.Label (job,
+// Authenticity: every partial reply carries its proto.Label (job,
 // iteration, shard, the checksum of the shard computed and the digest of
 // the model version computed on); the executor drops a partial whose label
 // is not exactly the task's, whose transfer CRC or encoding is wrong,
@@ -66,7 +66,13 @@
 // workers), checkpoint.go (job state in KV, commits, resume),
 // embedded.go and local.go (an embedded server and in-process cluster),
 // owners.go (FitOwners: the owners exchange, where workers own column
-// blocks of K and the coordinator only sequences; see its comment).
+// blocks of K and the coordinator only sequences: the NATS adapters of
+// the sequencer in coordinator/owners, which makes every decision; see
+// its comment), ingest.go (Ingest: the distributed ingest of
+// coordinator/ingest over NATS, the shards built on the workers).
+// Nothing here imports package worker: the protocol is worker/wire and
+// worker/wire/proto, and a local cluster's workers are started by
+// whoever builds one (StartLocalCluster's StartWorker).
 //
 // Everything above is the coordinator exchange (`fit --exchange
 // coordinator`, the default): the coordinator serves each model version

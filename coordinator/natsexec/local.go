@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-
-	"github.com/emsf/emsf/worker"
 )
 
 // LocalClusterConfig configures StartLocalCluster.
@@ -22,34 +19,45 @@ type LocalClusterConfig struct {
 	// InProcess connects workers and coordinator through in-process
 	// connections instead of 127.0.0.1 TCP.
 	InProcess bool
-	// Exec configures the executor (prefix, buckets, logger).
+	// Exec configures the executor (prefix, buckets, logger); the
+	// workers' StartWorker takes the same prefix.
 	Exec Config
-	// Logger receives the workers' logs (default: none).
-	Logger hclog.Logger
 	// Sync makes the server fsync every write (see EmbeddedConfig.NoSync);
 	// worth it only when StoreDir outlives the process.
 	Sync bool
 }
 
+// LocalWorker is what a local cluster needs of its workers.
+type LocalWorker interface {
+	Stop() error
+}
+
+// StartWorker starts one worker of a local cluster on connection nc (the
+// worker's own: the cluster drains it after Stop). Package worker's
+// Starter makes one: the coordinator's code speaks to workers through the
+// protocol only and does not import them (DESIGN §3), so whoever builds a
+// whole cluster in one process (cmd/emsf, tests) brings them.
+type StartWorker[W LocalWorker] func(ctx context.Context, nc *nats.Conn) (W, error)
+
 // LocalCluster is a whole cluster in this process: an embedded NATS
 // server, Workers workers each on its own connection, and an Executor.
 // Close stops them in reverse order.
-type LocalCluster struct {
+type LocalCluster[W LocalWorker] struct {
 	Server  *server.Server
-	Workers []*worker.Worker
+	Workers []W
 	Exec    *Executor
 
 	conns []*nats.Conn
 }
 
-// StartLocalCluster starts an embedded server and the workers, and waits
-// until the executor's census finds them all.
-func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (lc *LocalCluster, err error) {
+// StartLocalCluster starts an embedded server and cfg.Workers workers
+// (start), and waits until the executor's census finds them all.
+func StartLocalCluster[W LocalWorker](ctx context.Context, cfg LocalClusterConfig, start StartWorker[W]) (lc *LocalCluster[W], err error) {
 	s, err := StartEmbedded(EmbeddedConfig{StoreDir: cfg.StoreDir, NoSync: !cfg.Sync})
 	if err != nil {
 		return nil, err
 	}
-	lc = &LocalCluster{Server: s}
+	lc = &LocalCluster[W]{Server: s}
 	defer func() {
 		if err != nil {
 			lc.Close()
@@ -69,16 +77,12 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (lc *LocalCl
 		lc.conns = append(lc.conns, nc)
 		return nc, nil
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = hclog.NewNullLogger()
-	}
 	for k := range max(cfg.Workers, 1) {
 		nc, err := connect(fmt.Sprintf("emsf-worker-%d", k))
 		if err != nil {
 			return lc, err
 		}
-		w, err := worker.Start(ctx, nc, worker.Config{Prefix: cfg.Exec.Prefix, Logger: logger})
+		w, err := start(ctx, nc)
 		if err != nil {
 			return lc, err
 		}
@@ -107,11 +111,11 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (lc *LocalCl
 }
 
 // URL returns the server's client URL (empty when it does not listen).
-func (lc *LocalCluster) URL() string { return lc.Server.ClientURL() }
+func (lc *LocalCluster[W]) URL() string { return lc.Server.ClientURL() }
 
 // Close stops the executor and the workers, drains their connections and
 // shuts the server down.
-func (lc *LocalCluster) Close() error {
+func (lc *LocalCluster[W]) Close() error {
 	var errs []error
 	if lc.Exec != nil {
 		lc.Exec.Close()

@@ -3,9 +3,11 @@ package natsexec_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,13 +16,17 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/coordinator/owners"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // ownersData is count data with n states, u actions and a few shards per
@@ -38,30 +44,17 @@ func ownersDataSplit(t *testing.T, n, u int, seed uint64, per int) []*shard.Shar
 // ownersDataGrid is ownersDataSplit with each row range cut into q column
 // cells (shard.SplitGrid).
 func ownersDataGrid(t *testing.T, n, u int, seed uint64, per, q int) []*shard.Shard {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 7))
-	var ct shard.Counter
-	for range 6 * n * u {
-		i, a := rng.IntN(n), rng.IntN(u)
-		j := (i + rng.IntN(n/3+1)) % n
-		if err := ct.Add(i, a, j, float64(1+rng.IntN(3))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	shards, _ := shard.SplitGrid(ct.Matrices(u), n, 6*n/per, q)
-	if len(shards) < 2*u {
-		t.Fatalf("test data has %d shards, want several per action", len(shards))
-	}
-	return shards
+	return coordtest.OwnersData(t, n, u, seed, per, q)
 }
 
 const ownersGroupNNZ = 150
 
 // ownersCluster starts an in-process cluster of workers workers (exec
 // configures its executor), closed at the test's end.
-func ownersCluster(t *testing.T, workers int, exec natsexec.Config) *natsexec.LocalCluster {
+func ownersCluster(t *testing.T, workers int, exec natsexec.Config) *natsexec.LocalCluster[*worker.Worker] {
 	t.Helper()
-	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: workers, InProcess: true, Exec: exec})
+	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: workers, InProcess: true, Exec: exec},
+		worker.Starter(worker.Config{Prefix: exec.Prefix}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +63,7 @@ func ownersCluster(t *testing.T, workers int, exec natsexec.Config) *natsexec.Lo
 }
 
 // dial connects to lc's server, closed at the test's end.
-func dial(t *testing.T, lc *natsexec.LocalCluster) *nats.Conn {
+func dial(t *testing.T, lc *natsexec.LocalCluster[*worker.Worker]) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(lc.URL())
 	if err != nil {
@@ -90,27 +83,6 @@ func fitLocal(t *testing.T, shards []*shard.Shard, init *factor.Model, iters int
 		t.Fatal(err)
 	}
 	return md, res
-}
-
-func sameModel(t *testing.T, what string, got, want *factor.Model) {
-	t.Helper()
-	for b := range want.D {
-		for k := range want.D[b] {
-			if math.Float64bits(got.D[b][k]) != math.Float64bits(want.D[b][k]) {
-				t.Fatalf("%s: D block %d entry %d = %v, local fit %v", what, b, k, got.D[b][k], want.D[b][k])
-			}
-		}
-	}
-	for b := range want.KT {
-		for k := range want.KT[b] {
-			if math.Float64bits(got.KT[b][k]) != math.Float64bits(want.KT[b][k]) {
-				t.Fatalf("%s: K block %d entry %d = %v, local fit %v", what, b, k, got.KT[b][k], want.KT[b][k])
-			}
-		}
-	}
-	if got.Iteration != want.Iteration || math.Float64bits(got.LogLik) != math.Float64bits(want.LogLik) {
-		t.Fatalf("%s: iteration %d loglik %v, local fit %d %v", what, got.Iteration, got.LogLik, want.Iteration, want.LogLik)
-	}
 }
 
 // TestFitOwnersBitwise: the owners exchange gives bitwise the local fit
@@ -153,15 +125,19 @@ func TestFitOwnersBitwise(t *testing.T) {
 			lc := ownersCluster(t, c.workers, natsexec.Config{})
 			md := init.Clone()
 			res, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-				Job: "owners-" + c.name, Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-				ColBlocks: 5, CheckpointEvery: 3})
+				Job: "owners-" + c.name, Options: owners.Options{
+					Converger:       factor.Converger{MaxIter: iters},
+					GroupNNZ:        ownersGroupNNZ,
+					ColBlocks:       5,
+					CheckpointEvery: 3,
+				}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Iterations != wantRes.Iterations || math.Float64bits(res.LogLik) != math.Float64bits(wantRes.LogLik) {
 				t.Fatalf("result %+v, local %+v", res, wantRes)
 			}
-			sameModel(t, c.name, md, want)
+			coordtest.SameModel(t, c.name, md, want)
 			// The commit record of the last iteration, and its checkpoint.
 			st, _, err := lc.Exec.State(context.Background(), "owners-"+c.name)
 			if err != nil {
@@ -197,19 +173,23 @@ func TestFitOwnersWorkerLost(t *testing.T) {
 			var reports []natsexec.OwnersReport
 			md := init.Clone()
 			_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-				Job: "owners-lost-" + c.name, Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-				ColBlocks: 6, CheckpointEvery: 3,
-				Report: func(r natsexec.OwnersReport) { reports = append(reports, r) },
-				Committed: func(_ context.Context, iter int) error {
-					if iter == 4 {
-						return lc.Workers[1].Stop()
-					}
-					return nil
+				Job: "owners-lost-" + c.name, Options: owners.Options{
+					Converger:       factor.Converger{MaxIter: iters},
+					GroupNNZ:        ownersGroupNNZ,
+					ColBlocks:       6,
+					CheckpointEvery: 3,
+					Report:          func(r natsexec.OwnersReport) { reports = append(reports, r) },
+					Committed: func(_ context.Context, iter int) error {
+						if iter == 4 {
+							return lc.Workers[1].Stop()
+						}
+						return nil
+					},
 				}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			sameModel(t, "after a lost worker", md, want)
+			coordtest.SameModel(t, "after a lost worker", md, want)
 			last := reports[len(reports)-1]
 			if last.Rollbacks < 1 || last.Workers != c.workers-1 || last.Epoch < 1 {
 				t.Fatalf("last report %+v: want a rollback onto %d workers", last, c.workers-1)
@@ -237,12 +217,19 @@ func TestFitOwnersBytesFlatInN(t *testing.T) {
 		if len(shards) != 4 {
 			t.Fatalf("n=%d: %d shards, want 4", n, len(shards))
 		}
-		lc := ownersCluster(t, 2, natsexec.Config{})
+		// No liveness probes: their bytes grow with the wall time (a
+		// loaded machine), not with n.
+		lc := ownersCluster(t, 2, natsexec.Config{ProbeEvery: time.Hour})
 		var rs []natsexec.OwnersReport
 		md := factor.NewRandom(n, 8, 1, factor.TieNone, 1)
 		if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-			Job: fmt.Sprintf("owners-bytes-%d", n), Converger: factor.Converger{MaxIter: 4}, ColBlocks: c, CheckpointEvery: 100, NoBackups: true,
-			Report: func(r natsexec.OwnersReport) { rs = append(rs, r) }}); err != nil {
+			Job: fmt.Sprintf("owners-bytes-%d", n), Options: owners.Options{
+				Converger:       factor.Converger{MaxIter: 4},
+				ColBlocks:       c,
+				CheckpointEvery: 100,
+				NoBackups:       true,
+				Report:          func(r natsexec.OwnersReport) { rs = append(rs, r) },
+			}}); err != nil {
 			t.Fatal(err)
 		}
 		// Iterations 2..4 (the first includes the census).
@@ -289,29 +276,33 @@ func TestFitOwnersAllWorkersGone(t *testing.T) {
 	joined := make(chan error, 1)
 	md := init.Clone()
 	_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-		Job: "owners-gone", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-		ColBlocks: 3, CheckpointEvery: 2, WaitWorkers: coordtest.Patience,
-		Committed: func(_ context.Context, iter int) error {
-			if iter != 2 {
-				return nil
-			}
-			for _, w := range lc.Workers {
-				if err := w.Stop(); err != nil {
-					return err
+		Job: "owners-gone", WaitWorkers: coordtest.Patience, Options: owners.Options{
+			Converger:       factor.Converger{MaxIter: iters},
+			GroupNNZ:        ownersGroupNNZ,
+			ColBlocks:       3,
+			CheckpointEvery: 2,
+			Committed: func(_ context.Context, iter int) error {
+				if iter != 2 {
+					return nil
 				}
-			}
-			go func() {
-				<-wl.seen
-				nc, err := nats.Connect(lc.URL())
-				if err == nil {
-					var w *worker.Worker
-					if w, err = worker.Start(context.Background(), nc, worker.Config{}); err == nil {
-						t.Cleanup(func() { _ = w.Stop(); nc.Close() })
+				for _, w := range lc.Workers {
+					if err := w.Stop(); err != nil {
+						return err
 					}
 				}
-				joined <- err
-			}()
-			return nil
+				go func() {
+					<-wl.seen
+					nc, err := nats.Connect(lc.URL())
+					if err == nil {
+						var w *worker.Worker
+						if w, err = worker.Start(context.Background(), nc, worker.Config{}); err == nil {
+							t.Cleanup(func() { _ = w.Stop(); nc.Close() })
+						}
+					}
+					joined <- err
+				}()
+				return nil
+			},
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -319,14 +310,16 @@ func TestFitOwnersAllWorkersGone(t *testing.T) {
 	if err := <-joined; err != nil {
 		t.Fatal(err)
 	}
-	sameModel(t, "after every worker left and one joined", md, want)
+	coordtest.SameModel(t, "after every worker left and one joined", md, want)
 }
 
-// TestFitOwnersStraggler: one of three workers takes 150 ms more per
-// task than the others (tens of times slower here); the others take its
-// queued shards and back up its running task (MapReduce's backup tasks,
-// first answer wins) in every pass, and the model is bitwise the local
-// fit's.
+// TestFitOwnersStraggler: one of three workers takes 600 ms more per
+// task than the others (many times slower, even under -race on a loaded
+// machine); the others take its queued shards and back up its running
+// task (MapReduce's backup tasks, first answer wins), nothing rolls
+// back, and the model is bitwise the local fit's. (The decisions are
+// tested event by event, without timing, in coordinator/owners:
+// TestPassBackups, TestRunStraggler; this is the whole on real NATS.)
 func TestFitOwnersStraggler(t *testing.T) {
 	const iters = 6
 	shards := ownersDataSplit(t, 240, 1, 11, 12)
@@ -337,7 +330,7 @@ func TestFitOwnersStraggler(t *testing.T) {
 	want, _ := fitLocal(t, shards, init, iters)
 	lc := ownersCluster(t, 2, natsexec.Config{})
 	nc := dial(t, lc)
-	slow, err := worker.Start(context.Background(), nc, worker.Config{Delay: 150 * time.Millisecond})
+	slow, err := worker.Start(context.Background(), nc, worker.Config{Delay: 600 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,25 +338,54 @@ func TestFitOwnersStraggler(t *testing.T) {
 	var reports []natsexec.OwnersReport
 	md := init.Clone()
 	if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-		Job: "owners-straggler", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-		ColBlocks: 3, CheckpointEvery: 2, MinWorkers: 3,
-		Report: func(r natsexec.OwnersReport) { reports = append(reports, r) }}); err != nil {
+		Job: "owners-straggler", Options: owners.Options{
+			Converger:       factor.Converger{MaxIter: iters},
+			GroupNNZ:        ownersGroupNNZ,
+			ColBlocks:       3,
+			CheckpointEvery: 2,
+			MinWorkers:      3,
+			Report:          func(r natsexec.OwnersReport) { reports = append(reports, r) },
+		}}); err != nil {
 		t.Fatal(err)
 	}
-	sameModel(t, "with a straggler", md, want)
-	// From the first pass on, the fast workers take the straggler's
-	// queued shards and back up its running one; the first answer wins,
-	// so it wins few of its shards, and nothing rolls back.
-	first, last := reports[0], reports[len(reports)-1]
-	if first.Backups < 1 || last.Rollbacks != 0 {
-		t.Fatalf("reports %+v … %+v: want backups from the first pass on and no rollback", first, last)
+	coordtest.SameModel(t, "with a straggler", md, want)
+	// The fast workers take the straggler's queued shards and back up its
+	// running ones; the first answer wins, so it wins few of its shards.
+	last := reports[len(reports)-1]
+	if last.Backups < 1 || last.Rollbacks != 0 {
+		t.Fatalf("last report %+v: want backups and no rollback", last)
 	}
-	total := 0
-	for _, c := range first.Shards {
-		total += c
+	few := false
+	for _, r := range reports {
+		total := 0
+		for _, c := range r.Shards {
+			total += c
+		}
+		if total != len(shards) {
+			t.Fatalf("iteration %d: %v shards won per worker of %d; want every shard once", r.Iteration, r.Shards, len(shards))
+		}
+		few = few || 3*r.Shards[slow.ID()] < total
 	}
-	if total != len(shards) || 3*first.Shards[slow.ID()] >= total {
-		t.Fatalf("first pass: %v shards won per worker of %d; want every shard once and the straggler under a third", first.Shards, len(shards))
+	if !few {
+		t.Fatalf("the straggler won a third of the shards or more in every pass: %+v", reports)
+	}
+}
+
+// writeLease writes a job record whose owners lease is epoch and the
+// fence of token, as a coordinator that holds the job does.
+func writeLease(t *testing.T, nc *nats.Conn, job string, epoch int, token string) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), wire.DefaultKVBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"job": job, "owners": proto.Lease{Epoch: epoch, Fence: proto.FenceOf(token)}})
+	if _, err := kv.Put(context.Background(), job, body); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -376,48 +398,67 @@ func TestOwnersHostileRequests(t *testing.T) {
 	lc := ownersCluster(t, 1, natsexec.Config{})
 	nc := dial(t, lc)
 	id := lc.Workers[0].ID()
-	ask := func(body []byte) wire.OwnReply {
+	ask := func(body []byte) proto.Reply {
 		t.Helper()
 		m, err := nc.Request(wire.OwnSubject(wire.DefaultPrefix, id), body, coordtest.Patience)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rep wire.OwnReply
+		var rep proto.Reply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
 			t.Fatalf("reply %q: %v", m.Data, err)
 		}
 		return rep
 	}
-	req := func(r wire.OwnRequest) []byte {
+	req := func(r proto.Request) []byte {
 		b, _ := json.Marshal(r)
 		return b
 	}
+	// A coordinator's record of each job (the lease of epoch 1, token
+	// "tok"), so that the loads below pass the fence and reach the
+	// checks of their contents.
+	for _, job := range []string{"h", "p", "g1", "g2", "g3", "g4"} {
+		writeLease(t, nc, job, 1, "tok")
+	}
+	fenced := func(r proto.Request) []byte {
+		r.Epoch, r.Fence = 1, "tok"
+		return req(r)
+	}
 	for _, c := range []struct {
-		name string
-		body []byte
-		want string
+		name   string
+		before func()
+		body   []byte
+		want   string
 	}{
-		{"bad json", []byte("{not json"), "bad owners request"},
-		{"unknown op", req(wire.OwnRequest{Op: "explode", Job: "h", N: 4, M: 2, U: 1, Tie: "none"}), "unknown owners operation"},
-		{"task of no job", req(wire.OwnRequest{Op: wire.OpTask, Job: "nojob"}), "no blocks loaded"},
-		{"bad shape", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", N: 0, M: 2, U: 1, Tie: "none"}), "bad shape"},
-		{"bad tie", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", N: 4, M: 2, U: 1, Tie: "sideways"}), "tie"},
-		{"huge block", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", Epoch: 1, N: 1 << 40, M: 64, U: 1, Tie: "none",
-			Layout: [][]wire.ColBlock{{{Lo: 0, Hi: 1 << 40}}}, Shapes: []wire.KShape{{KBlock: 0}},
-			Blocks: []wire.ColBlock{{Lo: 0, Hi: 1 << 40, CRC: "0"}}}), "load owners/h/0/k/0/0"},
-		{"older epoch", req(wire.OwnRequest{Op: wire.OpLoad, Job: "h", Epoch: 0, N: 4, M: 2, U: 1, Tie: "none"}), "epoch 0"},
-		{"bad precision", req(wire.OwnRequest{Op: wire.OpLoad, Job: "p", N: 4, M: 2, U: 1, Tie: "none", Precision: "float16"}), "float16"},
-		{"row group of a bad action", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g1", N: 4, M: 2, U: 1, Tie: "none",
-			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 0, Action: 3, Cells: []int{0}, Lo: 0, Hi: 4}}}), "bad row group 0"},
-		{"row group past n", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g2", N: 4, M: 2, U: 1, Tie: "none",
-			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 0, Cells: []int{0}, Lo: 0, Hi: 1 << 30}}}), "bad row group 0"},
-		{"overlapping row groups", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g3", N: 4, M: 2, U: 1, Tie: "none",
-			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 0, Cells: []int{0}, Lo: 0, Hi: 3}, {G: 1, Cells: []int{0}, Lo: 2, Hi: 4}}}), "overlap"},
-		{"row group numbered wrong", req(wire.OwnRequest{Op: wire.OpLoad, Job: "g4", N: 4, M: 2, U: 1, Tie: "none",
-			Layout: [][]wire.ColBlock{{}}, Groups: []wire.RowGroup{{G: 5, Cells: []int{0}, Lo: 0, Hi: 4}}}), "bad row group 0"},
+		{"bad json", nil, []byte("{not json"), "bad owners request"},
+		{"unknown op", nil, req(proto.Request{Op: "explode", Job: "h", N: 4, M: 2, U: 1, Tie: "none"}), "unknown owners operation"},
+		{"task of no job", nil, fenced(proto.Request{Op: proto.OpTask, Job: "nojob"}), "no blocks loaded"},
+		{"no epoch", nil, req(proto.Request{Op: proto.OpLoad, Job: "h", N: 4, M: 2, U: 1, Tie: "none"}), "without an epoch"},
+		{"no record", nil, fenced(proto.Request{Op: proto.OpLoad, Job: "norecord", N: 4, M: 2, U: 1, Tie: "none"}), "its record"},
+		{"an epoch no coordinator wrote", nil, req(proto.Request{Op: proto.OpLoad, Job: "h", Epoch: 7, Fence: "tok", N: 4, M: 2, U: 1, Tie: "none"}), "record names epoch 1"},
+		{"bad shape", nil, fenced(proto.Request{Op: proto.OpLoad, Job: "h", N: 0, M: 2, U: 1, Tie: "none"}), "bad shape"},
+		{"bad tie", nil, fenced(proto.Request{Op: proto.OpLoad, Job: "h", N: 4, M: 2, U: 1, Tie: "sideways"}), "tie"},
+		{"huge block", nil, fenced(proto.Request{Op: proto.OpLoad, Job: "h", N: 1 << 40, M: 64, U: 1, Tie: "none",
+			Layout: [][]proto.ColBlock{{{Lo: 0, Hi: 1 << 40}}}, Shapes: []proto.KShape{{KBlock: 0}},
+			Blocks: []proto.ColBlock{{Lo: 0, Hi: 1 << 40, CRC: "0"}}}), "load owners/h/0/k/0/0"},
+		{"the next epoch", func() { writeLease(t, nc, "h", 2, "tok2") },
+			req(proto.Request{Op: proto.OpLoad, Job: "h", Epoch: 2, Fence: "tok2", N: 4, M: 2, U: 1, Tie: "none", Layout: [][]proto.ColBlock{{}}}), ""},
+		{"older epoch", nil, fenced(proto.Request{Op: proto.OpTask, Job: "h"}), "epoch 1, the job is at epoch 2"},
+		{"bad precision", nil, fenced(proto.Request{Op: proto.OpLoad, Job: "p", N: 4, M: 2, U: 1, Tie: "none", Precision: "float16"}), "float16"},
+		{"row group of a bad action", nil, fenced(proto.Request{Op: proto.OpLoad, Job: "g1", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]proto.ColBlock{{}}, Groups: []proto.RowGroup{{G: 0, Action: 3, Cells: []int{0}, Lo: 0, Hi: 4}}}), "bad row group 0"},
+		{"row group past n", nil, fenced(proto.Request{Op: proto.OpLoad, Job: "g2", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]proto.ColBlock{{}}, Groups: []proto.RowGroup{{G: 0, Cells: []int{0}, Lo: 0, Hi: 1 << 30}}}), "bad row group 0"},
+		{"overlapping row groups", nil, fenced(proto.Request{Op: proto.OpLoad, Job: "g3", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]proto.ColBlock{{}}, Groups: []proto.RowGroup{{G: 0, Cells: []int{0}, Lo: 0, Hi: 3}, {G: 1, Cells: []int{0}, Lo: 2, Hi: 4}}}), "overlap"},
+		{"row group numbered wrong", nil, fenced(proto.Request{Op: proto.OpLoad, Job: "g4", N: 4, M: 2, U: 1, Tie: "none",
+			Layout: [][]proto.ColBlock{{}}, Groups: []proto.RowGroup{{G: 5, Cells: []int{0}, Lo: 0, Hi: 4}}}), "bad row group 0"},
 	} {
+		if c.before != nil {
+			c.before()
+		}
 		rep := ask(c.body)
-		if !strings.Contains(rep.Error, c.want) {
+		if (c.want == "") != (rep.Error == "") || !strings.Contains(rep.Error, c.want) {
 			t.Errorf("%s: error %q, want it to name %q", c.name, rep.Error, c.want)
 		}
 	}
@@ -474,10 +515,14 @@ func TestOwnersHostileRequests(t *testing.T) {
 	want, _ := fitLocal(t, shards, init, 3)
 	md := init.Clone()
 	if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-		Job: "after-hostile", Converger: factor.Converger{MaxIter: 3}, GroupNNZ: ownersGroupNNZ, ColBlocks: 2}); err != nil {
+		Job: "after-hostile", Options: owners.Options{
+			Converger: factor.Converger{MaxIter: 3},
+			GroupNNZ:  ownersGroupNNZ,
+			ColBlocks: 2,
+		}}); err != nil {
 		t.Fatal(err)
 	}
-	sameModel(t, "after hostile requests", md, want)
+	coordtest.SameModel(t, "after hostile requests", md, want)
 }
 
 func infos(shards []*shard.Shard) []shard.Info {
@@ -517,20 +562,25 @@ func TestFitOwnersGridTraffic(t *testing.T) {
 		before := make([]int64, workers)
 		md := init.Clone()
 		_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-			Job: "grid-traffic", Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-			ColBlocks: 8, CheckpointEvery: 100, NoBackups: true,
-			Committed: func(_ context.Context, iter int) error {
-				if iter == 1 {
-					for k, w := range lc.Workers {
-						before[k] = w.Stats().BytesFetched
+			Job: "grid-traffic", Options: owners.Options{
+				Converger:       factor.Converger{MaxIter: iters},
+				GroupNNZ:        ownersGroupNNZ,
+				ColBlocks:       8,
+				CheckpointEvery: 100,
+				NoBackups:       true,
+				Committed: func(_ context.Context, iter int) error {
+					if iter == 1 {
+						for k, w := range lc.Workers {
+							before[k] = w.Stats().BytesFetched
+						}
 					}
-				}
-				return nil
+					return nil
+				},
 			}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameModel(t, fmt.Sprintf("%d cells", cells), md, want)
+		coordtest.SameModel(t, fmt.Sprintf("%d cells", cells), md, want)
 		// Iterations 2 and 3 (the last commit stores a checkpoint: the
 		// owners write, they do not fetch).
 		var most int64
@@ -573,15 +623,19 @@ func TestFitOwnersFloat32(t *testing.T) {
 			lc := ownersCluster(t, c.workers, natsexec.Config{})
 			md := init.Clone()
 			res, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
-				Job: "owners-f32-" + c.name, Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ,
-				ColBlocks: 4, CheckpointEvery: 3})
+				Job: "owners-f32-" + c.name, Options: owners.Options{
+					Converger:       factor.Converger{MaxIter: iters},
+					GroupNNZ:        ownersGroupNNZ,
+					ColBlocks:       4,
+					CheckpointEvery: 3,
+				}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if math.Float64bits(res.LogLik) != math.Float64bits(wantRes.LogLik) {
 				t.Fatalf("loglik %v, local %v", res.LogLik, wantRes.LogLik)
 			}
-			sameModel(t, "float32 "+c.name, md, want)
+			coordtest.SameModel(t, "float32 "+c.name, md, want)
 			for _, x := range append(md.D, md.KT...) {
 				for _, v := range x {
 					if float64(float32(v)) != v {
@@ -590,5 +644,246 @@ func TestFitOwnersFloat32(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOwnersForgedOperations: a client that may publish on the owners
+// subjects forges operations of every kind (end, load, task, commit,
+// save, and gathers of rows) with a missing epoch, an old one, the
+// current one with a forged or no token, and future ones no coordinator
+// wrote, to every worker, at every commit of a fit and all through it
+// (ends, as in the fault campaign that ended every fit this way). Every
+// one is refused, nothing rolls back, and the model is bitwise the local
+// fit's.
+func TestOwnersForgedOperations(t *testing.T) {
+	const iters, job = 6, "owners-forged"
+	shards := ownersDataGrid(t, 150, 2, 13, 4, 1)
+	init := factor.NewRandom(150, 4, 2, factor.TieNone, 3)
+	want, _ := fitLocal(t, shards, init, iters)
+	lc := ownersCluster(t, 3, natsexec.Config{})
+	nc := dial(t, lc)
+	var mu sync.Mutex
+	forged, accepted := 0, []string{}
+	// forge sends every forgery to every worker and records what a worker
+	// did not refuse.
+	epochNow := func() int {
+		st, _, err := lc.Exec.State(context.Background(), job)
+		if err != nil || st.Owners == nil {
+			return 1
+		}
+		return st.Owners.Epoch
+	}
+	forge := func(ops []string) {
+		e := epochNow()
+		// In parallel: a load of an epoch the record does not name yet
+		// waits a moment for a replica to catch up (leaseCatchUp).
+		var fwg sync.WaitGroup
+		defer fwg.Wait()
+		for _, w := range lc.Workers {
+			for _, op := range ops {
+				for _, v := range []struct {
+					epoch int
+					fence string
+				}{{0, ""}, {0, "forged"}, {e - 1, "forged"}, {e, ""}, {e, "forged"}, {e + 1, "forged"}, {e + 5, "forged"}} {
+					fwg.Go(func() {
+						body, _ := json.Marshal(proto.Request{Op: op, Job: job, Epoch: v.epoch, Fence: v.fence, Iteration: 2, N: 150, M: 4, U: 2, Tie: "none",
+							Layout: [][]proto.ColBlock{{}, {}}, Y: []proto.KBlockY{{KBlock: 0, Y: []float64{1, 1, 1, 1}}}, Save: true})
+						m, err := nc.Request(wire.OwnSubject(wire.DefaultPrefix, w.ID()), body, coordtest.Patience)
+						var rep proto.Reply
+						if err == nil {
+							err = json.Unmarshal(m.Data, &rep)
+						}
+						mu.Lock()
+						forged++
+						if err != nil || rep.Error == "" {
+							accepted = append(accepted, fmt.Sprintf("%s epoch %d fence %q to %s: %v %+v", op, v.epoch, v.fence, w.ID(), err, rep))
+						}
+						mu.Unlock()
+					})
+				}
+			}
+			for _, fence := range []string{"", "forged"} {
+				msg := nats.NewMsg(wire.GatherSubject(wire.DefaultPrefix, w.ID()))
+				for k, v := range map[string]string{wire.HeaderOwnJob: job, wire.HeaderOwnBlock: "0/0", wire.HeaderOwnVersion: "0", wire.HeaderOwnEpoch: strconv.Itoa(e), wire.HeaderOwnFence: fence} {
+					msg.Header.Set(k, v)
+				}
+				msg.Data = wire.EncodeCols([]int32{0, 1}, nil)
+				m, err := nc.RequestMsg(msg, coordtest.Patience)
+				mu.Lock()
+				forged++
+				if err != nil || m.Header.Get(wire.HeaderBlobError) == "" {
+					accepted = append(accepted, fmt.Sprintf("gather with fence %q from %s: %v", fence, w.ID(), err))
+				}
+				mu.Unlock()
+			}
+		}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// The campaign's attacker sent its ends every 1.5 s; this one
+		// every 200 ms.
+		for {
+			forge([]string{proto.OpEnd})
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	})
+	md := init.Clone()
+	var last natsexec.OwnersReport
+	_, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{Job: job, Options: owners.Options{
+		Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ, ColBlocks: 4, CheckpointEvery: 2,
+		Report: func(r natsexec.OwnersReport) { last = r },
+		Committed: func(context.Context, int) error {
+			forge([]string{proto.OpEnd, proto.OpLoad, proto.OpTask, proto.OpCommit, proto.OpSave})
+			return nil
+		},
+	}})
+	close(done)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(accepted) > 0 {
+		t.Fatalf("%d of %d forged operations were not refused: %v", len(accepted), forged, accepted)
+	}
+	coordtest.SameModel(t, "under forged operations", md, want)
+	if last.Rollbacks != 0 {
+		t.Fatalf("last report %+v: want no rollback", last)
+	}
+	t.Logf("%d forged operations refused", forged)
+}
+
+// TestOwnersTakenOver: coordinator A is paused after iteration 3 while
+// coordinator B resumes the job from its checkpoint (B writes the job's
+// record last: A lost the compare-and-set race). B is paused in turn
+// after iteration 4 while A wakes up: A's requests are of an epoch the
+// workers left (refused), its next record write fails for good, and it
+// exits without ending the job on the workers. B then goes on with no
+// rollback and ends bitwise the local fit.
+func TestOwnersTakenOver(t *testing.T) {
+	const iters, job = 7, "owners-taken-over"
+	shards := ownersDataGrid(t, 150, 1, 21, 4, 1)
+	init := factor.NewRandom(150, 4, 1, factor.TieNone, 6)
+	want, _ := fitLocal(t, shards, init, iters)
+	lc := ownersCluster(t, 3, natsexec.Config{})
+	execB, err := natsexec.New(context.Background(), dial(t, lc), natsexec.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer execB.Close()
+	opts := owners.Options{Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ, ColBlocks: 4, CheckpointEvery: 2}
+	wakeA := make(chan struct{})
+	doneA := make(chan error, 1)
+	type result struct {
+		md   *factor.Model
+		last natsexec.OwnersReport
+		err  error
+	}
+	doneB := make(chan result, 1)
+	aOpts := opts
+	aOpts.Committed = func(_ context.Context, iter int) error {
+		if iter != 3 {
+			return nil
+		}
+		bOpts := opts
+		bOpts.Resume = true
+		bOpts.Committed = func(_ context.Context, iter int) error {
+			if iter == 4 {
+				close(wakeA)
+				if err := <-doneA; !errors.Is(err, owners.ErrLeaseLost) {
+					return fmt.Errorf("coordinator A: %v, want it to lose the lease", err)
+				}
+			}
+			return nil
+		}
+		go func() {
+			var r result
+			r.md = init.Clone()
+			bOpts.Report = func(rep natsexec.OwnersReport) { r.last = rep }
+			_, r.err = execB.FitOwners(context.Background(), r.md, shards, natsexec.OwnersOptions{Job: job, Options: bOpts})
+			doneB <- r
+		}()
+		<-wakeA
+		return nil
+	}
+	_, errA := lc.Exec.FitOwners(context.Background(), init.Clone(), shards, natsexec.OwnersOptions{Job: job, Options: aOpts})
+	doneA <- errA
+	b := <-doneB
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	coordtest.SameModel(t, "coordinator B", b.md, want)
+	// (A rebalance for a worker the loaded machine slowed may add an
+	// epoch: timing, not a fault.)
+	if b.last.Rollbacks != 0 || b.last.Epoch < 2 {
+		t.Fatalf("coordinator B's last report %+v: want no rollback, from epoch 2 on", b.last)
+	}
+}
+
+// strayService registers a micro service that answers the census as an
+// emsf worker (its name and prefix), with own, if set, serving its owners
+// subject. It is stopped at the test's end.
+func strayService(t *testing.T, lc *natsexec.LocalCluster[*worker.Worker], own func(nc *nats.Conn, sub **nats.Subscription, m *nats.Msg, id string)) string {
+	t.Helper()
+	nc := dial(t, lc)
+	svc, err := micro.AddService(nc, micro.Config{Name: wire.ServiceName, Version: wire.ServiceVersion, Metadata: map[string]string{"prefix": wire.DefaultPrefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	id := svc.Info().ID
+	if own != nil {
+		var sub *nats.Subscription
+		if sub, err = nc.Subscribe(wire.OwnSubject(wire.DefaultPrefix, id), func(m *nats.Msg) { own(nc, &sub, m, id) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestOwnersStrayServices: services that answer the census as emsf
+// workers but are not (one serves no owners subject, one answers
+// nonsense, one speaks an older protocol) are never placed: the census
+// admits a worker only after a hello on its own owners subject. One that
+// answers the hello and then stops serving its owners subject ("no
+// responders" while it answers pings) is quarantined at its first load
+// and its work placed on the others after one rollback, not retried.
+// The model is bitwise the local fit's.
+func TestOwnersStrayServices(t *testing.T) {
+	const iters = 4
+	shards := ownersData(t, 120, 2, 17)
+	init := factor.NewRandom(120, 4, 2, factor.TieNone, 2)
+	want, _ := fitLocal(t, shards, init, iters)
+	lc := ownersCluster(t, 2, natsexec.Config{})
+	strayService(t, lc, nil)
+	strayService(t, lc, func(_ *nats.Conn, _ **nats.Subscription, m *nats.Msg, _ string) { _ = m.Respond([]byte("nonsense")) })
+	strayService(t, lc, func(_ *nats.Conn, _ **nats.Subscription, m *nats.Msg, id string) {
+		body, _ := json.Marshal(proto.Reply{Worker: id, Error: `worker: unknown owners operation "hello"`})
+		_ = m.Respond(body)
+	})
+	turncoat := strayService(t, lc, func(nc *nats.Conn, sub **nats.Subscription, m *nats.Msg, id string) {
+		// It answers the hello, after leaving its owners subject.
+		_ = (*sub).Unsubscribe()
+		_ = nc.Flush()
+		body, _ := json.Marshal(proto.Reply{Worker: id, Protocol: proto.Protocol, JobsBucket: wire.DefaultKVBucket})
+		_ = m.Respond(body)
+	})
+	md := init.Clone()
+	var last natsexec.OwnersReport
+	if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{Job: "owners-strays", Options: owners.Options{
+		Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ, ColBlocks: 3, CheckpointEvery: 2, MinWorkers: 2,
+		Report: func(r natsexec.OwnersReport) { last = r }}}); err != nil {
+		t.Fatal(err)
+	}
+	coordtest.SameModel(t, "with stray services", md, want)
+	if q := lc.Exec.Quarantined(); !slices.Equal(q, []string{turncoat}) || last.Rollbacks != 1 || last.Workers != 2 {
+		t.Fatalf("quarantined %v (the turncoat is %s), last report %+v: want it alone quarantined after one rollback", q, turncoat, last)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
 )
 
 // A float32 fit on a local cluster (coordinator exchange, 1 and 3
@@ -31,7 +32,7 @@ func TestFitFloat32Cluster(t *testing.T) {
 	for _, workers := range []int{1, 3} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
 			ctx := context.Background()
-			lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: workers, InProcess: true})
+			lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: t.TempDir(), Workers: workers, InProcess: true}, worker.Starter(worker.Config{}))
 			if err != nil {
 				t.Fatal(err)
 			}

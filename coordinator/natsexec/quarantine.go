@@ -48,6 +48,21 @@ func (e *Executor) strike(id string, err error) {
 	}
 }
 
+// quarantineNow quarantines worker id at once (it answers the census but
+// does not serve what it was asked on its own subject).
+func (e *Executor) quarantineNow(id string, err error) {
+	e.mu.Lock()
+	if e.quar.out == nil {
+		e.quar.strikes, e.quar.out = map[string]int{}, map[string]bool{}
+	}
+	was := e.quar.out[id]
+	e.quar.out[id] = true
+	e.mu.Unlock()
+	if !was {
+		e.log.Error("worker quarantined: it gets no more tasks", "worker_id", id, "error", err)
+	}
+}
+
 // quarantinedLocked reports whether worker id is quarantined; the caller holds
 // e.mu.
 func (e *Executor) quarantinedLocked(id string) bool { return e.quar.out[id] }

@@ -14,6 +14,7 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // Load uploads the shards of a job that the Object Store lacks.
@@ -21,7 +22,7 @@ func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) 
 	refs := make([]objRef, len(shards))
 	var moved int64
 	for k, s := range shards {
-		name := wire.ShardObject(s.Checksum)
+		name := proto.ShardObject(s.Checksum)
 		refs[k] = objRef{name: name, digest: s.Checksum, action: s.Action, rowLo: s.RowLo, rowHi: s.RowHi}
 		data, err := arrowio.EncodeShard(s)
 		if err != nil {

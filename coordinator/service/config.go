@@ -3,7 +3,7 @@ package service
 import (
 	"fmt"
 	"math"
-	"math/big"
+	"runtime"
 	"strings"
 	"time"
 
@@ -12,6 +12,7 @@ import (
 
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/wire"
 )
 
@@ -56,18 +57,26 @@ type Config struct {
 	Prefix string
 	// Mode is ModeRefit (default), ModeIncremental or ModeOnlineEM.
 	Mode Mode
+	// Version is the version the micro service announces, in semantic
+	// versioning (default "0.0.0"): emsf serve gives the binary's.
+	Version string
 
 	// Order is m, the number of hidden states (default 10); Tie the
-	// tie mode; Seed the seed of the first version's random init.
+	// tie mode; Seed the seed of the first version's random init (used as
+	// it is, 0 included; DefaultConfig's is 1).
 	Order int
 	Tie   factor.Tie
 	Seed  uint64
 
-	// MaxIter and Tol stop a refit (defaults 100 and 1e-6).
+	// MaxIter and Tol stop a refit (defaults 1000 and 1e-7, emsf fit's
+	// relative-change rule); each version records how its refit ended
+	// (Version.Status). Accel is the refit's acceleration (the zero
+	// value: plain EM; emsf serve's default: SQUAREM).
 	MaxIter int
 	Tol     float64
+	Accel   factor.Accel
 	// Workers is the number of goroutines of an in-process refit
-	// (default 1); ShardNNZ the shard size (default shard.DefaultTargetNNZ).
+	// (default GOMAXPROCS); ShardNNZ the shard size (default shard.DefaultTargetNNZ).
 	Workers  int
 	ShardNNZ int
 	// UseWorkers says whether refits use NATS workers (default auto);
@@ -88,10 +97,9 @@ type Config struct {
 	// would fail the retrain, and every later one (it stays pending).
 	OnlineEM factor.OnlineEMOptions
 
-	// Every retrains when this many transitions (rows) arrived since the
-	// latest version; Interval retrains this often when any did. 0: off.
-	Every    int64
-	Interval time.Duration
+	// Policy says when the service retrains by itself (default: never,
+	// only when asked).
+	Policy Policy
 
 	// States and Actions, when > 0, fix the model's size: transitions
 	// outside it are rejected. 0 lets the model grow.
@@ -108,17 +116,39 @@ type Config struct {
 	MaxModelBytes         int64
 
 	// CheckpointEvery is how often the counts are checkpointed while data
-	// arrives (default 2s).
+	// arrives (default 2s): at least, for a checkpoint that takes d waits
+	// CheckpointCost·d after it, so that checkpoints take at most about a
+	// tenth of the time whatever the table's size.
 	CheckpointEvery time.Duration
 
 	// StateBucket (KV) and ModelBucket (Object Store) hold the latest
 	// version and the models and checkpoints; Replicas their replicas and
 	// the stream's (default 1). StreamMaxAge and StreamMaxBytes limit the
-	// stream when it is created (default: no limit).
+	// stream when it is created (default: no limit; a limit can drop
+	// transitions no checkpoint holds yet: StreamPurge is the safe way to
+	// bound the stream).
 	StateBucket, ModelBucket string
 	Replicas                 int
 	StreamMaxAge             time.Duration
 	StreamMaxBytes           int64
+
+	// StreamPurge says what becomes of the messages a checkpoint holds
+	// (default PurgeCheckpointed: they are purged from the stream once the
+	// checkpoint is stored, but for the last StreamKeep of them).
+	StreamPurge Purge
+	StreamKeep  uint64
+
+	// KeepVersions is how many model versions the Object Store keeps, the
+	// latest and those before it (default DefaultKeepVersions; < 0: all).
+	KeepVersions int
+
+	// BufferRows is the count table's least buffer (shard.Table's
+	// MinBufferRows; default shard.DefaultMinBufferRows).
+	BufferRows int
+
+	// StopTimeout bounds each step of a stop after the fit in progress has
+	// ended (the last checkpoint, the purge; default 30s).
+	StopTimeout time.Duration
 
 	// Logger receives the logs (default: none); Registry the Prometheus
 	// metrics (default: none).
@@ -130,67 +160,141 @@ type Config struct {
 	IngestDelay time.Duration
 }
 
+// Purge says what becomes of the stream's messages a checkpoint holds.
+type Purge string
+
+const (
+	// PurgeCheckpointed purges them once the checkpoint that holds them is
+	// stored (keeping the last StreamKeep): the stream holds what no
+	// checkpoint holds yet, and a restart loses nothing (package doc).
+	PurgeCheckpointed Purge = "checkpointed"
+	// PurgeNever keeps them (the stream's own limits apply).
+	PurgeNever Purge = "never"
+)
+
+// DefaultKeepVersions is the default Config.KeepVersions.
+const DefaultKeepVersions = 10
+
+// CheckpointCost is the least pause after a checkpoint, in units of the
+// time it took (Config.CheckpointEvery).
+const CheckpointCost = 10
+
+// DefaultConfig returns the default of every field (Name aside; MaxStates
+// and MaxActions 0, derived from MaxModelBytes and Order by New): what New
+// takes for a zero field, and where emsf serve's flags start. It is the
+// one place the defaults are written.
+func DefaultConfig() Config {
+	return Config{
+		Prefix: wire.DefaultPrefix, Mode: ModeRefit,
+		Order: 10, Seed: 1, MaxIter: 1000, Tol: 1e-7, Version: "0.0.0", Workers: runtime.GOMAXPROCS(0), ShardNNZ: shard.DefaultTargetNNZ,
+		UseWorkers: WorkersAuto, WorkerTimeout: 30 * time.Second,
+		Alpha:           0.5,
+		OnlineEM:        factor.OnlineEMOptions{GammaExp: 0.8, BurnIn: 100, Floor: factor.DefaultOnlineEMFloor},
+		MaxModelBytes:   DefaultMaxModelBytes,
+		CheckpointEvery: 2 * time.Second,
+		StateBucket:     DefaultStateBucket, ModelBucket: DefaultModelBucket, Replicas: 1,
+		StreamPurge: PurgeCheckpointed, KeepVersions: DefaultKeepVersions,
+		BufferRows: shard.DefaultMinBufferRows, StopTimeout: 30 * time.Second,
+	}
+}
+
+// defaults fills every zero field from DefaultConfig, derives MaxStates
+// and MaxActions, and checks the result (Validate).
 func (c *Config) defaults() error {
-	if c.Prefix == "" {
-		c.Prefix = wire.DefaultPrefix
-	}
-	if c.Mode == "" {
-		c.Mode = ModeRefit
-	}
-	if c.Order == 0 {
-		c.Order = 10
-	}
-	if c.MaxIter == 0 {
-		c.MaxIter = 100
-	}
-	if c.Tol == 0 {
-		c.Tol = 1e-6
-	}
+	d := DefaultConfig()
+	fill(&c.Prefix, d.Prefix)
+	fill(&c.Mode, d.Mode)
+	fill(&c.Order, d.Order)
+	fill(&c.MaxIter, d.MaxIter)
+	fill(&c.Tol, d.Tol)
+	fill(&c.ShardNNZ, d.ShardNNZ)
+	fill(&c.UseWorkers, d.UseWorkers)
+	fill(&c.Alpha, d.Alpha)
+	fill(&c.OnlineEM.GammaExp, d.OnlineEM.GammaExp)
+	fill(&c.OnlineEM.BurnIn, d.OnlineEM.BurnIn)
+	fill(&c.OnlineEM.Floor, d.OnlineEM.Floor)
+	fill(&c.MaxModelBytes, d.MaxModelBytes)
+	fill(&c.StateBucket, d.StateBucket)
+	fill(&c.ModelBucket, d.ModelBucket)
+	fill(&c.StreamPurge, d.StreamPurge)
+	fill(&c.KeepVersions, d.KeepVersions)
+	fill(&c.BufferRows, d.BufferRows)
+	fill(&c.Version, d.Version)
 	if c.Workers <= 0 {
-		c.Workers = 1
-	}
-	if c.UseWorkers == "" {
-		c.UseWorkers = WorkersAuto
+		c.Workers = d.Workers
 	}
 	if c.WorkerTimeout <= 0 {
-		c.WorkerTimeout = 30 * time.Second
-	}
-	if c.Alpha == 0 {
-		c.Alpha = 0.5
-	}
-	if c.OnlineEM.GammaExp == 0 {
-		c.OnlineEM.GammaExp = 0.8
-	}
-	if c.OnlineEM.BurnIn == 0 {
-		c.OnlineEM.BurnIn = 100
-	}
-	if c.OnlineEM.Floor == 0 {
-		c.OnlineEM.Floor = factor.DefaultOnlineEMFloor
+		c.WorkerTimeout = d.WorkerTimeout
 	}
 	if c.CheckpointEvery <= 0 {
-		c.CheckpointEvery = 2 * time.Second
+		c.CheckpointEvery = d.CheckpointEvery
 	}
-	if c.StateBucket == "" {
-		c.StateBucket = DefaultStateBucket
-	}
-	if c.ModelBucket == "" {
-		c.ModelBucket = DefaultModelBucket
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = d.StopTimeout
 	}
 	if c.Replicas <= 0 {
-		c.Replicas = 1
+		c.Replicas = d.Replicas
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
 	c.Exec.Prefix = c.Prefix
-	if c.MaxModelBytes == 0 {
-		c.MaxModelBytes = DefaultMaxModelBytes
-	}
 	if c.MaxStates == 0 {
 		c.MaxStates = MaxDim(c.MaxModelBytes, c.Order, c.Tie)
 	}
 	if c.MaxActions == 0 {
 		c.MaxActions = MaxDim(c.MaxModelBytes, c.Order, c.Tie)
+	}
+	return c.Validate()
+}
+
+// fill sets *x to d when it is the zero value.
+func fill[T comparable](x *T, d T) {
+	var zero T
+	if *x == zero {
+		*x = d
+	}
+}
+
+// ConfigError is a Config field that breaks a rule: the field's name as
+// written in Config ("Order", "OnlineEM.Floor", "Policy.Every"), its
+// value, and the rule. emsf serve names the flag instead of the field.
+type ConfigError struct {
+	Field string
+	Value any
+	Rule  string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("service: %s %s: %s", e.Field, FormatValue(e.Value), e.Rule)
+}
+
+// FormatValue writes a field's value as errors show it (strings quoted).
+func FormatValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("%q", x)
+	case Mode, UseWorkers, Purge:
+		return fmt.Sprintf("%q", x)
+	}
+	return fmt.Sprint(v)
+}
+
+// Validate checks a Config as New will use it: zero means the default
+// (DefaultConfig) only where New fills it, so a zero Order, Workers or
+// CheckpointEvery, say, is an error here (emsf serve checks its flags
+// with it); MaxStates and MaxActions 0 are derived. The first field that
+// breaks a rule is a *ConfigError.
+func (c *Config) Validate() error {
+	bad := func(field string, v any, rule string, args ...any) error {
+		return &ConfigError{Field: field, Value: v, Rule: fmt.Sprintf(rule, args...)}
+	}
+	maxStates, maxActions := c.MaxStates, c.MaxActions
+	if maxStates == 0 {
+		maxStates = MaxDim(c.MaxModelBytes, c.Order, c.Tie)
+	}
+	if maxActions == 0 {
+		maxActions = MaxDim(c.MaxModelBytes, c.Order, c.Tie)
 	}
 	switch {
 	case CheckName(c.Name) != nil:
@@ -198,33 +302,71 @@ func (c *Config) defaults() error {
 	case wire.CheckPrefix(c.Prefix) != nil:
 		return fmt.Errorf("service: %w", wire.CheckPrefix(c.Prefix))
 	case c.Mode != ModeRefit && c.Mode != ModeIncremental && c.Mode != ModeOnlineEM:
-		return fmt.Errorf("service: mode %q: want refit, incremental or online-em", c.Mode)
+		return bad("Mode", c.Mode, "want refit, incremental or online-em")
 	case c.UseWorkers != WorkersAuto && c.UseWorkers != WorkersAlways && c.UseWorkers != WorkersNever:
-		return fmt.Errorf("service: use-workers %q: want auto, yes or no", c.UseWorkers)
+		return bad("UseWorkers", c.UseWorkers, "want auto, yes or no")
 	case c.Order < 1:
-		return fmt.Errorf("service: order %d: must be >= 1", c.Order)
+		return bad("Order", c.Order, "must be >= 1")
+	case c.MaxIter < 1:
+		return bad("MaxIter", c.MaxIter, "must be >= 1")
+	case !(c.Tol >= 0):
+		return bad("Tol", c.Tol, "must be >= 0")
+	case c.Workers < 1:
+		return bad("Workers", c.Workers, "must be >= 1")
+	case c.ShardNNZ < 1:
+		return bad("ShardNNZ", c.ShardNNZ, "must be >= 1")
+	case c.WorkerTimeout <= 0:
+		return bad("WorkerTimeout", c.WorkerTimeout, "must be > 0")
 	case !(c.Alpha > 0 && c.Alpha <= 1):
-		return fmt.Errorf("service: alpha %v: must be in (0, 1]", c.Alpha)
+		return bad("Alpha", c.Alpha, "must be in (0, 1]")
+	case c.EtaMax < 0:
+		return bad("EtaMax", c.EtaMax, "must be >= 0")
 	case !(c.OnlineEM.GammaExp > 0.5 && c.OnlineEM.GammaExp <= 1):
-		return fmt.Errorf("service: online EM step exponent %v: must be in (0.5, 1]", c.OnlineEM.GammaExp)
+		return bad("OnlineEM.GammaExp", c.OnlineEM.GammaExp, "must be in (0.5, 1]")
 	case c.OnlineEM.BurnIn < 1:
-		return fmt.Errorf("service: online EM burn-in %d: must be >= 1", c.OnlineEM.BurnIn)
+		return bad("OnlineEM.BurnIn", c.OnlineEM.BurnIn, "must be >= 1")
 	case !(c.OnlineEM.Floor > 0 && c.OnlineEM.Floor < 1):
-		return fmt.Errorf("service: online EM floor %v: must be in (0, 1) (a transition of probability 0 would fail every retrain)", c.OnlineEM.Floor)
-	case c.MaxIter < 0 || c.Tol < 0 || c.EtaMax < 0 || c.Every < 0 || c.Interval < 0 || c.States < 0 || c.Actions < 0:
-		return fmt.Errorf("service: negative limit in %+v", *c)
-	case c.MaxModelBytes < 0 || c.MaxStates < 0 || c.MaxActions < 0:
-		return fmt.Errorf("service: max model bytes %d, max states %d, max actions %d: must be >= 0", c.MaxModelBytes, c.MaxStates, c.MaxActions)
-	case c.MaxStates < 1 || c.MaxActions < 1:
-		return fmt.Errorf("service: max model bytes %d do not hold a model of order %d with one state and one action (%d bytes)",
-			c.MaxModelBytes, c.Order, ModelBytes(1, c.Order, 1, c.Tie))
-	case c.States > c.MaxStates:
-		return fmt.Errorf("service: a fixed size of %d states is above the limit of %d states (max states, or max model bytes %d)", c.States, c.MaxStates, c.MaxModelBytes)
-	case c.Actions > c.MaxActions:
-		return fmt.Errorf("service: a fixed size of %d actions is above the limit of %d actions (max actions, or max model bytes %d)", c.Actions, c.MaxActions, c.MaxModelBytes)
-	case c.States > 0 && c.Actions > 0 && ModelBytes(c.States, c.Order, c.Actions, c.Tie) > c.MaxModelBytes:
-		return fmt.Errorf("service: a fixed size of %d states and %d actions needs a model of %d bytes, above max model bytes %d",
-			c.States, c.Actions, ModelBytes(c.States, c.Order, c.Actions, c.Tie), c.MaxModelBytes)
+		return bad("OnlineEM.Floor", c.OnlineEM.Floor, "must be in (0, 1) (a transition of probability 0 would fail every retrain)")
+	case c.Policy.Every < 0:
+		return bad("Policy.Every", c.Policy.Every, "must be >= 0")
+	case c.Policy.Interval < 0:
+		return bad("Policy.Interval", c.Policy.Interval, "must be >= 0")
+	case c.States < 0:
+		return bad("States", c.States, "must be >= 0")
+	case c.Actions < 0:
+		return bad("Actions", c.Actions, "must be >= 0")
+	case c.MaxModelBytes < 1:
+		return bad("MaxModelBytes", c.MaxModelBytes, "must be >= 1")
+	case c.MaxStates < 0 || c.MaxStates >= math.MaxInt32:
+		return bad("MaxStates", c.MaxStates, "must be in [0, %d)", math.MaxInt32)
+	case c.MaxActions < 0 || c.MaxActions >= math.MaxInt32:
+		return bad("MaxActions", c.MaxActions, "must be in [0, %d)", math.MaxInt32)
+	case maxStates < 1 || maxActions < 1:
+		return bad("MaxModelBytes", c.MaxModelBytes, "does not hold a model of order %d with one state and one action (%d bytes)",
+			c.Order, factor.ModelBytes(1, c.Order, 1, c.Tie))
+	case c.States > maxStates:
+		return bad("States", c.States, "a fixed size above the limit of %d states (max states, or max model bytes %d)", maxStates, c.MaxModelBytes)
+	case c.Actions > maxActions:
+		return bad("Actions", c.Actions, "a fixed size above the limit of %d actions (max actions, or max model bytes %d)", maxActions, c.MaxModelBytes)
+	case c.States > 0 && c.Actions > 0 && factor.ModelBytes(c.States, c.Order, c.Actions, c.Tie) > c.MaxModelBytes:
+		return bad("States", c.States, "a fixed size of %d states and %d actions needs a model of %d bytes, above max model bytes %d",
+			c.States, c.Actions, factor.ModelBytes(c.States, c.Order, c.Actions, c.Tie), c.MaxModelBytes)
+	case c.CheckpointEvery <= 0:
+		return bad("CheckpointEvery", c.CheckpointEvery, "must be > 0")
+	case c.StopTimeout <= 0:
+		return bad("StopTimeout", c.StopTimeout, "must be > 0")
+	case c.Replicas < 1 || c.Replicas > 5:
+		return bad("Replicas", c.Replicas, "must be in [1, 5]")
+	case c.StreamMaxAge < 0:
+		return bad("StreamMaxAge", c.StreamMaxAge, "must be >= 0")
+	case c.StreamMaxBytes < 0:
+		return bad("StreamMaxBytes", c.StreamMaxBytes, "must be >= 0")
+	case c.StreamPurge != PurgeCheckpointed && c.StreamPurge != PurgeNever:
+		return bad("StreamPurge", c.StreamPurge, "want checkpointed or never")
+	case c.BufferRows < 1:
+		return bad("BufferRows", c.BufferRows, "must be >= 1")
+	case c.IngestDelay < 0:
+		return bad("IngestDelay", c.IngestDelay, "must be >= 0")
 	case wire.CheckBucket(c.StateBucket) != nil:
 		return fmt.Errorf("service: %w", wire.CheckBucket(c.StateBucket))
 	case wire.CheckBucket(c.ModelBucket) != nil:
@@ -236,20 +378,6 @@ func (c *Config) defaults() error {
 // DefaultMaxModelBytes is the default Config.MaxModelBytes: 4 GiB.
 const DefaultMaxModelBytes = 4 << 30
 
-// ModelBytes is the size in bytes of a model with n states, order m and u
-// actions (its D and K blocks of n·m float64 each): what a version's file
-// holds and what each copy of it in a fit allocates. It saturates at
-// math.MaxInt64.
-func ModelBytes(n, m, u int, tie factor.Tie) int64 {
-	blocks := int64(factor.NumD(u, tie) + factor.NumK(u, tie))
-	b := new(big.Int).Mul(big.NewInt(8*int64(m)), big.NewInt(int64(n)))
-	b.Mul(b, big.NewInt(blocks))
-	if !b.IsInt64() {
-		return math.MaxInt64
-	}
-	return b.Int64()
-}
-
 // MaxDim is the largest n such that a model of n states, order m and one
 // action fits in maxBytes (the same bound holds for actions with one
 // state), capped below math.MaxInt32 (the largest index a count table
@@ -258,7 +386,7 @@ func MaxDim(maxBytes int64, m int, tie factor.Tie) int {
 	if m < 1 {
 		return 0
 	}
-	per := ModelBytes(1, m, 1, tie)
+	per := factor.ModelBytes(1, m, 1, tie)
 	return int(min(maxBytes/per, math.MaxInt32-1))
 }
 

@@ -29,16 +29,78 @@
 // The service's state is a count table (shard.Table: one entry per
 // distinct transition, total count and the part no version has seen yet)
 // plus the stream sequence S of the last message it includes. Both are
-// written together, as one Arrow file (arrowio.EncodeCounts) with S and
+// written together, as one Arrow file (arrowio.WriteCounts) with S and
 // the latest version number in its metadata, to the object "NAME/state":
-// every CheckpointEvery while data arrives, after every new version and at
-// shutdown. An Object Store put becomes visible only when its last chunk
-// and the meta message are stored, so a crash leaves the old checkpoint or
-// the new one, never a mix. A restarted service loads it and consumes the
-// stream from S+1 with an ordered consumer, so every message is counted
-// exactly once: those up to S are in the table, those after are replayed.
-// A message is applied whole (all its accepted rows) or not at all, so a
-// crash between two messages is the only kind there is.
+// every CheckpointEvery while data arrives (at least CheckpointCost times
+// as long as the last checkpoint took, so that checkpoints of a large
+// table take a bounded share of the time), after every new version and
+// at shutdown. The file is streamed into the Object Store as it is
+// encoded, never whole in memory. An Object Store put becomes visible
+// only when its last chunk and the meta message are stored, so a crash
+// leaves the old checkpoint or the new one, never a mix. A restarted
+// service loads it and consumes the stream from S+1 with an ordered
+// consumer, so every message is counted exactly once: those up to S are
+// in the table, those after are replayed. A message is applied whole (all
+// its accepted rows) or not at all, so a crash between two messages is
+// the only kind there is. Each total is the sum of its counts in stream
+// order (shard.Table), so a replay gives the bits an uninterrupted run
+// gives, whatever the counts.
+//
+// A vocabulary (string ids, specs/ask-the-model.md §2.3) belongs in the
+// same object, so that ids and counts are those of one sequence: the
+// service would keep it beside the table (not in it: it grows append-only
+// in stream order, while the table is sorted), storeCheckpoint would give
+// arrowio.WriteCounts its rows after the count rows, and load would read
+// them back with the table (docs/formats.md reserves the layout).
+//
+// # Storage that stops growing
+//
+// Once a checkpoint holding the counts up to S is stored, the stream's
+// messages up to S are purged (StreamPurge, default PurgeCheckpointed;
+// StreamKeep messages below S are kept as a margin): the stream holds
+// what no checkpoint holds yet, bounded by the ingest rate times the
+// checkpoint interval. Nothing is lost to a kill -9: of the service,
+// because the purge follows the stored checkpoint (a crash between the two
+// leaves messages the next checkpoint purges); of the server, because
+// JetStream acknowledged the checkpoint's put before the purge was asked
+// (a server that loses acknowledged writes in an OS crash needs
+// sync_interval: always, which the embedded server sets). Read your
+// writes is unchanged: purging keeps the stream's last sequence. Since the
+// checkpoint is then the only copy of what it holds, a service whose
+// checkpoint is missing or unusable over a purged stream does not start
+// (it names the problem) instead of counting what is left. The
+// checkpoint is one object, replaced at every write (the Object Store
+// purges the old chunks), and the model versions beyond the last
+// KeepVersions (default DefaultKeepVersions) are deleted as each new one
+// is made: the Object Store stops growing too. (A refit on the cluster's
+// workers stores its shards in the executor's bucket; those are
+// natsexec's to collect.)
+//
+// # Memory
+//
+// The count table holds 20 bytes a distinct transition and 12 a row of
+// an action (the fit's CSR: 12 and 12) outside the Go heap, plus a buffer
+// of rows not merged yet (8 bytes a row with unit counts, 16 otherwise;
+// BufferRows or a sixteenth of the distinct transitions): at most twice
+// the CSR plus a fixed amount (measured in docs/benchmarks.md, soak). A
+// retrain reads the counts in place (shard.Table.Freeze: the refit's
+// shards alias the table) while ingestion goes on into the buffer; when
+// the buffer is full during a long fit, ingestion waits (Status.Paused)
+// and the messages wait in the stream, so memory stays bounded. The fit's
+// own working memory (the model, factor's column index of the shards) is
+// not the table's.
+//
+// # Stopping
+//
+// When Run's context ends (emsf serve: SIGINT or SIGTERM), the service
+// stops taking requests and messages (those not counted stay in the
+// stream), refuses the retrain requests it holds with code 503 (the one
+// running, those queued behind it and those waiting for a sequence),
+// cancels the fit in progress and waits for it (a refit sees it within an
+// iteration; its counts stay pending), then writes the last checkpoint and
+// purges, each with a context of its own bounded by StopTimeout: a stop is
+// never an error, and a checkpoint or a version being stored when the stop
+// comes is finished, not cut off.
 //
 // A new version is made in this order: the model object is stored, then
 // the checkpoint (the version number recorded; pending, the counts that
@@ -99,6 +161,61 @@
 // cannot be decoded or breaks the limits (only an older service can have
 // written one) is not used: the counts are rebuilt from the whole stream.
 //
+// # Growing past one machine (design, not built)
+//
+// One process holds 20 bytes a distinct transition: 10^9 of them take
+// 20 GB, and a refit's column index (factor) 16 GB more. Past one machine
+// the counts are split over P service processes, the partitions of the
+// model name, by (action, state range):
+//
+//   - The map. Fixed when the name is created and kept in KV
+//     (NAME.partitions, written with wire.CompareAndSet): each action gets
+//     a group of partitions (P/u of them when P > u; whole actions per
+//     partition otherwise) and the group's states are cut into ranges. A
+//     partition holds whole rows: the CSR rows its shards need and the D
+//     rows it updates.
+//   - Routing. NATS subject mapping routes by subject, not by a payload's
+//     rows, so the cut is the publisher's: emsf publish (PublishFile)
+//     splits each batch by (action, state) and sends part p to
+//     P.NAME.transitions.<p> with header Emsf-Partition: <p>/<P>/<map
+//     revision>; the stream's subjects become P.NAME.transitions.>. A
+//     partition rejects rows outside its range like rows outside the
+//     model's size. A client that cannot cut sends to P.NAME.transitions
+//     and a router (one more consumer, stateless) cuts for it.
+//   - Exactly once, per partition. Partition p consumes its subject with an
+//     ordered consumer filtered on it; its checkpoint NAME/state/<p> holds
+//     its counts and the last sequence of its subject it includes, and its
+//     purge names its subject (JetStream purge by subject and sequence).
+//     Partitions ingest independently: the ingest rate grows with P.
+//   - Retrain. A coordinator (the partition 0 process) takes a retrain
+//     request, reads each subject's last sequence (read your writes per
+//     partition), asks every partition to Freeze once it has counted that
+//     far, and runs the owners exchange (DESIGN.md §5.2) with the
+//     partitions as its workers: a partition's frozen blocks are its
+//     shards (shard.Split over its rows), its D rows are its own, the K
+//     column blocks of an action are owned within its group; only K
+//     columns and K̂ slices move, never counts, and the coordinator folds
+//     m-vectors and scalars. The version is written in parts by the owners
+//     with a manifest (§5.3). The shard layout is a function of the data and
+//     the map: for a fixed map a version is bitwise the same whatever the
+//     placement or failures (invariant 4); it is the one-process version
+//     only when the map is one range.
+//   - Changing the map happens at a version boundary: a partition that
+//     gives a range away checkpoints it as its own object, the one that
+//     takes it loads it, and publishers switch subjects when the map's
+//     revision changes.
+//
+// What it costs per EM iteration at 10^9 transitions (the cost model,
+// design B grouped: `emsf scaling --states 10000000 --actions 10 --order
+// 32 --nnz 1e9 --nodes 1,4,16,64 --ns-per-nnz 150 --cores 16`): P = 1,
+// 9.4 s of compute and nothing moves; P = 4, 2.8 s, nothing moves (whole
+// actions per partition); P = 16, 0.59 s of compute and 1.9 GB in and out
+// per node, 1.5 s an iteration at 10 Gbit/s (0.59 s at 100); P = 64,
+// 0.15 s and 3.4 GB, 2.7 s at 10 Gbit/s (0.27 s at 100). Gathering the
+// counts in one process instead (the star, design A) would move 26 GB
+// per node and 100–1600 GB through the coordinator per iteration. Counts
+// per partition: 20·10^9/P bytes (1.25 GB at P = 16).
+//
 // # Read your writes
 //
 // A retrain request is answered with a version that includes every
@@ -110,11 +227,14 @@
 // reached.
 //
 // Ingestion, checkpoints and the service's state belong to one goroutine;
-// a fit runs on a goroutine of its own, on a snapshot of the counts taken
-// when it starts (shard.Table.BeginSnapshot), so ingestion goes on during
+// a fit runs on a goroutine of its own, on a frozen view of the counts
+// taken when it starts (shard.Table.Freeze), so ingestion goes on during
 // a long refit. When it ends, the counts that arrived meanwhile become the
 // pending ones, exactly as if they had arrived after it. One fit runs at a
 // time: retrain requests that come during it are answered when it ends,
-// with a further version when data arrived meanwhile. Status requests are
-// answered at once from a snapshot of the Status taken after every event.
+// with a further version when data arrived meanwhile. The retrain policy
+// (Config.Policy: every N transitions, every T when any arrived) is one
+// value whose Due decides, asked after each message, at each tick and
+// when a fit ends. Status requests are answered at once from a snapshot
+// of the Status taken after every event.
 package service

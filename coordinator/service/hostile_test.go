@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 )
 
@@ -161,7 +162,7 @@ func TestServeLimitsConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Name: "l", Order: 4, MaxModelBytes: 10}, "do not hold a model"},
+		{Config{Name: "l", Order: 4, MaxModelBytes: 10}, "does not hold a model"},
 		{Config{Name: "l", Order: 2, MaxModelBytes: 1 << 20, States: 40000}, "above the limit of 32768 states"},
 		{Config{Name: "l", Order: 2, MaxActions: 3, Actions: 4}, "above the limit of 3 actions"},
 		{Config{Name: "l", Order: 2, MaxModelBytes: 1 << 20, States: 30000, Actions: 30}, "above max model bytes"},
@@ -173,7 +174,7 @@ func TestServeLimitsConfig(t *testing.T) {
 	if got := MaxDim(DefaultMaxModelBytes, 10, 0); got != 26843545 {
 		t.Errorf("default max states at m = 10: %d", got)
 	}
-	if got := ModelBytes(math.MaxInt32, 1<<30, 1<<30, 0); got != math.MaxInt64 {
+	if got := factor.ModelBytes(math.MaxInt32, 1<<30, 1<<30, 0); got != math.MaxInt64 {
 		t.Errorf("ModelBytes does not saturate: %d", got)
 	}
 }

@@ -23,7 +23,7 @@ const HeaderFormat = "Emsf-Format"
 
 // consume starts an ordered consumer from the sequence after the
 // checkpoint and a goroutine (counted in wg) that hands its messages to
-// msgs; stop ends it.
+// msgs; stop ends it (once: later calls do nothing).
 func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup) (<-chan jetstream.Msg, func(), error) {
 	ocfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{TransitionsSubject(s.cfg.Prefix, s.cfg.Name)},
 		DeliverPolicy: jetstream.DeliverAllPolicy}
@@ -64,7 +64,7 @@ func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup) (<-chan jetst
 			}
 		}
 	}()
-	return msgs, it.Stop, nil
+	return msgs, sync.OnceFunc(it.Stop), nil
 }
 
 // ingest counts one message: every row inside the model's size, or none
@@ -177,7 +177,7 @@ func (s *Service) outside(i, a, j int) (reason, why string) {
 	if n2 == n && u2 == u {
 		return "", ""
 	}
-	if b := ModelBytes(n2, s.order(), u2, s.tie()); b > c.MaxModelBytes {
+	if b := factor.ModelBytes(n2, s.order(), u2, s.tie()); b > c.MaxModelBytes {
 		return reasonSize, fmt.Sprintf("transition %d --%d--> %d would grow the model to %d states and %d actions, %d bytes, above the limit of %d bytes (--max-model-bytes)",
 			i, a, j, n2, u2, b, c.MaxModelBytes)
 	}

@@ -115,18 +115,18 @@ func TestServeOnlineEMConfig(t *testing.T) {
 		opts factor.OnlineEMOptions
 		want string
 	}{
-		{factor.OnlineEMOptions{GammaExp: 0.5}, "step exponent 0.5"},
-		{factor.OnlineEMOptions{GammaExp: 1.2}, "step exponent 1.2"},
-		{factor.OnlineEMOptions{BurnIn: -3}, "burn-in -3"},
-		{factor.OnlineEMOptions{Floor: 1}, "floor 1"},
-		{factor.OnlineEMOptions{Floor: -1e-9}, "floor -1e-09"},
+		{factor.OnlineEMOptions{GammaExp: 0.5}, "OnlineEM.GammaExp 0.5: must be in (0.5, 1]"},
+		{factor.OnlineEMOptions{GammaExp: 1.2}, "OnlineEM.GammaExp 1.2"},
+		{factor.OnlineEMOptions{BurnIn: -3}, "OnlineEM.BurnIn -3: must be >= 1"},
+		{factor.OnlineEMOptions{Floor: 1}, "OnlineEM.Floor 1: must be in (0, 1)"},
+		{factor.OnlineEMOptions{Floor: -1e-9}, "OnlineEM.Floor -1e-09"},
 	} {
 		_, err := New(t.Context(), nc, Config{Name: "oemc", Mode: ModeOnlineEM, OnlineEM: c.opts})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v; want an error with %q", c.opts, err, c.want)
 		}
 	}
-	if _, err := New(t.Context(), nc, Config{Name: "oemc", Mode: "online"}); err == nil || !strings.Contains(err.Error(), `mode "online"`) {
+	if _, err := New(t.Context(), nc, Config{Name: "oemc", Mode: "online"}); err == nil || !strings.Contains(err.Error(), `Mode "online": want refit, incremental or online-em`) {
 		t.Errorf("mode online: %v", err)
 	}
 }

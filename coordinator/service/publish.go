@@ -253,7 +253,7 @@ func (r *rowCheck) check(i, a, j int, c float64) string {
 	}
 	n, u := max(r.n, i+1, j+1), max(r.u, a+1)
 	if tie, err := factor.ParseTie(st.Tie); err == nil && st.Order > 0 && st.MaxModelBytes > 0 && (n > r.n || u > r.u) &&
-		ModelBytes(n, st.Order, u, tie) > st.MaxModelBytes {
+		factor.ModelBytes(n, st.Order, u, tie) > st.MaxModelBytes {
 		return fmt.Sprintf("transition %d --%d--> %d would grow the served model to %d states and %d actions, above its limit of %d bytes (--max-model-bytes)",
 			i, a, j, n, u, st.MaxModelBytes)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // fitJob is a retrain in progress: its input, taken from the service's
@@ -25,13 +27,15 @@ type fitJob struct {
 	start  time.Time
 	reqs   []micro.Request
 	// The snapshot: the latest version's model (nil before the first; the
-	// fit only reads it), the counts and the version being made.
-	base    *factor.Model
-	blocks  []*factor.Block
-	pending []*factor.Block
-	v       *Version
-	// Online-em mode: the counts the latest version has seen and its
-	// unit transitions.
+	// fit only reads it), the counts (a frozen view of the table: blocks
+	// alias it, and the pending counts are read from it) and the version
+	// being made.
+	base   *factor.Model
+	counts *shard.Frozen
+	blocks []*factor.Block
+	v      *Version
+	// Online-em mode: the counts the latest version has seen (a copy) and
+	// its unit transitions.
 	prior []*factor.Block
 	units int64
 }
@@ -51,6 +55,12 @@ type fitResult struct {
 // arrived meanwhile), and a policy that fires during it is checked again
 // then.
 func (s *Service) retrain(ctx context.Context, reason string, req micro.Request) {
+	if ctx.Err() != nil {
+		if req != nil {
+			s.refuseStopping(req)
+		}
+		return
+	}
 	if s.job != nil {
 		if req != nil {
 			s.waiting = append(s.waiting, req)
@@ -58,7 +68,7 @@ func (s *Service) retrain(ctx context.Context, reason string, req micro.Request)
 		return
 	}
 	all, pending := s.table.Added()
-	if all == 0 || s.table.NNZ() == 0 {
+	if all == 0 {
 		s.reply(nil, fmt.Errorf("service: %s: no transitions yet: publish some to %s first", s.cfg.Name, TransitionsSubject(s.cfg.Prefix, s.cfg.Name)), reason, req)
 		return
 	}
@@ -69,23 +79,19 @@ func (s *Service) retrain(ctx context.Context, reason string, req micro.Request)
 		return
 	}
 	n, u := s.dims()
-	job := &fitJob{reason: reason, start: time.Now(), base: s.model, blocks: s.table.Blocks(u, false),
+	counts := s.table.Freeze(u)
+	job := &fitJob{reason: reason, start: time.Now(), base: s.model, counts: counts, blocks: counts.Blocks(),
 		v: &Version{Name: s.cfg.Name, Version: s.version() + 1, Mode: s.cfg.Mode, Transitions: all, Count: s.table.Sum(),
 			StreamSeq: s.seq, N: n, M: s.cfg.Order, U: u, New: true, Reason: reason}}
 	if req != nil {
 		job.reqs = append(job.reqs, req)
 	}
-	switch s.cfg.Mode {
-	case ModeIncremental:
-		job.pending = s.table.Blocks(u, true)
-	case ModeOnlineEM:
-		job.pending = s.table.Blocks(u, true)
-		job.prior = priorBlocks(s.table.Entries(), u)
+	if s.cfg.Mode == ModeOnlineEM {
+		job.prior = counts.Prior()
 		if s.latest != nil {
 			job.units = s.latest.Units
 		}
 	}
-	s.table.BeginSnapshot()
 	s.job = job
 	s.wg.Add(1)
 	go func() {
@@ -105,19 +111,40 @@ func (s *Service) finish(ctx context.Context, r fitResult) {
 	job := r.job
 	s.job = nil
 	v, err := job.v, r.err
-	if err != nil {
-		s.table.AbortSnapshot()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		err = errStopping // the fit saw the stop
+	case err != nil:
 		err = fmt.Errorf("service: %s: retrain: %w", s.cfg.Name, err)
-	} else {
+	default:
 		v.Created = time.Now().UTC()
 		v.Seconds = time.Since(job.start).Seconds()
-		if err = s.commitVersion(ctx, v, r.md); err == nil {
+		err = s.commitVersion(ctx, v, r.md)
+		switch {
+		case err == nil:
 			s.m.retrain.Observe(v.Seconds)
 			s.log.Info("new version", "version", v.Version, "reason", job.reason, "loglik", v.LogLik, "transitions", v.Transitions,
 				"seq", v.StreamSeq, "n", v.N, "u", v.U, "iterations", v.Iterations, "seconds", v.Seconds)
+		case ctx.Err() != nil && s.latest != v:
+			// Stopping while the model was stored: the version is not
+			// made, and the requests are told so (not a failure).
+			s.log.Info("stopping: version not made", "version", v.Version, "error", err)
+			err = errStopping
 		}
 	}
-	if err != nil {
+	if s.table.Frozen() {
+		// Not committed: every count stays pending.
+		s.table.Thaw(false)
+	}
+	// The fit's working memory (its model copies, factor's index of the
+	// blocks, cached in them: about as much as the counts) is garbage once
+	// the job lets go of its blocks: give it back at once rather than at
+	// the runtime's pace, so that what the process holds between retrains
+	// is the counts (the heap it scans is small, the counts being outside
+	// it).
+	job.counts, job.blocks, job.prior = nil, nil, nil
+	debug.FreeOSMemory()
+	if err != nil && err != errStopping {
 		s.m.failures.Inc()
 	}
 	s.snapshot() // a status request after the reply sees the new version
@@ -140,14 +167,30 @@ func (s *Service) finish(ctx context.Context, r fitResult) {
 	case len(waiting) > 0:
 		s.retrain(ctx, "request", waiting[0])
 		s.waiting = append(s.waiting, waiting[1:]...)
-	case s.cfg.Every > 0 && pending >= s.cfg.Every:
-		s.retrain(ctx, "every", nil)
+	default:
+		s.policy(ctx, false)
 	}
+}
+
+// errStopping is the outcome of a retrain that the service's stop cut
+// short (refused with 503, not logged as a failure).
+var errStopping = errors.New("emsf serve is stopping: the retrain was not made; ask again once it runs")
+
+// refuseStopping answers a retrain request the stop leaves unanswered:
+// 503, saying why.
+func (s *Service) refuseStopping(req micro.Request) {
+	_ = req.Error("503", fmt.Sprintf("service: %s: %v", s.cfg.Name, errStopping), nil)
 }
 
 // reply answers a retrain request, or logs the outcome of one nobody
 // waits for.
 func (s *Service) reply(v *Version, err error, reason string, req micro.Request) {
+	if err == errStopping {
+		if req != nil {
+			s.refuseStopping(req)
+		}
+		return
+	}
 	if req == nil {
 		if err != nil {
 			s.log.Error("retrain", "reason", reason, "error", err)
@@ -189,7 +232,7 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 	switch s.cfg.Mode {
 	case ModeRefit:
 		shards, man := shard.Split(job.blocks, v.N, s.cfg.ShardNNZ)
-		opts := factor.FitOptions{Workers: s.cfg.Workers, Converger: factor.Converger{MaxIter: s.cfg.MaxIter, Tol: s.cfg.Tol}}
+		opts := factor.FitOptions{Workers: s.cfg.Workers, Converger: factor.Converger{MaxIter: s.cfg.MaxIter, Tol: s.cfg.Tol}, Accel: s.cfg.Accel}
 		exec, err := s.executor(ctx)
 		if err != nil {
 			return nil, err
@@ -200,6 +243,7 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 				Job:         fmt.Sprintf("serve-%s-%d", s.cfg.Name, v.Version),
 				Params:      map[string]string{"m": strconv.Itoa(md.M), "tie": md.Tie.String(), "model": s.cfg.Name},
 				Converger:   opts.Converger,
+				Accel:       opts.Accel,
 				TaskTimeout: s.cfg.WorkerTimeout,
 				MinWorkers:  1,
 				WaitWorkers: 30 * time.Second,
@@ -212,20 +256,18 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 		if err != nil {
 			return nil, err
 		}
-		v.Iterations = res.Iterations
+		v.Iterations, v.Status = res.Iterations, res.Status.String()
+		if res.Status.Early() {
+			s.log.Warn("the refit stopped before converging: raise --iters", "version", v.Version, "status", v.Status,
+				"iterations", v.Iterations, "tol", s.cfg.Tol)
+		}
 	case ModeIncremental:
 		inc, err := factor.NewIncremental(md, factor.IncrementalOptions{EtaMax: s.cfg.EtaMax, Alpha: s.cfg.Alpha})
 		if err != nil {
 			return nil, err
 		}
-		for _, b := range job.pending {
-			for r, i := range b.Rows {
-				for p := b.Ptr[r]; p < b.Ptr[r+1]; p++ {
-					if err := inc.Add(int(i), b.Action, int(b.Cols[p]), b.Vals[p]); err != nil {
-						return nil, err
-					}
-				}
-			}
+		if err := job.counts.Pending(inc.Add); err != nil {
+			return nil, err
 		}
 		if err := inc.EndPass(); err != nil {
 			return nil, err
@@ -271,21 +313,21 @@ func onlineEM(ctx context.Context, md *factor.Model, opts factor.OnlineEMOptions
 	if err != nil {
 		return nil, err
 	}
-	for _, b := range job.pending {
-		for r, i := range b.Rows {
-			for p := b.Ptr[r]; p < b.Ptr[r+1]; p++ {
-				// A pending count is an integer (ingestion refuses others in
-				// this mode), given in parts of at most onlineEMChunk units.
-				for c := b.Vals[p]; c > 0; c -= onlineEMChunk {
-					if err := ctx.Err(); err != nil {
-						return nil, err
-					}
-					if err := o.Add(int(i), b.Action, int(b.Cols[p]), min(c, onlineEMChunk)); err != nil {
-						return nil, err
-					}
-				}
+	err = job.counts.Pending(func(i, a, j int, c float64) error {
+		// A pending count is an integer (ingestion refuses others in this
+		// mode), given in parts of at most onlineEMChunk units.
+		for ; c > 0; c -= onlineEMChunk {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := o.Add(i, a, j, min(c, onlineEMChunk)); err != nil {
+				return err
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	md = o.Model()
 	st := o.Stats()
@@ -296,19 +338,6 @@ func onlineEM(ctx context.Context, md *factor.Model, opts factor.OnlineEMOptions
 // onlineEMChunk is the largest count given to one factor.OnlineEM.Add
 // (between two looks at the context).
 const onlineEMChunk = 1 << 16
-
-// priorBlocks are the counts of es without their pending part: what the
-// latest version has seen.
-func priorBlocks(es []shard.TableEntry, u int) []*factor.Block {
-	var ct shard.Counter
-	for _, e := range es {
-		if c := e.Count - e.Pending; c > 0 && int(e.Action) < u {
-			// Entries hold valid transitions: Add cannot fail.
-			_ = ct.Add(int(e.State), int(e.Action), int(e.Next), c)
-		}
-	}
-	return ct.Matrices(u)
-}
 
 // executor returns the NATS executor when refits use workers and some
 // answer, else nil (fit in-process).
@@ -360,15 +389,21 @@ func (s *Service) commitVersion(ctx context.Context, v *Version, md *factor.Mode
 	// them (pending: what arrived during the fit); the service's state
 	// changes only once it is stored. If it cannot be, the version is not
 	// made (the next one reuses its number) and the counts stay pending.
-	es, pending := s.table.CommittedEntries()
-	all, _ := s.table.Added()
-	if err := s.storeCheckpoint(ctx, es, all, pending, v.Version); err != nil {
+	if err := s.storeCheckpoint(ctx, true, s.table.FreshRows(), v.Version); err != nil {
 		return err
 	}
-	s.table.CommitSnapshot()
+	s.table.Thaw(true)
 	s.model, s.latest = md, v
 	s.queries.version(v.Version, &arrowio.ModelFile{Model: md})
-	return s.publish(ctx, v)
+	// The version is made: its record and announcement are not cut short
+	// by a stop.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout)
+	defer cancel()
+	if err := s.publish(ctx, v); err != nil {
+		return err
+	}
+	s.prune(ctx, v.Version)
+	return nil
 }
 
 // publish records v as latest (compare-and-set) and announces it.
@@ -377,25 +412,20 @@ func (s *Service) publish(ctx context.Context, v *Version) error {
 	if err != nil {
 		return err
 	}
-	var rev uint64
-	if s.kvRev == 0 {
-		rev, err = s.st.KV.Create(ctx, LatestKey(s.cfg.Name), b)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			// A latest left by an earlier run whose checkpoint is gone (or
-			// older): take its revision.
-			if e, gerr := s.st.KV.Get(ctx, LatestKey(s.cfg.Name)); gerr == nil {
-				rev, err = s.st.KV.Update(ctx, LatestKey(s.cfg.Name), b, e.Revision())
-			}
+	key := LatestKey(s.cfg.Name)
+	rev, err := wire.CompareAndSet(ctx, s.st.KV, key, b, s.kvRev)
+	if s.kvRev == 0 && errors.Is(err, wire.ErrLostRace) {
+		// A latest left by an earlier run whose checkpoint is gone (or
+		// older): take its revision.
+		if e, gerr := s.st.KV.Get(ctx, key); gerr == nil {
+			rev, err = wire.CompareAndSet(ctx, s.st.KV, key, b, e.Revision())
 		}
-	} else {
-		rev, err = s.st.KV.Update(ctx, LatestKey(s.cfg.Name), b, s.kvRev)
+	}
+	if errors.Is(err, wire.ErrLostRace) {
+		s.fatal = errOwnership
+		return fmt.Errorf("%w: %w", errOwnership, err)
 	}
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			s.fatal = errOwnership
-			return fmt.Errorf("%w: %s changed under it", errOwnership, LatestKey(s.cfg.Name))
-		}
 		return fmt.Errorf("service: record version %d as latest: %w", v.Version, err)
 	}
 	s.kvRev = rev
@@ -405,9 +435,34 @@ func (s *Service) publish(ctx context.Context, v *Version) error {
 		s.m.loglik.Set(v.LogLik)
 		s.m.wkl.Set(v.WKL)
 	}
-	s.m.pending.Set(0)
+	_, pending := s.table.Added()
+	s.m.pending.Set(float64(pending))
 	if err := s.nc.Publish(ModelSubject(s.cfg.Prefix, s.cfg.Name), b); err != nil {
 		s.log.Warn("announce", "version", v.Version, "error", err)
 	}
 	return nil
+}
+
+// prune deletes the model versions older than the last KeepVersions
+// (latest is the newest): the Object Store keeps a bounded number of
+// them. A failure is logged: the next version prunes again.
+func (s *Service) prune(ctx context.Context, latest int) {
+	if s.cfg.KeepVersions < 0 {
+		return
+	}
+	vs, err := s.st.List(ctx, s.cfg.Name)
+	if err != nil {
+		s.log.Warn("list versions to prune", "error", err)
+		return
+	}
+	for _, v := range vs {
+		if v.Version > latest-s.cfg.KeepVersions || v.Version >= latest {
+			continue
+		}
+		if err := s.st.Models.Delete(ctx, ModelObject(s.cfg.Name, v.Version)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			s.log.Warn("delete an old version", "version", v.Version, "error", err)
+			continue
+		}
+		s.log.Debug("old version deleted", "version", v.Version, "keep", s.cfg.KeepVersions)
+	}
 }

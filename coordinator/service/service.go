@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -33,7 +34,9 @@ type Status struct {
 	StreamSeq    uint64 `json:"stream_seq"`
 	Checkpointed uint64 `json:"checkpointed_seq"`
 	// Transitions counts the rows ingested, Pending those since the latest
-	// version; Count is their total count, NNZ the distinct transitions.
+	// version; Count is their total count, NNZ the distinct transitions
+	// in the count table's matrices (rows still Buffered join them at the
+	// next merge: a checkpoint, a retrain, or a full buffer).
 	Transitions int64   `json:"transitions"`
 	Pending     int64   `json:"pending"`
 	Count       float64 `json:"count"`
@@ -69,6 +72,33 @@ type Status struct {
 	// CatchingUp counts the retrain requests waiting for ingestion to
 	// reach the stream sequence they asked for.
 	CatchingUp int `json:"catching_up"`
+	// CountsBytes is the memory the count table holds, CSRBytes the size
+	// of the fit's CSR of the same counts (shard.Table); Buffered the rows
+	// counted and not merged into the table's matrices yet (NNZ counts
+	// the merged ones).
+	CountsBytes int64 `json:"counts_bytes"`
+	CSRBytes    int64 `json:"csr_bytes"`
+	Buffered    int   `json:"buffered"`
+	// Paused is set while ingestion waits for the retrain in progress:
+	// the table's buffer is full, and the retrain reads the counts.
+	Paused bool `json:"paused,omitempty"`
+	// PurgedTo is the stream sequence up to which this process purged the
+	// stream (StreamPurge), CheckpointSeconds how long the last checkpoint
+	// took.
+	PurgedTo          uint64  `json:"purged_to,omitempty"`
+	CheckpointSeconds float64 `json:"checkpoint_seconds,omitempty"`
+	// Stream is what the transitions stream holds when the status request
+	// is answered (nil when the server did not say in time).
+	Stream *StreamState `json:"stream,omitempty"`
+}
+
+// StreamState is what the transitions stream holds: messages, bytes, and
+// the first and last sequences (first = last+1 when it is empty).
+type StreamState struct {
+	Msgs     uint64 `json:"msgs"`
+	Bytes    uint64 `json:"bytes"`
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
 }
 
 // Service owns one model name; see the package doc. Create it with New and
@@ -87,6 +117,9 @@ type Service struct {
 	seq         uint64
 	ckptSeq     uint64
 	dirty       bool
+	nextCkpt    time.Time // no periodic checkpoint before (CheckpointCost)
+	ckptSecs    float64
+	purgedTo    uint64
 	latest      *Version
 	model       *factor.Model
 	kvRev       uint64
@@ -143,8 +176,11 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{cfg: cfg, nc: nc, st: st, stream: stream, log: cfg.Logger.Named("serve").With("model", cfg.Name), m: m,
-		id: "serve-" + rand.Text()[:10], table: &shard.Table{}, ctl: make(chan func()), ready: make(chan struct{}), done: make(chan fitResult, 1)}, nil
+		id: "serve-" + rand.Text()[:10], table: cfg.newTable(), ctl: make(chan func()), ready: make(chan struct{}), done: make(chan fitResult, 1)}, nil
 }
+
+// newTable returns an empty count table with the configured buffer.
+func (c *Config) newTable() *shard.Table { return &shard.Table{MinBufferRows: c.BufferRows} }
 
 func (c *Config) storeConfig() StoreConfig {
 	return StoreConfig{Prefix: c.Prefix, Name: c.Name, StateBucket: c.StateBucket, ModelBucket: c.ModelBucket,
@@ -158,8 +194,8 @@ func (s *Service) ID() string { return s.id }
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // Run restores the checkpoint, then ingests, retrains and answers requests
-// until ctx is done; it checkpoints before it returns. It returns nil when
-// ctx ends it (also during start-up).
+// until ctx is done, then stops cleanly (stop). It returns nil when ctx
+// ends it (also during start-up).
 func (s *Service) Run(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil && ctx.Err() != nil && s.fatal == nil {
@@ -182,11 +218,11 @@ func (s *Service) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	msgs, stop, err := s.consume(ctx, &wg)
+	msgs, stopConsumer, err := s.consume(ctx, &wg)
 	if err != nil {
 		return err
 	}
-	defer stop()
+	defer stopConsumer()
 	svc, err := s.serveRequests(ctx)
 	if err != nil {
 		return err
@@ -206,8 +242,8 @@ func (s *Service) Run(ctx context.Context) (err error) {
 	ckpt := time.NewTicker(s.cfg.CheckpointEvery)
 	defer ckpt.Stop()
 	var interval <-chan time.Time
-	if s.cfg.Interval > 0 {
-		t := time.NewTicker(s.cfg.Interval)
+	if s.cfg.Policy.Interval > 0 {
+		t := time.NewTicker(s.cfg.Policy.Interval)
 		defer t.Stop()
 		interval = t.C
 	}
@@ -218,27 +254,16 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		if len(s.parked) > 0 {
 			parkC = parkTick.C
 		}
+		// While a fit reads the counts and the table's buffer is full,
+		// messages wait in the stream (Status.Paused).
+		in := msgs
+		if s.table.Full() {
+			in = nil
+		}
 		select {
 		case <-ctx.Done():
-			// Requests waiting for a retrain get an answer; a fit in
-			// progress is abandoned (its counts stay pending).
-			if s.job != nil {
-				for _, req := range append(s.job.reqs, s.waiting...) {
-					_ = req.Error("503", "service stopping: the retrain was abandoned", nil)
-				}
-			}
-			for _, p := range s.parked {
-				_ = p.req.Error("503", "service stopping: the retrain was abandoned", nil)
-			}
-			// A last checkpoint with a context of its own: ctx is done.
-			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer ccancel()
-			if err := s.checkpoint(cctx); err != nil {
-				return err
-			}
-			s.log.Info("stopped", "seq", s.seq)
-			return nil
-		case m, ok := <-msgs:
+			return s.stop(ctx, svc, stopConsumer)
+		case m, ok := <-in:
 			if !ok {
 				if ctx.Err() != nil {
 					msgs = nil // stopping: the ctx.Done case ends the loop
@@ -247,9 +272,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 				return fmt.Errorf("service: %s: the stream consumer stopped", s.cfg.Name)
 			}
 			s.ingest(ctx, m)
-			if _, pending := s.table.Added(); s.cfg.Every > 0 && pending >= s.cfg.Every {
-				s.retrain(ctx, "every", nil)
-			}
+			s.policy(ctx, false)
 			s.unpark(ctx, time.Now())
 		case now := <-parkC:
 			s.unpark(ctx, now)
@@ -258,13 +281,14 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		case f := <-s.ctl:
 			f()
 		case <-interval:
-			if _, pending := s.table.Added(); pending > 0 {
-				s.retrain(ctx, "interval", nil)
-			}
+			s.policy(ctx, true)
 			if s.tickHook != nil {
 				s.tickHook()
 			}
-		case <-ckpt.C:
+		case now := <-ckpt.C:
+			if now.Before(s.nextCkpt) {
+				break
+			}
 			if err := s.checkpoint(ctx); err != nil {
 				s.log.Error("checkpoint", "error", err)
 			}
@@ -274,6 +298,57 @@ func (s *Service) Run(ctx context.Context) (err error) {
 			return s.fatal
 		}
 	}
+}
+
+// policy starts the retrain the policy asks for (Policy.Due), unless one
+// runs: finish asks again when it ends.
+func (s *Service) policy(ctx context.Context, tick bool) {
+	if s.job != nil {
+		return
+	}
+	_, pending := s.table.Added()
+	if reason := s.cfg.Policy.Due(pending, tick); reason != "" {
+		s.retrain(ctx, reason, nil)
+	}
+}
+
+// stop ends Run cleanly: no request is taken any more, the consumer stops
+// (messages not counted stay in the stream for the next run), requests
+// waiting for a retrain are refused with 503, the fit in progress is
+// abandoned (cancelled: its counts stay pending) and waited for, then the
+// counts are checkpointed and the stream purged, with contexts of their
+// own (ctx is done), each bounded by StopTimeout.
+func (s *Service) stop(ctx context.Context, svc micro.Service, stopConsumer func()) error {
+	_ = svc.Stop()
+	stopConsumer()
+	refused := 0
+	refuse := func(req micro.Request) {
+		s.refuseStopping(req)
+		refused++
+	}
+	if s.job != nil {
+		for _, req := range append(s.job.reqs, s.waiting...) {
+			refuse(req)
+		}
+		s.waiting = nil
+		r := <-s.done // the fit sees ctx done
+		s.job = nil
+		s.table.Thaw(false)
+		if r.err == nil {
+			s.log.Info("the retrain in progress ended as the service stopped: its version is not kept", "version", r.job.v.Version)
+		}
+	}
+	for _, p := range s.parked {
+		refuse(p.req)
+	}
+	s.parked = nil
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout)
+	defer cancel()
+	if err := s.checkpoint(cctx); err != nil {
+		return fmt.Errorf("service: %s: stopping: %w", s.cfg.Name, err)
+	}
+	s.log.Info("stopped", "seq", s.seq, "checkpointed_seq", s.ckptSeq, "requests_refused", refused)
+	return nil
 }
 
 // errOwnership stops the service: another one took its name over.
@@ -310,31 +385,45 @@ func (s *Service) restore(ctx context.Context) error {
 // checkpoint that cannot be decoded or breaks the limits (only an older
 // emsf serve can have written one) is not used: the counts are rebuilt
 // from the whole stream, whose rows the limits then check one by one, so
-// a restart always succeeds.
+// a restart succeeds, provided the stream still holds every message. Once
+// messages were purged (StreamPurge) the checkpoint is the only copy of
+// them: without a usable one the service does not start, and says why.
 func (s *Service) load(ctx context.Context) error {
 	data, err := s.st.Models.GetBytes(ctx, StateObject(s.cfg.Name))
 	var version int
 	rebuild := ""
+	found := true
 	switch {
 	case errors.Is(err, jetstream.ErrObjectNotFound):
+		found = false
 	case err != nil:
 		return fmt.Errorf("service: load checkpoint %s: %w", StateObject(s.cfg.Name), err)
 	default:
 		t, meta, err := arrowio.DecodeCounts(data)
+		data = nil
 		switch {
 		case err != nil:
 			rebuild = err.Error()
 		case meta.Name != s.cfg.Name:
+			t.Free()
 			return fmt.Errorf("service: checkpoint %s belongs to model %q", StateObject(s.cfg.Name), meta.Name)
 		default:
+			t.MinBufferRows = s.cfg.BufferRows
 			s.table, s.seq, s.ckptSeq, version = t, meta.Seq, meta.Seq, meta.Version
 			if err := s.checkLimits(); err != nil {
 				rebuild = err.Error()
-				s.table, s.seq, s.ckptSeq = &shard.Table{}, 0, 0
+				s.table.Free()
+				s.table, s.seq, s.ckptSeq = s.cfg.newTable(), 0, 0
 			}
 		}
 		if rebuild == "" {
-			s.log.Info("checkpoint loaded", "seq", s.seq, "nnz", s.table.NNZ(), "count", s.table.Sum(), "version", version)
+			s.log.Info("checkpoint loaded", "seq", s.seq, "nnz", s.table.NNZ(), "count", s.table.Sum(), "version", version,
+				"bytes", s.table.Bytes())
+		}
+	}
+	if !found || rebuild != "" {
+		if err := s.streamWhole(ctx, rebuild); err != nil {
+			return err
 		}
 	}
 	if err := s.checkSize(); err != nil {
@@ -378,11 +467,33 @@ func (s *Service) load(ctx context.Context) error {
 	return nil
 }
 
+// streamWhole checks that counting the stream from its start counts
+// every transition ever published: nothing was purged (a stream whose
+// own limits drop messages, StreamMaxAge or StreamMaxBytes, is let be, as
+// its owner chose). unusable is why the checkpoint cannot be used ("":
+// there is none).
+func (s *Service) streamWhole(ctx context.Context, unusable string) error {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("service: stream %s: %w", StreamName(s.cfg.Prefix, s.cfg.Name), err)
+	}
+	st, cfg := info.State, info.Config
+	if st.FirstSeq <= 1 || cfg.MaxAge > 0 || cfg.MaxBytes > 0 || cfg.MaxMsgs > 0 {
+		return nil
+	}
+	what := "there is no checkpoint " + StateObject(s.cfg.Name) + " in bucket " + s.cfg.ModelBucket
+	if unusable != "" {
+		what = "the checkpoint " + StateObject(s.cfg.Name) + " cannot be used (" + unusable + ")"
+	}
+	return fmt.Errorf("service: %s: %s, and stream %s starts at sequence %d: the transitions before it were purged once a checkpoint held them, so the counts cannot be rebuilt; restore the checkpoint (or the limits it was written under), or serve under a new name",
+		s.cfg.Name, what, StreamName(s.cfg.Prefix, s.cfg.Name), st.FirstSeq)
+}
+
 // checkLimits checks the restored counts against --max-states,
 // --max-actions and --max-model-bytes.
 func (s *Service) checkLimits() error {
 	n, u := s.table.Dims()
-	if n > s.cfg.MaxStates || u > s.cfg.MaxActions || ModelBytes(n, s.cfg.Order, u, s.cfg.Tie) > s.cfg.MaxModelBytes {
+	if n > s.cfg.MaxStates || u > s.cfg.MaxActions || factor.ModelBytes(n, s.cfg.Order, u, s.cfg.Tie) > s.cfg.MaxModelBytes {
 		return fmt.Errorf("service: the counts need %d states and %d actions, beyond the limits of %d states, %d actions and %d model bytes",
 			n, u, s.cfg.MaxStates, s.cfg.MaxActions, s.cfg.MaxModelBytes)
 	}
@@ -406,30 +517,72 @@ func (s *Service) checkSize() error {
 }
 
 // checkpoint stores the counts with the sequence they include, when
-// anything changed since the last one.
+// anything changed since the last one, merging the table's buffer first
+// unless a fit reads the table.
 func (s *Service) checkpoint(ctx context.Context) error {
 	if !s.dirty {
 		return nil
 	}
-	all, pending := s.table.Added()
-	return s.storeCheckpoint(ctx, s.table.Entries(), all, pending, s.version())
+	s.table.Merge()
+	_, pending := s.table.Added()
+	return s.storeCheckpoint(ctx, false, pending, s.version())
 }
 
-// storeCheckpoint stores es (the table's entries, sorted) as the
-// checkpoint of the current sequence with the given row counts and latest
-// version.
-func (s *Service) storeCheckpoint(ctx context.Context, es []shard.TableEntry, all, pending int64, version int) error {
+// storeCheckpoint stores the table as the checkpoint of the current
+// sequence: its entries as Scan(committed) gives them (committed: as they
+// will be once the version in progress is committed), pending rows and the
+// latest version. The file is streamed into the Object Store as it is
+// encoded, never whole in memory. The context it uses is its own, cut
+// from ctx's values but not its cancellation (a stop does not cancel a
+// checkpoint half-way; StopTimeout bounds it). Once stored, the stream is
+// purged up to it (StreamPurge).
+func (s *Service) storeCheckpoint(ctx context.Context, committed bool, pending int64, version int) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout)
+	defer cancel()
+	start := time.Now()
+	all, _ := s.table.Added()
 	meta := arrowio.CountsMeta{Name: s.cfg.Name, Seq: s.seq, Added: all, Pending: pending, Version: version}
-	data, err := arrowio.EncodeCounts(meta, es)
+	pr, pw := io.Pipe()
+	encoded := make(chan error, 1)
+	go func() {
+		err := arrowio.WriteCounts(pw, meta, func(yield func(shard.TableEntry) error) error { return s.table.Scan(committed, yield) })
+		pw.CloseWithError(err)
+		encoded <- err
+	}()
+	info, err := wire.PutObjectReader(ctx, s.st.Models, s.nc.MaxPayload(), jetstream.ObjectMeta{Name: StateObject(s.cfg.Name)}, pr)
+	pr.CloseWithError(errors.New("service: checkpoint put ended")) // unblocks the encoder if the put failed
+	if eerr := <-encoded; err == nil && eerr != nil {
+		err = eerr
+	}
 	if err != nil {
 		return fmt.Errorf("service: checkpoint: %w", err)
 	}
-	if err := s.st.put(ctx, s.nc.MaxPayload(), StateObject(s.cfg.Name), data, nil); err != nil {
-		return fmt.Errorf("service: checkpoint: %w", err)
-	}
 	s.ckptSeq, s.dirty = s.seq, false
-	s.log.Debug("checkpoint", "seq", s.seq, "bytes", len(data))
+	d := time.Since(start)
+	s.ckptSecs = d.Seconds()
+	s.nextCkpt = time.Now().Add(CheckpointCost * d)
+	s.log.Debug("checkpoint", "seq", s.seq, "bytes", info.Size, "seconds", d.Seconds())
+	s.purge(ctx)
 	return nil
+}
+
+// purge removes from the stream the messages the checkpoint just stored
+// holds (keeping the last StreamKeep of them). A failure is logged: the
+// next checkpoint purges again.
+func (s *Service) purge(ctx context.Context) {
+	if s.cfg.StreamPurge != PurgeCheckpointed || s.ckptSeq <= s.cfg.StreamKeep {
+		return
+	}
+	upTo := s.ckptSeq - s.cfg.StreamKeep // messages below upTo+1 go
+	if upTo <= s.purgedTo {
+		return
+	}
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSequence(upTo+1)); err != nil {
+		s.log.Warn("purge the stream up to the checkpoint", "seq", upTo, "error", err)
+		return
+	}
+	s.purgedTo = upTo
+	s.log.Debug("stream purged", "up_to", upTo)
 }
 
 // snapshot records the current Status for status requests.
@@ -448,7 +601,9 @@ func (s *Service) status() Status {
 		FixedStates: s.cfg.States, FixedActions: s.cfg.Actions,
 		MaxStates: s.cfg.MaxStates, MaxActions: s.cfg.MaxActions, MaxModelBytes: s.cfg.MaxModelBytes, MaxCount: shard.MaxCount,
 		Order: s.order(), Tie: s.tie().String(),
-		Rejected: s.rejected, RejectedMessages: s.rejectedMsg, LastRejection: s.lastReject, Latest: s.latest}
+		Rejected: s.rejected, RejectedMessages: s.rejectedMsg, LastRejection: s.lastReject, Latest: s.latest,
+		CountsBytes: s.table.Bytes(), CSRBytes: s.table.CSRBytes(), Buffered: s.table.Buffered(), Paused: s.table.Full(),
+		PurgedTo: s.purgedTo, CheckpointSeconds: s.ckptSecs}
 }
 
 // dims returns the model size the data needs: the fixed size where set,
@@ -471,7 +626,7 @@ func (s *Service) dims() (n, u int) {
 // whose work runs on Run's goroutine.
 func (s *Service) serveRequests(ctx context.Context) (micro.Service, error) {
 	svc, err := micro.AddService(s.nc, micro.Config{
-		Name: "emsf-serve", Version: "1.0.0",
+		Name: "emsf-serve", Version: s.cfg.Version,
 		Description: "emsf service mode: counts transitions, retrains and publishes model versions",
 		Metadata:    map[string]string{"model": s.cfg.Name, "id": s.id, "mode": string(s.cfg.Mode)},
 	})
@@ -494,12 +649,20 @@ func (s *Service) serveRequests(ctx context.Context) (micro.Service, error) {
 		select {
 		case s.ctl <- func() { s.retrainAfter(ctx, rr, later) }:
 		case <-ctx.Done():
-			_ = req.Error("503", "service stopping", nil)
+			s.refuseStopping(req)
 		}
 	}), micro.WithEndpointSubject(RetrainSubject(s.cfg.Prefix, s.cfg.Name)))
 	if err == nil {
 		err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
-			_ = req.RespondJSON(s.snap.Load())
+			st := *s.snap.Load()
+			// What the stream holds, asked now (best effort: a status
+			// without it is still an answer).
+			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if info, err := s.stream.Info(ictx); err == nil {
+				st.Stream = &StreamState{Msgs: info.State.Msgs, Bytes: info.State.Bytes, FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq}
+			}
+			_ = req.RespondJSON(&st)
 		}), micro.WithEndpointSubject(StatusSubject(s.cfg.Prefix, s.cfg.Name)))
 	}
 	if err != nil {

@@ -522,7 +522,7 @@ func TestServeEveryPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	start(t, nc, Config{Name: "ev", Order: 2, MaxIter: 3, Every: 100, UseWorkers: WorkersNever})
+	start(t, nc, Config{Name: "ev", Order: 2, MaxIter: 3, Policy: Policy{Every: 100}, UseWorkers: WorkersNever})
 	seq := publish(t, nc, "ev", randomRows(6, 60, 5, 1).csv())
 	// The policy is checked as each message is counted, before the status
 	// that shows the message counted.
@@ -583,7 +583,7 @@ func TestServeIntervalPolicy(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	ticks := make(chan struct{}, 1)
-	startWith(t, nc, Config{Name: "iv", Order: 2, MaxIter: 3, Interval: 150 * time.Millisecond, UseWorkers: WorkersNever},
+	startWith(t, nc, Config{Name: "iv", Order: 2, MaxIter: 3, Policy: Policy{Interval: 150 * time.Millisecond}, UseWorkers: WorkersNever},
 		func(s *Service) {
 			s.tickHook = func() {
 				select {

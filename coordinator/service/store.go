@@ -48,6 +48,9 @@ type Version struct {
 	// Iterations is the number of EM iterations (refit) or commits
 	// (incremental) of this retrain; Seconds its wall time.
 	Iterations int `json:"iterations"`
+	// Status says how the refit ended (factor.Status: "converged",
+	// "iteration limit", ...); empty in the other modes.
+	Status string `json:"status,omitempty"`
 	// Units is, in online-em mode, the number of unit transitions the
 	// online EM rule has taken up to this version: its step counter t,
 	// from which the next retrain goes on (0 in the other modes).

@@ -7,7 +7,6 @@ import (
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/factor/blackjack"
-	"github.com/emsf/emsf/shard"
 )
 
 // epcaSettings are EPCA's data sets, in job order.
@@ -116,7 +115,7 @@ func epcaGen(transitions int, seed uint64) (*epcaData, error) {
 func epcaBlackjack(hands int, seed uint64) (*epcaData, error) {
 	count := func(hands int, rng *rand.Rand) ([]*factor.Block, error) {
 		policy := func(int) int { return rng.IntN(2) }
-		var ct shard.Counter
+		var ct factor.Tally
 		for range hands {
 			for _, st := range blackjack.Play(policy, rng).Steps {
 				if err := ct.Add(st.State, st.Action, st.Next, 1); err != nil {
@@ -124,7 +123,7 @@ func epcaBlackjack(hands int, seed uint64) (*epcaData, error) {
 				}
 			}
 		}
-		return ct.Matrices(2), nil
+		return ct.Blocks(2)
 	}
 	train, err := count(hands, rand.New(rand.NewPCG(seed, 4)))
 	if err != nil {

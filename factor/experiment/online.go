@@ -33,7 +33,7 @@ type OnlineSetting struct {
 
 // Label names the setting in a legend.
 func (s OnlineSetting) Label() string {
-	return fmt.Sprintf("t_c=%d, α=%g", s.CommitEvery, s.Alpha)
+	return fmt.Sprintf("commit every %d, α = %g", s.CommitEvery, s.Alpha)
 }
 
 // The true P of Online: OnlineStates states, every row from

@@ -56,7 +56,7 @@ func (c *OnlineEM) Run(ctx context.Context, k int) ([]Record, error) {
 	case job < len(c.Gammas):
 		out := make([]Record, len(c.Sizes))
 		if err := c.stream(ctx, c.Gammas[job], seed, out); err != nil {
-			return nil, fmt.Errorf("run %d (seed %d), online EM a=%g: %w", run, seed, c.Gammas[job], err)
+			return nil, fmt.Errorf("run %d (seed %d), online EM a = %g: %w", run, seed, c.Gammas[job], err)
 		}
 		return out, nil
 	case job < len(c.Gammas)+len(c.Incs):
@@ -67,7 +67,7 @@ func (c *OnlineEM) Run(ctx context.Context, k int) ([]Record, error) {
 		}
 		out := make([]Record, len(ors))
 		for q, r := range ors {
-			out[q] = Record{"emsf", "incremental EMSF " + st.Label(), c.Order, r.Transitions, seed, "kl_rho", r.KLRho}
+			out[q] = Record{"emsf", "incremental EMSF, " + st.Label(), c.Order, r.Transitions, seed, "kl_rho", r.KLRho}
 		}
 		return out, nil
 	default:
@@ -91,7 +91,7 @@ func (c *OnlineEM) stream(ctx context.Context, a float64, seed uint64, out []Rec
 	if err != nil {
 		return err
 	}
-	name := fmt.Sprintf("online EM a=%g", a)
+	name := fmt.Sprintf("online EM a = %g", a)
 	// Only with Floor 0 can a transition get probability 0: KL_ρ is +Inf
 	// from there on.
 	return streamTrajectory(ctx, chain, seed, c.Sizes, o.Add,

@@ -129,14 +129,14 @@ func TestOnlineEM(t *testing.T) {
 		}
 		rows = append(rows, r...)
 	}
-	if rows[0].Method != "online EM a=0.8" || rows[2].Method != "incremental EMSF t_c=1000, α=0.1" || rows[4].Setting != "nmf" {
+	if rows[0].Method != "online EM a = 0.8" || rows[2].Method != "incremental EMSF, commit every 1000, α = 0.1" || rows[4].Setting != "nmf" {
 		t.Fatalf("job order: %+v", rows)
 	}
-	early, late := find(t, rows, "emsf", "online EM a=0.8", 1000, "kl_rho"), find(t, rows, "emsf", "online EM a=0.8", 20000, "kl_rho")
+	early, late := find(t, rows, "emsf", "online EM a = 0.8", 1000, "kl_rho"), find(t, rows, "emsf", "online EM a = 0.8", 20000, "kl_rho")
 	if !(late < early) {
 		t.Errorf("online EM KL_ρ %v at 1000, %v at 20000", early, late)
 	}
-	if v := find(t, rows, "emsf", "incremental EMSF t_c=1000, α=0.1", 20000, "kl_rho"); !(v > 0) || math.IsInf(v, 0) {
+	if v := find(t, rows, "emsf", "incremental EMSF, commit every 1000, α = 0.1", 20000, "kl_rho"); !(v > 0) || math.IsInf(v, 0) {
 		t.Errorf("incremental EMSF KL_ρ %v", v)
 	}
 	first, last := find(t, rows, "nmf", "exact online EM (Fig. 1)", 1, "b_rel_error"), find(t, rows, "nmf", "exact online EM (Fig. 1)", 2000, "b_rel_error")

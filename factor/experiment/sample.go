@@ -7,14 +7,13 @@ import (
 	"math/rand/v2"
 
 	"github.com/emsf/emsf/factor"
-	"github.com/emsf/emsf/shard"
 )
 
 // SampleBlocks draws count transitions from truth and returns their count
 // matrices, one block per action, and the empirical distribution of the
 // start states (ρ̂_i = x_i / N).
 func SampleBlocks(truth *factor.Model, count int, mode string, rng *rand.Rand) ([]*factor.Block, []float64, error) {
-	var ct shard.Counter
+	var ct factor.Tally
 	rho := make([]float64, truth.N)
 	var addErr error
 	err := factor.Sample(truth, count, factor.SampleOptions{Mode: mode}, rng, func(t factor.Transition) {
@@ -32,7 +31,8 @@ func SampleBlocks(truth *factor.Model, count int, mode string, rng *rand.Rand) (
 	for i := range rho {
 		rho[i] /= float64(count)
 	}
-	return ct.Matrices(truth.U), rho, nil
+	blocks, err := ct.Blocks(truth.U)
+	return blocks, rho, err
 }
 
 // FitEMSF fits EMSF of order m from the random start of seed, on one

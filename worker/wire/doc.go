@@ -1,7 +1,10 @@
 // Package wire is the cluster protocol of emsf: the messages the
 // coordinator (coordinator/natsexec) and the workers (package worker)
 // exchange over NATS, their encodings and the chunked pulls of blobs. Both
-// sides import it; nothing else defines a subject, header or message.
+// sides import it; nothing else defines a subject, header or message. Its
+// part that needs no connection (the owners exchange's messages, partial
+// labels, object names) is package wire/proto, which the coordinator's
+// decisions (coordinator/owners) speak without NATS.
 //
 // # Version
 //
@@ -49,7 +52,7 @@
 // Arrow file ModelObject(job, v) with its SHA-256), the model parts (the
 // CRC-32C of each K block and of the shard's rows of D, so that a worker
 // pulls only what its shard reads and derives its rows of D), deadline,
-// attempt and the workers to avoid. A Label names what a partial answers
+// attempt and the workers to avoid. A proto.Label names what a partial answers
 // and what it was computed from: job, iteration, shard, shard checksum,
 // model digest; the coordinator drops a partial whose label is not exactly
 // its task's.
@@ -59,5 +62,8 @@
 // DefaultObjectBucket (Object Store: shards, Arrow models for resume,
 // manifests; chunks of at most MaxChunk below the max payload, PutObject)
 // and DefaultKVBucket (KV: one job state per job, committed with
-// compare-and-set on the revision).
+// compare-and-set on the revision). A model dataset (arrowio: parts and a
+// manifest) can live under a prefix of any bucket, nats-obj://BUCKET/PREFIX:
+// ObjectParts is its arrowio.PartSink and PartSource (part F is object
+// PREFIX/F, put as it is written; the manifest's put is the commit).
 package wire

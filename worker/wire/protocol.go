@@ -4,10 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -103,64 +102,9 @@ func QueueGroup(prefix string) string {
 // of a job.
 func CommittedSubject(prefix, job string) string { return prefix + ".jobs." + job + ".committed" }
 
-// ShardObject is the Object Store name of a shard, by checksum.
-func ShardObject(checksum string) string { return "shards/" + checksum }
-
 // ModelObject is the Object Store name of model version v (v committed
 // iterations) of a job.
 func ModelObject(job string, v int) string { return fmt.Sprintf("models/%s/%d", job, v) }
-
-// Label names what a partial answers and what it was computed from: the
-// task's job, iteration and shard, the checksum of the shard the worker
-// computed and the digest of the model version it computed it on. Every
-// partial reply carries its label (HeaderPartialOf); the coordinator drops
-// a partial whose label is not exactly that of the task it handed out, so
-// that a partial of an earlier model version relabelled as the current
-// iteration (a stale cache, a replay) never changes the model.
-type Label struct {
-	Job           string
-	Iteration     int
-	Shard         int
-	ShardChecksum string
-	ModelDigest   string
-}
-
-// String is the label as HeaderPartialOf carries it:
-// job/iteration/shard/shard-checksum/model-digest.
-func (l Label) String() string {
-	return fmt.Sprintf("%s/%d/%d/%s/%s", l.Job, l.Iteration, l.Shard, l.ShardChecksum, l.ModelDigest)
-}
-
-// ParseLabel reads a label written by Label.String.
-func ParseLabel(s string) (Label, error) {
-	f := strings.Split(s, "/")
-	if len(f) != 5 {
-		return Label{}, fmt.Errorf("wire: partial label %q: want job/iteration/shard/shard-checksum/model-digest", s)
-	}
-	it, err1 := strconv.Atoi(f[1])
-	sh, err2 := strconv.Atoi(f[2])
-	if err1 != nil || err2 != nil {
-		return Label{}, fmt.Errorf("wire: partial label %q: iteration and shard must be integers", s)
-	}
-	return Label{Job: f[0], Iteration: it, Shard: sh, ShardChecksum: f[3], ModelDigest: f[4]}, nil
-}
-
-// Check returns an error naming the first field in which l differs from
-// want, or nil.
-func (l Label) Check(want Label) error {
-	for _, f := range []struct{ name, got, want string }{
-		{"job", l.Job, want.Job},
-		{"iteration", strconv.Itoa(l.Iteration), strconv.Itoa(want.Iteration)},
-		{"shard", strconv.Itoa(l.Shard), strconv.Itoa(want.Shard)},
-		{"shard checksum", l.ShardChecksum, want.ShardChecksum},
-		{"model digest", l.ModelDigest, want.ModelDigest},
-	} {
-		if f.got != f.want {
-			return fmt.Errorf("wire: partial of %s %s answers the task of %s %s", f.name, f.got, f.name, f.want)
-		}
-	}
-	return nil
-}
 
 // Task asks for the statistics of one shard under the model of one
 // iteration. Iteration is the iteration the pass produces (1-based within
@@ -292,10 +236,17 @@ func PutObject(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64,
 // PutObjectMeta is PutObject for an object with metadata (meta's chunk
 // size is set as PutObject sets it).
 func PutObjectMeta(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, meta jetstream.ObjectMeta, data []byte) (*jetstream.ObjectInfo, error) {
+	return PutObjectReader(ctx, obs, maxPayload, meta, bytes.NewReader(data))
+}
+
+// PutObjectReader is PutObjectMeta for an object read from r as it is
+// put (one chunk in memory at a time); an error reading r fails the put
+// and leaves no object.
+func PutObjectReader(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
 	opts := jetstream.ObjectMetaOptions{ChunkSize: uint32(chunkSize(maxPayload))}
 	if meta.Opts != nil {
 		opts.Link = meta.Opts.Link
 	}
 	meta.Opts = &opts
-	return obs.Put(ctx, meta, bytes.NewReader(data))
+	return obs.Put(ctx, meta, r)
 }

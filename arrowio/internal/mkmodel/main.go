@@ -1,11 +1,13 @@
 // Command mkmodel writes a small random model file for scripts/crosscheck.sh
 // and prints what another Arrow implementation must read back from it, in
-// the line format of scripts/read_model.mjs.
+// the line format of scripts/read_model.mjs. With DATASET it also writes
+// the model as a model dataset (parts of 10 rows and a manifest) there.
 //
-//	go run ./arrowio/internal/mkmodel OUT.arrow
+//	go run ./arrowio/internal/mkmodel OUT.arrow [DATASET]
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -20,8 +22,8 @@ func main() {
 }
 
 func run(args []string) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: mkmodel OUT.arrow")
+	if len(args) != 1 && len(args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: mkmodel OUT.arrow [DATASET]")
 		return 2
 	}
 	const n, m, u = 37, 5, 3
@@ -31,6 +33,12 @@ func run(args []string) int {
 	if err := arrowio.WriteModel(args[0], mf, arrowio.ModelArrow); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	if len(args) == 2 {
+		if _, err := arrowio.SplitModel(context.Background(), args[0], arrowio.DirParts{Dir: args[1]}, arrowio.ModelArrow, 10); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	dRows, kRows := len(md.D)*n, len(md.KT)*n
 	bits := make([]string, m)

@@ -1,13 +1,12 @@
-package natsexec
+package owners
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // Stragglers in a pass: every worker computes the shards placed on it, in
@@ -21,7 +20,7 @@ import (
 // owners, and a copy computes bitwise the same partial, so who wins
 // changes no bit. The owners then pull the winner's slices (the commit
 // names the shards that moved). A straggler that stays slow is also
-// re-placed at the next checkpoint (rebalance).
+// re-placed at the next checkpoint (Rebalance).
 const (
 	backupFactor  = 2
 	backupMinWait = 50 * time.Millisecond
@@ -41,42 +40,36 @@ type taskCopy struct {
 // passSched runs the tasks of one pass: shards by worker, backups, the
 // first answer of each shard.
 type passSched struct {
-	s      *ownSeq
+	s      *seq
 	iter   int
 	withLL bool
 
-	mu      sync.Mutex
-	queue   map[string][]int // shards not started, by placed worker, in plan order
-	copies  map[int][]*taskCopy
-	done    []bool
-	perNNZ  []float64 // finished tasks' seconds per nonzero
-	first   error
-	backups int
+	mu       sync.Mutex
+	queue    map[string][]int // shards not started, by placed worker, in plan order
+	copies   map[int][]*taskCopy
+	done     []bool
+	finished int
+	perNNZ   []float64 // finished tasks' seconds per nonzero
+	first    error
+	backups  int
 }
 
 // tasks has every shard computed (by its worker, or by a backup copy) and
 // keeps the checked answers in s.results and who gave them in s.winner.
-func (s *ownSeq) tasks(ctx context.Context, iter int, withLL bool) error {
-	s.results = make([]*wire.OwnReply, len(s.shards))
-	s.winner = make([]string, len(s.shards))
-	s.busy, s.nnz = map[string]time.Duration{}, map[string]int{}
-	ps := &passSched{s: s, iter: iter, withLL: withLL, queue: map[string][]int{}, copies: map[int][]*taskCopy{}, done: make([]bool, len(s.shards))}
-	for _, k := range s.plan.Order {
+func (s *seq) tasks(ctx context.Context, iter int, withLL bool) error {
+	n := len(s.plan.Shards)
+	s.results = make([]*proto.Reply, n)
+	s.winner = make([]string, n)
+	s.busy, s.nnz = map[string]float64{}, map[string]float64{}
+	ps := &passSched{s: s, iter: iter, withLL: withLL, queue: map[string][]int{}, copies: map[int][]*taskCopy{}, done: make([]bool, n)}
+	for _, k := range s.plan.Reduce.Order {
 		ps.queue[s.shardW[k]] = append(ps.queue[s.shardW[k]], k)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, id := range s.workers {
-		wg.Add(1)
-		if !s.e.goRoutine(func() {
-			defer wg.Done()
-			ps.work(ctx, cancel, id)
-		}) {
-			wg.Done()
-			cancel()
-			ps.fail(errors.New("natsexec: executor closed"), cancel)
-		}
+		wg.Go(func() { ps.work(ctx, cancel, id) })
 	}
 	wg.Wait()
 	s.backups += ps.backups
@@ -87,15 +80,13 @@ func (s *ownSeq) tasks(ctx context.Context, iter int, withLL bool) error {
 // shard is done or the pass failed.
 func (ps *passSched) work(ctx context.Context, cancel context.CancelFunc, id string) {
 	for ctx.Err() == nil {
-		k, c, wait, ok := ps.next(ctx, id)
+		k, c, wait, ok := ps.next(ctx, id, ps.s.clock.Now())
 		if !ok {
 			return
 		}
 		if c == nil {
-			select {
-			case <-ctx.Done():
+			if ps.s.clock.Sleep(ctx, wait) != nil {
 				return
-			case <-time.After(wait):
 			}
 			continue
 		}
@@ -103,11 +94,11 @@ func (ps *passSched) work(ctx context.Context, cancel context.CancelFunc, id str
 	}
 }
 
-// next picks worker id's next task: its own next shard, else a queued
-// shard of a straggler, else a backup of a straggling task, and registers
-// its copy. A nil copy with ok means wait that long and look again; !ok
-// means nothing is left.
-func (ps *passSched) next(ctx context.Context, id string) (int, *taskCopy, time.Duration, bool) {
+// next picks worker id's next task at time now: its own next shard, else
+// a queued shard of a straggler, else a backup of a straggling task, and
+// registers its copy. A nil copy with ok means wait that long and look
+// again; !ok means nothing is left.
+func (ps *passSched) next(ctx context.Context, id string, now time.Time) (int, *taskCopy, time.Duration, bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.first != nil {
@@ -115,7 +106,7 @@ func (ps *passSched) next(ctx context.Context, id string) (int, *taskCopy, time.
 	}
 	start := func(k int) (int, *taskCopy, time.Duration, bool) {
 		cctx, cancel := context.WithCancel(ctx)
-		c := &taskCopy{ctx: cctx, worker: id, start: time.Now(), cancel: cancel}
+		c := &taskCopy{ctx: cctx, worker: id, start: now, cancel: cancel}
 		ps.copies[k] = append(ps.copies[k], c)
 		return k, c, 0, true
 	}
@@ -128,17 +119,19 @@ func (ps *passSched) next(ctx context.Context, id string) (int, *taskCopy, time.
 	}
 	running := false
 	wait := backupPoll
-	now := time.Now()
 	median := ps.medianPerNNZ()
-	for k, cs := range ps.copies {
+	// Shards in plan order: which straggling task is backed up first
+	// does not depend on a map's order.
+	for _, k := range ps.s.plan.Reduce.Order {
+		cs := ps.copies[k]
 		if ps.done[k] || len(cs) == 0 {
 			continue
 		}
 		running = true
-		if len(cs) > 1 || cs[0].worker == id || median == 0 || ps.s.opt.NoBackups {
+		if len(cs) > 1 || cs[0].worker == id || ps.finished == 0 || ps.s.opt.NoBackups {
 			continue
 		}
-		due := max(backupMinWait, time.Duration(backupFactor*median*float64(ps.s.shards[k].NNZ)*float64(time.Second)))
+		due := max(backupMinWait, time.Duration(backupFactor*median*float64(ps.s.plan.Shards[k].NNZ)*float64(time.Second)))
 		late := now.Sub(cs[0].start)
 		if late < due {
 			wait = min(wait, due-late)
@@ -150,11 +143,11 @@ func (ps *passSched) next(ctx context.Context, id string) (int, *taskCopy, time.
 		if q := ps.queue[straggler]; len(q) > 0 {
 			k, ps.queue[straggler] = q[len(q)-1], q[:len(q)-1]
 			ps.backups++
-			ps.s.e.log.Info("owners: a straggler's queued shard taken", "job", ps.s.opt.Job, "iteration", ps.iter, "shard", k, "from", straggler, "to", id)
+			ps.s.log.Info("owners: a straggler's queued shard taken", "job", ps.s.plan.Job, "iteration", ps.iter, "shard", k, "from", straggler, "to", id)
 			return start(k)
 		}
 		ps.backups++
-		ps.s.e.log.Info("owners: backup copy of a straggling task", "job", ps.s.opt.Job, "iteration", ps.iter, "shard", k, "straggler", straggler, "backup", id, "running", late.Round(time.Millisecond))
+		ps.s.log.Info("owners: backup copy of a straggling task", "job", ps.s.plan.Job, "iteration", ps.iter, "shard", k, "straggler", straggler, "backup", id, "running", late.Round(time.Millisecond))
 		return start(k)
 	}
 	for _, q := range ps.queue {
@@ -167,7 +160,7 @@ func (ps *passSched) next(ctx context.Context, id string) (int, *taskCopy, time.
 }
 
 // medianPerNNZ is the median of the finished tasks' seconds per nonzero
-// (0: none finished yet). The caller holds ps.mu.
+// (0: none finished yet, or none with nonzeros). The caller holds ps.mu.
 func (ps *passSched) medianPerNNZ() float64 {
 	if len(ps.perNNZ) == 0 {
 		return 0
@@ -183,13 +176,14 @@ func (ps *passSched) run(ctx context.Context, cancel context.CancelFunc, k int, 
 	defer c.cancel()
 	rep, err := s.ask(c.ctx, id, s.task(ps.iter, k, ps.withLL))
 	if err == nil {
-		err = s.check(ps.iter, k, ps.withLL, rep)
+		err = s.checkTask(ps.iter, k, ps.withLL, id, rep)
 	}
-	took := time.Since(c.start)
+	took := s.clock.Now().Sub(c.start)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	s.busy[id] += took
-	s.nnz[id] += s.shards[k].NNZ
+	nnz := s.plan.Shards[k].NNZ
+	s.busy[id] += took.Seconds()
+	s.nnz[id] += float64(nnz)
 	ps.copies[k] = slices.DeleteFunc(ps.copies[k], func(x *taskCopy) bool { return x == c })
 	switch {
 	case ps.done[k]:
@@ -197,8 +191,9 @@ func (ps *passSched) run(ctx context.Context, cancel context.CancelFunc, k int, 
 		// dropped.
 	case err == nil:
 		ps.done[k] = true
+		ps.finished++
 		s.results[k], s.winner[k] = rep, id
-		if nnz := s.shards[k].NNZ; nnz > 0 {
+		if nnz > 0 {
 			ps.perNNZ = append(ps.perNNZ, took.Seconds()/float64(nnz))
 		}
 		for _, o := range ps.copies[k] {
@@ -209,12 +204,6 @@ func (ps *passSched) run(ctx context.Context, cancel context.CancelFunc, k int, 
 	default:
 		ps.failLocked(err, cancel)
 	}
-}
-
-func (ps *passSched) fail(err error, cancel context.CancelFunc) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	ps.failLocked(err, cancel)
 }
 
 func (ps *passSched) failLocked(err error, cancel context.CancelFunc) {

@@ -1,0 +1,155 @@
+package arrowio
+
+import (
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+)
+
+// modelBlock is one block of a model table: its factor ("D" or "K"), its
+// index among that factor's blocks and the action its rows carry (-1 for a
+// shared factor).
+type modelBlock struct {
+	factor string
+	block  int
+	action int32
+}
+
+// modelBlocks lists a model's blocks in the order of a model file: all D
+// blocks in block order, then all K blocks.
+func modelBlocks(u int, tie factor.Tie) []modelBlock {
+	var bs []modelBlock
+	add := func(name string, count int, shared bool) {
+		for b := range count {
+			a := int32(b)
+			if shared {
+				a = -1
+			}
+			bs = append(bs, modelBlock{name, b, a})
+		}
+	}
+	add("D", factor.NumD(u, tie), tie == factor.TieSharedD)
+	add("K", factor.NumK(u, tie), tie == factor.TieSharedK)
+	return bs
+}
+
+// modelBatchRows is the number of rows of a model file's record batches:
+// at most batchBytes of values, at least one row, at most n.
+func modelBatchRows(n, m, batchBytes int) int { return max(1, min(n, batchBytes/(8*m))) }
+
+// modelBatcher cuts the rows of a model's blocks into record batches as a
+// model file has them: per rows a batch, a block's last batch shorter, no
+// batch across blocks. Rows come in state order in pieces of any size
+// (add), so the batches, and the bytes of the file, do not depend on how
+// the rows arrive: a whole block (WriteModel) or the parts of a dataset
+// (AssembleModel).
+type modelBatcher struct {
+	rb     *array.RecordBuilder
+	m, per int
+	factor string
+	action int32
+	state  int32 // the state of the next row
+	rows   int   // rows in rb
+	ids    bool  // the schema has the id column (a model with a vocabulary)
+	write  func(arrow.Record) error
+}
+
+func newModelBatcher(sc *arrow.Schema, mem memory.Allocator, per int, write func(arrow.Record) error) *modelBatcher {
+	m := int(sc.Field(3).Type.(*arrow.FixedSizeListType).Len())
+	return &modelBatcher{rb: array.NewRecordBuilder(mem, sc), m: m, per: per, ids: sc.NumFields() > 4, write: write}
+}
+
+func (b *modelBatcher) release() { b.rb.Release() }
+
+// start begins the rows of a block at state; the rows of the block before
+// must have been flushed.
+func (b *modelBatcher) start(factor string, action int32, state int) {
+	if b.rows != 0 {
+		panic("arrowio: modelBatcher.start with rows not flushed")
+	}
+	b.factor, b.action, b.state = factor, action, int32(state)
+}
+
+// add appends rows (m values each, row-major) and writes each batch that
+// fills up.
+func (b *modelBatcher) add(vals []float64) error {
+	if len(vals)%b.m != 0 {
+		panic("arrowio: modelBatcher.add of a partial row")
+	}
+	for len(vals) > 0 {
+		k := min(b.per-b.rows, len(vals)/b.m)
+		fb := b.rb.Field(0).(*array.StringBuilder)
+		ab := b.rb.Field(1).(*array.Int32Builder)
+		sb := b.rb.Field(2).(*array.Int32Builder)
+		lb := b.rb.Field(3).(*array.FixedSizeListBuilder)
+		if b.rows == 0 {
+			// Room for a whole batch at once: grown piece by piece, the
+			// buffers would be copied and thrown away again and again.
+			fb.Reserve(b.per)
+			fb.ReserveData(b.per * len(b.factor))
+			ab.Reserve(b.per)
+			sb.Reserve(b.per)
+			lb.Reserve(b.per)
+			lb.ValueBuilder().Reserve(b.per * b.m)
+		}
+		fb.Reserve(k)
+		ab.Reserve(k)
+		sb.Reserve(k)
+		for range k {
+			fb.Append(b.factor)
+			ab.UnsafeAppend(b.action)
+			sb.UnsafeAppend(b.state)
+			b.state++
+		}
+		appendRows(lb, vals[:k*b.m], k)
+		if b.ids {
+			b.rb.Field(4).(*array.StringBuilder).AppendNulls(k)
+		}
+		vals = vals[k*b.m:]
+		if b.rows += k; b.rows == b.per {
+			if err := b.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// vocab writes the rows of a vocabulary (the schema must have the id
+// column), per rows a batch: factor name (S or A), action -1, state the
+// index, values null, id the id.
+func (b *modelBatcher) vocab(name string, v *shard.Vocab) error {
+	if err := b.flush(); err != nil {
+		return err
+	}
+	fb := b.rb.Field(0).(*array.StringBuilder)
+	ab := b.rb.Field(1).(*array.Int32Builder)
+	sb := b.rb.Field(2).(*array.Int32Builder)
+	lb := b.rb.Field(3).(*array.FixedSizeListBuilder)
+	ib := b.rb.Field(4).(*array.StringBuilder)
+	for i := range v.Len() {
+		fb.Append(name)
+		ab.Append(-1)
+		sb.Append(int32(i))
+		lb.AppendNull()
+		ib.BinaryBuilder.Append(v.ID(i))
+		if b.rows++; b.rows == b.per {
+			if err := b.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return b.flush()
+}
+
+// flush writes the rows held, if any, as one record batch.
+func (b *modelBatcher) flush() error {
+	if b.rows == 0 {
+		return nil
+	}
+	b.rows = 0
+	return flushRecord(b.rb, b.write)
+}

@@ -1,0 +1,848 @@
+package arrowio
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+
+	"github.com/emsf/emsf/factor"
+)
+
+// A model dataset is a model written in parts (docs/formats.md, "Model
+// dataset"): files in the model schema that each hold rows [lo, hi) of one
+// block, and a manifest, written last, that lists them with their sizes
+// and SHA-256 digests. The manifest is the commit: files it does not list
+// are not part of the dataset.
+
+// ManifestName is the name of a model dataset's manifest.
+const ManifestName = "manifest.json"
+
+const (
+	kindModelPart    = "model_part"
+	kindModelDataset = "model_dataset"
+	keyPartFactor    = "emsf.part.factor"
+	keyPartBlock     = "emsf.part.block"
+	keyPartLo        = "emsf.part.lo"
+	keyPartHi        = "emsf.part.hi"
+	// maxManifestBytes bounds the manifest a reader accepts (a line is
+	// about 200 bytes: a million parts).
+	maxManifestBytes = 256 << 20
+)
+
+// ModelShape is what a part writer needs to know of its model.
+type ModelShape struct {
+	N, M, U int
+	Tie     factor.Tie
+}
+
+// ShapeOf returns md's shape.
+func ShapeOf(md *factor.Model) ModelShape { return ModelShape{md.N, md.M, md.U, md.Tie} }
+
+func (s ModelShape) check() error {
+	if s.N < 1 || s.M < 1 || s.U < 1 || s.N > math.MaxInt32 || s.M > math.MaxInt32 || s.U > math.MaxInt32 {
+		return fmt.Errorf("bad model shape n=%d m=%d u=%d", s.N, s.M, s.U)
+	}
+	if s.Tie.String() == "" {
+		return fmt.Errorf("bad tie mode %d", s.Tie)
+	}
+	return nil
+}
+
+// block returns the block of factor f ("D" or "K") with index b.
+func (s ModelShape) block(f string, b int) (modelBlock, error) {
+	for _, blk := range modelBlocks(s.U, s.Tie) {
+		if blk.factor == f && blk.block == b {
+			return blk, nil
+		}
+	}
+	switch f {
+	case "D", "K":
+		return modelBlock{}, fmt.Errorf("%s block %d: out of range (a model with u=%d tie=%s has %d D and %d K blocks)",
+			f, b, s.U, s.Tie, factor.NumD(s.U, s.Tie), factor.NumK(s.U, s.Tie))
+	}
+	return modelBlock{}, fmt.Errorf("factor %q (want D or K)", f)
+}
+
+// PartSpec says which rows a part holds: rows [Lo, Hi) of block Block of
+// factor Factor ("D" or "K"; K is stored transposed, so K's rows are the
+// columns of K^a, the next states). An owner of D rows [lo, hi) of action
+// a writes {"D", a, lo, hi} (block 0 for a shared D); an owner of K
+// columns [lo, hi) of block k writes {"K", k, lo, hi}.
+type PartSpec struct {
+	Factor        string
+	Block, Lo, Hi int
+	// Attempt, when set (letters, digits, '-', '_'), goes into the file
+	// name, so that the parts of two attempts at the same rows (a backup
+	// copy, a later epoch) never replace each other: the manifest then
+	// names the one that counts.
+	Attempt string
+	// Format is ModelArrow (also "") or ModelParquet.
+	Format string
+}
+
+var attemptPattern = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// Name is the part's file name: <factor>-<block>-<lo>-<hi>[.<attempt>].arrow
+// (or .parquet).
+func (p PartSpec) Name() string {
+	ext := ".arrow"
+	if p.Format == ModelParquet {
+		ext = ".parquet"
+	}
+	att := ""
+	if p.Attempt != "" {
+		att = "." + p.Attempt
+	}
+	return fmt.Sprintf("%s-%d-%d-%d%s%s", p.Factor, p.Block, p.Lo, p.Hi, att, ext)
+}
+
+func (p PartSpec) check(s ModelShape) (modelBlock, error) {
+	blk, err := s.block(p.Factor, p.Block)
+	if err != nil {
+		return blk, err
+	}
+	if p.Lo < 0 || p.Lo >= p.Hi || p.Hi > s.N {
+		return blk, fmt.Errorf("rows [%d, %d) are not a non-empty range of [0, %d)", p.Lo, p.Hi, s.N)
+	}
+	if p.Attempt != "" && !attemptPattern.MatchString(p.Attempt) {
+		return blk, fmt.Errorf("attempt %q: want letters, digits, '-' and '_'", p.Attempt)
+	}
+	if p.Format != "" && p.Format != ModelArrow && p.Format != ModelParquet {
+		return blk, fmt.Errorf("unknown model format %q (want arrow or parquet)", p.Format)
+	}
+	return blk, nil
+}
+
+// ModelPart is one line of a manifest: a part's file (relative to the
+// dataset), its rows, its size in bytes and the hex SHA-256 of its bytes.
+// ModelPartWriter.Close returns it; CommitModelDataset collects them.
+type ModelPart struct {
+	File   string `json:"file"`
+	Factor string `json:"factor"`
+	Block  int    `json:"block"`
+	Lo     int    `json:"lo"`
+	Hi     int    `json:"hi"`
+	Rows   int64  `json:"rows"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// ModelManifest is the manifest of a model dataset (manifest.json).
+// Metadata holds the model's metadata under the keys of a model file's
+// schema metadata (emsf.n, emsf.m, ..., emsf.param.<key>); Parts lists
+// the parts in the row order of a model file (factor D before K, block,
+// lo), together covering [0, n) of every block exactly once.
+type ModelManifest struct {
+	FormatVersion string            `json:"format_version"`
+	Kind          string            `json:"kind"`
+	Metadata      map[string]string `json:"metadata"`
+	Parts         []ModelPart       `json:"parts"`
+}
+
+// partSchema is the schema of a part: the model table, with the model's
+// shape and the part's place in the schema metadata.
+func partSchema(s ModelShape, p PartSpec) *arrow.Schema {
+	var mw metaWriter
+	mw.modelShape(FormatVersion, kindModelPart, s)
+	mw.set(keyPartFactor, p.Factor)
+	mw.int(keyPartBlock, p.Block)
+	mw.int(keyPartLo, p.Lo)
+	mw.int(keyPartHi, p.Hi)
+	return arrow.NewSchema(modelFields(s.M, false), mw.metadata())
+}
+
+// modelShape writes the format version, kind and s, the first keys of a
+// model file's and a part's schema metadata (a model file with a
+// vocabulary is of version modelVersionVocab, a part never is).
+func (w *metaWriter) modelShape(version, kind string, s ModelShape) {
+	w.set(keyVersion, version)
+	w.set(keyKind, kind)
+	w.int(keyN, s.N)
+	w.int(keyM, s.M)
+	w.int(keyU, s.U)
+	w.set(keyTie, s.Tie.String())
+}
+
+// digestWriter counts and hashes what it passes on.
+type digestWriter struct {
+	w io.Writer
+	h hash.Hash
+	n int64
+}
+
+func (d *digestWriter) Write(p []byte) (int, error) {
+	n, err := d.w.Write(p)
+	d.h.Write(p[:n])
+	d.n += int64(n)
+	return n, err
+}
+
+// ModelPartWriter writes one part of a model dataset: rows [Lo, Hi) of one
+// block, appended in state order in pieces of any size, so that an owner
+// never needs its rows in one slice. Close commits the file and returns
+// its manifest line; on any error the part is aborted (nothing is left
+// under its name).
+type ModelPartWriter struct {
+	spec  PartSpec
+	where string // the sink and file, for errors
+	m     int
+	file  PartFile
+	dw    *digestWriter
+	buf   *bufio.Writer
+	rw    recordWriter
+	b     *modelBatcher
+	next  int // the state of the next row
+	err   error
+	done  bool
+}
+
+// NewModelPartWriter starts part spec of a model of shape s in sink.
+func NewModelPartWriter(ctx context.Context, sink PartSink, s ModelShape, spec PartSpec, opts ...Option) (*ModelPartWriter, error) {
+	where := spec.Name() + " in " + sink.String()
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("arrowio: write model part %s: %w", where, err)
+	}
+	blk, err := spec.check(s)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: write model part %s: %w", where, err)
+	}
+	f, err := sink.Create(ctx, spec.Name())
+	if err != nil {
+		return nil, err // the sink's errors name the file
+	}
+	cfg := newConfig(opts)
+	mem := cfg.mem
+	w := &ModelPartWriter{spec: spec, where: where, m: s.M, file: f, dw: &digestWriter{w: f, h: sha256.New()}, next: spec.Lo}
+	w.buf = bufio.NewWriterSize(w.dw, 1<<20)
+	sc := partSchema(s, spec)
+	if w.rw, err = newModelWriter(w.buf, sc, mem, spec.Format); err != nil {
+		f.Abort()
+		return nil, fmt.Errorf("arrowio: write model part %s: %w", where, err)
+	}
+	w.b = newModelBatcher(sc, mem, modelBatchRows(s.N, s.M, cfg.modelBatchBytes()), w.rw.Write)
+	w.b.start(blk.factor, blk.action, spec.Lo)
+	return w, nil
+}
+
+// Append adds rows: m values each, row-major, the next states of the part.
+func (w *ModelPartWriter) Append(rows []float64) error {
+	if w.err != nil || w.done {
+		return w.failed()
+	}
+	if len(rows)%w.m != 0 {
+		return w.fail(fmt.Errorf("%d values are not whole rows of m = %d", len(rows), w.m))
+	}
+	k := len(rows) / w.m
+	if w.next+k > w.spec.Hi {
+		return w.fail(fmt.Errorf("rows [%d, %d) run past the part's rows [%d, %d)", w.next, w.next+k, w.spec.Lo, w.spec.Hi))
+	}
+	if err := w.b.add(rows); err != nil {
+		return w.fail(err)
+	}
+	w.next += k
+	return nil
+}
+
+// Close finishes and commits the part; it fails unless rows [Lo, Hi) have
+// all been appended.
+func (w *ModelPartWriter) Close() (ModelPart, error) {
+	if w.err != nil || w.done {
+		return ModelPart{}, w.failed()
+	}
+	if w.next != w.spec.Hi {
+		return ModelPart{}, w.fail(fmt.Errorf("closed with rows [%d, %d) of [%d, %d)", w.spec.Lo, w.next, w.spec.Lo, w.spec.Hi))
+	}
+	err := w.b.flush()
+	w.b.release()
+	w.done = true
+	if cerr := w.rw.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = w.buf.Flush()
+	}
+	if err != nil {
+		w.file.Abort()
+		w.err = err
+		return ModelPart{}, w.failed()
+	}
+	if err := w.file.Commit(); err != nil {
+		w.err = err
+		return ModelPart{}, w.failed()
+	}
+	return ModelPart{File: w.spec.Name(), Factor: w.spec.Factor, Block: w.spec.Block, Lo: w.spec.Lo, Hi: w.spec.Hi,
+		Rows: int64(w.spec.Hi - w.spec.Lo), Bytes: w.dw.n, SHA256: hex.EncodeToString(w.dw.h.Sum(nil))}, nil
+}
+
+// Abort discards the part; after Close or a failure it does nothing.
+func (w *ModelPartWriter) Abort() {
+	if w.err == nil && !w.done {
+		w.fail(errors.New("aborted"))
+	}
+}
+
+func (w *ModelPartWriter) fail(err error) error {
+	if w.err == nil && !w.done {
+		w.err = err
+		w.done = true
+		w.b.release()
+		w.rw.Close()
+		w.file.Abort()
+	}
+	return w.failed()
+}
+
+func (w *ModelPartWriter) failed() error {
+	if w.err == nil {
+		return fmt.Errorf("arrowio: write model part %s: already closed", w.where)
+	}
+	return fmt.Errorf("arrowio: write model part %s: %w", w.where, w.err)
+}
+
+// WriteModelPart writes part spec of a model of shape s from rows, its
+// (Hi-Lo)·m values row-major, and returns its manifest line.
+func WriteModelPart(ctx context.Context, sink PartSink, s ModelShape, spec PartSpec, rows []float64, opts ...Option) (ModelPart, error) {
+	w, err := NewModelPartWriter(ctx, sink, s, spec, opts...)
+	if err != nil {
+		return ModelPart{}, err
+	}
+	if err := w.Append(rows); err != nil {
+		return ModelPart{}, err
+	}
+	return w.Close()
+}
+
+// CommitModelDataset writes the manifest of a dataset into sink, which
+// makes the dataset exist: mf gives the model's metadata (its Model's
+// shape and scalars; D and KT are not read and may be nil), parts the
+// lines of every part, in any order. They must cover [0, n) of every
+// block exactly once. The manifest is written atomically (PartFile.Commit)
+// and replaces an earlier one.
+func CommitModelDataset(ctx context.Context, sink PartSink, mf *ModelFile, parts []ModelPart) (*ModelManifest, error) {
+	man, err := newManifest(mf, parts)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: commit model dataset %s: %w", sink, err)
+	}
+	data, err := json.MarshalIndent(man, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: commit model dataset %s: %w", sink, err)
+	}
+	f, err := sink.Create(ctx, ManifestName)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: commit model dataset %s: %w", sink, err)
+	}
+	if _, err := f.Write(append(data, '\n')); err != nil {
+		f.Abort()
+		return nil, fmt.Errorf("arrowio: commit model dataset %s: %w", sink, err)
+	}
+	if err := f.Commit(); err != nil {
+		return nil, fmt.Errorf("arrowio: commit model dataset %s: %w", sink, err)
+	}
+	return man, nil
+}
+
+func newManifest(mf *ModelFile, parts []ModelPart) (*ModelManifest, error) {
+	if mf == nil || mf.Model == nil {
+		return nil, errors.New("no model metadata")
+	}
+	s := ShapeOf(mf.Model)
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	kv := modelSchema(mf).Metadata()
+	man := &ModelManifest{FormatVersion: FormatVersion, Kind: kindModelDataset, Metadata: make(map[string]string, kv.Len()),
+		Parts: slices.Clone(parts)}
+	for i, k := range kv.Keys() {
+		man.Metadata[k] = kv.Values()[i]
+	}
+	rank := map[string]int{"D": 0, "K": 1}
+	slices.SortStableFunc(man.Parts, func(a, b ModelPart) int {
+		return cmp.Or(cmp.Compare(rank[a.Factor], rank[b.Factor]), cmp.Compare(a.Block, b.Block), cmp.Compare(a.Lo, b.Lo))
+	})
+	return man, checkParts(s, man.Parts)
+}
+
+// checkParts checks manifest lines: each well formed, in the row order of
+// a model file, together covering [0, n) of every block exactly once.
+func checkParts(s ModelShape, parts []ModelPart) error {
+	files := map[string]bool{}
+	for _, p := range parts {
+		if !fs.ValidPath(p.File) || p.File == "." || p.File == ManifestName {
+			return fmt.Errorf("part file %q is not a relative slash-separated path inside the dataset", p.File)
+		}
+		if files[p.File] {
+			return fmt.Errorf("part %s is listed twice", p.File)
+		}
+		files[p.File] = true
+		if _, err := s.block(p.Factor, p.Block); err != nil {
+			return fmt.Errorf("part %s: %w", p.File, err)
+		}
+		if p.Lo < 0 || p.Lo >= p.Hi || p.Hi > s.N {
+			return fmt.Errorf("part %s: rows [%d, %d) are not a non-empty range of [0, %d)", p.File, p.Lo, p.Hi, s.N)
+		}
+		if p.Rows != int64(p.Hi-p.Lo) {
+			return fmt.Errorf("part %s: rows = %d, but [%d, %d) holds %d", p.File, p.Rows, p.Lo, p.Hi, p.Hi-p.Lo)
+		}
+		if p.Bytes <= 0 {
+			return fmt.Errorf("part %s: bytes = %d", p.File, p.Bytes)
+		}
+		if b, err := hex.DecodeString(p.SHA256); err != nil || len(b) != sha256.Size || hex.EncodeToString(b) != p.SHA256 {
+			return fmt.Errorf("part %s: sha256 %q is not 64 lowercase hex digits", p.File, p.SHA256)
+		}
+	}
+	i := 0
+	for _, blk := range modelBlocks(s.U, s.Tie) {
+		lo := 0
+		for ; i < len(parts) && parts[i].Factor == blk.factor && parts[i].Block == blk.block; i++ {
+			p := parts[i]
+			switch {
+			case p.Lo > lo:
+				return fmt.Errorf("%s block %d: rows [%d, %d) are in no part", blk.factor, blk.block, lo, p.Lo)
+			case p.Lo < lo:
+				return fmt.Errorf("%s block %d: part %s (rows [%d, %d)) overlaps the part before it, or is out of order (listed after rows [0, %d))",
+					blk.factor, blk.block, p.File, p.Lo, p.Hi, lo)
+			}
+			lo = p.Hi
+		}
+		if lo != s.N {
+			return fmt.Errorf("%s block %d: rows [%d, %d) are in no part", blk.factor, blk.block, lo, s.N)
+		}
+	}
+	if i < len(parts) {
+		p := parts[i]
+		return fmt.Errorf("part %s (%s block %d) is out of order: parts are listed D before K, then by block and rows", p.File, p.Factor, p.Block)
+	}
+	return nil
+}
+
+// ReadModelManifest reads and checks the manifest of the dataset in src:
+// its format version and kind, the model's metadata (as a model file's
+// is checked) and the parts' coverage. It does not open the parts.
+func ReadModelManifest(ctx context.Context, src PartSource) (*ModelManifest, error) {
+	man, _, err := readManifest(ctx, src)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: read model %s: %w", src, err)
+	}
+	return man, nil
+}
+
+// Header returns the model's metadata: a ModelFile whose Model has the
+// shape and scalars (iteration, loglik, WKL, seed) and no factors.
+func (man *ModelManifest) Header() (*ModelFile, error) {
+	hdr, err := parseModelMeta(man.Metadata)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: %s metadata: %w", ManifestName, err)
+	}
+	return hdr, nil
+}
+
+func parseModelMeta(meta map[string]string) (*ModelFile, error) {
+	keys := make([]string, 0, len(meta))
+	for k := range meta {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	vals := make([]string, len(keys))
+	for i, k := range keys {
+		vals[i] = meta[k]
+	}
+	return headerFromMeta(arrow.NewMetadata(keys, vals))
+}
+
+// headerFromMeta reads a model's metadata as a model file's reader does.
+// A model dataset's parts hold D and K rows only: a model with a
+// vocabulary of user ids (emsf.vocab) cannot be one, and is refused here,
+// before any part is written.
+func headerFromMeta(kv arrow.Metadata) (*ModelFile, error) {
+	var r modelReader
+	if err := r.meta(kv); err != nil {
+		return nil, err
+	}
+	if r.vocab {
+		return nil, fmt.Errorf("the model names its states or actions by user ids (%s), which a model dataset cannot hold (its parts carry D and K rows only): keep it as one model file", keyVocab)
+	}
+	hdr := r.mf
+	hdr.Model.N, hdr.Model.M, hdr.Model.U, hdr.Model.Tie = r.n, r.m, r.u, r.tie
+	return &hdr, nil
+}
+
+func readManifest(ctx context.Context, src PartSource) (*ModelManifest, *ModelFile, error) {
+	f, err := src.Open(ctx, ManifestName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w (not a model dataset?)", ManifestName, err)
+	}
+	defer f.Close()
+	if f.Size() > maxManifestBytes {
+		return nil, nil, fmt.Errorf("%s: %d bytes, more than a manifest's %d", ManifestName, f.Size(), maxManifestBytes)
+	}
+	var man ModelManifest
+	dec := json.NewDecoder(io.NewSectionReader(f, 0, f.Size()))
+	if err := dec.Decode(&man); err != nil {
+		return nil, nil, fmt.Errorf("%s: not a manifest: %w", ManifestName, err)
+	}
+	if man.FormatVersion != FormatVersion {
+		return nil, nil, fmt.Errorf("%s: format_version is %q; this build reads version %s", ManifestName, man.FormatVersion, FormatVersion)
+	}
+	if man.Kind != kindModelDataset {
+		return nil, nil, fmt.Errorf("%s: kind is %q, want %q", ManifestName, man.Kind, kindModelDataset)
+	}
+	hdr, err := man.Header()
+	if err != nil {
+		return nil, nil, errors.Unwrap(err) // without the "arrowio:" of Header
+	}
+	if err := checkParts(ShapeOf(hdr.Model), man.Parts); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", ManifestName, err)
+	}
+	return &man, hdr, nil
+}
+
+// checkPartMeta checks a part's schema metadata against the model's shape
+// and the part's manifest line.
+func checkPartMeta(kv arrow.Metadata, s ModelShape, p ModelPart) error {
+	mr := metaReader{md: kv}
+	mr.header(kindModelPart)
+	got := ModelShape{N: mr.int(keyN), M: mr.int(keyM), U: mr.int(keyU)}
+	tie := mr.str(keyTie)
+	f, b, lo, hi := mr.str(keyPartFactor), mr.int(keyPartBlock), mr.int(keyPartLo), mr.int(keyPartHi)
+	if mr.err != nil {
+		return mr.err
+	}
+	if got.N != s.N || got.M != s.M || got.U != s.U || tie != s.Tie.String() {
+		return fmt.Errorf("a part of a model with n=%d m=%d u=%d tie=%s, the manifest's has n=%d m=%d u=%d tie=%s",
+			got.N, got.M, got.U, tie, s.N, s.M, s.U, s.Tie)
+	}
+	if f != p.Factor || b != p.Block || lo != p.Lo || hi != p.Hi {
+		return fmt.Errorf("holds %s block %d rows [%d, %d), the manifest says %s block %d rows [%d, %d)",
+			f, b, lo, hi, p.Factor, p.Block, p.Lo, p.Hi)
+	}
+	return nil
+}
+
+// openPart opens a part and checks its size and SHA-256 against its line.
+func openPart(ctx context.Context, src PartSource, p ModelPart) (*io.SectionReader, func() error, error) {
+	pr, err := src.Open(ctx, p.File)
+	if err != nil {
+		return nil, nil, err
+	}
+	if pr.Size() != p.Bytes {
+		pr.Close()
+		return nil, nil, fmt.Errorf("%d bytes, the manifest says %d", pr.Size(), p.Bytes)
+	}
+	sr := io.NewSectionReader(pr, 0, p.Bytes)
+	h := sha256.New()
+	if _, err := io.Copy(h, sr); err != nil {
+		pr.Close()
+		return nil, nil, err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != p.SHA256 {
+		pr.Close()
+		return nil, nil, fmt.Errorf("SHA-256 %s, the manifest says %s (changed or corrupt)", got, p.SHA256)
+	}
+	if _, err := sr.Seek(0, io.SeekStart); err != nil {
+		pr.Close()
+		return nil, nil, err
+	}
+	return sr, pr.Close, nil
+}
+
+// readPart reads part p (after checking its size, digest and metadata)
+// and calls fn for its rows, a run of consecutive states at a time, one
+// record batch in memory.
+func readPart(ctx context.Context, src PartSource, s ModelShape, p ModelPart, mem memory.Allocator, fn func(state int, vals []float64) error) error {
+	sr, closePart, err := openPart(ctx, src, p)
+	if err != nil {
+		return fmt.Errorf("part %s: %w", p.File, err)
+	}
+	defer closePart()
+	blk, err := s.block(p.Factor, p.Block)
+	if err != nil {
+		return fmt.Errorf("part %s: %w", p.File, err)
+	}
+	meta := func(kv arrow.Metadata) (*rowCursor, error) {
+		if err := checkPartMeta(kv, s, p); err != nil {
+			return nil, err
+		}
+		return newRowCursor(s.N, s.M, []rowSeg{{blk, p.Lo, p.Hi}}), nil
+	}
+	err = scanModelFile(ctx, sr, p.Bytes, mem, meta,
+		func(_, state int, vals []float64) error { return fn(state, vals) })
+	if err != nil {
+		return fmt.Errorf("part %s: %w", p.File, err)
+	}
+	return nil
+}
+
+// statParts checks, before anything of the model's size is allocated,
+// that every part is there with its size and that the sizes can hold the
+// values (parts are uncompressed: at least 8 bytes a value).
+func statParts(ctx context.Context, src PartSource, s ModelShape, parts []ModelPart) error {
+	for _, p := range parts {
+		pr, err := src.Open(ctx, p.File)
+		if err != nil {
+			return fmt.Errorf("part %s: %w", p.File, err)
+		}
+		size := pr.Size()
+		pr.Close()
+		if size != p.Bytes {
+			return fmt.Errorf("part %s: %d bytes, the manifest says %d", p.File, size, p.Bytes)
+		}
+		if p.Bytes/8/int64(s.M) < p.Rows {
+			return fmt.Errorf("part %s: %d bytes cannot hold its %d rows of m = %d values", p.File, p.Bytes, p.Rows, s.M)
+		}
+	}
+	return nil
+}
+
+// ReadModelDataset reads the model dataset in src: the manifest, then
+// every part, checked against its line (size, SHA-256, shape and rows)
+// and row by row, and the model against Model.Validate. Errors name the
+// dataset and the file: a missing part, a digest mismatch, a manifest of
+// another format version.
+func ReadModelDataset(ctx context.Context, src PartSource, opts ...Option) (*ModelFile, error) {
+	mf, err := readModelDataset(ctx, src, newConfig(opts).mem)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: read model %s: %w", src, err)
+	}
+	return mf, nil
+}
+
+func readModelDataset(ctx context.Context, src PartSource, mem memory.Allocator) (*ModelFile, error) {
+	man, hdr, err := readManifest(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	s := ShapeOf(hdr.Model)
+	if err := statParts(ctx, src, s, man.Parts); err != nil {
+		return nil, err
+	}
+	md := factor.NewModel(s.N, s.M, s.U, s.Tie)
+	md.Iteration, md.LogLik, md.WKL, md.Seed = hdr.Model.Iteration, hdr.Model.LogLik, hdr.Model.WKL, hdr.Model.Seed
+	for _, p := range man.Parts {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		dst := md.D
+		if p.Factor == "K" {
+			dst = md.KT
+		}
+		vals := dst[p.Block]
+		err := readPart(ctx, src, s, p, mem, func(state int, rows []float64) error {
+			copy(vals[state*s.M:], rows)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := md.Validate(); err != nil {
+		return nil, err
+	}
+	hdr.Model = md
+	return hdr, nil
+}
+
+// AssembleModel writes the model dataset in src as one model file at path
+// (atomically, as WriteModel), in format ModelArrow (also "") or
+// ModelParquet. It streams: the parts are read one after another, a
+// record batch at a time, and re-cut into the record batches WriteModel
+// writes, so memory stays a few record batches (16 MiB of values each)
+// whatever the model's size, and the file is byte for byte the one
+// WriteModel writes for the same model.
+func AssembleModel(ctx context.Context, src PartSource, path, format string, opts ...Option) error {
+	if format != "" && format != ModelArrow && format != ModelParquet {
+		return fmt.Errorf("arrowio: assemble model %s: unknown format %q (want arrow or parquet)", src, format)
+	}
+	a, err := CreateAtomic(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(a, 1<<20)
+	if err := assembleModel(ctx, src, w, format, newConfig(opts)); err != nil {
+		a.Abort()
+		return fmt.Errorf("arrowio: assemble model %s into %s: %w", src, path, err)
+	}
+	if err := w.Flush(); err != nil {
+		a.Abort()
+		return fmt.Errorf("arrowio: assemble model %s into %s: %w", src, path, err)
+	}
+	return a.Commit()
+}
+
+func assembleModel(ctx context.Context, src PartSource, w io.Writer, format string, cfg *config) error {
+	mem := cfg.mem
+	man, hdr, err := readManifest(ctx, src)
+	if err != nil {
+		return err
+	}
+	s := ShapeOf(hdr.Model)
+	sc := modelSchema(hdr)
+	rw, err := newModelWriter(w, sc, mem, format)
+	if err != nil {
+		return err
+	}
+	b := newModelBatcher(sc, mem, modelBatchRows(s.N, s.M, cfg.modelBatchBytes()), rw.Write)
+	defer b.release()
+	for _, p := range man.Parts {
+		if p.Lo == 0 { // a block begins (checkParts: the parts tile each block in order)
+			if err := b.flush(); err != nil {
+				rw.Close()
+				return err
+			}
+			blk, _ := s.block(p.Factor, p.Block)
+			b.start(blk.factor, blk.action, 0)
+		}
+		if err := ctx.Err(); err != nil {
+			rw.Close()
+			return err
+		}
+		if err := readPart(ctx, src, s, p, mem, func(_ int, rows []float64) error { return b.add(rows) }); err != nil {
+			rw.Close()
+			return err
+		}
+	}
+	if err := b.flush(); err != nil {
+		rw.Close()
+		return err
+	}
+	return rw.Close()
+}
+
+// SplitModel writes the model file at path (Arrow IPC or Parquet, in the
+// row order every emsf writer uses) as a dataset into sink: parts of at
+// most partRows rows (0: one part per block) in format, then the
+// manifest. It streams, one record batch in memory. On an error the parts
+// it wrote are removed and no manifest is written.
+func SplitModel(ctx context.Context, path string, sink PartSink, format string, partRows int, opts ...Option) (*ModelManifest, error) {
+	if partRows < 0 {
+		return nil, fmt.Errorf("arrowio: split model %s: part rows %d: must be >= 0", path, partRows)
+	}
+	var parts []ModelPart
+	man, err := splitModel(ctx, path, sink, format, partRows, opts, &parts)
+	if err != nil {
+		for _, p := range parts {
+			sink.Remove(ctx, p.File)
+		}
+		return nil, err
+	}
+	return man, nil
+}
+
+func splitModel(ctx context.Context, path string, sink PartSink, format string, partRows int, opts []Option, parts *[]ModelPart) (*ModelManifest, error) {
+	mem := newConfig(opts).mem
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: split model: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: split model %s: %w", path, err)
+	}
+	var (
+		hdr *ModelFile
+		s   ModelShape
+		pw  *ModelPartWriter
+	)
+	defer func() {
+		if pw != nil {
+			pw.Abort()
+		}
+	}()
+	meta := func(kv arrow.Metadata) (*rowCursor, error) {
+		if hdr, err = headerFromMeta(kv); err != nil {
+			return nil, err
+		}
+		s = ShapeOf(hdr.Model)
+		if partRows == 0 {
+			partRows = s.N
+		}
+		var segs []rowSeg
+		for _, blk := range modelBlocks(s.U, s.Tie) {
+			segs = append(segs, rowSeg{blk, 0, s.N})
+		}
+		return newRowCursor(s.N, s.M, segs), nil
+	}
+	cur := -1
+	rows := func(seg, state int, vals []float64) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		blk := modelBlocks(s.U, s.Tie)[seg]
+		for len(vals) > 0 {
+			if pw == nil || seg != cur {
+				cur = seg
+				lo := state
+				spec := PartSpec{Factor: blk.factor, Block: blk.block, Lo: lo, Hi: min(s.N, (lo/partRows+1)*partRows), Format: format}
+				if pw, err = NewModelPartWriter(ctx, sink, s, spec, opts...); err != nil {
+					return writerError{err}
+				}
+			}
+			k := min(len(vals)/s.M, pw.spec.Hi-state)
+			if err := pw.Append(vals[:k*s.M]); err != nil {
+				return writerError{err}
+			}
+			vals, state = vals[k*s.M:], state+k
+			if state == pw.spec.Hi {
+				line, err := pw.Close()
+				pw = nil
+				if err != nil {
+					return writerError{err}
+				}
+				*parts = append(*parts, line)
+			}
+		}
+		return nil
+	}
+	if err := scanModelFile(ctx, f, st.Size(), mem, meta, rows); err != nil {
+		var we writerError
+		if errors.As(err, &we) {
+			return nil, we.error // it names the part and the dataset
+		}
+		return nil, fmt.Errorf("arrowio: split model %s: %w", path, err)
+	}
+	return CommitModelDataset(ctx, sink, hdr, *parts)
+}
+
+// writerError marks an error of a part writer inside a scan.
+type writerError struct{ error }
+
+// DatasetDir says whether path names a model dataset on the file system:
+// a directory, or a file named manifest.json (the dataset is then its
+// directory); it returns the dataset's directory.
+func DatasetDir(path string) (string, bool) {
+	if filepath.Base(path) == ManifestName {
+		return filepath.Dir(path), true
+	}
+	st, err := os.Stat(path)
+	return path, err == nil && st.IsDir()
+}
+
+// ReadModelAny reads a model in either form: a model dataset (a directory
+// or its manifest.json, ReadModelDataset) or one model file (ReadModel).
+// A URL (nats-obj://) needs its PartSource: ReadModelDataset.
+func ReadModelAny(ctx context.Context, path string, opts ...Option) (*ModelFile, error) {
+	if strings.Contains(path, "://") {
+		return nil, fmt.Errorf("arrowio: read model %s: a URL: open its PartSource (worker/wire.OpenObjectParts) and use ReadModelDataset", path)
+	}
+	if dir, ok := DatasetDir(path); ok {
+		return ReadModelDataset(ctx, DirParts{Dir: dir}, opts...)
+	}
+	return ReadModel(path, opts...)
+}

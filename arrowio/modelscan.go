@@ -1,0 +1,165 @@
+package arrowio
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+	"github.com/apache/arrow/go/v15/parquet"
+	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+)
+
+// rowSeg is a range of states [lo, hi) of one block: rows a model file or
+// a part must hold, in this order.
+type rowSeg struct {
+	modelBlock
+	lo, hi int
+}
+
+// rowCursor walks the rows a file must hold, in order: segments of
+// consecutive states. It is how the streaming readers (a part, a model
+// file being split) check the row order without holding the rows.
+type rowCursor struct {
+	m     int
+	batch int // rows per record batch to read (Parquet)
+	segs  []rowSeg
+	seg   int   // the current segment
+	state int   // the state of the next row
+	row   int64 // rows read
+	total int64 // rows expected
+}
+
+func newRowCursor(n, m int, segs []rowSeg) *rowCursor {
+	c := &rowCursor{m: m, batch: modelBatchRows(n, m, modelBatchBytes), segs: segs}
+	for _, s := range segs {
+		c.total += int64(s.hi - s.lo)
+	}
+	if len(segs) > 0 {
+		c.state = segs[0].lo
+	}
+	return c
+}
+
+// record checks rec's rows against the expected ones and hands them to fn
+// in runs of consecutive states of one segment.
+func (c *rowCursor) record(rec arrow.Record, fn func(seg, state int, vals []float64) error) error {
+	if err := noNulls(rec); err != nil {
+		return err
+	}
+	names, ok := rec.Column(0).(*array.String)
+	if !ok {
+		return fmt.Errorf("factor column has type %s", rec.Column(0).DataType())
+	}
+	actions := rec.Column(1).(*array.Int32).Int32Values()
+	states := rec.Column(2).(*array.Int32).Int32Values()
+	vals, err := listRows(rec.Column(3), c.m)
+	if err != nil {
+		return err
+	}
+	rows := int(rec.NumRows())
+	for i := 0; i < rows; {
+		if c.seg == len(c.segs) {
+			return fmt.Errorf("more than the %d rows expected", c.total)
+		}
+		s := c.segs[c.seg]
+		j := i
+		for j < rows && c.state+(j-i) < s.hi && int(states[j]) == c.state+(j-i) && actions[j] == s.action && names.Value(j) == s.factor {
+			j++
+		}
+		if j == i {
+			return fmt.Errorf("row %d is %s action %d state %d, want %s action %d state %d (the row order of a model file)",
+				c.row+1, names.Value(i), actions[i], states[i], s.factor, s.action, c.state)
+		}
+		if err := fn(c.seg, c.state, vals[i*c.m:j*c.m]); err != nil {
+			return err
+		}
+		c.row += int64(j - i)
+		c.state += j - i
+		i = j
+		if c.state == s.hi {
+			if c.seg++; c.seg < len(c.segs) {
+				c.state = c.segs[c.seg].lo
+			}
+		}
+	}
+	return nil
+}
+
+// end checks that every expected row came.
+func (c *rowCursor) end() error {
+	if c.row != c.total {
+		return fmt.Errorf("%d rows, want %d", c.row, c.total)
+	}
+	return nil
+}
+
+// scanModelFile streams a file in the model schema (Arrow IPC file or
+// Parquet, by its magic bytes): meta gets the schema metadata and returns
+// the rows the file must hold; rows gets them in runs, one record batch in
+// memory at a time.
+func scanModelFile(ctx context.Context, ra parquet.ReaderAtSeeker, size int64, mem memory.Allocator,
+	meta func(arrow.Metadata) (*rowCursor, error), rows func(seg, state int, vals []float64) error) error {
+	var head [8]byte
+	n, _ := ra.ReadAt(head[:], 0)
+	var cur *rowCursor
+	schema := func(sc *arrow.Schema, kv arrow.Metadata) error {
+		c, err := meta(kv)
+		if err != nil {
+			return err
+		}
+		cur = c
+		return checkFields(sc, modelFields(c.m, false)...)
+	}
+	record := guard(func(rec arrow.Record) error { return cur.record(rec, rows) })
+	switch formatFromMagic(head[:n]) {
+	case FormatArrowFile:
+		err := readIPC(ipcSource{ra: ra, size: size, file: true}, mem,
+			func(sc *arrow.Schema) error { return schema(sc, sc.Metadata()) }, record)
+		if err != nil {
+			return err
+		}
+	case FormatParquet:
+		mem = capAllocator(mem, size)
+		fr, _, kv, err := openParquetFile(ra, size, mem, 1)
+		if err != nil {
+			return err
+		}
+		// The schema metadata is in the file's key-value metadata.
+		sc, err := parquetSchema(fr)
+		if err != nil {
+			return err
+		}
+		if err := schema(arrow.NewSchema(sc.Fields(), &kv), kv); err != nil {
+			return err
+		}
+		fr.Props.BatchSize = int64(cur.batch)
+		rr, err := recordReader(ctx, fr, nil, nil)
+		if err != nil {
+			return err
+		}
+		defer rr.Release()
+		for {
+			rec, err := nextParquet(rr)
+			if err != nil {
+				return err
+			}
+			if rec == nil {
+				break
+			}
+			if err := record(rec); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("neither an Arrow IPC file nor Parquet")
+	}
+	return cur.end()
+}
+
+// parquetSchema is fr's Arrow schema, a panic of the decoder an error.
+func parquetSchema(fr *pqarrow.FileReader) (sc *arrow.Schema, err error) {
+	defer catch(&err)
+	return fr.Schema()
+}

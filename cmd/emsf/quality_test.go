@@ -1,0 +1,115 @@
+package main
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/emsf/emsf/arrowio"
+)
+
+// TestEvalUnseenStates: a test file with states and an action beyond
+// the model's range is scored (unseen rows), with the baselines trained
+// on --train and the rule named in the output.
+func TestEvalUnseenStates(t *testing.T) {
+	dir := t.TempDir()
+	train := filepath.Join(dir, "train.csv")
+	mustEmsf(t, "gen", "--states", "40", "--true-order", "4", "--transitions", "3000", "--seed", "2", "--out", train, "--truth", "")
+	model := filepath.Join(dir, "m.arrow")
+	mustEmsf(t, "fit", "--input", train, "--order", "3", "--quiet", "--out", model, "--stop", "auto")
+	mf, err := arrowio.ReadModel(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mf.Model.Smoothing == nil || mf.Params["smooth"] != "auto" || mf.Params["accel"] != "squarem" {
+		t.Fatalf("default fit: smoothing %v, params %v", mf.Model.Smoothing != nil, mf.Params)
+	}
+	test := writeFile(t, dir, "test.csv", "state,action,next_state\n0,0,1\n45,0,2\n3,0,47\n2,1,3\n")
+	out := mustEmsf(t, "eval", "--model", model, "--input", test, "--train", train, "--mix", "0.01")
+	for _, w := range []string{"scoring rule (--mix): every estimate mixed with the uniform distribution over the scored states, weight 0.01, N = 48",
+		"from states or actions beyond it (scored as unseen rows)", "add-β counting", "Jelinek–Mercer counting", "CNT (counting)", "β = ", "λ = "} {
+		if !strings.Contains(out, w) {
+			t.Errorf("eval output lacks %q:\n%s", w, out)
+		}
+	}
+	// The model's score is that of the rule, computed by hand for the
+	// first transition's part: every line has a finite per-transition.
+	if strings.Contains(out, "Inf") || strings.Contains(out, "NaN") {
+		t.Errorf("eval scored something infinite:\n%s", out)
+	}
+	// Bad flags name themselves.
+	for _, args := range [][]string{{"--mix", "1"}, {"--validation", "0"}, {"--baselines", "kn"}} {
+		code, _, errs := emsf(t, append([]string{"eval", "--model", model, "--input", test, "--train", train}, args...)...)
+		if code == 0 || !strings.Contains(errs, args[0]) {
+			t.Errorf("eval %v: exit %d, stderr %q", args, code, errs)
+		}
+	}
+}
+
+// TestFitPlainIsAccelNone: --plain is --accel none --smooth none --stop
+// tol --prior-d 0 --prior-k 0, bitwise; the default fit differs from it
+// and stops on the validation split.
+func TestFitPlainIsAccelNone(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "t.csv")
+	mustEmsf(t, "gen", "--states", "30", "--transitions", "800", "--seed", "5", "--out", in, "--truth", "")
+	a, b, c := filepath.Join(dir, "a.arrow"), filepath.Join(dir, "b.arrow"), filepath.Join(dir, "c.arrow")
+	mustEmsf(t, "fit", "--input", in, "--order", "3", "--iters", "50", "--quiet", "--out", a, "--plain")
+	mustEmsf(t, "fit", "--input", in, "--order", "3", "--iters", "50", "--quiet", "--out", b,
+		"--accel", "none", "--smooth", "none", "--stop", "tol", "--prior-d", "0", "--prior-k", "0")
+	out := mustEmsf(t, "fit", "--input", in, "--order", "3", "--iters", "50", "--quiet", "--out", c, "--stop", "auto")
+	ma, _ := arrowio.ReadModel(a)
+	mb, _ := arrowio.ReadModel(b)
+	mc, _ := arrowio.ReadModel(c)
+	if !ma.Model.Equal(mb.Model) || ma.Model.Smoothing != nil {
+		t.Fatal("--plain differs from --accel none --smooth none --stop tol --prior-d 0 --prior-k 0")
+	}
+	if ma.Model.Equal(mc.Model) || mc.Model.Smoothing == nil {
+		t.Fatal("the default fit is plain EM")
+	}
+	if !strings.Contains(out, "iterations (") {
+		t.Fatalf("fit output: %s", out)
+	}
+	for _, bad := range [][]string{{"--accel", "fast"}, {"--smooth", "yes"}, {"--stop", "never"}, {"--validation", "1"},
+		{"--patience", "0"}, {"--prior-d", "-1"}, {"--plain", "--accel", "none"}, {"--accel", "squarem", "--alpha", "0.5"}} {
+		code, _, errs := emsf(t, append([]string{"fit", "--input", in, "--order", "3", "--out", c}, bad...)...)
+		if code == 0 || !strings.Contains(errs, bad[0]) {
+			t.Errorf("fit %v: exit %d, stderr %q", bad, code, errs)
+		}
+	}
+}
+
+// TestFitOwnersAccel: on the owners exchange --accel auto runs plain EM
+// (bitwise a local --plain-dynamics fit, smoothing aside) and says so
+// once; an explicit --accel squarem is refused with one clear error.
+func TestFitOwnersAccel(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "t.csv")
+	mustEmsf(t, "gen", "--states", "30", "--transitions", "800", "--seed", "6", "--out", in, "--truth", "")
+	code, _, errs := emsf(t, "fit", "--input", in, "--order", "3", "--out", filepath.Join(dir, "x.arrow"), "--embedded", "--workers", "2",
+		"--exchange", "owners", "--accel", "squarem")
+	if code == 0 || !strings.Contains(errs, "--accel squarem: the owners exchange runs plain EM") {
+		t.Fatalf("--accel squarem on owners: exit %d, stderr %q", code, errs)
+	}
+	own, loc := filepath.Join(dir, "o.arrow"), filepath.Join(dir, "l.arrow")
+	_, _, errs = emsf(t, "fit", "--input", in, "--order", "3", "--iters", "20", "--out", own, "--embedded", "--workers", "2",
+		"--exchange", "owners", "--stop", "auto")
+	if strings.Count(errs, "the owners exchange runs plain EM") != 1 {
+		t.Fatalf("want one INFO line saying owners run plain EM:\n%s", errs)
+	}
+	mustEmsf(t, "fit", "--input", in, "--order", "3", "--iters", "20", "--quiet", "--out", loc,
+		"--accel", "none", "--stop", "tol", "--prior-d", "0", "--prior-k", "0")
+	mo, err := arrowio.ReadModel(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml, _ := arrowio.ReadModel(loc)
+	if !mo.Model.Equal(ml.Model) {
+		t.Fatal("owners exchange (auto: plain EM) differs from a local --accel none fit")
+	}
+	// Both smoothed by the same rule on the same validation split.
+	if mo.Model.Smoothing == nil || math.Abs(mo.Model.Prob(0, 0, 1)-ml.Model.Prob(0, 0, 1)) > 0 {
+		t.Fatal("the owners fit's smoothing differs from the local one's")
+	}
+}

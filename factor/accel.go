@@ -1,0 +1,454 @@
+package factor
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Accel names the extrapolation a fit runs between EM passes.
+type Accel int
+
+const (
+	// AccelNone is plain EM: one commit per pass.
+	AccelNone Accel = iota
+	// AccelSquarem is SQUAREM (Varadhan & Roland 2008, scheme S3) with
+	// steps in log space, lengths in probability space and a
+	// monotonicity safeguard (see squaremLoop).
+	AccelSquarem
+)
+
+// String returns the name used on the command line and in model files.
+func (a Accel) String() string {
+	switch a {
+	case AccelNone:
+		return "none"
+	case AccelSquarem:
+		return "squarem"
+	}
+	return fmt.Sprintf("Accel(%d)", int(a))
+}
+
+// ParseAccel is the inverse of Accel.String.
+func ParseAccel(s string) (Accel, error) {
+	switch s {
+	case "none":
+		return AccelNone, nil
+	case "squarem":
+		return AccelSquarem, nil
+	}
+	return 0, fmt.Errorf("factor: unknown acceleration %q (want none or squarem)", s)
+}
+
+// SQUAREM's step-length bounds (the defaults of the authors' R package
+// SQUAREM: step.max0 = 1, mstep = 4): a step is at least plain EM's
+// (t = 1) and at most stepMax, which grows by squaremGrow whenever a
+// step reaches it and shrinks by it (to at least 1) when a cycle is
+// rejected.
+const (
+	squaremStepMax0 = 1.0
+	squaremGrow     = 4.0
+)
+
+// EarlyStop is the held-out stopping rule of a fit (FitOptions): every
+// accepted iterate (every pass of plain EM, every cycle of SQUAREM) is
+// scored by Score, higher is better (emsf fit: the validation
+// log-likelihood per transition under the tuned smoothing rule,
+// Validation.Tune); the fit keeps the best-scoring iterate and stops
+// once Patience scores in a row gained at most MinGain·|best| over it
+// (Prechelt's patience criterion). Whatever stops the fit, the model it
+// returns is the best-scoring iterate. Score must be deterministic (a
+// function of the model only) for the fit to be.
+type EarlyStop struct {
+	Score    func(md *Model) float64
+	Patience int
+	MinGain  float64
+}
+
+// earlyState follows an EarlyStop through a fit.
+type earlyState struct {
+	es    *EarlyStop
+	best  float64
+	bad   int
+	evals int
+	iter  int
+	kept  *Model
+	// last is the last score; seen the evaluations already reported.
+	last float64
+	seen int
+}
+
+// observe scores md (the iterate after iteration iter) and reports
+// whether the patience ran out.
+func (e *earlyState) observe(md *Model, iter int) bool {
+	s := e.es.Score(md)
+	e.evals++
+	e.last = s
+	if e.kept == nil || s > e.best+e.es.MinGain*math.Abs(e.best) {
+		if e.kept == nil {
+			e.kept = md.Clone()
+		} else {
+			copyFactors(e.kept, md)
+			e.kept.Iteration, e.kept.LogLik, e.kept.WKL = md.Iteration, md.LogLik, md.WKL
+		}
+		e.best, e.bad, e.iter = s, 0, iter
+		return false
+	}
+	e.bad++
+	return e.bad >= e.es.Patience
+}
+
+// restore puts the best iterate back into md.
+func (e *earlyState) restore(md *Model) {
+	if e.kept == nil {
+		return
+	}
+	copyFactors(md, e.kept)
+	md.Iteration, md.LogLik, md.WKL = e.kept.Iteration, e.kept.LogLik, e.kept.WKL
+}
+
+// copyFactors copies src's D and K into dst (same shape) and refreshes a
+// Float32 dst's float32 copy of K^T.
+func copyFactors(dst, src *Model) {
+	for b := range src.D {
+		copy(dst.D[b], src.D[b])
+	}
+	for b := range src.KT {
+		copy(dst.KT[b], src.KT[b])
+	}
+	if dst.Precision == Float32 {
+		dst.RoundFactors()
+	}
+}
+
+// chunkRows is the number of rows of a factor block one piece of the
+// extrapolation's sums covers: the pieces' sums are folded in piece
+// order, so every sum is the same for any number of goroutines.
+const chunkRows = 4096
+
+// pieces runs f over the pieces [lo, hi) of n rows on up to workers
+// goroutines, each piece once.
+func pieces(n, workers int, f func(p, lo, hi int)) {
+	np := (n + chunkRows - 1) / chunkRows
+	workers = max(1, min(workers, np))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := w; p < np; p += workers {
+				f(p, p*chunkRows, min(n, (p+1)*chunkRows))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// squaremLength returns the step length of a SQUAREM cycle from x0,
+// x1 = F(x0) and x2 = F(x1): t = ‖r‖/‖v‖ with r = x1 − x0 and
+// v = x2 − 2x1 + x0 over every entry of D and K (scheme S3), in
+// probability space: entries on their way to 0, whose logarithms move
+// most, would dominate a length measured in log space (spec §3.1).
+// Sums run over pieces of rows folded in order: the same for any
+// workers. It returns 1 when v is 0.
+func squaremLength(x0, x1, x2 *Model, workers int) float64 {
+	var rr, vv float64
+	blocks := func(get func(*Model) [][]float64) {
+		for b := range get(x0) {
+			a0, a1, a2 := get(x0)[b], get(x1)[b], get(x2)[b]
+			n, m := x0.N, x0.M
+			np := (n + chunkRows - 1) / chunkRows
+			sr, sv := make([]float64, np), make([]float64, np)
+			pieces(n, workers, func(p, lo, hi int) {
+				var r2, v2 float64
+				for k := lo * m; k < hi*m; k++ {
+					r := a1[k] - a0[k]
+					v := float64(a2[k]-2*a1[k]) + a0[k]
+					r2 += float64(r * r)
+					v2 += float64(v * v)
+				}
+				sr[p], sv[p] = r2, v2
+			})
+			for p := range sr {
+				rr += sr[p]
+				vv += sv[p]
+			}
+		}
+	}
+	blocks(func(md *Model) [][]float64 { return md.D })
+	blocks(func(md *Model) [][]float64 { return md.KT })
+	if !(vv > 0) {
+		return 1
+	}
+	return math.Sqrt(rr / vv)
+}
+
+// extrapolate sets dst to the SQUAREM proposal of step length t from
+// x0, x1, x2, taken in log space and renormalized per row (a softmax):
+//
+//	log x' = (1−t)²·log x0 + 2t(1−t)·log x1 + t²·log x2,
+//
+// which is x0 + 2t·r + t²·v in the coordinates log x (t = 1 gives x2).
+// Entries that are 0 in x2 stay 0 (EM's support only shrinks, so the
+// logarithms are defined on it); positive entries are floored at
+// EntryFloor after normalizing. A row of D equal in x0 and x2 (no data)
+// is copied. Rows of K are columns of K^T: their maxima and sums run over
+// pieces folded in order, so dst is bitwise the same for any workers.
+func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int) {
+	c0, c1, c2 := (1-t)*(1-t), 2*t*(1-t), t*t
+	n, m := x0.N, x0.M
+	logAt := func(a0, a1, a2 []float64, k int) float64 {
+		if a0[k] == a2[k] && a1[k] == a2[k] {
+			return math.Log(a2[k])
+		}
+		return float64(float64(c0*math.Log(a0[k]))+float64(c1*math.Log(a1[k]))) + float64(c2*math.Log(a2[k]))
+	}
+	for b := range x0.D {
+		a0, a1, a2, d := x0.D[b], x1.D[b], x2.D[b], dst.D[b]
+		pieces(n, workers, func(_, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				r := i * m
+				same := true
+				for l := range m {
+					if a0[r+l] != a2[r+l] || a1[r+l] != a2[r+l] {
+						same = false
+						break
+					}
+				}
+				if same {
+					copy(d[r:r+m], a2[r:r+m])
+					continue
+				}
+				mx := math.Inf(-1)
+				for l := range m {
+					if a2[r+l] > 0 {
+						d[r+l] = logAt(a0, a1, a2, r+l)
+						mx = max(mx, d[r+l])
+					}
+				}
+				s := 0.0
+				for l := range m {
+					if a2[r+l] > 0 {
+						d[r+l] = math.Exp(d[r+l] - mx)
+						s += d[r+l]
+					} else {
+						d[r+l] = 0
+					}
+				}
+				for l := range m {
+					if a2[r+l] > 0 {
+						d[r+l] = max(d[r+l]/s, EntryFloor)
+					}
+				}
+			}
+		})
+	}
+	np := (n + chunkRows - 1) / chunkRows
+	mxs, sums := make([]float64, np*m), make([]float64, np*m)
+	for b := range x0.KT {
+		a0, a1, a2, k := x0.KT[b], x1.KT[b], x2.KT[b], dst.KT[b]
+		pieces(n, workers, func(p, lo, hi int) {
+			mx := mxs[p*m : p*m+m]
+			for l := range mx {
+				mx[l] = math.Inf(-1)
+			}
+			for j := lo; j < hi; j++ {
+				for l := range m {
+					if q := j*m + l; a2[q] > 0 {
+						k[q] = logAt(a0, a1, a2, q)
+						mx[l] = max(mx[l], k[q])
+					}
+				}
+			}
+		})
+		mx := make([]float64, m)
+		for l := range mx {
+			mx[l] = math.Inf(-1)
+			for p := range np {
+				mx[l] = max(mx[l], mxs[p*m+l])
+			}
+		}
+		pieces(n, workers, func(p, lo, hi int) {
+			s := sums[p*m : p*m+m]
+			clear(s)
+			for j := lo; j < hi; j++ {
+				for l := range m {
+					q := j*m + l
+					if a2[q] > 0 {
+						k[q] = math.Exp(k[q] - mx[l])
+						s[l] += k[q]
+					} else {
+						k[q] = 0
+					}
+				}
+			}
+		})
+		s := make([]float64, m)
+		for p := range np {
+			addTo(s, sums[p*m:p*m+m])
+		}
+		pieces(n, workers, func(_, lo, hi int) {
+			for j := lo; j < hi; j++ {
+				for l := range m {
+					if q := j*m + l; a2[q] > 0 {
+						k[q] = max(k[q]/s[l], EntryFloor)
+					}
+				}
+			}
+		})
+	}
+	if dst.Precision == Float32 {
+		dst.RoundFactors()
+	}
+}
+
+// squaremLoop is Loop with SQUAREM (opts.Accel, checked by checkAccel).
+// A cycle from an accepted point x0 costs three passes:
+//
+//	pass on x0 → L(x0), x1 = F(x0)
+//	pass on x1 → L(x1), x2 = F(x1); t = clamp(‖r‖/‖v‖, 1, stepMax);
+//	             x' = extrapolate(x0, x1, x2, t)
+//	pass on x' → x_new = F(x')
+//
+// and the next cycle's first pass, on x_new, decides (deferred check):
+// x_new is accepted when L(x_new) ≥ L(x1), else the cycle is rejected
+// (two passes lost), the fit goes on from x2 (L(x2) ≥ L(x1) since EM
+// never decreases it) and stepMax shrinks. So every accepted point's
+// log-likelihood is at least that of the EM step F(x0) of the cycle it
+// replaced, and the values the converger and the progress see (those
+// of accepted points and of F(x0); NaN for x' and rejected points) never
+// decrease. Every pass computes the log-likelihood. Iterations count
+// passes; md.Iteration too. The held-out score (EarlyStop) is taken at
+// every accepted x0. Extrapolation is elementwise with sums over pieces
+// of rows folded in order, so the fit is bitwise the same for any
+// number of workers.
+func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts FitOptions, hooks LoopHooks, acc *Accumulator, total, dataTerm float64, priorQs [][]float64) (FitResult, error) {
+	conv := opts.Converger
+	var early *earlyState
+	if opts.EarlyStop != nil {
+		early = &earlyState{es: opts.EarlyStop}
+	}
+	x0, x1, x2 := md.Clone(), md.Clone(), md.Clone()
+	x0.Smoothing, x1.Smoothing, x2.Smoothing = nil, nil, nil
+	stepMax := squaremStepMax0
+	const (
+		atX0 = iota // the pass is on an accepted point (or on x_new, pending)
+		atX1
+		atProposal
+	)
+	phase, pending := atX0, false
+	var l1 float64 // L(x1) of the cycle whose x_new is pending
+	base := md.Iteration
+	start := time.Now()
+	prev := math.NaN()
+	res := FitResult{LogLik: math.NaN()}
+	for iter := 1; ; iter++ {
+		t0 := time.Now()
+		if err := step.Step(ctx, iter, md, acc, true); err != nil {
+			return res, err
+		}
+		if err := CheckSumX(acc.SumX, total); err != nil {
+			return res, err
+		}
+		if math.IsNaN(acc.LogLik) {
+			return res, fmt.Errorf("factor: iteration %d: the log-likelihood is NaN", iter)
+		}
+		ll := acc.LogLik // the objective: with a prior, penalized
+		if priorQs != nil {
+			ll += opts.Prior.Penalty(md, priorQs)
+		}
+		commit := func() {
+			if priorQs != nil {
+				mapCommit(md, acc, opts.Prior, priorQs, dataTerm, opts.Workers)
+			} else {
+				acc.CommitWorkers(md, 1, dataTerm, opts.Workers)
+			}
+		}
+		seen := ll // what the converger sees: NaN for points not kept
+		stop := false
+		switch phase {
+		case atX0:
+			if pending && ll < l1 {
+				// x_new is worse than the EM step it replaced: back to x2.
+				copyFactors(md, x2)
+				stepMax = max(squaremStepMax0, stepMax/squaremGrow)
+				res.Rejected++
+				seen = math.NaN()
+				pending = false
+				break
+			}
+			pending = false
+			if early != nil {
+				stop = early.observe(md, iter-1)
+			}
+			copyFactors(x0, md)
+			commit()
+			phase = atX1
+		case atX1:
+			l1 = ll
+			copyFactors(x1, md)
+			commit()
+			copyFactors(x2, md)
+			t := squaremLength(x0, x1, x2, opts.Workers)
+			t = max(1, min(t, stepMax))
+			if t == stepMax {
+				stepMax *= squaremGrow
+			}
+			if t > 1 {
+				extrapolate(md, x0, x1, x2, t, opts.Workers)
+			}
+			phase = atProposal
+		case atProposal:
+			seen = math.NaN()
+			commit()
+			pending, phase = true, atX0
+		}
+		md.Iteration = base + iter
+		md.LogLik = acc.LogLik
+		md.WKL = math.NaN()
+		if acc.SumX > 0 {
+			md.WKL = (dataTerm - acc.LogLik) / acc.SumX
+		}
+		now := time.Now()
+		st := IterStats{Iteration: iter, LogLik: seen, RelChange: math.NaN(),
+			IterTime: now.Sub(t0), Elapsed: now.Sub(start), NNZ: acc.NNZ, SumX: acc.SumX}
+		if !math.IsNaN(seen) {
+			if !math.IsNaN(prev) {
+				st.RelChange = (seen - prev) / math.Abs(seen)
+			}
+			prev = seen
+			res.LogLik = seen
+		}
+		res.Iterations = iter
+		res.Elapsed = st.Elapsed
+		status := conv.Check(iter, seen, st.Elapsed)
+		if stop && status == NotTerminated {
+			status = HeldOutOptimum
+		}
+		st.HeldOut = math.NaN()
+		early.stats(&st)
+		if status != NotTerminated && pending {
+			// The fit ends on x_new = F(x'), unchecked: keep it only
+			// when x' itself was no worse than x1 (then L(x_new) ≥ L(x')
+			// ≥ L(x1)); else end on x2.
+			if ll < l1 {
+				copyFactors(md, x2)
+			}
+		}
+		if hooks.Committed != nil {
+			if err := hooks.Committed(ctx, st, status); err != nil {
+				return res, err
+			}
+		}
+		if opts.Progress != nil {
+			opts.Progress(st)
+		}
+		if status != NotTerminated {
+			res.Status = status
+			early.finish(md, &res)
+			return res, nil
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package factor
+
+import (
+	"fmt"
+	"math"
+	"sync"
+)
+
+// Prior is a Dirichlet prior on the rows of D and K that turns EM into
+// MAP-EM (spec quality-and-acceleration §1.1; Asuncion et al., UAI 2009,
+// on smoothing in topic models): a row i of D gets Dir(1 + D·1) and a
+// row l of K gets Dir(1 + K·q), with q the next-state frequencies of the
+// K block's actions (NewQ), so that the M-step adds pseudo-counts before
+// it normalizes:
+//
+//	D_il = (D̂_il + D) / (x_i + m·D)        rows with x_i > 0
+//	K_lj = (K̂_lj + K·q_j) / (y_l + K)
+//
+// A row with few counts is pulled towards the uniform mixture of
+// hidden states, a hidden state with little weight towards the next-state
+// frequencies: the shrinkage that counting gets from backoff, inside EM.
+// The objective MAP-EM never decreases is the penalized log-likelihood
+// L + D·Σ log D_il + K·Σ q_j log K_lj (Penalty), which SQUAREM's
+// safeguard and the relative-change rule then watch. With D, K > 0 an
+// entry that is 0 does not stay 0: not for models with sparsity masks.
+// Elementwise given the global y, so bitwise the same for any workers.
+type Prior struct {
+	D, K float64
+}
+
+// Active reports whether the prior adds anything.
+func (p *Prior) Active() bool { return p != nil && (p.D > 0 || p.K > 0) }
+
+// priorQ returns q per K block: the next-state frequencies of the
+// block's actions (NewQ pooled over the actions sharing a K).
+func priorQ(md *Model, blocks []*Block) [][]float64 {
+	nk := len(md.KT)
+	q := make([][]float64, nk)
+	tot := make([]float64, nk)
+	for b := range q {
+		q[b] = make([]float64, md.N)
+	}
+	for _, bl := range blocks {
+		kb := md.KBlock(bl.Action)
+		for k, j := range bl.Cols {
+			q[kb][j] += bl.Vals[k]
+			tot[kb] += bl.Vals[k]
+		}
+	}
+	for b, qb := range q {
+		den := tot[b] + QHalf*float64(md.N)
+		for j := range qb {
+			qb[j] = (qb[j] + QHalf) / den
+		}
+	}
+	return q
+}
+
+// mapCommit is Commit with α = 1 under the prior p (q per K block).
+func mapCommit(md *Model, a *Accumulator, p *Prior, q [][]float64, dataTerm float64, workers int) {
+	n, m := md.N, md.M
+	if n*m < commitParallelMin {
+		workers = 1
+	}
+	workers = max(1, min(workers, n))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lo, hi := w*n/workers, (w+1)*n/workers
+			for b, d := range md.D {
+				dh, x := a.Dh[b], a.X[b]
+				den := float64(m) * p.D
+				for i := lo; i < hi; i++ {
+					if x[i] <= 0 {
+						continue
+					}
+					row, h := d[i*m:i*m+m], dh[i*m:i*m+m]
+					s := x[i] + den
+					for l := range row {
+						row[l] = (h[l] + p.D) / s
+					}
+				}
+			}
+			for b, kt := range md.KT {
+				kh, y, qb := a.KhT[b], a.Y[b], q[b]
+				for j := lo; j < hi; j++ {
+					sq := float64(p.K * qb[j])
+					for l := range m {
+						if den := y[l] + p.K; den > 0 {
+							kt[j*m+l] = (kh[j*m+l] + sq) / den
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if md.Precision == Float32 {
+		md.RoundFactors()
+	}
+	a.RecordPass(md, dataTerm)
+}
+
+// Penalty returns the prior's log-density terms at md,
+// D·Σ_il log D_il + K·Σ_lj q_j log K_lj over every entry (q per K
+// block, priorQ), summed block by block in row order.
+func (p *Prior) Penalty(md *Model, q [][]float64) float64 {
+	s := 0.0
+	if p.D > 0 {
+		for _, d := range md.D {
+			t := 0.0
+			for _, v := range d {
+				t += math.Log(v)
+			}
+			s += float64(p.D * t)
+		}
+	}
+	if p.K > 0 {
+		m := md.M
+		for b, kt := range md.KT {
+			t := 0.0
+			for j, qj := range q[b] {
+				r := 0.0
+				for _, v := range kt[j*m : j*m+m] {
+					r += math.Log(v)
+				}
+				t += float64(qj * r)
+			}
+			s += float64(p.K * t)
+		}
+	}
+	return s
+}
+
+func (p *Prior) check() error {
+	if p == nil {
+		return nil
+	}
+	if !(p.D >= 0) || !(p.K >= 0) || math.IsInf(p.D, 0) || math.IsInf(p.K, 0) {
+		return fmt.Errorf("factor: Dirichlet prior pseudo-counts D=%v K=%v must be finite and >= 0", p.D, p.K)
+	}
+	return nil
+}

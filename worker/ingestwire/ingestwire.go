@@ -1,0 +1,312 @@
+// Package ingestwire holds the messages of the distributed ingest: what a
+// coordinator (coordinator/ingest) asks the workers (worker.IngestNode)
+// and what they answer, and what workers pull from each other. It is
+// pure data (no NATS): the NATS adapters (worker's ingest endpoint,
+// coordinator/natsexec) carry these as JSON, except the shuffle's
+// segments and tail rows, which are binary (segment.go).
+//
+// The ingest turns a dataset into exactly the shards a local fit builds
+// from it (loadData + shard.SplitGrid), on the workers:
+//
+//  1. list: a worker lists the dataset (its files, sizes, formats);
+//  2. scan (pass 1): each split is read and summarized (shard.Summary);
+//     the coordinator fixes n, u, the fingerprint, the first data error,
+//     and plans row buckets per action and which worker reduces each;
+//  3. plan (pass 2): every worker maps its splits (rows routed to the
+//     reducer of their (action, row) bucket, in segments numbered by
+//     (split, seq) in a bounded outbox) and pulls its buckets' segments
+//     from every mapper, feeding them to shard.Counter in split order:
+//     each row sees its transitions in arrival order;
+//  4. cut: the coordinator chains shard.CutStep over each action's
+//     buckets in row order (the carry passed from bucket to bucket);
+//  5. build: the worker of each shard's first row builds it, pulling the
+//     rows of a shard that runs into later buckets (tail), cuts its column
+//     cells and reports its lines (shard.Line);
+//  6. commit: shard IDs in order; builders keep their shards for the fit
+//     and store them in the Object Store.
+package ingestwire
+
+import (
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/shard"
+)
+
+// Ops of the ingest endpoint (header Op).
+const (
+	OpList   = "list"
+	OpScan   = "scan"
+	OpPlan   = "plan"
+	OpStatus = "status"
+	OpPull   = "pull"
+	OpCut    = "cut"
+	OpBuild  = "build"
+	OpTail   = "tail"
+	OpCommit = "commit"
+	OpEnd    = "end"
+)
+
+// Header names of the ingest endpoint's messages.
+const (
+	HeaderOp    = "Emsf-Ingest-Op"
+	HeaderError = "Emsf-Ingest-Error"
+	// HeaderStale marks an error reply to a request of an older epoch
+	// than the worker's.
+	HeaderStale = "Emsf-Ingest-Stale"
+)
+
+// Sets of transitions: a fit without holdout has only Train; with
+// --holdout, Train and Held are the two parts and All is both together
+// (the refit on all data), as loadData's train, holdout and all().
+const (
+	SetTrain = 0
+	SetHeld  = 1
+	SetAll   = 2
+)
+
+// ListRequest asks a worker to list a dataset.
+type ListRequest struct {
+	Job    string `json:"job"`
+	Input  string `json:"input"`
+	Format string `json:"format,omitempty"`
+}
+
+// ListReply is the dataset's files in order.
+type ListReply struct {
+	Files []arrowio.DataFile `json:"files"`
+}
+
+// ScanRequest is pass 1 of one split.
+type ScanRequest struct {
+	Job   string              `json:"job"`
+	File  arrowio.DataFile    `json:"file"`
+	Split arrowio.Split       `json:"split"`
+	Read  arrowio.ReadOptions `json:"read"`
+}
+
+// ScanReply is a split's summary, or the data error that stopped it.
+type ScanReply struct {
+	Summary shard.Summary `json:"summary"`
+	// RowError is a bad row of the split, its Row counted from the
+	// split's first row (arrowio.SplitRowError); Error a data error of a
+	// whole split (exact as it is).
+	RowError *arrowio.InputError `json:"row_error,omitempty"`
+	Error    *arrowio.InputError `json:"error,omitempty"`
+	// ReadWhole: the split cannot be read on its own (arrowio.ErrReadWhole).
+	ReadWhole string `json:"read_whole,omitempty"`
+}
+
+// MapSplit is a split of pass 2 and what its mapper needs besides.
+type MapSplit struct {
+	arrowio.Split
+	// Mapper is the index (in Plan.Workers) of the worker that maps it.
+	Mapper int `json:"mapper"`
+	// First is the dataset index (0-based) of the split's first
+	// transition: the holdout draws start there.
+	First int64 `json:"first"`
+	// Rows and CRC are pass 1's: pass 2 must read the same.
+	Rows int64         `json:"rows"`
+	CRC  shard.RowsCRC `json:"crc"`
+}
+
+// Plan is pass 2 of an epoch: every worker maps its splits and reduces
+// its buckets.
+type Plan struct {
+	Job   string `json:"job"`
+	Epoch int    `json:"epoch"`
+	// Workers are the worker ids, indexed by MapSplit.Mapper and
+	// shard.Bucket.Reducer.
+	Workers []string            `json:"workers"`
+	Files   []arrowio.DataFile  `json:"files"`
+	Splits  []MapSplit          `json:"splits"`
+	Buckets []shard.Bucket      `json:"buckets"`
+	Read    arrowio.ReadOptions `json:"read"`
+	// N and U are the dataset's numbers of states and actions.
+	N int `json:"n"`
+	U int `json:"u"`
+	// Holdout is the fraction held out (0: none), drawn per transition
+	// from PCG(Seed, "hold") as loadData draws it.
+	Holdout float64 `json:"holdout,omitempty"`
+	Seed    uint64  `json:"seed,omitempty"`
+	// Combine: every count is an integer and their sum ≤ 2^53, so a
+	// mapper may sum a segment's duplicates (any order gives the same
+	// bits).
+	Combine bool `json:"combine,omitempty"`
+	// Budgets (bytes): a mapper's outbox, a reducer's segments received
+	// ahead of the split it feeds, a pull reply.
+	OutboxBytes  int64 `json:"outbox_bytes"`
+	AheadBytes   int64 `json:"ahead_bytes"`
+	PullBytes    int   `json:"pull_bytes"`
+	SegmentBytes int   `json:"segment_bytes"`
+	// Window is how many splits a reducer pulls at once.
+	Window int `json:"window"`
+	// Target and ColCells are the shard layout (shard.SplitGrid).
+	Target   int `json:"target"`
+	ColCells int `json:"col_cells"`
+}
+
+// Sets returns the sets of transitions the plan builds.
+func (p *Plan) Sets() []int {
+	if p.Holdout > 0 {
+		return []int{SetTrain, SetHeld, SetAll}
+	}
+	return []int{SetTrain}
+}
+
+// PlanRequest starts pass 2 of an epoch on a worker: the plan is served
+// by the coordinator as a blob (too large for a message at scale).
+type PlanRequest struct {
+	Job   string `json:"job"`
+	Epoch int    `json:"epoch"`
+	// Blob is the subject the plan's JSON is fetched from, Size its
+	// length, CRC its wire.CRC.
+	Blob string `json:"blob"`
+	Size int    `json:"size"`
+	CRC  string `json:"crc"`
+}
+
+// StatusRequest asks how far a worker is with pass 2 of an epoch; the
+// reply waits up to WaitMillis for news.
+type StatusRequest struct {
+	Job        string `json:"job"`
+	Epoch      int    `json:"epoch"`
+	WaitMillis int    `json:"wait_ms"`
+}
+
+// StatusReply is a worker's progress in pass 2.
+type StatusReply struct {
+	// Mapped is how many of its splits the worker has read (and checked
+	// against pass 1) and all reducers have pulled; Maps how many it has.
+	Mapped int `json:"mapped"`
+	Maps   int `json:"maps"`
+	// Reduced: every segment of its buckets received and counted.
+	Reduced bool `json:"reduced"`
+	// Transitions it reduced, per set.
+	Transitions []int64 `json:"transitions,omitempty"`
+	// Error ends the epoch: Input, when set, is a data error (a file
+	// changed since pass 1): it ends the job.
+	Error string              `json:"error,omitempty"`
+	Input *arrowio.InputError `json:"input,omitempty"`
+	// Peer names a worker this one could not reach.
+	Peer string `json:"peer,omitempty"`
+}
+
+// PullRequest is a reducer's pull of its segments of a split from the
+// split's mapper, from sequence number From on; the reply (binary:
+// segments, see EncodeSegments) holds at most MaxBytes (and at least one
+// segment when there is one). From acknowledges the segments before it:
+// the mapper drops them.
+type PullRequest struct {
+	Job      string `json:"job"`
+	Epoch    int    `json:"epoch"`
+	Split    int    `json:"split"`
+	Reducer  int    `json:"reducer"`
+	From     int    `json:"from"`
+	MaxBytes int    `json:"max_bytes"`
+	// WaitMillis bounds how long the mapper waits for a segment.
+	WaitMillis int `json:"wait_ms"`
+}
+
+// PullReply is the header of a pull's reply.
+type PullReply struct {
+	// Next is the sequence number after the last segment in the reply;
+	// Done: the split has no segment for the reducer at or after Next.
+	Next int  `json:"next"`
+	Done bool `json:"done"`
+}
+
+// CutRequest is one link of an action's cut chain: bucket Bucket of set
+// Set, entered with the nonzeros Carry of the shard open before it.
+type CutRequest struct {
+	Job    string `json:"job"`
+	Epoch  int    `json:"epoch"`
+	Set    int    `json:"set"`
+	Bucket int    `json:"bucket"`
+	Carry  int64  `json:"carry"`
+}
+
+// CutReply is the rows of the bucket that start a shard, and the carry
+// after its last row.
+type CutReply struct {
+	Cuts  []int32 `json:"cuts"`
+	Carry int64   `json:"carry"`
+	// Rows is the bucket's rows with a nonzero.
+	Rows int `json:"rows"`
+}
+
+// BuildShard is a row shard to build: rows [First, End) of an action
+// (End = -1: to the action's last row), shard rows [RowLo, RowHi) in its
+// manifest line; its rows from bucket Bucket (the builder's) on, and
+// those in the Tails.
+type BuildShard struct {
+	Set    int    `json:"set"`
+	Action int    `json:"action"`
+	Bucket int    `json:"bucket"`
+	First  int32  `json:"first"`
+	End    int32  `json:"end"`
+	RowLo  int    `json:"row_lo"`
+	RowHi  int    `json:"row_hi"`
+	Tails  []Tail `json:"tails,omitempty"`
+}
+
+// Tail is rows of a shard held by another bucket's reducer.
+type Tail struct {
+	Bucket int    `json:"bucket"`
+	Worker string `json:"worker"`
+}
+
+// BuildRequest asks a worker to build row shards.
+type BuildRequest struct {
+	Job    string       `json:"job"`
+	Epoch  int          `json:"epoch"`
+	Shards []BuildShard `json:"shards"`
+}
+
+// BuildReply is, per row shard, its column cells' lines (IDs unset).
+type BuildReply struct {
+	Lines [][]shard.Line `json:"lines"`
+}
+
+// TailRequest asks a bucket's reducer for its rows [From, End) of set
+// Set (End = -1: to the bucket's last row), as CSR rows (EncodeRows): at
+// most MaxBytes of them (at least one row), the next request asking from
+// the row after the last one received.
+type TailRequest struct {
+	Job      string `json:"job"`
+	Epoch    int    `json:"epoch"`
+	Set      int    `json:"set"`
+	Bucket   int    `json:"bucket"`
+	From     int32  `json:"from"`
+	End      int32  `json:"end"`
+	MaxBytes int    `json:"max_bytes"`
+}
+
+// CommitRequest gives a worker the IDs of the cells it built (by build
+// request of the epoch in the order they came, then row shard, then
+// cell) and has it keep them for the fit and, with Store, put them into
+// the Object Store bucket.
+type CommitRequest struct {
+	Job    string    `json:"job"`
+	Epoch  int       `json:"epoch"`
+	IDs    [][][]int `json:"ids"`
+	Store  bool      `json:"store,omitempty"`
+	Bucket string    `json:"bucket,omitempty"`
+}
+
+// CommitReply says what the worker stored.
+type CommitReply struct {
+	Stored      int   `json:"stored"`
+	StoredBytes int64 `json:"stored_bytes"`
+}
+
+// EndRequest ends a job's ingest on a worker: its state is dropped (the
+// shards it committed stay in its cache for the fit).
+type EndRequest struct {
+	Job string `json:"job"`
+}
+
+// Reply is the envelope of every JSON reply: an error, or the answer.
+type Reply[T any] struct {
+	Error string `json:"error,omitempty"`
+	Stale bool   `json:"stale,omitempty"`
+	Value *T     `json:"value,omitempty"`
+}
