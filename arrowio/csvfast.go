@@ -9,6 +9,8 @@ import (
 	"io"
 	"runtime"
 	"strings"
+
+	"github.com/emsf/emsf/shard"
 )
 
 // The fast CSV reader. The input is cut into chunks of whole lines that
@@ -37,9 +39,14 @@ type csvChunk struct {
 	// encoding/csv (stop < 0: at the end).
 	state, action, next []int32
 	count               []float64
-	lines               int
-	err                 *InputError
-	stop                int
+	// idOff, in a scan that reads ids, holds for each row and index
+	// column k the bounds of its id in data (idOff[6r+2k], idOff[6r+2k+1];
+	// zeros for a column of integers), checked and left for the delivery
+	// to intern in row order.
+	idOff []int32
+	lines int
+	err   error // an *InputError or *StringIDsError
+	stop  int
 	// tail, when set, is a read error that ended the input after data:
 	// all of data then goes to encoding/csv, which reports it.
 	tail io.Reader
@@ -131,7 +138,7 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 			c := &csvChunk{}
 			if k := len(spare); k > 0 {
 				c, spare = spare[k-1], spare[:k-1]
-				*c = csvChunk{data: c.data, state: c.state, action: c.action, next: c.next, count: c.count}
+				*c = csvChunk{data: c.data, state: c.state, action: c.action, next: c.next, count: c.count, idOff: c.idOff}
 			}
 			c.done = make(chan struct{})
 			var err error
@@ -160,7 +167,20 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 		base := row
 		for k := range c.state {
 			row++
-			if err := s.appendRow(ctx, c.state[k], c.action[k], c.next[k], c.count[k], row); err != nil {
+			st, ac, nx := c.state[k], c.action[k], c.next[k]
+			if c.idOff != nil {
+				v := [colNext + 1]*int32{&st, &ac, &nx}
+				for col, vs := range s.ids {
+					if vs != nil {
+						o := c.idOff[6*k+2*col:]
+						var err error
+						if *v[col], err = s.internChecked(row, col, c.data[o[0]:o[1]]); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			if err := s.appendRow(ctx, st, ac, nx, c.count[k], row); err != nil {
 				return err
 			}
 		}
@@ -169,8 +189,7 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 			spare = append(spare, c)
 		}
 		if c.err != nil {
-			c.err.Row += base
-			return c.err
+			return addRows(c.err, base)
 		}
 		if c.stop >= 0 && p.split {
 			return fmt.Errorf("%w: %s: a quote or a lone carriage return (encoding/csv reads the file)", ErrReadWhole, s.file)
@@ -239,7 +258,12 @@ func (p *csvParser) parse(c *csvChunk) {
 		c.count = make([]float64, 0, est)
 	}
 	c.state, c.action, c.next, c.count = c.state[:0], c.action[:0], c.next[:0], c.count[:0]
+	ids := p.s.anyIDs()
+	if ids {
+		c.idOff = c.idOff[:0]
+	}
 	var rec []string
+	var bounds []int
 	for pos := 0; pos < len(data); {
 		end := bytes.IndexByte(data[pos:], '\n')
 		next := pos + end + 1
@@ -251,7 +275,7 @@ func (p *csvParser) parse(c *csvChunk) {
 			c.stop = pos
 			return
 		}
-		line := data[pos:end]
+		line, at := data[pos:end], pos
 		if cr {
 			// encoding/csv drops the \r of a CRLF line end (and of a last
 			// line without \n) and keeps any other.
@@ -268,12 +292,18 @@ func (p *csvParser) parse(c *csvChunk) {
 		if len(line) == 0 {
 			continue // encoding/csv skips empty lines
 		}
+		if ids {
+			if bounds, c.err = p.idRow(c, line, at, bounds); c.err != nil {
+				return
+			}
+			continue
+		}
 		st, ac, nx, cnt, ok := p.fastRow(line)
 		if !ok {
 			rec = splitFields(rec[:0], line)
 			var err error
 			if st, ac, nx, cnt, err = p.s.csvRow(len(c.state)+1, rec, p.idx, p.fields); err != nil {
-				c.err = err.(*InputError)
+				c.err = err
 				return
 			}
 		}
@@ -282,6 +312,84 @@ func (p *csvParser) parse(c *csvChunk) {
 		c.next = append(c.next, nx)
 		c.count = append(c.count, cnt)
 	}
+}
+
+// idRow parses a line without quotes in a scan that reads ids: row
+// len(c.state)+1 of the chunk, at byte at of c.data. It checks the ids
+// here, on the parsing goroutine, and keeps their bounds in c.idOff for
+// the delivery, which interns them in row order; integer columns and the
+// count are converted as csvRow converts them. bounds is scratch space,
+// returned for reuse.
+func (p *csvParser) idRow(c *csvChunk, line []byte, at int, bounds []int) ([]int, error) {
+	s, row := p.s, len(c.state)+1
+	bounds = append(bounds[:0], 0)
+	for i, ch := range line {
+		if ch == ',' {
+			bounds = append(bounds, i+1)
+		}
+	}
+	if len(bounds) != p.fields {
+		return bounds, &InputError{File: s.file, Row: row, Reason: fmt.Sprintf(
+			"has %d fields but the header has %d (ragged or truncated row)", len(bounds), p.fields)}
+	}
+	bounds = append(bounds, len(line)+1)
+	field := func(f int) (int, int) { return bounds[f], bounds[f+1] - 1 }
+	var v [colNext + 1]int32
+	var off [2 * (colNext + 1)]int32
+	for k := range colNext + 1 {
+		a, b := field(p.idx[k])
+		if s.ids[k] == nil {
+			var err error
+			if v[k], err = s.parseIndex(row, k, string(line[a:b])); err != nil {
+				return bounds, err
+			}
+			continue
+		}
+		for a < b && asciiSpace(line[a]) {
+			a++
+		}
+		for b > a && asciiSpace(line[b-1]) {
+			b--
+		}
+		if r := shard.CheckID(line[a:b]); r != "" {
+			return bounds, s.bad(row, k, shown(string(line[a:b])), r)
+		}
+		off[2*k], off[2*k+1] = int32(at+a), int32(at+b)
+	}
+	cnt := 1.0
+	if f := p.idx[colCount]; f >= 0 {
+		a, b := field(f)
+		var ok bool
+		if cnt, _, ok = parseCount(line[:b], a); !ok {
+			var err error
+			if cnt, err = s.parseCount(row, string(line[a:b])); err != nil {
+				return bounds, err
+			}
+		}
+	}
+	c.state = append(c.state, v[colState])
+	c.action = append(c.action, v[colAction])
+	c.next = append(c.next, v[colNext])
+	c.count = append(c.count, cnt)
+	c.idOff = append(c.idOff, off[:]...)
+	return bounds, nil
+}
+
+// asciiSpace reports whether ch is a byte strings.TrimSpace trims.
+func asciiSpace(ch byte) bool {
+	return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\v' || ch == '\f' || ch == '\r'
+}
+
+// addRows adds base to the row of a chunk's error (its rows count from
+// the chunk's first).
+func addRows(err error, base int) error {
+	switch e := err.(type) {
+	case *InputError:
+		e.Row += base
+	case *StringIDsError:
+		e.Input.Row += base
+	}
+	return err
 }
 
 // splitFields splits a line without quotes at its commas, as encoding/csv

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
@@ -95,13 +97,19 @@ func (r *metaReader) float(k string) float64 {
 }
 
 // header checks the format version and kind.
-func (r *metaReader) header(kind string) {
-	if v := r.str(keyVersion); r.err == nil && v != FormatVersion {
-		r.fail(fmt.Errorf("%s is %q; this build reads version %s", keyVersion, v, FormatVersion))
+func (r *metaReader) header(kind string) { r.headerOf(kind, FormatVersion) }
+
+// headerOf checks the kind and that the format version is one of
+// versions, and returns it.
+func (r *metaReader) headerOf(kind string, versions ...string) string {
+	v := r.str(keyVersion)
+	if r.err == nil && !slices.Contains(versions, v) {
+		r.fail(fmt.Errorf("%s is %q; this build reads version %s", keyVersion, v, strings.Join(versions, " or ")))
 	}
 	if k := r.str(keyKind); r.err == nil && k != kind {
 		r.fail(fmt.Errorf("%s is %q, want %q", keyKind, k, kind))
 	}
+	return v
 }
 
 // checkFields checks that a schema has exactly the given columns.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
@@ -20,6 +21,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 )
 
 // Model file formats, the format argument of WriteModel.
@@ -55,6 +57,12 @@ const (
 	keySmoothRho      = "emsf.smooth.rho"
 	smoothRule        = "interpolation-v1"
 	smoothRuleV2      = "interpolation-v2"
+	// The model's vocabularies of user ids, when it has them.
+	keyVocab    = "emsf.vocab"
+	keyVocabSum = "emsf.vocab_checksum." // + "states" or "actions"
+	// modelVersionVocab is the emsf.format_version of a model file with a
+	// vocabulary (a file without one stays version 1, bit for bit).
+	modelVersionVocab = "2"
 	// modelBatchBytes bounds the values of one record batch.
 	modelBatchBytes = 16 << 20
 )
@@ -82,18 +90,48 @@ type ModelFile struct {
 	// file written before the field existed, or no fit); written only
 	// when set.
 	Status string
+	// States and Actions, when not nil, are the vocabularies of user ids:
+	// state i of the model is States.ID(i), action a is Actions.ID(a)
+	// (lengths n and u). Nil: the data named states and actions by
+	// integer indices.
+	States, Actions *shard.Vocab
 }
+
+// vocabs returns the vocabularies the file holds, by name ("states",
+// "actions"), in file order.
+func (mf *ModelFile) vocabs() (names []string, vs []*shard.Vocab) {
+	if mf.States != nil {
+		names, vs = append(names, vocabStates), append(vs, mf.States)
+	}
+	if mf.Actions != nil {
+		names, vs = append(names, vocabActions), append(vs, mf.Actions)
+	}
+	return names, vs
+}
+
+// Vocabulary names (emsf.vocab) and their rows' factor.
+const (
+	vocabStates  = "states"
+	vocabActions = "actions"
+	factorStates = "S"
+	factorAction = "A"
+)
 
 // modelFields is the model table. The fields are declared nullable (as
 // pyarrow does by default; they never hold nulls): the Parquet reader of
 // arrow-go v15 reads a non-nullable fixed-size list back as all nulls.
-func modelFields(m int) []arrow.Field {
-	return []arrow.Field{
+// A model with a vocabulary has a fifth column, id (model parts never do).
+func modelFields(m int, vocab bool) []arrow.Field {
+	fs := []arrow.Field{
 		{Name: "factor", Type: arrow.BinaryTypes.String, Nullable: true},
 		{Name: "action", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 		{Name: "state", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 		{Name: "values", Type: arrow.FixedSizeListOf(int32(m), arrow.PrimitiveTypes.Float64), Nullable: true},
 	}
+	if vocab {
+		fs = append(fs, arrow.Field{Name: "id", Type: arrow.BinaryTypes.String, Nullable: true})
+	}
+	return fs
 }
 
 // modelSchema returns the schema of a model file, metadata included.
@@ -105,7 +143,12 @@ func modelSchema(mf *ModelFile) *arrow.Schema { return modelSchemaOf(mf, ShapeOf
 func modelSchemaOf(mf *ModelFile, s ModelShape) *arrow.Schema {
 	md := mf.Model
 	var mw metaWriter
-	mw.modelShape(kindModel, s)
+	names, vs := mf.vocabs()
+	version := FormatVersion
+	if len(vs) > 0 {
+		version = modelVersionVocab
+	}
+	mw.modelShape(version, kindModel, s)
 	mw.int(keyIteration, md.Iteration)
 	mw.set(keyLogLik, fmtFloat(md.LogLik))
 	mw.set(keyWKL, fmtFloat(md.WKL))
@@ -141,12 +184,21 @@ func modelSchemaOf(mf *ModelFile, s ModelShape) *arrow.Schema {
 	for _, k := range keys {
 		mw.set(keyParamPrefix+k, mf.Params[k])
 	}
-	return arrow.NewSchema(modelFields(md.M), mw.metadata())
+	if len(vs) > 0 {
+		mw.set(keyVocab, strings.Join(names, ","))
+		for k, v := range vs {
+			sum := v.Checksum()
+			mw.set(keyVocabSum+names[k], hex.EncodeToString(sum[:]))
+		}
+	}
+	return arrow.NewSchema(modelFields(md.M, len(vs) > 0), mw.metadata())
 }
 
 // emitModel produces the record batches of a model: its blocks in the
-// order of ShapeOf(md).blocks(), states ascending, at most batchBytes of
-// values per batch (but at least one row); see modelBatcher.
+// order of ShapeOf(md).blocks() (D, K, then the smoothing rule's
+// streams), states ascending, at most batchBytes of values per batch (but
+// at least one row); see modelBatcher. Then the vocabularies' rows
+// (states, then actions).
 func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes int, write func(arrow.Record) error) error {
 	md := mf.Model
 	b := newModelBatcher(sc, mem, modelBatchRows(md.N, md.M, batchBytes), write)
@@ -160,6 +212,14 @@ func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes
 		if err := b.flush(); err != nil {
 			return err
 		}
+	}
+	if mf.States != nil {
+		if err := b.vocab(factorStates, mf.States); err != nil {
+			return err
+		}
+	}
+	if mf.Actions != nil {
+		return b.vocab(factorAction, mf.Actions)
 	}
 	return nil
 }
@@ -245,6 +305,12 @@ func checkWritable(mf *ModelFile) error {
 	if mf.Model.N > math.MaxInt32 || mf.Model.M > math.MaxInt32 {
 		return fmt.Errorf("model shape n=%d m=%d does not fit int32", mf.Model.N, mf.Model.M)
 	}
+	if mf.States != nil && mf.States.Len() != mf.Model.N {
+		return fmt.Errorf("the state vocabulary has %d ids, the model n=%d states", mf.States.Len(), mf.Model.N)
+	}
+	if mf.Actions != nil && mf.Actions.Len() != mf.Model.U {
+		return fmt.Errorf("the action vocabulary has %d ids, the model u=%d actions", mf.Actions.Len(), mf.Model.U)
+	}
 	return mf.Model.Validate()
 }
 
@@ -287,17 +353,23 @@ type recordWriter interface {
 
 // newModelWriter opens a model file writer on w: an Arrow IPC file for
 // ModelArrow (also ""), Parquet for ModelParquet, one row group per record,
-// with the Arrow schema (and so its metadata) stored in the file's
-// key-value metadata.
+// with the schema's metadata in the file's key-value metadata and the
+// Arrow schema stored there too, except for a model with a vocabulary:
+// its vocabulary rows have null values, which arrow-go v15 cannot read
+// back as a fixed-size list ("expected all lists to be of size=m"), so
+// its values read as list<double>.
 func newModelWriter(w io.Writer, sc *arrow.Schema, mem memory.Allocator, format string) (recordWriter, error) {
 	switch format {
 	case ModelArrow, "":
 		return ipc.NewFileWriter(&posWriter{w: w}, ipc.WithSchema(sc), ipc.WithAllocator(mem))
 	case ModelParquet:
 		props := parquet.NewWriterProperties(parquet.WithAllocator(mem), parquet.WithDictionaryDefault(false))
+		aprops := []pqarrow.WriterOption{pqarrow.WithAllocator(mem)}
+		if sc.NumFields() == len(modelFields(1, false)) {
+			aprops = append(aprops, pqarrow.WithStoreSchema())
+		}
 		// struct{ io.Writer } hides any Close: the caller owns w.
-		return pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props,
-			pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema(), pqarrow.WithAllocator(mem)))
+		return pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props, pqarrow.NewArrowWriterProperties(aprops...))
 	}
 	return nil, fmt.Errorf("unknown model format %q (want arrow or parquet)", format)
 }
@@ -393,6 +465,10 @@ type modelReader struct {
 	streams           map[string][][]float64
 	got               []map[int]bool
 	gotIdx            map[string]int
+	// vocab: the file has an id column; sums are the vocabularies'
+	// checksums by name (emsf.vocab_checksum.*).
+	vocab bool
+	sums  map[string]string
 }
 
 func (r *modelReader) release() {
@@ -406,15 +482,29 @@ func (r *modelReader) schema(sc *arrow.Schema) error {
 	if err := r.meta(sc.Metadata()); err != nil {
 		return err
 	}
-	return checkFields(sc, modelFields(r.m)...)
+	return checkFields(sc, modelFields(r.m, r.vocab)...)
 }
 
 // meta reads and checks a model's metadata (the schema metadata of a
 // model file, the metadata of a dataset's manifest).
 func (r *modelReader) meta(kv arrow.Metadata) error {
 	mr := metaReader{md: kv}
-	mr.header(kindModel)
+	version := mr.headerOf(kindModel, FormatVersion, modelVersionVocab)
 	r.n, r.m, r.u = mr.int(keyN), mr.int(keyM), mr.int(keyU)
+	if version == modelVersionVocab && mr.err == nil {
+		r.vocab = true
+		r.sums = map[string]string{}
+		list := mr.str(keyVocab)
+		if mr.err != nil {
+			return mr.err
+		}
+		for _, name := range strings.Split(list, ",") {
+			if name != vocabStates && name != vocabActions || r.sums[name] != "" {
+				return fmt.Errorf("schema metadata %s = %q: want states, actions or states,actions", keyVocab, list)
+			}
+			r.sums[name] = mr.str(keyVocabSum + name)
+		}
+	}
 	tie := mr.str(keyTie)
 	md := &factor.Model{Iteration: mr.int(keyIteration), LogLik: mr.float(keyLogLik),
 		WKL: mr.float(keyWKL), Seed: mr.uint64(keySeed)}
@@ -436,6 +526,12 @@ func (r *modelReader) meta(kv arrow.Metadata) error {
 		return fmt.Errorf("bad model shape n=%d m=%d u=%d", r.n, r.m, r.u)
 	}
 	r.want = int64(factor.NumD(r.u, r.tie)+factor.NumK(r.u, r.tie)) * int64(r.n)
+	if _, ok := r.sums[vocabStates]; ok {
+		r.want += int64(r.n)
+	}
+	if _, ok := r.sums[vocabActions]; ok {
+		r.want += int64(r.u)
+	}
 	if err := r.smoothMeta(kv); err != nil {
 		return err
 	}
@@ -452,8 +548,10 @@ func (r *modelReader) meta(kv arrow.Metadata) error {
 }
 
 func (r *modelReader) record(rec arrow.Record) error {
-	if err := noNulls(rec); err != nil {
-		return err
+	if !r.vocab { // with a vocabulary: vocabRows checks where nulls are
+		if err := noNulls(rec); err != nil {
+			return err
+		}
 	}
 	r.rows += rec.NumRows()
 	if r.rows > r.want {
@@ -488,6 +586,56 @@ func (r *modelReader) parquet(ra parquet.ReaderAtSeeker, size int64, mem memory.
 	}
 }
 
+// vocabRows returns the values of a record of a model with a vocabulary
+// (row i's at out[i*m:(i+1)*m], zeros on vocabulary rows) and its id
+// column, checking that values are null exactly where id is not.
+func vocabRows(rec arrow.Record, m int) ([]float64, *array.String, error) {
+	for c := range 3 {
+		if n := rec.Column(c).NullN(); n > 0 {
+			return nil, nil, fmt.Errorf("column %s has %d nulls", rec.ColumnName(c), n)
+		}
+	}
+	idCol, ok := rec.Column(4).(*array.String)
+	if !ok {
+		return nil, nil, fmt.Errorf("id column has type %s", rec.Column(4).DataType())
+	}
+	l, ok := rec.Column(3).(interface {
+		arrow.Array
+		ListValues() arrow.Array
+		ValueOffsets(int) (int64, int64)
+	})
+	if !ok {
+		return nil, nil, fmt.Errorf("values column of type %s is not a list", rec.Column(3).DataType())
+	}
+	f, ok := l.ListValues().(*array.Float64)
+	if !ok {
+		return nil, nil, fmt.Errorf("list values of type %s are not float64", l.ListValues().DataType())
+	}
+	vals := f.Float64Values()
+	names := rec.Column(0).(*array.String)
+	out := make([]float64, int(rec.NumRows())*m)
+	for i := range int(rec.NumRows()) {
+		vocab := names.Value(i) == factorStates || names.Value(i) == factorAction
+		if l.IsNull(i) != vocab || idCol.IsNull(i) == vocab {
+			return nil, nil, fmt.Errorf("row %d (factor %s): values null %v, id null %v", i, names.Value(i), l.IsNull(i), idCol.IsNull(i))
+		}
+		if vocab {
+			continue
+		}
+		start, end := l.ValueOffsets(i)
+		if end-start != int64(m) || start < 0 || end > int64(len(vals)) {
+			return nil, nil, fmt.Errorf("list row %d holds values [%d, %d), want %d values", i, start, end, m)
+		}
+		for k := start; k < end && f.NullN() > 0; k++ {
+			if f.IsNull(int(k)) {
+				return nil, nil, fmt.Errorf("column values has null list values")
+			}
+		}
+		copy(out[i*m:], vals[start:end])
+	}
+	return out, idCol, nil
+}
+
 // model builds the model from the collected records and validates it.
 func (r *modelReader) model() (_ *ModelFile, err error) {
 	defer catchDecode(&err)
@@ -500,6 +648,13 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 	blocks := map[string][][]float64{"D": md.D, "K": md.KT}
 	shared := map[string]bool{"D": r.tie == factor.TieSharedD, "K": r.tie == factor.TieSharedK}
 	m := r.m
+	ids := map[string][]string{}
+	if _, ok := r.sums[vocabStates]; ok {
+		ids[factorStates] = make([]string, r.n)
+	}
+	if _, ok := r.sums[vocabActions]; ok {
+		ids[factorAction] = make([]string, r.u)
+	}
 	for _, rec := range r.recs {
 		names, ok := rec.Column(0).(*array.String)
 		if !ok {
@@ -507,12 +662,29 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 		}
 		actions := rec.Column(1).(*array.Int32).Int32Values()
 		states := rec.Column(2).(*array.Int32).Int32Values()
-		vals, err := listRows(rec.Column(3), m)
-		if err != nil {
+		var vals []float64
+		var idCol *array.String
+		if r.vocab {
+			if vals, idCol, err = vocabRows(rec, m); err != nil {
+				return nil, err
+			}
+		} else if vals, err = listRows(rec.Column(3), m); err != nil {
 			return nil, err
 		}
 		for i := range int(rec.NumRows()) {
 			f, a, s := names.Value(i), int(actions[i]), int(states[i])
+			if vs, ok := ids[f]; ok {
+				if a != -1 || s < 0 || s >= len(vs) {
+					return nil, fmt.Errorf("vocabulary row %s action %d index %d: want action -1 and an index in [0, %d)", f, a, s, len(vs))
+				}
+				if vs[s] != "" {
+					return nil, fmt.Errorf("vocabulary row %s index %d appears twice", f, s)
+				}
+				if vs[s] = idCol.Value(i); vs[s] == "" {
+					return nil, fmt.Errorf("vocabulary row %s index %d has an empty id", f, s)
+				}
+				continue
+			}
 			if f == "Q" || f == "C" {
 				if err := r.streamRow(f, a, s, vals[i*m:(i+1)*m]); err != nil {
 					return nil, err
@@ -552,6 +724,24 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 	if r.smooth {
 		if md.Smoothing, err = r.smoothing(); err != nil {
 			return nil, err
+		}
+	}
+	for f, name := range map[string]string{factorStates: vocabStates, factorAction: vocabActions} {
+		vs, ok := ids[f]
+		if !ok {
+			continue
+		}
+		v, err := shard.NewVocab(vs)
+		if err != nil {
+			return nil, fmt.Errorf("%s vocabulary: %w", name, err)
+		}
+		if sum := v.Checksum(); hex.EncodeToString(sum[:]) != r.sums[name] {
+			return nil, fmt.Errorf("%s vocabulary: its ids do not match %s%s (a mangled vocabulary)", name, keyVocabSum, name)
+		}
+		if f == factorStates {
+			r.mf.States = v
+		} else {
+			r.mf.Actions = v
 		}
 	}
 	r.mf.Model = md

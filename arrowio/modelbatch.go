@@ -6,6 +6,7 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/memory"
 
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 )
 
 // modelBlock is one block of a model table: its factor ("D" or "K", or
@@ -63,12 +64,13 @@ type modelBatcher struct {
 	action int32
 	state  int32 // the state of the next row
 	rows   int   // rows in rb
+	ids    bool  // the schema has the id column (a model with a vocabulary)
 	write  func(arrow.Record) error
 }
 
 func newModelBatcher(sc *arrow.Schema, mem memory.Allocator, per int, write func(arrow.Record) error) *modelBatcher {
 	m := int(sc.Field(3).Type.(*arrow.FixedSizeListType).Len())
-	return &modelBatcher{rb: array.NewRecordBuilder(mem, sc), m: m, per: per, write: write}
+	return &modelBatcher{rb: array.NewRecordBuilder(mem, sc), m: m, per: per, ids: sc.NumFields() > 4, write: write}
 }
 
 func (b *modelBatcher) release() { b.rb.Release() }
@@ -114,6 +116,9 @@ func (b *modelBatcher) add(vals []float64) error {
 			b.state++
 		}
 		appendRows(lb, vals[:k*b.m], k)
+		if b.ids {
+			b.rb.Field(4).(*array.StringBuilder).AppendNulls(k)
+		}
 		vals = vals[k*b.m:]
 		if b.rows += k; b.rows == b.per {
 			if err := b.flush(); err != nil {
@@ -122,6 +127,33 @@ func (b *modelBatcher) add(vals []float64) error {
 		}
 	}
 	return nil
+}
+
+// vocab writes the rows of a vocabulary (the schema must have the id
+// column), per rows a batch: factor name (S or A), action -1, state the
+// index, values null, id the id.
+func (b *modelBatcher) vocab(name string, v *shard.Vocab) error {
+	if err := b.flush(); err != nil {
+		return err
+	}
+	fb := b.rb.Field(0).(*array.StringBuilder)
+	ab := b.rb.Field(1).(*array.Int32Builder)
+	sb := b.rb.Field(2).(*array.Int32Builder)
+	lb := b.rb.Field(3).(*array.FixedSizeListBuilder)
+	ib := b.rb.Field(4).(*array.StringBuilder)
+	for i := range v.Len() {
+		fb.Append(name)
+		ab.Append(-1)
+		sb.Append(int32(i))
+		lb.AppendNull()
+		ib.BinaryBuilder.Append(v.ID(i))
+		if b.rows++; b.rows == b.per {
+			if err := b.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return b.flush()
 }
 
 // flush writes the rows held, if any, as one record batch.

@@ -190,18 +190,19 @@ type ModelManifest struct {
 // shape and the part's place in the schema metadata.
 func partSchema(s ModelShape, p PartSpec) *arrow.Schema {
 	var mw metaWriter
-	mw.modelShape(kindModelPart, s)
+	mw.modelShape(FormatVersion, kindModelPart, s)
 	mw.set(keyPartFactor, p.Factor)
 	mw.int(keyPartBlock, p.Block)
 	mw.int(keyPartLo, p.Lo)
 	mw.int(keyPartHi, p.Hi)
-	return arrow.NewSchema(modelFields(s.M), mw.metadata())
+	return arrow.NewSchema(modelFields(s.M, false), mw.metadata())
 }
 
 // modelShape writes the format version, kind and s, the first keys of a
-// model file's and a part's schema metadata.
-func (w *metaWriter) modelShape(kind string, s ModelShape) {
-	w.set(keyVersion, FormatVersion)
+// model file's and a part's schema metadata (a model file with a
+// vocabulary is of version modelVersionVocab, a part never is).
+func (w *metaWriter) modelShape(version, kind string, s ModelShape) {
+	w.set(keyVersion, version)
 	w.set(keyKind, kind)
 	w.int(keyN, s.N)
 	w.int(keyM, s.M)
@@ -527,10 +528,16 @@ func parseModelMeta(meta map[string]string) (*ModelFile, ModelShape, error) {
 // headerFromMeta reads a model's metadata as a model file's reader does:
 // the header (a ModelFile with no factors; with a smoothing rule, a
 // Smoothing with its λ, κ and δ (and μ, d, ρ) only) and the model's shape.
+// A model dataset's parts hold D and K rows and the rule's streams: a
+// model with a vocabulary of user ids (emsf.vocab) cannot be one, and is
+// refused here, before any part is written.
 func headerFromMeta(kv arrow.Metadata) (*ModelFile, ModelShape, error) {
 	var r modelReader
 	if err := r.meta(kv); err != nil {
 		return nil, ModelShape{}, err
+	}
+	if r.vocab {
+		return nil, ModelShape{}, fmt.Errorf("the model names its states or actions by user ids (%s), which a model dataset cannot hold (its parts carry D and K rows only): keep it as one model file", keyVocab)
 	}
 	hdr := r.mf
 	hdr.Model.N, hdr.Model.M, hdr.Model.U, hdr.Model.Tie = r.n, r.m, r.u, r.tie

@@ -110,7 +110,7 @@ func scanModelFile(ctx context.Context, ra parquet.ReaderAtSeeker, size int64, m
 			return err
 		}
 		cur = c
-		return checkFields(sc, modelFields(c.m)...)
+		return checkFields(sc, modelFields(c.m, false)...)
 	}
 	record := guard(func(rec arrow.Record) error { return cur.record(rec, rows) })
 	switch formatFromMagic(head[:n]) {

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/apache/arrow/go/v15/arrow/memory"
+
+	"github.com/emsf/emsf/shard"
 )
 
 // Transition input formats, the values of ReadOptions.Format.
@@ -68,6 +70,20 @@ type ReadOptions struct {
 	// nor check the count column (an Arrow IPC file's count buffers are
 	// not even read from disk); the CSV reader still parses and checks it.
 	NoCount bool
+	// StateIDs and ActionIDs, when not nil, read the state and next_state
+	// columns (ActionIDs: the action column) as user ids rather than
+	// integer indices: CSV text (trimmed of spaces, as numbers are; "3" is
+	// the id "3"), Arrow string, large string, binary or dictionary columns
+	// of those, Parquet byte arrays. Each id is checked (shard.CheckID: a
+	// bad one is a row error) and interned: the batch holds its index in
+	// the vocabulary, which grows by the ids it does not hold yet, numbered
+	// in row order as first seen (callers sort it at the end:
+	// shard.Vocab.SortFrom). States and Actions do not bound them. When
+	// nil (the default) the columns hold integer indices, and a column of
+	// strings, or in CSV a value that is not a number, stops the scan
+	// with a *StringIDsError. A vocabulary is grown by the scan's
+	// goroutine only, in row order.
+	StateIDs, ActionIDs *shard.Vocab
 
 	// chunkBytes is the size of the CSV chunks parsed in parallel
 	// (default csvChunkBytes; tests make it small).
@@ -348,6 +364,7 @@ type scan struct {
 	noCount        bool // ReadOptions.NoCount
 	limit          [colNext + 1]int64
 	bounded        [colNext + 1]bool
+	ids            [colNext + 1]*shard.Vocab // the vocabulary of each index column, nil: integers
 	batchRows      int
 	chunkBytes     int
 	libraryIPC     bool
@@ -384,6 +401,7 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 	}
 	s.countOpt = o.CountCol == ""
 	s.noCount = o.NoCount
+	s.ids = [colNext + 1]*shard.Vocab{o.StateIDs, o.ActionIDs, o.StateIDs}
 	for k, n := range []int{o.States, o.Actions, o.States} {
 		s.limit[k] = 1 << 31 // indices are int32
 		if n > 0 {
@@ -436,6 +454,7 @@ func (s *scan) indexReason(k int, v int64) string {
 
 const (
 	reasonNotInt   = "is not a non-negative integer"
+	reasonStringID = reasonNotInt + " (it reads as a string id)"
 	reasonBadCount = "is not a finite positive number"
 	reasonNull     = "value is null"
 	reasonEmpty    = "value is empty"

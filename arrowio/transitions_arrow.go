@@ -109,7 +109,7 @@ func (s *scan) parquetGroups(ctx context.Context, ra parquet.ReaderAtSeeker, siz
 	if err != nil {
 		return err
 	}
-	if kinds, ok := pqKinds(fr, leaves); ok && !s.libraryParquet && (s.libraryPages || pqOptionalPages(fr.ParquetReader(), ra, size, leaves, groups)) {
+	if kinds, ok := pqKinds(fr, leaves); ok && !s.anyIDs() && !s.libraryParquet && (s.libraryPages || pqOptionalPages(fr.ParquetReader(), ra, size, leaves, groups)) {
 		err = s.pqColumns(ctx, fr.ParquetReader(), ra, size, leaves, kinds, groups)
 	} else {
 		err = s.pqRecords(ctx, fr, leaves, groups)
@@ -291,7 +291,8 @@ func nextParquet(rr pqarrow.RecordReader) (rec arrow.Record, err error) {
 }
 
 // columns finds the columns to read in an Arrow schema and checks their
-// types: integer or float for indices, any numeric type for counts.
+// types: integer or float for indices (strings for ids: checkIDColumn),
+// any numeric type for counts.
 func (s *scan) columns(sc *arrow.Schema) (idx [numCols]int, err error) {
 	for k := range numCols {
 		if k == colCount && s.noCount {
@@ -311,7 +312,11 @@ func (s *scan) columns(sc *arrow.Schema) (idx [numCols]int, err error) {
 			return idx, s.missingColumn(k, present)
 		}
 		idx[k] = is[0]
-		if !numeric(sc.Field(is[0]).Type) {
+		if k <= colNext {
+			if err := s.checkIDColumn(k, sc.Field(is[0]).Type); err != nil {
+				return idx, err
+			}
+		} else if !numeric(sc.Field(is[0]).Type) {
 			return idx, &InputError{File: s.file, Column: s.names[k],
 				Reason: fmt.Sprintf("has type %s; want a numeric column", sc.Field(is[0]).Type)}
 		}
@@ -353,6 +358,12 @@ func (s *scan) convert(rec arrow.Record, cols [numCols]int, lo, hi int) (err err
 	dst := [colNext + 1]*[]int32{&b.State, &b.Action, &b.Next}
 	for k := range colNext + 1 {
 		*dst[k] = grow(*dst[k], hi-lo)
+		if s.ids[k] != nil {
+			if err := s.idColumn(rec.Column(cols[k]), lo, hi, *dst[k], k, first); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := s.indexColumn(rec.Column(cols[k]), lo, hi, *dst[k], k, first); err != nil {
 			return err
 		}

@@ -197,7 +197,13 @@ func (s *scan) appendRow(ctx context.Context, st, ac, nx int32, c float64, row i
 	return nil
 }
 
+// parseIndex converts the field of index column k in data row row: an
+// integer index, or with a vocabulary for the column an id, interned (so
+// in a scan that reads ids only the reading goroutine may call it).
 func (s *scan) parseIndex(row, k int, field string) (int32, error) {
+	if s.ids[k] != nil {
+		return s.intern(row, k, []byte(trimSpaceASCII(field)))
+	}
 	f := strings.TrimSpace(field)
 	if f == "" {
 		return 0, s.bad(row, k, "", reasonEmpty)
@@ -206,7 +212,9 @@ func (s *scan) parseIndex(row, k int, field string) (int32, error) {
 	if err != nil {
 		x, ferr := strconv.ParseFloat(f, 64)
 		switch {
-		case ferr != nil && !errors.Is(ferr, strconv.ErrRange), math.IsNaN(x), math.IsInf(x, 0), x != math.Trunc(x):
+		case ferr != nil && !errors.Is(ferr, strconv.ErrRange):
+			return 0, s.stringIDs(row, k, field, reasonStringID)
+		case math.IsNaN(x), math.IsInf(x, 0), x != math.Trunc(x):
 			return 0, s.bad(row, k, field, reasonNotInt)
 		case x < 0:
 			v = -1

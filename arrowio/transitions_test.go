@@ -387,7 +387,17 @@ func TestScanWrongType(t *testing.T) {
 	for _, format := range []string{FormatArrowFile, FormatParquet} {
 		p := writeFile(t, "t."+format, encodeRecords(t, format, rec))
 		_, err := scanAll(context.Background(), p, ReadOptions{})
-		wantInputError(t, err, 0, "state", "has type utf8; want a numeric column")
+		wantInputError(t, err, 0, "state", "has type utf8: it holds string ids, not integer indices")
+	}
+	bb := array.NewBooleanBuilder(mem)
+	bb.AppendValues([]bool{true}, nil)
+	rec2 := record(col{"state", bb.NewArray()}, col{"action", i32(mem, 0)}, col{"next_state", i32(mem, 1)})
+	bb.Release()
+	defer rec2.Release()
+	for _, format := range []string{FormatArrowFile, FormatParquet} {
+		p := writeFile(t, "b."+format, encodeRecords(t, format, rec2))
+		_, err := scanAll(context.Background(), p, ReadOptions{})
+		wantInputError(t, err, 0, "state", "has type bool; want a numeric column (integer indices) or a string column (ids)")
 	}
 }
 

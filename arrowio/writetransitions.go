@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/apache/arrow/go/v15/arrow"
@@ -13,6 +14,8 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+
+	"github.com/emsf/emsf/shard"
 )
 
 // TransitionSchema is the schema of transition files written by
@@ -45,6 +48,10 @@ type TransitionWriter struct {
 	rows int
 	ipcw *ipc.FileWriter
 	pqw  *pqarrow.FileWriter
+
+	// ids, when not nil, name the states and the actions: the columns are
+	// then strings holding ids[k].ID(index).
+	ids [2]*shard.Vocab
 }
 
 // FormatFromPath returns the format implied by a file name's extension:
@@ -64,6 +71,15 @@ func FormatFromPath(path string) string {
 // NewTransitionWriter starts writing path in format "csv", "arrow" or
 // "parquet" ("" = from the extension).
 func NewTransitionWriter(path, format string) (*TransitionWriter, error) {
+	return NewTransitionWriterIDs(path, format, nil, nil)
+}
+
+// NewTransitionWriterIDs is NewTransitionWriter for states and actions
+// named by ids: with a vocabulary, the state and next_state columns
+// (actions: the action column) hold the id of each index written (CSV
+// fields quoted where RFC 4180 needs it; Arrow and Parquet string
+// columns). A nil vocabulary writes integers.
+func NewTransitionWriterIDs(path, format string, states, actions *shard.Vocab) (*TransitionWriter, error) {
 	if format == "" {
 		format = FormatFromPath(path)
 	}
@@ -74,8 +90,14 @@ func NewTransitionWriter(path, format string) (*TransitionWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &TransitionWriter{path: path, f: f, format: format}
-	schema := arrow.NewSchema(transitionFields, nil)
+	w := &TransitionWriter{path: path, f: f, format: format, ids: [2]*shard.Vocab{states, actions}}
+	fields := slices.Clone(transitionFields)
+	for k, v := range []*shard.Vocab{states, actions, states} {
+		if v != nil {
+			fields[k].Type = arrow.BinaryTypes.String
+		}
+	}
+	schema := arrow.NewSchema(fields, nil)
 	mem := memory.NewGoAllocator()
 	switch format {
 	case "csv":
@@ -101,11 +123,11 @@ func NewTransitionWriter(path, format string) (*TransitionWriter, error) {
 func (w *TransitionWriter) Write(s, a, s2 int, c float64, episode, step int64) error {
 	if w.csv != nil {
 		var buf [96]byte
-		line := strconv.AppendInt(buf[:0], int64(s), 10)
+		line := w.appendIndex(buf[:0], 0, s)
 		line = append(line, ',')
-		line = strconv.AppendInt(line, int64(a), 10)
+		line = w.appendIndex(line, 1, a)
 		line = append(line, ',')
-		line = strconv.AppendInt(line, int64(s2), 10)
+		line = w.appendIndex(line, 0, s2)
 		line = append(line, ',')
 		line = strconv.AppendFloat(line, c, 'g', -1, 64)
 		line = append(line, ',')
@@ -118,9 +140,13 @@ func (w *TransitionWriter) Write(s, a, s2 int, c float64, episode, step int64) e
 		}
 		return nil
 	}
-	w.b.Field(0).(*array.Int32Builder).Append(int32(s))
-	w.b.Field(1).(*array.Int32Builder).Append(int32(a))
-	w.b.Field(2).(*array.Int32Builder).Append(int32(s2))
+	for k, x := range []int{s, a, s2} {
+		if v := w.ids[k%2]; v != nil {
+			w.b.Field(k).(*array.StringBuilder).BinaryBuilder.Append(v.ID(x))
+		} else {
+			w.b.Field(k).(*array.Int32Builder).Append(int32(x))
+		}
+	}
 	w.b.Field(3).(*array.Float64Builder).Append(c)
 	w.b.Field(4).(*array.Int64Builder).Append(episode)
 	w.b.Field(5).(*array.Int64Builder).Append(step)
@@ -129,6 +155,16 @@ func (w *TransitionWriter) Write(s, a, s2 int, c float64, episode, step int64) e
 		return w.flush()
 	}
 	return nil
+}
+
+// appendIndex appends index x of group g (0 states, 1 actions) as a CSV
+// field: its id, quoted if need be, or the integer.
+func (w *TransitionWriter) appendIndex(line []byte, g, x int) []byte {
+	v := w.ids[g]
+	if v == nil {
+		return strconv.AppendInt(line, int64(x), 10)
+	}
+	return append(line, CSVField(string(v.ID(x)))...)
 }
 
 func (w *TransitionWriter) flush() error {

@@ -17,6 +17,15 @@ const (
 	// RowsUniform draws every entry uniformly from [0, 1) and normalises
 	// the rows (emsf-ijcai2015 Fig. 2).
 	RowsUniform = "uniform"
+	// RowsLocal is an MDP of local dynamics: the states lie on a ring cut
+	// into mTrue arcs, hidden state l stands for arc l, D'_i splits its
+	// mass between the two arcs nearest to i (by distance to their
+	// centres) and K'_l spreads over a window of 2n/mTrue states around
+	// arc l, with exponentially distributed weights (some next states more
+	// visited than others, as in logged data). Next states are near the
+	// state left, and a fitted D row puts its mass on a few hidden states:
+	// the structured data of the top-k benchmark (spec ask-the-model §1).
+	RowsLocal = "local"
 )
 
 // TrueModel returns a random "true" factorization P^a = D'^a K'^a with n
@@ -37,8 +46,10 @@ func TrueModel(n, mTrue, u int, rows string, conc float64, rng *rand.Rand) (*Mod
 		draw = func(dst []float64) { Dirichlet(dst, conc, rng) }
 	case RowsUniform:
 		draw = func(dst []float64) { uniformRow(dst, rng) }
+	case RowsLocal:
+		return localModel(n, mTrue, u, rng), nil
 	default:
-		return nil, fmt.Errorf("factor: unknown row distribution %q (want %s or %s)", rows, RowsDirichlet, RowsUniform)
+		return nil, fmt.Errorf("factor: unknown row distribution %q (want %s, %s or %s)", rows, RowsDirichlet, RowsUniform, RowsLocal)
 	}
 	md := NewModel(n, mTrue, u, TieNone)
 	for a := range u {
@@ -58,6 +69,41 @@ func TrueModel(n, mTrue, u int, rows string, conc float64, rng *rand.Rand) (*Mod
 		}
 	}
 	return md, nil
+}
+
+// localModel is TrueModel's RowsLocal.
+func localModel(n, m, u int, rng *rand.Rand) *Model {
+	md := NewModel(n, m, u, TieNone)
+	arc := float64(n) / float64(m)
+	width := max(1, 2*n/m)
+	row := make([]float64, n)
+	for a := range u {
+		d, kt := md.D[a], md.KT[a]
+		for i := range n {
+			// Position in arcs, measured from the first arc's centre.
+			x := (float64(i)+0.5)/arc - 0.5
+			l0 := int(math.Floor(x))
+			f := x - float64(l0)
+			r := d[i*m : (i+1)*m]
+			r[((l0%m)+m)%m] += 1 - f
+			r[(((l0+1)%m)+m)%m] += f
+		}
+		for l := range m {
+			clear(row)
+			lo := int(float64(l)*arc+arc/2) - width/2
+			for x := range width {
+				row[((lo+x)%n+n)%n] = rng.ExpFloat64()
+			}
+			s := 0.0
+			for _, v := range row {
+				s += v
+			}
+			for j, v := range row {
+				kt[j*m+l] = v / s
+			}
+		}
+	}
+	return md
 }
 
 func uniformRow(dst []float64, rng *rand.Rand) {

@@ -283,3 +283,34 @@ func TestSynthDeterminism(t *testing.T) {
 		}
 	}
 }
+
+// TestTrueModelLocal: the local MDP is stochastic, each D' row uses at
+// most two hidden states, and each next state is within about two arcs of
+// the state left (on the ring).
+func TestTrueModelLocal(t *testing.T) {
+	const n, m = 1000, 10
+	md, err := TrueModel(n, m, 2, RowsLocal, 0, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := md.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		nz := 0
+		for _, v := range md.DRow(1, i) {
+			if v > 0 {
+				nz++
+			}
+		}
+		if nz < 1 || nz > 2 {
+			t.Fatalf("D' row %d has %d hidden states", i, nz)
+		}
+		for j := range n {
+			dist := min((i-j+n)%n, (j-i+n)%n)
+			if p := md.Prob(1, i, j); p > 0 && dist > 2*n/m+1 {
+				t.Fatalf("P'(%d|%d) = %v at distance %d", j, i, p, dist)
+			}
+		}
+	}
+}

@@ -481,6 +481,64 @@ func (sc *rowScratch) sumRow(js []int32, cs []float64, lo, hi int, cols []int32,
 	return out
 }
 
+// Remap renumbers the transitions added so far: state (and next state) i
+// becomes states[i], action a becomes actions[a] (nil: they keep their
+// numbers). Both must be one-to-one over the indices added. Matrices
+// afterwards is bitwise the Counter that was given the renumbered
+// transitions in the same order: a row's duplicates are summed in
+// arrival order whatever the numbering. Batch commands count rows with
+// ids numbered as first seen and renumber once the vocabulary is sorted
+// (Vocab.SortFrom).
+func (ct *Counter) Remap(states, actions []int32) {
+	logs := map[int32]*actionLog{}
+	for a, l := range ct.acts {
+		if l != nil {
+			logs[int32(a)] = l
+		}
+	}
+	for a, l := range ct.sparse {
+		logs[a] = l
+	}
+	ct.acts, ct.sparse = nil, nil
+	maxS, maxA := int32(-1), int32(-1)
+	for a, l := range logs {
+		l.maxI = 0
+		for _, ch := range l.chunks {
+			if states != nil {
+				for k, i := range ch.i {
+					ch.i[k] = states[i]
+				}
+				for k, j := range ch.j {
+					ch.j[k] = states[j]
+				}
+			}
+			for _, i := range ch.i {
+				l.maxI = max(l.maxI, i)
+			}
+			for _, j := range ch.j {
+				maxS = max(maxS, j)
+			}
+		}
+		maxS = max(maxS, l.maxI)
+		if actions != nil {
+			a = actions[a]
+		}
+		maxA = max(maxA, a)
+		if a < denseActions {
+			if int(a) >= len(ct.acts) {
+				ct.acts = append(ct.acts, make([]*actionLog, int(a)+1-len(ct.acts))...)
+			}
+			ct.acts[a] = l
+		} else {
+			if ct.sparse == nil {
+				ct.sparse = map[int32]*actionLog{}
+			}
+			ct.sparse[a] = l
+		}
+	}
+	ct.maxS, ct.maxA = int(maxS)+1, int(maxA)+1
+}
+
 // Union returns the count matrices of u actions that hold the nonzeros
 // of every set of matrices, summed in set order: each (a, i, j) is the
 // first set's count plus the next's, left to right (a Counter fed the

@@ -117,5 +117,13 @@ func (f *FingerprintHash) Add(state, action, next []int32, counts []float64) {
 	f.rows = buf
 }
 
+// AddBytes hashes b after what was hashed so far: what is not rows of
+// transitions but names them (the ids of a vocabulary, cmd/emsf).
+func (f *FingerprintHash) AddBytes(b []byte) {
+	f.crc.C = crc32.Update(f.crc.C, castagnoli, b)
+	f.crc.I = crc32.Update(f.crc.I, crc32.IEEETable, b)
+	f.crc.Len += int64(len(b))
+}
+
 // Sum returns the CRCs of the rows hashed so far.
 func (f *FingerprintHash) Sum() RowsCRC { return f.crc }

@@ -121,7 +121,8 @@ func fitBaseline(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	}
 	params := f.params(m)
 	params["algorithm"] = algKLM
-	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params, Status: bestStatus.String()}
+	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params, Status: bestStatus.String(),
+		States: data.ids.states, Actions: data.ids.actions}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}

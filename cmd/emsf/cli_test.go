@@ -122,7 +122,7 @@ func TestFitBadInput(t *testing.T) {
 		{"unknown column flag", good, []string{"--col-state", "from"}, []string{"data.csv", `"from"`, `"next_state"`}},
 		{"missing column", "state,action\n0,0\n", nil, []string{"data.csv", `"next_state"`}},
 		{"non-integer state", "state,action,next_state\n0,0,1\n1.5,0,1\n", nil, []string{"data.csv", "row 2", `"state"`, "1.5"}},
-		{"text state", "state,action,next_state\n0,0,1\nabc,0,1\n", nil, []string{"data.csv", "row 2", `"state"`, "abc"}},
+		{"text state", "state,action,next_state\n0,0,1\nabc,0,1\n", []string{"--ids", "int"}, []string{"data.csv", "row 2", `"state"`, "abc", "--ids int"}},
 		{"negative state", "state,action,next_state\n0,0,1\n0,0,-3\n", nil, []string{"data.csv", "row 2", `"next_state"`, "-3"}},
 		{"negative action", "state,action,next_state\n0,-1,1\n", nil, []string{"data.csv", "row 1", `"action"`, "-1"}},
 		{"state out of range", "state,action,next_state\n0,0,1\n7,0,1\n", []string{"--states", "3"}, []string{"data.csv", "row 2", `"state"`, "7"}},

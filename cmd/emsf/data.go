@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -36,6 +37,7 @@ type inputFlags struct {
 	count   string
 	states  int
 	actions int
+	ids     string
 }
 
 func (f *inputFlags) register(fs *flag.FlagSet) {
@@ -48,6 +50,7 @@ func (f *inputFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.count, "col-count", "", "name of the count column (default: a column named count if there is one, else every row counts 1)")
 	fs.IntVar(&f.states, "states", 0, "number of states n (default: inferred as 1 + the largest state seen)")
 	fs.IntVar(&f.actions, "actions", 0, "number of actions u (default: inferred as 1 + the largest action seen)")
+	fs.StringVar(&f.ids, "ids", idsAuto, idsUsage)
 }
 
 // name is the input as messages name it: its path, or "stdin".
@@ -82,6 +85,53 @@ func spoolStdin(r io.Reader) (path string, remove func(), err error) {
 	return path, remove, nil
 }
 
+// stdinReplay lets standard input be read more than once (a read with
+// --ids auto that meets ids late is read again): what any read takes from
+// standard input is also written to a temporary file, and a later read
+// replays the file before it goes on with standard input. Reads must not
+// overlap.
+type stdinReplay struct {
+	src  io.Reader
+	file *os.File
+	size int64 // bytes written to file
+	err  error // the first write error
+}
+
+func newStdinReplay(src io.Reader) (*stdinReplay, error) {
+	file, err := os.CreateTemp("", "emsf-stdin-")
+	if err != nil {
+		return nil, fmt.Errorf("--input -: a temporary copy of standard input: %w", err)
+	}
+	return &stdinReplay{src: src, file: file}, nil
+}
+
+// reader returns a reader of standard input from its first byte.
+func (r *stdinReplay) reader() io.Reader {
+	return io.MultiReader(io.NewSectionReader(r.file, 0, r.size), r)
+}
+
+// Read reads standard input on and keeps a copy of what it read.
+func (r *stdinReplay) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.src.Read(p)
+	if n > 0 {
+		if _, werr := r.file.WriteAt(p[:n], r.size); werr != nil {
+			r.err = fmt.Errorf("--input -: a temporary copy of standard input: %w", werr)
+			return 0, r.err
+		}
+		r.size += int64(n)
+	}
+	return n, err
+}
+
+// close removes the copy.
+func (r *stdinReplay) close() {
+	r.file.Close()
+	os.Remove(r.file.Name())
+}
+
 func (f *inputFlags) validate() error {
 	if f.input == "" {
 		return usagef("--input is required")
@@ -92,7 +142,7 @@ func (f *inputFlags) validate() error {
 	if f.actions < 0 {
 		return usagef("--actions %d: must be >= 1", f.actions)
 	}
-	return nil
+	return validIDs(f.ids)
 }
 
 // dataSource is the dataset an input names, listed once: its files in
@@ -189,14 +239,22 @@ type dataset struct {
 	// without one): what chooses a model's smoothing and stops its fit.
 	val         []*factor.Block
 	fingerprint string
+	// ids are the vocabularies of the groups named by ids (nil: integer
+	// indices): state i of the counts is ids.states.ID(i).
+	ids vocabs
+	// unseen counts the rows set aside because they name an id the model
+	// read against lacks (policy idsKnown); transitions does not count
+	// them.
+	unseen int
 }
 
 // loadData reads the transitions of f into per-action count matrices.
 // With holdout > 0 each transition goes to the held-out set with that
 // probability, drawn from a generator seeded by seed (so the split is
-// reproducible and independent of the file format).
+// reproducible and independent of the file format). Columns of ids (see
+// --ids) get the sorted vocabulary of the data's ids.
 func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) (*dataset, error) {
-	return loadDataVal(ctx, f, holdout, 0, seed)
+	return loadDataIDs(ctx, f, holdout, 0, seed, vocabs{}, idsFresh)
 }
 
 // loadDataVal is loadData with a validation split: each transition not
@@ -204,17 +262,59 @@ func loadData(ctx context.Context, f *inputFlags, holdout float64, seed uint64) 
 // second generator seeded by seed (so the held-out part, and the split of
 // the rest, do not depend on each other's fraction).
 func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64, seed uint64) (*dataset, error) {
+	return loadDataIDs(ctx, f, holdout, validation, seed, vocabs{}, idsFresh)
+}
+
+// loadDataIDs is loadDataVal against the vocabularies of a model (base; a
+// nil group holds integers), whose ids keep their indices: new ids are
+// appended sorted among themselves (policy idsGrow), or the rows that
+// name them are set aside (idsKnown, counted in dataset.unseen).
+//
+// Rows of ids are counted with indices numbered as first seen
+// (arrowio.ReadOptions.StateIDs), then renumbered once the vocabulary is
+// sorted (shard.Counter.Remap): the counts are bitwise those of reading
+// the rows with their final indices. Such inputs are read in one pass
+// whatever their format. With --ids auto a column whose rows turn to ids
+// is read again (arrowio.ScanAutoIDs): standard input then replays what
+// the first read took (stdinReplay).
+func loadDataIDs(ctx context.Context, f *inputFlags, holdout, validation float64, seed uint64, base vocabs, policy idPolicy) (*dataset, error) {
+	var replay *stdinReplay
+	if f.input == arrowio.StdinPath && policy == idsFresh && f.ids == idsAuto {
+		var err error
+		if replay, err = newStdinReplay(os.Stdin); err != nil {
+			return nil, err
+		}
+		defer replay.close()
+	}
+	var d *dataset
+	_, err := f.scanWithIDs(base, policy, func(opts arrowio.ReadOptions) error {
+		if replay != nil {
+			opts.Stdin = replay.reader()
+		}
+		var err error
+		d, err = countData(ctx, f, opts, holdout, validation, seed, base, policy)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// countData is one read of loadDataIDs, with the vocabularies of opts.
+func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, holdout, validation float64, seed uint64, base vocabs, policy idPolicy) (*dataset, error) {
 	// The counts are a few large pointer-free buffers, cheap to collect:
 	// collecting more often keeps the peak RSS near what is live (the
 	// read batch, the counter's log and the CSR being built) rather than
 	// twice that.
 	defer debug.SetGCPercent(debug.SetGCPercent(ingestGCPercent))
+	ids := vocabs{opts.StateIDs, opts.ActionIDs}
 	src, err := f.open(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer src.close()
-	if holdout == 0 && validation == 0 && src.allOf(twoPassFile) {
+	if holdout == 0 && validation == 0 && !ids.any() && src.allOf(twoPassFile) {
 		d, ok, err := loadTwoPass(ctx, f, src)
 		if err != nil || ok {
 			return d, err
@@ -225,7 +325,11 @@ func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64
 	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
 	vrng := rand.New(rand.NewPCG(seed, 0x76616c))  // "val"
 	h := newFingerprint()
-	err = scanPipelined(ctx, src, f.readOptions(), func(b *arrowio.TransitionBatch) error {
+	known := knownRows{n: base.states.Len(), u: base.actions.Len(), ids: ids}
+	err = scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
+		if policy == idsKnown && ids.any() {
+			b = known.filter(b)
+		}
 		if holdout == 0 && validation == 0 {
 			k, err := train.AddBatch(b.State, b.Action, b.Next, b.Count)
 			if err != nil {
@@ -249,11 +353,37 @@ func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64
 	if err != nil {
 		return nil, err
 	}
+	if ids.any() {
+		// The fingerprint is of the rows with each id numbered as first
+		// seen, then of the ids in that order: the sequence of ids.
+		h.addIDs(ids)
+		if policy != idsKnown {
+			var sp, ap []int32
+			if ids.states != nil {
+				sp = ids.states.SortFrom(base.states.Len())
+			}
+			if ids.actions != nil {
+				ap = ids.actions.SortFrom(base.actions.Len())
+			}
+			train.Remap(sp, ap)
+			held.Remap(sp, ap)
+			val.Remap(sp, ap)
+		}
+	}
 	n1, u1 := train.Dims()
 	n2, u2 := held.Dims()
 	n3, u3 := val.Dims()
 	d := &dataset{file: f.name(), n: max(n1, n2, n3), u: max(u1, u2, u3), transitions: train.Len() + held.Len() + val.Len(),
-		fingerprint: h.sum()}
+		fingerprint: h.sum(), ids: ids, unseen: known.unseen}
+	if policy == idsKnown {
+		d.ids = base
+	}
+	if d.ids.states != nil {
+		d.n = d.ids.states.Len()
+	}
+	if d.ids.actions != nil {
+		d.u = d.ids.actions.Len()
+	}
 	if err := d.size(f); err != nil {
 		return nil, err
 	}
@@ -283,23 +413,76 @@ func loadDataVal(ctx context.Context, f *inputFlags, holdout, validation float64
 // size checks that d has transitions and sets its n and u from the flags,
 // or checks the sizes inferred from the data.
 func (d *dataset) size(f *inputFlags) error {
+	if d.transitions == 0 && d.unseen > 0 {
+		return fmt.Errorf("%s: no transitions to score: all %d rows name states or actions the model does not have", f.name(), d.unseen)
+	}
 	if d.transitions == 0 {
 		return fmt.Errorf("%s: no transitions: the input has no data rows", f.name())
 	}
+	if d.ids.states != nil && f.states > 0 {
+		return usagef("--states %d: the states are named by ids, so n is the number of distinct ids (%d): drop --states", f.states, d.n)
+	}
+	if d.ids.actions != nil && f.actions > 0 {
+		return usagef("--actions %d: the actions are named by ids, so u is the number of distinct ids (%d): drop --actions", f.actions, d.u)
+	}
 	// An inferred size is a guess from the largest index seen: one stray
 	// huge index would make the model too big for memory, so past these
-	// limits the user must confirm the size with a flag.
-	if f.states > 0 {
+	// limits the user must confirm the size with a flag. (A vocabulary's
+	// size is no guess: every id is in the data.)
+	switch {
+	case d.ids.states != nil:
+	case f.states > 0:
 		d.n = f.states
-	} else if d.n > maxInferredStates {
+	case d.n > maxInferredStates:
 		return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", f.name(), d.n-1, d.n, maxInferredStates)
 	}
-	if f.actions > 0 {
+	switch {
+	case d.ids.actions != nil:
+	case f.actions > 0:
 		d.u = f.actions
-	} else if d.u > maxInferredActions {
+	case d.u > maxInferredActions:
 		return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", f.name(), d.u-1, d.u, maxInferredActions)
 	}
 	return nil
+}
+
+// knownRows sets aside the rows of a batch that name an id a model lacks
+// (an index at or beyond its vocabulary's length n or u, numbered so by
+// the scan, which grew a clone of the vocabulary), for loadDataIDs with
+// policy idsKnown.
+type knownRows struct {
+	n, u   int
+	ids    vocabs
+	kept   arrowio.TransitionBatch
+	unseen int
+}
+
+// filter returns b, or the rows of b that name known ids only.
+func (k *knownRows) filter(b *arrowio.TransitionBatch) *arrowio.TransitionBatch {
+	n, u := int32(k.n), int32(k.u)
+	if k.ids.states == nil {
+		n = math.MaxInt32
+	}
+	if k.ids.actions == nil {
+		u = math.MaxInt32
+	}
+	o := &k.kept
+	o.State, o.Action, o.Next, o.Count = o.State[:0], o.Action[:0], o.Next[:0], o.Count[:0]
+	o.FirstRow = b.FirstRow
+	for r := range b.State {
+		if b.State[r] >= n || b.Next[r] >= n || b.Action[r] >= u {
+			k.unseen++
+			continue
+		}
+		o.State, o.Action, o.Next = append(o.State, b.State[r]), append(o.Action, b.Action[r]), append(o.Next, b.Next[r])
+		if b.Count != nil {
+			o.Count = append(o.Count, b.Count[r])
+		}
+	}
+	if b.Count == nil {
+		o.Count = nil
+	}
+	return o
 }
 
 // Sparse indices: a fit's work and memory grow with n·u·m, the data's
@@ -322,12 +505,13 @@ const (
 // the sizes of d that no flag set. A fit checks its memory first, so
 // that a size beyond the machine is named as such.
 func (d *dataset) checkSparse(f *inputFlags) error {
-	if f.states == 0 {
+	// (A vocabulary's size is no guess: every id is in the data.)
+	if f.states == 0 && d.ids.states == nil {
 		if err := checkInferredStates(f.input, d.n, d.transitions); err != nil {
 			return err
 		}
 	}
-	if f.actions == 0 {
+	if f.actions == 0 && d.ids.actions == nil {
 		return checkInferredActions(f.input, d.u, actionsSeen(d.train, d.holdout, d.val))
 	}
 	return nil

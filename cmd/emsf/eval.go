@@ -12,6 +12,7 @@ import (
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/factor/experiment"
+	"github.com/emsf/emsf/shard"
 )
 
 func runEval(ctx context.Context, e *env, args []string) error {
@@ -74,12 +75,13 @@ func runEval(ctx context.Context, e *env, args []string) error {
 
 	var ests []namedEstimate
 	var md *factor.Model
+	var ids vocabs // of the model (or, without one, of the truth)
 	if modelPath != "" {
 		mf, err := readModel(ctx, &nf, modelPath)
 		if err != nil {
 			return err
 		}
-		md = mf.Model
+		md, ids = mf.Model, vocabsOf(mf)
 		ests = append(ests, namedEstimate{"model " + modelPath, md, ""})
 	}
 	var truth *factor.Model
@@ -92,24 +94,63 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		if md != nil && (truth.N != md.N || truth.U != md.U) {
 			return fmt.Errorf("--truth %s has n=%d u=%d but the model has n=%d u=%d", truthPath, truth.N, truth.U, md.N, md.U)
 		}
+		if md != nil && !sameVocabs(vocabsOf(tf), ids) {
+			return fmt.Errorf("--truth %s names its states and actions otherwise than the model (ids or their order differ): they cannot be compared", truthPath)
+		}
+		if md == nil {
+			ids = vocabsOf(tf)
+		}
+	}
+	// The baselines, trained on --train (never on the scored file). Its
+	// ids and the scored file's are one vocabulary: the model's (or the
+	// truth's), or without either, --train's own.
+	var train *dataset
+	loadTrain := func(base vocabs, policy idPolicy) error {
+		tin := in
+		tin.input = trainPath
+		tin.format = ""
+		var err error
+		if train, err = loadDataIDs(ctx, &tin, 0, validation, seed, base, policy); err != nil {
+			return fmt.Errorf("--train: %w", err)
+		}
+		if train.unseen > 0 {
+			fmt.Fprintf(e.stdout, "--train %s: %d rows name states or actions the model does not have (unseen ids): not used\n", trainPath, train.unseen)
+		}
+		return nil
+	}
+	if trainPath != "" && md == nil && truth == nil {
+		if err := loadTrain(vocabs{}, idsFresh); err != nil {
+			return err
+		}
+		ids = train.ids
 	}
 	var data *dataset
 	if in.input != "" {
 		if truth != nil && md == nil && trainPath == "" {
 			in.states, in.actions = truth.N, truth.U
+			if ids.states != nil {
+				in.states = 0
+			}
+			if ids.actions != nil {
+				in.actions = 0
+			}
 		}
-		if data, err = loadData(ctx, &in, 0, 0); err != nil {
+		// Against a model (or truth, or --train) the data's ids are its:
+		// a row naming one it lacks is an unseen row, set aside.
+		policy := idsKnown
+		if md == nil && truth == nil && train == nil {
+			policy = idsFresh // --cnt alone: the data's own ids
+		}
+		if data, err = loadDataIDs(ctx, &in, 0, 0, 0, ids, policy); err != nil {
 			return err
 		}
+		if data.unseen > 0 {
+			fmt.Fprintf(e.stdout, "data %s: %d rows name states or actions the model does not have (unseen ids): not scored\n", in.name(), data.unseen)
+		}
 	}
-	// The baselines, trained on --train (never on the scored file).
-	var train *dataset
-	if trainPath != "" {
-		tin := in
-		tin.input = trainPath
-		tin.format = ""
-		if train, err = loadDataVal(ctx, &tin, 0, validation, seed); err != nil {
-			return fmt.Errorf("--train: %w", err)
+	if trainPath != "" && train == nil {
+		if err := loadTrain(ids, idsKnown); err != nil {
+			return err
 		}
 	}
 	// The states and actions every estimate and data cover.
@@ -146,7 +187,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	}
 	if truth != nil {
 		fmt.Fprintf(e.stdout, "against the true model %s (n=%d, u=%d, true order %d):\n", truthPath, truth.N, truth.U, truth.M)
-		rho, what, err := evalRho(rhoFlag, truth.N, truth.U, data)
+		rho, what, err := evalRho(rhoFlag, truth.N, truth.U, data, ids)
 		if err != nil {
 			return err
 		}
@@ -295,7 +336,7 @@ func trainBaselines(n, u int, train *dataset, bases []string, rule factor.HeldOu
 // evalRho returns the row weights of eval's --rho (length u·n, row a·n+i
 // for state i and action a, summing to 1) and a sentence saying what they
 // are.
-func evalRho(flagValue string, n, u int, data *dataset) ([]float64, string, error) {
+func evalRho(flagValue string, n, u int, data *dataset, ids vocabs) ([]float64, string, error) {
 	rho := make([]float64, u*n)
 	switch flagValue {
 	case "uniform":
@@ -349,11 +390,11 @@ func evalRho(flagValue string, n, u int, data *dataset) ([]float64, string, erro
 	total := 0.0
 	for r, rec := range recs[1:] {
 		row := r + 2
-		i, err1 := strconv.Atoi(strings.TrimSpace(rec[si]))
+		i, err1 := indexOf(ids.states, rec[si])
 		w, err2 := strconv.ParseFloat(strings.TrimSpace(rec[wi]), 64)
 		a, err3 := 0, error(nil)
 		if okA {
-			a, err3 = strconv.Atoi(strings.TrimSpace(rec[ai]))
+			a, err3 = indexOf(ids.actions, rec[ai])
 		}
 		switch {
 		case err1 != nil || i < 0 || i >= n:
@@ -379,6 +420,18 @@ func evalRho(flagValue string, n, u int, data *dataset) ([]float64, string, erro
 		rho[k] /= total
 	}
 	return rho, fmt.Sprintf("from %s (normalised to sum 1)", flagValue), nil
+}
+
+// indexOf returns the index a field names: its id in v, or without a
+// vocabulary the integer it holds.
+func indexOf(v *shard.Vocab, field string) (int, error) {
+	if v == nil {
+		return strconv.Atoi(strings.TrimSpace(field))
+	}
+	if i, ok := v.IndexString(strings.TrimSpace(field)); ok {
+		return i, nil
+	}
+	return 0, fmt.Errorf("no such id")
 }
 
 // zeroRows counts the rows with weight in rho (length u·n) and, of them,

@@ -169,7 +169,13 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		valFrac = f.validation
 	}
 	mw.Phase("read")
-	data, err := loadDataVal(ctx, &f.in, f.holdout, valFrac, f.seed)
+	var data *dataset
+	if warm != nil {
+		// The model's ids keep their indices; new ones are appended.
+		data, err = loadDataIDs(ctx, &f.in, f.holdout, valFrac, f.seed, vocabsOf(warm), idsGrow)
+	} else {
+		data, err = loadDataVal(ctx, &f.in, f.holdout, valFrac, f.seed)
+	}
 	if err != nil {
 		return err
 	}
@@ -183,6 +189,9 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if warm != nil {
+		if err := growWarm(log, warm, data.ids); err != nil {
+			return err
+		}
 		if err := warm.Model.CheckCompatible(data.n, f.orders[0], data.u, f.tieV); err != nil {
 			return fmt.Errorf("--init %s: %w", f.initModel, err)
 		}
@@ -263,7 +272,7 @@ const statusInterrupted = "interrupted"
 // fitted when the signal came.
 func (f *fitFlags) write(e *env, md *factor.Model, data *dataset, status, where string) error {
 	mf := &arrowio.ModelFile{Model: md, Fingerprint: data.fingerprint, Params: f.params(md.M), Status: status,
-		ReduceOrder: factor.ReduceOrder, GroupNNZ: f.groupNNZ}
+		ReduceOrder: factor.ReduceOrder, GroupNNZ: f.groupNNZ, States: data.ids.states, Actions: data.ids.actions}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}

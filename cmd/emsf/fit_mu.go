@@ -113,7 +113,8 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 			best, bestRes = md, res
 		}
 	}
-	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params, Status: bestRes.Status.String()}
+	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params, Status: bestRes.Status.String(),
+		States: data.ids.states, Actions: data.ids.actions}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}

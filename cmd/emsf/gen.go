@@ -9,6 +9,7 @@ import (
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 )
 
 // genFlags are the flags of emsf gen.
@@ -20,6 +21,7 @@ type genFlags struct {
 	transitions            int
 	episodeLen             int
 	seed                   uint64
+	stringIDs              bool
 	out, truth             string
 }
 
@@ -27,12 +29,13 @@ func (g *genFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&g.states, "states", 100, "number of states n")
 	fs.IntVar(&g.order, "true-order", 20, "order m' of the true factorization P^a = D'^a K'^a")
 	fs.IntVar(&g.actions, "actions", 1, "number of actions u")
-	fs.StringVar(&g.rows, "rows", "uniform", "how rows of D' and K' are drawn: uniform (entries uniform, then normalised) or dirichlet")
+	fs.StringVar(&g.rows, "rows", "uniform", "how rows of D' and K' are drawn: uniform (entries uniform, then normalised), dirichlet, or local (states on a ring, each hidden state an arc of it: next states are near the state left, as in a local MDP)")
 	fs.Float64Var(&g.conc, "conc", 0.5, "Dirichlet concentration for --rows dirichlet")
 	fs.StringVar(&g.sampling, "sampling", "uniform", "how start states are drawn: uniform, skewed (90% of the mass on 50% of the states) or trajectory (follow the chain)")
 	fs.IntVar(&g.transitions, "transitions", 2000, "number of transitions to sample")
 	fs.IntVar(&g.episodeLen, "episode-len", 100, "episode length for --sampling trajectory")
 	fs.Uint64Var(&g.seed, "seed", 1, "random seed")
+	fs.BoolVar(&g.stringIDs, "string-ids", false, "name states s0001, s0002, ... and actions a1, a2, ... (zero-padded, so that their sorted order is the index order) instead of integers; the true model carries the same ids")
 }
 
 func (g *genFlags) validate() error {
@@ -43,8 +46,8 @@ func (g *genFlags) validate() error {
 		return usagef("--true-order %d: must be in [1, --states=%d]", g.order, g.states)
 	case g.actions < 1:
 		return usagef("--actions %d: must be >= 1", g.actions)
-	case g.rows != "uniform" && g.rows != "dirichlet":
-		return usagef("--rows %q: want uniform or dirichlet", g.rows)
+	case g.rows != "uniform" && g.rows != "dirichlet" && g.rows != "local":
+		return usagef("--rows %q: want uniform, dirichlet or local", g.rows)
 	case !(g.conc > 0):
 		return usagef("--conc %v: must be > 0", g.conc)
 	case g.sampling != "uniform" && g.sampling != "skewed" && g.sampling != "trajectory":
@@ -78,6 +81,9 @@ func runGen(ctx context.Context, e *env, args []string) error {
 	}
 	if g.truth != "" {
 		mf := &arrowio.ModelFile{Model: truth, Params: g.params()}
+		if g.stringIDs {
+			mf.States, mf.Actions = g.vocabs()
+		}
 		if err := arrowio.WriteModel(g.truth, mf, "arrow"); err != nil {
 			return err
 		}
@@ -98,7 +104,11 @@ func (g *genFlags) generate(ctx context.Context, out string) (*factor.Model, err
 		return nil, err
 	}
 	truth.Seed = g.seed
-	w, err := arrowio.NewTransitionWriter(out, "")
+	var states, actions *shard.Vocab
+	if g.stringIDs {
+		states, actions = g.vocabs()
+	}
+	w, err := arrowio.NewTransitionWriterIDs(out, "", states, actions)
 	if err != nil {
 		return nil, err
 	}
@@ -131,4 +141,24 @@ func (g *genFlags) params() map[string]string {
 		"transitions": strconv.Itoa(g.transitions),
 		"seed":        strconv.FormatUint(g.seed, 10),
 	}
+}
+
+// vocabs returns the ids of --string-ids: s and a, then the index,
+// zero-padded to the width of the largest, so that the vocabulary a fit
+// builds (the sorted ids) numbers them as gen does and the true model can
+// be compared with the fitted one.
+func (g *genFlags) vocabs() (states, actions *shard.Vocab) {
+	named := func(prefix string, n int) *shard.Vocab {
+		width := len(strconv.Itoa(n - 1))
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("%s%0*d", prefix, width, i)
+		}
+		v, err := shard.NewVocab(ids)
+		if err != nil {
+			panic(err) // distinct, valid ids by construction
+		}
+		return v
+	}
+	return named("s", g.states), named("a", g.actions)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -61,6 +62,9 @@ func (f *incrementalFlags) validate(ff *fitFlags) error {
 		if ff.in.states == 0 || ff.in.actions == 0 {
 			reads++
 			why += " and a first pass that finds n and u (no --states and --actions)"
+		} else if ff.in.ids == idsString {
+			reads++
+			why += " and a first pass that numbers the ids (--ids string)"
 		}
 		if reads > 1 {
 			return usagef("--input -: standard input can be read once, and this incremental fit reads its input %d times (%s): save it to a file, or give --passes 1 with --states and --actions",
@@ -75,7 +79,10 @@ func (f *incrementalFlags) validate(ff *fitFlags) error {
 // one batch of rows, the η_max buffer, the model and its accumulator are in
 // memory. The number of states n and of actions u come from --states and
 // --actions; when either is missing, a first streaming pass only finds the
-// largest indices (with the same limits as a batch fit).
+// largest indices (with the same limits as a batch fit). Ids (--ids) are
+// numbered by that pass too: it interns them and sorts the vocabulary
+// (after the --init model's ids), so that the fit passes, which read with
+// that vocabulary, see the final indices.
 func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 	in := &f.in
 	opts := in.readOptions()
@@ -87,25 +94,59 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	defer src.close()
 	fingerprint := ""
 	rowsKnown := 0 // transitions of one pass, when a sizing pass counted them
+	var warm *arrowio.ModelFile
+	if f.initModel != "" {
+		if warm, err = readModel(ctx, &f.cluster.natsFlags, f.initModel); err != nil {
+			return fmt.Errorf("--init: %w", err)
+		}
+	}
+	var ids vocabs
 	sparse := func() error { return nil }
-	if n == 0 || u == 0 {
+	if n == 0 || u == 0 || in.ids == idsString || warm != nil && vocabsOf(warm).any() {
 		t0 := time.Now()
 		var maxS, maxA int
 		rows := 0
-		seen := map[int32]bool{} // actions with transitions
-		h := newFingerprint()
-		err := scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
-			h.addBatch(b)
-			for k := range b.State {
-				maxS = max(maxS, int(b.State[k])+1, int(b.Next[k])+1)
-				maxA = max(maxA, int(b.Action[k])+1)
-				if len(seen) <= maxInferredActions {
-					seen[b.Action[k]] = true
+		var seen map[int32]bool // actions with transitions
+		var h *fingerprintHash
+		base, policy := vocabs{}, idsFresh
+		if warm != nil && vocabsOf(warm).any() {
+			base, policy = vocabsOf(warm), idsGrow
+		}
+		ids, err = in.scanWithIDs(base, policy, func(o arrowio.ReadOptions) error {
+			maxS, maxA, rows, seen, h = 0, 0, 0, map[int32]bool{}, newFingerprint()
+			return scanPipelined(ctx, src, o, func(b *arrowio.TransitionBatch) error {
+				h.addBatch(b)
+				for k := range b.State {
+					maxS = max(maxS, int(b.State[k])+1, int(b.Next[k])+1)
+					maxA = max(maxA, int(b.Action[k])+1)
+					if len(seen) <= maxInferredActions {
+						seen[b.Action[k]] = true
+					}
 				}
-			}
-			rows += b.Len()
-			return nil
+				rows += b.Len()
+				return nil
+			})
 		})
+		if err == nil && ids.any() {
+			h.addIDs(ids)
+			if ids.states != nil {
+				ids.states.SortFrom(base.states.Len())
+				maxS = ids.states.Len()
+				if in.states > 0 {
+					return usagef("--states %d: the states are named by ids, so n is the number of distinct ids (%d): drop --states", in.states, maxS)
+				}
+				n = 0
+			}
+			if ids.actions != nil {
+				ids.actions.SortFrom(base.actions.Len())
+				maxA = ids.actions.Len()
+				if in.actions > 0 {
+					return usagef("--actions %d: the actions are named by ids, so u is the number of distinct ids (%d): drop --actions", in.actions, maxA)
+				}
+				u = 0
+			}
+			opts.StateIDs, opts.ActionIDs = ids.states, ids.actions
+		}
 		if err != nil && ctx.Err() != nil {
 			return fmt.Errorf("interrupted during the sizing pass, before any commit: no model written: %w", err)
 		}
@@ -118,24 +159,24 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 		fingerprint = h.sum()
 		rowsKnown = rows
 		if n == 0 {
-			if maxS > maxInferredStates {
+			if maxS > maxInferredStates && ids.states == nil {
 				return usagef("%s: the largest state index is %d, so n would be %d states (over %d): pass --states N if that is right", in.name(), maxS-1, maxS, maxInferredStates)
 			}
 			n = maxS
 		}
 		if u == 0 {
-			if maxA > maxInferredActions {
+			if maxA > maxInferredActions && ids.actions == nil {
 				return usagef("%s: the largest action index is %d, so u would be %d actions (over %d): pass --actions N if that is right", in.name(), maxA-1, maxA, maxInferredActions)
 			}
 			u = maxA
 		}
-		sparse = func() error {
-			if in.states == 0 {
+		sparse = func() error { // a vocabulary's size is no guess: every id is in the data
+			if in.states == 0 && ids.states == nil {
 				if err := checkInferredStates(in.input, n, rows); err != nil {
 					return err
 				}
 			}
-			if in.actions == 0 {
+			if in.actions == 0 && ids.actions == nil {
 				return checkInferredActions(in.input, u, len(seen))
 			}
 			return nil
@@ -161,10 +202,9 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	}
 
 	var md *factor.Model
-	if f.initModel != "" {
-		warm, err := readModel(ctx, &f.cluster.natsFlags, f.initModel)
-		if err != nil {
-			return fmt.Errorf("--init: %w", err)
+	if warm != nil {
+		if err := growWarm(log, warm, ids); err != nil {
+			return err
 		}
 		if err := warm.Model.CheckCompatible(n, m, u, f.tieV); err != nil {
 			return fmt.Errorf("--init %s: %w", f.initModel, err)
@@ -213,7 +253,10 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 		})
 		if err != nil && ctx.Err() != nil {
 			f.report.done()
-			return f.writeInterrupted(e, inc, fingerprint, pass, passesDone, err)
+			return f.writeInterrupted(e, inc, ids, fingerprint, pass, passesDone, err)
+		}
+		if se := (*arrowio.StringIDsError)(nil); errors.As(err, &se) {
+			err = fmt.Errorf("%w (--states and --actions with --incremental read integer indices: drop them, or give --ids string, to read ids)", err)
 		}
 		if err != nil {
 			f.report.done()
@@ -242,7 +285,8 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 	log.Info("fit done", append([]any{"order", m, "seed", md.Seed, "passes", f.inc.passes, "commits", st.Commits},
 		append(f.warmFields(md.Iteration), "elapsed", time.Since(start).Round(time.Millisecond))...)...)
 
-	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(m, passesDone), Status: statusPasses}
+	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(m, passesDone), Status: statusPasses,
+		States: ids.states, Actions: ids.actions}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
@@ -281,13 +325,14 @@ func (f *fitFlags) incrementalParams(m, passesDone int) map[string]string {
 // --init model there is nothing to keep, and nothing is written. The
 // fingerprint is that of the whole input, or empty when the signal came
 // before one pass read all of it.
-func (f *fitFlags) writeInterrupted(e *env, inc streamFit, fingerprint string, pass, passesDone int, cause error) error {
+func (f *fitFlags) writeInterrupted(e *env, inc streamFit, ids vocabs, fingerprint string, pass, passesDone int, cause error) error {
 	commits := inc.Stats().Commits
 	if commits == 0 && f.initModel == "" {
 		return fmt.Errorf("interrupted in pass %d before the first commit: no model written: %w", pass, cause)
 	}
 	md := inc.Model()
-	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(md.M, passesDone), Status: statusInterrupted}
+	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(md.M, passesDone), Status: statusInterrupted,
+		States: ids.states, Actions: ids.actions}
 	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
 		return err
 	}
@@ -330,3 +375,16 @@ func (f *fingerprintHash) add(b *arrowio.TransitionBatch) error {
 }
 
 func (f *fingerprintHash) sum() string { return f.h.Sum().Fingerprint() }
+
+// addIDs adds the ids of the vocabularies in v (states, then actions),
+// in index order, each followed by a 0x00 byte, after a 0x00 0x00 that
+// the ids of a vocabulary never make.
+func (f *fingerprintHash) addIDs(v vocabs) {
+	for _, voc := range []*shard.Vocab{v.states, v.actions} {
+		buf := []byte{0, 0}
+		for i := range voc.Len() {
+			buf = append(append(buf, voc.ID(i)...), 0)
+		}
+		f.h.AddBytes(buf)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,17 +105,61 @@ func TestFitGzipAndStdin(t *testing.T) {
 	if err != nil || !strings.Contains(stdout, "data stdin: 2000 transitions") {
 		t.Errorf("eval --input -: %v\n%s%s", err, stdout, stderr)
 	}
-	// Bad rows on standard input are named by row, column and value.
-	bad := writeFile(t, dir, "bad.csv", "state,action,next_state\n0,0,1\n0,x,1\n")
+	// Bad rows on standard input are named by row, column and value (a
+	// number that is not an index: "x" would be an id).
+	bad := writeFile(t, dir, "bad.csv", "state,action,next_state\n0,0,1\n0,1.5,1\n")
 	gzipFile(t, bad, bad+".gz")
 	for _, p := range []string{bad, bad + ".gz"} {
 		_, stderr, err = runStdin(t, bin, p, "fit", "--input", "-", "--order", "2", "--out", filepath.Join(dir, "no.arrow"))
-		if err == nil || !strings.Contains(stderr, `arrowio: stdin: row 2, column "action": value "x" is not a non-negative integer`) {
+		if err == nil || !strings.Contains(stderr, `arrowio: stdin: row 2, column "action": value "1.5" is not a non-negative integer`) {
 			t.Errorf("fit --input - < %s: %v, stderr %q", p, err, stderr)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "no.arrow")); err == nil {
 		t.Error("a failed fit wrote its model")
+	}
+}
+
+// TestFitStdinLateIDs: with --ids auto, standard input whose state column
+// turns to ids after its first rows is read again from what the first read
+// kept (it cannot be reopened), plain and gzip-compressed: the model is
+// that of the same file given by path, vocabulary included.
+func TestFitStdinLateIDs(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString("state,action,next_state\n")
+	for k := range 3000 {
+		s := fmt.Sprint(k % 7)
+		if k > 2500 && k%5 == 0 {
+			s = fmt.Sprintf("late%d", k%3)
+		}
+		fmt.Fprintf(&b, "%s,%d,%d\n", s, k%2, (k*3)%7)
+	}
+	in := writeFile(t, dir, "late.csv", b.String())
+	gzipFile(t, in, in+".gz")
+	fit := []string{"fit", "--order", "2", "--iters", "5", "--quiet", "--plain"}
+	ref := filepath.Join(dir, "ref.arrow")
+	mustEmsf(t, append(fit, "--input", in, "--out", ref)...)
+	want, err := arrowio.ReadModel(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.States == nil || want.States.Len() != 10 || want.Actions != nil {
+		t.Fatalf("the reference fit's vocabularies: states %q, actions %v", want.States.Strings(), want.Actions)
+	}
+	for _, p := range []string{in, in + ".gz"} {
+		out := p + ".stdin.arrow"
+		if _, stderr, err := runStdin(t, bin, p, append(fit, "--input", "-", "--out", out)...); err != nil {
+			t.Fatalf("fit --input - < %s: %v\n%s", p, err, stderr)
+		}
+		got, err := arrowio.ReadModel(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Model.Equal(want.Model) || !got.States.Equal(want.States) || got.Fingerprint != want.Fingerprint {
+			t.Errorf("fit --input - < %s: the model, its ids or its fingerprint differ from the file's", p)
+		}
 	}
 }
 

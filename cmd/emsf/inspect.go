@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/emsf/emsf/shard"
 )
 
 func runInspect(ctx context.Context, e *env, args []string) error {
@@ -35,6 +39,14 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	}
 	if mf.Fingerprint != "" {
 		fmt.Fprintf(w, "  data         %s\n", mf.Fingerprint)
+	}
+	for _, g := range []struct {
+		what string
+		v    *shard.Vocab
+	}{{"state ids", mf.States}, {"action ids", mf.Actions}} {
+		if g.v != nil {
+			fmt.Fprintf(w, "  %-12s %s\n", g.what, vocabSummary(g.v))
+		}
 	}
 	zeros, total := 0, 0
 	for _, blocks := range [][][]float64{md.D, md.KT} {
@@ -78,4 +90,18 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	return nil
+}
+
+// vocabSummary is a vocabulary in one line: its size and its first and
+// last ids.
+func vocabSummary(v *shard.Vocab) string {
+	const show = 3
+	var ids []string
+	for i := range min(show, v.Len()) {
+		ids = append(ids, strconv.Quote(v.String(i)))
+	}
+	if v.Len() > show {
+		ids = append(ids, "…", strconv.Quote(v.String(v.Len()-1)))
+	}
+	return fmt.Sprintf("%d (%s; %d bytes in memory)", v.Len(), strings.Join(ids, ", "), v.Bytes())
 }

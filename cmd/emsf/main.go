@@ -45,6 +45,7 @@ func commands() []command {
 		{"eval", "evaluate a model against data and against a true model", runEval},
 		{"inspect", "print a model's summary", runInspect},
 		{"trick", "reduced chains K^a D^a and the stationary distribution", runTrick},
+		{"query", "ask a model (file or served): top-k next states, probabilities, memberships, chains, plans; JSON in the model's ids", runQuery},
 		{"bench", "time one EM iteration on generated data", runBench},
 		{"experiment", "reproduce the papers' figures: CSV of every run and a PNG plot", runExperiment},
 		{"serve", "own a model name: count transitions from NATS, retrain, publish versions", runServe},
@@ -238,7 +239,7 @@ type flagGroup struct {
 
 func flagGroups() []flagGroup {
 	return []flagGroup{
-		{"Input", []string{"input", "input-format", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "version", "rho", "check", "skip", "input-nats"}},
+		{"Input", []string{"input", "input-format", "ids", "col-state", "col-action", "col-next", "col-count", "states", "actions", "model", "truth", "name", "version", "rho", "check", "skip", "input-nats"}},
 		{"Model", []string{"order", "orders", "tie", "init", "init-smooth", "algorithm", "loss", "seed", "true-order", "rows", "conc"}},
 		{"Sampling", []string{"transitions", "sampling", "episode-len", "per-row"}},
 		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "precision", "holdout", "shard-nnz", "col-cells", "group-nnz",
@@ -250,13 +251,14 @@ func flagGroups() []flagGroup {
 		{"Benchmark", []string{"cluster", "ingest", "ingest-cpuprofile", "cpuprofile"}},
 		{"Cost model", []string{"nodes", "nnz", "shards", "gbit", "rtt", "conns", "window", "cores", "box-cores", "cpu-per-byte", "box-cpu-per-byte",
 			"merge-bw", "ns-per-nnz", "wire-overhead", "serial", "memory", "gogc", "check-memory"}},
-		{"Output", []string{"out", "format", "dir", "part-rows"}},
+		{"Output", []string{"out", "format", "dir", "part-rows", "string-ids"}},
 		{"Publishing and retraining", []string{"create", "allow-rejects", "dedup", "max-rows", "after-seq", "wait", "keep-versions", "buffer-rows", "stop-timeout"}},
 		{"Service limits", []string{"max-states", "max-actions", "max-model-bytes"}},
 		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key",
 			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",
 			"exchange", "col-blocks", "speculation", "min-workers", "wait-workers", "worker-wait", "worker-probe", "worker-timeout", "worker-frozen", "use-workers", "replicas", "store", "listen", "port",
 			"max-cached-shards", "task-delay", "task-delay-from", "ingest-hold-segment", "ingest-hold-fed", "stream-max-age", "stream-max-bytes", "stream-purge", "stream-keep", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
+		{"Query", []string{"bench", "load", "queries", "k", "clients", "duration", "warmup", "max-k"}},
 		{"Logging and progress", []string{"quiet", "verbose", "log-level", "log-json", "log-every", "memprofile-dir"}},
 	}
 }

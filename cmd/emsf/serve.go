@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -29,6 +30,7 @@ import (
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/coordinator/service"
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
 	"github.com/emsf/emsf/worker/wire"
 )
@@ -408,7 +410,11 @@ func runPublish(ctx context.Context, e *env, args []string) (err error) {
 		defer remove()
 		in.input = path
 	}
-	opts := service.PublishOptions{Prefix: sf.prefix, Name: sf.name, Read: in.readOptions(), MaxRows: maxRows, Create: create, AllowRejects: allowRejects}
+	opts := service.PublishOptions{Prefix: sf.prefix, Name: sf.name, Read: in.readOptions(), MaxRows: maxRows, Create: create, AllowRejects: allowRejects,
+		AutoIDs: in.ids == idsAuto}
+	if in.ids == idsString {
+		opts.Read.StateIDs, opts.Read.ActionIDs = &shard.Vocab{}, &shard.Vocab{}
+	}
 	if dedup {
 		sum, err := fileDigest(in.input)
 		if err != nil {
@@ -497,12 +503,17 @@ func request(ctx context.Context, e *env, nc *nats.Conn, subject, name string, b
 	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
 		return fmt.Errorf("%s (code %s)", m.Header.Get("Nats-Service-Error"), code)
 	}
-	var v any
-	if err := json.Unmarshal(m.Data, &v); err != nil {
-		return fmt.Errorf("%s: reply is not JSON: %w", subject, err)
+	return printJSON(e, subject, m.Data)
+}
+
+// printJSON prints a JSON reply indented, its fields and numbers as they
+// came (what emsf query prints too).
+func printJSON(e *env, what string, data []byte) error {
+	var out bytes.Buffer
+	if err := json.Indent(&out, data, "", "  "); err != nil {
+		return fmt.Errorf("%s: reply is not JSON: %w", what, err)
 	}
-	out, _ := json.MarshalIndent(v, "", "  ")
-	fmt.Fprintln(e.stdout, string(out))
+	fmt.Fprintln(e.stdout, out.String())
 	return nil
 }
 
@@ -511,21 +522,26 @@ func runModel(ctx context.Context, e *env, args []string) (err error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(e.stdout, `Usage: emsf model <get|list|status> NAME [flags]
        emsf model <assemble|split> IN --out OUT [flags]
+       emsf model export --model FILE --out DIR
 
   get NAME [--version V] --out FILE   fetch a version (default: the latest) of a served model
   list NAME                           list the stored versions
   status NAME                         ask the running emsf serve for its status
+  export --model FILE --out DIR       write D, K, the reduced chains and the ids as .npy, .npz and CSV
   assemble DATASET --out FILE         write a model dataset (a directory or nats-obj://BUCKET/PREFIX) as one model file
   split FILE --out DATASET            write a model file as a dataset: parts and a manifest
 
 Run 'emsf model get -h' (or assemble -h, split -h) for the flags.
 `)
 		if len(args) == 0 {
-			return usagef("name a subcommand: get, list, status, assemble or split")
+			return usagef("name a subcommand: get, list, status, export, assemble or split")
 		}
 		return flag.ErrHelp
 	}
 	sub, rest := args[0], args[1:]
+	if sub == "export" {
+		return runModelExport(ctx, e, rest)
+	}
 	if sub == "assemble" || sub == "split" {
 		return runModelParts(ctx, e, sub, rest)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 )
 
 // runTrick prints the reduced chains K^a D^a (the SF trick) and the
@@ -46,13 +47,17 @@ func runTrick(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "the model's smoothing rule adds the next-state frequencies as hidden state %d (weight λ per action); its counts term is not part of the reduced chain\n", md.M)
 		md = md.Augmented()
 	}
-	policy, err := parsePolicy(policyS, md.N, md.U)
+	policy, err := parsePolicy(policyS, md.N, md.U, mf.Actions)
 	if err != nil {
 		return err
 	}
 	w := e.stdout
 	for a, r := range factor.Reduced(md) {
-		fmt.Fprintf(w, "K^%d D^%d (%d×%d, row-stochastic):\n", a, a, md.M, md.M)
+		name := strconv.Itoa(a)
+		if mf.Actions != nil {
+			name = fmt.Sprintf("%d (action %q)", a, mf.Actions.ID(a))
+		}
+		fmt.Fprintf(w, "K^%s D^%s (%d×%d, row-stochastic):\n", name, name, md.M, md.M)
 		rows, cols := r.Dims()
 		for l := 0; l < rows; l++ {
 			fmt.Fprint(w, " ")
@@ -78,13 +83,13 @@ func runTrick(ctx context.Context, e *env, args []string) error {
 	sort.SliceStable(idx, func(x, y int) bool { return mu[idx[x]] > mu[idx[y]] })
 	fmt.Fprintf(w, "mapped back to the %d states (μ = ν K), the %d most probable:\n", md.N, min(top, md.N))
 	for _, i := range idx[:min(top, md.N)] {
-		fmt.Fprintf(w, "  state %-6d %.6f\n", i, mu[i])
+		fmt.Fprintf(w, "  state %-6s %.6f\n", stateName(mf.States, i), mu[i])
 	}
 	if out != "" {
 		var b strings.Builder
 		b.WriteString("state,probability\n")
 		for i, v := range mu {
-			fmt.Fprintf(&b, "%d,%s\n", i, strconv.FormatFloat(v, 'g', -1, 64))
+			fmt.Fprintf(&b, "%s,%s\n", arrowio.CSVField(stateName(mf.States, i)), strconv.FormatFloat(v, 'g', -1, 64))
 		}
 		if err := arrowio.WriteFileAtomic(out, []byte(b.String())); err != nil {
 			return err
@@ -94,7 +99,10 @@ func runTrick(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-func parsePolicy(s string, n, u int) ([][]float64, error) {
+// parsePolicy parses --policy: uniform, one action for every state, or
+// one action per state, comma-separated; actions are ids when the model
+// has an action vocabulary (actions), else indices.
+func parsePolicy(s string, n, u int, actions *shard.Vocab) ([][]float64, error) {
 	if s == "uniform" {
 		p := make([][]float64, n)
 		for i := range p {
@@ -105,9 +113,20 @@ func parsePolicy(s string, n, u int) ([][]float64, error) {
 		}
 		return p, nil
 	}
-	acts, err := intList("policy", s)
-	if err != nil {
-		return nil, err
+	var acts []int
+	if actions == nil {
+		var err error
+		if acts, err = intList("policy", s); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, id := range strings.Split(s, ",") {
+			a, ok := actions.IndexString(strings.TrimSpace(id))
+			if !ok {
+				return nil, usagef("--policy: %q is not an action of the model (its actions are ids such as %q)", id, actions.ID(0))
+			}
+			acts = append(acts, a)
+		}
 	}
 	if len(acts) == 1 {
 		a := acts[0]

@@ -220,6 +220,9 @@ func (s *Service) parse(ctx context.Context, seq uint64, format string, data []b
 		rows.Count = append(rows.Count, b.Count...)
 		return nil
 	})
+	if se := (*arrowio.StringIDsError)(nil); errors.As(err, &se) {
+		return nil, fmt.Errorf("%w: emsf serve counts integer state and action indices only; string ids are not supported by the service yet", err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -394,6 +394,7 @@ func (s *Service) commitVersion(ctx context.Context, v *Version, md *factor.Mode
 	}
 	s.table.Thaw(true)
 	s.model, s.latest = md, v
+	s.queries.version(v.Version, &arrowio.ModelFile{Model: md})
 	// The version is made: its record and announcement are not cut short
 	// by a stop.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout)

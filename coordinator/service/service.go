@@ -135,6 +135,7 @@ type Service struct {
 	wg          sync.WaitGroup  // the fit goroutine
 	fitHook     func()          // tests: called by the fit goroutine first
 	tickHook    func()          // tests: called by Run after each --interval tick is handled
+	queries     *queries        // the query endpoints (query.go), set by Run
 
 	ctl   chan func()
 	ready chan struct{}
@@ -227,6 +228,12 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
+	if s.queries, err = s.startQueries(ctx, svc, &wg); err != nil {
+		return err
+	}
+	if s.model != nil {
+		s.queries.version(s.latest.Version, &arrowio.ModelFile{Model: s.model})
+	}
 	s.snapshot()
 	close(s.ready)
 	s.log.Info("serving", "id", s.id, "mode", s.cfg.Mode, "stream", StreamName(s.cfg.Prefix, s.cfg.Name),

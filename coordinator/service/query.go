@@ -1,0 +1,190 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/query"
+	"github.com/emsf/emsf/worker/wire"
+)
+
+// Asking the served model (DESIGN §6; spec ask-the-model §3): every
+// question of package query is an endpoint of the micro service,
+//
+//	P.NAME.q.topk  .next  .prob  .member  .reduced  .stationary  .plan  .vocab
+//
+// JSON in, JSON out, answered from the latest version (a request's
+// "version" may pin it, or the one before it; any other is a 409). A
+// query.Engine is built for each new version off the request path (on a
+// goroutine of queries, when the version is made or restored at start)
+// and swapped in atomically: a request loads the engine once and is
+// answered from it alone, and queries keep using the previous version
+// while the next one's index builds. Handlers only hand requests to a
+// pool of GOMAXPROCS workers through a bounded queue, so one slow answer
+// does not hold the others up; when the queue is full the request gets a
+// 503 at once. Errors carry query.Error's code (micro's
+// Nats-Service-Error-Code header) and message.
+
+// QuerySubject is the subject of a query endpoint of model name.
+func QuerySubject(prefix, name, endpoint string) string {
+	return prefix + "." + name + ".q." + endpoint
+}
+
+// queryQueue is how many requests per worker may wait for one.
+const queryQueue = 8
+
+// queries serves the query endpoints of one Service.
+type queries struct {
+	s    *Service
+	cur  atomic.Pointer[query.Engine] // the latest version's, nil before the first
+	prev atomic.Pointer[query.Engine] // the one before it
+	jobs chan queryJob
+
+	mu      sync.Mutex
+	pending *arrowio.ModelFile // the newest version waiting for its engine
+	pendV   int
+	kick    chan struct{}
+	wg      sync.WaitGroup
+}
+
+type queryJob struct {
+	endpoint string
+	req      micro.Request
+}
+
+// startQueries adds the query endpoints to svc and starts the workers and
+// the engine builder; they stop with ctx, and wg waits for them.
+func (s *Service) startQueries(ctx context.Context, svc micro.Service, wg *sync.WaitGroup) (*queries, error) {
+	workers := runtime.GOMAXPROCS(0)
+	q := &queries{s: s, jobs: make(chan queryJob, queryQueue*workers), kick: make(chan struct{}, 1)}
+	g := svc.AddGroup(s.cfg.Prefix + "." + s.cfg.Name + ".q")
+	for _, ep := range query.Endpoints {
+		handler := micro.HandlerFunc(func(req micro.Request) {
+			// Answered by a worker: a detached copy (micro reads its own
+			// request once this handler returns).
+			select {
+			case q.jobs <- queryJob{ep, wire.Detach(s.nc, req)}:
+			case <-ctx.Done():
+				_ = req.Error("503", "service stopping", nil)
+			default:
+				_ = req.Error("503", fmt.Sprintf("busy: %d questions are waiting; ask again", cap(q.jobs)), nil)
+			}
+		})
+		if err := g.AddEndpoint(ep, handler, micro.WithEndpointMetadata(map[string]string{"answers": "JSON, see go doc ./coordinator/query"})); err != nil {
+			return nil, fmt.Errorf("service: query endpoint %s: %w", ep, err)
+		}
+	}
+	for range workers {
+		wg.Go(func() { q.work(ctx) })
+	}
+	wg.Go(func() { q.builder(ctx) })
+	return q, nil
+}
+
+// work answers queued requests until ctx is done, then refuses the rest.
+func (q *queries) work(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			for {
+				select {
+				case j := <-q.jobs:
+					_ = j.req.Error("503", "service stopping", nil)
+				default:
+					return
+				}
+			}
+		case j := <-q.jobs:
+			q.answer(j)
+		}
+	}
+}
+
+// answer answers one request from the engine of the version it asks for.
+func (q *queries) answer(j queryJob) {
+	var pin struct {
+		Version int `json:"version"`
+	}
+	_ = json.Unmarshal(j.req.Data(), &pin) // a malformed body is the engine's 400
+	e := q.cur.Load()
+	if e == nil {
+		_ = j.req.Error("503", fmt.Sprintf("model %s has no version yet: publish transitions and retrain", q.s.cfg.Name), nil)
+		return
+	}
+	if pin.Version != 0 && pin.Version != e.Version() {
+		if p := q.prev.Load(); p != nil && p.Version() == pin.Version {
+			e = p
+		} else {
+			_ = j.req.Error("409", fmt.Sprintf("version %d is not served: ask for the latest, %d, or the one before it", pin.Version, e.Version()), nil)
+			return
+		}
+	}
+	out, err := e.Do(j.endpoint, j.req.Data())
+	var qe *query.Error
+	switch {
+	case errors.As(err, &qe):
+		_ = j.req.Error(qe.Code, qe.Msg, nil)
+	case err != nil:
+		_ = j.req.Error("500", err.Error(), nil)
+	default:
+		if err := j.req.Respond(out); err != nil {
+			q.s.log.Debug("query reply", "endpoint", j.endpoint, "error", err)
+		}
+	}
+}
+
+// version hands a new model version to the builder (nil-safe: a service
+// not running its endpoints ignores it). Called from Run's goroutine.
+func (q *queries) version(v int, mf *arrowio.ModelFile) {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	q.pending, q.pendV = mf, v
+	q.mu.Unlock()
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// builder builds the engine of the newest version handed over and swaps
+// it in; a version that another overtakes while it waits is skipped.
+func (q *queries) builder(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.kick:
+		}
+		q.mu.Lock()
+		mf, v := q.pending, q.pendV
+		q.pending = nil
+		q.mu.Unlock()
+		if mf == nil {
+			continue
+		}
+		if mf.States != nil || mf.Actions != nil {
+			// The counts of a service name states by integers; ids come
+			// with issue 29's vocabulary growth.
+			q.s.log.Warn("query index: the version has ids, which the service does not serve yet", "version", v)
+		}
+		e, err := query.New(mf, v, query.Options{MaxAnswerBytes: int(q.s.nc.MaxPayload()) - 1024, Workers: runtime.GOMAXPROCS(0)})
+		if err != nil {
+			q.s.log.Error("query index", "version", v, "error", err)
+			continue
+		}
+		if old := q.cur.Swap(e); old != nil {
+			q.prev.Store(old)
+		}
+		q.s.log.Info("query index ready", "version", v, "index_bytes", e.IndexBytes())
+	}
+}

@@ -1,0 +1,236 @@
+package service
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/coordtest"
+	"github.com/emsf/emsf/coordinator/natsexec"
+	"github.com/emsf/emsf/coordinator/query"
+	"github.com/emsf/emsf/shard"
+)
+
+// askQuery sends a query and returns the answer, or the micro error as
+// "CODE message".
+func askQuery(nc *nats.Conn, name, endpoint, body string) (string, error) {
+	m, err := nc.Request(QuerySubject("emsf", name, endpoint), []byte(body), coordtest.Patience)
+	if err != nil {
+		return "", err
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return code + " " + m.Header.Get("Nats-Service-Error"), nil
+	}
+	return string(m.Data), nil
+}
+
+// TestServeQueries: the served model answers the questions of package
+// query on P.NAME.q.<endpoint>, from the latest version or the one
+// before it, exactly as query.Engine answers them on the version's model
+// file; no version yet is a 503; hostile questions each get their error
+// and the service keeps answering, counting and retraining.
+func TestServeQueries(t *testing.T) {
+	nc, _ := server(t)
+	start(t, nc, Config{Name: "ask", Order: 3, Seed: 5, MaxIter: 10, Tol: 0, UseWorkers: WorkersNever})
+	if got, err := askQuery(nc, "ask", "topk", `{"state":1,"action":0}`); err != nil || !strings.HasPrefix(got, "503 model ask has no version yet") {
+		t.Fatalf("before the first version: %q, %v", got, err)
+	}
+	seq := publish(t, nc, "ask", randomRows(1, 600, 20, 2).csv())
+	waitSeq(t, nc, "ask", seq)
+	v1, err := retrain(t, nc, "ask")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The engine of a version is built off the request path: wait for it.
+	waitVersion := func(v int) {
+		coordtest.CheckFor(t, coordtest.Patience, func() error {
+			got, err := askQuery(nc, "ask", "member", `{"state":0,"action":0}`)
+			if err != nil || !strings.Contains(got, fmt.Sprintf(`"version":%d,`, v)) {
+				return fmt.Errorf("member answers %q (%v), want version %d", got, err, v)
+			}
+			return nil
+		})
+	}
+	waitVersion(v1.Version)
+	local, err := query.New(&arrowio.ModelFile{Model: fetch(t, nc, "ask", v1.Version)}, v1.Version, query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range [][2]string{
+		{"topk", `{"state":3,"action":1,"k":5}`},
+		{"next", `{"state":"3","action":1,"min_p":0.01}`},
+		{"prob", `{"pairs":[{"state":3,"action":1,"next":4},{"state":0,"action":0,"next":19}]}`},
+		{"member", `{"state":7,"action":0}`},
+		{"reduced", `{"action":1}`},
+		{"stationary", `{"policy":"uniform","top":3}`},
+	} {
+		got, err := askQuery(nc, "ask", q[0], q[1])
+		want, werr := local.Do(q[0], []byte(q[1]))
+		if err != nil || werr != nil || got != string(want) {
+			t.Errorf("%s %s: served %q (%v), want %q (%v)", q[0], q[1], got, err, want, werr)
+		}
+	}
+	for _, c := range [][3]string{
+		{"topk", `{"state":3,`, "400 malformed request"},
+		{"topk", `{"state":99,"action":0}`, "404 state 99: no such index"},
+		{"topk", `{"state":3,"action":0,"k":100000}`, "400 k 100000: want 1 to 1000"},
+		{"plan", `{"reward":{"values":[1]}}`, "409 PISF plans on a model with one K shared"},
+		{"vocab", `{}`, "409 the model has no ids"},
+		{"topk", `{"state":3,"action":0,"version":42}`, "409 version 42 is not served"},
+	} {
+		if got, err := askQuery(nc, "ask", c[0], c[1]); err != nil || !strings.HasPrefix(got, c[2]) {
+			t.Errorf("%s %s: %q (%v), want %q", c[0], c[1], got, err, c[2])
+		}
+	}
+
+	// A second version: the first is still served on request.
+	seq = publish(t, nc, "ask", randomRows(2, 300, 20, 2).csv())
+	waitSeq(t, nc, "ask", seq)
+	v2, err := retrain(t, nc, "ask")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitVersion(v2.Version)
+	if got, err := askQuery(nc, "ask", "topk", fmt.Sprintf(`{"state":3,"action":1,"k":5,"version":%d}`, v1.Version)); err != nil ||
+		!strings.Contains(got, fmt.Sprintf(`"version":%d,`, v1.Version)) {
+		t.Errorf("pinned to version %d: %q (%v)", v1.Version, got, err)
+	}
+
+	// Many clients at once, among them hostile ones: every request gets
+	// an answer or an error reply, none is lost.
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for c := range 16 {
+		wg.Go(func() {
+			cn, err := nats.Connect(nc.ConnectedUrl())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer cn.Close()
+			for k := range 30 {
+				body := fmt.Sprintf(`{"state":%d,"action":%d,"k":3}`, (c+k)%20, k%2)
+				if k%5 == 0 {
+					body = `{"garbage`
+				}
+				got, err := askQuery(cn, "ask", "topk", body)
+				if err != nil || !(strings.HasPrefix(got, "{") || strings.HasPrefix(got, "400 ") || strings.HasPrefix(got, "503 busy")) {
+					errs <- fmt.Errorf("client %d request %d: %q (%v)", c, k, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// The service still counts and retrains.
+	seq = publish(t, nc, "ask", randomRows(3, 50, 20, 2).csv())
+	waitSeq(t, nc, "ask", seq)
+	if _, err := retrain(t, nc, "ask"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServeRefusesStringIDs: until the service grows a vocabulary (issue
+// 29), a payload of ids is rejected whole with one message that says so.
+func TestServeRefusesStringIDs(t *testing.T) {
+	nc, _ := server(t)
+	start(t, nc, Config{Name: "words", Order: 2, Seed: 5, MaxIter: 5, UseWorkers: WorkersNever})
+	seq := publish(t, nc, "words", []byte("state,action,next_state\nuser1,left,user2\n"))
+	st := waitSeq(t, nc, "words", seq)
+	if st.RejectedMessages != 1 || !strings.Contains(st.LastRejection, "string ids are not supported by the service yet") {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestServeQueryOverPayload: an answer larger than the connection's max
+// payload is refused with a 413 that says how to ask for less, and the
+// next question is answered.
+func TestServeQueryOverPayload(t *testing.T) {
+	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir(), NoSync: true, MaxPayload: 32 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc := connect(t, srv.ClientURL())
+	start(t, nc, Config{Name: "big", Order: 2, Seed: 5, MaxIter: 3, Tol: 0, UseWorkers: WorkersNever})
+	var seq uint64
+	for part := range 4 {
+		seq = publish(t, nc, "big", randomRows(uint64(10+part), 1500, 2000, 1).csv())
+	}
+	waitSeq(t, nc, "big", seq)
+	if _, err := retrain(t, nc, "big"); err != nil {
+		t.Fatal(err)
+	}
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		got, err := askQuery(nc, "big", "member", `{"state":0}`)
+		if err != nil || !strings.HasPrefix(got, "{") {
+			return fmt.Errorf("member: %q (%v)", got, err)
+		}
+		return nil
+	})
+	if got, err := askQuery(nc, "big", "next", `{"state":0,"max_states":1000}`); err != nil || !strings.HasPrefix(got, "413 the answer has") ||
+		!strings.Contains(got, "ask for less") {
+		t.Fatalf("an answer over the max payload: %q (%v)", got, err)
+	}
+	if got, err := askQuery(nc, "big", "next", `{"state":0,"max_states":10}`); err != nil || !strings.HasPrefix(got, "{") {
+		t.Fatalf("after the 413: %q (%v)", got, err)
+	}
+}
+
+// TestPublishIDs: publish reads a file of ids and sends them as they are
+// (utf8 columns) to a stream no service reads yet; to a running emsf
+// serve, which counts integer indices only, it sends nothing and says
+// why.
+func TestPublishIDs(t *testing.T) {
+	nc, _ := server(t)
+	path := filepath.Join(t.TempDir(), "ids.csv")
+	if err := os.WriteFile(path, []byte("state,action,next_state\nuser1,left,/cart\n/cart,right,user1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := PublishOptions{Prefix: "emsf", Name: "later", AutoIDs: true, Create: true}
+	res, err := PublishFile(t.Context(), nc, path, opts, StoreConfig{})
+	if err != nil || res.Rows != 2 || res.Messages != 1 {
+		t.Fatalf("publish ids: %+v, %v", res, err)
+	}
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(t.Context(), StreamName("emsf", "later"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := stream.GetMsg(t.Context(), res.LastSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := arrowio.ReadOptions{StateIDs: &shard.Vocab{}, ActionIDs: &shard.Vocab{}}
+	var got []string
+	if err := arrowio.ScanTransitionsReader(t.Context(), bytes.NewReader(msg.Data), "msg", arrowio.FormatArrowStream, ro, func(b *arrowio.TransitionBatch) error {
+		for k := range b.State {
+			got = append(got, ro.StateIDs.String(int(b.State[k]))+" "+ro.ActionIDs.String(int(b.Action[k]))+" "+ro.StateIDs.String(int(b.Next[k])))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, "|") != "user1 left /cart|/cart right user1" {
+		t.Fatalf("the stream holds %q", got)
+	}
+
+	start(t, nc, Config{Name: "now", Order: 2, Seed: 5, MaxIter: 5, UseWorkers: WorkersNever})
+	opts.Name = "now"
+	res, err = PublishFile(t.Context(), nc, path, opts, StoreConfig{})
+	if err == nil || !strings.Contains(err.Error(), "counts integer indices only") || res.Messages != 0 {
+		t.Fatalf("publish ids to a running service: %+v, %v", res, err)
+	}
+}

@@ -1,0 +1,76 @@
+package topk
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkTopK times top-10 queries on synthetic models: "local" (rows
+// of K on windows of 2n/m states, exponential weights; D rows on 1 to 3
+// hidden states: the structured case) and "dense" (rows of K over all
+// states; D rows spread: the bad case, answered by the scan), against
+// the exact float64 scan and a float32 scan of the same items. Items
+// scored per query are reported as scored/op. Each size's models are
+// made inside its sub-benchmark: -bench 'TopK/n=100000' sets up only the
+// small ones (n = 10^6 takes 1.5 GB and a minute).
+func BenchmarkTopK(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			const m = 32
+			rng := rand.New(rand.NewPCG(7, 8))
+			for _, kind := range []string{"local", "dense"} {
+				items := regime(rng, kind, n, m)
+				ix, err := NewIndex(items, n, m, nil, 0, 2)
+				if err != nil {
+					b.Fatal(err)
+				}
+				qs := make([][]float64, 1024)
+				for k := range qs {
+					if kind == "local" {
+						qs[k] = query(rng, "few", m)
+					} else {
+						qs[k] = query(rng, "spread", m)
+					}
+				}
+				b.Run(kind, func(b *testing.B) {
+					var s Searcher
+					var hits []Hit
+					scored := 0
+					for k := range b.N {
+						var st Stats
+						hits, st = ix.TopK(Query{W: qs[k%len(qs)], K: 10}, &s, hits)
+						scored += st.Scored
+					}
+					b.ReportMetric(float64(scored)/float64(b.N), "scored/op")
+				})
+				if kind == "dense" {
+					continue
+				}
+				b.Run("scan64", func(b *testing.B) {
+					var s Searcher
+					var hits []Hit
+					for k := range b.N {
+						hits = ix.Scan(Query{W: qs[k%len(qs)], K: 10}, &s, hits)
+					}
+					b.SetBytes(int64(8 * n * m))
+				})
+				items32 := make([]float32, len(items))
+				for x, v := range items {
+					items32[x] = float32(v)
+				}
+				b.Run("scan32", func(b *testing.B) {
+					var hits []Hit
+					w := make([]float32, m)
+					for k := range b.N {
+						for l, v := range qs[k%len(qs)] {
+							w[l] = float32(v)
+						}
+						hits = ScanFloat32(items32, n, m, w, 10, hits)
+					}
+					b.SetBytes(int64(4 * n * m))
+				})
+			}
+		})
+	}
+}

@@ -1,0 +1,498 @@
+// Package topk answers exact top-k maximum inner-product queries over the
+// columns of a stochastic factor: given a query w (m non-negative weights,
+// a row D^a_i of D) and the n items k_j (the columns of K^a, the rows of
+// the model's K^T block), the k items with the largest scores
+// s_j = ⟨w, k_j⟩ = P^a(j | i), ties broken by the smaller index. It is the
+// top-k next states of (i, a) (spec ask-the-model §1).
+//
+// # Algorithm
+//
+// An Index is built once per model version: for each of the m coordinates
+// a list of the items in decreasing order of that coordinate (Fagin,
+// Lotem & Naor's Threshold Algorithm, "Optimal aggregation algorithms for
+// middleware", PODS 2001), truncated to the first Depth entries, with the
+// values stored as float32 rounded up (so every bound computed from them
+// is a true upper bound). A query reads only the lists of its non-zero
+// weights, one entry at a time, each new item scored exactly; when list l
+// has given its first d_l entries, every item not seen yet scores at most
+//
+//	τ = Σ_l w_l · v_l[d_l]        (v_l[d]: the next unread value of list l)
+//
+// The next entry read is that of the list with the largest term of τ
+// (best first: on fitted models most weights are small, and reading their
+// lists at the pace of the large ones, round robin, read several times
+// more entries), and the query stops as soon as the k-th best score
+// exceeds τ (strictly,
+// with a margin for rounding: an unseen item that ties must still be
+// found, for the smaller-index rule). A query that has scored Budget
+// items without proving its answer, or that reaches the end of the
+// truncated lists, scans all n items instead (blocked, four rows at a
+// time, exact): its cost is bounded by the budget's gathers plus one
+// scan of K, while queries whose D row puts its mass on a few hidden
+// states with concentrated columns of K — fitted models of structured
+// data — read a few hundred entries.
+//
+// Scores are computed by the query's Score function, or by default by
+// Dot (Σ_l w_l·k_jl in index order, without fused multiply-add): bitwise
+// the model's P^a(j|i) (factor.Model.Prob), so that a top-k answer and a
+// probability asked for the same pair agree to the last bit.
+//
+// One extra coordinate (NewIndex's extra argument) makes the index serve
+// an interpolated model λ·D_i K^j + (1−λ)·q_j: query weights (λ·w, 1−λ)
+// over items (k_j, q_j).
+//
+// The package is pure: no I/O; an Index is immutable once built and safe
+// for concurrent queries, each with its own Searcher.
+package topk
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+)
+
+// Index is the sorted lists of one n×m item matrix (plus an optional extra
+// coordinate). It references the items; it does not copy them.
+type Index struct {
+	n, m  int       // items, coordinates of the matrix (the extra one is m)
+	dims  int       // m, or m+1 with an extra coordinate
+	items []float64 // n×m row-major: item j is items[j*m:(j+1)*m]
+	extra []float64 // the extra coordinate (nil: none)
+	depth int       // entries kept per list
+	ids   []int32   // dims lists of depth ids: list l is ids[l*depth:(l+1)*depth]
+	vals  []float32 // their values, rounded up; vals of list l at depth is 0 when depth == n
+	tail  []float32 // tail[l]: an upper bound of list l's values past depth (0 when depth == n)
+}
+
+// Hit is one answer: an item and its score.
+type Hit struct {
+	Item  int
+	Score float64
+}
+
+// DefaultDepth is the list depth NewIndex keeps for n items: all of them
+// up to 4096, else max(4096, n/16). A query that needs more falls back to
+// the scan, so deeper lists would not be read.
+func DefaultDepth(n int) int {
+	return min(n, max(4096, n/16))
+}
+
+// NewIndex builds the lists of items (n rows of m non-negative values,
+// row-major) and of extra (n values, or nil), each truncated to depth
+// entries (0: DefaultDepth(n)), on up to workers goroutines (0: one).
+// It panics on mismatched lengths and returns an error for a negative or
+// non-finite value (items come from a model, which is validated).
+func NewIndex(items []float64, n, m int, extra []float64, depth, workers int) (*Index, error) {
+	if len(items) != n*m || extra != nil && len(extra) != n || n < 1 || m < 1 {
+		panic(fmt.Sprintf("topk: NewIndex: %d items of %d×%d, %d extra", len(items), n, m, len(extra)))
+	}
+	if depth <= 0 {
+		depth = DefaultDepth(n)
+	}
+	depth = min(depth, n)
+	dims := m
+	if extra != nil {
+		dims++
+	}
+	ix := &Index{n: n, m: m, dims: dims, items: items, extra: extra, depth: depth,
+		ids: make([]int32, dims*depth), vals: make([]float32, dims*depth), tail: make([]float32, dims)}
+	coord := func(l int) func(j int) float64 {
+		if l == m {
+			return func(j int) float64 { return extra[j] }
+		}
+		return func(j int) float64 { return items[j*m+l] }
+	}
+	for j, v := range items {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("topk: item %d coordinate %d is %v: want a finite value >= 0", j/m, j%m, v)
+		}
+	}
+	for j, v := range extra {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("topk: item %d extra coordinate is %v: want a finite value >= 0", j, v)
+		}
+	}
+	var wg sync.WaitGroup
+	next := make(chan int, dims)
+	for l := range dims {
+		next <- l
+	}
+	close(next)
+	for range max(1, min(workers, dims)) {
+		wg.Go(func() {
+			scratch := make([]entry, n)
+			for l := range next {
+				ix.buildList(l, coord(l), scratch)
+			}
+		})
+	}
+	wg.Wait()
+	return ix, nil
+}
+
+// entry is an item of a list being built.
+type entry struct {
+	v float64
+	j int32
+}
+
+// before orders entries: larger value first, then smaller item.
+func before(a, b entry) int {
+	if c := cmp.Compare(b.v, a.v); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.j, b.j)
+}
+
+// buildList fills list l: its first depth entries in order, selected from
+// all n (quickselect), and the bound of the rest.
+func (ix *Index) buildList(l int, val func(int) float64, es []entry) {
+	for j := range es {
+		es[j] = entry{val(j), int32(j)}
+	}
+	d := ix.depth
+	if d < len(es) {
+		selectFirst(es, d)
+		tail := es[d]
+		for _, e := range es[d+1:] {
+			if e.v > tail.v {
+				tail = e
+			}
+		}
+		ix.tail[l] = roundUp(tail.v)
+	}
+	top := es[:d]
+	slices.SortFunc(top, before)
+	ids, vals := ix.ids[l*d:(l+1)*d], ix.vals[l*d:(l+1)*d]
+	for k, e := range top {
+		ids[k], vals[k] = e.j, roundUp(e.v)
+	}
+}
+
+// selectFirst reorders es so that its first d entries are the d first in
+// the order of before (in any order among themselves): quickselect with
+// the median of three as pivot.
+func selectFirst(es []entry, d int) {
+	lo, hi := 0, len(es)
+	for hi-lo > 16 {
+		mid := lo + (hi-lo)/2
+		a, b, c := es[lo], es[mid], es[hi-1]
+		if before(a, b) > 0 {
+			a, b = b, a
+		}
+		if before(b, c) > 0 {
+			b = c
+			if before(a, b) > 0 {
+				b = a
+			}
+		}
+		pivot := b
+		// Three-way partition: [lo, lt) before pivot, [lt, gt) equal, [gt, hi) after.
+		lt, i, gt := lo, lo, hi
+		for i < gt {
+			switch c := before(es[i], pivot); {
+			case c < 0:
+				es[lt], es[i] = es[i], es[lt]
+				lt++
+				i++
+			case c > 0:
+				gt--
+				es[gt], es[i] = es[i], es[gt]
+			default:
+				i++
+			}
+		}
+		switch {
+		case d < lt:
+			hi = lt
+		case d > gt:
+			lo = gt
+		default:
+			return
+		}
+	}
+	slices.SortFunc(es[lo:hi], before)
+}
+
+// roundUp returns the smallest float32 >= v.
+func roundUp(v float64) float32 {
+	f := float32(v)
+	if float64(f) < v {
+		f = math.Nextafter32(f, float32(math.Inf(1)))
+	}
+	return f
+}
+
+// N returns the number of items, M the coordinates of the matrix, Depth
+// the entries kept per list.
+func (ix *Index) N() int     { return ix.n }
+func (ix *Index) M() int     { return ix.m }
+func (ix *Index) Depth() int { return ix.depth }
+
+// Extra reports whether the index has an extra coordinate.
+func (ix *Index) Extra() bool { return ix.extra != nil }
+
+// Bytes returns the memory of the lists.
+func (ix *Index) Bytes() int { return 8 * len(ix.ids) }
+
+// Dot returns Σ_l w_l·k_l summed left to right without fused
+// multiply-add: factor.Model.Prob's arithmetic, bit for bit.
+func Dot(w, k []float64) float64 {
+	k = k[:len(w)]
+	s := 0.0
+	for l, v := range w {
+		s += float64(v * k[l])
+	}
+	return s
+}
+
+// Query is one top-k question.
+type Query struct {
+	// W holds the weights: m of them, plus one for the extra coordinate
+	// when the index has one; all >= 0.
+	W []float64
+	// K is the number of answers wanted (at most n are given).
+	K int
+	// Score, when not nil, is the exact score of item j (for example a
+	// smoothed probability); it must not exceed Σ_l W_l·(coordinate l of
+	// j) by more than rounding. Nil: Dot(W[:m], item j) (plus W[m]·extra_j
+	// with an extra coordinate).
+	Score func(j int) float64
+	// Budget is the most items scored through the lists before the query
+	// scans instead (0: DefaultBudget(n)).
+	Budget int
+}
+
+// DefaultBudget is the default Query.Budget for n items: n/16 (at least
+// 64), about a quarter of a scan's time on a machine where a random row
+// read costs four streamed rows.
+func DefaultBudget(n int) int { return max(64, n/16) }
+
+// Stats says how a query was answered.
+type Stats struct {
+	Lists   int  // lists read (non-zero weights)
+	Sorted  int  // list entries read
+	Scored  int  // items scored exactly
+	Scanned bool // answered by the scan
+}
+
+// Searcher holds one goroutine's scratch space for queries. The zero
+// value is ready to use.
+type Searcher struct {
+	// seen is an open-addressing set of the items scored in this query:
+	// slot = epoch<<32 | item+1, a slot of another epoch is empty, so a
+	// query starts with an empty set without clearing it. Small (a query
+	// scores a few hundred items), it stays in cache where an n-long
+	// array of marks would miss.
+	seen  []uint64
+	used  int
+	epoch uint32
+	heap  []Hit
+	act   []int
+	pos   []int
+}
+
+// minSeen is the initial size of the seen set.
+const minSeen = 1 << 10
+
+func (s *Searcher) reset() {
+	if len(s.seen) == 0 {
+		s.seen = make([]uint64, minSeen)
+	}
+	s.epoch++
+	if s.epoch == 0 { // wrapped: every stamp is stale only after a clear
+		clear(s.seen)
+		s.epoch = 1
+	}
+	s.used = 0
+	s.heap = s.heap[:0]
+}
+
+// see adds item j to the seen set and reports whether it was new.
+func (s *Searcher) see(j int32) bool {
+	mask := uint32(len(s.seen) - 1)
+	key := uint64(s.epoch)<<32 | uint64(uint32(j)+1)
+	for p := (uint32(j) * 0x9E3779B1) & mask; ; p = (p + 1) & mask {
+		switch v := s.seen[p]; {
+		case v == key:
+			return false
+		case uint32(v>>32) != s.epoch:
+			s.seen[p] = key
+			if s.used++; 2*s.used > len(s.seen) {
+				s.grow()
+			}
+			return true
+		}
+	}
+}
+
+// grow doubles the seen set, keeping this query's items.
+func (s *Searcher) grow() {
+	old := s.seen
+	s.seen, s.used = make([]uint64, 2*len(old)), 0
+	for _, v := range old {
+		if uint32(v>>32) == s.epoch {
+			s.see(int32(uint32(v) - 1))
+		}
+	}
+}
+
+// worse orders hits for the answer: a lower score, or the same score and a
+// larger item, is worse.
+func worse(a, b Hit) bool {
+	return a.Score < b.Score || a.Score == b.Score && a.Item > b.Item
+}
+
+// push offers h to the min-heap of the k best hits (its root the worst).
+func (s *Searcher) push(h Hit, k int) {
+	hs := s.heap
+	if len(hs) < k {
+		hs = append(hs, h)
+		for i := len(hs) - 1; i > 0; {
+			p := (i - 1) / 2
+			if !worse(hs[i], hs[p]) {
+				break
+			}
+			hs[i], hs[p] = hs[p], hs[i]
+			i = p
+		}
+		s.heap = hs
+		return
+	}
+	if !worse(hs[0], h) {
+		return
+	}
+	hs[0] = h
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= len(hs) {
+			break
+		}
+		if c+1 < len(hs) && worse(hs[c+1], hs[c]) {
+			c++
+		}
+		if !worse(hs[c], hs[i]) {
+			break
+		}
+		hs[i], hs[c] = hs[c], hs[i]
+		i = c
+	}
+}
+
+// boundMargin makes a bound computed from rounded values safe against the
+// rounding of the exact scores: a score exceeds its bound by at most a
+// relative (m+2)·2^-52.
+func boundMargin(dims int) float64 { return 1 + float64(dims+2)*0x1p-52 }
+
+// TopK returns the q.K best items (score descending, then item ascending),
+// appended to dst[:0], and how it found them. s is the caller's scratch
+// space; nil allocates one.
+func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
+	if len(q.W) != ix.dims {
+		panic(fmt.Sprintf("topk: query of %d weights on an index of %d coordinates", len(q.W), ix.dims))
+	}
+	if s == nil {
+		s = &Searcher{}
+	}
+	k := min(q.K, ix.n)
+	if k <= 0 {
+		return dst[:0], Stats{}
+	}
+	score := q.Score
+	if score == nil {
+		score = ix.dotScore(q.W)
+	}
+	budget := q.Budget
+	if budget <= 0 {
+		budget = DefaultBudget(ix.n)
+	}
+	s.reset()
+	var st Stats
+	act := s.act[:0]
+	for l, w := range q.W {
+		if w < 0 || math.IsNaN(w) {
+			panic(fmt.Sprintf("topk: weight %d is %v", l, w))
+		}
+		if w > 0 {
+			act = append(act, l)
+		}
+	}
+	s.act = act
+	st.Lists = len(act)
+	if len(act) == 0 { // every score is 0: the first k items
+		for j := range k {
+			s.push(Hit{j, score(j)}, k)
+		}
+		return s.sorted(dst), st
+	}
+	d := ix.depth
+	margin := boundMargin(ix.dims)
+	pos := s.pos[:0] // entries read of each active list
+	for range act {
+		pos = append(pos, 0)
+	}
+	s.pos = pos
+	for {
+		// τ: the bound of every item no list has given yet; and the list
+		// whose term of τ is largest, which is read next (best first).
+		tau, best, bestTerm := 0.0, -1, -1.0
+		for x, l := range act {
+			v := ix.tail[l]
+			if pos[x] < d {
+				v = ix.vals[l*d+pos[x]]
+			}
+			term := q.W[l] * float64(v)
+			tau += term
+			if pos[x] < d && term > bestTerm {
+				best, bestTerm = x, term
+			}
+		}
+		if len(s.heap) == k && s.heap[0].Score > tau*margin {
+			return s.sorted(dst), st
+		}
+		if best < 0 || st.Scored >= budget {
+			break
+		}
+		l := act[best]
+		j := ix.ids[l*d+pos[best]]
+		pos[best]++
+		st.Sorted++
+		if s.see(j) {
+			st.Scored++
+			s.push(Hit{int(j), score(int(j))}, k)
+		}
+	}
+	// The budget is spent, or the lists end before they prove the
+	// answer: score everything.
+	st.Scanned = true
+	return ix.scan(q.W, q.Score, k, s, dst, &st), st
+}
+
+// dotScore is the default score: Dot with the item (and the extra
+// coordinate).
+func (ix *Index) dotScore(w []float64) func(int) float64 {
+	m := ix.m
+	if ix.extra == nil {
+		return func(j int) float64 { return Dot(w, ix.items[j*m:(j+1)*m]) }
+	}
+	return func(j int) float64 {
+		return Dot(w[:m], ix.items[j*m:(j+1)*m]) + float64(w[m]*ix.extra[j])
+	}
+}
+
+// sorted returns the heap's hits best first, appended to dst[:0].
+func (s *Searcher) sorted(dst []Hit) []Hit {
+	dst = append(dst[:0], s.heap...)
+	slices.SortFunc(dst, func(a, b Hit) int {
+		if worse(a, b) {
+			return 1
+		}
+		if worse(b, a) {
+			return -1
+		}
+		return 0
+	})
+	return dst
+}

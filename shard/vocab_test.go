@@ -1,0 +1,241 @@
+package shard
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestCheckID(t *testing.T) {
+	for _, c := range []struct {
+		id   string
+		want string // substring of the reason, "" when valid
+	}{
+		{"user42", ""},
+		{"/cart", ""},
+		{"é", ""},
+		{"3", ""},
+		{strings.Repeat("x", MaxIDBytes), ""},
+		{"", "empty"},
+		{strings.Repeat("x", MaxIDBytes+1), "257 bytes"},
+		{"a\x00b", "NUL"},
+		{"\xff", "UTF-8"},
+	} {
+		got := CheckID([]byte(c.id))
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("CheckID(%q) = %q, want %q", c.id, got, c.want)
+		}
+	}
+}
+
+// randomIDs returns n distinct ids, some sharing prefixes, some multi-byte.
+func randomIDs(rng *rand.Rand, n int) []string {
+	seen := map[string]bool{}
+	var out []string
+	for len(out) < n {
+		var b strings.Builder
+		for range 1 + rng.IntN(6) {
+			b.WriteRune([]rune("ab/_é0Z€")[rng.IntN(8)])
+		}
+		if id := b.String(); !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// TestVocabSortedSetIsOrderFree: interning rows in any order, then
+// SortFrom(0), gives the sorted set of ids; the merge of the sorted
+// vocabularies of any split of the rows gives the same; perm maps every
+// first-seen index to the index of the same id.
+func TestVocabSortedSetIsOrderFree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 50 {
+		ids := randomIDs(rng, 1+rng.IntN(300))
+		want := slices.Clone(ids)
+		slices.Sort(want) // Go string order is bytewise
+		rows := make([]string, 3*len(ids))
+		for k := range rows {
+			rows[k] = ids[k%len(ids)]
+		}
+		rng.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
+
+		var v Vocab
+		first := make([]int, len(rows))
+		for k, r := range rows {
+			var err error
+			if first[k], err = v.Intern([]byte(r)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		perm := v.SortFrom(0)
+		if got := v.Strings(); !slices.Equal(got, want) {
+			t.Fatalf("trial %d: sorted vocabulary %q, want %q", trial, got, want)
+		}
+		for k, r := range rows {
+			if v.String(int(perm[first[k]])) != r {
+				t.Fatalf("trial %d: row %d id %q: perm sends first-seen %d to %d = %q", trial, k, r, first[k], perm[first[k]], v.String(int(perm[first[k]])))
+			}
+			if i, ok := v.IndexString(r); !ok || i != int(perm[first[k]]) {
+				t.Fatalf("trial %d: Index(%q) = %d, %v after sorting", trial, r, i, ok)
+			}
+		}
+
+		// Split the rows into parts at random cuts; each part's sorted
+		// vocabulary, merged, is the whole's.
+		var parts []*Vocab
+		for lo := 0; lo < len(rows); {
+			hi := min(len(rows), lo+1+rng.IntN(len(rows)))
+			p := &Vocab{}
+			for _, r := range rows[lo:hi] {
+				if _, err := p.Intern([]byte(r)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.SortFrom(0)
+			parts = append(parts, p)
+			lo = hi
+		}
+		merged, err := Merge(parts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !merged.Equal(&v) {
+			t.Fatalf("trial %d: merge of %d parts = %q, want %q", trial, len(parts), merged.Strings(), want)
+		}
+	}
+}
+
+// TestVocabSortFromKeepsPrefix: a warm start keeps the model's ids and
+// appends the new ones sorted among themselves.
+func TestVocabSortFromKeepsPrefix(t *testing.T) {
+	v, err := NewVocab([]string{"m", "b", "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"z", "b", "a", "y", "m", "c"} {
+		if _, err := v.Intern([]byte(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// First seen: m b x | z a y c
+	perm := v.SortFrom(3)
+	if got, want := v.Strings(), []string{"m", "b", "x", "a", "c", "y", "z"}; !slices.Equal(got, want) {
+		t.Fatalf("vocabulary %q, want %q", got, want)
+	}
+	if want := []int32{0, 1, 2, 6, 3, 5, 4}; !slices.Equal(perm, want) {
+		t.Fatalf("perm %v, want %v", perm, want)
+	}
+}
+
+func TestVocabGrowsPastRehash(t *testing.T) {
+	var v Vocab
+	const n = 100000
+	for i := range n {
+		k, err := v.Intern(fmt.Appendf(nil, "s%d", i))
+		if err != nil || k != i {
+			t.Fatalf("Intern(s%d) = %d, %v", i, k, err)
+		}
+	}
+	for i := range n {
+		if k, ok := v.IndexString(fmt.Sprintf("s%d", i)); !ok || k != i {
+			t.Fatalf("Index(s%d) = %d, %v", i, k, ok)
+		}
+	}
+	if _, ok := v.IndexString("s100000"); ok {
+		t.Fatal("an id never interned is found")
+	}
+	// Compact: the ids' bytes, 4 bytes of offset and at most 2·4/0.75
+	// bytes of table per id (the table doubles at load 3/4).
+	idBytes := len(v.arena)
+	if per := float64(v.Bytes()-cap(v.arena)) / n; per > 4*1.3+8/0.75+1 {
+		t.Errorf("%.1f bytes per id beyond the %d bytes of ids", per, idBytes)
+	}
+	c := v.Clone()
+	if _, err := c.Intern([]byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v.IndexString("new"); ok || v.Len() != n {
+		t.Fatal("Clone shares state with the original")
+	}
+}
+
+func TestVocabChecksum(t *testing.T) {
+	v, err := NewVocab([]string{"a", "bc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := v.Checksum(), sha256.Sum256([]byte("a\x00bc\x00")); got != want {
+		t.Fatalf("checksum %x, want %x", got, want)
+	}
+	if _, err := NewVocab([]string{"a", "a"}); err == nil || !strings.Contains(err.Error(), "repeats") {
+		t.Fatalf("duplicate ids: %v", err)
+	}
+	if _, err := NewVocab([]string{"a", ""}); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("empty id: %v", err)
+	}
+	if _, err := Merge(v, &Vocab{}); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := NewVocab([]string{"b", "a"})
+	if _, err := Merge(v, u); err == nil {
+		t.Fatal("merge of an unsorted part succeeded")
+	}
+}
+
+// TestCounterRemapIsDirectCount: counting rows numbered as first seen and
+// renumbering once sorted gives bitwise the matrices of counting the rows
+// numbered by the sorted vocabulary from the start.
+func TestCounterRemapIsDirectCount(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	states := randomIDs(rng, 200)
+	actions := []string{"right", "left", "up"}
+	type row struct {
+		s, a, n string
+		c       float64
+	}
+	rows := make([]row, 20000)
+	for k := range rows {
+		c := 1.0
+		if rng.IntN(4) == 0 {
+			c = 0.1 + rng.Float64()
+		}
+		rows[k] = row{states[rng.IntN(len(states))], actions[rng.IntN(3)], states[rng.IntN(len(states))], c}
+	}
+	var sv, av Vocab
+	var first Counter
+	for _, r := range rows {
+		i, _ := sv.Intern([]byte(r.s))
+		a, _ := av.Intern([]byte(r.a))
+		j, _ := sv.Intern([]byte(r.n))
+		if err := first.Add(i, a, j, r.c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first.Remap(sv.SortFrom(0), av.SortFrom(0))
+	var direct Counter
+	for _, r := range rows {
+		i, _ := sv.IndexString(r.s)
+		a, _ := av.IndexString(r.a)
+		j, _ := sv.IndexString(r.n)
+		if err := direct.Add(i, a, j, r.c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1, u1 := first.Dims()
+	n2, u2 := direct.Dims()
+	if n1 != n2 || u1 != u2 {
+		t.Fatalf("dims after remap %d×%d, direct %d×%d", n1, u1, n2, u2)
+	}
+	got, want := first.Matrices(u1), direct.Matrices(u2)
+	for a := range want {
+		g, w := got[a], want[a]
+		if !slices.Equal(g.Rows, w.Rows) || !slices.Equal(g.Ptr, w.Ptr) || !slices.Equal(g.Cols, w.Cols) || !slices.Equal(g.Vals, w.Vals) {
+			t.Fatalf("action %d: remapped counts differ from direct counts", a)
+		}
+	}
+}
