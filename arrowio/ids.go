@@ -3,6 +3,7 @@ package arrowio
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/apache/arrow/go/v15/arrow"
@@ -25,6 +26,23 @@ type StringIDsError struct {
 
 func (e *StringIDsError) Error() string { return e.Input.Error() }
 func (e *StringIDsError) Unwrap() error { return e.Input }
+
+// reasonColumnIDs ends the reason of an Arrow or Parquet index column of
+// strings.
+const reasonColumnIDs = ": it holds string ids, not integer indices"
+
+// IsStringIDs reports whether err says that an index column read as
+// integers holds user ids: a StringIDsError, or the InputError it carries
+// once it has crossed a wire (a worker's scan reported to a coordinator),
+// which keeps its reason.
+func IsStringIDs(err error) bool {
+	var se *StringIDsError
+	if errors.As(err, &se) {
+		return true
+	}
+	var ie *InputError
+	return errors.As(err, &ie) && (strings.HasSuffix(ie.Reason, reasonStringID[len(reasonNotInt):]) || strings.HasSuffix(ie.Reason, reasonColumnIDs))
+}
 
 // stringIDs is the StringIDsError of index column k, at a row and value
 // (0 and "" for a column type).
@@ -104,7 +122,7 @@ func (s *scan) checkIDColumn(k int, t arrow.DataType) error {
 		return &InputError{File: s.file, Column: s.names[k],
 			Reason: fmt.Sprintf("has type %s; it is read as ids, which want a string column (state and next_state hold ids of one kind)", t)}
 	case s.ids[k] == nil && stringType(t):
-		return s.stringIDs(0, k, "", fmt.Sprintf("has type %s: it holds string ids, not integer indices", t))
+		return s.stringIDs(0, k, "", fmt.Sprintf("has type %s%s", t, reasonColumnIDs))
 	case s.ids[k] == nil && !numeric(t):
 		return &InputError{File: s.file, Column: s.names[k],
 			Reason: fmt.Sprintf("has type %s; want a numeric column (integer indices) or a string column (ids)", t)}

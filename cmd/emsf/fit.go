@@ -57,8 +57,9 @@ type fitFlags struct {
 	priorD     float64
 	priorK     float64
 	plain      bool
-	// clusterPlain: plain set by clusterPlainDefault, not by the user.
-	clusterPlain bool
+	// clusterPlain: plain set by clusterPlainDefault, not by the user;
+	// qualityGiven: --accel, --smooth, --stop, --prior-d or --prior-k given.
+	clusterPlain, qualityGiven bool
 
 	orders     []int
 	tieV       factor.Tie
@@ -110,6 +111,9 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	for _, name := range []string{"accel", "smooth", "stop", "prior-d", "prior-k"} {
+		f.qualityGiven = f.qualityGiven || flagGiven(fs, name)
+	}
 	if f.cpuProfile != "" {
 		stop, err := startCPUProfile(f.cpuProfile)
 		if err != nil {
@@ -147,13 +151,17 @@ func runFit(ctx context.Context, e *env, args []string) error {
 
 	if f.cluster.enabled() {
 		if f.clusterPlain {
-			log.Info("a cluster fit runs plain EM and stores no smoothing rule unless told otherwise (its workers hold D and K; the rule needs the counts in one place): the model is the local 'emsf fit --plain' one; --exchange coordinator with --smooth auto smooths")
+			log.Info("a cluster fit runs plain EM and stores no smoothing rule unless told otherwise (its workers hold D and K; the rule needs the counts in one place): the model is the local 'emsf fit --plain' one; --smooth auto given smooths (the coordinator then reads the data)")
 		}
 		ok, why := f.ingestedPath()
 		if ok {
 			log.Info("cluster fit from metadata: the workers ingest the dataset, cut the shards and hold the model; the coordinator reads no data")
 			mw.Phase("fit")
-			return fitIngested(ctx, e, &f, log)
+			err := fitIngested(ctx, e, &f, log)
+			if f.in.ids != idsAuto || !arrowio.IsStringIDs(err) {
+				return err
+			}
+			ok, why = false, "the input names states or actions by user ids, which the distributed ingest does not read yet"
 		}
 		log.Info("cluster fit with the data read in the coordinator", "why", why)
 	}
@@ -578,10 +586,11 @@ const (
 
 // clusterPlainDefault reports whether f is a cluster fit of the owners
 // exchange that names none of the quality flags (--accel, --smooth,
-// --stop, the priors, --plain): it runs as --plain.
+// --stop, the priors, --plain; given with their default values they
+// count): it runs as --plain.
 func (f *fitFlags) clusterPlainDefault() bool {
 	return f.cluster.enabled() && f.cluster.exchange != "coordinator" && f.algorithm == algEMSF && !f.inc.enabled &&
-		!f.plain && !f.priorSet && f.accel == "auto" && f.smooth == smoothAuto && f.stopRule == "auto"
+		!f.plain && !f.qualityGiven
 }
 
 // needsValidation reports whether the fit splits a validation part off

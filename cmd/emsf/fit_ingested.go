@@ -51,6 +51,8 @@ func (f *fitFlags) ingestedPath() (bool, string) {
 		return false, "--tie shared-d: the coordinator cuts the row groups of the one D"
 	case f.in.input == "-":
 		return false, "standard input is read by the coordinator"
+	case f.in.ids == idsString:
+		return false, "--ids string: the distributed ingest does not read user ids yet"
 	}
 	return true, ""
 }
