@@ -396,24 +396,32 @@ func (c *clusterFlags) fitOwners(ctx context.Context, log hclog.Logger, exec *na
 		WaitWorkers: c.waitWorkers,
 		Params:      params,
 		Manifest:    man,
-		Options: owners.Options{
-			Alpha:           opts.Alpha,
-			Converger:       opts.Converger,
-			Progress:        opts.Progress,
-			GroupNNZ:        opts.GroupNNZ,
-			ColBlocks:       c.colBlocks,
-			CheckpointEvery: c.checkpointEvery,
-			NoBackups:       !c.speculation,
-			TaskTimeout:     c.workerTimeout,
-			MinWorkers:      minWorkers,
-			Resume:          c.resume,
-			Report: func(r natsexec.OwnersReport) {
-				c.iterationLine(log, "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
-					"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
-					"shards", len(shards), "backups", r.Backups, "quarantined", r.Quarantined)
-			},
-		},
+		Options:     c.ownersOptions(log, job, len(shards), opts, minWorkers),
 	})
+}
+
+// ownersOptions are the owners exchange's options of a fit of job over
+// shards shards: the flags', opts' and its report, one line an
+// iteration (iterationLine). Resume is the flag's; the caller sets what
+// else its path needs.
+func (c *clusterFlags) ownersOptions(log hclog.Logger, job string, shards int, opts factor.FitOptions, minWorkers int) owners.Options {
+	return owners.Options{
+		Alpha:           opts.Alpha,
+		Converger:       opts.Converger,
+		Progress:        opts.Progress,
+		GroupNNZ:        opts.GroupNNZ,
+		ColBlocks:       c.colBlocks,
+		CheckpointEvery: c.checkpointEvery,
+		NoBackups:       !c.speculation,
+		TaskTimeout:     c.workerTimeout,
+		MinWorkers:      minWorkers,
+		Resume:          c.resume,
+		Report: func(r natsexec.OwnersReport) {
+			c.iterationLine(log, "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
+				"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
+				"shards", shards, "backups", r.Backups, "quarantined", r.Quarantined)
+		},
+	}
 }
 
 // jobParams are the parameters recorded in the job state: the fit's

@@ -16,7 +16,6 @@ import (
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator/ingest"
 	"github.com/emsf/emsf/coordinator/natsexec"
-	"github.com/emsf/emsf/coordinator/owners"
 	"github.com/emsf/emsf/factor"
 )
 
@@ -140,29 +139,15 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	defer os.RemoveAll(tmp)
 	sink := arrowio.DirParts{Dir: tmp}
 	model := exec.NewDrawnModel(hdr, sink, f.format)
-	clog := log.Named("cluster")
+	// ingestedPath: no --resume here.
+	oopts := c.ownersOptions(log.Named("cluster"), job, len(oj.Shards), opts, minWorkers)
+	oopts.Evaluate = true
 	fr, err := exec.RunOwners(ctx, oj, hdr, model, natsexec.OwnersOptions{
 		Job:         job,
 		WaitWorkers: c.waitWorkers,
 		Params:      c.jobParams(hdr, opts),
 		Manifest:    set.Manifest,
-		Options: owners.Options{
-			Alpha:           opts.Alpha,
-			Converger:       opts.Converger,
-			Progress:        opts.Progress,
-			GroupNNZ:        opts.GroupNNZ,
-			ColBlocks:       c.colBlocks,
-			CheckpointEvery: c.checkpointEvery,
-			NoBackups:       !c.speculation,
-			TaskTimeout:     c.workerTimeout,
-			MinWorkers:      minWorkers,
-			Evaluate:        true,
-			Report: func(r natsexec.OwnersReport) {
-				c.iterationLine(clog, "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
-					"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
-					"shards", len(oj.Shards), "backups", r.Backups, "quarantined", r.Quarantined)
-			},
-		},
+		Options:     oopts,
 	})
 	f.report.done()
 	if err != nil {
