@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/coordinator"
@@ -289,6 +290,36 @@ func TestCheckpointCAS(t *testing.T) {
 	err := a.Commit(ctx, st, md)
 	if !errors.Is(err, wire.ErrLostRace) || !strings.Contains(err.Error(), "another coordinator") {
 		t.Fatalf("stale commit: err = %v, want a compare-and-set failure", err)
+	}
+}
+
+// A job record that does not decode is named as corrupt, with the way
+// out, by State and by Resume (issue 26 item 5).
+func TestCorruptJobRecord(t *testing.T) {
+	s := startServer(t, 0)
+	exec := newNATSExec(t, s)
+	ctx := context.Background()
+	if err := exec.Begin(ctx, &coordinator.JobState{Job: "bad", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(connect(t, s, "vandal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, wire.DefaultKVBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "bad", []byte(`{"job":"bad","iteration":`)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = exec.State(ctx, "bad")
+	var ce *natsexec.CorruptRecordError
+	if !errors.As(err, &ce) || ce.Job != "bad" || !strings.Contains(err.Error(), "is corrupt") || !strings.Contains(err.Error(), "nats kv del "+wire.DefaultKVBucket+" bad") {
+		t.Fatalf("State of a corrupt record: %v", err)
+	}
+	if _, _, err := exec.Resume(ctx, "bad"); !errors.As(err, &ce) {
+		t.Fatalf("Resume of a corrupt record: %v", err)
 	}
 }
 

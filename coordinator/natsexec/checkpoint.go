@@ -145,6 +145,23 @@ func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, 
 	return nil
 }
 
+// CorruptRecordError is a job record in the KV bucket that does not
+// decode: nothing can resume from it, and the error says how to start
+// the job again.
+type CorruptRecordError struct {
+	Job, Bucket string
+	Revision    uint64
+	Err         error
+}
+
+func (e *CorruptRecordError) Error() string {
+	return fmt.Sprintf("natsexec: job %s: its record (key %s of KV bucket %s, revision %d) is corrupt: %v; "+
+		"no run can resume from it: delete it ('nats kv del %s %s') and run the job again without --resume, or give it another --job name",
+		e.Job, e.Job, e.Bucket, e.Revision, e.Err, e.Bucket, e.Job)
+}
+
+func (e *CorruptRecordError) Unwrap() error { return e.Err }
+
 // State returns the job state stored in the KV bucket.
 func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState, uint64, error) {
 	ent, err := e.kv.Get(ctx, job)
@@ -153,7 +170,7 @@ func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState
 	}
 	var st coordinator.JobState
 	if err := json.Unmarshal(ent.Value(), &st); err != nil {
-		return nil, 0, fmt.Errorf("natsexec: job %s: %w", job, err)
+		return nil, 0, &CorruptRecordError{Job: job, Bucket: e.cfg.KVBucket, Revision: ent.Revision(), Err: err}
 	}
 	if st.ManifestObject != "" && st.Manifest == nil {
 		data, err := e.obs.GetBytes(ctx, st.ManifestObject)
