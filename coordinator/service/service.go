@@ -223,6 +223,9 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer stopConsumer()
+	// The status endpoint answers from the start: the restored state,
+	// before the query index (which may take seconds) is built.
+	s.snapshot()
 	svc, err := s.serveRequests(ctx)
 	if err != nil {
 		return err
@@ -654,7 +657,12 @@ func (s *Service) serveRequests(ctx context.Context) (micro.Service, error) {
 	}), micro.WithEndpointSubject(RetrainSubject(s.cfg.Prefix, s.cfg.Name)))
 	if err == nil {
 		err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
-			st := *s.snap.Load()
+			snap := s.snap.Load()
+			if snap == nil { // not reached: Run snapshots before it serves
+				_ = req.Error("503", "the service is starting", nil)
+				return
+			}
+			st := *snap
 			// What the stream holds, asked now (best effort: a status
 			// without it is still an answer).
 			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
