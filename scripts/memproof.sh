@@ -18,10 +18,17 @@
 #   worker:      --worker-limit target (default): 1.5·L/P + 150 MB, the
 #                issue's per-worker bound (P = 1: L + 150 MB); or a
 #                fraction of L (e.g. 0.4), or bytes (e.g. 800M, 2G)
-#   coordinator: --coord-limit BYTES, or auto (default): 1.25·L, what
-#                today's coordinator meets (it still reads every transition
-#                until the distributed ingest lands); the target
-#                (--coord-target, default 256M) is printed beside it
+#   coordinator: --coord-limit BYTES (default 256M, the target: a
+#                cluster fit from metadata reads no data and holds no part
+#                of the model), or auto: 1.25·L, what a coordinator that
+#                reads the data itself needs (string ids, quality flags);
+#                the target (--coord-target, default 256M) is printed
+#                beside it
+#
+# Both fits are --plain (plain EM stopped by --iters, what a cluster fit
+# from metadata runs), so the two files can be compared byte for byte; the
+# script fails when the coordinator did not run from metadata (its log
+# names the reason).
 #
 # Usage: scripts/memproof.sh [flags]   (root, for the cgroups)
 #   --states N --transitions T --actions U --order M --iters I --seed S
@@ -43,9 +50,9 @@
 #                 peak) instead of running it again (same data and flags)
 #   --out DIR     results (default: a new directory under $TMPDIR)
 #
-# The target size, once the distributed ingest lands:
+# The target size:
 #   sudo scripts/memproof.sh --states 2000000 --transitions 40000000 --order 32 \
-#       --workers 4 --worker-limit 0.4 --coord-limit 256M
+#       --workers 4 --worker-limit 0.4 --coord-limit 256M --fit-args "--col-cells 2"
 #
 # Output: OUT/summary.tsv (one line per process and run) and the table on
 # stdout; OUT/logs/. Exit 1 when a model differs, a process fails or is
@@ -65,7 +72,7 @@ worker_args=
 worker_env=
 limit=cgroup
 worker_limit=target
-coord_limit=auto
+coord_limit=256M
 coord_target=256M
 memprofile=
 local=
@@ -229,7 +236,7 @@ extra=($fit_args)
 wextra=($worker_args)
 # shellcheck disable=SC2206
 wenv=(env $worker_env)
-fit=(fit --input "$input" --order "$order" --iters "$iters" --tol 0 --seed 1 --quiet "${extra[@]}")
+fit=(fit --input "$input" --order "$order" --iters "$iters" --tol 0 --plain --seed 1 "${extra[@]}")
 
 if [ -n "$local" ]; then
 	log "local fit of $local"
@@ -335,6 +342,11 @@ CONF
 		fi
 	done
 	row "$run" store - - "$store_peak" - - "final $final_store"
+	if [ "$crc" -eq 0 ] && ! grep -q "cluster fit from metadata" "$out/logs/$run-coordinator.log"; then
+		log "$run: the coordinator read the data itself (not a fit from metadata):"
+		grep -m1 "coordinator reads\|reads the data" "$out/logs/$run-coordinator.log" >&2 || true
+		fail=1
+	fi
 	if [ "$crc" -ne 0 ]; then
 		log "$run: the coordinator exited $crc"
 		tail -5 "$out/logs/$run-coordinator.log" >&2
