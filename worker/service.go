@@ -50,6 +50,20 @@ type Config struct {
 	OnOwnersOp func(op string, iteration int)
 	// IngestHooks are test hooks of the distributed ingest (ingest.go).
 	IngestHooks IngestHooks
+	// Memory, when set, is the memory in bytes this worker may use (its
+	// machine's or its cgroup's), announced in its service metadata
+	// (wire.MetaMemory): a coordinator that does not hold the model
+	// checks the model against its workers' memory before they allocate.
+	Memory int64
+}
+
+// serviceMeta is the worker's micro service metadata.
+func serviceMeta(cfg Config) map[string]string {
+	md := map[string]string{"prefix": cfg.Prefix}
+	if cfg.Memory > 0 {
+		md[wire.MetaMemory] = strconv.FormatInt(cfg.Memory, 10)
+	}
+	return md
 }
 
 // Stats are a worker's counters, served as the data of $SRV.STATS.
@@ -184,7 +198,7 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		Name:         wire.ServiceName,
 		Version:      wire.ServiceVersion,
 		Description:  "emsf worker: statistics of shards under model versions",
-		Metadata:     map[string]string{"prefix": cfg.Prefix},
+		Metadata:     serviceMeta(cfg),
 		QueueGroup:   wire.QueueGroup(cfg.Prefix),
 		StatsHandler: func(*micro.Endpoint) any { return w.Stats() },
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {

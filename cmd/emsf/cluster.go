@@ -272,8 +272,12 @@ func (c *clusterFlags) executor(ctx context.Context, logger hclog.Logger, worker
 			closers = append(closers, func() { os.RemoveAll(tmp) })
 			dir = tmp
 		}
+		// The workers share this machine: each announces its share of
+		// its memory, so that together they announce the machine's.
+		mem, _ := machineMemory()
 		lc, err := natsexec.StartLocalCluster(ctx, natsexec.LocalClusterConfig{StoreDir: dir, Workers: workers,
-			InProcess: true, Exec: ecfg, Sync: c.store != ""}, worker.Starter(worker.Config{Prefix: c.prefix, JobsBucket: c.kvBucket, Logger: logger}))
+			InProcess: true, Exec: ecfg, Sync: c.store != ""}, worker.Starter(worker.Config{Prefix: c.prefix, JobsBucket: c.kvBucket, Logger: logger,
+			Memory: mem / int64(max(1, workers))}))
 		if err != nil {
 			return fail(err)
 		}

@@ -135,6 +135,25 @@ func (l *limitFlags) limit() (int64, string) {
 // above the limit, naming the shape and how to proceed.
 func (l *limitFlags) check(alg string, fp factor.Footprint, need int64) error {
 	lim, src := l.limit()
+	return limitCheck(alg, fp, need, lim, src)
+}
+
+// checkCluster is check for a fit whose workers hold the model between
+// them: the default limit is 3/4 of the memory the workers announced
+// (mem; none when a worker did not).
+func (l *limitFlags) checkCluster(alg string, fp factor.Footprint, need int64, mem int64, workers int, known bool) error {
+	if l.maxModelBytes > 0 {
+		return limitCheck(alg, fp, need, l.maxModelBytes, "--max-model-bytes")
+	}
+	if !known || mem <= 0 {
+		return nil
+	}
+	return limitCheck(alg, fp, need, int64(modelFraction*float64(mem)),
+		fmt.Sprintf("the default of --max-model-bytes for a cluster fit: 3/4 of the %d bytes its %d workers announce, their machines' or cgroups' memory together", mem, workers))
+}
+
+// limitCheck refuses need above lim (0: no limit), which src names.
+func limitCheck(alg string, fp factor.Footprint, need, lim int64, src string) error {
 	if lim == 0 || need <= lim {
 		return nil
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/emsf/emsf/factor"
 )
 
 // twoRowFile is the file of issue 26: two rows whose largest indices ask
@@ -144,5 +146,28 @@ func TestMachineMemory(t *testing.T) {
 	l.maxModelBytes = 12345
 	if lim, why := l.limit(); lim != 12345 || why != "--max-model-bytes" {
 		t.Errorf("--max-model-bytes 12345: %d, %q", lim, why)
+	}
+}
+
+// TestCheckCluster: a fit whose workers hold the model checks it against
+// 3/4 of the memory they announce together (not this machine's), exactly;
+// --max-model-bytes wins; without every worker's memory there is no
+// default.
+func TestCheckCluster(t *testing.T) {
+	fp := factor.Footprint{N: 1000, M: 4, U: 1}
+	var l limitFlags
+	if err := l.checkCluster("a cluster fit", fp, 750, 1000, 2, true); err != nil {
+		t.Errorf("750 bytes of 3/4·1000: %v", err)
+	}
+	err := l.checkCluster("a cluster fit", fp, 751, 1000, 2, true)
+	if err == nil || !strings.Contains(err.Error(), "its 2 workers announce") || !strings.Contains(err.Error(), "needs about 751 bytes") {
+		t.Errorf("751 bytes of 3/4·1000: %v", err)
+	}
+	if err := l.checkCluster("a cluster fit", fp, 1<<40, 1000, 2, false); err != nil {
+		t.Errorf("a worker that announced no memory: %v", err)
+	}
+	l.maxModelBytes = 100
+	if err := l.checkCluster("a cluster fit", fp, 101, 1<<40, 2, true); err == nil || !strings.Contains(err.Error(), "(100 B, --max-model-bytes)") {
+		t.Errorf("--max-model-bytes 100, 101 bytes: %v", err)
 	}
 }

@@ -136,7 +136,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return fail(2, "%v", err)
 	}
 	defer mw.Close()
-	cfg := worker.Config{Prefix: nf.prefix, JobsBucket: jobs, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom,
+	mem, _ := machineMemory()
+	cfg := worker.Config{Prefix: nf.prefix, JobsBucket: jobs, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom, Memory: mem,
 		IngestHooks: ingestHolds(ctx, stdout, holdSeg, holdFed)}
 	if mw != nil {
 		cfg.OnOwnersOp = func(op string, iter int) { mw.Phase(op + "-" + strconv.Itoa(iter)) }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
@@ -78,6 +79,23 @@ func (e *Executor) Census(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// Memory returns the sum of the memory the workers of ids announced
+// (worker.Config.Memory, seen by a census), and whether each of them
+// announced it.
+func (e *Executor) Memory(ids []string) (int64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var sum int64
+	for _, id := range ids {
+		mem, ok := e.memory[id]
+		if !ok {
+			return sum, false
+		}
+		sum += mem
+	}
+	return sum, len(ids) > 0
+}
+
 // ping sends a $SRV.PING to the workers under this prefix and collects the
 // ids of those that answer within PingWait.
 func (e *Executor) ping(ctx context.Context) ([]string, error) {
@@ -114,6 +132,11 @@ func (e *Executor) ping(ctx context.Context) ([]string, error) {
 		}
 		seen[p.ID] = true
 		ids = append(ids, p.ID)
+		if mem, err := strconv.ParseInt(p.Metadata[wire.MetaMemory], 10, 64); err == nil && mem > 0 {
+			e.mu.Lock()
+			e.memory[p.ID] = mem
+			e.mu.Unlock()
+		}
 	}
 	slices.Sort(ids)
 	return ids, nil

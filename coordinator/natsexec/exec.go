@@ -34,6 +34,7 @@ type Executor struct {
 	kvRev   map[string]uint64
 	commits map[string]*pendingCommit // by job: the commit being stored
 	census  censusState
+	memory  map[string]int64 // by worker id: the memory it announced
 	quar    quarantine
 	wg      sync.WaitGroup
 	closing bool
@@ -95,7 +96,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
 	stopped, stop := context.WithCancel(context.Background())
 	return &Executor{nc: nc, js: js, obs: obs, kv: kv, cfg: cfg, log: cfg.Logger.Named("natsexec"), blobs: blobs,
 		shards: map[string][]objRef{}, models: map[string]objRef{}, kvRev: map[string]uint64{},
-		commits: map[string]*pendingCommit{}, stopped: stopped, stop: stop}, nil
+		commits: map[string]*pendingCommit{}, memory: map[string]int64{}, stopped: stopped, stop: stop}, nil
 }
 
 // goRoutine runs f in a goroutine that Close waits for, or returns false

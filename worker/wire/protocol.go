@@ -30,6 +30,9 @@ const (
 	// a partial too large for the reply is always a blob (no Object Store
 	// partials), and every blob chunk request names its length.
 	ServiceVersion = "2.0.0"
+	// MetaMemory is the key of a worker's service metadata that gives
+	// the memory in bytes it may use (decimal; absent: unknown).
+	MetaMemory = "memory"
 )
 
 // Reply headers.
