@@ -925,3 +925,57 @@ func ReadModelAny(ctx context.Context, path string, opts ...Option) (*ModelFile,
 	}
 	return ReadModel(path, opts...)
 }
+
+// CopyModelDataset copies the dataset of src into dst file by file: each
+// part, checked against its manifest line's size and SHA-256 as it is
+// copied, then the manifest, so that the copy exists only once it is
+// whole. It holds one buffer, not a part. On an error the parts it
+// copied are removed and no manifest is written.
+func CopyModelDataset(ctx context.Context, src PartSource, dst PartSink) (*ModelManifest, error) {
+	man, _, _, err := readManifest(ctx, src)
+	if err != nil {
+		return nil, fmt.Errorf("arrowio: copy model %s: %w", src, err)
+	}
+	buf := make([]byte, 1<<20)
+	var done []string
+	fail := func(err error) (*ModelManifest, error) {
+		for _, name := range done {
+			dst.Remove(ctx, name)
+		}
+		return nil, fmt.Errorf("arrowio: copy model %s into %s: %w", src, dst, err)
+	}
+	for _, p := range append(slices.Clone(man.Parts), ModelPart{File: ManifestName}) {
+		if err := copyPartFile(ctx, src, dst, p, buf); err != nil {
+			return fail(err)
+		}
+		done = append(done, p.File)
+	}
+	return man, nil
+}
+
+// copyPartFile copies file p.File of src into dst; a part (not the
+// manifest) is checked against its size and SHA-256 before it is
+// committed.
+func copyPartFile(ctx context.Context, src PartSource, dst PartSink, p ModelPart, buf []byte) error {
+	r, err := src.Open(ctx, p.File)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	f, err := dst.Create(ctx, p.File)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	n, err := io.CopyBuffer(io.MultiWriter(f, h), io.NewSectionReader(r, 0, r.Size()), buf)
+	if err == nil && p.File != ManifestName {
+		if got := hex.EncodeToString(h.Sum(nil)); n != p.Bytes || got != p.SHA256 {
+			err = fmt.Errorf("%s: %d bytes of SHA-256 %s, the manifest says %d of %s", p.File, n, got, p.Bytes, p.SHA256)
+		}
+	}
+	if err != nil {
+		f.Abort()
+		return err
+	}
+	return f.Commit()
+}

@@ -108,6 +108,8 @@ func (w *Worker) serveIngest(m *nats.Msg) {
 		err = ingestDo(m, func(r *ingestwire.GroupsRequest) (any, error) { return w.cutGroups(ctx, r) }, &rep)
 	case ingestwire.OpInit:
 		err = ingestDo(m, func(r *ingestwire.InitRequest) (any, error) { return w.initModel(ctx, r) }, &rep)
+	case ingestwire.OpParts:
+		err = ingestDo(m, func(r *ingestwire.PartsRequest) (any, error) { return w.writeParts(ctx, r) }, &rep)
 	case ingestwire.OpEnd:
 		err = ingestDo(m, func(r *ingestwire.EndRequest) (any, error) { n.End(r.Job); return struct{}{}, nil }, &rep)
 	case ingestwire.OpPull:

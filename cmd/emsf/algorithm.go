@@ -123,7 +123,7 @@ func fitBaseline(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	params["algorithm"] = algKLM
 	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params, Status: bestStatus.String(),
 		States: data.ids.states, Actions: data.ids.actions}
-	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
+	if err := writeModelOut(ctx, &f.cluster.natsFlags, f.out, mf, f.format); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "KLM model n=%d m=%d u=%d: %d iterations (%s), KL(P̂‖DK) %.6g, log-likelihood %.6g, WKL %.6g\nwrote %s\n",

@@ -91,7 +91,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.initModel, "init", "", "warm-start from this model instead of a random initialisation: "+modelPathUsage)
 	fs.Float64Var(&f.initSmooth, "init-smooth", 0, "mix the --init model with the uniform distribution, this weight in [0, 1), so that new data may hold transitions it gives probability 0 (e.g. 0.01)")
 	fs.Float64Var(&f.holdout, "holdout", 0, "fraction of transitions held out to score each --order (0: none)")
-	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model")
+	fs.StringVar(&f.out, "out", "model.arrow", "where to write the model: a file (Arrow, or Parquet for a .parquet name), or a model dataset (one part per block and manifest.json): a new directory (a name that ends in /) or nats-obj://BUCKET/PREFIX; a cluster fit from metadata has its workers write the parts")
 	fs.StringVar(&f.format, "format", "", "model file format: arrow (Arrow IPC file) or parquet (default: parquet for an --out ending in .parquet or .pq, else arrow)")
 	fs.IntVar(&f.shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (the reduce order, hence the exact result, depends on it)")
 	fs.IntVar(&f.groupNNZ, "group-nnz", factor.DefaultGroupNNZ, "target nonzeros per reduction group: the sums of a pass follow a fixed tree over groups of shards (reduce order "+factor.ReduceOrder+"), so the exact result depends on it, never on --workers or the cluster")
@@ -281,7 +281,8 @@ const statusInterrupted = "interrupted"
 func (f *fitFlags) write(e *env, md *factor.Model, data *dataset, status, where string) error {
 	mf := &arrowio.ModelFile{Model: md, Fingerprint: data.fingerprint, Params: f.params(md.M), Status: status,
 		ReduceOrder: factor.ReduceOrder, GroupNNZ: f.groupNNZ, States: data.ids.states, Actions: data.ids.actions}
-	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
+	// The model is written even after a signal cancelled the fit's context.
+	if err := writeModelOut(context.Background(), &f.cluster.natsFlags, f.out, mf, f.format); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations (%s%s), log-likelihood %.6g, WKL %.6g\nwrote %s\n",
@@ -395,7 +396,13 @@ func (f *fitFlags) preflight(log hclog.Logger) error {
 			log.Warn(note)
 		}
 	}
-	if f.algorithm != algCNT {
+	switch {
+	case f.algorithm == algCNT:
+	case datasetOut(f.out):
+		if err := checkDatasetDir(f.out); err != nil {
+			return err
+		}
+	default:
 		if err := arrowio.CheckWritable(f.out); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}

@@ -7,9 +7,9 @@ import (
 	"maps"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -18,6 +18,7 @@ import (
 	"github.com/emsf/emsf/coordinator/ingest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // A cluster fit whose coordinator holds metadata only: the distributed
@@ -88,12 +89,14 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	}
 	defer done()
 	deadline := time.Now().Add(c.waitWorkers)
+	var workers []string
 	for {
 		ids, err := exec.Census(ctx)
 		if err != nil {
 			return err
 		}
 		if len(ids) >= max(1, minWorkers) {
+			workers = ids
 			break
 		}
 		if time.Now().After(deadline) {
@@ -123,10 +126,12 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 		return usagef("--order %d: must be at most the number of states n = %d", m, res.N)
 	}
 	// Limits before allocation (--max-model-bytes): the workers hold the
-	// model between them, once; refuse it here, before any is drawn.
+	// model between them, once; refuse it here, before any is drawn,
+	// against their memory (not this machine's).
 	fp := factor.Footprint{N: res.N, M: m, U: res.U, Tie: f.tieV, Float32: f.precisionV == factor.Float32, GroupNNZ: f.groupNNZ,
 		NNZ: int64(set.Manifest.NNZ)}
-	if err := f.limits.check("a cluster fit (--algorithm emsf; its workers hold the model)", fp, fp.Model()); err != nil {
+	mem, known := exec.Memory(workers)
+	if err := f.limits.checkCluster("a cluster fit (--algorithm emsf; its workers hold the model)", fp, fp.Model(), mem, len(workers), known); err != nil {
 		return err
 	}
 	log.Info("data", "input", f.in.input, "transitions", res.Transitions, "states", res.N, "actions", res.U,
@@ -147,15 +152,34 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 		return err
 	}
 
-	// The parts go into a directory beside --out, assembled into it at
-	// the end (and removed).
-	tmp, err := os.MkdirTemp(filepath.Dir(f.out), ".emsf-parts-")
+	// The workers write the model's parts into the Object Store: the
+	// dataset --out names there, or one under the job's name that this
+	// coordinator then assembles into the file --out names, or copies
+	// into its directory, and removes.
+	url := exec.JobModelURL(job)
+	toStore := strings.HasPrefix(f.out, wire.ObjectScheme)
+	if toStore {
+		url = f.out
+	}
+	parts, err := exec.ModelParts(ctx, url, toStore)
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
-	defer os.RemoveAll(tmp)
-	sink := arrowio.DirParts{Dir: tmp}
-	model := exec.NewDrawnModel(hdr, sink, f.format)
+	if toStore {
+		if err := checkNoDataset(ctx, parts, url); err != nil {
+			return err
+		}
+	}
+	model := exec.NewDrawnModel(hdr, parts.String(), f.format)
+	if !toStore {
+		defer func() {
+			for _, p := range append(model.Parts, arrowio.ModelPart{File: arrowio.ManifestName}) {
+				if err := parts.Remove(context.WithoutCancel(ctx), p.File); err != nil {
+					log.Warn("could not remove a part of the job's model from the Object Store", "part", p.File, "dataset", parts.String(), "error", err)
+				}
+			}
+		}()
+	}
 	// ingestedPath: no --resume here.
 	oopts := c.ownersOptions(log.Named("cluster"), job, len(oj.Shards), opts, minWorkers)
 	oopts.Evaluate = true
@@ -176,11 +200,19 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	f.warnEarly(log, fr.Status, "order", m, "seed", f.seed, "iterations", fr.Iterations)
 	mf := &arrowio.ModelFile{Model: hdr, Fingerprint: res.Fingerprint, Params: f.params(m), Status: status,
 		ReduceOrder: factor.ReduceOrder, GroupNNZ: f.groupNNZ}
-	if _, err := arrowio.CommitModelDataset(ctx, sink, mf, model.Parts); err != nil {
+	if _, err := arrowio.CommitModelDataset(ctx, parts, mf, model.Parts); err != nil {
 		return err
 	}
-	if err := arrowio.AssembleModel(ctx, sink, f.out, f.format); err != nil {
-		return err
+	switch {
+	case toStore:
+	case datasetOut(f.out):
+		if _, err := arrowio.CopyModelDataset(ctx, parts, arrowio.DirParts{Dir: f.out}); err != nil {
+			return err
+		}
+	default:
+		if err := arrowio.AssembleModel(ctx, parts, f.out, f.format); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d iterations (%s), log-likelihood %.6g, WKL %.6g\nwrote %s\n",
 		hdr.N, hdr.M, hdr.U, hdr.Tie, hdr.Iteration, status, hdr.LogLik, hdr.WKL, f.out)

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestFitIngestedBitwise: `emsf fit --nats` on 1, 2 and 3 real `emsf
@@ -60,6 +64,55 @@ func TestFitIngestedBitwise(t *testing.T) {
 			t.Fatalf("cluster fit: %v\n%s", err, msg)
 		}
 		sameFile(t, out, lc)
+	})
+	t.Run("dataset out", func(t *testing.T) {
+		// --out DIR/ and --out nats-obj://: the workers write the parts;
+		// each dataset assembles into the local file, and a fit into a
+		// file leaves no part of its job's dataset in the Object Store.
+		url, nc := embeddedNATS(t, true)
+		c.workers(t, url, 2, nil)
+		dir := filepath.Join(c.dir, "model-ds") + "/"
+		obj := "nats-obj://emsf-models/fit/ds"
+		for i, out := range []string{dir, obj, filepath.Join(c.dir, "cluster-file.arrow")} {
+			args := append(c.fitArgs[:len(c.fitArgs):len(c.fitArgs)], "--out", out, "--nats", url, "--min-workers", "2",
+				"--job", fmt.Sprintf("ingested-ds-%d", i))
+			if msg, err := exec.Command(c.bin, args...).CombinedOutput(); err != nil {
+				t.Fatalf("cluster fit --out %s: %v\n%s", out, err, msg)
+			}
+		}
+		for _, ds := range []string{dir, obj} {
+			file := filepath.Join(t.TempDir(), "assembled.arrow")
+			if msg, err := exec.Command(c.bin, "model", "assemble", ds, "--out", file, "--nats", url).CombinedOutput(); err != nil {
+				t.Fatalf("model assemble %s: %v\n%s", ds, err, msg)
+			}
+			sameFile(t, file, local)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs, err := js.ObjectStore(context.Background(), "emsf-blobs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		infos, err := obs.List(context.Background())
+		if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+			t.Fatal(err)
+		}
+		for _, info := range infos {
+			if strings.Contains(info.Name, ".model/") {
+				t.Errorf("the fits left %s in the Object Store", info.Name)
+			}
+		}
+		// A dataset is never written over.
+		args := append(c.fitArgs[:len(c.fitArgs):len(c.fitArgs)], "--out", obj, "--nats", url, "--min-workers", "2", "--job", "ingested-ds-again")
+		if msg, err := exec.Command(c.bin, args...).CombinedOutput(); err == nil || !strings.Contains(string(msg), "holds a model dataset already") {
+			t.Fatalf("a second fit into %s: %v\n%s", obj, err, msg)
+		}
+		args[len(args)-7] = dir
+		if msg, err := exec.Command(c.bin, args...).CombinedOutput(); err == nil || !strings.Contains(string(msg), "is not empty") {
+			t.Fatalf("a second fit into %s: %v\n%s", dir, err, msg)
+		}
 	})
 	t.Run("bad row", func(t *testing.T) {
 		bad := filepath.Join(c.dir, "bad.csv")

@@ -115,7 +115,7 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 	}
 	mf := &arrowio.ModelFile{Model: best, Fingerprint: data.fingerprint, Params: params, Status: bestRes.Status.String(),
 		States: data.ids.states, Actions: data.ids.actions}
-	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
+	if err := writeModelOut(ctx, &f.cluster.natsFlags, f.out, mf, f.format); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "%s (--loss %s) model n=%d m=%d u=%d tie=%s: %d iterations (%s), objective %.8g, log-likelihood %.8g, WKL %.6g, max row deviation before normalizing %.3g\nwrote %s\n",

@@ -287,7 +287,7 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 
 	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(m, passesDone), Status: statusPasses,
 		States: ids.states, Actions: ids.actions}
-	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
+	if err := writeModelOut(ctx, &f.cluster.natsFlags, f.out, mf, f.format); err != nil {
 		return err
 	}
 	note := ""
@@ -333,7 +333,8 @@ func (f *fitFlags) writeInterrupted(e *env, inc streamFit, ids vocabs, fingerpri
 	md := inc.Model()
 	mf := &arrowio.ModelFile{Model: md, Fingerprint: fingerprint, Params: f.incrementalParams(md.M, passesDone), Status: statusInterrupted,
 		States: ids.states, Actions: ids.actions}
-	if err := arrowio.WriteModel(f.out, mf, f.format); err != nil {
+	// The model is written even after a signal cancelled the fit's context.
+	if err := writeModelOut(context.Background(), &f.cluster.natsFlags, f.out, mf, f.format); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "model n=%d m=%d u=%d tie=%s: %d of %d passes complete, %d commits (%s), log-likelihood %.6g (of the last commit's counts, before it)\nwrote %s\n",

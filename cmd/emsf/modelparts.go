@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -170,26 +171,96 @@ func assembleCmd(ctx context.Context, e *env, nf *natsFlags, in, out, format str
 	return nil
 }
 
-func splitCmd(ctx context.Context, e *env, nf *natsFlags, in, out, format string, partRows int) error {
-	if !strings.HasPrefix(out, wire.ObjectScheme) {
-		ents, err := os.ReadDir(out)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			return fmt.Errorf("--out: %w", err)
-		case len(ents) > 0:
-			return fmt.Errorf("--out %s is not empty: split into a new directory", out)
-		}
+// datasetOut says whether --out names a model dataset rather than one
+// model file: nats-obj://BUCKET/PREFIX, or a directory (one that exists,
+// or a path that ends in a slash).
+func datasetOut(out string) bool {
+	if strings.HasPrefix(out, wire.ObjectScheme) || strings.HasSuffix(out, "/") || strings.HasSuffix(out, string(os.PathSeparator)) {
+		return true
+	}
+	st, err := os.Stat(out)
+	return err == nil && st.IsDir()
+}
+
+// openDatasetOut opens the dataset destination out (a missing bucket is
+// created), which must be new: a directory that does not exist or is
+// empty, an Object Store prefix that holds no dataset.
+func openDatasetOut(ctx context.Context, nf *natsFlags, out string) (partStore, func(), error) {
+	if err := checkDatasetDir(out); err != nil {
+		return nil, nil, err
 	}
 	sink, done, err := openStore(ctx, nf, out, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkNoDataset(ctx, sink, out); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return sink, done, nil
+}
+
+// checkDatasetDir refuses a directory out (not nats-obj://) that exists
+// and is not empty.
+func checkDatasetDir(out string) error {
+	if strings.HasPrefix(out, wire.ObjectScheme) {
+		return nil
+	}
+	ents, err := os.ReadDir(out)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("--out: %w", err)
+	case len(ents) > 0:
+		return fmt.Errorf("--out %s is not empty: write a model dataset into a new directory", out)
+	}
+	return nil
+}
+
+// checkNoDataset refuses a destination src that holds a model dataset.
+func checkNoDataset(ctx context.Context, src arrowio.PartSource, out string) error {
+	if f, err := src.Open(ctx, arrowio.ManifestName); err == nil {
+		f.Close()
+		return fmt.Errorf("--out %s holds a model dataset already: choose another prefix", out)
+	}
+	return nil
+}
+
+// writeModelOut writes mf to out in format: one model file, or (when
+// datasetOut) a model dataset of one part per block, split from a
+// temporary file written beside it (or in $TMPDIR for the Object Store).
+func writeModelOut(ctx context.Context, nf *natsFlags, out string, mf *arrowio.ModelFile, format string) error {
+	if !datasetOut(out) {
+		return arrowio.WriteModel(out, mf, format)
+	}
+	sink, done, err := openDatasetOut(ctx, nf, out)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if f, err := sink.Open(ctx, arrowio.ManifestName); err == nil {
-		f.Close()
-		return fmt.Errorf("--out %s holds a model dataset already: choose another prefix", out)
+	parent := ""
+	if !strings.HasPrefix(out, wire.ObjectScheme) {
+		parent = filepath.Dir(filepath.Clean(out))
 	}
+	tmp, err := os.MkdirTemp(parent, ".emsf-model-")
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	file := filepath.Join(tmp, "model."+format)
+	if err := arrowio.WriteModel(file, mf, format); err != nil {
+		return err
+	}
+	_, err = arrowio.SplitModel(ctx, file, sink, format, 0)
+	return err
+}
+
+func splitCmd(ctx context.Context, e *env, nf *natsFlags, in, out, format string, partRows int) error {
+	sink, done, err := openDatasetOut(ctx, nf, out)
+	if err != nil {
+		return err
+	}
+	defer done()
 	man, err := arrowio.SplitModel(ctx, in, sink, format, partRows)
 	if err != nil {
 		return err

@@ -47,6 +47,21 @@ func TestModelDatasetEveryReader(t *testing.T) {
 	sameFile(t, p("a.arrow"), p("m.arrow"))
 	sameFile(t, p("a.parquet"), p("m.parquet"))
 
+	// fit --out DIR/ (and a Parquet dataset) writes the dataset itself.
+	mustEmsf(t, "fit", "--input", p("t.csv"), "--order", "4", "--iters", "5", "--quiet", "--out", p("fitds")+"/")
+	mustEmsf(t, "fit", "--input", p("t.csv"), "--order", "4", "--iters", "5", "--quiet", "--out", p("fitpq")+"/", "--format", "parquet")
+	mustEmsf(t, "model", "assemble", p("fitds"), "--out", p("c.arrow"))
+	mustEmsf(t, "model", "assemble", p("fitpq"), "--out", p("c.parquet"))
+	sameFile(t, p("c.arrow"), p("m.arrow"))
+	sameFile(t, p("c.parquet"), p("m.parquet"))
+	if left, _ := filepath.Glob(p(".emsf-model-*")); len(left) > 0 {
+		t.Errorf("fit --out DIR/ left %v", left)
+	}
+	if code, _, errs := emsf(t, "fit", "--input", p("t.csv"), "--order", "4", "--iters", "5", "--quiet", "--out", p("fitds")); code != 1 ||
+		!strings.Contains(errs, "is not empty") {
+		t.Errorf("fit --out over a dataset directory: exit %d, %q", code, errs)
+	}
+
 	url, _ := embeddedNATS(t, true)
 	const obj = "nats-obj://emsf-models/fits/m"
 	mustEmsf(t, "model", "split", p("m.parquet"), "--out", obj, "--format", "parquet", "--nats", url)

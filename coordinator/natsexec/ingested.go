@@ -1,15 +1,11 @@
 package natsexec
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"slices"
 	"sort"
-	"strconv"
 	"sync"
 
 	"github.com/emsf/emsf/arrowio"
@@ -18,7 +14,6 @@ import (
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/ingestwire"
 	"github.com/emsf/emsf/worker/wire"
-	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // A fit whose coordinator holds metadata only (`emsf fit --nats` on a
@@ -183,24 +178,41 @@ func (e *Executor) IngestedJob(ctx context.Context, job string, lines []shard.Li
 }
 
 // DrawnModel is owners.Model for a coordinator that holds no factor: the
-// workers draw the random initial model (Initial), and Final streams the
-// fitted one into a model dataset.
+// workers draw the random initial model (Initial), and at the end write
+// the fitted one's parts into a model dataset (Final).
 type DrawnModel struct {
 	e   *Executor
 	hdr *factor.Model
-	// Sink and Format are where and how Final writes the model's parts;
-	// Parts are the parts it wrote (the caller commits the dataset with
-	// the model's metadata, known once the fit has ended).
-	Sink   arrowio.PartSink
+	// Out and Format are where (nats-obj://BUCKET/PREFIX, a bucket that
+	// exists) and how the workers write the model's parts; Parts are the
+	// parts they wrote (the caller commits the dataset with the model's
+	// metadata, known once the fit has ended).
+	Out    string
 	Format string
 	Parts  []arrowio.ModelPart
+	// PartRows, when set, is the most rows of a part (default: about
+	// partBytes of values).
+	PartRows int
 }
 
 // NewDrawnModel returns the model of a fit from factor.NewRandom(hdr.N,
 // hdr.M, hdr.U, hdr.Tie, hdr.Seed) (with hdr.Precision), its parts
-// written into sink in format at the end.
-func (e *Executor) NewDrawnModel(hdr *factor.Model, sink arrowio.PartSink, format string) *DrawnModel {
-	return &DrawnModel{e: e, hdr: hdr, Sink: sink, Format: format}
+// written into the Object Store dataset out in format at the end.
+func (e *Executor) NewDrawnModel(hdr *factor.Model, out, format string) *DrawnModel {
+	return &DrawnModel{e: e, hdr: hdr, Out: out, Format: format}
+}
+
+// ModelParts opens the model dataset at url (nats-obj://BUCKET/PREFIX)
+// on the executor's server; with create, a missing bucket is created.
+func (e *Executor) ModelParts(ctx context.Context, url string, create bool) (*wire.ObjectParts, error) {
+	return wire.OpenObjectParts(ctx, e.js, url, create, e.nc.MaxPayload())
+}
+
+// JobModelURL is where a fit of job whose output is not an Object Store
+// dataset has its workers write the parts (under the job's name in the
+// executor's bucket), for the coordinator to assemble or copy them.
+func (e *Executor) JobModelURL(job string) string {
+	return wire.ObjectScheme + e.cfg.ObjectBucket + "/" + job + ".model"
 }
 
 // Initial has the workers draw checkpoint 0: each row group's rows of D
@@ -267,37 +279,66 @@ func (d *DrawnModel) Initial(ctx context.Context, p *owners.Plan) ([][]string, [
 	return kcrc, dcrc, nil
 }
 
-// finalRows is how many rows Final appends at a time.
-const finalRows = 4096
+// partBytes is about the size of a part of the model dataset Final has
+// written: a few parts per worker for a large model, one per block for a
+// small one.
+const partBytes = 64 << 20
 
-// Final streams checkpoint c into one part per block of D and K, in the
-// rows' order: each K block from its column blocks, each D block from
-// its row groups' rows with the rows no group holds (no data: the fit
-// never moved them) drawn again from the init. Every object is checked
-// against the checkpoint's CRC as it is read; the coordinator holds
-// finalRows rows at a time and one row group's row list.
+// Final has the workers write checkpoint c into parts of the dataset
+// d.Out: each part a run of a block's rows, from the row groups (D, the
+// rows no group holds drawn again from the init) or column blocks (K)
+// that lie in it. Any worker writes any part (it reads the checkpoint's
+// objects, checked against their CRCs); the coordinator holds the parts'
+// lines.
 func (d *DrawnModel) Final(ctx context.Context, p *owners.Plan, c owners.Checkpoint) error {
 	h := d.hdr
-	shape := arrowio.ModelShape{N: h.N, M: h.M, U: h.U, Tie: h.Tie}
-	d.Parts = d.Parts[:0]
-	part := func(f string, b int, fill func(pw *arrowio.ModelPartWriter) error) error {
-		pw, err := arrowio.NewModelPartWriter(ctx, d.Sink, shape, arrowio.PartSpec{Factor: f, Block: b, Lo: 0, Hi: h.N, Format: d.Format})
-		if err != nil {
-			return err
-		}
-		if err := fill(pw); err != nil {
-			pw.Abort()
-			return err
-		}
-		mp, err := pw.Close()
-		if err != nil {
-			return err
-		}
-		d.Parts = append(d.Parts, mp)
-		return nil
+	rows := d.PartRows
+	if rows < 1 {
+		rows = max(1, partBytes/(8*h.M))
 	}
-	buf := make([]float64, finalRows*h.M)
-	for db := range factor.NumD(h.U, h.Tie) {
+	pieces := cutParts(p, c, h.N, rows)
+	got := make([]arrowio.ModelPart, len(pieces))
+	cl := &natsCluster{e: d.e}
+	err := d.e.spread(ctx, len(pieces), nil, func(ctx context.Context, w string, items []int) error {
+		req := &ingestwire.PartsRequest{Job: p.Job, Bucket: d.e.cfg.ObjectBucket, Version: c.Version, N: h.N, M: h.M, U: h.U,
+			Tie: h.Tie.String(), Seed: h.Seed, Format: d.Format, Out: d.Out}
+		if h.Precision != factor.Float64 {
+			req.Precision = h.Precision.String()
+		}
+		for _, i := range items {
+			req.Parts = append(req.Parts, pieces[i])
+		}
+		var rep ingestwire.PartsReply
+		if err := cl.call(ctx, w, p.Job, ingestwire.OpParts, req, &rep); err != nil {
+			return err
+		}
+		if len(rep.Parts) != len(items) {
+			return fmt.Errorf("natsexec: worker %s wrote %d parts of %d", w, len(rep.Parts), len(items))
+		}
+		for q, i := range items {
+			mp, pc := rep.Parts[q], pieces[i]
+			if mp.Factor != pc.Factor || mp.Block != pc.Block || mp.Lo != pc.Lo || mp.Hi != pc.Hi {
+				return fmt.Errorf("natsexec: worker %s wrote part %s block %d rows [%d, %d) for %s block %d rows [%d, %d)",
+					w, mp.Factor, mp.Block, mp.Lo, mp.Hi, pc.Factor, pc.Block, pc.Lo, pc.Hi)
+			}
+			got[i] = mp
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("natsexec: job %s: write the model's parts into %s: %w", p.Job, d.Out, err)
+	}
+	d.Parts = got
+	return nil
+}
+
+// cutParts cuts the model of plan p, at checkpoint c, into parts of about
+// rows rows each: each D block's row groups (by first row) and each K
+// block's column blocks (by first column) in runs, every part a range of
+// the block's rows, together tiling [0, n) of every block.
+func cutParts(p *owners.Plan, c owners.Checkpoint, n, rows int) []ingestwire.PartPiece {
+	var out []ingestwire.PartPiece
+	for db := range factor.NumD(p.U, p.Tie) {
 		var gs []int
 		for g, dg := range p.Groups {
 			if dg.DBlock == db && dg.Rows > 0 {
@@ -305,161 +346,36 @@ func (d *DrawnModel) Final(ctx context.Context, p *owners.Plan, c owners.Checkpo
 			}
 		}
 		sort.SliceStable(gs, func(a, b int) bool { return p.Groups[gs[a]].Lo < p.Groups[gs[b]].Lo })
-		err := part("D", db, func(pw *arrowio.ModelPartWriter) error {
-			next := 0
-			for _, g := range gs {
-				rows, err := d.rowList(ctx, p, g)
-				if err != nil {
-					return err
-				}
-				if rows[0] < int32(next) {
-					return fmt.Errorf("natsexec: job %s: row group %d starts at row %d, before row %d of the group before it", p.Job, g, rows[0], next)
-				}
-				rd, done, err := d.open(ctx, proto.DObject(p.Job, c.Version, g), c.DCRC[g])
-				if err != nil {
-					return err
-				}
-				for q := 0; q < len(rows); {
-					if int(rows[q]) > next {
-						// Rows of no group: their random init.
-						if err = d.drawD(pw, db, next, int(rows[q]), buf); err != nil {
-							break
-						}
-					}
-					// A run of the group's consecutive rows.
-					e := q + 1
-					for e < len(rows) && e-q < finalRows && rows[e] == rows[e-1]+1 {
-						e++
-					}
-					vals := buf[:(e-q)*h.M]
-					if err = readFloats(rd, vals); err == nil {
-						err = pw.Append(vals)
-					}
-					if err != nil {
-						break
-					}
-					next, q = int(rows[e-1])+1, e
-				}
-				if derr := done(); err == nil {
-					err = derr
-				}
-				if err != nil {
-					return fmt.Errorf("natsexec: job %s: row group %d: %w", p.Job, g, err)
-				}
+		cur := ingestwire.PartPiece{Factor: "D", Block: db}
+		for _, g := range gs {
+			dg := p.Groups[g]
+			if len(cur.Groups) > 0 && dg.Hi-cur.Lo > rows {
+				cur.Hi = dg.Lo
+				out = append(out, cur)
+				cur = ingestwire.PartPiece{Factor: "D", Block: db, Lo: dg.Lo}
 			}
-			return d.drawD(pw, db, next, h.N, buf)
-		})
-		if err != nil {
-			return err
+			cur.Groups = append(cur.Groups, ingestwire.PieceGroup{G: g, Rows: dg.Rows, RowsCRC: dg.RowsCRC, CRC: c.DCRC[g]})
 		}
+		cur.Hi = n
+		out = append(out, cur)
 	}
 	for kb, cbs := range p.Cols {
-		cbs = slices.Clone(cbs)
 		idx := make([]int, len(cbs))
 		for q := range idx {
 			idx[q] = q
 		}
 		sort.SliceStable(idx, func(a, b int) bool { return cbs[idx[a]].Lo < cbs[idx[b]].Lo })
-		err := part("K", kb, func(pw *arrowio.ModelPartWriter) error {
-			for _, q := range idx {
-				cb := cbs[q]
-				rd, done, err := d.open(ctx, proto.KObject(p.Job, c.Version, kb, cb.C), c.KCRC[kb][q])
-				if err != nil {
-					return err
-				}
-				for lo := cb.Lo; lo < cb.Hi && err == nil; lo += finalRows {
-					vals := buf[:(min(cb.Hi, lo+finalRows)-lo)*h.M]
-					if err = readFloats(rd, vals); err == nil {
-						err = pw.Append(vals)
-					}
-				}
-				if derr := done(); err == nil {
-					err = derr
-				}
-				if err != nil {
-					return fmt.Errorf("natsexec: job %s: column block %d of K block %d: %w", p.Job, cb.C, kb, err)
-				}
+		cur := ingestwire.PartPiece{Factor: "K", Block: kb}
+		for _, q := range idx {
+			cb := cbs[q]
+			if len(cur.Cols) > 0 && cb.Hi-cur.Lo > rows {
+				out = append(out, cur)
+				cur = ingestwire.PartPiece{Factor: "K", Block: kb, Lo: cb.Lo}
 			}
-			return nil
-		})
-		if err != nil {
-			return err
+			cur.Cols = append(cur.Cols, ingestwire.PieceCols{C: cb.C, Lo: cb.Lo, Hi: cb.Hi, CRC: c.KCRC[kb][q]})
+			cur.Hi = cb.Hi
 		}
+		out = append(out, cur)
 	}
-	return nil
-}
-
-// drawD appends rows [lo, hi) of D block db of the init (rounded as the
-// model's precision asks).
-func (d *DrawnModel) drawD(pw *arrowio.ModelPartWriter, db, lo, hi int, buf []float64) error {
-	h := d.hdr
-	rows := make([]int32, 0, min(hi-lo, finalRows))
-	for i := lo; i < hi; {
-		e := min(hi, i+finalRows)
-		rows = rows[:0]
-		for r := i; r < e; r++ {
-			rows = append(rows, int32(r))
-		}
-		vals := buf[:len(rows)*h.M]
-		factor.RandomDRows(h.N, h.M, h.U, h.Tie, h.Seed, db, rows, vals)
-		if h.Precision == factor.Float32 {
-			factor.RoundRows32(vals)
-		}
-		if err := pw.Append(vals); err != nil {
-			return err
-		}
-		i = e
-	}
-	return nil
-}
-
-// rowList reads row group g's row list, checked against the plan's CRC.
-func (d *DrawnModel) rowList(ctx context.Context, p *owners.Plan, g int) ([]int32, error) {
-	name := proto.RowsObject(p.Job, g)
-	data, err := d.e.obs.GetBytes(ctx, name)
-	if err == nil && wire.CRC(data) != p.Groups[g].RowsCRC {
-		err = fmt.Errorf("CRC %s, the plan says %s", wire.CRC(data), p.Groups[g].RowsCRC)
-	}
-	var rows []int32
-	if err == nil {
-		rows, err = wire.DecodeCols(data, 0, p.N, nil)
-	}
-	if err == nil && len(rows) != p.Groups[g].Rows {
-		err = fmt.Errorf("%d rows, the plan says %d", len(rows), p.Groups[g].Rows)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("natsexec: read %s: %w", name, err)
-	}
-	return rows, nil
-}
-
-// open streams object name; done checks that it was read to its end and
-// that its CRC-32C is crc.
-func (d *DrawnModel) open(ctx context.Context, name, crc string) (io.Reader, func() error, error) {
-	obj, err := d.e.obs.Get(ctx, name)
-	if err != nil {
-		return nil, nil, fmt.Errorf("natsexec: read %s: %w", name, err)
-	}
-	h := crc32.New(wire.Castagnoli)
-	rd := bufio.NewReaderSize(io.TeeReader(obj, h), 1<<20)
-	done := func() error {
-		defer obj.Close()
-		if n, err := io.Copy(io.Discard, rd); err != nil || n != 0 {
-			return fmt.Errorf("natsexec: read %s: %d bytes more than its rows (%v)", name, n, err)
-		}
-		if got := strconv.FormatUint(uint64(h.Sum32()), 16); got != crc {
-			return fmt.Errorf("natsexec: read %s: CRC %s, the checkpoint says %s", name, got, crc)
-		}
-		return nil
-	}
-	return rd, done, nil
-}
-
-// readFloats fills vals from r (little-endian float64).
-func readFloats(r io.Reader, vals []float64) error {
-	b := make([]byte, 8*len(vals))
-	if _, err := io.ReadFull(r, b); err != nil {
-		return fmt.Errorf("natsexec: short object: %w", err)
-	}
-	return wire.ReadFloats(vals, b)
+	return out
 }

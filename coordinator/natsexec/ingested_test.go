@@ -21,8 +21,9 @@ import (
 
 // TestFitIngestedMatchesLocal: a fit whose coordinator holds metadata
 // only (distributed ingest, row groups cut by the workers, the initial
-// model drawn by them, the fitted one streamed out of the last
-// checkpoint into a model dataset) gives the local fit's model bitwise
+// model drawn by them, the fitted one written by them from the last
+// checkpoint into the parts of a model dataset in the Object Store, one
+// part per block or parts of a few rows) gives the local fit's model bitwise
 // (factor.NewRandom, factor.Fit, factor.Evaluate on the local shards):
 // 1 to 3 workers, tie none and shared-k, column cells 1 and 2, float64
 // and float32; and the row groups are shard.CutDGroups'.
@@ -66,15 +67,27 @@ func TestFitIngestedMatchesLocal(t *testing.T) {
 		}
 		seed := rng.Uint64()
 		hdr := &factor.Model{N: res.N, M: m, U: res.U, Tie: tie, Seed: seed, Precision: prec, LogLik: math.NaN(), WKL: math.NaN()}
-		out := arrowio.DirParts{Dir: t.TempDir()}
-		model := c.exec.NewDrawnModel(hdr, out, "")
+		out, err := c.exec.ModelParts(ctx, c.exec.JobModelURL(job), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		model := c.exec.NewDrawnModel(hdr, out.String(), "")
+		if trial%2 == 1 {
+			model.PartRows = 1 + rng.IntN(n/3)
+		}
 		conv := factor.Converger{MaxIter: 4}
 		if _, err := c.exec.RunOwners(ctx, oj, hdr, model, natsexec.OwnersOptions{Job: job, WaitWorkers: 10 * time.Second,
 			Options: owners.Options{Alpha: 1, Converger: conv, CheckpointEvery: 2, MinWorkers: p, Evaluate: true}}); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if _, err := arrowio.CommitModelDataset(ctx, out, &arrowio.ModelFile{Model: hdr}, model.Parts); err != nil {
+		man, err := arrowio.CommitModelDataset(ctx, out, &arrowio.ModelFile{Model: hdr}, model.Parts)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if blocks := factor.NumD(u, tie) + factor.NumK(u, tie); model.PartRows == 0 && len(man.Parts) != blocks {
+			t.Fatalf("%s: %d parts, want one for each of %d blocks", what, len(man.Parts), blocks)
+		} else if model.PartRows > 0 && len(man.Parts) <= blocks {
+			t.Fatalf("%s: %d parts of at most %d rows of n = %d for %d blocks", what, len(man.Parts), model.PartRows, n, blocks)
 		}
 		got, err := arrowio.ReadModelDataset(ctx, out)
 		if err != nil {

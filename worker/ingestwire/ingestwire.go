@@ -48,6 +48,9 @@ const (
 	// model drawn, by the workers (GroupsRequest, InitRequest).
 	OpGroups = "groups"
 	OpInit   = "init"
+	// The end of such a fit: the owners write the model's parts from the
+	// last checkpoint (PartsRequest).
+	OpParts = "parts"
 )
 
 // Header names of the ingest endpoint's messages.
@@ -375,6 +378,66 @@ type InitRequest struct {
 type InitReply struct {
 	DCRC []string `json:"d_crc,omitempty"`
 	KCRC []string `json:"k_crc,omitempty"`
+}
+
+// PartsRequest has a worker write parts of a model dataset from
+// checkpoint Version of the owners exchange of Job (its objects in
+// Bucket): each part into the Object Store dataset Out
+// (nats-obj://BUCKET/PREFIX, whose bucket exists), in Format (arrowio's
+// ModelArrow or ModelParquet). The model's shape and init (N, M, U, Tie,
+// Seed, Precision) give the rows of D that no row group holds: the fit
+// never moved them from factor.NewRandom's.
+type PartsRequest struct {
+	Job       string      `json:"job"`
+	Bucket    string      `json:"bucket,omitempty"`
+	Version   int         `json:"version"`
+	N         int         `json:"n"`
+	M         int         `json:"m"`
+	U         int         `json:"u"`
+	Tie       string      `json:"tie"`
+	Seed      uint64      `json:"seed"`
+	Precision string      `json:"precision,omitempty"`
+	Format    string      `json:"format,omitempty"`
+	Out       string      `json:"out"`
+	Parts     []PartPiece `json:"parts"`
+}
+
+// PartPiece is one part: rows [Lo, Hi) of block Block of factor D or K.
+// A D part lists the row groups whose rows lie in [Lo, Hi), by their
+// first row; a K part the column blocks that tile [Lo, Hi), in order.
+type PartPiece struct {
+	Factor string       `json:"factor"`
+	Block  int          `json:"block"`
+	Lo     int          `json:"lo"`
+	Hi     int          `json:"hi"`
+	Groups []PieceGroup `json:"groups,omitempty"`
+	Cols   []PieceCols  `json:"cols,omitempty"`
+}
+
+// PieceGroup is a row group of D in a part: its row list is
+// proto.RowsObject(job, G) (Rows rows, CRC RowsCRC), its rows of the
+// checkpoint proto.DObject(job, version, G) (CRC CRC).
+type PieceGroup struct {
+	G       int    `json:"g"`
+	Rows    int    `json:"rows"`
+	RowsCRC string `json:"rows_crc"`
+	CRC     string `json:"crc"`
+}
+
+// PieceCols is a column block of K in a part: rows [Lo, Hi) of K^T block
+// kb, the checkpoint's object proto.KObject(job, version, kb, C) (CRC
+// CRC).
+type PieceCols struct {
+	C   int    `json:"c"`
+	Lo  int    `json:"lo"`
+	Hi  int    `json:"hi"`
+	CRC string `json:"crc"`
+}
+
+// PartsReply gives the manifest line of each part written, in the
+// request's order.
+type PartsReply struct {
+	Parts []arrowio.ModelPart `json:"parts"`
 }
 
 // Reply is the envelope of every JSON reply: an error, or the answer.
