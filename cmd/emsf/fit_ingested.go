@@ -24,11 +24,13 @@ import (
 // A cluster fit whose coordinator holds metadata only: the distributed
 // ingest builds the shards on the workers (and stores them once in the
 // Object Store, for recovery), the workers cut the row groups of D and
-// draw the random init, the owners exchange fits, its last checkpoint is
-// streamed into model parts and, for --out FILE, assembled into the one
-// file the local fit writes (byte for byte: `emsf fit --plain` on the
-// same data). The coordinator opens no data file and holds no shard, row
-// of D or column of K.
+// draw the random init, the owners exchange fits, and the workers write
+// its last checkpoint as the parts of a model dataset into the Object
+// Store: the dataset --out names there, or one that the coordinator
+// copies into the directory --out names, or assembles (streamed) into
+// the one file the local fit writes (byte for byte: `emsf fit --plain`
+// on the same data). The coordinator opens no data file and holds no
+// shard, row of D or column of K.
 
 // ingestedPath says whether the fit runs from metadata (ingestedFit),
 // and if not, why not: what only a coordinator holding the data or the

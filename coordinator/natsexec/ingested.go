@@ -20,11 +20,11 @@ import (
 // dataset): the distributed ingest leaves the shards on the workers (and
 // in the Object Store); IngestedJob has the workers cut the row groups
 // of D from them and store their row lists; DrawnModel has them draw the
-// random initial model's pieces as checkpoint 0 and, at the end, streams
-// the last checkpoint into a model dataset with bounded memory. The
-// coordinator never holds a shard, a row of D or a column of K: it holds
-// the shard lines, the row groups' lines, the K blocks' column sums of
-// the init (m values each) and one buffer of rows while it writes.
+// random initial model's pieces as checkpoint 0 and, at the end, write
+// the last checkpoint as the parts of a model dataset in the Object
+// Store. The coordinator never holds a shard, a row of D or a column of
+// K: it holds the shard lines, the row groups' lines, the K blocks'
+// column sums of the init (m values each) and the parts' lines.
 
 // spreadAttempts bounds how often a piece of work lost with its worker
 // is asked of another.
