@@ -64,7 +64,7 @@ const (
 	// vocabulary (a file without one stays version 1, bit for bit).
 	modelVersionVocab = "2"
 	// modelBatchBytes bounds the values of one record batch.
-	modelBatchBytes = 16 << 20
+	modelBatchBytes = 4 << 20
 )
 
 // ModelFile is a model with what is recorded beside it: a model file is
