@@ -35,6 +35,10 @@ import (
 // instead, and answers a NaN log-likelihood where one is asked for.
 type replayer struct {
 	nanLogLik bool
+	// forge labels a replayed partial with the task's model digest (a
+	// label built from the task's fields alone), so that every check of
+	// the reply alone passes.
+	forge bool
 
 	nc  *nats.Conn
 	svc micro.Service
@@ -137,7 +141,11 @@ func (r *replayer) answer(tr *wire.TaskRequest) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	label := proto.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: tr.ShardChecksum, ModelDigest: r.mdDig}
+	dig := r.mdDig
+	if r.forge {
+		dig = tr.ModelDigest
+	}
+	label := proto.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: tr.ShardChecksum, ModelDigest: dig}
 	return body, label.String(), nil
 }
 
@@ -201,6 +209,63 @@ func TestFitNATSRelabelledPartial(t *testing.T) {
 	// no task of the last iteration.
 	if n := rogue.answeredIn(fc.conv.MaxIter); n != 0 {
 		t.Errorf("the quarantined worker answered %d tasks of iteration %d", n, fc.conv.MaxIter)
+	}
+}
+
+// A worker that replays earlier partials under labels forged from the
+// task's own fields passes every check of a reply alone (issue 26: 58
+// such partials were accepted and the fit exited 0 with a wrong model).
+// Verification catches it: a task of its computed again on an honest
+// worker differs, the coordinator arbitrates, quarantines it and runs the
+// pass again; the model is factor.Fit's, bitwise.
+func TestFitNATSForgedReplayVerified(t *testing.T) {
+	fc := newFitCase(t)
+	s := startServer(t, 0)
+	startWorkers(t, s, 2)
+	var log strings.Builder
+	var lmu sync.Mutex
+	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: lockedWriter{&lmu, &log}})
+	exec, err := natsexec.New(context.Background(), connect(t, s, "coordinator"),
+		natsexec.Config{PingWait: 100 * time.Millisecond, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(exec.Close)
+	rogue := startReplayer(t, connect(t, s, "forger"), false)
+	rogue.mu.Lock()
+	rogue.forge = true
+	rogue.mu.Unlock()
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		if ids, _ := exec.Census(context.Background()); len(ids) != 3 {
+			return fmt.Errorf("census found %d workers, want 3", len(ids))
+		}
+		return nil
+	})
+	md := fc.init.Clone()
+	ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
+	defer cancel()
+	var reps []coordinator.IterReport
+	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
+		Job: "forged", Converger: fc.conv, TaskTimeout: time.Minute, Checkpoint: exec, Logger: logger,
+		Verify: 0.02, VerifySalt: 5, Report: func(r coordinator.IterReport) { reps = append(reps, r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rogue.answeredIn(2) == 0 {
+		t.Fatal("the forging worker got no task in iteration 2: the test proves nothing")
+	}
+	if !md.Equal(fc.want) {
+		t.Fatal("model differs from factor.Fit's: a forged replay was folded")
+	}
+	if q := exec.Quarantined(); len(q) != 1 || q[0] != rogue.id() {
+		t.Errorf("quarantined %v, want the forging worker %s", q, rogue.id())
+	}
+	mismatches := 0
+	for _, r := range reps {
+		mismatches += r.Mismatches
+	}
+	if mismatches == 0 {
+		t.Errorf("no mismatch reported in %+v", reps)
 	}
 }
 

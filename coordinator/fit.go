@@ -61,6 +61,13 @@ type Options struct {
 	// from the next iteration. The result is bitwise that of an
 	// uninterrupted fit (the elapsed time restarts from zero).
 	Resume bool
+	// Verify is the fraction of tasks checked by computing them again
+	// on another worker (verify.go; 0: none), beside each worker's last
+	// task of every pass; VerifySalt draws the sample (0: at random;
+	// tests fix it). Over an executor that cannot quarantine
+	// (Quarantiner) nothing is checked.
+	Verify     float64
+	VerifySalt uint64
 	// GroupNNZ is the target nonzeros per reduction group of the
 	// canonical reduce order (factor.ReducePlan; 0: the default). The fit
 	// equals factor.Fit bitwise with the same GroupNNZ.
@@ -95,6 +102,10 @@ type IterReport struct {
 	// the first of a shard; Dropped the late or duplicate partials;
 	// Rejected the partials that failed a check.
 	Tasks, Retried, Dropped, Rejected int
+	// Verified counts the tasks computed again on another worker to
+	// check them (Options.Verify), Mismatches the checks that caught a
+	// wrong partial, Redone the passes run again for it.
+	Verified, Mismatches, Redone int
 	// Workers alive at the start of the iteration.
 	Workers int
 	SumX    float64
@@ -185,7 +196,12 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 		}
 	}
 
-	p := &pass{exec: exec, opts: &opts, log: log, man: man, plan: plan, alpha: alpha, alive: alive}
+	p := &pass{exec: exec, opts: &opts, log: log, man: man, plan: plan, alpha: alpha, alive: alive, shards: shards}
+	if _, ok := exec.(Quarantiner); ok {
+		if p.verify, err = newVerifier(opts.Verify, opts.VerifySalt); err != nil {
+			return factor.FitResult{}, err
+		}
+	}
 	committed := func(ctx context.Context, is factor.IterStats, status factor.Status) error {
 		iter, rep := is.Iteration, &p.rep
 		if opts.Checkpoint != nil {
@@ -208,6 +224,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 			"transfer", rep.Transfer, "reduce", rep.Reduce, "commit", rep.Commit, "bytes", rep.Bytes,
 			"model_fetch", rep.ModelFetch, "partial_encode", rep.PartialEncode, "partial_fetch", rep.PartialFetch,
 			"tasks", rep.Tasks, "retried", rep.Retried, "dropped", rep.Dropped, "rejected", rep.Rejected,
+			"verified", rep.Verified, "mismatches", rep.Mismatches, "redone", rep.Redone,
 			"workers", rep.Workers)
 		if opts.Progress != nil {
 			opts.Progress(is)
@@ -272,6 +289,13 @@ type pass struct {
 	// the end of its pass.
 	rep         IterReport
 	t0, passEnd time.Time
+	// verify checks tasks (nil: none); shards, md (the model of the
+	// current pass) and scratch let the coordinator compute a task
+	// itself when two workers disagree (verify.go).
+	verify  *verifier
+	shards  []*shard.Shard
+	md      *factor.Model
+	scratch factor.Scratch
 }
 
 // Step publishes md for iteration iter and runs its pass over the
@@ -293,9 +317,22 @@ func (p *pass) Step(ctx context.Context, iter int, md *factor.Model, acc *factor
 	}
 	rep.Bytes += b
 	tg := time.Now()
-	p.red.Reset(acc, p.plan)
-	if err := p.run(ctx, iter, withLL, p.alive, rep); err != nil {
-		return err
+	p.md = md
+	for {
+		p.red.Reset(acc, p.plan)
+		err := p.run(ctx, iter, withLL, p.alive, rep)
+		if isRedo(err) && rep.Redone < maxRedos {
+			rep.Redone++
+			p.log.Warn("iteration's pass runs again", "iter", iter, "reason", err)
+			if n, err := p.exec.Workers(ctx); err == nil {
+				p.alive = n
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	if !p.red.Done() {
 		return fmt.Errorf("coordinator: iteration %d: pass ended before every shard was reduced", iter)

@@ -80,6 +80,12 @@ func newFitCaseTie(t testing.TB, tie factor.Tie) *fitCase {
 // bitwise those of factor.Fit.
 func (fc *fitCase) run(t *testing.T, exec coordinator.Executor, ck coordinator.Checkpointer) []coordinator.IterReport {
 	t.Helper()
+	return fc.runWith(t, exec, ck, nil)
+}
+
+// runWith is run with the options changed by with (nil: none).
+func (fc *fitCase) runWith(t *testing.T, exec coordinator.Executor, ck coordinator.Checkpointer, with func(*coordinator.Options)) []coordinator.IterReport {
+	t.Helper()
 	md := fc.init.Clone()
 	var stats []factor.IterStats
 	var reps []coordinator.IterReport
@@ -87,12 +93,16 @@ func (fc *fitCase) run(t *testing.T, exec coordinator.Executor, ck coordinator.C
 	// hand a task out again, which the NATS tests count as a fault.
 	ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
 	defer cancel()
-	res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
+	opts := coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "test-job", Converger: fc.conv, TaskTimeout: time.Minute, Checkpoint: ck,
 		Progress: func(s factor.IterStats) { stats = append(stats, s) },
 		Report:   func(r coordinator.IterReport) { reps = append(reps, r) },
 		Logger:   hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}}),
-	})
+	}
+	if with != nil {
+		with(&opts)
+	}
+	res, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,8 @@ type lease struct {
 	// avoid lists the workers the task should not go to again.
 	avoid  []string
 	cancel context.CancelFunc
+	// verify marks the copy of a task under verification (verify.go).
+	verify bool
 }
 
 // scheduler runs one pass of one iteration: it hands the shards out in the
@@ -65,6 +67,10 @@ type scheduler struct {
 	// of the next to hand out; accepted counts the partials that answered
 	// a lease (the phase times are averaged over them).
 	next, sent, accepted int
+	// checks are the tasks under verification, by shard; last is each
+	// worker's last accepted partial of the pass (verify.go).
+	checks map[int]*check
+	last   map[string]accepted
 }
 
 // newScheduler prepares the pass of iteration iter over p's plan with
@@ -86,6 +92,8 @@ func newScheduler(ctx context.Context, p *pass, iter int, withLL bool, alive int
 		leases:   make(map[int]*lease),
 		attempts: make([]int, len(order)),
 		held:     make(map[int]wire.Result), // by position, at most window
+		checks:   make(map[int]*check),
+		last:     make(map[string]accepted),
 	}
 }
 
@@ -98,7 +106,21 @@ func (s *scheduler) run() error {
 	}
 	tick := time.NewTicker(max(s.p.opts.TaskTimeout/leaseChecksPerTimeout, minLeaseCheck))
 	defer tick.Stop()
-	for s.next < len(s.order) {
+	tail := false
+	for {
+		if s.next == len(s.order) {
+			// Every shard is folded: verify each worker's last partial
+			// (verify.go), then the pass is done.
+			if !tail && s.p.verify != nil {
+				tail = true
+				if err := s.startTail(); err != nil {
+					return err
+				}
+			}
+			if len(s.checks) == 0 {
+				return nil
+			}
+		}
 		select {
 		case <-s.ctx.Done():
 			return s.ctx.Err()
@@ -112,7 +134,6 @@ func (s *scheduler) run() error {
 			}
 		}
 	}
-	return nil
 }
 
 // close cancels the outstanding leases and turns the summed phase times
@@ -145,8 +166,10 @@ func (s *scheduler) handOut(k int, avoid []string) error {
 	if s.attempts[k] >= opts.MaxAttempts {
 		return fmt.Errorf("coordinator: iteration %d: shard %d failed %d times", s.iter, k, s.attempts[k])
 	}
+	verify := false
 	if old := s.leases[k]; old != nil {
 		old.cancel()
+		verify = old.verify
 	}
 	s.attempts[k]++
 	if s.attempts[k] > 1 {
@@ -158,7 +181,7 @@ func (s *scheduler) handOut(k int, avoid []string) error {
 	}
 	deadline := time.Now().Add(opts.TaskTimeout)
 	tctx, tcancel := context.WithDeadline(s.ctx, deadline)
-	s.leases[k] = &lease{attempt: s.attempts[k], deadline: deadline, avoid: avoid, cancel: tcancel}
+	s.leases[k] = &lease{attempt: s.attempts[k], deadline: deadline, avoid: avoid, cancel: tcancel, verify: verify}
 	t := wire.Task{Job: opts.Job, Iteration: s.iter, Shard: k, WithLogLik: s.withLL, Attempt: s.attempts[k], Avoid: avoid, Alpha: s.p.alpha}
 	s.p.exec.Submit(tctx, t, s.deliver)
 	return nil
@@ -210,6 +233,17 @@ func (s *scheduler) expire(now time.Time) error {
 func (s *scheduler) receive(r wire.Result) error {
 	opts, rep, log, iter := s.p.opts, s.rep, s.p.log, s.iter
 	k := r.Task.Shard
+	if r.Task.Job == opts.Job && r.Task.Iteration == iter && k >= 0 && k < len(s.order) {
+		if l := s.leases[k]; l != nil && l.verify {
+			if l.attempt == r.Task.Attempt {
+				rep.Bytes += r.Bytes
+				return s.receiveCheck(k, r)
+			}
+			rep.Dropped++
+			log.Debug("partial of a shard under verification dropped", "iter", iter, "shard", k, "worker", r.Worker)
+			return nil
+		}
+	}
 	if r.Task.Job != opts.Job || r.Task.Iteration != iter || k < 0 || k >= len(s.order) || s.posOf[k] < s.next || s.posOf[k] >= s.sent {
 		rep.Dropped++
 		log.Debug("late partial dropped", "iter", iter, "task_iter", r.Task.Iteration, "shard", k, "worker", r.Worker)
@@ -219,6 +253,11 @@ func (s *scheduler) receive(r wire.Result) error {
 	if _, ok := s.held[pos]; ok {
 		rep.Dropped++
 		log.Debug("duplicate partial dropped", "iter", iter, "shard", k, "worker", r.Worker)
+		return nil
+	}
+	if _, ok := s.checks[k]; ok {
+		rep.Dropped++
+		log.Debug("duplicate partial of a shard under verification dropped", "iter", iter, "shard", k, "worker", r.Worker)
 		return nil
 	}
 	l := s.leases[k]
@@ -240,7 +279,7 @@ func (s *scheduler) receive(r wire.Result) error {
 		}
 		return nil
 	}
-	s.held[pos] = r
+	current := l != nil && l.attempt == r.Task.Attempt
 	if l != nil {
 		l.cancel()
 		rep.ComputeTotal += r.Compute
@@ -251,9 +290,25 @@ func (s *scheduler) receive(r wire.Result) error {
 		delete(s.leases, k)
 	}
 	rep.Bytes += r.Bytes
+	if v := s.p.verify; v != nil && current && s.alive >= 2 && v.sampled(opts.Job, iter, k, r.Task.Attempt) {
+		return s.startCheck(k, &check{first: r, worker: r.Worker, digest: v.digest(r.Partial)})
+	}
+	return s.accept(k, r, false, 0)
+}
+
+// accept holds shard k's partial r for the fold (verified: checked, of
+// digest d), folds what is due and hands out more.
+func (s *scheduler) accept(k int, r wire.Result, verified bool, d uint64) error {
+	s.held[s.posOf[k]] = r
+	if v := s.p.verify; v != nil && r.Worker != "" {
+		if !verified {
+			d = v.digest(r.Partial)
+		}
+		s.last[r.Worker] = accepted{shard: k, digest: d, verified: verified}
+	}
 	tr := time.Now()
 	err := s.fold()
-	rep.Reduce += time.Since(tr)
+	s.rep.Reduce += time.Since(tr)
 	if err != nil {
 		return err
 	}

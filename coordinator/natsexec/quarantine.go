@@ -63,6 +63,10 @@ func (e *Executor) quarantineNow(id string, err error) {
 	}
 }
 
+// Quarantine quarantines worker id at once: the coordinator caught it
+// returning a wrong partial (coordinator.Quarantiner).
+func (e *Executor) Quarantine(id string, why error) { e.quarantineNow(id, why) }
+
 // quarantinedLocked reports whether worker id is quarantined; the caller holds
 // e.mu.
 func (e *Executor) quarantinedLocked(id string) bool { return e.quar.out[id] }
