@@ -144,6 +144,8 @@ func TestFitBadInput(t *testing.T) {
 		{"bad holdout", good, []string{"--holdout", "1"}, []string{"--holdout", "1"}},
 		{"several orders without holdout", good, []string{"--order", "1,2"}, []string{"--order", "--holdout"}},
 		{"bad format", good, []string{"--format", "xlsx"}, []string{"--format", "xlsx"}},
+		{"bad verify", good, []string{"--embedded", "--verify", "1.5"}, []string{"--verify", "1.5"}},
+		{"dataset out not empty", good, []string{"--out", "."}, []string{"--out", "not empty"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -124,6 +124,9 @@ type clusterFlags struct {
 	colBlocks       int
 	checkpointEvery int
 	speculation     bool
+	// verify is the fraction of tasks of the coordinator exchange checked
+	// on another worker (coordinator.Options.Verify).
+	verify float64
 	// params are the fit's parameters (fitFlags.params), recorded in the
 	// job state and compared by --resume.
 	params map[string]string
@@ -164,6 +167,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.exchange, "exchange", "auto", "cluster mode: how statistics travel: owners (each column block of K and row group of D owned by a worker and folded there, the coordinator moves only m-vectors and scalars: scales past one machine; EMSF only), coordinator (every K block and K̂ through the coordinator; also runs --algorithm mu-*), or auto: owners, and coordinator for --algorithm mu-*")
 	fs.IntVar(&c.colBlocks, "col-blocks", 0, "with --exchange owners: column blocks per K block (0: one per 4 MiB of K, at most 1024)")
 	fs.BoolVar(&c.speculation, "speculation", true, "with --exchange owners: idle workers take a straggler's queued shards and back up its running task (first answer wins; the model is the same); false for measuring the protocol's own bytes")
+	fs.Float64Var(&c.verify, "verify", 0.02, "with --exchange coordinator: the fraction of tasks computed again on another worker and compared bit for bit, besides each worker's last task of every iteration (a worker whose partial differs from the coordinator's own is quarantined and the iteration's pass runs again; 0: check nothing)")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 10, "with --exchange owners: iterations between checkpoints of the owners' blocks (a lost worker costs a replay of at most this many)")
 	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
 }
@@ -212,6 +216,9 @@ func (c *clusterFlags) validate() error {
 	}
 	if c.colBlocks < 0 {
 		return usagef("--col-blocks %d: must be >= 0", c.colBlocks)
+	}
+	if !(c.verify >= 0 && c.verify <= 1) {
+		return usagef("--verify %v: must be in [0, 1]", c.verify)
 	}
 	if c.checkpointEvery < 1 {
 		return usagef("--checkpoint-every %d: must be >= 1", c.checkpointEvery)
@@ -380,12 +387,14 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		Checkpoint:  exec,
 		Resume:      c.resume,
 		Logger:      log,
+		Verify:      c.verify,
 		Report: func(r coordinator.IterReport) {
 			c.iterationLine(log, "job", job, "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
 				"compute", r.Compute.Round(time.Microsecond), "transfer", r.Transfer.Round(time.Microsecond),
 				"reduce", r.Reduce.Round(time.Microsecond), "commit", r.Commit.Round(time.Microsecond),
 				"bytes", r.Bytes, "tasks", r.Tasks, "retried", r.Retried, "dropped", r.Dropped,
-				"rejected", r.Rejected, "workers", r.Workers, "sum_x", r.SumX)
+				"rejected", r.Rejected, "verified", r.Verified, "mismatches", r.Mismatches, "redone", r.Redone,
+				"workers", r.Workers, "sum_x", r.SumX)
 		},
 	})
 }
