@@ -108,7 +108,7 @@ type serveFlags struct {
 // sets (service.ConfigError names the field).
 var serveFieldFlags = map[string]string{
 	"Mode": "mode", "UseWorkers": "use-workers", "Order": "order", "MaxIter": "iters", "Tol": "tol", "Workers": "workers",
-	"ShardNNZ": "shard-nnz", "WorkerTimeout": "worker-timeout", "Alpha": "alpha", "EtaMax": "eta-max",
+	"ShardNNZ": "shard-nnz", "WorkerTimeout": "worker-timeout", "Verify": "verify", "Alpha": "alpha", "EtaMax": "eta-max",
 	"OnlineEM.GammaExp": "gamma-exp", "OnlineEM.BurnIn": "burn-in", "OnlineEM.Floor": "online-em-floor",
 	"Policy.Every": "every", "Policy.Interval": "interval", "States": "states", "Actions": "actions",
 	"MaxModelBytes": "max-model-bytes", "MaxStates": "max-states", "MaxActions": "max-actions",
@@ -137,6 +137,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.ShardNNZ, "shard-nnz", d.ShardNNZ, "refit: nonzeros per shard")
 	fs.StringVar(&f.useWorkers, "use-workers", string(d.UseWorkers), "refit on emsf workers of the NATS server: auto (when any answer), yes (wait for them) or no")
 	fs.DurationVar(&c.WorkerTimeout, "worker-timeout", d.WorkerTimeout, "refit on workers: a task not answered within this goes to another worker")
+	fs.Float64Var(&c.Verify, "verify", d.Verify, "refit on workers: the fraction of tasks computed again on another worker and compared bit for bit, besides each worker's last task of every iteration (a worker caught is quarantined; 0: check nothing)")
 	fs.Float64Var(&c.Alpha, "alpha", d.Alpha, "incremental: learning rate of a commit, in (0, 1]")
 	fs.IntVar(&c.EtaMax, "eta-max", d.EtaMax, "incremental: buffered nonzeros before their statistics are accumulated (0: all)")
 	f.onlineEM.register(fs, "online-em", d.OnlineEM)

@@ -85,6 +85,9 @@ type Config struct {
 	Exec       natsexec.Config
 	// WorkerTimeout is a cluster task's lease (default 30s).
 	WorkerTimeout time.Duration
+	// Verify is the fraction of a refit's cluster tasks checked on
+	// another worker (coordinator.Options.Verify; default 0.02).
+	Verify float64
 
 	// Alpha is the learning rate of an incremental commit (default 0.5);
 	// EtaMax its buffer (default 0: unbounded; see factor.IncrementalOptions).
@@ -187,7 +190,7 @@ func DefaultConfig() Config {
 	return Config{
 		Prefix: wire.DefaultPrefix, Mode: ModeRefit,
 		Order: 10, Seed: 1, MaxIter: 1000, Tol: 1e-7, Version: "0.0.0", Workers: runtime.GOMAXPROCS(0), ShardNNZ: shard.DefaultTargetNNZ,
-		UseWorkers: WorkersAuto, WorkerTimeout: 30 * time.Second,
+		UseWorkers: WorkersAuto, WorkerTimeout: 30 * time.Second, Verify: 0.02,
 		Alpha:           0.5,
 		OnlineEM:        factor.OnlineEMOptions{GammaExp: 0.8, BurnIn: 100, Floor: factor.DefaultOnlineEMFloor},
 		MaxModelBytes:   DefaultMaxModelBytes,
@@ -317,6 +320,8 @@ func (c *Config) Validate() error {
 		return bad("ShardNNZ", c.ShardNNZ, "must be >= 1")
 	case c.WorkerTimeout <= 0:
 		return bad("WorkerTimeout", c.WorkerTimeout, "must be > 0")
+	case !(c.Verify >= 0 && c.Verify <= 1):
+		return bad("Verify", c.Verify, "must be in [0, 1]")
 	case !(c.Alpha > 0 && c.Alpha <= 1):
 		return bad("Alpha", c.Alpha, "must be in (0, 1]")
 	case c.EtaMax < 0:

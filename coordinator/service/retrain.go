@@ -245,6 +245,7 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 				Converger:   opts.Converger,
 				Accel:       opts.Accel,
 				TaskTimeout: s.cfg.WorkerTimeout,
+				Verify:      s.cfg.Verify,
 				MinWorkers:  1,
 				WaitWorkers: 30 * time.Second,
 				Checkpoint:  exec,
