@@ -173,15 +173,20 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 		}
 	}
 	model := exec.NewDrawnModel(hdr, parts.String(), f.format)
-	if !toStore {
-		defer func() {
-			for _, p := range append(model.Parts, arrowio.ModelPart{File: arrowio.ManifestName}) {
-				if err := parts.Remove(context.WithoutCancel(ctx), p.File); err != nil {
-					log.Warn("could not remove a part of the job's model from the Object Store", "part", p.File, "dataset", parts.String(), "error", err)
-				}
+	committed := false
+	defer func() {
+		// The job's own dataset goes once assembled or copied (or
+		// failed); a dataset --out names stays, unless the fit failed
+		// before its manifest.
+		if toStore && committed {
+			return
+		}
+		for _, name := range append(model.Files, arrowio.ManifestName) {
+			if err := parts.Remove(context.WithoutCancel(ctx), name); err != nil {
+				log.Warn("could not remove a part of the model from the Object Store", "part", name, "dataset", parts.String(), "error", err)
 			}
-		}()
-	}
+		}
+	}()
 	// ingestedPath: no --resume here.
 	oopts := c.ownersOptions(log.Named("cluster"), job, len(oj.Shards), opts, minWorkers)
 	oopts.Evaluate = true
@@ -205,6 +210,7 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	if _, err := arrowio.CommitModelDataset(ctx, parts, mf, model.Parts); err != nil {
 		return err
 	}
+	committed = true
 	switch {
 	case toStore:
 	case datasetOut(f.out):

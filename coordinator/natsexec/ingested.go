@@ -190,6 +190,9 @@ type DrawnModel struct {
 	Out    string
 	Format string
 	Parts  []arrowio.ModelPart
+	// Files names every part Final asked the workers for, written or
+	// not: what to remove when the fit fails after it began.
+	Files []string
 	// PartRows, when set, is the most rows of a part (default: about
 	// partBytes of values).
 	PartRows int
@@ -297,6 +300,10 @@ func (d *DrawnModel) Final(ctx context.Context, p *owners.Plan, c owners.Checkpo
 		rows = max(1, partBytes/(8*h.M))
 	}
 	pieces := cutParts(p, c, h.N, rows)
+	d.Files = d.Files[:0]
+	for _, pc := range pieces {
+		d.Files = append(d.Files, arrowio.PartSpec{Factor: pc.Factor, Block: pc.Block, Lo: pc.Lo, Hi: pc.Hi, Format: d.Format}.Name())
+	}
 	got := make([]arrowio.ModelPart, len(pieces))
 	cl := &natsCluster{e: d.e}
 	err := d.e.spread(ctx, len(pieces), nil, func(ctx context.Context, w string, items []int) error {
