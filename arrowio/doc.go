@@ -124,7 +124,7 @@
 // Arrow schema. Writes are atomic (temporary file, fsync, rename); reads
 // check the metadata, the shape, the tie mode, that each (factor, block,
 // state) row is present exactly once, and Model.Validate. Floats
-// round-trip bitwise. The record batches are cut by modelBatcher (16 MiB
+// round-trip bitwise. The record batches are cut by modelBatcher (4 MiB
 // of values each, never across blocks), whoever writes the file.
 //
 // # Model datasets

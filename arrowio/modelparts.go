@@ -740,7 +740,7 @@ func readModelDataset(ctx context.Context, src PartSource, mem memory.Allocator)
 // (atomically, as WriteModel), in format ModelArrow (also "") or
 // ModelParquet. It streams: the parts are read one after another, a
 // record batch at a time, and re-cut into the record batches WriteModel
-// writes, so memory stays a few record batches (16 MiB of values each)
+// writes, so memory stays a few record batches (4 MiB of values each)
 // whatever the model's size, and the file is byte for byte the one
 // WriteModel writes for the same model.
 func AssembleModel(ctx context.Context, src PartSource, path, format string, opts ...Option) error {

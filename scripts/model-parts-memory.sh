@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Peak memory of `emsf model split` and `emsf model assemble` on models far
-# larger than one record batch (16 MiB of values): both stream, so their
+# larger than one record batch (4 MiB of values): both stream, so their
 # peak RSS must not grow with the model; `emsf gen` and `emsf inspect`,
 # which hold the whole model, are measured beside them for contrast. Each
 # assembled Arrow file must be byte for byte the model file the dataset was

@@ -62,10 +62,10 @@ func (f *fitFlags) ingestedPath() (bool, string) {
 
 // coordinatorMemoryLimit is the Go runtime's soft memory limit in the
 // coordinator of a fit from metadata: it holds lines of splits, shards
-// and row groups, m-vectors, and at the end one record batch of the
-// model it streams (16 MiB of values) with its builders. Measured at
-// n = 4·10^5 (docs/scaling.md §9.9): 152–159 MiB peak RSS at GOGC 25
-// alone, 131 MiB under an 80 MiB limit.
+// and row groups, m-vectors, and at the end, for --out FILE, a record
+// batch or two of the model it assembles (4 MiB of values each) with
+// their builders. Measured (docs/scaling.md §9.9): 69, 78 and 86 MiB
+// peak RSS at n = 10^5, 4·10^5 and 1.6·10^6.
 const coordinatorMemoryLimit = 96 << 20
 
 // fitIngested is runFit on the metadata path.
