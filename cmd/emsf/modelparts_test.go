@@ -231,3 +231,15 @@ func TestModelDatasetCLIErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestFitDatasetOutRefusesIDs: a model with user ids cannot be a model
+// dataset yet; fit says so before it fits, and writes nothing.
+func TestFitDatasetOutRefusesIDs(t *testing.T) {
+	dir := t.TempDir()
+	in := writeFile(t, dir, "ids.csv", "state,action,next_state\nu1,left,u2\nu2,left,u3\nu3,right,u1\nu1,right,u3\n")
+	code, _, errs := emsf(t, "fit", "--input", in, "--order", "2", "--quiet", "--out", filepath.Join(dir, "ds")+"/")
+	if code != 2 || !strings.Contains(errs, "user ids") || !strings.Contains(errs, "ds/") {
+		t.Fatalf("exit %d, %q", code, errs)
+	}
+	assertOnlyFiles(t, dir, "ids.csv")
+}
