@@ -392,7 +392,7 @@ func TestFitChecksBeforeWork(t *testing.T) {
 		wants []string
 	}{
 		{[]string{"--out", filepath.Join(dir, "missing", "m.arrow")}, []string{"--out", "missing", "no such file"}},
-		{[]string{"--out", dir}, []string{"--out", "is a directory"}},
+		{[]string{"--out", dir}, []string{"--out", "is not empty", "new directory"}}, // a directory is a model dataset, which must be new
 		{[]string{"--out", filepath.Join(dir, "m.arrow"), "--format", "parquet"}, []string{"--format parquet", "m.arrow"}},
 		{[]string{"--out", filepath.Join(dir, "m.arrow"), "--nats", "nats://127.0.0.1:1"}, []string{"--nats nats://127.0.0.1:1"}},
 	} {
