@@ -215,8 +215,8 @@ func TestFitNATSRelabelledPartial(t *testing.T) {
 // A worker that replays earlier partials under labels forged from the
 // task's own fields passes every check of a reply alone (issue 26: 58
 // such partials were accepted and the fit exited 0 with a wrong model).
-// Verification catches it: a task of its computed again on an honest
-// worker differs, the coordinator arbitrates, quarantines it and runs the
+// Verification catches it (a sampled task, or its last task of the pass
+// with VerifyLast): the task computed again on an honest worker differs, the coordinator arbitrates, quarantines it and runs the
 // pass again; the model is factor.Fit's, bitwise.
 func TestFitNATSForgedReplayVerified(t *testing.T) {
 	fc := newFitCase(t)
@@ -247,7 +247,7 @@ func TestFitNATSForgedReplayVerified(t *testing.T) {
 	var reps []coordinator.IterReport
 	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "forged", Converger: fc.conv, TaskTimeout: time.Minute, Checkpoint: exec, Logger: logger,
-		Verify: 0.02, VerifySalt: 5, Report: func(r coordinator.IterReport) { reps = append(reps, r) }})
+		Verify: 0.02, VerifyLast: true, VerifySalt: 5, Report: func(r coordinator.IterReport) { reps = append(reps, r) }})
 	if err != nil {
 		t.Fatal(err)
 	}

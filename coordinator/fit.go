@@ -62,11 +62,12 @@ type Options struct {
 	// uninterrupted fit (the elapsed time restarts from zero).
 	Resume bool
 	// Verify is the fraction of tasks checked by computing them again
-	// on another worker (verify.go; 0: none), beside each worker's last
-	// task of every pass; VerifySalt draws the sample (0: at random;
-	// tests fix it). Over an executor that cannot quarantine
-	// (Quarantiner) nothing is checked.
+	// on another worker (verify.go; 0: none); VerifyLast checks each
+	// worker's last task of every pass too, before the commit;
+	// VerifySalt draws the sample (0: at random; tests fix it). Over an
+	// executor that cannot quarantine (Quarantiner) nothing is checked.
 	Verify     float64
+	VerifyLast bool
 	VerifySalt uint64
 	// GroupNNZ is the target nonzeros per reduction group of the
 	// canonical reduce order (factor.ReducePlan; 0: the default). The fit
@@ -198,7 +199,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 
 	p := &pass{exec: exec, opts: &opts, log: log, man: man, plan: plan, alpha: alpha, alive: alive, shards: shards}
 	if _, ok := exec.(Quarantiner); ok {
-		if p.verify, err = newVerifier(opts.Verify, opts.VerifySalt); err != nil {
+		if p.verify, err = newVerifier(opts.Verify, opts.VerifyLast, opts.VerifySalt); err != nil {
 			return factor.FitResult{}, err
 		}
 	}

@@ -111,7 +111,7 @@ func (s *scheduler) run() error {
 		if s.next == len(s.order) {
 			// Every shard is folded: verify each worker's last partial
 			// (verify.go), then the pass is done.
-			if !tail && s.p.verify != nil {
+			if !tail && s.p.verify != nil && s.p.verify.last {
 				tail = true
 				if err := s.startTail(); err != nil {
 					return err
@@ -300,7 +300,7 @@ func (s *scheduler) receive(r wire.Result) error {
 // digest d), folds what is due and hands out more.
 func (s *scheduler) accept(k int, r wire.Result, verified bool, d uint64) error {
 	s.held[s.posOf[k]] = r
-	if v := s.p.verify; v != nil && r.Worker != "" {
+	if v := s.p.verify; v != nil && v.last && r.Worker != "" {
 		if !verified {
 			d = v.digest(r.Partial)
 		}

@@ -22,19 +22,25 @@ import (
 //   - a sample of the tasks (rate Options.Verify, drawn with a salt that
 //     no worker sees, so a worker cannot tell which of its tasks are
 //     checked); a sampled partial is folded only once its copy agrees;
-//   - at the end of each pass, before the commit, the last partial each
-//     worker had accepted in it (if not already checked), so that every
-//     worker's last task of every committed iteration is verified.
+//   - with Options.VerifyLast, at the end of each pass and before the
+//     commit, the last partial each worker had accepted in it (if not
+//     already checked), so that every worker's last task of every
+//     committed iteration is verified.
 //
 // When the two disagree the coordinator, which holds the shards and the
 // model of the pass, computes the task itself and arbitrates: a worker
 // whose partial differs from the coordinator's is quarantined (the
 // executor gives it no more tasks: Quarantiner), and the pass is run
-// again from the start without it. Since every worker's last task of the
-// previous iteration was verified, what a liar computed since its last
-// verified task lies in this pass: the redone pass is exactly the work
-// to redo. A worker that answers the copy of its own task (it ignored
-// the task's Avoid) proves nothing: the coordinator arbitrates then too.
+// again from the start without it. With VerifyLast every worker's last
+// task of the previous iteration was verified, so what a liar computed
+// since its last verified task lies in this pass, and the redone pass is
+// exactly the work to redo. Without it (the default of emsf fit: the
+// last-task checks cost 30–40 % of the wall time, scripts/verify_cost.sh,
+// as they wait at the end of every pass) a liar is caught at the rate's
+// pace and the pass that caught it is redone, but partials it had folded
+// into earlier iterations unchecked stay in the model. A worker that
+// answers the copy of its own task (it ignored the task's Avoid) proves
+// nothing: the coordinator arbitrates then too.
 //
 // Verification runs only over an executor that can quarantine (workers in
 // other processes); an in-process executor checks nothing.
@@ -59,16 +65,18 @@ func (e *redoError) Error() string {
 // verifier samples tasks and digests partials for one fit.
 type verifier struct {
 	rate float64
+	last bool
 	salt uint64
 	seed maphash.Seed
 }
 
-// newVerifier returns the verifier of rate (0: none); salt 0 draws one.
-func newVerifier(rate float64, salt uint64) (*verifier, error) {
+// newVerifier returns the verifier of rate, checking each worker's last
+// task too with last (neither: none); salt 0 draws one.
+func newVerifier(rate float64, last bool, salt uint64) (*verifier, error) {
 	if !(rate >= 0 && rate <= 1) {
 		return nil, fmt.Errorf("coordinator: verify rate %v must be in [0, 1]", rate)
 	}
-	if rate == 0 {
+	if rate == 0 && !last {
 		return nil, nil
 	}
 	if salt == 0 {
@@ -78,7 +86,7 @@ func newVerifier(rate float64, salt uint64) (*verifier, error) {
 		}
 		salt = binary.LittleEndian.Uint64(b[:]) | 1
 	}
-	return &verifier{rate: rate, salt: salt, seed: maphash.MakeSeed()}, nil
+	return &verifier{rate: rate, last: last, salt: salt, seed: maphash.MakeSeed()}, nil
 }
 
 // sampled says whether the task (iteration, shard, attempt) of job is

@@ -91,23 +91,25 @@ func clonePartial(p *factor.Partial) *factor.Partial {
 }
 
 // TestVerifyCatchesReplayedPartials: a worker that replays stale
-// partials is caught by the check of its last task of the pass (or a
-// sampled one), quarantined, and the pass is run again without it: the
-// model is bitwise factor.Fit's, for any sample rate, with 2 and 3
-// workers. Without verification the same rogue corrupts the model (the
+// partials is caught by the check of its last task of the pass
+// (VerifyLast) or a sampled one, quarantined, and the pass is run again
+// without it: the model is bitwise factor.Fit's, for any sample rate
+// with the last-task checks, with 2 and 3 workers. Without verification the same rogue corrupts the model (the
 // test can fail).
 func TestVerifyCatchesReplayedPartials(t *testing.T) {
 	fc := newFitCase(t)
 	for _, tc := range []struct {
 		names []string
 		rate  float64
+		last  bool
 	}{
-		{[]string{"w1", "w2", "w3"}, 0.02},
-		{[]string{"w1", "w2", "w3"}, 0.5},
-		{[]string{"w1", "w2"}, 1e-9},
+		{[]string{"w1", "w2", "w3"}, 0.02, true},
+		{[]string{"w1", "w2", "w3"}, 0.5, true},
+		{[]string{"w1", "w2"}, 1e-9, true},
+		{[]string{"w1", "w2", "w3"}, 1, false}, // every task sampled, no last-task checks
 	} {
 		c := newFakeCluster(tc.names, "w2")
-		reps := fc.runWith(t, c, nil, func(o *coordinator.Options) { o.Verify, o.VerifySalt = tc.rate, 7 })
+		reps := fc.runWith(t, c, nil, func(o *coordinator.Options) { o.Verify, o.VerifyLast, o.VerifySalt = tc.rate, tc.last, 7 })
 		c.Close()
 		var verified, mismatches, redone int
 		for _, r := range reps {
@@ -143,7 +145,7 @@ func TestVerifyHonestCluster(t *testing.T) {
 	fc := newFitCase(t)
 	c := newFakeCluster([]string{"w1", "w2", "w3"}, "")
 	defer c.Close()
-	reps := fc.runWith(t, c, nil, func(o *coordinator.Options) { o.Verify, o.VerifySalt = 1, 3 })
+	reps := fc.runWith(t, c, nil, func(o *coordinator.Options) { o.Verify, o.VerifyLast, o.VerifySalt = 1, true, 3 })
 	for _, r := range reps {
 		if r.Mismatches != 0 || r.Redone != 0 || r.Verified == 0 {
 			t.Fatalf("iteration %d: %d verified, %d mismatches, %d redone", r.Iteration, r.Verified, r.Mismatches, r.Redone)

@@ -126,7 +126,8 @@ type clusterFlags struct {
 	speculation     bool
 	// verify is the fraction of tasks of the coordinator exchange checked
 	// on another worker (coordinator.Options.Verify).
-	verify float64
+	verify     float64
+	verifyLast bool
 	// params are the fit's parameters (fitFlags.params), recorded in the
 	// job state and compared by --resume.
 	params map[string]string
@@ -167,7 +168,8 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.exchange, "exchange", "auto", "cluster mode: how statistics travel: owners (each column block of K and row group of D owned by a worker and folded there, the coordinator moves only m-vectors and scalars: scales past one machine; EMSF only), coordinator (every K block and K̂ through the coordinator; also runs --algorithm mu-*), or auto: owners, and coordinator for --algorithm mu-*")
 	fs.IntVar(&c.colBlocks, "col-blocks", 0, "with --exchange owners: column blocks per K block (0: one per 4 MiB of K, at most 1024)")
 	fs.BoolVar(&c.speculation, "speculation", true, "with --exchange owners: idle workers take a straggler's queued shards and back up its running task (first answer wins; the model is the same); false for measuring the protocol's own bytes")
-	fs.Float64Var(&c.verify, "verify", 0.02, "with --exchange coordinator: the fraction of tasks computed again on another worker and compared bit for bit, besides each worker's last task of every iteration (a worker whose partial differs from the coordinator's own is quarantined and the iteration's pass runs again; 0: check nothing)")
+	fs.Float64Var(&c.verify, "verify", 0.02, "with --exchange coordinator: the fraction of tasks computed again on another worker and compared bit for bit (a worker whose partial differs from the coordinator's own is quarantined and the iteration's pass runs again; 0: check nothing)")
+	fs.BoolVar(&c.verifyLast, "verify-last", false, "with --exchange coordinator: also check each worker's last task of every iteration before its commit, so that a worker caught never leaves an unchecked partial in an earlier iteration (costs 30-40 % of the wall time: scripts/verify_cost.sh)")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 10, "with --exchange owners: iterations between checkpoints of the owners' blocks (a lost worker costs a replay of at most this many)")
 	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
 }
@@ -388,6 +390,7 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		Resume:      c.resume,
 		Logger:      log,
 		Verify:      c.verify,
+		VerifyLast:  c.verifyLast,
 		Report: func(r coordinator.IterReport) {
 			c.iterationLine(log, "job", job, "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
 				"compute", r.Compute.Round(time.Microsecond), "transfer", r.Transfer.Round(time.Microsecond),
