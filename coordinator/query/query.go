@@ -338,8 +338,11 @@ func (e *Engine) named(hits []topk.Hit) []Next {
 func (e *Engine) TopK(a, i, k int, dst []topk.Hit) ([]topk.Hit, topk.Stats) {
 	s := e.search.Get().(*topk.Searcher)
 	defer e.search.Put(s)
-	q := topk.Query{W: e.md.DRow(a, i), K: k, Budget: e.opts.Budget,
-		Score: e.row(a, i)}
+	// The index's default score is row's arithmetic (topk.Dot, bitwise
+	// factor.Model.Prob) and lets it read only the query's non-zero
+	// weights; a model whose row differs (smoothing, issue 28) must pass
+	// its own Score here.
+	q := topk.Query{W: e.md.DRow(a, i), K: k, Budget: e.opts.Budget}
 	return e.index[e.md.KBlock(a)].TopK(q, s, dst)
 }
 

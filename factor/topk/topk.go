@@ -27,15 +27,21 @@
 // found, for the smaller-index rule). A query that has scored Budget
 // items without proving its answer, or that reaches the end of the
 // truncated lists, scans all n items instead (blocked, four rows at a
-// time, exact): its cost is bounded by the budget's gathers plus one
-// scan of K, while queries whose D row puts its mass on a few hidden
-// states with concentrated columns of K — fitted models of structured
-// data — read a few hundred entries.
+// time, exact): its cost is bounded by the budget's gathers (DefaultBudget:
+// about an eighth of a scan) plus one scan of K, while queries whose D
+// row puts its mass on a few hidden states with concentrated columns of
+// K — models of structured data — read a few hundred entries.
 //
 // Scores are computed by the query's Score function, or by default by
 // Dot (Σ_l w_l·k_jl in index order, without fused multiply-add): bitwise
 // the model's P^a(j|i) (factor.Model.Prob), so that a top-k answer and a
-// probability asked for the same pair agree to the last bit.
+// probability asked for the same pair agree to the last bit. The default
+// score sums only the query's non-zero weights (a zero weight's term is
+// +0, which leaves a sum unchanged: the same bits), so an item costs the
+// one or two cache lines that hold those coordinates of its row, not all
+// m; and the items the lists give are scored in batches of 16, whose
+// random reads of K are in flight together. At n = 10^6, m = 32 these
+// reads are the query's cost (docs/benchmarks.md).
 //
 // One extra coordinate (NewIndex's extra argument) makes the index serve
 // an interpolated model λ·D_i K^j + (1−λ)·q_j: query weights (λ·w, 1−λ)
@@ -265,10 +271,15 @@ type Query struct {
 	Budget int
 }
 
-// DefaultBudget is the default Query.Budget for n items: n/16 (at least
-// 64), about a quarter of a scan's time on a machine where a random row
-// read costs four streamed rows.
-func DefaultBudget(n int) int { return max(64, n/16) }
+// DefaultBudget is the default Query.Budget for n items: n/128, at least
+// 1024. At n = 10^6, m = 32 an item scored through the lists (a random
+// read of its row from DRAM) cost as much as about 16 rows of the scan
+// (streamed), so a query that spends the budget and then scans costs
+// about 1.13 scans, while the queries of a structured model stop far
+// below it (at most 898 items there; docs/benchmarks.md). Below 131 072
+// items the floor holds: K is then a few tens of MB, its random reads
+// mostly hit the caches, and a scan costs microseconds to a millisecond.
+func DefaultBudget(n int) int { return max(1024, n/128) }
 
 // Stats says how a query was answered.
 type Stats struct {
@@ -292,6 +303,7 @@ type Searcher struct {
 	heap  []Hit
 	act   []int
 	pos   []int
+	pend  []int32
 }
 
 // minSeen is the initial size of the seen set.
@@ -434,6 +446,7 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 		pos = append(pos, 0)
 	}
 	s.pos = pos
+	pend := s.pend[:0] // items seen, not scored yet
 	for {
 		// τ: the bound of every item no list has given yet; and the list
 		// whose term of τ is largest, which is read next (best first).
@@ -450,6 +463,10 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 			}
 		}
 		if len(s.heap) == k && s.heap[0].Score > tau*margin {
+			// The pending items were seen before τ fell this low: they
+			// may still enter the answer.
+			ix.scoreBatch(q, pend, k, s)
+			s.pend = pend[:0]
 			return s.sorted(dst), st
 		}
 		if best < 0 || st.Scored >= budget {
@@ -461,13 +478,66 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 		st.Sorted++
 		if s.see(j) {
 			st.Scored++
-			s.push(Hit{int(j), score(int(j))}, k)
+			if pend = append(pend, j); len(pend) == batch {
+				ix.scoreBatch(q, pend, k, s)
+				pend = pend[:0]
+			}
 		}
 	}
+	s.pend = pend[:0]
 	// The budget is spent, or the lists end before they prove the
 	// answer: score everything.
 	st.Scanned = true
 	return ix.scan(q.W, q.Score, k, s, dst, &st), st
+}
+
+// batch is how many items seen in the lists are scored together: their
+// reads of K are independent, so the core has that many in flight at
+// once instead of waiting for each in turn (the reads are random, from
+// DRAM at n·m·8 bytes beyond the caches).
+const batch = 16
+
+// scoreBatch scores the items js and offers them to the heap of the k
+// best. With the default score only the query's non-zero weights are
+// read (s.act, ascending): a term w_l·k_jl with w_l = 0 is +0, and adding
+// +0 leaves a sum unchanged, so the sum over them alone is Dot's, bit for
+// bit, and reads one or two cache lines of item j instead of all m
+// coordinates' when the query has few non-zero weights.
+func (ix *Index) scoreBatch(q Query, js []int32, k int, s *Searcher) {
+	var sc [batch]float64
+	sc2 := sc[:len(js)]
+	if q.Score != nil {
+		for b, j := range js {
+			sc2[b] = q.Score(int(j))
+		}
+	} else {
+		ix.sparseDots(q.W, s.act, js, sc2)
+	}
+	for b, j := range js {
+		s.push(Hit{int(j), sc2[b]}, k)
+	}
+}
+
+// sparseDots sets out[b] to the default score of item js[b], summing
+// only the coordinates act (the non-zero weights, ascending).
+func (ix *Index) sparseDots(w []float64, act []int, js []int32, out []float64) {
+	m, items := ix.m, ix.items
+	n := len(act)
+	if n > 0 && act[n-1] == m { // the extra coordinate is summed last
+		n--
+	}
+	lists := act[:n]
+	for b, j := range js {
+		row := items[int(j)*m : int(j)*m+m : int(j)*m+m]
+		v := 0.0
+		for _, l := range lists {
+			v += float64(w[l] * row[l])
+		}
+		if n < len(act) {
+			v += float64(w[m] * ix.extra[j])
+		}
+		out[b] = v
+	}
 }
 
 // dotScore is the default score: Dot with the item (and the extra
