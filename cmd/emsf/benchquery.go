@@ -6,12 +6,16 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/coordinator/query"
 	"github.com/emsf/emsf/coordinator/service"
 	"github.com/emsf/emsf/factor/topk"
@@ -218,11 +222,20 @@ func idOf(v *shard.Vocab, i int) any {
 
 // loadQueries is emsf query --load: clients connections send top-k
 // queries to the served model, each waiting for its answer before the
-// next (closed loop), warmup then duration; every latency is kept.
-func loadQueries(ctx context.Context, e *env, sf *serviceFlags, path string, b *benchQueryFlags) error {
+// next (closed loop), warmup then duration; every latency is kept. With
+// embedded, the model file's query endpoints are served in this process
+// (service.ServeQueries) on an embedded NATS server, over loopback TCP.
+func loadQueries(ctx context.Context, e *env, sf *serviceFlags, path string, b *benchQueryFlags, embedded bool) error {
 	mf, err := arrowio.ReadModel(path)
 	if err != nil {
 		return err
+	}
+	if embedded {
+		stop, err := serveForLoad(ctx, e, sf, mf)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	draws := make([][]pair, b.clients)
 	for c := range draws {
@@ -251,7 +264,10 @@ func loadQueries(ctx context.Context, e *env, sf *serviceFlags, path string, b *
 			}
 			defer nc.Close()
 			r.lat = make([]time.Duration, 0, 1<<16)
-			for q, now := 0, time.Now(); now.Before(end) && ctx.Err() == nil; q, now = q+1, time.Now() {
+			// Each client asks at least once after the warm-up, however
+			// slowly it got here.
+			measured := 0
+			for q, now := 0, time.Now(); (now.Before(end) || measured == 0) && ctx.Err() == nil; q, now = q+1, time.Now() {
 				x := draws[c][q%len(draws[c])]
 				body, _ := json.Marshal(map[string]any{"state": idOf(mf.States, x.i), "action": idOf(mf.Actions, x.a), "k": b.k})
 				t := time.Now()
@@ -260,6 +276,7 @@ func loadQueries(ctx context.Context, e *env, sf *serviceFlags, path string, b *
 				if t.Before(measureFrom) {
 					continue
 				}
+				measured++
 				switch {
 				case err != nil:
 					r.errs[err.Error()]++
@@ -301,4 +318,47 @@ func loadQueries(ctx context.Context, e *env, sf *serviceFlags, path string, b *
 		}
 	}
 	return nil
+}
+
+// serveForLoad starts an embedded NATS server (127.0.0.1, a random port,
+// its store in a temporary directory) and serves mf's query endpoints on
+// it as model sf.name, pointing sf at it; stop undoes both.
+func serveForLoad(ctx context.Context, e *env, sf *serviceFlags, mf *arrowio.ModelFile) (stop func(), err error) {
+	store, err := os.MkdirTemp("", "emsf-query-load-")
+	if err != nil {
+		return nil, err
+	}
+	srv, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: store})
+	if err != nil {
+		_ = os.RemoveAll(store)
+		return nil, err
+	}
+	shut := func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		_ = os.RemoveAll(store)
+	}
+	sf.url = srv.ClientURL()
+	nc, err := sf.connect("emsf-query-serve")
+	if err != nil {
+		shut()
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	t0 := time.Now()
+	wait, err := service.ServeQueries(sctx, nc, sf.prefix, sf.name, semver(), mf, hclog.NewNullLogger())
+	if err != nil {
+		cancel()
+		nc.Close()
+		shut()
+		return nil, err
+	}
+	fmt.Fprintf(e.stdout, "serving %s's query endpoints in this process on %s (index built in %v)\n",
+		sf.name, sf.url, time.Since(t0).Round(time.Millisecond))
+	return func() {
+		cancel()
+		wait()
+		nc.Close()
+		shut()
+	}, nil
 }
