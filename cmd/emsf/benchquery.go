@@ -119,8 +119,8 @@ func benchQueries(_ context.Context, e *env, path string, b *benchQueryFlags) er
 		return err
 	}
 	build := time.Since(t0)
-	fmt.Fprintf(e.stdout, "model %s: n=%d m=%d u=%d; index built in %v (2 goroutines), %.1f MB\n",
-		path, md.N, md.M, md.U, build.Round(time.Millisecond), float64(eng.IndexBytes())/1e6)
+	fmt.Fprintf(e.stdout, "model %s: n=%d m=%d u=%d; index built in %v (2 goroutines), %.1f MB (%.1f bytes per state and action)\n",
+		path, md.N, md.M, md.U, build.Round(time.Millisecond), float64(eng.IndexBytes())/1e6, float64(eng.IndexBytes())/float64(md.N*md.U))
 	qs, err := b.draws(context.Background(), mf, 2*b.queries, b.seed)
 	if err != nil {
 		return err
@@ -205,9 +205,9 @@ func benchQueries(_ context.Context, e *env, path string, b *benchQueryFlags) er
 	slices.Sort(s64)
 	slices.Sort(s32)
 	worst := lat[len(lat)-1]
-	fmt.Fprintf(e.stdout, "scan of K (median of 3): float64 exact %v (%.2f GB/s), float32 %v (%.2f GB/s); slowest query / float64 scan = %.3f, / float32 scan = %.3f\n",
+	fmt.Fprintf(e.stdout, "scan of K (median of 3): float64 exact %v (%.2f GB/s), float32 %v (%.2f GB/s); slowest query / float64 scan = %.3f, / float32 scan = %.3f; p99 query / float64 scan = %.3f\n",
 		s64[1], float64(8*len(kt))/s64[1].Seconds()/1e9, s32[1], float64(4*len(kt))/s32[1].Seconds()/1e9,
-		worst.Seconds()/s64[1].Seconds(), worst.Seconds()/s32[1].Seconds())
+		worst.Seconds()/s64[1].Seconds(), worst.Seconds()/s32[1].Seconds(), pct(lat, 0.99).Seconds()/s64[1].Seconds())
 	return nil
 }
 
