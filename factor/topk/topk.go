@@ -28,7 +28,7 @@
 // items without proving its answer, or that reaches the end of the
 // truncated lists, scans all n items instead (blocked, four rows at a
 // time, exact): its cost is bounded by the budget's gathers (DefaultBudget:
-// about an eighth of a scan) plus one scan of K, while queries whose D
+// about a thirtieth of a scan) plus one scan of K, while queries whose D
 // row puts its mass on a few hidden states with concentrated columns of
 // K — models of structured data — read a few hundred entries.
 //
@@ -267,19 +267,38 @@ type Query struct {
 	// with an extra coordinate).
 	Score func(j int) float64
 	// Budget is the most items scored through the lists before the query
-	// scans instead (0: DefaultBudget(n)).
+	// scans instead (0: DefaultBudget of n and the lines a score reads).
 	Budget int
 }
 
-// DefaultBudget is the default Query.Budget for n items: n/128, at least
-// 1024. At n = 10^6, m = 32 an item scored through the lists (a random
-// read of its row from DRAM) cost as much as about 16 rows of the scan
-// (streamed), so a query that spends the budget and then scans costs
-// about 1.13 scans, while the queries of a structured model stop far
-// below it (at most 898 items there; docs/benchmarks.md). Below 131 072
+// DefaultBudget is the default Query.Budget for n items whose scores
+// each read lines cache lines of a row (the lines holding the query's
+// non-zero weights' coordinates; a custom score: the whole row): n/128
+// lines of random reads, n/(128·lines) items, at least 1024. At n = 10^6,
+// m = 32 (docs/benchmarks.md) a CPU profile of dense queries put 62 500
+// items of four lines scored through the lists (random reads from DRAM,
+// batched) at about the time of one scan of all 10^6 rows, so a query
+// that spends its budget (1953 such items) and then scans costs about
+// 1.03 scans; the queries of the structured model, two weights on one
+// line, stop far below theirs (at most 898 items of 7812). Below 131 072
 // items the floor holds: K is then a few tens of MB, its random reads
 // mostly hit the caches, and a scan costs microseconds to a millisecond.
-func DefaultBudget(n int) int { return max(1024, n/128) }
+func DefaultBudget(n, lines int) int { return max(1024, n/(128*max(1, lines))) }
+
+// lines returns how many cache lines (64 bytes, 8 float64) of a row the
+// coordinates act (ascending) touch, counting the extra coordinate, a
+// separate array, as one: the rows of K^T start on a line when m is a
+// multiple of 8, and the count is an estimate of the reads otherwise.
+func (ix *Index) lines(act []int) int {
+	c, last := 0, -1
+	for _, l := range act {
+		if l == ix.m || l>>3 != last {
+			c++
+			last = l >> 3
+		}
+	}
+	return c
+}
 
 // Stats says how a query was answered.
 type Stats struct {
@@ -416,10 +435,6 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 	if score == nil {
 		score = ix.dotScore(q.W)
 	}
-	budget := q.Budget
-	if budget <= 0 {
-		budget = DefaultBudget(ix.n)
-	}
 	s.reset()
 	var st Stats
 	act := s.act[:0]
@@ -438,6 +453,19 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 			s.push(Hit{j, score(j)}, k)
 		}
 		return s.sorted(dst), st
+	}
+	budget := q.Budget
+	if budget <= 0 {
+		var lines int
+		switch {
+		case q.Score == nil:
+			lines = ix.lines(act)
+		case act[len(act)-1] == ix.m: // a custom score reads the row and the extra coordinate
+			lines = (ix.m+7)/8 + 1
+		default:
+			lines = (ix.m + 7) / 8
+		}
+		budget = DefaultBudget(ix.n, lines)
 	}
 	d := ix.depth
 	margin := boundMargin(ix.dims)
