@@ -245,6 +245,15 @@ func TestQueryCommand(t *testing.T) {
 	if code, _, errs := emsf(t, "query", "--model", model); code != 2 || !strings.Contains(errs, "name an endpoint") {
 		t.Errorf("no endpoint: exit %d, %q", code, errs)
 	}
+	// --load --embedded: the model file's endpoints served in process,
+	// asked over loopback TCP; every answer a success.
+	out = mustEmsf(t, "query", "--load", "--embedded", "--model", model, "--clients", "2", "--k", "2", "--duration", "200ms", "--warmup", "0s")
+	if !strings.Contains(out, "top-2 over NATS (emsf.load.q.topk), 2 clients") || strings.Contains(out, "errors") {
+		t.Errorf("query --load --embedded:\n%s", out)
+	}
+	if code, _, errs := emsf(t, "query", "--bench", "--embedded", "--model", model); code != 2 || !strings.Contains(errs, "--embedded goes with --load") {
+		t.Errorf("--bench --embedded: exit %d, %q", code, errs)
+	}
 	exp := filepath.Join(dir, "export")
 	if out := mustEmsf(t, "model", "export", "--model", model, "--out", exp); !strings.Contains(out, "D_0.npy") || !strings.Contains(out, "states.csv") {
 		t.Errorf("export: %s", out)

@@ -30,7 +30,8 @@ of that name over NATS (subject <prefix>.NAME.q.ENDPOINT, the same JSON).
   emsf query --model m.arrow topk '{"state":"user42","action":"left","k":5}'
 
 --bench times top-k queries on the model in this process (and a scan of
-K); --load sends them to a served model from --clients connections.`
+K); --load sends them to a served model from --clients connections
+(with --embedded, to the model file's endpoints served in this process).`
 
 // runQuery is emsf query.
 func runQuery(ctx context.Context, e *env, args []string) error {
@@ -43,6 +44,7 @@ func runQuery(ctx context.Context, e *env, args []string) error {
 		bench    benchQueryFlags
 		doBench  bool
 		doLoad   bool
+		embedded bool
 		endpoint string
 		body     string
 	)
@@ -52,6 +54,7 @@ func runQuery(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&maxK, "max-k", query.DefaultMaxK, "largest k, max_states and top a request may ask for")
 	fs.BoolVar(&doBench, "bench", false, "time top-k queries on --model in this process: queries per second, the index's read depth, against one scan of K")
 	fs.BoolVar(&doLoad, "load", false, "send top-k queries to the served model --name from --clients connections for --duration, states drawn from --model's ids: throughput and latency percentiles")
+	fs.BoolVar(&embedded, "embedded", false, "with --load: serve --model's query endpoints in this process (emsf serve's handlers, queue and workers) on an embedded NATS server on 127.0.0.1, and send the queries to them over loopback TCP (--name defaults to load)")
 	bench.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -69,10 +72,16 @@ func runQuery(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if doLoad {
+			if embedded && sf.name == "" {
+				sf.name = "load"
+			}
 			if err := sf.validate(); err != nil {
 				return err
 			}
-			return loadQueries(ctx, e, &sf, model, &bench)
+			return loadQueries(ctx, e, &sf, model, &bench, embedded)
+		}
+		if embedded {
+			return usagef("--embedded goes with --load")
 		}
 		return benchQueries(ctx, e, model, &bench)
 	case len(pos) == 0:

@@ -13,13 +13,16 @@
 // when it has vocabularies, else integer indices (a request may write an
 // index as a number or a string of digits).
 //
-// Every probability an answer holds is computed by one function, row
-// (P^a(s'|s) = Σ_l D^a[s,l]·K^a[l,s'] in index order without fused
-// multiply-add, bitwise factor.Model.Prob): a top-k answer and a prob
-// answer for the same pair agree to the last bit. A model that smooths
-// its rows (issue 28) changes row alone; its top k then needs the
-// index's extra coordinate (topk.NewIndex) for the interpolation's
-// background term.
+// Every probability an answer holds is computed by row (P^a(s'|s) =
+// Σ_l D^a[s,l]·K^a[l,s'] in index order without fused multiply-add,
+// bitwise factor.Model.Prob) or, for top k, by the index's default score,
+// which is the same arithmetic over the non-zero weights only (the same
+// bits; it reads one or two cache lines of a row instead of all m): a
+// top-k answer and a prob answer for the same pair agree to the last
+// bit. A model that smooths its rows (issue 28) changes row and must pass
+// it to the index as the query's Score (Engine.TopK), with the index's
+// extra coordinate (topk.NewIndex) for the interpolation's background
+// term.
 //
 // Bad requests get an *Error with a code (the nats micro convention of
 // the service): 400 malformed or out of bounds, 404 an unknown id, 409 a
@@ -338,8 +341,11 @@ func (e *Engine) named(hits []topk.Hit) []Next {
 func (e *Engine) TopK(a, i, k int, dst []topk.Hit) ([]topk.Hit, topk.Stats) {
 	s := e.search.Get().(*topk.Searcher)
 	defer e.search.Put(s)
-	q := topk.Query{W: e.md.DRow(a, i), K: k, Budget: e.opts.Budget,
-		Score: e.row(a, i)}
+	// The index's default score is row's arithmetic (topk.Dot, bitwise
+	// factor.Model.Prob) and lets it read only the query's non-zero
+	// weights; a model whose row differs (smoothing, issue 28) must pass
+	// its own Score here.
+	q := topk.Query{W: e.md.DRow(a, i), K: k, Budget: e.opts.Budget}
 	return e.index[e.md.KBlock(a)].TopK(q, s, dst)
 }
 

@@ -8,7 +8,10 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/arrowio"
@@ -41,9 +44,11 @@ func QuerySubject(prefix, name, endpoint string) string {
 // queryQueue is how many requests per worker may wait for one.
 const queryQueue = 8
 
-// queries serves the query endpoints of one Service.
+// queries serves the query endpoints of one model name.
 type queries struct {
-	s    *Service
+	name string
+	nc   *nats.Conn // the replies go out on it
+	log  hclog.Logger
 	cur  atomic.Pointer[query.Engine] // the latest version's, nil before the first
 	prev atomic.Pointer[query.Engine] // the one before it
 	jobs chan queryJob
@@ -60,18 +65,19 @@ type queryJob struct {
 	req      micro.Request
 }
 
-// startQueries adds the query endpoints to svc and starts the workers and
-// the engine builder; they stop with ctx, and wg waits for them.
-func (s *Service) startQueries(ctx context.Context, svc micro.Service, wg *sync.WaitGroup) (*queries, error) {
+// startQueries adds the query endpoints of model name to svc (on nc) and
+// starts the workers and the engine builder; they stop with ctx, and wg
+// waits for them.
+func startQueries(ctx context.Context, nc *nats.Conn, log hclog.Logger, prefix, name string, svc micro.Service, wg *sync.WaitGroup) (*queries, error) {
 	workers := runtime.GOMAXPROCS(0)
-	q := &queries{s: s, jobs: make(chan queryJob, queryQueue*workers), kick: make(chan struct{}, 1)}
-	g := svc.AddGroup(s.cfg.Prefix + "." + s.cfg.Name + ".q")
+	q := &queries{name: name, nc: nc, log: log, jobs: make(chan queryJob, queryQueue*workers), kick: make(chan struct{}, 1)}
+	g := svc.AddGroup(prefix + "." + name + ".q")
 	for _, ep := range query.Endpoints {
 		handler := micro.HandlerFunc(func(req micro.Request) {
 			// Answered by a worker: a detached copy (micro reads its own
 			// request once this handler returns).
 			select {
-			case q.jobs <- queryJob{ep, wire.Detach(s.nc, req)}:
+			case q.jobs <- queryJob{ep, wire.Detach(nc, req)}:
 			case <-ctx.Done():
 				_ = req.Error("503", "service stopping", nil)
 			default:
@@ -116,7 +122,7 @@ func (q *queries) answer(j queryJob) {
 	_ = json.Unmarshal(j.req.Data(), &pin) // a malformed body is the engine's 400
 	e := q.cur.Load()
 	if e == nil {
-		_ = j.req.Error("503", fmt.Sprintf("model %s has no version yet: publish transitions and retrain", q.s.cfg.Name), nil)
+		_ = j.req.Error("503", fmt.Sprintf("model %s has no version yet: publish transitions and retrain", q.name), nil)
 		return
 	}
 	if pin.Version != 0 && pin.Version != e.Version() {
@@ -136,7 +142,7 @@ func (q *queries) answer(j queryJob) {
 		_ = j.req.Error("500", err.Error(), nil)
 	default:
 		if err := j.req.Respond(out); err != nil {
-			q.s.log.Debug("query reply", "endpoint", j.endpoint, "error", err)
+			q.log.Debug("query reply", "endpoint", j.endpoint, "error", err)
 		}
 	}
 }
@@ -175,16 +181,67 @@ func (q *queries) builder(ctx context.Context) {
 		if mf.States != nil || mf.Actions != nil {
 			// The counts of a service name states by integers; ids come
 			// with issue 29's vocabulary growth.
-			q.s.log.Warn("query index: the version has ids, which the service does not serve yet", "version", v)
+			q.log.Warn("query index: the version has ids, which the service does not serve yet", "version", v)
 		}
-		e, err := query.New(mf, v, query.Options{MaxAnswerBytes: int(q.s.nc.MaxPayload()) - 1024, Workers: runtime.GOMAXPROCS(0)})
-		if err != nil {
-			q.s.log.Error("query index", "version", v, "error", err)
-			continue
+		if err := q.build(mf, v); err != nil {
+			q.log.Error("query index", "version", v, "error", err)
 		}
-		if old := q.cur.Swap(e); old != nil {
-			q.prev.Store(old)
-		}
-		q.s.log.Info("query index ready", "version", v, "index_bytes", e.IndexBytes())
 	}
+}
+
+// build builds the engine of version v and swaps it in.
+func (q *queries) build(mf *arrowio.ModelFile, v int) error {
+	e, err := query.New(mf, v, query.Options{MaxAnswerBytes: int(q.nc.MaxPayload()) - 1024, Workers: runtime.GOMAXPROCS(0)})
+	if err != nil {
+		return err
+	}
+	if old := q.cur.Swap(e); old != nil {
+		q.prev.Store(old)
+	}
+	q.log.Info("query index ready", "version", v, "index_bytes", e.IndexBytes())
+	return nil
+}
+
+// ServeQueries answers the query endpoints of model name (subjects
+// QuerySubject(prefix, name, ·)) from one model file, as version 1, on
+// a micro service "emsf-query" of nc until ctx is done: the handlers,
+// queue and workers of emsf serve's query endpoints, without its counts,
+// retraining or stored versions. emsf query --load --embedded measures
+// the endpoints with it on a model file. The engine is built before it
+// returns, and the server has its subscriptions; wait returns once ctx
+// is done and the workers have stopped. A nil log logs nothing.
+func ServeQueries(ctx context.Context, nc *nats.Conn, prefix, name, version string, mf *arrowio.ModelFile, log hclog.Logger) (wait func(), err error) {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name: "emsf-query", Version: version,
+		Description: "emsf query endpoints of a model file",
+		Metadata:    map[string]string{"model": name},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("service: micro service: %w", err)
+	}
+	var wg sync.WaitGroup
+	qctx, cancel := context.WithCancel(ctx)
+	stop := func() {
+		cancel()
+		wg.Wait()
+		_ = svc.Stop()
+	}
+	q, err := startQueries(qctx, nc, log, prefix, name, svc, &wg)
+	if err == nil {
+		err = q.build(mf, 1)
+	}
+	if err == nil { // the server has the endpoints' subscriptions when this returns
+		err = nc.FlushTimeout(30 * time.Second)
+	}
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("service: %w", err)
+	}
+	return func() {
+		<-ctx.Done()
+		stop()
+	}, nil
 }

@@ -2,7 +2,10 @@ package service
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,11 +14,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator/coordtest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/coordinator/query"
+	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 )
 
@@ -233,4 +238,63 @@ func TestPublishIDs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "counts integer indices only") || res.Messages != 0 {
 		t.Fatalf("publish ids to a running service: %+v, %v", res, err)
 	}
+}
+
+// TestServeQueriesOfFile: ServeQueries answers a model file's questions
+// over NATS as query.Engine answers them in process, as model version 1,
+// its micro service says the version it was given, and once ctx is done
+// wait returns and the endpoints are gone.
+func TestServeQueriesOfFile(t *testing.T) {
+	nc, url := server(t)
+	md, err := factor.TrueModel(500, 4, 2, factor.RowsLocal, 0, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf := &arrowio.ModelFile{Model: md}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	wait, err := ServeQueries(ctx, connect(t, url), "emsf", "file", "1.2.3", mf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := query.New(mf, 1, query.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range [][2]string{
+		{"topk", `{"state":3,"action":1,"k":7}`},
+		{"topk", `{"state":499,"action":0,"k":600}`},
+		{"prob", `{"pairs":[{"state":3,"action":1,"next":4}]}`},
+		{"member", `{"state":7,"action":0}`},
+		{"topk", `{"state":500,"action":0}`},
+	} {
+		got, err := askQuery(nc, "file", q[0], q[1])
+		want, werr := local.Do(q[0], []byte(q[1]))
+		if werr != nil {
+			var qe *query.Error
+			if !errors.As(werr, &qe) {
+				t.Fatal(werr)
+			}
+			want = []byte(qe.Code + " " + qe.Msg)
+		}
+		if err != nil || got != string(want) {
+			t.Errorf("%s %s: served %q (%v), want %q", q[0], q[1], got, err, want)
+		}
+	}
+	info, err := micro.ControlSubject(micro.InfoVerb, "emsf-query", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nc.Request(info, nil, coordtest.Patience)
+	if err != nil || !strings.Contains(string(m.Data), `"version":"1.2.3"`) {
+		t.Fatalf("service info %s (%v): want version 1.2.3", m.Data, err)
+	}
+	cancel()
+	wait()
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		if _, err := nc.Request(QuerySubject("emsf", "file", "topk"), []byte(`{"state":1,"action":0}`), coordtest.Patience); !errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("after stop: %v, want no responders", err)
+		}
+		return nil
+	})
 }

@@ -231,7 +231,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
-	if s.queries, err = s.startQueries(ctx, svc, &wg); err != nil {
+	if s.queries, err = startQueries(ctx, s.nc, s.log, s.cfg.Prefix, s.cfg.Name, svc, &wg); err != nil {
 		return err
 	}
 	if s.model != nil {

@@ -27,15 +27,21 @@
 // found, for the smaller-index rule). A query that has scored Budget
 // items without proving its answer, or that reaches the end of the
 // truncated lists, scans all n items instead (blocked, four rows at a
-// time, exact): its cost is bounded by the budget's gathers plus one
-// scan of K, while queries whose D row puts its mass on a few hidden
-// states with concentrated columns of K — fitted models of structured
-// data — read a few hundred entries.
+// time, exact): its cost is bounded by the budget's gathers (DefaultBudget:
+// about a thirtieth of a scan) plus one scan of K, while queries whose D
+// row puts its mass on a few hidden states with concentrated columns of
+// K — models of structured data — read a few hundred entries.
 //
 // Scores are computed by the query's Score function, or by default by
 // Dot (Σ_l w_l·k_jl in index order, without fused multiply-add): bitwise
 // the model's P^a(j|i) (factor.Model.Prob), so that a top-k answer and a
-// probability asked for the same pair agree to the last bit.
+// probability asked for the same pair agree to the last bit. The default
+// score sums only the query's non-zero weights (a zero weight's term is
+// +0, which leaves a sum unchanged: the same bits), so an item costs the
+// one or two cache lines that hold those coordinates of its row, not all
+// m; and the items the lists give are scored in batches of 16, whose
+// random reads of K are in flight together. At n = 10^6, m = 32 these
+// reads are the query's cost (docs/benchmarks.md).
 //
 // One extra coordinate (NewIndex's extra argument) makes the index serve
 // an interpolated model λ·D_i K^j + (1−λ)·q_j: query weights (λ·w, 1−λ)
@@ -261,14 +267,39 @@ type Query struct {
 	// with an extra coordinate).
 	Score func(j int) float64
 	// Budget is the most items scored through the lists before the query
-	// scans instead (0: DefaultBudget(n)).
+	// scans instead (0: DefaultBudget of n and the lines a score reads).
 	Budget int
 }
 
-// DefaultBudget is the default Query.Budget for n items: n/16 (at least
-// 64), about a quarter of a scan's time on a machine where a random row
-// read costs four streamed rows.
-func DefaultBudget(n int) int { return max(64, n/16) }
+// DefaultBudget is the default Query.Budget for n items whose scores
+// each read lines cache lines of a row (the lines holding the query's
+// non-zero weights' coordinates; a custom score: the whole row): n/128
+// lines of random reads, n/(128·lines) items, at least 1024. At n = 10^6,
+// m = 32 (docs/benchmarks.md) a CPU profile of dense queries put 62 500
+// items of four lines scored through the lists (random reads from DRAM,
+// batched) at about the time of one scan of all 10^6 rows, so a query
+// that spends its budget (1953 such items) and then scans should cost
+// about 1.03 scans (measured, in CPU time on a shared machine: 0.94 to
+// 1.52 of one); the queries of the structured model, two weights on one
+// line, stop far below theirs (at most 898 items of 7812). Below 131 072
+// items the floor holds: K is then a few tens of MB, its random reads
+// mostly hit the caches, and a scan costs microseconds to a millisecond.
+func DefaultBudget(n, lines int) int { return max(1024, n/(128*max(1, lines))) }
+
+// lines returns how many cache lines (64 bytes, 8 float64) of a row the
+// coordinates act (ascending) touch, counting the extra coordinate, a
+// separate array, as one: the rows of K^T start on a line when m is a
+// multiple of 8, and the count is an estimate of the reads otherwise.
+func (ix *Index) lines(act []int) int {
+	c, last := 0, -1
+	for _, l := range act {
+		if l == ix.m || l>>3 != last {
+			c++
+			last = l >> 3
+		}
+	}
+	return c
+}
 
 // Stats says how a query was answered.
 type Stats struct {
@@ -292,6 +323,7 @@ type Searcher struct {
 	heap  []Hit
 	act   []int
 	pos   []int
+	pend  []int32
 }
 
 // minSeen is the initial size of the seen set.
@@ -404,10 +436,6 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 	if score == nil {
 		score = ix.dotScore(q.W)
 	}
-	budget := q.Budget
-	if budget <= 0 {
-		budget = DefaultBudget(ix.n)
-	}
 	s.reset()
 	var st Stats
 	act := s.act[:0]
@@ -427,6 +455,19 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 		}
 		return s.sorted(dst), st
 	}
+	budget := q.Budget
+	if budget <= 0 {
+		var lines int
+		switch {
+		case q.Score == nil:
+			lines = ix.lines(act)
+		case act[len(act)-1] == ix.m: // a custom score reads the row and the extra coordinate
+			lines = (ix.m+7)/8 + 1
+		default:
+			lines = (ix.m + 7) / 8
+		}
+		budget = DefaultBudget(ix.n, lines)
+	}
 	d := ix.depth
 	margin := boundMargin(ix.dims)
 	pos := s.pos[:0] // entries read of each active list
@@ -434,6 +475,7 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 		pos = append(pos, 0)
 	}
 	s.pos = pos
+	pend := s.pend[:0] // items seen, not scored yet
 	for {
 		// τ: the bound of every item no list has given yet; and the list
 		// whose term of τ is largest, which is read next (best first).
@@ -450,6 +492,10 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 			}
 		}
 		if len(s.heap) == k && s.heap[0].Score > tau*margin {
+			// The pending items were seen before τ fell this low: they
+			// may still enter the answer.
+			ix.scoreBatch(q, pend, k, s)
+			s.pend = pend[:0]
 			return s.sorted(dst), st
 		}
 		if best < 0 || st.Scored >= budget {
@@ -461,13 +507,66 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 		st.Sorted++
 		if s.see(j) {
 			st.Scored++
-			s.push(Hit{int(j), score(int(j))}, k)
+			if pend = append(pend, j); len(pend) == batch {
+				ix.scoreBatch(q, pend, k, s)
+				pend = pend[:0]
+			}
 		}
 	}
+	s.pend = pend[:0]
 	// The budget is spent, or the lists end before they prove the
 	// answer: score everything.
 	st.Scanned = true
 	return ix.scan(q.W, q.Score, k, s, dst, &st), st
+}
+
+// batch is how many items seen in the lists are scored together: their
+// reads of K are independent, so the core has that many in flight at
+// once instead of waiting for each in turn (the reads are random, from
+// DRAM at n·m·8 bytes beyond the caches).
+const batch = 16
+
+// scoreBatch scores the items js and offers them to the heap of the k
+// best. With the default score only the query's non-zero weights are
+// read (s.act, ascending): a term w_l·k_jl with w_l = 0 is +0, and adding
+// +0 leaves a sum unchanged, so the sum over them alone is Dot's, bit for
+// bit, and reads one or two cache lines of item j instead of all m
+// coordinates' when the query has few non-zero weights.
+func (ix *Index) scoreBatch(q Query, js []int32, k int, s *Searcher) {
+	var buf [batch]float64
+	scores := buf[:len(js)]
+	if q.Score != nil {
+		for b, j := range js {
+			scores[b] = q.Score(int(j))
+		}
+	} else {
+		ix.sparseDots(q.W, s.act, js, scores)
+	}
+	for b, j := range js {
+		s.push(Hit{int(j), scores[b]}, k)
+	}
+}
+
+// sparseDots sets out[b] to the default score of item js[b], summing
+// only the coordinates act (the non-zero weights, ascending).
+func (ix *Index) sparseDots(w []float64, act []int, js []int32, out []float64) {
+	m, items := ix.m, ix.items
+	n := len(act)
+	if n > 0 && act[n-1] == m { // the extra coordinate is summed last
+		n--
+	}
+	lists := act[:n]
+	for b, j := range js {
+		row := items[int(j)*m : int(j)*m+m : int(j)*m+m]
+		v := 0.0
+		for _, l := range lists {
+			v += float64(w[l] * row[l])
+		}
+		if n < len(act) {
+			v += float64(w[m] * ix.extra[j])
+		}
+		out[b] = v
+	}
 }
 
 // dotScore is the default score: Dot with the item (and the extra

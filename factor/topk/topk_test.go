@@ -286,3 +286,32 @@ func TestTopKSeenSetGrows(t *testing.T) {
 		t.Fatalf("no query scored more than %d items (most %d): the seen set never grew", minSeen, most)
 	}
 }
+
+// TestDefaultBudgetByLines: the default budget is n/128 lines of random
+// reads: a query whose weights' coordinates lie on one line of a row gets
+// four times the items of one that reads all four lines (m = 32), never
+// fewer than 1024; the extra coordinate is a line of its own.
+func TestDefaultBudgetByLines(t *testing.T) {
+	const m = 32
+	ix := &Index{m: m}
+	all := make([]int, m)
+	for l := range all {
+		all[l] = l
+	}
+	for _, c := range []struct {
+		act   []int
+		lines int
+	}{
+		{[]int{3}, 1}, {[]int{0, 7}, 1}, {[]int{7, 8}, 2}, {[]int{1, 9, 17, 25}, 4},
+		{all, 4}, {[]int{31, m}, 2}, {append(slices.Clone(all), m), 5},
+	} {
+		if got := ix.lines(c.act); got != c.lines {
+			t.Errorf("lines(%v) = %d, want %d", c.act, got, c.lines)
+		}
+	}
+	for _, c := range [][3]int{{1_000_000, 1, 7812}, {1_000_000, 4, 1953}, {1_000_000, 0, 7812}, {100_000, 4, 1024}, {50, 1, 1024}} {
+		if got := DefaultBudget(c[0], c[1]); got != c[2] {
+			t.Errorf("DefaultBudget(%d, %d) = %d, want %d", c[0], c[1], got, c[2])
+		}
+	}
+}
