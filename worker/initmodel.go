@@ -52,8 +52,8 @@ func (w *Worker) cutGroups(ctx context.Context, r *ingestwire.GroupsRequest) (*i
 		gs, lists := shard.CutRange(rr.DBlock, rr.Cells, rows, rr.Q)
 		for i := range gs {
 			data := wire.EncodeCols(lists[i], nil)
-			if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), proto.RowsObject(r.Job, rr.G0+i), data); err != nil {
-				return nil, fmt.Errorf("worker: groups %s: store %s: %w", r.Job, proto.RowsObject(r.Job, rr.G0+i), err)
+			if err := w.putObject(ctx, obs, r.Bucket, proto.RowsObject(r.Job, rr.G0+i), data); err != nil {
+				return nil, fmt.Errorf("worker: groups %s: %w", r.Job, err)
 			}
 			gs[i].RowsCRC = wire.CRC(data)
 		}
@@ -117,8 +117,8 @@ func (w *Worker) initModel(ctx context.Context, r *ingestwire.InitRequest) (*ing
 			factor.RoundRows32(vals)
 		}
 		data := wire.FloatBytes(vals)
-		if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, data); err != nil {
-			return "", fmt.Errorf("worker: init %s: store %s: %w", r.Job, name, err)
+		if err := w.putObject(ctx, obs, r.Bucket, name, data); err != nil {
+			return "", fmt.Errorf("worker: init %s: %w", r.Job, err)
 		}
 		return wire.CRC(data), nil
 	}

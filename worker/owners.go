@@ -209,6 +209,7 @@ func (w *Worker) serveOwn(req micro.Request) {
 		w.log.Warn("owners request failed", "op", r.Op, "job", r.Job, "epoch", r.Epoch, "iter", r.Iteration, "shard", r.Shard, "error", err)
 		w.count(func(s *Stats) { s.Failed++ })
 		reply.Error = err.Error()
+		reply.Fault, reply.Object = replyFault(err)
 	}
 	data, _ := json.Marshal(reply)
 	_ = req.Respond(data)
@@ -301,19 +302,19 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *proto.Request) error
 			return fmt.Errorf("worker: job %s: bad column block %+v", r.Job, cb)
 		}
 		name := proto.KObject(r.Job, r.Iteration, cb.KBlock, cb.C)
-		data, err := obs.GetBytes(ctx, name)
+		data, err := w.getObject(ctx, obs, "load", r.Bucket, name)
 		if err != nil {
-			return fmt.Errorf("worker: load %s: %w", name, err)
+			return fmt.Errorf("worker: %w", err)
 		}
 		if crc := wire.CRC(data); crc != cb.CRC {
-			return fmt.Errorf("worker: load %s: CRC %s, the checkpoint says %s", name, crc, cb.CRC)
+			return fmt.Errorf("worker: %w", corruptObject("load", r.Bucket, name, fmt.Errorf("CRC %s, the checkpoint says %s", crc, cb.CRC)))
 		}
 		if len(data) != 8*(cb.Hi-cb.Lo)*j.m {
-			return fmt.Errorf("worker: load %s: %d bytes, block [%d, %d) of m = %d has %d", name, len(data), cb.Lo, cb.Hi, j.m, 8*(cb.Hi-cb.Lo)*j.m)
+			return fmt.Errorf("worker: %w", corruptObject("load", r.Bucket, name, fmt.Errorf("%d bytes, block [%d, %d) of m = %d has %d", len(data), cb.Lo, cb.Hi, j.m, 8*(cb.Hi-cb.Lo)*j.m)))
 		}
 		b := &ownBlock{kb: cb.KBlock, c: cb.C, lo: cb.Lo, hi: cb.Hi, version: r.Iteration, kt: make([]float64, (cb.Hi-cb.Lo)*j.m), crc: cb.CRC}
 		if err := wire.ReadFloats(b.kt, data); err != nil {
-			return fmt.Errorf("worker: load %s: %w", name, err)
+			return fmt.Errorf("worker: %w", corruptObject("load", r.Bucket, name, err))
 		}
 		b.fold = factor.NewColumnFold(cb.Lo, cb.Hi, j.m, sh.NNZ, j.groupNNZ)
 		w.omu.Lock()
@@ -349,8 +350,17 @@ func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *o
 		if g.Owner != w.id {
 			continue
 		}
+		// An object that reads but fails its check, or is missing, is
+		// corrupt; another read error is the store's.
+		failed := func(name string, err error) error {
+			var se *wire.StoreError
+			if !errors.As(err, &se) {
+				err = corruptObject("load", r.Bucket, name, err)
+			}
+			return fmt.Errorf("worker: %w", err)
+		}
 		name := proto.RowsObject(r.Job, g.G)
-		data, err := obs.GetBytes(ctx, name)
+		data, err := w.getObject(ctx, obs, "load", r.Bucket, name)
 		if err == nil && wire.CRC(data) != g.RowsCRC {
 			err = fmt.Errorf("CRC %s, the layout says %s", wire.CRC(data), g.RowsCRC)
 		}
@@ -367,10 +377,11 @@ func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *o
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("worker: load %s: %w", name, err)
+			return failed(name, err)
 		}
 		name = proto.DObject(r.Job, r.Iteration, g.G)
-		if data, err = obs.GetBytes(ctx, name); err == nil && wire.CRC(data) != g.CRC {
+		data, err = w.getObject(ctx, obs, "load", r.Bucket, name)
+		if err == nil && wire.CRC(data) != g.CRC {
 			err = fmt.Errorf("CRC %s, the checkpoint says %s", wire.CRC(data), g.CRC)
 		}
 		if err == nil && len(data) != 8*len(rows)*j.m {
@@ -381,7 +392,7 @@ func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *o
 			err = wire.ReadFloats(og.d, data)
 		}
 		if err != nil {
-			return fmt.Errorf("worker: load %s: %w", name, err)
+			return failed(name, err)
 		}
 		w.omu.Lock()
 		j.groups[g.G] = og
@@ -969,7 +980,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *proto.Request, rep
 		cb := proto.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc}
 		b.mu.Unlock()
 		if r.Save {
-			if err := w.saveBlock(ctx, obs, r.Job, b); err != nil {
+			if err := w.saveBlock(ctx, obs, r.Bucket, r.Job, b); err != nil {
 				return err
 			}
 		}
@@ -1005,7 +1016,7 @@ func (w *Worker) ownCommit(ctx context.Context, j *ownJob, r *proto.Request, rep
 		g.version, g.crc = r.Iteration, wire.CRC(wire.FloatBytes(g.d))
 		g.mu.Unlock()
 		if r.Save {
-			if err := w.saveGroup(ctx, obs, r.Job, g); err != nil {
+			if err := w.saveGroup(ctx, obs, r.Bucket, r.Job, g); err != nil {
 				return err
 			}
 			reply.Groups = append(reply.Groups, proto.RowGroup{G: g.g, Action: g.action, CRC: g.crc})
@@ -1040,14 +1051,10 @@ func (w *Worker) foldGroup(ctx context.Context, j *ownJob, r *proto.Request, g *
 	})
 }
 
-func (w *Worker) saveGroup(ctx context.Context, obs jetstream.ObjectStore, job string, g *ownGroup) error {
+func (w *Worker) saveGroup(ctx context.Context, obs jetstream.ObjectStore, bucket, job string, g *ownGroup) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	name := proto.DObject(job, g.version, g.g)
-	if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, wire.FloatBytes(g.d)); err != nil {
-		return fmt.Errorf("worker: store %s: %w", name, err)
-	}
-	return nil
+	return w.putObject(ctx, obs, bucket, proto.DObject(job, g.version, g.g), wire.FloatBytes(g.d))
 }
 
 // foldWindow is how many slices an owner fetches ahead of its fold.
@@ -1153,14 +1160,10 @@ func (w *Worker) pullInOrder(ctx context.Context, refs []sliceRef, limit int, ad
 	return nil
 }
 
-func (w *Worker) saveBlock(ctx context.Context, obs jetstream.ObjectStore, job string, b *ownBlock) error {
+func (w *Worker) saveBlock(ctx context.Context, obs jetstream.ObjectStore, bucket, job string, b *ownBlock) error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	name := proto.KObject(job, b.version, b.kb, b.c)
-	if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, wire.FloatBytes(b.kt)); err != nil {
-		return fmt.Errorf("worker: store %s: %w", name, err)
-	}
-	return nil
+	return w.putObject(ctx, obs, bucket, proto.KObject(job, b.version, b.kb, b.c), wire.FloatBytes(b.kt))
 }
 
 // ownSave stores owned column blocks and row groups at version Iteration
@@ -1178,7 +1181,7 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *proto.Request, reply
 		if b.version != r.Iteration {
 			return fmt.Errorf("worker: save: block %d/%d is at version %d, not %d", b.kb, b.c, b.version, r.Iteration)
 		}
-		if err := w.saveBlock(ctx, obs, r.Job, b); err != nil {
+		if err := w.saveBlock(ctx, obs, r.Bucket, r.Job, b); err != nil {
 			return err
 		}
 		reply.Blocks = append(reply.Blocks, proto.ColBlock{KBlock: b.kb, C: b.c, Lo: b.lo, Hi: b.hi, Owner: w.id, CRC: b.crc})
@@ -1191,7 +1194,7 @@ func (w *Worker) ownSave(ctx context.Context, j *ownJob, r *proto.Request, reply
 		if g.version != r.Iteration {
 			return fmt.Errorf("worker: save: row group %d is at version %d, not %d", g.g, g.version, r.Iteration)
 		}
-		if err := w.saveGroup(ctx, obs, r.Job, g); err != nil {
+		if err := w.saveGroup(ctx, obs, r.Bucket, r.Job, g); err != nil {
 			return err
 		}
 		reply.Groups = append(reply.Groups, proto.RowGroup{G: g.g, Action: g.action, CRC: g.crc})

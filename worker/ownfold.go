@@ -156,7 +156,7 @@ func (w *Worker) ownShardOf(ctx context.Context, obs jetstream.ObjectStore, r *p
 		return cs, nil
 	}
 	_, cached := w.shards[r.ShardChecksum]
-	s, _, err := w.shard(ctx, obs, &wire.TaskRequest{Shard: r.Shard, ShardObject: r.ShardObject, ShardChecksum: r.ShardChecksum})
+	s, _, err := w.shard(ctx, obs, &wire.TaskRequest{Shard: r.Shard, Bucket: r.Bucket, ShardObject: r.ShardObject, ShardChecksum: r.ShardChecksum})
 	if err != nil {
 		return nil, err
 	}

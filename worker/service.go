@@ -517,19 +517,21 @@ func (w *Worker) shard(ctx context.Context, obs jetstream.ObjectStore, tr *wire.
 	if s, ok := w.shards[tr.ShardChecksum]; ok {
 		return s, 0, nil
 	}
-	data, err := obs.GetBytes(ctx, tr.ShardObject)
+	// A shard object that is missing, does not decode or is not the
+	// task's shard is corrupt (the coordinator stores it again).
+	data, err := w.getObject(ctx, obs, "fetch", tr.Bucket, tr.ShardObject)
 	if err != nil {
-		return nil, 0, fmt.Errorf("worker: fetch shard %d (%s): %w", tr.Shard, tr.ShardObject, err)
+		return nil, 0, fmt.Errorf("worker: fetch shard %d: %w", tr.Shard, err)
 	}
 	s, err := arrowio.DecodeShard(data)
+	if err == nil {
+		err = s.Verify()
+	}
+	if err == nil && s.Checksum != tr.ShardChecksum {
+		err = fmt.Errorf("checksum %s, task says %s", s.Checksum, tr.ShardChecksum)
+	}
 	if err != nil {
-		return nil, int64(len(data)), fmt.Errorf("worker: shard %d: %w", tr.Shard, err)
-	}
-	if err := s.Verify(); err != nil {
-		return nil, int64(len(data)), fmt.Errorf("worker: %w", err)
-	}
-	if s.Checksum != tr.ShardChecksum {
-		return nil, int64(len(data)), fmt.Errorf("worker: shard %d: checksum %s, task says %s", tr.Shard, s.Checksum, tr.ShardChecksum)
+		return nil, int64(len(data)), fmt.Errorf("worker: shard %d: %w", tr.Shard, corruptObject("fetch", tr.Bucket, tr.ShardObject, err))
 	}
 	if w.cfg.MaxCachedShards > 0 && len(w.shards) >= w.cfg.MaxCachedShards {
 		clear(w.shards)

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/worker/wire"
 )
 
 // The machine's memory and the limits derived from it: emsf fit refuses
@@ -163,21 +164,7 @@ func limitCheck(alg string, fp factor.Footprint, need, lim int64, src string) er
 }
 
 // humanBytes is b in binary units, e.g. "1.5 GiB".
-func humanBytes(b int64) string {
-	const unit = 1024
-	if b < unit {
-		return strconv.FormatInt(b, 10) + " B"
-	}
-	if b == math.MaxInt64 {
-		return "more than 8 EiB"
-	}
-	div, exp := int64(unit), 0
-	for n := b / unit; n >= unit && exp < 5; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
-}
+func humanBytes(b int64) string { return wire.Bytes(b) }
 
 // footprint is the shape of a fit of order m on d.
 func (f *fitFlags) footprint(d *dataset, m int) factor.Footprint {

@@ -252,6 +252,10 @@ type Request struct {
 type Reply struct {
 	Error  string `json:"error,omitempty"`
 	Worker string `json:"worker"`
+	// Fault classes Error when the coordinator must act on it (Fault*);
+	// Object names the object of a FaultCorrupt.
+	Fault  string `json:"fault,omitempty"`
+	Object string `json:"object,omitempty"`
 	// hello: the owners protocol the worker speaks (Protocol) and the KV
 	// bucket it proves epochs against.
 	Protocol   int    `json:"protocol,omitempty"`
@@ -316,3 +320,18 @@ func RecordLease(record []byte) (Lease, error) {
 	}
 	return *r.Owners, nil
 }
+
+// Faults a Reply names (Reply.Fault) where its Error is one the
+// coordinator acts on rather than rolling back and trying again
+// (wire.ClassifyStore decides).
+const (
+	// FaultStoreFull: a write to the JetStream store was refused for want
+	// of room. Permanent: the fit ends with the worker's error.
+	FaultStoreFull = "store-full"
+	// FaultStoreDisabled: JetStream is not enabled on the server (a full
+	// disk disables it). Permanent.
+	FaultStoreDisabled = "store-disabled"
+	// FaultCorrupt: an object the request read failed its check (its
+	// digest or CRC, or it did not decode); Reply.Object names it.
+	FaultCorrupt = "corrupt"
+)

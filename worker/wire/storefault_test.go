@@ -1,0 +1,88 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestClassifyStore: every way the server and the client say that a
+// store is full, disabled or holds a corrupt object, wrapped or not, and
+// as the text of a worker's reply, gets its class; anything else is
+// transient.
+func TestClassifyStore(t *testing.T) {
+	api := func(code int, ec jetstream.ErrorCode, desc string) error {
+		return &jetstream.APIError{Code: code, ErrorCode: ec, Description: desc}
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want StoreFault
+	}{
+		{"nil", nil, StoreFine},
+		{"server max_file_store", api(503, 10023, "insufficient resources"), StoreFull},
+		{"wrapped twice", fmt.Errorf("natsexec: put: %w", fmt.Errorf("nats: %w", api(503, 10023, "insufficient resources"))), StoreFull},
+		{"storage resources", api(500, 10047, "insufficient storage resources available"), StoreFull},
+		{"memory resources", api(500, 10028, "insufficient memory resources available"), StoreFull},
+		{"account limits", api(400, 10002, "resource limits exceeded for account"), StoreFull},
+		{"max streams", api(400, 10027, "maximum number of streams reached"), StoreFull},
+		{"bucket max bytes", api(503, 10077, "maximum bytes exceeded"), StoreFull},
+		{"disk full", api(503, 10077, "write /data/jetstream/x.blk: no space left on device"), StoreFull},
+		{"a worker's reply", errors.New("worker: store owners/j/2/d/0: nats: API error: code=503 err_code=10023 description=insufficient resources"), StoreFull},
+		{"os error", fmt.Errorf("write: %w", errors.New("no space left on device")), StoreFull},
+		{"jetstream disabled", jetstream.ErrJetStreamNotEnabled, StoreDisabled},
+		{"disabled for the account", fmt.Errorf("x: %w", jetstream.ErrJetStreamNotEnabledForAccount), StoreDisabled},
+		{"disabled, code", api(503, 10076, "JetStream not enabled"), StoreDisabled},
+		{"disabled, text", errors.New("worker: nats: jetstream not enabled"), StoreDisabled},
+		{"digest mismatch", fmt.Errorf("get: %w", jetstream.ErrDigestMismatch), StoreCorrupt},
+		{"timeout", nats.ErrTimeout, StoreTransient},
+		{"deadline", fmt.Errorf("put: %w", context.DeadlineExceeded), StoreTransient},
+		{"no responders", nats.ErrNoResponders, StoreTransient},
+		{"no stream response", jetstream.ErrNoStreamResponse, StoreTransient},
+		{"connection closed", nats.ErrConnectionClosed, StoreTransient},
+		{"wrong last sequence", api(400, 10071, "wrong last sequence: 4"), StoreTransient},
+		{"object not found", jetstream.ErrObjectNotFound, StoreTransient},
+		{"unknown", errors.New("something else"), StoreTransient},
+		{"classified already", &StoreError{Fault: StoreCorrupt, Err: errors.New("crc")}, StoreCorrupt},
+	} {
+		if got := ClassifyStore(c.err); got != c.want {
+			t.Errorf("%s: ClassifyStore(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+	for f, perm := range map[StoreFault]bool{StoreFine: false, StoreTransient: false, StoreFull: true, StoreDisabled: true, StoreCorrupt: false} {
+		if f.Permanent() != perm {
+			t.Errorf("%v.Permanent() = %v", f, !perm)
+		}
+	}
+}
+
+// TestStoreErr: the error names the operation, the object, the store's
+// kind and bucket, and for a full store what to do; it keeps the
+// server's error for errors.Is and is not wrapped twice.
+func TestStoreErr(t *testing.T) {
+	full := &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}
+	err := StoreErr(context.Background(), nil, "store", KindObjects, "emsf-objects", "owners/j/2/d/0", full)
+	for _, want := range []string{"store owners/j/2/d/0 in Object Store bucket emsf-objects", "the JetStream store is full", "insufficient resources",
+		"max_file_store", "free disk space", "nats obj rm emsf-objects NAME", "not retried"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: want %q", err, want)
+		}
+	}
+	if !errors.Is(err, full) || ClassifyStore(err) != StoreFull {
+		t.Errorf("%v: does not wrap the server's error or lost its class", err)
+	}
+	if again := StoreErr(context.Background(), nil, "read", KindKV, "b", "k", fmt.Errorf("x: %w", err)); !errors.Is(again, full) || strings.Count(again.Error(), "max_file_store") != 1 {
+		t.Errorf("wrapped twice: %v", again)
+	}
+	if StoreErr(context.Background(), nil, "store", KindKV, "b", "k", nil) != nil {
+		t.Error("StoreErr(nil) is not nil")
+	}
+	if err := StoreErr(context.Background(), nil, "read", KindObjects, "b", "o", jetstream.ErrDigestMismatch); !strings.Contains(err.Error(), "read o in Object Store bucket b: the object is corrupt") {
+		t.Errorf("corrupt: %v", err)
+	}
+}
