@@ -88,6 +88,19 @@ type OwnersCheckpoint struct {
 	// CRC-32C of their CRCs) by worker, and the global Y by K block.
 	Digests map[string]string `json:"digests,omitempty"`
 	Y       [][]float64       `json:"y,omitempty"`
+	// Previous is the checkpoint before Version, whose objects are kept
+	// (a run falls back to it when one of the last fails its check); its
+	// CRC lists are in the object proto.CRCObject(job, its version).
+	Previous *OwnersPrevious `json:"previous,omitempty"`
+}
+
+// OwnersPrevious is the checkpoint before the last (OwnersCheckpoint).
+type OwnersPrevious struct {
+	Version        int        `json:"version"`
+	LogLik         *float64   `json:"loglik,omitempty"`
+	ModelIteration int        `json:"model_iteration"`
+	KCRC           [][]string `json:"-"`
+	DCRC           []string   `json:"-"`
 }
 
 // Checkpointer records job state durably. Begin is called once before the

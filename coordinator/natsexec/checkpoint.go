@@ -38,8 +38,8 @@ func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
 			return fmt.Errorf("natsexec: manifest: %w", err)
 		}
 		st.ManifestObject = manifestObject(st.Job)
-		if _, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), st.ManifestObject, data); err != nil {
-			return fmt.Errorf("natsexec: store manifest of job %s: %w", st.Job, err)
+		if err := e.putBytes(ctx, st.ManifestObject, data); err != nil {
+			return fmt.Errorf("natsexec: manifest of job %s: %w", st.Job, err)
 		}
 	}
 	body, err := stateJSON(st)
@@ -54,6 +54,9 @@ func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
 	case err != nil:
 	default:
 		rev, err = wire.CompareAndSet(ctx, e.kv, st.Job, body, old.Revision())
+	}
+	if err != nil && !errors.Is(err, wire.ErrLostRace) {
+		err = e.storeErr(ctx, "write the record", wire.KindKV, st.Job, err)
 	}
 	if err != nil {
 		return fmt.Errorf("natsexec: begin job %s: %w", st.Job, err)
@@ -134,7 +137,7 @@ func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, 
 		return fmt.Errorf("natsexec: commit job %s iteration %d: another coordinator took the job over: %w", st.Job, st.Iteration, err)
 	}
 	if err != nil {
-		return fmt.Errorf("natsexec: commit job %s iteration %d: %w", st.Job, st.Iteration, err)
+		return fmt.Errorf("natsexec: commit job %s iteration %d: %w", st.Job, st.Iteration, e.storeErr(ctx, "write the record", wire.KindKV, st.Job, err))
 	}
 	e.mu.Lock()
 	e.kvRev[st.Job] = nrev
@@ -191,6 +194,21 @@ func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState
 			return nil, 0, fmt.Errorf("natsexec: job %s: checkpoint CRCs %s: %w", job, o.CRCObject, err)
 		}
 		o.KCRC, o.DCRC = crcs.KCRC, crcs.DCRC
+	}
+	if o := st.Owners; o != nil && o.Previous != nil {
+		// The checkpoint before the last: without its CRC lists nothing
+		// can fall back to it (a fall back then goes to the start).
+		name := proto.CRCObject(job, o.Previous.Version)
+		data, err := e.obs.GetBytes(ctx, name)
+		var crcs proto.CRCLists
+		if err == nil {
+			err = json.Unmarshal(data, &crcs)
+		}
+		if err != nil {
+			e.log.Warn("the CRC lists of the checkpoint before the last do not read", "job", job, "object", name, "error", err)
+		} else {
+			o.Previous.KCRC, o.Previous.DCRC = crcs.KCRC, crcs.DCRC
+		}
 	}
 	return &st, ent.Revision(), nil
 }

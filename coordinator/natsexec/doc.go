@@ -53,6 +53,16 @@
 // gone, and the task fails at once and is handed out again instead of
 // waiting for its lease.
 //
+// Storage faults: every write and read of the buckets that fails is
+// wrapped by wire.StoreErr (storeErr): the error names the bucket and the
+// object or key, and a full store (the server's or the account's limit,
+// a disk with no space left) says how full the account and the bucket's
+// stream are and what to do; a permanent fault is owners.Fatal, which
+// ends an owners fit at once. Load compares each shard object's digest
+// with the shard's bytes, not only its size, and stores a damaged one
+// again; a shard that a worker finds corrupt during an owners fit is
+// stored again from the shards the coordinator holds (ownersStore.Repair).
+//
 // Job state: the KV bucket holds one key per job (the JSON of
 // coordinator.JobState). Begin takes the key's revision; every Commit is
 // an Update on the revision of the previous write, so a coordinator that

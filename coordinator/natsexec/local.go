@@ -25,6 +25,9 @@ type LocalClusterConfig struct {
 	// Sync makes the server fsync every write (see EmbeddedConfig.NoSync);
 	// worth it only when StoreDir outlives the process.
 	Sync bool
+	// MaxStore limits the server's JetStream file storage
+	// (EmbeddedConfig.MaxStore: max_file_store; default 16 GiB).
+	MaxStore int64
 }
 
 // LocalWorker is what a local cluster needs of its workers.
@@ -53,7 +56,7 @@ type LocalCluster[W LocalWorker] struct {
 // StartLocalCluster starts an embedded server and cfg.Workers workers
 // (start), and waits until the executor's census finds them all.
 func StartLocalCluster[W LocalWorker](ctx context.Context, cfg LocalClusterConfig, start StartWorker[W]) (lc *LocalCluster[W], err error) {
-	s, err := StartEmbedded(EmbeddedConfig{StoreDir: cfg.StoreDir, NoSync: !cfg.Sync})
+	s, err := StartEmbedded(EmbeddedConfig{StoreDir: cfg.StoreDir, NoSync: !cfg.Sync, MaxStore: cfg.MaxStore})
 	if err != nil {
 		return nil, err
 	}

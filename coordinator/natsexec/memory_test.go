@@ -15,12 +15,14 @@ import (
 	"github.com/emsf/emsf/worker/wire"
 )
 
-// TestOwnersStoreHoldsOneCheckpoint: checkpoints replace each other. A fit
-// of 7 iterations with a checkpoint every 2 writes checkpoints 0, 2, 4, 6
-// and the last version 7; afterwards the Object Store holds each shard
-// once and the objects of version 7 only (and the row lists), and the
+// TestOwnersStoreHoldsTwoCheckpoints: checkpoints replace each other. A
+// fit of 7 iterations with a checkpoint every 2 writes checkpoints 0, 2,
+// 4, 6 and the last version 7; afterwards the Object Store holds each
+// shard once and the objects of versions 6 and 7 only (and the row
+// lists): the last checkpoint and the one before, which a run falls back
+// to when the last fails its check (TestOwnersCorruptCheckpoint). The
 // model is still bitwise the local fit's.
-func TestOwnersStoreHoldsOneCheckpoint(t *testing.T) {
+func TestOwnersStoreHoldsTwoCheckpoints(t *testing.T) {
 	const iters = 7
 	shards := ownersData(t, 120, 2, 3)
 	init := factor.NewRandom(120, 4, 2, factor.TieNone, 5)
@@ -59,8 +61,8 @@ func TestOwnersStoreHoldsOneCheckpoint(t *testing.T) {
 		}
 	}
 	slices.Sort(versions)
-	if !slices.Equal(versions, []string{"7", "rows"}) {
-		t.Errorf("checkpoint versions in the store: %v, want the last one (7) and the row lists", versions)
+	if !slices.Equal(versions, []string{"6", "7", "rows"}) {
+		t.Errorf("checkpoint versions in the store: %v, want the last one (7), the one before (6) and the row lists", versions)
 	}
 	if len(shardObjs) != len(shards) {
 		t.Errorf("%d shard objects for %d shards", len(shardObjs), len(shards))

@@ -95,7 +95,11 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 	}
 	hdr := &factor.Model{N: md.N, M: md.M, U: md.U, Tie: md.Tie, Iteration: md.Iteration, LogLik: md.LogLik, WKL: md.WKL,
 		Seed: md.Seed, Precision: md.Precision}
-	res, err := e.RunOwners(ctx, job, hdr, &heldModel{e: e, md: md, rows: rows}, opt)
+	held := make(map[string]*shard.Shard, len(shards))
+	for _, sh := range shards {
+		held[proto.ShardObject(sh.Checksum)] = sh
+	}
+	res, err := e.runOwners(ctx, job, hdr, &heldModel{e: e, md: md, rows: rows}, opt, held)
 	md.Iteration, md.LogLik, md.WKL = hdr.Iteration, hdr.LogLik, hdr.WKL
 	return res, err
 }
@@ -107,6 +111,12 @@ func (e *Executor) FitOwners(ctx context.Context, md *factor.Model, shards []*sh
 // what FitOwners runs once it has described, cut and stored the shards
 // it holds, and the entry of a fit whose coordinator holds no shard.
 func (e *Executor) RunOwners(ctx context.Context, job *owners.Job, hdr *factor.Model, model owners.Model, opt OwnersOptions) (factor.FitResult, error) {
+	return e.runOwners(ctx, job, hdr, model, opt, nil)
+}
+
+// runOwners is RunOwners; held are the shards the coordinator holds, by
+// object name (it stores again one that a worker found corrupt).
+func (e *Executor) runOwners(ctx context.Context, job *owners.Job, hdr *factor.Model, model owners.Model, opt OwnersOptions, held map[string]*shard.Shard) (factor.FitResult, error) {
 	if opt.Job == "" || job.Name != opt.Job {
 		return factor.FitResult{}, fmt.Errorf("natsexec: owners: job %q, options of job %q", job.Name, opt.Job)
 	}
@@ -119,7 +129,7 @@ func (e *Executor) RunOwners(ctx context.Context, job *owners.Job, hdr *factor.M
 	if job.JobsBucket == "" {
 		job.JobsBucket = e.cfg.KVBucket
 	}
-	st := &ownersStore{e: e, job: opt.Job, params: opt.Params, manifest: opt.Manifest, groupNNZ: opt.GroupNNZ}
+	st := &ownersStore{e: e, job: opt.Job, params: opt.Params, manifest: opt.Manifest, groupNNZ: opt.GroupNNZ, held: held}
 	sopt := opt.Options
 	sopt.Logger = e.log
 	return owners.Run(ctx, &ownersCluster{e: e, wait: opt.WaitWorkers, job: opt.Job}, st, model, job, hdr, sopt)
@@ -127,7 +137,7 @@ func (e *Executor) RunOwners(ctx context.Context, job *owners.Job, hdr *factor.M
 
 func (e *Executor) putOwners(ctx context.Context, name string, data []byte) error {
 	if _, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data); err != nil {
-		return fmt.Errorf("natsexec: owners: store %s: %w", name, err)
+		return fmt.Errorf("natsexec: owners: %w", e.storeErr(ctx, "store", wire.KindObjects, name, err))
 	}
 	return nil
 }
@@ -330,7 +340,8 @@ type ownersStore struct {
 	params   map[string]string
 	manifest *shard.Manifest
 	groupNNZ int
-	body     []byte // the JSON last written
+	body     []byte                  // the JSON last written
+	held     map[string]*shard.Shard // the shards the coordinator holds, by object name
 }
 
 // Record reads the job's state; nil when it has none of the owners
@@ -347,9 +358,13 @@ func (s *ownersStore) Record(ctx context.Context) (*owners.Record, error) {
 	if o == nil {
 		return nil, nil
 	}
-	return &owners.Record{Status: st.Status, Version: st.Iteration, ModelIteration: st.ModelIteration, LogLik: orNaN(st.LogLik), SumX: st.SumX,
+	r := &owners.Record{Status: st.Status, Version: st.Iteration, ModelIteration: st.ModelIteration, LogLik: orNaN(st.LogLik), SumX: st.SumX,
 		Lease: o.Lease, CRCObject: o.CRCObject, ColBlocks: o.ColBlocks, Digests: o.Digests, Y: o.Y,
-		Checkpoint: owners.Checkpoint{Version: o.Version, KCRC: o.KCRC, DCRC: o.DCRC, LogLik: orNaN(o.LogLik), ModelIteration: o.ModelIteration}}, nil
+		Checkpoint: owners.Checkpoint{Version: o.Version, KCRC: o.KCRC, DCRC: o.DCRC, LogLik: orNaN(o.LogLik), ModelIteration: o.ModelIteration}}
+	if p := o.Previous; p != nil && p.KCRC != nil {
+		r.Previous = &owners.Checkpoint{Version: p.Version, KCRC: p.KCRC, DCRC: p.DCRC, LogLik: orNaN(p.LogLik), ModelIteration: p.ModelIteration}
+	}
+	return r, nil
 }
 
 func orNaN(p *float64) float64 {
@@ -369,10 +384,14 @@ func ptr(v float64) *float64 {
 // state is r as the job's state.
 func (s *ownersStore) state(r *owners.Record) *coordinator.JobState {
 	ck := r.Checkpoint
-	return &coordinator.JobState{Job: s.job, Params: s.params, Manifest: s.manifest, ReduceOrder: factor.ReduceOrder, GroupNNZ: s.groupNNZ,
+	st := &coordinator.JobState{Job: s.job, Params: s.params, Manifest: s.manifest, ReduceOrder: factor.ReduceOrder, GroupNNZ: s.groupNNZ,
 		SumX: r.SumX, Status: r.Status, Iteration: r.Version, ModelIteration: r.ModelIteration, Updated: time.Now().UTC(), LogLik: ptr(r.LogLik),
 		Owners: &coordinator.OwnersCheckpoint{Version: ck.Version, Lease: r.Lease, ColBlocks: r.ColBlocks, KCRC: ck.KCRC, DCRC: ck.DCRC,
 			CRCObject: r.CRCObject, LogLik: ptr(ck.LogLik), ModelIteration: ck.ModelIteration, Digests: r.Digests, Y: r.Y}}
+	if p := r.Previous; p != nil {
+		st.Owners.Previous = &coordinator.OwnersPrevious{Version: p.Version, LogLik: ptr(p.LogLik), ModelIteration: p.ModelIteration}
+	}
+	return st
 }
 
 // Begin writes the first state of this run (Executor.Begin: it takes the
@@ -406,7 +425,7 @@ func (s *ownersStore) Save(ctx context.Context, r *owners.Record) error {
 		return fmt.Errorf("natsexec: owners: job %s: its state changed since this coordinator's last write: %w: %w", s.job, owners.ErrLeaseLost, err)
 	}
 	if err != nil {
-		return fmt.Errorf("natsexec: owners: job %s: write its state: %w", s.job, err)
+		return fmt.Errorf("natsexec: owners: job %s: %w", s.job, e.storeErr(ctx, "write the record", wire.KindKV, s.job, err))
 	}
 	e.mu.Lock()
 	e.kvRev[s.job] = rev
@@ -425,6 +444,16 @@ func (s *ownersStore) Announce(r *owners.Record) {
 
 func (s *ownersStore) Put(ctx context.Context, name string, data []byte) error {
 	return s.e.putOwners(ctx, name, data)
+}
+
+// Repair stores a shard object again from the shard the coordinator
+// holds (FitOwners); a fit of a job built elsewhere holds none.
+func (s *ownersStore) Repair(ctx context.Context, name string) error {
+	sh := s.held[name]
+	if sh == nil {
+		return fmt.Errorf("natsexec: owners: %s: %w", name, owners.ErrNoRepair)
+	}
+	return s.e.putShard(ctx, name, sh)
 }
 
 func (s *ownersStore) Delete(ctx context.Context, name string) error {
@@ -473,37 +502,58 @@ func (h *heldModel) Initial(ctx context.Context, p *owners.Plan) ([][]string, []
 }
 
 // Final reads checkpoint c into md, each object checked against its CRC.
+// It checks every object before it writes a value into md (one more read
+// of the checkpoint, once per fit): a checkpoint that fails its check
+// leaves md the initial model, which a fall back to the start stores
+// again (Initial).
 func (h *heldModel) Final(ctx context.Context, p *owners.Plan, c owners.Checkpoint) error {
 	md, m := h.md, h.md.M
-	get := func(name, crc string, into []float64) error {
-		data, err := h.e.obs.GetBytes(ctx, name)
-		if err == nil && wire.CRC(data) != crc {
-			err = fmt.Errorf("CRC %s, the commit says %s", wire.CRC(data), crc)
+	for _, write := range []bool{false, true} {
+		// get reads object name (size floats, CRC crc) into into when
+		// writing, and only checks it before.
+		get := func(name, crc string, size int, into []float64) error {
+			data, err := h.e.obs.GetBytes(ctx, name)
+			if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) && wire.ClassifyStore(err) != wire.StoreCorrupt {
+				return fmt.Errorf("natsexec: owners: %w", h.e.storeErr(ctx, "read", wire.KindObjects, name, err))
+			}
+			if err == nil && wire.CRC(data) != crc {
+				err = fmt.Errorf("CRC %s, the checkpoint says %s", wire.CRC(data), crc)
+			}
+			if err == nil && len(data) != 8*size {
+				err = fmt.Errorf("%d bytes, want %d", len(data), 8*size)
+			}
+			if err == nil && write {
+				err = wire.ReadFloats(into, data)
+			}
+			if err != nil {
+				// Missing, or not what the checkpoint wrote: the sequencer
+				// falls back to the checkpoint before.
+				return &owners.CorruptError{Object: name, Err: fmt.Errorf("natsexec: owners: read %s of checkpoint %d from Object Store bucket %s: %w", name, c.Version, h.e.cfg.ObjectBucket, err)}
+			}
+			return nil
 		}
-		if err == nil {
-			err = wire.ReadFloats(into, data)
-		}
-		if err != nil {
-			return fmt.Errorf("natsexec: owners: read %s: %w", name, err)
-		}
-		return nil
-	}
-	for kb, cbs := range p.Cols {
-		for q, cb := range cbs {
-			if err := get(proto.KObject(p.Job, c.Version, kb, cb.C), c.KCRC[kb][q], md.KT[kb][cb.Lo*m:cb.Hi*m]); err != nil {
-				return err
+		for kb, cbs := range p.Cols {
+			for q, cb := range cbs {
+				if err := get(proto.KObject(p.Job, c.Version, kb, cb.C), c.KCRC[kb][q], (cb.Hi-cb.Lo)*m, md.KT[kb][cb.Lo*m:cb.Hi*m]); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	for g, dg := range p.Groups {
-		idx := h.rows[g]
-		rows := make([]float64, len(idx)*m)
-		if err := get(proto.DObject(p.Job, c.Version, g), c.DCRC[g], rows); err != nil {
-			return err
-		}
-		d := md.D[dg.DBlock]
-		for q, i := range idx {
-			copy(d[int(i)*m:int(i)*m+m], rows[q*m:q*m+m])
+		for g, dg := range p.Groups {
+			idx := h.rows[g]
+			var rows []float64
+			if write {
+				rows = make([]float64, len(idx)*m)
+			}
+			if err := get(proto.DObject(p.Job, c.Version, g), c.DCRC[g], len(idx)*m, rows); err != nil {
+				return err
+			}
+			d := md.D[dg.DBlock]
+			for q, i := range idx {
+				if write {
+					copy(d[int(i)*m:int(i)*m+m], rows[q*m:q*m+m])
+				}
+			}
 		}
 	}
 	if md.Precision == factor.Float32 {

@@ -1,6 +1,7 @@
 package natsexec
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -11,13 +12,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/owners"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/wire"
 	"github.com/emsf/emsf/worker/wire/proto"
 )
 
-// Load uploads the shards of a job that the Object Store lacks.
+// Load uploads the shards of a job that the Object Store lacks, and
+// again those whose object there is not the shard's bytes (same name,
+// another digest: overwritten or damaged), so that a corrupt shard object
+// does not fail every later fit of the data.
 func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) (int64, error) {
 	refs := make([]objRef, len(shards))
 	var moved int64
@@ -28,12 +33,17 @@ func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) 
 		if err != nil {
 			return moved, fmt.Errorf("natsexec: encode shard %d: %w", k, err)
 		}
-		if info, err := e.obs.GetInfo(ctx, name); err == nil && info.Size == uint64(len(data)) {
+		info, err := e.obs.GetInfo(ctx, name)
+		switch {
+		case err == nil && info.Size == uint64(len(data)) && sameDigest(info.Digest, data):
 			continue
-		} else if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			return moved, fmt.Errorf("natsexec: shard %d: %w", k, err)
+		case err == nil:
+			e.log.Warn("a shard object is not the shard's bytes; storing it again", "object", name, "bucket", e.cfg.ObjectBucket,
+				"size", info.Size, "want_size", len(data))
+		case !errors.Is(err, jetstream.ErrObjectNotFound):
+			return moved, fmt.Errorf("natsexec: shard %d: %w", k, e.storeErr(ctx, "read the info of", wire.KindObjects, name, err))
 		}
-		if _, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data); err != nil {
+		if err := e.putBytes(ctx, name, data); err != nil {
 			return moved, fmt.Errorf("natsexec: upload shard %d: %w", k, err)
 		}
 		moved += int64(len(data))
@@ -43,6 +53,46 @@ func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) 
 	e.mu.Unlock()
 	e.log.Debug("shards uploaded", "job", job, "shards", len(shards), "bytes", moved)
 	return moved, nil
+}
+
+// sameDigest reports whether the Object Store digest d is data's.
+func sameDigest(d string, data []byte) bool {
+	sum, err := jetstream.DecodeObjectDigest(d)
+	want := sha256.Sum256(data)
+	return err == nil && bytes.Equal(sum, want[:])
+}
+
+// putShard stores shard sh as object name (again).
+func (e *Executor) putShard(ctx context.Context, name string, sh *shard.Shard) error {
+	data, err := arrowio.EncodeShard(sh)
+	if err != nil {
+		return fmt.Errorf("natsexec: encode shard %s: %w", name, err)
+	}
+	return e.putBytes(ctx, name, data)
+}
+
+// putBytes stores data as object name of the Object Store bucket.
+func (e *Executor) putBytes(ctx context.Context, name string, data []byte) error {
+	if _, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data); err != nil {
+		return e.storeErr(ctx, "store", wire.KindObjects, name, err)
+	}
+	return nil
+}
+
+// storeErr is wire.StoreErr on the executor's buckets (kind
+// wire.KindObjects or wire.KindKV): it names the store and the object or
+// key, and what to do when the store is full. A permanent fault is
+// owners.Fatal: it ends an owners fit at once instead of rolling back.
+func (e *Executor) storeErr(ctx context.Context, op, kind, name string, err error) error {
+	bucket := e.cfg.ObjectBucket
+	if kind == wire.KindKV {
+		bucket = e.cfg.KVBucket
+	}
+	err = wire.StoreErr(ctx, e.js, op, kind, bucket, name, err)
+	if wire.ClassifyStore(err).Permanent() {
+		return owners.Fatal(err)
+	}
+	return err
 }
 
 // Publish stores md as the model version iteration-1 of the job, unless
@@ -108,7 +158,7 @@ func (e *Executor) persistModel(ctx context.Context, job string, v int, md *fact
 	name := wire.ModelObject(job, v)
 	info, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data)
 	if err != nil {
-		return "", "", 0, fmt.Errorf("natsexec: store model %s: %w", name, err)
+		return "", "", 0, fmt.Errorf("natsexec: store model: %w", e.storeErr(ctx, "store", wire.KindObjects, name, err))
 	}
 	// The Object Store hashed the bytes with SHA-256 as it stored them:
 	// its digest is ours (hex), no second pass over 10 MB per iteration.

@@ -118,6 +118,52 @@
 // bucket can take the job over as any coordinator can; NATS permissions
 // (deploy/) keep both to the coordinators.
 //
+// # Storage faults
+//
+// The Store's errors and the workers' are classified in one place
+// (worker/wire.ClassifyStore, a pure function of the error: the server's
+// JetStream error codes and words). A permanent fault, a store with no
+// room (the server's max_file_store, the account's limits, the bucket's
+// max bytes, a disk with no space left) or JetStream disabled, ends the
+// fit at once with one error that names the store, the object, how full
+// the server says it is and what to do: the adapters mark their own as
+// Fatal, and a worker's reply carries it (proto.Reply.Fault), so nothing
+// rolls back eight times to say "insufficient resources" nor waits for
+// workers that can no longer write. Anything else is transient: the
+// rollback that follows backs off (Backoff: none the first time since a
+// commit, then 250 ms doubling to 4 s), so a store that restarts has
+// about 16 s to come back within the default 8 rollbacks.
+//
+// An object that fails its check when it is read (a CRC or digest that
+// does not match, a wrong size, missing) is a CorruptError naming it. An
+// object of the last checkpoint makes the run fall back to the checkpoint
+// before (and a second one, to the start: the Model stores the initial
+// model again, drawn or held, the same bits), whose placement replays the
+// iterations since; a shard object is stored again from the data
+// (Store.Repair: natsexec from the shards the coordinator cut), or the
+// fit ends naming it and the way out when the coordinator does not hold
+// the data.
+//
+// Why two checkpoints, and only two. Checkpoints replace each other, so
+// that the store holds the data once and not one model per checkpoint
+// (issue 25). Keeping only the last would leave nothing to go back to
+// when it is damaged: the loads would fail the same way until the fit
+// gave up. So the record names the last checkpoint and the one before
+// (Record.Previous), and the objects of a checkpoint are deleted only
+// once two later ones are recorded; the sequencer keeps the pass records
+// since the one before, so that a fall back to it replays with every
+// pass checked against its first computation. A checkpoint counts only
+// once the owners wrote every object and reported its CRC and the record
+// names it: the one before stays until then, so at any time at least one
+// intact checkpoint is known, and the store holds at most two (plus the
+// one being written), 2 × n·m·8 bytes per D and K block. Going further
+// back than two brings nothing a start from the initial model does not:
+// when both are damaged the run replays from checkpoint 0, which the
+// Model can always store again (passes with no record left are replayed
+// unchecked). The model is taken out (Model.Final) only after every
+// object of the checkpoint passed its check, so a damaged last
+// checkpoint found at the very end still falls back.
+//
 // # Admission and quarantine
 //
 // The Cluster's census admits a worker only once it answered a hello on

@@ -181,10 +181,18 @@ type fakeStore struct {
 	// each (a store that was away for a moment).
 	loseSave map[int]bool
 	lost     []int
+	// corrupt are the shard objects a task finds corrupt until Repair
+	// stores them again (noRepair: Repair cannot); repaired what it
+	// stored. full, when set, is the version whose checkpoint the store
+	// has no room for (its save fails with proto.FaultStoreFull).
+	corrupt  map[string]bool
+	noRepair bool
+	repaired []string
+	full     int
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{objects: map[string][]byte{}, loseSave: map[int]bool{}}
+	return &fakeStore{objects: map[string][]byte{}, loseSave: map[int]bool{}, corrupt: map[string]bool{}}
 }
 
 func (fs *fakeStore) put(_, name string, data []byte) {
@@ -278,6 +286,17 @@ func (s *session) Put(_ context.Context, name string, data []byte) error {
 	return nil
 }
 
+func (s *session) Repair(_ context.Context, name string) error {
+	s.fs.mu.Lock()
+	defer s.fs.mu.Unlock()
+	if s.fs.noRepair {
+		return fmt.Errorf("fake store: %s: %w", name, owners.ErrNoRepair)
+	}
+	delete(s.fs.corrupt, name)
+	s.fs.repaired = append(s.fs.repaired, name)
+	return nil
+}
+
 func (s *session) Delete(_ context.Context, name string) error {
 	s.fs.delete(name)
 	return nil
@@ -316,26 +335,34 @@ func (f *fakeModel) Final(_ context.Context, p *owners.Plan, c owners.Checkpoint
 	get := func(name, want string) ([]float64, error) {
 		data, ok := f.h.store.get(name)
 		if !ok || crc(data) != want {
-			return nil, fmt.Errorf("fake model: %s missing or not of CRC %s", name, want)
+			return nil, &owners.CorruptError{Object: name, Err: fmt.Errorf("fake model: %s missing or not of CRC %s", name, want)}
 		}
 		return readFloats(data), nil
 	}
-	for kb, cbs := range p.Cols {
-		for q, cb := range cbs {
-			xs, err := get(proto.KObject(p.Job, c.Version, kb, cb.C), c.KCRC[kb][q])
+	// As natsexec's: every object checked before md changes (it stays
+	// the initial model for a fall back to the start).
+	for _, write := range []bool{false, true} {
+		for kb, cbs := range p.Cols {
+			for q, cb := range cbs {
+				xs, err := get(proto.KObject(p.Job, c.Version, kb, cb.C), c.KCRC[kb][q])
+				if err != nil {
+					return err
+				}
+				if write {
+					copy(md.KT[kb][cb.Lo*m:cb.Hi*m], xs)
+				}
+			}
+		}
+		for g, dg := range p.Groups {
+			xs, err := get(proto.DObject(p.Job, c.Version, g), c.DCRC[g])
 			if err != nil {
 				return err
 			}
-			copy(md.KT[kb][cb.Lo*m:cb.Hi*m], xs)
-		}
-	}
-	for g, dg := range p.Groups {
-		xs, err := get(proto.DObject(p.Job, c.Version, g), c.DCRC[g])
-		if err != nil {
-			return err
-		}
-		for q, i := range f.h.rows[g] {
-			copy(md.D[dg.DBlock][int(i)*m:int(i)*m+m], xs[q*m:q*m+m])
+			for q, i := range f.h.rows[g] {
+				if write {
+					copy(md.D[dg.DBlock][int(i)*m:int(i)*m+m], xs[q*m:q*m+m])
+				}
+			}
 		}
 	}
 	return nil
@@ -554,9 +581,22 @@ func (w *fakeWorker) serve(ctx context.Context, r *proto.Request) (*proto.Reply,
 	rep := &proto.Reply{Worker: w.id}
 	if err := w.serveLocked(r, rep); err != nil {
 		rep.Error = err.Error()
+		var f *fault
+		if errors.As(err, &f) {
+			rep.Fault, rep.Object = f.fault, f.object
+		}
 	}
 	return rep, nil
 }
+
+// fault is a worker's error with its proto.Fault* (and the object of a
+// corrupt one), as the real workers classify store errors.
+type fault struct {
+	fault, object string
+	err           error
+}
+
+func (f *fault) Error() string { return f.err.Error() }
 
 func (w *fakeWorker) serveLocked(r *proto.Request, rep *proto.Reply) error {
 	j := w.jobs[r.Job]
@@ -602,9 +642,10 @@ func (w *fakeWorker) load(r *proto.Request) error {
 	j := &fakeJob{epoch: r.Epoch, token: r.Fence, req: *r, blocks: map[[2]int]*fakeBlock{}, groups: map[int]*fakeGroup{}, served: map[[2]int]*factor.Partial{}}
 	fs := w.c.h.store
 	for _, cb := range r.Blocks {
-		data, ok := fs.get(proto.KObject(r.Job, r.Iteration, cb.KBlock, cb.C))
+		name := proto.KObject(r.Job, r.Iteration, cb.KBlock, cb.C)
+		data, ok := fs.get(name)
 		if !ok || crc(data) != cb.CRC {
-			return fmt.Errorf("load block %d/%d of version %d: missing or not of CRC %s", cb.KBlock, cb.C, r.Iteration, cb.CRC)
+			return &fault{proto.FaultCorrupt, name, fmt.Errorf("load block %d/%d of version %d: missing or not of CRC %s", cb.KBlock, cb.C, r.Iteration, cb.CRC)}
 		}
 		j.blocks[[2]int{cb.KBlock, cb.C}] = &fakeBlock{cb: cb, version: r.Iteration, kt: readFloats(data)}
 	}
@@ -618,9 +659,10 @@ func (w *fakeWorker) load(r *proto.Request) error {
 		}
 		rows := make([]int32, len(data)/4)
 		copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(rows))), len(data)), data)
-		d, ok := fs.get(proto.DObject(r.Job, r.Iteration, g.G))
+		name := proto.DObject(r.Job, r.Iteration, g.G)
+		d, ok := fs.get(name)
 		if !ok || crc(d) != g.CRC {
-			return fmt.Errorf("load group %d of version %d", g.G, r.Iteration)
+			return &fault{proto.FaultCorrupt, name, fmt.Errorf("load group %d of version %d: missing or not of CRC %s", g.G, r.Iteration, g.CRC)}
 		}
 		j.groups[g.G] = &fakeGroup{rg: g, rows: rows, version: r.Iteration, d: readFloats(d)}
 	}
@@ -646,6 +688,12 @@ func (w *fakeWorker) task(j *fakeJob, r *proto.Request, rep *proto.Reply) error 
 	h := w.c.h
 	sh := h.shards[r.Shard]
 	b, m, n := sh.Block, h.m, h.n
+	h.store.mu.Lock()
+	bad := h.store.corrupt[r.ShardObject]
+	h.store.mu.Unlock()
+	if bad {
+		return &fault{proto.FaultCorrupt, r.ShardObject, fmt.Errorf("shard %s: checksum mismatch", r.ShardObject)}
+	}
 	kb := b.Action
 	if h.tie == factor.TieSharedK {
 		kb = 0
@@ -730,6 +778,12 @@ func (w *fakeWorker) slice(j *fakeJob, r *proto.Request, k int, moved map[int]st
 
 func (w *fakeWorker) commit(j *fakeJob, r *proto.Request, rep *proto.Reply) error {
 	h, m := w.c.h, w.c.h.m
+	h.store.mu.Lock()
+	full := r.Save && h.store.full == r.Iteration
+	h.store.mu.Unlock()
+	if full {
+		return &fault{proto.FaultStoreFull, "", fmt.Errorf("store owners/%s/%d: the JetStream store is full (insufficient resources)", r.Job, r.Iteration)}
+	}
 	moved := map[int]string{}
 	for _, sw := range r.Moved {
 		moved[sw.Shard] = sw.Worker

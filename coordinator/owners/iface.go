@@ -56,6 +56,10 @@ type Store interface {
 	Put(ctx context.Context, name string, data []byte) error
 	// Delete removes an object; one that does not exist is no error.
 	Delete(ctx context.Context, name string) error
+	// Repair stores object name again from what it was made of (a shard
+	// object from the data the coordinator holds) after a worker found
+	// it corrupt; an error that wraps ErrNoRepair when the store cannot.
+	Repair(ctx context.Context, name string) error
 }
 
 // Model is where the job's model comes from and goes to. Today the
@@ -119,6 +123,11 @@ type Record struct {
 	Checkpoint Checkpoint
 	CRCObject  string
 	ColBlocks  int
+	// Previous is the checkpoint before Checkpoint, kept (its objects and
+	// its CRC lists, proto.CRCObject(job, Previous.Version)) until a
+	// later one is recorded, so that a run can fall back to it when
+	// Checkpoint fails its check; nil when there is none.
+	Previous *Checkpoint
 	// Digests are the owners' digests of their blocks at Version, by
 	// worker; Y the global Y by K block of the pass that made it.
 	Digests map[string]string
@@ -171,7 +180,23 @@ var (
 	// ErrLeaseLost: another run of the job wrote its record since this
 	// one's last write. The fit ends and leaves the workers to that run.
 	ErrLeaseLost = errors.New("owners: another coordinator took the job over")
+	// ErrNoRepair: the store cannot make a corrupt object again (it does
+	// not hold what the object was made of).
+	ErrNoRepair = errors.New("owners: the store cannot make the object again")
 )
+
+// CorruptError is an object of the store that failed its check (its CRC
+// or digest, its size, or it was missing or did not decode) when a worker
+// or the Model read it. An object of the last checkpoint makes the run
+// fall back to the checkpoint before (or to the start); a shard object is
+// repaired (Store.Repair).
+type CorruptError struct {
+	Object string
+	Err    error
+}
+
+func (e *CorruptError) Error() string { return e.Err.Error() }
+func (e *CorruptError) Unwrap() error { return e.Err }
 
 // fatalError ends a fit instead of rolling it back.
 type fatalError struct{ error }

@@ -95,6 +95,14 @@ type seq struct {
 	version int      // the committed version the workers hold
 	dcrc    []string // per row group, at the last version stored
 	ck      Checkpoint
+	// prev is the checkpoint before ck, whose objects are kept until a
+	// later one is recorded (nil: none); stale are the versions of
+	// checkpoints found corrupt, whose objects go once the record no
+	// longer names them; init is checkpoint 0's model scalars (a fall
+	// back to the start stores it again).
+	prev  *Checkpoint
+	stale []int
+	init  Checkpoint
 	// epoch and token are the current epoch and its secret; lease what
 	// the last record written holds of them, wtoken its token.
 	epoch, tokenEpoch int
@@ -122,6 +130,9 @@ type seq struct {
 	history   map[int]passRecord
 	red       factor.Reducer
 	rollbacks int
+	// streak counts the rollbacks since the last committed iteration
+	// (Backoff).
+	streak int
 	// cost is each worker's measured seconds per nonzero (a task's time
 	// from request to answer); busy (seconds) and nnz are the last pass's
 	// per worker; rebalances counts re-placements for stragglers.
@@ -239,6 +250,7 @@ func Run(ctx context.Context, cl Cluster, store Store, model Model, job *Job, hd
 func (s *seq) begin(ctx context.Context, hdr *factor.Model) (int, error) {
 	s.epoch = 1
 	s.iter0 = hdr.Iteration
+	s.init = Checkpoint{LogLik: hdr.LogLik, ModelIteration: hdr.Iteration}
 	if s.opt.Resume {
 		old, err := s.store.Record(ctx)
 		if err != nil {
@@ -255,6 +267,10 @@ func (s *seq) begin(ctx context.Context, hdr *factor.Model) (int, error) {
 					s.plan.Job, len(ck.KCRC), kc, len(ck.DCRC), len(s.cols), len(s.cols[0]), len(s.plan.Groups))
 			}
 			s.ck = ck
+			if p := old.Previous; p != nil && len(p.KCRC) == len(ck.KCRC) && len(p.DCRC) == len(ck.DCRC) {
+				pc := *p
+				s.prev = &pc
+			}
 			s.version, s.epoch = ck.Version, old.Lease.Epoch+1
 			s.iter0 = ck.ModelIteration - ck.Version
 			hdr.Iteration, hdr.LogLik = ck.ModelIteration, ck.LogLik
@@ -302,9 +318,14 @@ func (s *seq) beginRecord(ctx context.Context) error {
 func (s *seq) record() *Record {
 	ck := s.ck
 	ck.ModelIteration = s.iter0 + ck.Version
-	return &Record{Status: s.status, Version: s.version, ModelIteration: s.iter0 + s.version, LogLik: s.lastLL, SumX: s.sums.Total,
+	r := &Record{Status: s.status, Version: s.version, ModelIteration: s.iter0 + s.version, LogLik: s.lastLL, SumX: s.sums.Total,
 		Lease: s.lease, Checkpoint: ck, CRCObject: proto.CRCObject(s.plan.Job, ck.Version), ColBlocks: len(s.cols[0]),
 		Digests: s.digests, Y: s.lastY}
+	if s.prev != nil {
+		p := *s.prev
+		r.Previous = &p
+	}
+	return r
 }
 
 // saveState writes the job's record, compare-and-set on this run's last
@@ -371,12 +392,26 @@ func (s *seq) ask(ctx context.Context, id string, r *proto.Request) (*proto.Repl
 	case errors.Is(err, ErrBadReply):
 		s.cl.Strike(id, err)
 	case err == nil && rep.Error != "":
-		err = errors.New(rep.Error)
+		err = replyError(rep)
 	}
 	if err != nil {
 		return nil, &WorkerError{Worker: id, Err: fmt.Errorf("%s of iteration %d: %w", r.Op, r.Iteration, err)}
 	}
 	return rep, nil
+}
+
+// replyError is the error of a reply that failed: a full or disabled
+// store ends the fit (retrying cannot help: the worker's error says which
+// store and what to do), a corrupt object is a *CorruptError.
+func replyError(rep *proto.Reply) error {
+	err := errors.New(rep.Error)
+	switch rep.Fault {
+	case proto.FaultStoreFull, proto.FaultStoreDisabled:
+		return Fatal(err)
+	case proto.FaultCorrupt:
+		return &CorruptError{Object: rep.Object, Err: err}
+	}
+	return err
 }
 
 // each asks every worker of ids (in parallel) the request mk makes for it
@@ -476,6 +511,7 @@ func (s *seq) commit(ctx context.Context, iter int, hdr *factor.Model, acc *fact
 		}
 		if err == nil {
 			s.history[iter] = rec
+			s.streak = 0
 			acc.RecordPass(hdr, dataTerm)
 			s.store.Announce(s.last)
 			if s.ck.Version == iter {
@@ -525,11 +561,20 @@ func (s *seq) ready(ctx context.Context, iter int) error {
 	s.setup = true
 	for v := s.version + 1; v < iter; v++ {
 		rec, ok := s.history[v]
-		if !ok {
-			return Fatal(fmt.Errorf("owners: no record of iteration %d to replay", v))
-		}
-		if err := s.replayPass(ctx, v, rec); err != nil {
-			return err
+		if ok {
+			if err := s.replayPass(ctx, v, rec); err != nil {
+				return err
+			}
+		} else {
+			// No record of the pass (this run resumed after it, or fell
+			// back before its records): the replay is the record, with
+			// nothing to check it against.
+			acc := factor.NewScalarAccumulator(s.plan.M, s.plan.U, s.plan.Tie)
+			if err := s.pass(ctx, v, true, acc); err != nil {
+				return err
+			}
+			rec = passRecord{withLL: true, y: acc.Y, ll: acc.LogLik, sx: acc.SumX, nnz: acc.NNZ}
+			s.history[v] = rec
 		}
 		if err := s.commitOwners(ctx, v, rec.y, rec.ll); err != nil {
 			return err
@@ -548,10 +593,91 @@ func (s *seq) rollback(ctx context.Context, err error) error {
 	if s.rollbacks > s.opt.MaxRollbacks {
 		return fmt.Errorf("owners: giving up after %d rollbacks: %w", s.opt.MaxRollbacks, err)
 	}
+	var ce *CorruptError
+	if errors.As(err, &ce) {
+		if err := s.corrupt(ctx, ce); err != nil {
+			return err
+		}
+	}
+	s.streak++
+	wait := Backoff(s.streak)
 	s.log.Warn("owners: rolling back to the last checkpoint", "job", s.plan.Job, "checkpoint", s.ck.Version,
-		"version", s.version, "epoch", s.epoch+1, "error", err)
+		"version", s.version, "epoch", s.epoch+1, "after", wait, "error", err)
 	s.epoch++
 	s.setup = false
+	if wait > 0 {
+		return s.clock.Sleep(ctx, wait)
+	}
+	return nil
+}
+
+// Backoff is how long the rollback that makes streak rollbacks since the
+// last committed iteration waits before it places the job again: none for
+// the first (a lost worker is replaced at once), then 250 ms doubling up
+// to 4 s, so that a store or server that is restarting (a transient
+// fault) has time to come back within the rollbacks allowed (8 by
+// default: 15.75 s in all). Permanent faults never get here: they end the
+// fit.
+func Backoff(streak int) time.Duration {
+	if streak <= 1 {
+		return 0
+	}
+	return min(250*time.Millisecond<<min(streak-2, 8), 4*time.Second)
+}
+
+// corrupt acts on an object that failed its check: an object of the last
+// checkpoint makes the run fall back to the one before (fallBack); a
+// shard object is stored again by the store (Repair), or the fit ends
+// with the error and the way out.
+func (s *seq) corrupt(ctx context.Context, ce *CorruptError) error {
+	if slices.Contains(s.checkpointObjects(s.ck.Version), ce.Object) {
+		return s.fallBack(ctx, ce)
+	}
+	for _, in := range s.plan.Shards {
+		if ce.Object != proto.ShardObject(in.Checksum) {
+			continue
+		}
+		err := s.store.Repair(ctx, ce.Object)
+		if errors.Is(err, ErrNoRepair) {
+			return Fatal(fmt.Errorf("owners: job %s: shard object %s is corrupt (%w) and this coordinator does not hold its data: "+
+				"delete it ('nats obj rm BUCKET %s') and build the shards again (emsf data ingest, or fit from the input file)", s.plan.Job, ce.Object, ce, ce.Object))
+		}
+		if err != nil {
+			return fmt.Errorf("owners: job %s: store the corrupt shard object %s again: %w", s.plan.Job, ce.Object, err)
+		}
+		s.log.Warn("owners: a shard object was corrupt; stored it again from the data", "job", s.plan.Job, "object", ce.Object, "error", ce.Err)
+		return nil
+	}
+	return nil
+}
+
+// fallBack makes the checkpoint before the last one the last one, after
+// an object of the last failed its check: the next placement loads it and
+// replays the iterations since (their records are kept from it on). With
+// none before, the run goes back to the start: the Model stores the
+// initial model again as checkpoint 0 (it is drawn from the seed or held:
+// the same bits), and the iterations are replayed from there.
+func (s *seq) fallBack(ctx context.Context, ce *CorruptError) error {
+	bad := s.ck.Version
+	if s.prev != nil {
+		s.log.Warn("owners: the last checkpoint is corrupt; falling back to the one before", "job", s.plan.Job, "checkpoint", bad,
+			"to", s.prev.Version, "object", ce.Object, "error", ce.Err)
+		s.ck, s.prev = *s.prev, nil
+	} else {
+		s.log.Warn("owners: the only checkpoint is corrupt; going back to the start of the fit", "job", s.plan.Job, "checkpoint", bad,
+			"object", ce.Object, "error", ce.Err)
+		kcrc, dcrc, err := s.model.Initial(ctx, s.plan)
+		if err != nil {
+			return err
+		}
+		s.ck = Checkpoint{Version: 0, KCRC: kcrc, DCRC: dcrc, LogLik: s.init.LogLik, ModelIteration: s.init.ModelIteration}
+		if err := s.putCRCs(ctx); err != nil {
+			return err
+		}
+	}
+	if bad != s.ck.Version {
+		s.stale = append(s.stale, bad)
+	}
 	return nil
 }
 
@@ -605,6 +731,11 @@ func (s *seq) place(ctx context.Context) error {
 	if err := s.saveState(ctx); err != nil {
 		return err
 	}
+	// The record no longer names the corrupt checkpoints.
+	for _, v := range s.stale {
+		s.dropCheckpoint(ctx, v)
+	}
+	s.stale = nil
 	return s.each(ctx, ids, func(id string) *proto.Request {
 		r := s.request(proto.OpLoad, s.version)
 		r.Blocks = blocks[id]
@@ -707,34 +838,55 @@ func (s *seq) checkpointed(ctx context.Context, ll float64) error {
 			s.ck.KCRC[kb] = append(s.ck.KCRC[kb], cb.CRC)
 		}
 	}
+	wasPrev := s.prev
+	s.prev = &was
 	err := s.putCRCs(ctx)
 	if err == nil {
 		err = s.saveState(ctx)
 	}
 	if err != nil {
-		s.ck = was
+		s.ck, s.prev = was, wasPrev
 		return err
 	}
+	// The records of the passes after the checkpoint before are kept: a
+	// fall back to it replays them.
 	for v := range s.history {
-		if v <= s.version {
+		if v <= was.Version {
 			delete(s.history, v)
 		}
 	}
-	s.dropCheckpoint(ctx, was.Version)
+	if wasPrev != nil {
+		s.dropCheckpoint(ctx, wasPrev.Version)
+	}
 	return nil
 }
 
 // dropCheckpoint deletes the objects of checkpoint v (its column blocks,
-// row groups and CRC lists) once the record names a later one:
-// checkpoints replace each other, so that the store holds the shards once
-// and one checkpoint (n·m·8 bytes per D and K block), not one per
-// checkpoint written. Best effort: an object left behind (a delete that
+// row groups and CRC lists) once the record names two later ones (or
+// none: v was found corrupt): checkpoints replace each other, so that the
+// store holds the shards once and two checkpoints (n·m·8 bytes per D and
+// K block each), not one per checkpoint written. Two, not one: the
+// checkpoint before the last is what a run falls back to when an object
+// of the last fails its check (bit rot, an object overwritten), instead
+// of retrying a load that cannot succeed; it goes only once a later
+// checkpoint is recorded, one whose objects the owners wrote and whose
+// CRCs they reported. Best effort: an object left behind (a delete that
 // failed, a coordinator that died between the record and here) costs
 // space, never a value, and its name says what it is.
 func (s *seq) dropCheckpoint(ctx context.Context, v int) {
-	if v == s.ck.Version {
+	if v == s.ck.Version || (s.prev != nil && v == s.prev.Version) {
 		return
 	}
+	for _, name := range s.checkpointObjects(v) {
+		if err := s.store.Delete(ctx, name); err != nil {
+			s.log.Warn("owners: an old checkpoint's object was not deleted", "job", s.plan.Job, "object", name, "error", err)
+		}
+	}
+}
+
+// checkpointObjects are the names of checkpoint v's objects: its CRC
+// lists, column blocks and row groups.
+func (s *seq) checkpointObjects(v int) []string {
 	names := []string{proto.CRCObject(s.plan.Job, v)}
 	for kb, cbs := range s.cols {
 		for _, cb := range cbs {
@@ -744,30 +896,31 @@ func (s *seq) dropCheckpoint(ctx context.Context, v int) {
 	for g := range s.plan.Groups {
 		names = append(names, proto.DObject(s.plan.Job, v, g))
 	}
-	for _, name := range names {
-		if err := s.store.Delete(ctx, name); err != nil {
-			s.log.Warn("owners: an old checkpoint's object was not deleted", "job", s.plan.Job, "object", name, "error", err)
-		}
-	}
+	return names
 }
 
 // finish makes the last version a checkpoint where it is not one (its
 // pass's loglik ll) and takes the model out there.
 func (s *seq) finish(ctx context.Context, ll float64) error {
 	last := s.version
-	for s.ck.Version != last {
-		err := s.ready(ctx, last+1)
-		if err == nil {
-			err = s.saveAll(ctx, ll)
+	for {
+		var err error
+		if s.ck.Version != last {
+			// (A fall back's replay may store it again on the way.)
+			if err = s.ready(ctx, last+1); err == nil && s.ck.Version != last {
+				err = s.saveAll(ctx, ll)
+			}
 		}
 		if err == nil {
-			break
+			// A corrupt object here falls back and replays too.
+			if err = s.model.Final(ctx, s.plan, s.ck); err == nil {
+				return nil
+			}
 		}
 		if err = s.rollback(ctx, err); err != nil {
 			return err
 		}
 	}
-	return s.model.Final(ctx, s.plan, s.ck)
 }
 
 // evaluate computes the log-likelihood of the last version (a pass that
