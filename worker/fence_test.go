@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/emsf/emsf/worker/wire/proto"
 )
@@ -76,5 +77,17 @@ func TestCheckFence(t *testing.T) {
 		func(int) (proto.Lease, error) { return proto.Lease{}, errors.New("bucket gone") })
 	if err == nil || !strings.Contains(err.Error(), "bucket gone") {
 		t.Fatalf("an unreadable record: %v", err)
+	}
+}
+
+// TestReplyBy: a request stops its work a tenth of its time before its
+// deadline, at least 100 ms and at most 5 s before.
+func TestReplyBy(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for left, early := range map[time.Duration]time.Duration{
+		2 * time.Minute: 5 * time.Second, 10 * time.Second: time.Second, time.Second: 100 * time.Millisecond, 0: 100 * time.Millisecond} {
+		if got := now.Add(left).Sub(replyBy(now, now.Add(left))); got != early {
+			t.Errorf("%v left: stops %v early, want %v", left, got, early)
+		}
 	}
 }

@@ -186,7 +186,7 @@ func (w *Worker) serveOwn(req micro.Request) {
 		}
 		ctx, cancel := context.WithCancel(j.ctx)
 		if r.Deadline != 0 {
-			ctx, cancel = context.WithDeadline(j.ctx, time.Unix(0, r.Deadline))
+			ctx, cancel = context.WithDeadline(j.ctx, replyBy(time.Now(), time.Unix(0, r.Deadline)))
 		}
 		switch r.Op {
 		case proto.OpLoad:
@@ -213,6 +213,14 @@ func (w *Worker) serveOwn(req micro.Request) {
 	}
 	data, _ := json.Marshal(reply)
 	_ = req.Respond(data)
+}
+
+// replyBy is when a request due at deadline stops its work, so that its
+// answer says why (a store write that stalled: a full disk) before the
+// coordinator gives up on it: a tenth of the time left before the
+// deadline, between 100 ms and 5 s.
+func replyBy(now, deadline time.Time) time.Time {
+	return deadline.Add(-min(max(deadline.Sub(now)/10, 100*time.Millisecond), 5*time.Second))
 }
 
 // errSuperseded ends the requests of an epoch that a newer one replaced.

@@ -30,7 +30,7 @@ func bucketName(bucket string) string {
 // putObject stores data as object name of bucket (obs).
 func (w *Worker) putObject(ctx context.Context, obs jetstream.ObjectStore, bucket, name string, data []byte) error {
 	if _, err := wire.PutObject(ctx, obs, w.nc.MaxPayload(), name, data); err != nil {
-		return fmt.Errorf("worker: %w", wire.StoreErr(ctx, w.js, "store", wire.KindObjects, bucketName(bucket), name, err))
+		return fmt.Errorf("worker: %w", wire.StoreErr(ctx, w.js, wire.OpStore, wire.KindObjects, bucketName(bucket), name, err))
 	}
 	return nil
 }
@@ -60,7 +60,7 @@ func corruptObject(op, bucket, name string, err error) error {
 func replyFault(err error) (fault, object string) {
 	f := wire.ClassifyStore(err)
 	switch {
-	case f.Permanent():
+	case f.Permanent() || f == wire.StoreStalled:
 		return f.String(), ""
 	case f == wire.StoreCorrupt:
 		var se *wire.StoreError

@@ -56,7 +56,7 @@ func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
 		rev, err = wire.CompareAndSet(ctx, e.kv, st.Job, body, old.Revision())
 	}
 	if err != nil && !errors.Is(err, wire.ErrLostRace) {
-		err = e.storeErr(ctx, "write the record", wire.KindKV, st.Job, err)
+		err = e.storeErr(ctx, wire.OpWriteRecord, wire.KindKV, st.Job, err)
 	}
 	if err != nil {
 		return fmt.Errorf("natsexec: begin job %s: %w", st.Job, err)
@@ -137,7 +137,7 @@ func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, 
 		return fmt.Errorf("natsexec: commit job %s iteration %d: another coordinator took the job over: %w", st.Job, st.Iteration, err)
 	}
 	if err != nil {
-		return fmt.Errorf("natsexec: commit job %s iteration %d: %w", st.Job, st.Iteration, e.storeErr(ctx, "write the record", wire.KindKV, st.Job, err))
+		return fmt.Errorf("natsexec: commit job %s iteration %d: %w", st.Job, st.Iteration, e.storeErr(ctx, wire.OpWriteRecord, wire.KindKV, st.Job, err))
 	}
 	e.mu.Lock()
 	e.kvRev[st.Job] = nrev

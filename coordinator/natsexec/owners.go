@@ -137,7 +137,7 @@ func (e *Executor) runOwners(ctx context.Context, job *owners.Job, hdr *factor.M
 
 func (e *Executor) putOwners(ctx context.Context, name string, data []byte) error {
 	if _, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data); err != nil {
-		return fmt.Errorf("natsexec: owners: %w", e.storeErr(ctx, "store", wire.KindObjects, name, err))
+		return fmt.Errorf("natsexec: owners: %w", e.storeErr(ctx, wire.OpStore, wire.KindObjects, name, err))
 	}
 	return nil
 }
@@ -425,7 +425,7 @@ func (s *ownersStore) Save(ctx context.Context, r *owners.Record) error {
 		return fmt.Errorf("natsexec: owners: job %s: its state changed since this coordinator's last write: %w: %w", s.job, owners.ErrLeaseLost, err)
 	}
 	if err != nil {
-		return fmt.Errorf("natsexec: owners: job %s: %w", s.job, e.storeErr(ctx, "write the record", wire.KindKV, s.job, err))
+		return fmt.Errorf("natsexec: owners: job %s: %w", s.job, e.storeErr(ctx, wire.OpWriteRecord, wire.KindKV, s.job, err))
 	}
 	e.mu.Lock()
 	e.kvRev[s.job] = rev

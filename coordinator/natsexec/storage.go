@@ -74,7 +74,7 @@ func (e *Executor) putShard(ctx context.Context, name string, sh *shard.Shard) e
 // putBytes stores data as object name of the Object Store bucket.
 func (e *Executor) putBytes(ctx context.Context, name string, data []byte) error {
 	if _, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data); err != nil {
-		return e.storeErr(ctx, "store", wire.KindObjects, name, err)
+		return e.storeErr(ctx, wire.OpStore, wire.KindObjects, name, err)
 	}
 	return nil
 }
@@ -82,15 +82,19 @@ func (e *Executor) putBytes(ctx context.Context, name string, data []byte) error
 // storeErr is wire.StoreErr on the executor's buckets (kind
 // wire.KindObjects or wire.KindKV): it names the store and the object or
 // key, and what to do when the store is full. A permanent fault is
-// owners.Fatal: it ends an owners fit at once instead of rolling back.
+// owners.Fatal: it ends an owners fit at once instead of rolling back; a
+// stalled write is owners.Stalled (the fit ends at the second in a row).
 func (e *Executor) storeErr(ctx context.Context, op, kind, name string, err error) error {
 	bucket := e.cfg.ObjectBucket
 	if kind == wire.KindKV {
 		bucket = e.cfg.KVBucket
 	}
 	err = wire.StoreErr(ctx, e.js, op, kind, bucket, name, err)
-	if wire.ClassifyStore(err).Permanent() {
+	switch f := wire.ClassifyStore(err); {
+	case f.Permanent():
 		return owners.Fatal(err)
+	case f == wire.StoreStalled:
+		return owners.Stalled(err)
 	}
 	return err
 }
@@ -158,7 +162,7 @@ func (e *Executor) persistModel(ctx context.Context, job string, v int, md *fact
 	name := wire.ModelObject(job, v)
 	info, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data)
 	if err != nil {
-		return "", "", 0, fmt.Errorf("natsexec: store model: %w", e.storeErr(ctx, "store", wire.KindObjects, name, err))
+		return "", "", 0, fmt.Errorf("natsexec: store model: %w", e.storeErr(ctx, wire.OpStore, wire.KindObjects, name, err))
 	}
 	// The Object Store hashed the bytes with SHA-256 as it stored them:
 	// its digest is ours (hex), no second pass over 10 MB per iteration.

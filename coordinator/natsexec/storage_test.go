@@ -3,10 +3,12 @@ package natsexec_test
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go/jetstream"
@@ -319,5 +321,51 @@ func TestOwnersCorruptShard(t *testing.T) {
 				t.Errorf("the shard object reads with %v after the fit", err)
 			}
 		})
+	}
+}
+
+// TestOwnersDiskFull: the server's store directory is on a disk that
+// fills up during the fit (a 600 KiB tmpfs; the test needs to mount one,
+// and skips where it cannot). nats-server then answers no write (it logs
+// "critical write error ... no space left on device"): writes stall. The
+// fit ends at the second stalled write in a row with an error that says
+// the store did not acknowledge the write, names the bucket and object
+// and the full disk, not after eight rollbacks or a census timeout.
+func TestOwnersDiskFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the stalled writes take a task timeout and a record write's")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small tmpfs (root only): %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	shards := ownersDataGrid(t, 300, 2, 3, 4, 1)
+	init := factor.NewRandom(300, 8, 2, factor.TieNone, 5)
+	var log logLines
+	lc, err := natsexec.StartLocalCluster(context.Background(), natsexec.LocalClusterConfig{StoreDir: dir, Workers: 2, InProcess: true,
+		MaxStore: 64 << 20, Exec: natsexec.Config{Logger: log.logger()}}, worker.Starter(worker.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lc.Exec.FitOwners(context.Background(), init.Clone(), shards, natsexec.OwnersOptions{Job: "disk-full", Options: owners.Options{
+		Converger: factor.Converger{MaxIter: 60}, GroupNNZ: ownersGroupNNZ, CheckpointEvery: 2, TaskTimeout: 10 * time.Second}})
+	if cerr := lc.Close(); cerr != nil {
+		t.Error(cerr)
+	}
+	if err == nil {
+		t.Fatal("the fit succeeded on a full disk")
+	}
+	for _, want := range []string{"the store stalled twice in a row", "did not acknowledge the write", "no space left on device", "store_dir"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q: want %q", err, want)
+		}
+	}
+	if n := log.count("rolling back"); n != 1 {
+		t.Errorf("%d rollbacks: want 1 (the first stall)\n%s", n, log.b.String())
 	}
 }

@@ -189,10 +189,13 @@ type fakeStore struct {
 	noRepair bool
 	repaired []string
 	full     int
+	// stall[v] is how many epochs (the first ones) the checkpoint save of
+	// version v stalls in (proto.FaultStoreStalled: a full disk).
+	stall map[int]int
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{objects: map[string][]byte{}, loseSave: map[int]bool{}, corrupt: map[string]bool{}}
+	return &fakeStore{objects: map[string][]byte{}, loseSave: map[int]bool{}, corrupt: map[string]bool{}, stall: map[int]int{}}
 }
 
 func (fs *fakeStore) put(_, name string, data []byte) {
@@ -780,9 +783,13 @@ func (w *fakeWorker) commit(j *fakeJob, r *proto.Request, rep *proto.Reply) erro
 	h, m := w.c.h, w.c.h.m
 	h.store.mu.Lock()
 	full := r.Save && h.store.full == r.Iteration
+	stall := r.Save && r.Epoch <= h.store.stall[r.Iteration]
 	h.store.mu.Unlock()
 	if full {
 		return &fault{proto.FaultStoreFull, "", fmt.Errorf("store owners/%s/%d: the JetStream store is full (insufficient resources)", r.Job, r.Iteration)}
+	}
+	if stall {
+		return &fault{proto.FaultStoreStalled, "", fmt.Errorf("store owners/%s/%d: the JetStream store did not acknowledge the write", r.Job, r.Iteration)}
 	}
 	moved := map[int]string{}
 	for _, sw := range r.Moved {

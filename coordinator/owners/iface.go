@@ -217,6 +217,28 @@ func IsFatal(err error) bool {
 	return errors.As(err, &fe) || errors.Is(err, ErrLeaseLost)
 }
 
+// stalledError is a store write that was not acknowledged while the
+// server answers (wire.StoreStalled: a full disk stalls writes).
+type stalledError struct{ error }
+
+func (e *stalledError) Unwrap() error { return e.error }
+
+// Stalled marks err as a stalled store write: a rollback like any other,
+// but the fit ends at the second in a row (a disk that is full stays
+// full; a server that was only slow acknowledges the retry).
+func Stalled(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stalledError{err}
+}
+
+// IsStalled reports whether err is a stalled store write (Stalled).
+func IsStalled(err error) bool {
+	var se *stalledError
+	return errors.As(err, &se)
+}
+
 // WorkerError is a failure of one worker's request: the worker and what
 // went wrong.
 type WorkerError struct {

@@ -131,8 +131,8 @@ type seq struct {
 	red       factor.Reducer
 	rollbacks int
 	// streak counts the rollbacks since the last committed iteration
-	// (Backoff).
-	streak int
+	// (Backoff), stalls those for a stalled store write.
+	streak, stalls int
 	// cost is each worker's measured seconds per nonzero (a task's time
 	// from request to answer); busy (seconds) and nnz are the last pass's
 	// per worker; rebalances counts re-placements for stragglers.
@@ -408,6 +408,8 @@ func replyError(rep *proto.Reply) error {
 	switch rep.Fault {
 	case proto.FaultStoreFull, proto.FaultStoreDisabled:
 		return Fatal(err)
+	case proto.FaultStoreStalled:
+		return Stalled(err)
 	case proto.FaultCorrupt:
 		return &CorruptError{Object: rep.Object, Err: err}
 	}
@@ -511,7 +513,7 @@ func (s *seq) commit(ctx context.Context, iter int, hdr *factor.Model, acc *fact
 		}
 		if err == nil {
 			s.history[iter] = rec
-			s.streak = 0
+			s.streak, s.stalls = 0, 0
 			acc.RecordPass(hdr, dataTerm)
 			s.store.Announce(s.last)
 			if s.ck.Version == iter {
@@ -592,6 +594,11 @@ func (s *seq) rollback(ctx context.Context, err error) error {
 	s.rollbacks++
 	if s.rollbacks > s.opt.MaxRollbacks {
 		return fmt.Errorf("owners: giving up after %d rollbacks: %w", s.opt.MaxRollbacks, err)
+	}
+	if IsStalled(err) {
+		if s.stalls++; s.stalls >= 2 {
+			return Fatal(fmt.Errorf("owners: job %s: the store stalled twice in a row: %w", s.plan.Job, err))
+		}
 	}
 	var ce *CorruptError
 	if errors.As(err, &ce) {

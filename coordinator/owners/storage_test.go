@@ -202,3 +202,34 @@ func TestRunStoreFull(t *testing.T) {
 		t.Fatalf("loads of w0 %v: want the first placement only", loads)
 	}
 }
+
+// TestRunStoreStalled: a checkpoint write that stalls once (a server too
+// loaded for a moment) costs one rollback and the model keeps its bits;
+// one that stalls again (a full disk stays full) ends the fit at the
+// second stall in a row, with the store's error.
+func TestRunStoreStalled(t *testing.T) {
+	const iters = 7
+	h := newHarness(t, 120, 4, 2, factor.TieNone, 4, 1, 3, 4)
+	want := h.local(iters, groupNNZ)
+	h.store.stall[6] = 1
+	got, last, err := h.run(context.Background(), h.store.session("c1"), owners.Options{Converger: factor.Converger{MaxIter: iters},
+		GroupNNZ: groupNNZ, ColBlocks: 3, CheckpointEvery: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coordtest.SameModel(t, "after a stalled write", got, want)
+	if last.Rollbacks != 1 {
+		t.Fatalf("last report %+v: want one rollback", last)
+	}
+
+	h = newHarness(t, 120, 4, 2, factor.TieNone, 4, 1, 3, 4)
+	h.store.stall[6] = 2
+	_, _, err = h.run(context.Background(), h.store.session("c1"), owners.Options{Converger: factor.Converger{MaxIter: iters},
+		GroupNNZ: groupNNZ, ColBlocks: 3, CheckpointEvery: 3})
+	if err == nil || !owners.IsFatal(err) || !strings.Contains(err.Error(), "the store stalled twice in a row") || !strings.Contains(err.Error(), "did not acknowledge") {
+		t.Fatalf("err = %v: want the fit ended at the second stall", err)
+	}
+	if loads := filterSuffix(h.cluster.opsOf("c1", "load"), " w0"); len(loads) != 2 {
+		t.Fatalf("loads of w0 %v: want two placements", loads)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/worker/wire/proto"
@@ -45,6 +46,13 @@ const (
 	StoreDisabled
 	// StoreCorrupt is an object whose bytes do not match its digest.
 	StoreCorrupt
+	// StoreStalled is a write that was not acknowledged in time while
+	// the server answers: a stream whose disk is full stalls like this
+	// (nats-server does not answer its writes; its log says "critical
+	// write error ... no space left on device"), and so may a server too
+	// loaded to keep up. Not permanent by itself: the sequencer ends a
+	// fit at the second in a row.
+	StoreStalled
 )
 
 // String is the fault's name: the proto.Fault* a worker's reply carries.
@@ -58,6 +66,8 @@ func (f StoreFault) String() string {
 		return proto.FaultStoreDisabled
 	case StoreCorrupt:
 		return proto.FaultCorrupt
+	case StoreStalled:
+		return proto.FaultStoreStalled
 	}
 	return "store-transient"
 }
@@ -102,6 +112,9 @@ func ClassifyStore(err error) StoreFault {
 	if errors.Is(err, jetstream.ErrDigestMismatch) {
 		return StoreCorrupt
 	}
+	if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+		return StoreStalled
+	}
 	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
 		return StoreDisabled
 	}
@@ -123,7 +136,15 @@ func ClassifyStore(err error) StoreFault {
 	if strings.Contains(msg, "jetstream not enabled") {
 		return StoreDisabled
 	}
+	if strings.Contains(msg, "timeout waiting for ack") {
+		return StoreStalled
+	}
 	return StoreTransient
+}
+
+// isTimeout reports whether err is a timeout of a request or publish.
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrAsyncPublishTimeout)
 }
 
 // StoreError is a failed operation on a JetStream store: which store,
@@ -157,6 +178,10 @@ func (e *StoreError) Error() string {
 			"('JetStream out of resources, will be DISABLED' in its log): free disk space under its store_dir and restart it; not retried", where, e.Err)
 	case StoreCorrupt:
 		return fmt.Sprintf("%s: the object is corrupt (%v)", where, e.Err)
+	case StoreStalled:
+		return fmt.Sprintf("%s: the JetStream store did not acknowledge the write (%v) while the server answers: "+
+			"a stream whose disk is full stalls like this (the server's log says 'critical write error ... no space left on device'): "+
+			"free disk space under the server's store_dir and restart it; or the server is too loaded to keep up", where, e.Err)
 	}
 	return fmt.Sprintf("%s: %v", where, e.Err)
 }
@@ -177,10 +202,36 @@ func StoreErr(ctx context.Context, js jetstream.JetStream, op, kind, bucket, nam
 		return err
 	}
 	se = &StoreError{Op: op, Kind: kind, Bucket: bucket, Name: name, Fault: ClassifyStore(err), Err: err}
-	if se.Fault == StoreFull && js != nil {
+	if se.Fault == StoreTransient && isWrite(op) && isTimeout(err) && !errors.Is(ctx.Err(), context.Canceled) {
+		// A write that took the whole time it had (not one its caller
+		// called off).
+		se.Fault = StoreStalled
+	}
+	switch {
+	case se.Fault == StoreFull && js != nil:
 		se.Usage = storeUsage(context.WithoutCancel(ctx), js, kind, bucket)
+	case se.Fault == StoreStalled && (js == nil || !serverAnswers(context.WithoutCancel(ctx), js)):
+		// The server itself is away (restarting): an ordinary retry.
+		se.Fault = StoreTransient
 	}
 	return se
+}
+
+// Write operations, as StoreErr's callers name them.
+const (
+	OpStore       = "store"
+	OpWriteRecord = "write the record"
+)
+
+func isWrite(op string) bool { return op == OpStore || op == OpWriteRecord }
+
+// serverAnswers reports whether the server's JetStream API answers an
+// account info request within 2 seconds.
+func serverAnswers(ctx context.Context, js jetstream.JetStream) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := js.AccountInfo(ctx)
+	return err == nil
 }
 
 // Store kinds, as StoreErr names them.

@@ -40,6 +40,8 @@ func TestClassifyStore(t *testing.T) {
 		{"disabled, code", api(503, 10076, "JetStream not enabled"), StoreDisabled},
 		{"disabled, text", errors.New("worker: nats: jetstream not enabled"), StoreDisabled},
 		{"digest mismatch", fmt.Errorf("get: %w", jetstream.ErrDigestMismatch), StoreCorrupt},
+		{"ack timeout", fmt.Errorf("put: %w", jetstream.ErrAsyncPublishTimeout), StoreStalled},
+		{"ack timeout, a worker's reply", errors.New("worker: store x: nats: timeout waiting for ack"), StoreStalled},
 		{"timeout", nats.ErrTimeout, StoreTransient},
 		{"deadline", fmt.Errorf("put: %w", context.DeadlineExceeded), StoreTransient},
 		{"no responders", nats.ErrNoResponders, StoreTransient},
@@ -54,7 +56,7 @@ func TestClassifyStore(t *testing.T) {
 			t.Errorf("%s: ClassifyStore(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
-	for f, perm := range map[StoreFault]bool{StoreFine: false, StoreTransient: false, StoreFull: true, StoreDisabled: true, StoreCorrupt: false} {
+	for f, perm := range map[StoreFault]bool{StoreFine: false, StoreTransient: false, StoreFull: true, StoreDisabled: true, StoreCorrupt: false, StoreStalled: false} {
 		if f.Permanent() != perm {
 			t.Errorf("%v.Permanent() = %v", f, !perm)
 		}
@@ -84,5 +86,14 @@ func TestStoreErr(t *testing.T) {
 	}
 	if err := StoreErr(context.Background(), nil, "read", KindObjects, "b", "o", jetstream.ErrDigestMismatch); !strings.Contains(err.Error(), "read o in Object Store bucket b: the object is corrupt") {
 		t.Errorf("corrupt: %v", err)
+	}
+	// A timed-out write is stalled only when the server can be asked
+	// and answers (TestOwnersDiskFull, natsexec); with no server to ask
+	// it is an ordinary retry, and a read's timeout always is.
+	if err := StoreErr(context.Background(), nil, OpStore, KindObjects, "b", "o", nats.ErrTimeout); ClassifyStore(err) != StoreTransient {
+		t.Errorf("timeout, no server to ask: %v is %v", err, ClassifyStore(err))
+	}
+	if err := StoreErr(context.Background(), nil, "read", KindObjects, "b", "o", context.DeadlineExceeded); ClassifyStore(err) != StoreTransient {
+		t.Errorf("read timeout: %v is %v", err, ClassifyStore(err))
 	}
 }

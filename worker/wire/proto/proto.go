@@ -331,6 +331,10 @@ const (
 	// FaultStoreDisabled: JetStream is not enabled on the server (a full
 	// disk disables it). Permanent.
 	FaultStoreDisabled = "store-disabled"
+	// FaultStoreStalled: a write to the store was not acknowledged while
+	// the server answers (a full disk). The fit ends at the second in a
+	// row.
+	FaultStoreStalled = "store-stalled"
 	// FaultCorrupt: an object the request read failed its check (its
 	// digest or CRC, or it did not decode); Reply.Object names it.
 	FaultCorrupt = "corrupt"
