@@ -369,3 +369,54 @@ func TestOwnersDiskFull(t *testing.T) {
 		t.Errorf("%d rollbacks: want 1 (the first stall)\n%s", n, log.b.String())
 	}
 }
+
+// TestOwnersResumeCorruptCheckpoint: coordinator A stops after iteration
+// 7 (checkpoint 6; the record names 3 as the one before); an object of
+// checkpoint 6 is then corrupted. Coordinator B, a new executor that
+// knows the job only from its KV record, resumes it: its first load meets
+// the damage, it falls back to checkpoint 3 (its CRC lists read from the
+// bucket) and replays, and the model is bitwise the local fit's.
+func TestOwnersResumeCorruptCheckpoint(t *testing.T) {
+	const iters, job = 9, "resume-corrupt"
+	shards := ownersData(t, 150, 2, 25)
+	init := factor.NewRandom(150, 4, 2, factor.TieNone, 7)
+	want, _ := fitLocal(t, shards, init, iters)
+	lc := ownersCluster(t, 2, natsexec.Config{})
+	_, obs := storeOf(t, lc)
+	stop := errors.New("coordinator A stops")
+	opts := owners.Options{Converger: factor.Converger{MaxIter: iters}, GroupNNZ: ownersGroupNNZ, ColBlocks: 3, CheckpointEvery: 3, MinWorkers: 2}
+	aOpts := opts
+	aOpts.Committed = func(_ context.Context, iter int) error {
+		if iter == 7 {
+			return stop
+		}
+		return nil
+	}
+	if _, err := lc.Exec.FitOwners(context.Background(), init.Clone(), shards, natsexec.OwnersOptions{Job: job, Options: aOpts}); !errors.Is(err, stop) {
+		t.Fatalf("coordinator A: %v", err)
+	}
+	st, _, err := lc.Exec.State(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := st.Owners; o.Version != 6 || o.Previous == nil || o.Previous.Version != 3 || len(o.Previous.KCRC) != len(o.KCRC) || len(o.Previous.DCRC) != len(o.DCRC) {
+		t.Fatalf("A's record: checkpoint %d, previous %+v", o.Version, o.Previous)
+	}
+	spoilObject(t, obs, proto.KObject(job, 6, 0, 1))
+	var log logLines
+	execB, err := natsexec.New(context.Background(), dial(t, lc), natsexec.Config{Logger: log.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer execB.Close()
+	bOpts := opts
+	bOpts.Resume = true
+	md := init.Clone()
+	if _, err := execB.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{Job: job, Options: bOpts}); err != nil {
+		t.Fatal(err)
+	}
+	coordtest.SameModel(t, "resumed past a corrupt checkpoint", md, want)
+	if r, f := log.count("resuming from the last checkpoint"), log.count("falling back to the one before"); r != 1 || f != 1 {
+		t.Fatalf("%d resumes, %d falls back logged: want 1 and 1\n%s", r, f, log.b.String())
+	}
+}

@@ -233,3 +233,52 @@ func TestRunStoreStalled(t *testing.T) {
 		t.Fatalf("loads of w0 %v: want two placements", loads)
 	}
 }
+
+// TestRunResumeCorruptCheckpoint: coordinator A stops after iteration 7
+// (checkpoint 6, the one before 3); the last checkpoint is then damaged,
+// or both are. Coordinator B resumes the job: its first load meets the
+// damage and falls back to checkpoint 3 (the record names it) or to the
+// start, replays the iterations since (no record of their passes: this
+// run did not compute them) and ends bitwise the local fit.
+func TestRunResumeCorruptCheckpoint(t *testing.T) {
+	const iters = 9
+	for _, c := range []struct {
+		name   string
+		spoil  []string
+		loadAt []string // B's loads of w0
+	}{
+		{"last", []string{proto.KObject("job", 6, 1, 2)}, []string{"load 2 6 w0", "load 3 3 w0"}},
+		{"both", []string{proto.DObject("job", 6, 1), proto.KObject("job", 3, 0, 0)}, []string{"load 2 6 w0", "load 3 3 w0", "load 4 0 w0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, 120, 4, 2, factor.TieNone, 4, 1, 3, 4)
+			want := h.local(iters, groupNNZ)
+			stop := errors.New("coordinator A stops")
+			opt := owners.Options{Converger: factor.Converger{MaxIter: iters}, GroupNNZ: groupNNZ, ColBlocks: 3, CheckpointEvery: 3,
+				Committed: func(_ context.Context, iter int) error {
+					if iter == 7 {
+						return stop
+					}
+					return nil
+				}}
+			if _, _, err := h.run(context.Background(), h.store.session("A"), opt); !errors.Is(err, stop) {
+				t.Fatalf("coordinator A: %v", err)
+			}
+			if rec := h.store.rec; rec.Checkpoint.Version != 6 || rec.Previous == nil || rec.Previous.Version != 3 {
+				t.Fatalf("A's record: checkpoint %d, previous %+v: want 6 and 3", rec.Checkpoint.Version, rec.Previous)
+			}
+			for _, name := range c.spoil {
+				h.store.spoil(t, name)
+			}
+			opt.Committed, opt.Resume = nil, true
+			got, _, err := h.run(context.Background(), h.store.session("B"), opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			coordtest.SameModel(t, "resumed past a corrupt checkpoint", got, want)
+			if loads := filterSuffix(h.cluster.opsOf("B", "load"), " w0"); !slices.Equal(loads, c.loadAt) {
+				t.Errorf("B's loads of w0 %v, want %v", loads, c.loadAt)
+			}
+		})
+	}
+}
