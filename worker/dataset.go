@@ -176,7 +176,7 @@ func PutDataset(ctx context.Context, js jetstream.JetStream, maxPayload int64, b
 			Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(min(wire.MaxChunk, maxPayload-8<<10))}}, fh)
 		fh.Close()
 		if err != nil {
-			return nil, fmt.Errorf("worker: upload %s: %w", file, err)
+			return nil, fmt.Errorf("worker: upload %s: %w", file, wire.StoreErr(ctx, js, wire.OpStore, wire.KindObjects, bucket, DatasetPart(name, k, ext), err))
 		}
 		out = append(out, info)
 	}

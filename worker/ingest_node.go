@@ -1080,7 +1080,7 @@ func (n *IngestNode) Commit(ctx context.Context, r *ingestwire.CommitRequest) (*
 			for c, sh := range built[k][s] {
 				sh.ID = r.IDs[k][s][c]
 				if obs != nil {
-					stored, err := storeShard(ctx, obs, n.js.Conn().MaxPayload(), sh)
+					stored, err := storeShard(ctx, n.js, obs, r.Bucket, sh)
 					if err != nil {
 						return nil, err
 					}
@@ -1098,19 +1098,24 @@ func (n *IngestNode) Commit(ctx context.Context, r *ingestwire.CommitRequest) (*
 	return rep, nil
 }
 
-// storeShard puts shard sh into obs as proto.ShardObject of its checksum
-// unless an object of that name is there; it returns the bytes stored.
-func storeShard(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, sh *shard.Shard) (int64, error) {
+// storeShard puts shard sh into obs (bucket of js) as proto.ShardObject
+// of its checksum unless that object is there with the shard's bytes (its
+// digest: a damaged object is stored again); it returns the bytes stored.
+func storeShard(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, bucket string, sh *shard.Shard) (int64, error) {
 	name := proto.ShardObject(sh.Checksum)
-	if _, err := obs.GetInfo(ctx, name); err == nil {
-		return 0, nil
+	info, err := obs.GetInfo(ctx, name)
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return 0, fmt.Errorf("worker: ingest: shard %d: %w", sh.ID, wire.StoreErr(ctx, js, "read the info of", wire.KindObjects, bucketName(bucket), name, err))
 	}
 	data, err := arrowio.EncodeShard(sh)
 	if err != nil {
 		return 0, fmt.Errorf("worker: ingest: encode shard %d: %w", sh.ID, err)
 	}
-	if _, err := wire.PutObject(ctx, obs, maxPayload, name, data); err != nil {
-		return 0, fmt.Errorf("worker: ingest: store shard %d: %w", sh.ID, err)
+	if info != nil && wire.SameObject(info, data) {
+		return 0, nil
+	}
+	if _, err := wire.PutObject(ctx, obs, js.Conn().MaxPayload(), name, data); err != nil {
+		return 0, fmt.Errorf("worker: ingest: shard %d: %w", sh.ID, wire.StoreErr(ctx, js, wire.OpStore, wire.KindObjects, bucketName(bucket), name, err))
 	}
 	return int64(len(data)), nil
 }

@@ -186,7 +186,8 @@ func TestIngestWorkerKilledNATS(t *testing.T) {
 // TestIngestObjectStore: a dataset uploaded to the Object Store
 // (worker.PutDataset, nats-obj://) ingests to the local shards of its
 // files, and with Store every shard is in the Object Store once, by
-// checksum, decoding to the shard.
+// checksum, decoding to the shard (stored again when its object was
+// damaged).
 func TestIngestObjectStore(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	rows := ingesttest.RandomRows(rng, 150, 2, 3000, 40, false)
@@ -226,6 +227,20 @@ func TestIngestObjectStore(t *testing.T) {
 		if err != nil || s.Verify() != nil || s.Info != want.Mans[0].Shards[k] {
 			t.Fatalf("shard %d stored as %+v (%v)", k, s.Info, err)
 		}
+	}
+	// A shard object put again with other bytes (same name and size) is
+	// stored again by the next ingest of the data, not skipped.
+	name := "shards/" + res.Sets[0].Lines[1].Checksum
+	spoilObject(t, obs, name)
+	if _, err := c.exec.Ingest(context.Background(), ingest.Options{Job: "obj-again", Input: "nats-obj://emsf-blobs/trips", Target: 40, Store: true}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := obs.GetBytes(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := arrowio.DecodeShard(data); err != nil || s.Verify() != nil || s.Info != want.Mans[0].Shards[1] {
+		t.Fatalf("the spoilt shard object, after the ingest again: %v", err)
 	}
 	// A data error in an object names the part and its row.
 	bad := dir + "/bad.csv"

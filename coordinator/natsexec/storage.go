@@ -1,7 +1,6 @@
 package natsexec
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -35,7 +34,7 @@ func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) 
 		}
 		info, err := e.obs.GetInfo(ctx, name)
 		switch {
-		case err == nil && info.Size == uint64(len(data)) && sameDigest(info.Digest, data):
+		case err == nil && wire.SameObject(info, data):
 			continue
 		case err == nil:
 			e.log.Warn("a shard object is not the shard's bytes; storing it again", "object", name, "bucket", e.cfg.ObjectBucket,
@@ -53,13 +52,6 @@ func (e *Executor) Load(ctx context.Context, job string, shards []*shard.Shard) 
 	e.mu.Unlock()
 	e.log.Debug("shards uploaded", "job", job, "shards", len(shards), "bytes", moved)
 	return moved, nil
-}
-
-// sameDigest reports whether the Object Store digest d is data's.
-func sameDigest(d string, data []byte) bool {
-	sum, err := jetstream.DecodeObjectDigest(d)
-	want := sha256.Sum256(data)
-	return err == nil && bytes.Equal(sum, want[:])
 }
 
 // putShard stores shard sh as object name (again).

@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -232,6 +234,20 @@ func serverAnswers(ctx context.Context, js jetstream.JetStream) bool {
 	defer cancel()
 	_, err := js.AccountInfo(ctx)
 	return err == nil
+}
+
+// SameObject reports whether the object of info holds data: its size
+// and its digest (the SHA-256 the Object Store recorded when it was put)
+// are data's. An object put again under the same name with other bytes
+// fails it; one whose chunks were damaged in place does not (its read
+// fails the digest check: StoreCorrupt).
+func SameObject(info *jetstream.ObjectInfo, data []byte) bool {
+	if info.Size != uint64(len(data)) {
+		return false
+	}
+	sum, err := jetstream.DecodeObjectDigest(info.Digest)
+	want := sha256.Sum256(data)
+	return err == nil && bytes.Equal(sum, want[:])
 }
 
 // Store kinds, as StoreErr names them.

@@ -2,8 +2,11 @@ package wire
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,5 +98,32 @@ func TestStoreErr(t *testing.T) {
 	}
 	if err := StoreErr(context.Background(), nil, "read", KindObjects, "b", "o", context.DeadlineExceeded); ClassifyStore(err) != StoreTransient {
 		t.Errorf("read timeout: %v is %v", err, ClassifyStore(err))
+	}
+}
+
+// TestSameObject: an object's info holds data when its size and its
+// Object Store digest are data's; the same size with another digest (an
+// object put again with other bytes) does not.
+func TestSameObject(t *testing.T) {
+	data := []byte("the shard's bytes")
+	digest := func(b []byte) string {
+		sum := sha256.Sum256(b)
+		return "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])
+	}
+	other := slices.Clone(data)
+	other[3] ^= 1
+	for _, c := range []struct {
+		name string
+		info jetstream.ObjectInfo
+		want bool
+	}{
+		{"same", jetstream.ObjectInfo{Size: uint64(len(data)), Digest: digest(data)}, true},
+		{"other bytes, same size", jetstream.ObjectInfo{Size: uint64(len(data)), Digest: digest(other)}, false},
+		{"other size", jetstream.ObjectInfo{Size: uint64(len(data)) + 1, Digest: digest(data)}, false},
+		{"no digest", jetstream.ObjectInfo{Size: uint64(len(data))}, false},
+	} {
+		if got := SameObject(&c.info, data); got != c.want {
+			t.Errorf("%s: SameObject = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
