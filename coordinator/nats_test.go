@@ -431,3 +431,36 @@ func TestResume(t *testing.T) {
 		t.Fatalf("resume with another group size: %v, want an error naming it", err)
 	}
 }
+
+// TestFitNATSStoreFull: the coordinator exchange on a server whose
+// JetStream file storage (max_file_store) has room for the shards but not
+// for the models the commits store: the fit ends with one error that says
+// the store is full, names the bucket and the model object, and what to
+// do (issue 26 item 5).
+func TestFitNATSStoreFull(t *testing.T) {
+	fc := newFitCase(t)
+	s, err := natsexec.StartEmbedded(natsexec.EmbeddedConfig{StoreDir: t.TempDir(), NoSync: true, MaxStore: 96 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	startWorkers(t, s, 2)
+	exec := newNATSExec(t, s)
+	waitCensus(t, exec, 2)
+	conv := fc.conv
+	conv.MaxIter = 40
+	_, err = coordinator.Fit(context.Background(), exec, fc.shards, fc.man, fc.init.Clone(), coordinator.Options{GroupNNZ: testGroupNNZ,
+		Job: "full", Converger: conv, TaskTimeout: time.Minute, Checkpoint: exec})
+	if err == nil {
+		t.Fatal("the fit succeeded on a full store")
+	}
+	for _, want := range []string{"store models/full/", "in Object Store bucket " + wire.DefaultObjectBucket, "the JetStream store is full",
+		"insufficient resources", "max_file_store", "nats obj rm " + wire.DefaultObjectBucket} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q: want %q", err, want)
+		}
+	}
+}
