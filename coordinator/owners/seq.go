@@ -919,9 +919,12 @@ func (s *seq) finish(ctx context.Context, ll float64) error {
 			}
 		}
 		if err == nil {
-			// A corrupt object here falls back and replays too.
-			if err = s.model.Final(ctx, s.plan, s.ck); err == nil {
-				return nil
+			// A corrupt object of the checkpoint falls back and replays;
+			// any other failure to take the model out ends the fit, as it
+			// always did (a store with no room for the model's parts).
+			var ce *CorruptError
+			if err = s.model.Final(ctx, s.plan, s.ck); err == nil || !errors.As(err, &ce) {
+				return err
 			}
 		}
 		if err = s.rollback(ctx, err); err != nil {

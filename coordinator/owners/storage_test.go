@@ -282,3 +282,31 @@ func TestRunResumeCorruptCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// failingModel is a Model whose Final fails with err.
+type failingModel struct {
+	owners.Model
+	err   error
+	calls int
+}
+
+func (f *failingModel) Final(context.Context, *owners.Plan, owners.Checkpoint) error {
+	f.calls++
+	return f.err
+}
+
+// TestRunFinalFails: a Final that fails for another reason than a
+// corrupt object (no room for the model's parts, say) ends the fit with
+// its error at once: it is not rolled back and tried again.
+func TestRunFinalFails(t *testing.T) {
+	h := newHarness(t, 120, 4, 2, factor.TieNone, 4, 1, 3, 4)
+	md := h.init.Clone()
+	hdr := &factor.Model{N: md.N, M: md.M, U: md.U, Tie: md.Tie, Iteration: md.Iteration, LogLik: md.LogLik, WKL: md.WKL}
+	full := errors.New("parts: the JetStream store is full")
+	fm := &failingModel{Model: &fakeModel{h: h, md: md}, err: full}
+	_, err := owners.Run(context.Background(), h.cluster.as(h.store.session("c1")), h.store.session("c1"), fm, h.job(), hdr,
+		owners.Options{Converger: factor.Converger{MaxIter: 4}, GroupNNZ: groupNNZ, ColBlocks: 3, CheckpointEvery: 3, Clock: h.clock, TaskTimeout: time.Hour})
+	if !errors.Is(err, full) || fm.calls != 1 {
+		t.Fatalf("err = %v after %d calls of Final: want its error after one", err, fm.calls)
+	}
+}
