@@ -141,15 +141,22 @@ func (w *Worker) serveIngest(m *nats.Msg) {
 		err = fmt.Errorf("worker: ingest: unknown op %q", op)
 	}
 	if err != nil {
-		code := ""
+		code, object := "", ""
 		var se *StaleError
+		var store *wire.StoreError
 		switch {
 		case errors.As(err, &se):
 			code = wire.IngestStale
 		case errors.Is(err, errNotYet):
 			code = wire.IngestNotYet
+		case errors.As(err, &store) && store.Fault == wire.StoreCorrupt:
+			code, object = wire.IngestCorrupt, store.Name
 		}
-		w.respondIngest(m, wire.IngestErrorReply(err, code))
+		rep := wire.IngestErrorReply(err, code)
+		if object != "" {
+			rep.Header.Set(wire.HeaderIngestObject, object)
+		}
+		w.respondIngest(m, rep)
 		return
 	}
 	out := nats.NewMsg("")

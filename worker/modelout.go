@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"hash/crc32"
@@ -58,7 +59,7 @@ func (w *Worker) writeParts(ctx context.Context, r *ingestwire.PartsRequest) (*i
 	if err != nil {
 		return nil, err
 	}
-	pw := &partWriter{obs: obs, job: r.Job, version: r.Version, n: r.N, m: r.M, u: r.U, tie: tie, seed: r.Seed, prec: prec,
+	pw := &partWriter{obs: obs, bucket: cmp.Or(r.Bucket, wire.DefaultObjectBucket), job: r.Job, version: r.Version, n: r.N, m: r.M, u: r.U, tie: tie, seed: r.Seed, prec: prec,
 		sink: wire.NewObjectParts(out, bucket, prefix, w.nc.MaxPayload()), format: r.Format, buf: make([]float64, partRows*r.M)}
 	rep := &ingestwire.PartsReply{}
 	for _, pc := range r.Parts {
@@ -74,6 +75,7 @@ func (w *Worker) writeParts(ctx context.Context, r *ingestwire.PartsRequest) (*i
 // partWriter writes parts of one checkpoint.
 type partWriter struct {
 	obs     jetstream.ObjectStore
+	bucket  string
 	job     string
 	version int
 	n, m, u int
@@ -130,7 +132,8 @@ func (p *partWriter) fillD(ctx context.Context, mw *arrowio.ModelPartWriter, pc 
 		if len(rows) == 0 || int(rows[0]) < next || int(rows[len(rows)-1]) >= pc.Hi {
 			return fmt.Errorf("row group %d holds rows outside [%d, %d) or before the group before it", g.G, next, pc.Hi)
 		}
-		rd, done, err := p.open(ctx, proto.DObject(p.job, p.version, g.G), g.CRC)
+		obj := proto.DObject(p.job, p.version, g.G)
+		rd, done, err := p.open(ctx, obj, g.CRC)
 		if err != nil {
 			return err
 		}
@@ -146,7 +149,9 @@ func (p *partWriter) fillD(ctx context.Context, mw *arrowio.ModelPartWriter, pc 
 				e++
 			}
 			vals := p.buf[:(e-q)*p.m]
-			if err = p.readFloats(rd, vals); err == nil {
+			if err = p.readFloats(rd, vals); err != nil {
+				err = p.corrupt(obj, err)
+			} else {
 				err = mw.Append(vals)
 			}
 			next, q = int(rows[e-1])+1, e
@@ -168,13 +173,16 @@ func (p *partWriter) fillK(ctx context.Context, mw *arrowio.ModelPartWriter, pc 
 		if cb.Lo != next || cb.Hi <= cb.Lo || cb.Hi > pc.Hi {
 			return fmt.Errorf("column block %d holds [%d, %d), not the next rows from %d", cb.C, cb.Lo, cb.Hi, next)
 		}
-		rd, done, err := p.open(ctx, proto.KObject(p.job, p.version, pc.Block, cb.C), cb.CRC)
+		obj := proto.KObject(p.job, p.version, pc.Block, cb.C)
+		rd, done, err := p.open(ctx, obj, cb.CRC)
 		if err != nil {
 			return err
 		}
 		for lo := cb.Lo; lo < cb.Hi && err == nil; lo += partRows {
 			vals := p.buf[:(min(cb.Hi, lo+partRows)-lo)*p.m]
-			if err = p.readFloats(rd, vals); err == nil {
+			if err = p.readFloats(rd, vals); err != nil {
+				err = p.corrupt(obj, err)
+			} else {
 				err = mw.Append(vals)
 			}
 		}
@@ -229,9 +237,16 @@ func (p *partWriter) rowList(ctx context.Context, g ingestwire.PieceGroup) ([]in
 		err = fmt.Errorf("%d rows, the plan says %d", len(rows), g.Rows)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
+		return nil, p.corrupt(name, err)
 	}
 	return rows, nil
+}
+
+// corrupt is the error of checkpoint object name that is missing, short
+// or fails its check: the coordinator falls back to the checkpoint
+// before (wire.IngestCorrupt).
+func (p *partWriter) corrupt(name string, err error) error {
+	return &wire.StoreError{Op: "read", Kind: "Object Store bucket", Bucket: p.bucket, Name: name, Fault: wire.StoreCorrupt, Err: err}
 }
 
 // open streams object name; done checks that it was read to its end and
@@ -239,17 +254,20 @@ func (p *partWriter) rowList(ctx context.Context, g ingestwire.PieceGroup) ([]in
 func (p *partWriter) open(ctx context.Context, name, crc string) (io.Reader, func() error, error) {
 	obj, err := p.obs.Get(ctx, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", name, err)
+		if ctx.Err() != nil {
+			return nil, nil, err
+		}
+		return nil, nil, p.corrupt(name, err)
 	}
 	h := crc32.New(wire.Castagnoli)
 	rd := bufio.NewReaderSize(io.TeeReader(obj, h), 1<<20)
 	done := func() error {
 		defer obj.Close()
 		if n, err := io.Copy(io.Discard, rd); err != nil || n != 0 {
-			return fmt.Errorf("read %s: %d bytes more than its rows (%v)", name, n, err)
+			return p.corrupt(name, fmt.Errorf("%d bytes more than its rows (%v)", n, err))
 		}
 		if got := strconv.FormatUint(uint64(h.Sum32()), 16); got != crc {
-			return fmt.Errorf("read %s: CRC %s, the checkpoint says %s", name, got, crc)
+			return p.corrupt(name, fmt.Errorf("CRC %s, the checkpoint says %s", got, crc))
 		}
 		return nil
 	}

@@ -48,7 +48,7 @@ func (e *Executor) spread(ctx context.Context, n int, prefer func(i int) string,
 		left[i] = i
 	}
 	failed := map[string]error{}
-	var last error
+	var last, corrupt error
 	for range spreadAttempts {
 		if len(left) == 0 {
 			return nil
@@ -87,6 +87,12 @@ func (e *Executor) spread(ctx context.Context, n int, prefer func(i int) string,
 					}
 					mu.Lock()
 					defer mu.Unlock()
+					if errors.As(err, new(*owners.CorruptError)) {
+						// The same object fails for anyone: no point
+						// asking another worker.
+						corrupt = err
+						return
+					}
 					e.log.Warn("a worker failed its share; asking another", "worker_id", w, "items", len(items)-start, "error", err)
 					failed[w], last = err, err
 					left = append(left, items[start:]...)
@@ -97,6 +103,9 @@ func (e *Executor) spread(ctx context.Context, n int, prefer func(i int) string,
 		wg.Wait()
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if corrupt != nil {
+			return corrupt
 		}
 		slices.Sort(left)
 	}
@@ -317,6 +326,12 @@ func (d *DrawnModel) Final(ctx context.Context, p *owners.Plan, c owners.Checkpo
 		}
 		var rep ingestwire.PartsReply
 		if err := cl.call(ctx, w, p.Job, ingestwire.OpParts, req, &rep); err != nil {
+			var ie *wire.IngestError
+			if errors.As(err, &ie) && ie.Code == wire.IngestCorrupt {
+				// An object of the checkpoint failed its check: the
+				// run falls back to the checkpoint before (owners).
+				return &owners.CorruptError{Object: ie.Object, Err: err}
+			}
 			return err
 		}
 		if len(rep.Parts) != len(items) {

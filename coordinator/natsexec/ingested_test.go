@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/coordinator/ingest"
 	"github.com/emsf/emsf/coordinator/ingest/ingesttest"
@@ -17,6 +20,7 @@ import (
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // TestFitIngestedMatchesLocal: a fit whose coordinator holds metadata
@@ -109,5 +113,80 @@ func TestFitIngestedMatchesLocal(t *testing.T) {
 		if math.Float64bits(hdr.LogLik) != math.Float64bits(md.LogLik) || math.Float64bits(hdr.WKL) != math.Float64bits(md.WKL) || hdr.Iteration != md.Iteration {
 			t.Fatalf("%s: loglik %v WKL %v after %d iterations, local %v %v after %d", what, hdr.LogLik, hdr.WKL, hdr.Iteration, md.LogLik, md.WKL, md.Iteration)
 		}
+	}
+}
+
+// TestFitIngestedCorruptCheckpointAtFinal: in a fit from metadata, an
+// object of the last checkpoint that fails its check while the workers
+// write the model's parts makes the run fall back to the checkpoint
+// before and replay (a worker's reply names the object: wire.IngestCorrupt),
+// and the model is still the local fit's, bitwise.
+func TestFitIngestedCorruptCheckpointAtFinal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 42))
+	const iters = 6
+	n, u, m, target := 120, 2, 3, 80
+	rows := ingesttest.RandomRows(rng, n, u, 3000, target, false)
+	dir := t.TempDir()
+	files := ingesttest.Dataset(t, rng, dir, rows, 2)
+	local := ingesttest.LocalShards(t, files, arrowio.ReadOptions{}, 0, 0, target, 1)
+	c := startIngestCluster(t, 2, nil)
+	ctx := context.Background()
+	res, err := c.exec.Ingest(ctx, ingest.Options{Job: "fc-ingest", Input: dir, Target: target, Store: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := "fit-corrupt-final"
+	oj, err := c.exec.IngestedJob(ctx, job, res.Sets[0].Lines, factor.TieNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := &factor.Model{N: res.N, M: m, U: res.U, Tie: factor.TieNone, Seed: 9, LogLik: math.NaN(), WKL: math.NaN()}
+	out, err := c.exec.ModelParts(ctx, c.exec.JobModelURL(job), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := c.exec.NewDrawnModel(hdr, out.String(), "")
+	nc, err := nats.Connect("", nats.InProcessServer(c.srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, wire.DefaultObjectBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := factor.Converger{MaxIter: iters}
+	spoiled := false
+	if _, err := c.exec.RunOwners(ctx, oj, hdr, model, natsexec.OwnersOptions{Job: job, WaitWorkers: 10 * time.Second,
+		Options: owners.Options{Alpha: 1, Converger: conv, CheckpointEvery: 2, MinWorkers: 2, Evaluate: true,
+			Committed: func(_ context.Context, iter int) error {
+				if iter == iters {
+					spoilObject(t, obs, proto.KObject(job, iters, 0, 0))
+					spoiled = true
+				}
+				return nil
+			}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !spoiled {
+		t.Fatal("the last checkpoint was never spoiled: the test proves nothing")
+	}
+	if _, err := arrowio.CommitModelDataset(ctx, out, &arrowio.ModelFile{Model: hdr}, model.Parts); err != nil {
+		t.Fatal(err)
+	}
+	got, err := arrowio.ReadModelDataset(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := factor.NewRandom(local.N, m, local.U, factor.TieNone, 9)
+	if _, err := factor.Fit(ctx, md, shard.Blocks(local.Sets[0]), factor.FitOptions{Alpha: 1, Converger: conv, Workers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Model.Equal(md) {
+		t.Fatal("after a corrupt checkpoint at the end, the model differs from the local fit's")
 	}
 }

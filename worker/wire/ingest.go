@@ -25,9 +25,11 @@ func IngestSubject(prefix, job, id string) string { return prefix + ".ingest." +
 
 // HeaderPull carries a pull reply's ingestwire.PullReply (JSON);
 // HeaderIngestCode an error reply's kind.
+// HeaderIngestObject the object an IngestCorrupt reply found corrupt.
 const (
-	HeaderPull       = "Emsf-Ingest-Pull"
-	HeaderIngestCode = "Emsf-Ingest-Code"
+	HeaderPull         = "Emsf-Ingest-Pull"
+	HeaderIngestCode   = "Emsf-Ingest-Code"
+	HeaderIngestObject = "Emsf-Ingest-Object"
 )
 
 // Kinds of ingest error replies.
@@ -36,6 +38,9 @@ const (
 	IngestStale = "stale"
 	// IngestNotYet: the worker has not started the request's epoch.
 	IngestNotYet = "notyet"
+	// IngestCorrupt: an object the request read failed its check
+	// (HeaderIngestObject names it).
+	IngestCorrupt = "corrupt"
 )
 
 // CheckJob returns an error unless job is a valid subject token.
@@ -49,6 +54,8 @@ func CheckJob(job string) error {
 // IngestError is an error reply of a worker's ingest endpoint.
 type IngestError struct {
 	Code, Msg string
+	// Object is the object an IngestCorrupt error found corrupt.
+	Object string
 }
 
 func (e *IngestError) Error() string { return e.Msg }
@@ -78,7 +85,7 @@ func IngestCall(ctx context.Context, nc *nats.Conn, subject, op string, req any)
 		return nil, err
 	}
 	if msg := rep.Header.Get(ingestwire.HeaderError); msg != "" {
-		return nil, &IngestError{Code: rep.Header.Get(HeaderIngestCode), Msg: msg}
+		return nil, &IngestError{Code: rep.Header.Get(HeaderIngestCode), Msg: msg, Object: rep.Header.Get(HeaderIngestObject)}
 	}
 	return rep, nil
 }
