@@ -161,28 +161,11 @@ func (r *replayer) answeredIn(iter int) int {
 // checks it is quarantined and gets no more tasks.
 func TestFitNATSRelabelledPartial(t *testing.T) {
 	fc := newFitCase(t)
-	s := startServer(t, 0)
-	startWorkers(t, s, 1)
-	var log strings.Builder
-	var lmu sync.Mutex
-	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: lockedWriter{&lmu, &log}})
-	exec, err := natsexec.New(context.Background(), connect(t, s, "coordinator"),
-		natsexec.Config{PingWait: 100 * time.Millisecond, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(exec.Close)
-	rogue := startReplayer(t, connect(t, s, "replayer"), false)
-	coordtest.CheckFor(t, coordtest.Patience, func() error {
-		if ids, _ := exec.Census(context.Background()); len(ids) != 2 {
-			return fmt.Errorf("census found %d workers, want 2", len(ids))
-		}
-		return nil
-	})
+	exec, rogue, logger, logged := rogueCluster(t, 1, false)
 	md := fc.init.Clone()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
+	_, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "relabel", Converger: fc.conv, TaskTimeout: 10 * time.Second, Checkpoint: exec,
 		Logger: logger,
 	})
@@ -198,10 +181,7 @@ func TestFitNATSRelabelledPartial(t *testing.T) {
 	if q := exec.Quarantined(); len(q) != 1 || q[0] != rogue.id() {
 		t.Errorf("quarantined %v, want the replaying worker %s", q, rogue.id())
 	}
-	lmu.Lock()
-	logged := log.String()
-	lmu.Unlock()
-	if !strings.Contains(logged, "worker quarantined") || !strings.Contains(logged, rogue.id()) ||
+	if logged := logged(); !strings.Contains(logged, "worker quarantined") || !strings.Contains(logged, rogue.id()) ||
 		!strings.Contains(logged, "model digest") {
 		t.Errorf("log does not name the quarantined worker and the failed check:\n%s", logged)
 	}
@@ -216,36 +196,17 @@ func TestFitNATSRelabelledPartial(t *testing.T) {
 // task's own fields passes every check of a reply alone (issue 26: 58
 // such partials were accepted and the fit exited 0 with a wrong model).
 // Verification catches it (a sampled task, or its last task of the pass
-// with VerifyLast): the task computed again on an honest worker differs, the coordinator arbitrates, quarantines it and runs the
-// pass again; the model is factor.Fit's, bitwise.
+// with VerifyLast): the task computed again on an honest worker differs,
+// the coordinator arbitrates, quarantines it and runs the pass again; the
+// model is factor.Fit's, bitwise.
 func TestFitNATSForgedReplayVerified(t *testing.T) {
 	fc := newFitCase(t)
-	s := startServer(t, 0)
-	startWorkers(t, s, 2)
-	var log strings.Builder
-	var lmu sync.Mutex
-	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: lockedWriter{&lmu, &log}})
-	exec, err := natsexec.New(context.Background(), connect(t, s, "coordinator"),
-		natsexec.Config{PingWait: 100 * time.Millisecond, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(exec.Close)
-	rogue := startReplayer(t, connect(t, s, "forger"), false)
-	rogue.mu.Lock()
-	rogue.forge = true
-	rogue.mu.Unlock()
-	coordtest.CheckFor(t, coordtest.Patience, func() error {
-		if ids, _ := exec.Census(context.Background()); len(ids) != 3 {
-			return fmt.Errorf("census found %d workers, want 3", len(ids))
-		}
-		return nil
-	})
+	exec, rogue, logger, _ := rogueCluster(t, 2, true)
 	md := fc.init.Clone()
 	ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
 	defer cancel()
 	var reps []coordinator.IterReport
-	_, err = coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
+	_, err := coordinator.Fit(ctx, exec, fc.shards, fc.man, md, coordinator.Options{GroupNNZ: testGroupNNZ,
 		Job: "forged", Converger: fc.conv, TaskTimeout: time.Minute, Checkpoint: exec, Logger: logger,
 		Verify: 0.02, VerifyLast: true, VerifySalt: 5, Report: func(r coordinator.IterReport) { reps = append(reps, r) }})
 	if err != nil {
@@ -266,6 +227,39 @@ func TestFitNATSForgedReplayVerified(t *testing.T) {
 	}
 	if mismatches == 0 {
 		t.Errorf("no mismatch reported in %+v", reps)
+	}
+}
+
+// rogueCluster starts a server, honest workers and a replayer (forging
+// its labels with forge) and the coordinator's executor, whose warnings
+// go to logger and logged(); it returns once the census counts them all.
+func rogueCluster(t *testing.T, honest int, forge bool) (*natsexec.Executor, *replayer, hclog.Logger, func() string) {
+	t.Helper()
+	s := startServer(t, 0)
+	startWorkers(t, s, honest)
+	var log strings.Builder
+	var lmu sync.Mutex
+	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: lockedWriter{&lmu, &log}})
+	exec, err := natsexec.New(context.Background(), connect(t, s, "coordinator"),
+		natsexec.Config{PingWait: 100 * time.Millisecond, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(exec.Close)
+	rogue := startReplayer(t, connect(t, s, "replayer"), false)
+	rogue.mu.Lock()
+	rogue.forge = forge
+	rogue.mu.Unlock()
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		if ids, _ := exec.Census(context.Background()); len(ids) != honest+1 {
+			return fmt.Errorf("census found %d workers, want %d", len(ids), honest+1)
+		}
+		return nil
+	})
+	return exec, rogue, logger, func() string {
+		lmu.Lock()
+		defer lmu.Unlock()
+		return log.String()
 	}
 }
 
