@@ -80,12 +80,10 @@ type ownBlock struct {
 	crc     string
 	fold    *factor.ColumnFold
 	// fmu guards fold, foldIter, the iteration it folds (ownfold.go),
-	// and the early pulls' state: ready, the known servers of the
-	// iteration's slices by position, and pulling (ownpull.go).
+	// and the early pulls' state (ownpull.go).
 	fmu      sync.Mutex
 	foldIter int
-	ready    map[int]string
-	pulling  bool
+	ps       pullState
 }
 
 // dblock is the D block of action a.
@@ -106,12 +104,14 @@ type ownGroup struct {
 	version int
 	d       []float64
 	crc     string
-	// fmu guards dh and x, the sums of iteration foldIter, and folded,
-	// the cells (Cells[:folded]) summed into them (ownfold.go).
+	// fmu guards dh and x, the sums of iteration foldIter, folded, the
+	// cells (Cells[:folded]) summed into them (ownfold.go), and the early
+	// pulls' state (ownpull.go).
 	fmu      sync.Mutex
 	dh, x    []float64
 	foldIter int
 	folded   int
+	ps       pullState
 }
 
 // startOwners registers the owners exchange's endpoints.
@@ -550,7 +550,7 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 		j.served = append(j.served, servedSlice{name, r.Iteration})
 		w.omu.Unlock()
 	}
-	w.announce(j, r, kb, j.layout[kb], servedC)
+	w.announce(j, r, kb, j.layout[kb], servedC, groups, gdone)
 	reply.Label = proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: cs.info.Checksum, ModelDigest: proto.Digest(r.Epoch)}.String()
 	reply.Y = slices.Clone(p.Y)
 	reply.SumX, reply.NNZ = p.SumX, p.NNZ

@@ -34,7 +34,7 @@ func (b *ownBlock) foldIterate(iter int) bool {
 	if iter > b.foldIter {
 		b.fold.Reset()
 		b.foldIter = iter
-		b.ready = nil
+		b.ps.ready = nil
 	}
 	return true
 }
@@ -52,6 +52,7 @@ func (g *ownGroup) foldIterate(iter, m int) bool {
 		clear(g.x)
 		g.folded = 0
 		g.foldIter = iter
+		g.ps.ready = nil
 	}
 	return true
 }
@@ -136,6 +137,7 @@ func (w *Worker) foldOwn(j *ownJob, r *proto.Request, kb int, p *factor.Partial,
 				return nil, nil, err
 			}
 			gdone[q] = true
+			w.kickPullLocked(j, g)
 		}
 		g.fmu.Unlock()
 	}

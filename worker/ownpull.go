@@ -13,14 +13,19 @@ import (
 	"github.com/emsf/emsf/worker/wire/proto"
 )
 
-// Early pulls (see wire.ReadySubject): a worker that serves a K̂ slice
-// tells the slice's owner, and the owner folds the slices that are due
-// (ColumnFold.Next) while the pass runs, one at a time per block, each
+// Early pulls (see wire.ReadySubject): a worker that serves a K̂ or D̂
+// slice tells the slice's owner, and the owner folds the slices that are
+// due (ColumnFold.Next for a column block of K, the next cell for a row
+// group of D) while the pass runs, one at a time per fold, each
 // dropped at its server once folded. So a slice lives about as long as
 // the slices before it in the canonical order take to appear, not until
 // the commit: on a cluster whose workers progress at one pace, a few per
 // worker instead of one per shard computed. The commit pulls whatever is
-// left (ownCommit, foldBlock), as before. Nothing here decides a value:
+// left (ownCommit, foldBlock, foldGroup), as before. D̂ slices were
+// pulled only at the commit until the memory proof at n = 2·10^6 found
+// them to be half of a worker's 396 MB of served slices at its peak
+// (docs/scaling.md §9.7): a pass's D̂ slices are n·cells·(8m + 12)/P
+// bytes a worker, growing with n. Nothing here decides a value:
 // a slice folded early is the slice the commit would have pulled, folded
 // at the same position.
 
@@ -42,8 +47,8 @@ func (w *Worker) startReady() error {
 	return nil
 }
 
-// serveReady records a notice for a block this worker owns in the
-// notice's epoch; any other notice is dropped.
+// serveReady records a notice for a block or row group this worker owns
+// in the notice's epoch; any other notice is dropped.
 func (w *Worker) serveReady(msg *nats.Msg) {
 	rd, err := wire.ParseReady(msg)
 	if err != nil {
@@ -52,82 +57,166 @@ func (w *Worker) serveReady(msg *nats.Msg) {
 	}
 	w.omu.Lock()
 	j := w.own[rd.Job]
-	var b *ownBlock
+	var f earlyFold
+	pos := -1
 	if j != nil && j.epoch == rd.Epoch {
-		b = j.blocks[[2]int{rd.KBlock, rd.C}]
+		if rd.Group >= 0 {
+			if g := j.groups[rd.Group]; g != nil {
+				f, pos = g, slices.Index(j.rowLayout[rd.Group].Cells, rd.Shard)
+			}
+		} else if b := j.blocks[[2]int{rd.KBlock, rd.C}]; b != nil {
+			f, pos = b, slices.Index(j.shapes[rd.KBlock].Shards, rd.Shard)
+		}
 	}
 	w.omu.Unlock()
-	if b == nil {
+	if f == nil || pos < 0 {
 		return
 	}
-	pos := slices.Index(j.shapes[rd.KBlock].Shards, rd.Shard)
-	if pos < 0 {
-		return
-	}
-	w.sliceReady(j, b, rd.Iteration, pos, rd.Worker)
+	w.sliceReady(j, f, rd.Iteration, pos, rd.Worker)
 }
 
-// sliceReady records that the slice of block b at position pos of its K
-// block (iteration iter) is served by worker src, and starts the block's
-// puller if that slice is due.
-func (w *Worker) sliceReady(j *ownJob, b *ownBlock, iter, pos int, src string) {
-	b.fmu.Lock()
-	defer b.fmu.Unlock()
-	if !b.foldIterate(iter) {
-		return
-	}
-	if b.ready == nil {
-		b.ready = map[int]string{}
-	}
-	if _, ok := b.ready[pos]; !ok {
-		b.ready[pos] = src
-	}
-	w.kickPullLocked(j, b)
+// earlyFold is a fold an early puller feeds: an owned column block's K̂
+// fold (ownBlock) or an owned row group's D̂ fold (ownGroup). Every method
+// but lock is called with the fold's lock held.
+type earlyFold interface {
+	lock() func()
+	// pulls is the fold's early-pull state.
+	pulls() *pullState
+	// iterate brings the fold to iteration iter (false: it is of a later
+	// one).
+	iterate(j *ownJob, iter int) bool
+	// foldIteration is the iteration the fold is of.
+	foldIteration() int
+	// due is the position due next in iteration iter; false when the
+	// fold is done or of another iteration.
+	due(j *ownJob, iter int) (int, bool)
+	// slice is the name of the slice at position q and the most bytes
+	// it may have.
+	slice(j *ownJob, iter, q int) (name string, limit int)
+	// add folds p, the slice at position q (the one due).
+	add(j *ownJob, q int, p *factor.Partial) error
 }
 
-// kickPullLocked starts block b's puller when the slice due next is known
-// to be served and none runs. The caller holds b.fmu.
-func (w *Worker) kickPullLocked(j *ownJob, b *ownBlock) {
-	if b.pulling || b.fold.Done() {
+// pullState is a fold's early pulls: the known servers of its
+// iteration's slices by position, and whether a puller runs.
+type pullState struct {
+	ready   map[int]string
+	pulling bool
+}
+
+func (b *ownBlock) lock() func()      { b.fmu.Lock(); return b.fmu.Unlock }
+func (b *ownBlock) pulls() *pullState { return &b.ps }
+func (b *ownBlock) iterate(_ *ownJob, iter int) bool {
+	return b.foldIterate(iter)
+}
+
+func (b *ownBlock) foldIteration() int { return b.foldIter }
+
+func (b *ownBlock) due(_ *ownJob, iter int) (int, bool) {
+	if b.foldIter != iter || b.fold.Done() {
+		return 0, false
+	}
+	return b.fold.Next(), true
+}
+
+func (b *ownBlock) slice(j *ownJob, iter, q int) (string, int) {
+	return wire.SliceName(j.job, j.epoch, iter, j.shapes[b.kb].Shards[q], b.c, j.sliceKey), wire.RawPartialSizeOf(0, b.hi-b.lo, j.m)
+}
+
+func (b *ownBlock) add(j *ownJob, _ int, p *factor.Partial) error {
+	if p.Action != b.kb || len(p.Y) != j.m {
+		return errNotServed
+	}
+	return b.fold.Add(p.Cols, p.KhT)
+}
+
+func (g *ownGroup) lock() func()      { g.fmu.Lock(); return g.fmu.Unlock }
+func (g *ownGroup) pulls() *pullState { return &g.ps }
+func (g *ownGroup) iterate(j *ownJob, iter int) bool {
+	return g.foldIterate(iter, j.m)
+}
+
+func (g *ownGroup) foldIteration() int { return g.foldIter }
+
+func (g *ownGroup) due(j *ownJob, iter int) (int, bool) {
+	if g.foldIter != iter || g.folded >= len(j.rowLayout[g.g].Cells) {
+		return 0, false
+	}
+	return g.folded, true
+}
+
+func (g *ownGroup) slice(j *ownJob, iter, q int) (string, int) {
+	return wire.DSliceName(j.job, j.epoch, iter, j.rowLayout[g.g].Cells[q], g.g, j.sliceKey), wire.RawPartialSizeOf(len(g.rows), 0, j.m)
+}
+
+func (g *ownGroup) add(j *ownJob, q int, p *factor.Partial) error {
+	return g.addSlice(j, q, p)
+}
+
+// sliceReady records that the slice of fold f at position pos (iteration
+// iter) is served by worker src, and starts f's puller if that slice is
+// due.
+func (w *Worker) sliceReady(j *ownJob, f earlyFold, iter, pos int, src string) {
+	defer f.lock()()
+	if !f.iterate(j, iter) {
 		return
 	}
-	if _, ok := b.ready[b.fold.Next()]; !ok {
+	ps := f.pulls()
+	if ps.ready == nil {
+		ps.ready = map[int]string{}
+	}
+	if _, ok := ps.ready[pos]; !ok {
+		ps.ready[pos] = src
+	}
+	w.kickPullLocked(j, f)
+}
+
+// kickPullLocked starts f's puller when the slice due next is known to be
+// served and none runs. The caller holds f's lock.
+func (w *Worker) kickPullLocked(j *ownJob, f earlyFold) {
+	ps := f.pulls()
+	if ps.pulling {
+		return
+	}
+	iter := f.foldIteration()
+	q, ok := f.due(j, iter)
+	if !ok {
+		return
+	}
+	if _, ok := ps.ready[q]; !ok {
 		return
 	}
 	if !w.begin() {
 		return
 	}
-	b.pulling = true
-	iter := b.foldIter
+	ps.pulling = true
 	go func() {
 		defer w.tasks.Done()
-		w.pullDue(j, b, iter)
+		w.pullDue(j, f, iter)
 	}()
 }
 
-// pullDue folds block b's due slices of iteration iter while their
-// servers are known, one at a time, and stops at the first unknown one,
-// at any error (the commit pulls again and reports it) and when the
-// fold moved on (a commit, a later iteration, the task's own fold).
-func (w *Worker) pullDue(j *ownJob, b *ownBlock, iter int) {
-	m := j.m
-	limit := wire.RawPartialSizeOf(0, b.hi-b.lo, m)
+// pullDue folds f's due slices of iteration iter while their servers are
+// known, one at a time, and stops at the first unknown one, at any error
+// (the commit pulls again and reports it) and when the fold moved on (a
+// commit, a later iteration, the task's own fold).
+func (w *Worker) pullDue(j *ownJob, f earlyFold, iter int) {
+	ps := f.pulls()
 	for {
-		b.fmu.Lock()
-		src, ok := "", false
-		q := -1
-		if b.foldIter == iter && !b.fold.Done() {
-			q = b.fold.Next()
-			src, ok = b.ready[q]
+		unlock := f.lock()
+		q, ok := f.due(j, iter)
+		src := ""
+		if ok {
+			src, ok = ps.ready[q]
 		}
 		if !ok {
-			b.pulling = false
-			w.kickPullLocked(j, b) // a later iteration's, if it is due
-			b.fmu.Unlock()
+			ps.pulling = false
+			w.kickPullLocked(j, f) // a later iteration's, if it is due
+			unlock()
 			return
 		}
-		b.fmu.Unlock()
-		name := wire.SliceName(j.job, j.epoch, iter, j.shapes[b.kb].Shards[q], b.c, j.sliceKey)
+		name, limit := f.slice(j, iter, q)
+		unlock()
 		var data []byte
 		var err error
 		subject := wire.SliceSubject(w.cfg.Prefix, src) + "." + name
@@ -146,28 +235,25 @@ func (w *Worker) pullDue(j *ownJob, b *ownBlock, iter int) {
 		if err == nil {
 			p, err = wire.DecodeRawPartial(data)
 		}
-		if err == nil && (p.Action != b.kb || len(p.Y) != m) {
-			err = errNotServed
-		}
-		b.fmu.Lock()
+		unlock = f.lock()
 		folded := false
-		if err == nil && b.foldIter == iter && !b.fold.Done() && b.fold.Next() == q {
-			err = b.fold.Add(p.Cols, p.KhT)
+		if due, ok := f.due(j, iter); err == nil && ok && due == q {
+			err = f.add(j, q, p)
 			folded = err == nil
 		}
 		if !folded {
 			// An error, or the fold moved on: the commit has the last
 			// word.
-			delete(b.ready, q)
-			b.pulling = false
-			w.kickPullLocked(j, b)
-			b.fmu.Unlock()
+			delete(ps.ready, q)
+			ps.pulling = false
+			w.kickPullLocked(j, f)
+			unlock()
 			if err != nil {
 				w.log.Debug("early pull stopped", "slice", name, "worker", src, "error", err)
 			}
 			return
 		}
-		b.fmu.Unlock()
+		unlock()
 		w.count(func(s *Stats) { s.SlicesPulledEarly++ })
 		if src == w.id {
 			w.slices.Drop(name)
@@ -177,22 +263,42 @@ func (w *Worker) pullDue(j *ownJob, b *ownBlock, iter int) {
 	}
 }
 
-// announce tells the owners of K block kb's column blocks layout (but
-// this worker) that the task's slices are served, and records those of
-// blocks this worker owns (not folded by the task) for its own pullers.
-func (w *Worker) announce(j *ownJob, r *proto.Request, kb int, layout []proto.ColBlock, served map[int]bool) {
+// announce tells the owners of the task's slices (but this worker) that
+// they are served: those of K block kb's column blocks layout not folded
+// by the task (served, by C) and those of the shard's row groups (groups,
+// but those folded: gdone by position); and records those of blocks and
+// groups this worker owns for its own pullers.
+func (w *Worker) announce(j *ownJob, r *proto.Request, kb int, layout []proto.ColBlock, served map[int]bool, groups []int, gdone map[int]bool) {
+	tell := func(owner string, rd wire.Ready, own func() (earlyFold, int, error)) {
+		if owner != w.id {
+			_ = w.nc.PublishMsg(rd.Msg(w.cfg.Prefix, owner))
+			return
+		}
+		if f, pos, err := own(); err == nil && pos >= 0 {
+			w.sliceReady(j, f, r.Iteration, pos, w.id)
+		}
+	}
+	rd := wire.Ready{Job: r.Job, Epoch: r.Epoch, Iteration: r.Iteration, Shard: r.Shard, Worker: w.id, Group: -1}
 	pos := slices.Index(j.shapes[kb].Shards, r.Shard)
 	for _, cb := range layout {
 		if !served[cb.C] {
 			continue
 		}
-		if cb.Owner != w.id {
-			rd := wire.Ready{Job: r.Job, Epoch: r.Epoch, Iteration: r.Iteration, KBlock: kb, C: cb.C, Shard: r.Shard, Worker: w.id}
-			_ = w.nc.PublishMsg(rd.Msg(w.cfg.Prefix, cb.Owner))
+		rd.KBlock, rd.C = kb, cb.C
+		tell(cb.Owner, rd, func() (earlyFold, int, error) {
+			b, err := w.ownBlockOf(r.Job, r.Epoch, r.Fence, cb.KBlock, cb.C)
+			return b, pos, err
+		})
+	}
+	rd.KBlock, rd.C = 0, 0
+	for q, g := range groups {
+		if gdone[q] {
 			continue
 		}
-		if b, err := w.ownBlockOf(r.Job, r.Epoch, r.Fence, cb.KBlock, cb.C); err == nil && pos >= 0 {
-			w.sliceReady(j, b, r.Iteration, pos, w.id)
-		}
+		rd.Group = g
+		tell(j.rowLayout[g].Owner, rd, func() (earlyFold, int, error) {
+			og, err := w.ownGroupOf(r.Job, r.Epoch, r.Fence, g)
+			return og, slices.Index(j.rowLayout[g].Cells, r.Shard), err
+		})
 	}
 }

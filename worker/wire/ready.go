@@ -21,7 +21,9 @@ import (
 func ReadySubject(prefix, id string) string { return prefix + ".ready." + id }
 
 // Ready is one notice: slice SliceName(Job, Epoch, Iteration, Shard, C)
-// of K block KBlock is served by Worker.
+// of K block KBlock is served by Worker; or, when Group >= 0, the D̂
+// slice DSliceName(Job, Epoch, Iteration, Shard, Group) of row group
+// Group (KBlock and C are then not sent).
 type Ready struct {
 	Job       string
 	Epoch     int
@@ -29,6 +31,7 @@ type Ready struct {
 	KBlock, C int
 	Shard     int
 	Worker    string
+	Group     int
 }
 
 // Ready notice headers (beside HeaderOwnJob, HeaderOwnEpoch,
@@ -36,6 +39,7 @@ type Ready struct {
 const (
 	HeaderReadyShard  = "Emsf-Shard"
 	HeaderReadyWorker = "Emsf-Worker"
+	HeaderReadyGroup  = "Emsf-Group"
 )
 
 // Msg is the notice as a message to owner's ReadySubject.
@@ -44,7 +48,11 @@ func (r Ready) Msg(prefix, owner string) *nats.Msg {
 	msg.Header.Set(HeaderOwnJob, r.Job)
 	msg.Header.Set(HeaderOwnEpoch, strconv.Itoa(r.Epoch))
 	msg.Header.Set(HeaderOwnVersion, strconv.Itoa(r.Iteration))
-	msg.Header.Set(HeaderOwnBlock, strconv.Itoa(r.KBlock)+"/"+strconv.Itoa(r.C))
+	if r.Group >= 0 {
+		msg.Header.Set(HeaderReadyGroup, strconv.Itoa(r.Group))
+	} else {
+		msg.Header.Set(HeaderOwnBlock, strconv.Itoa(r.KBlock)+"/"+strconv.Itoa(r.C))
+	}
 	msg.Header.Set(HeaderReadyShard, strconv.Itoa(r.Shard))
 	msg.Header.Set(HeaderReadyWorker, r.Worker)
 	return msg
@@ -57,9 +65,16 @@ func ParseReady(msg *nats.Msg) (Ready, error) {
 	r.Job = msg.Header.Get(HeaderOwnJob)
 	r.Epoch, errs[0] = strconv.Atoi(msg.Header.Get(HeaderOwnEpoch))
 	r.Iteration, errs[1] = strconv.Atoi(msg.Header.Get(HeaderOwnVersion))
-	kbs, cs, _ := strings.Cut(msg.Header.Get(HeaderOwnBlock), "/")
-	r.KBlock, errs[2] = strconv.Atoi(kbs)
-	r.C, errs[5] = strconv.Atoi(cs)
+	if g := msg.Header.Get(HeaderReadyGroup); g != "" {
+		if r.Group, errs[2] = strconv.Atoi(g); errs[2] == nil && r.Group < 0 {
+			errs[2] = fmt.Errorf("row group %d", r.Group)
+		}
+	} else {
+		r.Group = -1
+		kbs, cs, _ := strings.Cut(msg.Header.Get(HeaderOwnBlock), "/")
+		r.KBlock, errs[2] = strconv.Atoi(kbs)
+		r.C, errs[5] = strconv.Atoi(cs)
+	}
 	r.Shard, errs[3] = strconv.Atoi(msg.Header.Get(HeaderReadyShard))
 	r.Worker = msg.Header.Get(HeaderReadyWorker)
 	if r.Job == "" || r.Worker == "" {
