@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,11 +172,25 @@ func (b *BlobServer) Put(name string, data []byte) string {
 		b.order = append(b.order, name)
 	}
 	b.blobs[name] = data
-	for len(b.order) > b.max {
+	// order also lists blobs dropped since (Drop, DropBlob): forget them
+	// once they are most of it, so that a server that keeps blobs until
+	// they are dropped (the owners' slices, Max = MaxInt32) does not grow
+	// by a name for every blob it ever held.
+	if len(b.order) > 2*len(b.blobs)+64 {
+		b.order = slices.DeleteFunc(b.order, func(n string) bool { _, ok := b.blobs[n]; return !ok })
+	}
+	for len(b.blobs) > b.max {
 		delete(b.blobs, b.order[0])
 		b.order = b.order[1:]
 	}
 	return b.base + "." + name
+}
+
+// held is the number of blobs held and of names in the order.
+func (b *BlobServer) held() (blobs, names int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.blobs), len(b.order)
 }
 
 // Get returns blob name if it is held (for a reader in the same process,
