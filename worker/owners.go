@@ -66,8 +66,8 @@ type ownJob struct {
 }
 
 type servedSlice struct {
-	name string
-	iter int
+	name        string
+	iter, shard int
 }
 
 // ownBlock is an owned column block [lo, hi) of K block kb.
@@ -120,6 +120,8 @@ func (w *Worker) startOwners() error {
 	if w.slices, err = wire.ServeBlobs(w.nc, w.cfg.Prefix, w.id+"-s", math.MaxInt32); err != nil {
 		return err
 	}
+	w.dropCh = make(chan struct{})
+	w.slices.SetOnDrop(func([]byte) { w.sliceDropped() })
 	if err := w.svc.AddEndpoint("own", micro.HandlerFunc(w.handleOwn), micro.WithEndpointSubject(wire.OwnSubject(w.cfg.Prefix, w.id))); err != nil {
 		return fmt.Errorf("worker: add endpoint: %w", err)
 	}
@@ -421,8 +423,11 @@ func (w *Worker) storeLocked(ctx context.Context, bucket string) (jetstream.Obje
 // rows gathered from their owners, the partial, the D commit, and the K̂
 // slices served for the owners.
 func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply *proto.Reply) error {
+	w.waitSlices(ctx, j, r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	start := time.Now()
+	defer func() { w.dmu.Lock(); w.lastTask = time.Since(start); w.dmu.Unlock() }()
 	obs, err := w.store(ctx, r.Bucket)
 	if err != nil {
 		return err
@@ -532,7 +537,7 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 		w.slices.Put(name, data)
 		sent += int64(len(data))
 		w.omu.Lock()
-		j.served = append(j.served, servedSlice{name, r.Iteration})
+		j.served = append(j.served, servedSlice{name, r.Iteration, r.Shard})
 		w.omu.Unlock()
 	}
 	servedC := map[int]bool{}
@@ -547,7 +552,7 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 		w.slices.Put(name, data)
 		sent += int64(len(data))
 		w.omu.Lock()
-		j.served = append(j.served, servedSlice{name, r.Iteration})
+		j.served = append(j.served, servedSlice{name, r.Iteration, r.Shard})
 		w.omu.Unlock()
 	}
 	w.announce(j, r, kb, j.layout[kb], servedC, groups, gdone)

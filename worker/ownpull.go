@@ -257,6 +257,7 @@ func (w *Worker) pullDue(j *ownJob, f earlyFold, iter int) {
 		w.count(func(s *Stats) { s.SlicesPulledEarly++ })
 		if src == w.id {
 			w.slices.Drop(name)
+			w.sliceDropped()
 		} else {
 			wire.DropBlob(w.nc, subject)
 		}
@@ -300,5 +301,84 @@ func (w *Worker) announce(j *ownJob, r *proto.Request, kb int, layout []proto.Co
 			og, err := w.ownGroupOf(r.Job, r.Epoch, r.Fence, g)
 			return og, slices.Index(j.rowLayout[g].Cells, r.Shard), err
 		})
+	}
+}
+
+// Back-pressure on served slices. A worker whose tasks run ahead of the
+// others' (a grid row that computes faster, an owner whose pullers get
+// less of the CPU) serves slices that cannot be folded yet: an owner
+// folds a block's slices in the canonical order, so a slice waits for
+// every slice before it. Unbounded, that was about 25 tasks' slices a
+// worker at n = 2·10^6 (docs/scaling.md §9.7). So an owners task waits,
+// before it starts, while this worker serves slices of heldTasks or more
+// earlier shards of its iteration (shards before it in the canonical
+// order, the order of the pass and of every fold) not pulled yet, until
+// a pull drops one, or for at most sliceWaitMax(the last task's time).
+//
+// It cannot deadlock: slices of later shards (a backup copy's) do not
+// count, and the worker of the first shard not computed yet serves only
+// slices of earlier shards, whose folds have every slice before them, so
+// its owners pull them and it goes on. The bound on the wait keeps a
+// slice whose early pull failed or whose notice was lost (it waits for
+// the commit) from stalling the pass. Nothing here decides a value.
+const heldTasks = 4
+
+// sliceWaitMax bounds one task's wait: twice the last task's time, at
+// least 100 ms and at most 10 s.
+func sliceWaitMax(last time.Duration) time.Duration {
+	return min(10*time.Second, max(100*time.Millisecond, 2*last))
+}
+
+// sliceDropped wakes the tasks waiting for a served slice to be pulled.
+func (w *Worker) sliceDropped() {
+	w.dmu.Lock()
+	defer w.dmu.Unlock()
+	close(w.dropCh)
+	w.dropCh = make(chan struct{})
+}
+
+// heldBefore is the number of shards before shard whose slices of
+// iteration iter this worker still serves.
+func (w *Worker) heldBefore(j *ownJob, iter, shard int) int {
+	w.omu.Lock()
+	defer w.omu.Unlock()
+	held, last := 0, -1
+	for _, s := range j.served {
+		if s.iter != iter || s.shard >= shard || s.shard == last {
+			continue
+		}
+		if _, ok := w.slices.Get(s.name); ok {
+			held, last = held+1, s.shard
+		}
+	}
+	return held
+}
+
+// waitSlices holds task r back while this worker serves the slices of
+// heldTasks or more earlier shards (see heldTasks).
+func (w *Worker) waitSlices(ctx context.Context, j *ownJob, r *proto.Request) {
+	w.dmu.Lock()
+	limit := sliceWaitMax(w.lastTask)
+	w.dmu.Unlock()
+	start := time.Now()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		w.dmu.Lock()
+		dropped := w.dropCh
+		w.dmu.Unlock()
+		if w.heldBefore(j, r.Iteration, r.Shard) < heldTasks {
+			break
+		}
+		select {
+		case <-dropped:
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		break
+	}
+	if d := time.Since(start); d > time.Millisecond {
+		w.count(func(s *Stats) { s.SliceWaits++; s.SliceWaitSeconds += d.Seconds() })
 	}
 }

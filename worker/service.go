@@ -94,6 +94,11 @@ type Stats struct {
 	// while the pass ran (ownfold.go, ownpull.go).
 	SlicesFolded      int64 `json:"slices_folded"`
 	SlicesPulledEarly int64 `json:"slices_pulled_early"`
+	// SliceWaits counts owners tasks that waited before they started for
+	// the slices of earlier shards served here to be pulled, and
+	// SliceWaitSeconds the time they waited (ownpull.go, waitSlices).
+	SliceWaits       int64   `json:"slice_waits"`
+	SliceWaitSeconds float64 `json:"slice_wait_seconds"`
 	// Running is 1 while a task is being computed.
 	Running int32 `json:"running"`
 }
@@ -132,11 +137,17 @@ type Worker struct {
 	omu sync.Mutex
 	own map[string]*ownJob
 	// kv is the jobs bucket (guarded by kmu), where epochs are proven.
-	kmu       sync.Mutex
-	kv        jetstream.KeyValue
-	slices    *wire.BlobServer
-	gather    *nats.Subscription
-	ready     *nats.Subscription // early pulls' notices (ownpull.go)
+	kmu    sync.Mutex
+	kv     jetstream.KeyValue
+	slices *wire.BlobServer
+	gather *nats.Subscription
+	ready  *nats.Subscription // early pulls' notices (ownpull.go)
+	// dropCh is closed (and replaced) when a served slice is dropped;
+	// lastTask is the nanoseconds the last owners task took (both for
+	// waitSlices; guarded by dmu).
+	dmu       sync.Mutex
+	dropCh    chan struct{}
+	lastTask  time.Duration
 	ownShards map[string]*ownShard
 	ownMd     *factor.Model
 	ownD      []float64 // an owners task's rows of D, as gathered
