@@ -18,7 +18,10 @@ import (
 //     of η_s nonzeros touches.
 //   - Owned: its share of every D and K block, the values and the fold
 //     of their D̂ or K̂: 2·(D + K blocks)·n·m·s/P, and x (n·s per D
-//     block, /P).
+//     block, /P); and, where a K block has G > 1 reduction groups
+//     (η/K blocks > GroupNNZ), the reduction tree's pending sums of K̂
+//     (factor.Reducer: ⌊log2 G⌋ more of its share of each K block,
+//     measured as one at n = 2·10^6, 40M nonzeros, G = 2).
 //   - Task: the running shard's rows of D and K^T gathered from their
 //     owners and its partial's D̂ and K̂ rows: 2·m·s·(c_s + r_s), plus
 //     the kernel's scratch, 8 bytes a nonzero.
@@ -54,8 +57,13 @@ type MemCalibration struct {
 	// Slices is the number of tasks whose slices a worker holds at its
 	// peak (0: 5, from heap profiles of workers at P = 6: 82 MB of
 	// served slices, 5 tasks' worth with --col-cells 2 and 2.7 without,
-	// while the early pulls wait for a slower worker's slice).
+	// while the early pulls wait for a slower worker's slice; since then
+	// a task waits while a worker serves the slices of 4 earlier shards,
+	// worker/ownpull.go).
 	Slices float64
+	// GroupNNZ is the nonzeros of a reduction group (emsf fit
+	// --group-nnz; 0: 1<<25, factor.DefaultGroupNNZ).
+	GroupNNZ float64
 }
 
 func (c MemCalibration) withDefaults() MemCalibration {
@@ -73,6 +81,9 @@ func (c MemCalibration) withDefaults() MemCalibration {
 	}
 	if c.Slices == 0 {
 		c.Slices = 5
+	}
+	if c.GroupNNZ == 0 {
+		c.GroupNNZ = 1 << 25
 	}
 	return c
 }
@@ -102,8 +113,8 @@ func Memory(w Workload, p int, c MemCalibration) (MemEstimate, error) {
 		return MemEstimate{}, fmt.Errorf("costmodel: P = %d: must be >= 1", p)
 	}
 	c = c.withDefaults()
-	if !(c.ShardNNZ > 0) || c.GOGC < 0 || c.Base < 0 || c.Buffers < 0 || c.Slices < 0 {
-		return MemEstimate{}, fmt.Errorf("costmodel: memory calibration %+v: must be >= 0 (shard nonzeros > 0)", c)
+	if !(c.ShardNNZ > 0) || !(c.GroupNNZ > 0) || c.GOGC < 0 || c.Base < 0 || c.Buffers < 0 || c.Slices < 0 {
+		return MemEstimate{}, fmt.Errorf("costmodel: memory calibration %+v: must be >= 0 (shard and group nonzeros > 0)", c)
 	}
 	n, m, u, s := float64(w.N), float64(w.M), float64(w.U), w.s()
 	P := float64(p)
@@ -127,6 +138,9 @@ func Memory(w Workload, p int, c MemCalibration) (MemEstimate, error) {
 	e := MemEstimate{P: p}
 	e.Shards = 12*nodeNNZ + 12*shards*cS + 8*shards*rS
 	e.Owned = (2*(dblocks+kblocks)*n*m*s + dblocks*n*s) / P
+	if g := math.Ceil(w.NNZ / kblocks / c.GroupNNZ); g > 1 {
+		e.Owned += math.Floor(math.Log2(g)) * kblocks * n * m * s / P
+	}
 	e.Task = 2*m*s*(cS+rS) + 8*etaS
 	// The slices of the blocks and groups this worker owns (1/P of
 	// them) are folded by the task at once: none on one worker.

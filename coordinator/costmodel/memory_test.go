@@ -3,6 +3,8 @@ package costmodel
 import (
 	"math"
 	"testing"
+
+	"github.com/emsf/emsf/factor"
 )
 
 // TestMemoryParts: the memory model's parts on a small workload, by hand
@@ -70,5 +72,35 @@ func TestMemoryFallsWithP(t *testing.T) {
 	}
 	if _, err := Memory(w, 2, MemCalibration{GOGC: -1}); err == nil {
 		t.Error("GOGC -1 accepted")
+	}
+}
+
+// TestMemoryReductionTree: a K block of more than GroupNNZ nonzeros adds
+// ⌊log2 G⌋ of its owned share for the reduction tree's pending sums (G
+// groups): none at G = 1, one at G = 2 and 3, two at G = 4.
+func TestMemoryReductionTree(t *testing.T) {
+	w := Workload{N: 1000, M: 4, U: 2, NNZ: 20000}
+	base, err := Memory(w, 4, MemCalibration{ShardNNZ: 1000, GroupNNZ: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		groupNNZ float64
+		trees    float64
+	}{{10000, 0}, {5000, 1}, {4000, 1}, {2500, 2}} {
+		e, err := Memory(w, 4, MemCalibration{ShardNNZ: 1000, GroupNNZ: c.groupNNZ})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two K blocks of 1000·4 values, 8 bytes each, a quarter owned.
+		if got, want := e.Owned-base.Owned, c.trees*2*1000*4*8/4; math.Abs(got-want) > 1e-9 {
+			t.Errorf("group nonzeros %g (G = %g per K block): the tree adds %g bytes, want %g", c.groupNNZ, math.Ceil(10000/c.groupNNZ), got, want)
+		}
+	}
+	if got := (MemCalibration{}).withDefaults().GroupNNZ; got != factor.DefaultGroupNNZ {
+		t.Errorf("default GroupNNZ %g, want emsf fit's %d", got, factor.DefaultGroupNNZ)
+	}
+	if _, err := Memory(w, 4, MemCalibration{GroupNNZ: -1}); err == nil {
+		t.Error("a negative GroupNNZ was accepted")
 	}
 }
