@@ -145,7 +145,8 @@ func (r *replayer) answer(tr *wire.TaskRequest) ([]byte, string, error) {
 	if r.forge {
 		dig = tr.ModelDigest
 	}
-	label := proto.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: tr.ShardChecksum, ModelDigest: dig}
+	// It sees the task, so it copies its nonce too.
+	label := proto.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: tr.ShardChecksum, ModelDigest: dig, Nonce: tr.Nonce}
 	return body, label.String(), nil
 }
 

@@ -556,7 +556,7 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 		w.omu.Unlock()
 	}
 	w.announce(j, r, kb, j.layout[kb], servedC, groups, gdone)
-	reply.Label = proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: cs.info.Checksum, ModelDigest: proto.Digest(r.Epoch)}.String()
+	reply.Label = proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: cs.info.Checksum, ModelDigest: proto.Digest(r.Epoch), Nonce: r.Nonce}.String()
 	reply.Y = slices.Clone(p.Y)
 	reply.SumX, reply.NNZ = p.SumX, p.NNZ
 	if !math.IsNaN(p.LogLik) {

@@ -437,7 +437,7 @@ func (w *Worker) run(ctx context.Context, tr *wire.TaskRequest, hdr micro.Header
 	// The label names the shard and model version computed: with model
 	// parts, every part was checked against the task's CRCs, so the
 	// version is the task's; else it is the one the worker holds.
-	label := proto.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest}
+	label := proto.Label{Job: tr.Job, Iteration: tr.Iteration, Shard: tr.Shard, ShardChecksum: s.Checksum, ModelDigest: tr.ModelDigest, Nonce: tr.Nonce}
 	if err == nil {
 		compute = pr.compute
 		hdr[wire.HeaderModelNanos] = []string{strconv.FormatInt(int64(pr.model), 10)}

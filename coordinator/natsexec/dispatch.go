@@ -60,7 +60,7 @@ func (e *Executor) do(ctx context.Context, t wire.Task) wire.Result {
 		return r
 	}
 	avoid := slices.Concat(t.Avoid, out)
-	req := wire.TaskRequest{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, Attempt: t.Attempt,
+	req := wire.TaskRequest{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, Attempt: t.Attempt, Nonce: proto.NewNonce(),
 		WithLogLik: t.WithLogLik, Avoid: avoid, Bucket: e.cfg.ObjectBucket,
 		ShardObject: refs[t.Shard].name, ShardChecksum: refs[t.Shard].digest,
 		ModelObject: md.name, ModelDigest: md.digest, ModelBlob: md.blob, ModelSize: int(md.size)}
@@ -121,7 +121,7 @@ func (e *Executor) do(ctx context.Context, t wire.Task) wire.Result {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s is quarantined: its partial is dropped", t.Shard, r.Worker)
 			return r
 		}
-		want := proto.Label{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, ShardChecksum: refs[t.Shard].digest, ModelDigest: md.digest}
+		want := proto.Label{Job: t.Job, Iteration: t.Iteration, Shard: t.Shard, ShardChecksum: refs[t.Shard].digest, ModelDigest: md.digest, Nonce: req.Nonce}
 		if err := e.decode(ctx, reply, want, &r); err != nil {
 			r.Err = fmt.Errorf("natsexec: shard %d: worker %s: %w", t.Shard, r.Worker, err)
 			if isRejected(err) {

@@ -7,12 +7,13 @@ import (
 	"github.com/emsf/emsf/worker/wire/proto"
 )
 
-// checkTask checks worker id's answer to the task of shard k in
-// iteration iter: label, dimensions, values and Σx against the shard's
-// line. A bad answer counts against the worker.
-func (s *seq) checkTask(iter, k int, withLL bool, id string, rep *proto.Reply) error {
+// checkTask checks worker id's answer to task r: label (with r's nonce),
+// dimensions, values and Σx against the shard's line. A bad answer counts
+// against the worker.
+func (s *seq) checkTask(r *proto.Request, id string, rep *proto.Reply) error {
+	iter, k, withLL := r.Iteration, r.Shard, r.WithLogLik
 	in := s.plan.Shards[k]
-	want := proto.Label{Job: s.plan.Job, Iteration: iter, Shard: k, ShardChecksum: in.Checksum, ModelDigest: proto.Digest(s.epoch)}
+	want := proto.Label{Job: s.plan.Job, Iteration: iter, Shard: k, ShardChecksum: in.Checksum, ModelDigest: proto.Digest(s.epoch), Nonce: r.Nonce}
 	got, err := proto.ParseLabel(rep.Label)
 	if err == nil {
 		err = got.Check(want)

@@ -535,9 +535,10 @@ type fakeWorker struct {
 	jobs  map[string]*fakeJob
 	// Faults: stray answers the census but serves no owners subject;
 	// slow never answers a task (until cancelled); lie labels its task
-	// answers with another shard.
-	stray, slow, lie bool
-	tasks            int
+	// answers with another shard; replay answers with the label of
+	// another hand-out of the task (every field but the nonce).
+	stray, slow, lie, replay bool
+	tasks                    int
 }
 
 type fakeJob struct {
@@ -745,9 +746,12 @@ func (w *fakeWorker) task(j *fakeJob, r *proto.Request, rep *proto.Reply) error 
 	p.Action = b.Action
 	j.served[[2]int{r.Iteration, r.Shard}] = p
 	w.tasks++
-	label := proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: sh.Checksum, ModelDigest: proto.Digest(r.Epoch)}
+	label := proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: sh.Checksum, ModelDigest: proto.Digest(r.Epoch), Nonce: r.Nonce}
 	if w.lie {
 		label.Shard++
+	}
+	if w.replay {
+		label.Nonce = "an-earlier-hand-out"
 	}
 	rep.Label = label.String()
 	rep.Y, rep.SumX, rep.NNZ = slices.Clone(p.Y), p.SumX, p.NNZ

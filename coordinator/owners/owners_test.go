@@ -235,8 +235,9 @@ func TestRunStraggler(t *testing.T) {
 
 // TestRunQuarantine: a worker that answers the census but serves no
 // owners subject (ErrUnreachable) is quarantined at its first request; a
-// worker whose task answers carry another shard's label is struck at
-// each and quarantined at the third. Each bad answer costs one rollback,
+// worker whose task answers carry another shard's label, or the label of
+// another hand-out of the task (its nonce), is struck at each and
+// quarantined at the third. Each bad answer costs one rollback,
 // the job then runs on the others, and the model is bitwise the local
 // fit's.
 func TestRunQuarantine(t *testing.T) {
@@ -248,6 +249,7 @@ func TestRunQuarantine(t *testing.T) {
 	}{
 		{"stray", func(w *fakeWorker) { w.stray = true }, 1},
 		{"liar", func(w *fakeWorker) { w.lie = true }, 3},
+		{"replay", func(w *fakeWorker) { w.replay = true }, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, 120, 4, 2, factor.TieNone, 4, 1, 3, 6)

@@ -174,9 +174,10 @@ func (ps *passSched) medianPerNNZ() float64 {
 func (ps *passSched) run(ctx context.Context, cancel context.CancelFunc, k int, c *taskCopy) {
 	s, id := ps.s, c.worker
 	defer c.cancel()
-	rep, err := s.ask(c.ctx, id, s.task(ps.iter, k, ps.withLL))
+	req := s.task(ps.iter, k, ps.withLL)
+	rep, err := s.ask(c.ctx, id, req)
 	if err == nil {
-		err = s.checkTask(ps.iter, k, ps.withLL, id, rep)
+		err = s.checkTask(req, id, rep)
 	}
 	took := s.clock.Now().Sub(c.start)
 	ps.mu.Lock()

@@ -480,6 +480,7 @@ func (s *seq) task(iter, k int, withLL bool) *proto.Request {
 	in := s.plan.Shards[k]
 	r := s.request(proto.OpTask, iter)
 	r.Shard, r.ShardObject, r.ShardChecksum, r.WithLogLik = k, proto.ShardObject(in.Checksum), in.Checksum, withLL
+	r.Nonce = proto.NewNonce()
 	return r
 }
 

@@ -28,8 +28,10 @@ const (
 	// ServiceVersion is the protocol version workers announce. 2.0.0:
 	// every partial reply carries its Label (a 1.x partial is rejected),
 	// a partial too large for the reply is always a blob (no Object Store
-	// partials), and every blob chunk request names its length.
-	ServiceVersion = "2.0.0"
+	// partials), and every blob chunk request names its length. 3.0.0:
+	// the label ends with the task's nonce (a 2.x label is rejected);
+	// ready notices name row groups too.
+	ServiceVersion = "3.0.0"
 	// MetaMemory is the key of a worker's service metadata that gives
 	// the memory in bytes it may use (decimal; absent: unknown).
 	MetaMemory = "memory"
@@ -154,10 +156,13 @@ type Result struct {
 
 // TaskRequest is the JSON body of a task message.
 type TaskRequest struct {
-	Job        string   `json:"job"`
-	Iteration  int      `json:"iteration"`
-	Shard      int      `json:"shard"`
-	Attempt    int      `json:"attempt"`
+	Job       string `json:"job"`
+	Iteration int    `json:"iteration"`
+	Shard     int    `json:"shard"`
+	Attempt   int    `json:"attempt"`
+	// Nonce is this hand-out's (proto.Label.Nonce), which the answer's
+	// label repeats.
+	Nonce      string   `json:"nonce"`
 	WithLogLik bool     `json:"with_loglik"`
 	Avoid      []string `json:"avoid,omitempty"`
 	// Deadline is when the coordinator stops waiting (Unix nanoseconds).

@@ -239,6 +239,8 @@ type Request struct {
 	ShardObject   string `json:"shard_object,omitempty"`
 	ShardChecksum string `json:"shard_checksum,omitempty"`
 	WithLogLik    bool   `json:"with_loglik,omitempty"`
+	// Nonce is the task's (Label.Nonce), which its answer repeats.
+	Nonce string `json:"nonce,omitempty"`
 
 	// commit: the global Y of the owner's K blocks, whether to store the
 	// committed blocks, and the shards whose slices another worker than
