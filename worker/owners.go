@@ -57,6 +57,9 @@ type ownJob struct {
 	rowLayout  []proto.RowGroup
 	cellGroups map[int][]int
 	cellWorker map[int]string
+	// members are the epoch's workers: those the layouts and shapes name
+	// (an early pull fetches only from one of them).
+	members map[string]bool
 	// served are the K̂ slice blobs served, with the iteration they are of.
 	served []servedSlice
 	// ctx is the epoch's: cancelled when a newer epoch, the job's end or
@@ -339,10 +342,20 @@ func (w *Worker) ownLoad(ctx context.Context, j *ownJob, r *proto.Request) error
 // worker owns: their row lists and their rows of D at version
 // r.Iteration, each checked against the CRCs of the layout.
 func (w *Worker) loadGroups(ctx context.Context, obs jetstream.ObjectStore, j *ownJob, r *proto.Request) error {
+	j.members = map[string]bool{}
 	for _, sh := range j.shapes {
 		for q, k := range sh.Shards {
 			j.cellWorker[k] = sh.Workers[q]
+			j.members[sh.Workers[q]] = true
 		}
+	}
+	for _, l := range j.layout {
+		for _, cb := range l {
+			j.members[cb.Owner] = true
+		}
+	}
+	for _, g := range r.Groups {
+		j.members[g.Owner] = true
 	}
 	for gi, g := range r.Groups {
 		if g.G != gi || g.Action < 0 || g.Action >= j.u || len(g.Cells) == 0 || g.Lo < 0 || g.Hi > j.n || g.Lo > g.Hi {

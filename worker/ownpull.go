@@ -59,7 +59,10 @@ func (w *Worker) serveReady(msg *nats.Msg) {
 	j := w.own[rd.Job]
 	var f earlyFold
 	pos := -1
-	if j != nil && j.epoch == rd.Epoch {
+	// A notice naming a server outside the epoch is dropped: an early
+	// pull fetches only from the epoch's workers (a client that may
+	// publish notices cannot make an owner fold what it serves).
+	if j != nil && j.epoch == rd.Epoch && j.members[rd.Worker] {
 		if rd.Group >= 0 {
 			if g := j.groups[rd.Group]; g != nil {
 				f, pos = g, slices.Index(j.rowLayout[rd.Group].Cells, rd.Shard)

@@ -20,8 +20,9 @@ import (
 // then 1), make the owner pull and fold each slice once its turn comes,
 // in the cells' order, while the pass runs (no commit), and drop each
 // at its server once folded. Notices that name a group not owned here,
-// a shard that is not one of the group's cells, another epoch or a bad
-// group are dropped without effect.
+// a shard that is not one of the group's cells, another epoch, a bad
+// group or a server outside the epoch (a rogue that would serve another
+// slice under the name) are dropped without effect.
 func TestEarlyPullRowGroup(t *testing.T) {
 	srv := testServer(t)
 	w := testWorker(t, srv)
@@ -89,7 +90,24 @@ func TestEarlyPullRowGroup(t *testing.T) {
 	}
 	layout[g] = proto.RowGroup{G: g, Action: 0, Cells: cells, Owner: w.id}
 	w.omu.Lock()
-	w.own[job] = &ownJob{job: job, epoch: epoch, sliceKey: key, n: 8, m: m, u: 1, groups: map[int]*ownGroup{g: og}, rowLayout: layout, ctx: ctx, cancel: cancel}
+	w.own[job] = &ownJob{job: job, epoch: epoch, sliceKey: key, n: 8, m: m, u: 1, groups: map[int]*ownGroup{g: og}, rowLayout: layout, ctx: ctx, cancel: cancel,
+		members: map[string]bool{"peer": true, "other": true, w.id: true}}
+	// The rogue serves any slice asked of it: cell 0 with other values.
+	rogueSub, err := peer.Subscribe(wire.SliceSubject(wire.DefaultPrefix, "rogue")+".>", func(msg *nats.Msg) {
+		if string(msg.Data) == "drop" {
+			return
+		}
+		p := slice(0)
+		p.Dh[0] = 1e6
+		reply := nats.NewMsg(msg.Reply)
+		reply.Data = wire.EncodeRawPartial(p, nil)
+		reply.Header.Set(wire.HeaderBlobTotal, strconv.Itoa(len(reply.Data)))
+		_ = msg.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rogueSub.Unsubscribe() })
 	w.omu.Unlock()
 
 	notice := func(rd wire.Ready) {
@@ -121,6 +139,9 @@ func TestEarlyPullRowGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	notice(rd(10, 99))
+	rogue := rd(10, g)
+	rogue.Worker = "rogue"
+	notice(rogue)
 	// Cell 2 first: not due, not pulled before cells 0 and 1 (the order
 	// of the pulls below).
 	notice(rd(12, g))
