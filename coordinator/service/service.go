@@ -554,11 +554,14 @@ func (s *Service) storeCheckpoint(ctx context.Context, committed bool, pending i
 	}()
 	info, err := wire.PutObjectReader(ctx, s.st.Models, s.nc.MaxPayload(), jetstream.ObjectMeta{Name: StateObject(s.cfg.Name)}, pr)
 	pr.CloseWithError(errors.New("service: checkpoint put ended")) // unblocks the encoder if the put failed
-	if eerr := <-encoded; err == nil && eerr != nil {
-		err = eerr
-	}
-	if err != nil {
+	eerr := <-encoded
+	switch {
+	case err != nil && !errors.Is(err, eerr):
+		return fmt.Errorf("service: checkpoint: %w", s.st.storeErr(ctx, StateObject(s.cfg.Name), err))
+	case err != nil:
 		return fmt.Errorf("service: checkpoint: %w", err)
+	case eerr != nil:
+		return fmt.Errorf("service: checkpoint: %w", eerr)
 	}
 	s.ckptSeq, s.dirty = s.seq, false
 	d := time.Since(start)

@@ -67,6 +67,8 @@ type Stores struct {
 	JS     jetstream.JetStream
 	KV     jetstream.KeyValue
 	Models jetstream.ObjectStore
+	// ModelBucket names Models in store errors.
+	ModelBucket string
 }
 
 // StoreConfig names the buckets and the stream's limits.
@@ -136,7 +138,7 @@ func OpenStores(ctx context.Context, js jetstream.JetStream, cfg StoreConfig) (*
 	if err != nil {
 		return nil, fmt.Errorf("service: object store %s: %w", cfg.ModelBucket, err)
 	}
-	return &Stores{JS: js, KV: kv, Models: obs}, nil
+	return &Stores{JS: js, KV: kv, Models: obs, ModelBucket: cfg.ModelBucket}, nil
 }
 
 // OpenStoresReadOnly opens existing buckets without creating them (the
@@ -153,16 +155,23 @@ func OpenStoresReadOnly(ctx context.Context, js jetstream.JetStream, stateBucket
 	if err != nil {
 		return nil, fmt.Errorf("service: object store %s: %w", modelBucket, err)
 	}
-	return &Stores{JS: js, KV: kv, Models: obs}, nil
+	return &Stores{JS: js, KV: kv, Models: obs, ModelBucket: modelBucket}, nil
 }
 
 // put stores data as object name with metadata meta, in chunks below the
-// server's max payload.
+// server's max payload. A failure is a *wire.StoreError: it says whether
+// the bucket is full (and how full), JetStream is off, or the write
+// stalled.
 func (st *Stores) put(ctx context.Context, maxPayload int64, name string, data []byte, meta map[string]string) error {
 	if _, err := wire.PutObjectMeta(ctx, st.Models, maxPayload, jetstream.ObjectMeta{Name: name, Metadata: meta}, data); err != nil {
-		return fmt.Errorf("service: store %s: %w", name, err)
+		return fmt.Errorf("service: %w", st.storeErr(ctx, name, err))
 	}
 	return nil
+}
+
+// storeErr classifies a failed write of object name (wire.StoreErr).
+func (st *Stores) storeErr(ctx context.Context, name string, err error) error {
+	return wire.StoreErr(ctx, st.JS, wire.OpStore, wire.KindObjects, st.ModelBucket, name, err)
 }
 
 // Latest returns model name's latest Version and its KV revision
