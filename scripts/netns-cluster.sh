@@ -37,6 +37,10 @@
 #   --per-row R      sampled transitions per state and action (default 40)
 #   --iters I        iterations per fit (default 4; the first two fill caches)
 #   --rate R         tc rate of every link, e.g. 50mbit (default)
+#   --slow K:R       node K's link at rate R instead (issue 26 item 6: one
+#                    node behind a slow link), e.g. --slow 3:8mbit
+#   --backups        with owners: keep emsf's straggler backups on (the
+#                    byte runs turn them off: a copy adds bytes)
 #   --design NAME    label written in the CSV (default A for coordinator, B
 #                    for owners)
 #   --out DIR        results directory (default: a new one under $TMPDIR)
@@ -57,6 +61,7 @@ order=32
 per_row=40
 iters=4
 rate=50mbit
+slow= backups=
 design=
 exchanges=coordinator
 col_blocks=8
@@ -73,13 +78,15 @@ while [ $# -gt 0 ]; do
 	--per-row) per_row=$2; shift ;;
 	--iters) iters=$2; shift ;;
 	--rate) rate=$2; shift ;;
+	--slow) slow=$2; shift ;;
+	--backups) backups=1 ;;
 	--design) design=$2; shift ;;
 	--exchange) exchanges=$2; shift ;;
 	--col-blocks) col_blocks=$2; shift ;;
 	--col-cells) col_cells=$2; shift ;;
 	--out) out=$2; shift ;;
 	--bin) bin=$2; shift ;;
-	-h | --help) sed -n '2,44p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,49p' "$0"; exit 0 ;;
 	*) echo "netns-cluster: unknown flag $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -121,6 +128,10 @@ rate_mbit=$(awk -v r="$rate" 'BEGIN {
 	if (match(r, /^[0-9.]+(k|m|g)bit$/)) { v = r + 0; u = substr(r, length(r) - 3, 1)
 		print (u == "k" ? v / 1000 : u == "m" ? v : v * 1000) } }')
 [ -n "$rate_mbit" ] || { echo "netns-cluster: --rate $rate: want a tc rate like 50mbit" >&2; exit 2; }
+if [ -n "$slow" ] && ! [[ $slow =~ ^[1-9][0-9]*:[0-9.]+(k|m|g)bit$ ]]; then
+	echo "netns-cluster: --slow $slow: want NODE:RATE, a worker node (1 to P) and a tc rate like 8mbit" >&2
+	exit 2
+fi
 for p in $nodes; do
 	[ "$p" -le 200 ] || { echo "netns-cluster: --nodes $p: at most 200" >&2; exit 2; }
 done
@@ -199,8 +210,10 @@ topology() {
 		nsx "$k" ip link set lo up
 		nsx "$k" ip addr add "$(addr "$k")/24" dev "$tag${k}n"
 		nsx "$k" ip link set "$tag${k}n" up
-		nsx "$k" tc qdisc add dev "$tag${k}n" root tbf rate "$rate" burst 64kb latency 50ms
-		tc qdisc add dev "$tag${k}h" root tbf rate "$rate" burst 64kb latency 50ms
+		local r=$rate
+		if [ -n "$slow" ] && [ "${slow%%:*}" = "$k" ]; then r=${slow#*:}; fi
+		nsx "$k" tc qdisc add dev "$tag${k}n" root tbf rate "$r" burst 64kb latency 50ms
+		tc qdisc add dev "$tag${k}h" root tbf rate "$r" burst 64kb latency 50ms
 	done
 }
 
@@ -321,6 +334,7 @@ for run in "${runs_list[@]}"; do
 			# No speculative copies: the runs measure the protocol's own
 			# bytes (a backup copy on the loaded machine would add to them).
 			fit_x=(--exchange owners --col-blocks "$col_blocks" --speculation=false)
+			if [ -n "$backups" ]; then fit_x=(--exchange owners --col-blocks "$col_blocks"); fi
 			d=${design:-B}
 			if [ "$col_cells" -gt 1 ]; then
 				# The grid emsf forms (natsexec.GridCols): p_c the divisor

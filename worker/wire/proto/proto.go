@@ -82,8 +82,10 @@ import (
 
 // Protocol is the version of the owners exchange this package speaks: a
 // worker answers hello with it and the coordinator admits only workers of
-// its own. 2: every request is fenced (epoch ≥ 1 and token), hello.
-const Protocol = 2
+// its own. 2: every request is fenced (epoch ≥ 1 and token), hello. 3: a
+// task carries a nonce its answer's label repeats (Label.Nonce), and
+// ready notices name row groups too (D̂ slices pulled early).
+const Protocol = 3
 
 // Operations of a Request.
 const (
