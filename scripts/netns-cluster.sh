@@ -153,6 +153,10 @@ teardown() {
 	pids=()
 	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$tag-" || true); do
 		for p in $(ip netns pids "$ns" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+		# A process still draining after 10 s (a worker behind a slow
+		# link) is killed: none may outlive the run.
+		for _ in $(seq 100); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
+		for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
 		ip netns del "$ns" 2>/dev/null || true
 	done
 	ip link del "$bridge" 2>/dev/null || true
@@ -242,7 +246,7 @@ max_payload: 1MB
 $4
 cluster { name: $tag, listen: $(addr "$1"):$((6222 + $3)), routes: [ ${routes%, } ] }
 CONF
-		nsx "$1" "$nats_server" -c "$out/$2.conf" >"$out/logs/nats-$2.log" 2>&1 &
+		nsx "$1" "$nats_server" -c "$out/$2.conf" >"$out/logs/nats-$2.log" 2>&1 9>&- &
 		pids+=($!)
 	}
 	for i in 0 1 2; do
@@ -355,7 +359,7 @@ for run in "${runs_list[@]}"; do
 		servers "$p"
 		for k in $(seq 1 "$p"); do
 			nsx "$k" "$emsf" worker --nats "nats://$(addr "$k"):4222" --name "w$k" --log-level warn \
-				>"$out/logs/worker-$d-$p-$n-$k.log" 2>&1 &
+				>"$out/logs/worker-$d-$p-$n-$k.log" 2>&1 9>&- &
 			pids+=($!)
 		done
 		load_start=$(cut -d' ' -f1 /proc/loadavg)

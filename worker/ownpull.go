@@ -324,7 +324,7 @@ func (w *Worker) announce(j *ownJob, r *proto.Request, kb int, layout []proto.Co
 // its owners pull them and it goes on. The bound on the wait keeps a
 // slice whose early pull failed or whose notice was lost (it waits for
 // the commit) from stalling the pass. Nothing here decides a value.
-const heldTasks = 4
+const heldTasks = 2
 
 // sliceWaitMax bounds one task's wait: twice the last task's time, at
 // least 100 ms and at most 10 s.

@@ -58,8 +58,10 @@ type MemCalibration struct {
 	// peak (0: 5, from heap profiles of workers at P = 6: 82 MB of
 	// served slices, 5 tasks' worth with --col-cells 2 and 2.7 without,
 	// while the early pulls wait for a slower worker's slice; since then
-	// a task waits while a worker serves the slices of 4 earlier shards,
-	// worker/ownpull.go).
+	// a task waits while a worker serves the slices of 2 earlier shards,
+	// worker/ownpull.go: the bound is then 3 tasks' slices; 5 is kept,
+	// the fitted value, as the checks of docs/scaling.md §9.4 and §9.10
+	// pass with it).
 	Slices float64
 	// GroupNNZ is the nonzeros of a reduction group (emsf fit
 	// --group-nnz; 0: 1<<25, factor.DefaultGroupNNZ).
