@@ -41,6 +41,7 @@
 #                    node behind a slow link), e.g. --slow 3:8mbit
 #   --backups        with owners: keep emsf's straggler backups on (the
 #                    byte runs turn them off: a copy adds bytes)
+#   --fit-args "..." more emsf fit flags (e.g. "--checkpoint-every 2")
 #   --design NAME    label written in the CSV (default A for coordinator, B
 #                    for owners)
 #   --out DIR        results directory (default: a new one under $TMPDIR)
@@ -61,7 +62,7 @@ order=32
 per_row=40
 iters=4
 rate=50mbit
-slow= backups=
+slow= backups= fit_args=
 design=
 exchanges=coordinator
 col_blocks=8
@@ -80,13 +81,14 @@ while [ $# -gt 0 ]; do
 	--rate) rate=$2; shift ;;
 	--slow) slow=$2; shift ;;
 	--backups) backups=1 ;;
+	--fit-args) fit_args=$2; shift ;;
 	--design) design=$2; shift ;;
 	--exchange) exchanges=$2; shift ;;
 	--col-blocks) col_blocks=$2; shift ;;
 	--col-cells) col_cells=$2; shift ;;
 	--out) out=$2; shift ;;
 	--bin) bin=$2; shift ;;
-	-h | --help) sed -n '2,49p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,50p' "$0"; exit 0 ;;
 	*) echo "netns-cluster: unknown flag $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -135,6 +137,9 @@ fi
 for p in $nodes; do
 	[ "$p" -le 200 ] || { echo "netns-cluster: --nodes $p: at most 200" >&2; exit 2; }
 done
+
+# shellcheck disable=SC2206
+fit_more=($fit_args)
 
 tag=emsfnc
 bridge=${tag}br
@@ -373,7 +378,7 @@ for run in "${runs_list[@]}"; do
 		fitlog=$out/logs/fit-$d-$p-$n.log
 		if ! nsx 0 "$emsf" fit --input "$data" --order "$order" --iters "$iters" --tol 0 --seed 1 --shard-nnz "$shard_nnz" --plain \
 			--nats "nats://$(addr 0):4222" --min-workers "$p" --wait-workers 120s --worker-timeout 600s "${fit_x[@]}" \
-			--job "nc-$d-$p-$n" --log-json --log-every 0 --out "$out/model-$d-$p-$n.arrow" >"$fitlog" 2>&1; then
+			--job "nc-$d-$p-$n" --log-json --log-every 0 "${fit_more[@]}" --out "$out/model-$d-$p-$n.arrow" >"$fitlog" 2>&1; then
 			echo "netns-cluster: fit design $d P=$p n=$n failed" >&2
 			exit 1
 		fi
