@@ -55,6 +55,56 @@ func (e *JM) Row(a, i int, dst []float64) {
 	}
 }
 
+var _ Estimate = (*RuleCounting)(nil)
+
+// RuleCounting is counting smoothed by a model's predictive rule
+// (Smoothing) without the factors: λ_a = 1 for every action, so
+//
+//	P̂^a_ij = f_i·(c_ij − d_a)₊ + b_i·q^a_j,
+//
+// and q^a for a row never seen; it predicts with the same code as a
+// model (Smoothing.prob, Smoothing.row). KNRule makes it interpolated
+// Kneser–Ney counting, the baseline of emsf eval --train (kn) that shows
+// whether a model's factors add to the counting part of its rule.
+type RuleCounting struct {
+	n, u int
+	s    *Smoothing
+}
+
+// NewRuleCounting counts the blocks into the rule with the parameters
+// per action, every λ 1. cnt, when not nil, must be NewCNT(n, u, blocks,
+// 0) (so that choosing among many rules counts once).
+func NewRuleCounting(n, u int, blocks []*Block, cnt *CNT, rules []RuleParams) (*RuleCounting, error) {
+	for a, r := range rules {
+		if r.Lambda != 1 {
+			return nil, fmt.Errorf("factor: counting under the rule needs λ = 1 (no factors), action %d has λ = %v", a, r.Lambda)
+		}
+	}
+	s, err := newSmoothing(n, u, blocks, cnt, rules)
+	if err != nil {
+		return nil, err
+	}
+	return &RuleCounting{n: n, u: u, s: s}, nil
+}
+
+// States returns n.
+func (e *RuleCounting) States() int { return e.n }
+
+// Actions returns u.
+func (e *RuleCounting) Actions() int { return e.u }
+
+// Prob returns P̂^a_ij.
+func (e *RuleCounting) Prob(a, i, j int) float64 { return e.s.prob(a, i, j, 0) }
+
+// Row sets dst to row i of P̂^a.
+func (e *RuleCounting) Row(a, i int, dst []float64) {
+	clear(dst)
+	e.s.row(a, i, dst)
+}
+
+// Params returns the rule of action a.
+func (e *RuleCounting) Params(a int) RuleParams { return e.s.Params(a) }
+
 // DefaultHeldOutMix is the weight of the uniform distribution in the
 // held-out scoring rule of emsf eval and fit --holdout.
 const DefaultHeldOutMix = 1e-3
@@ -70,7 +120,7 @@ const DefaultHeldOutMix = 1e-3
 // data. A state (or action) beyond the estimate's range is an unseen row:
 // a *Model predicts its UnseenRow (its prediction of a state never seen
 // in training), other estimates their row of an unseen state when they
-// have one (CNT: uniform; JM: q), and
+// have one (CNT: uniform; JM and RuleCounting: q), and
 // uniform over their n states for an action beyond their range; a next
 // state beyond their range has P = 0, so only the mixture scores it.
 type HeldOutRule struct {
@@ -135,6 +185,8 @@ func unseenProb(e Estimate, a, j int) float64 {
 	switch e := e.(type) {
 	case *JM:
 		return e.q[a][j]
+	case *RuleCounting:
+		return e.s.Q[a][j]
 	case *CNT:
 		return 1 / float64(e.n)
 	}

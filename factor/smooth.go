@@ -307,10 +307,14 @@ func (md *Model) NextRow(a, i int, dst []float64) {
 		panic(fmt.Sprintf("factor: Model.NextRow: len(dst) = %d, want n = %d", len(dst), md.N))
 	}
 	md.FactorRow(a, i, dst)
-	s := md.Smoothing
-	if s == nil {
-		return
+	if s := md.Smoothing; s != nil {
+		s.row(a, i, dst)
 	}
+}
+
+// row turns dst, holding (D^a K^a)_ij for every j, into row i of the
+// rule P̃^a.
+func (s *Smoothing) row(a, i int, dst []float64) {
 	f, d, wf, wq := s.weights(a, i)
 	q := s.Q[a]
 	for j, v := range dst {
@@ -329,10 +333,15 @@ func (md *Model) NextRow(a, i int, dst []float64) {
 // same arithmetic, so bitwise NextRow's).
 func (md *Model) Prob(a, i, j int) float64 {
 	g := md.FactorProb(a, i, j)
-	s := md.Smoothing
-	if s == nil {
+	if md.Smoothing == nil {
 		return g
 	}
+	return md.Smoothing.prob(a, i, j, g)
+}
+
+// prob returns P̃^a_ij of the rule for a factors' entry (D^a K^a)_ij = g:
+// row's entry j, computed alone with the same arithmetic.
+func (s *Smoothing) prob(a, i, j int, g float64) float64 {
 	f, d, wf, wq := s.weights(a, i)
 	p := float64(wf*g) + float64(wq*s.Q[a][j])
 	if f > 0 {

@@ -661,3 +661,88 @@ func TestSmoothingValidateBad(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleCountingKNHandComputed: interpolated Kneser–Ney counting as
+// the rule (KNRule(½, ½)) on row 0 {0: 1, 2: 3}, row 1 {2: 2} of 3
+// states: T = [1 0 2] distinct predecessors, so the continuation
+// frequencies with δ = ½ are q = [1/3 1/9 5/9]; row 0 (x = 4, two next
+// states) keeps (c − ½)/4 = [1/8 0 5/8] and gives 2·½/4 = ¼ to q:
+// [5/24 1/36 55/72]; row 1 (x = 2) keeps [0 0 ¾] and gives ¼:
+// [1/12 1/36 8/9]; row 2 (never seen) and a state beyond n get q.
+func TestRuleCountingKNHandComputed(t *testing.T) {
+	b := &Block{Action: 0, Rows: []int32{0, 1}, Ptr: []int64{0, 2, 3}, Cols: []int32{0, 2, 2}, Vals: []float64{1, 3, 2}}
+	kn, err := NewRuleCounting(3, 1, []*Block{b}, nil, []RuleParams{KNRule(0.5, QHalf)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]float64{{5.0 / 24, 1.0 / 36, 55.0 / 72}, {1.0 / 12, 1.0 / 36, 8.0 / 9}, {1.0 / 3, 1.0 / 9, 5.0 / 9}}
+	row := make([]float64, 3)
+	for i, w := range want {
+		kn.Row(0, i, row)
+		for j := range row {
+			if math.Abs(row[j]-w[j]) > 1e-15 {
+				t.Errorf("row %d: P̂[%d] = %v, want %v", i, j, row[j], w[j])
+			}
+			if p := kn.Prob(0, i, j); p != row[j] {
+				t.Errorf("Prob(0, %d, %d) = %v, Row has %v", i, j, p, row[j])
+			}
+		}
+	}
+	// A held-out transition from state 3 (beyond n) to 2 scores q_2.
+	test := &Block{Action: 0, Rows: []int32{3}, Ptr: []int64{0, 1}, Cols: []int32{2}, Vals: []float64{1}}
+	if ll, _, err := (HeldOutRule{}).LogLik(kn, []*Block{test}, 4); err != nil || math.Abs(ll-math.Log(5.0/9)) > 1e-15 {
+		t.Errorf("unseen state: log-likelihood %v (%v), want log 5/9", ll, err)
+	}
+	if _, err := NewRuleCounting(3, 1, []*Block{b}, nil, []RuleParams{{Lambda: 0.5, Kappa: 0, Delta: QHalf}}); err == nil || !strings.Contains(err.Error(), "λ = 0.5") {
+		t.Errorf("λ = 0.5: %v, want an error naming it", err)
+	}
+}
+
+// TestRuleCountingIsTheModelsRule: counting under a rule with λ = 1
+// predicts bitwise as a model storing that rule, whatever its factors,
+// on every row (with counts, without, and of every action), with counts
+// given or counted: one piece of code (Smoothing.prob, Smoothing.row).
+func TestRuleCountingIsTheModelsRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 10 {
+		n, m, u := 5+rng.IntN(30), 1+rng.IntN(4), 1+rng.IntN(3)
+		blocks := RandomCounts(n, u, 1+rng.IntN(4), 3, uint64(trial))
+		rules := make([]RuleParams, u)
+		for a := range rules {
+			rules[a] = RuleParams{Lambda: 1, Kappa: KappaGrid[rng.IntN(len(KappaGrid))], Delta: DeltaGrid[rng.IntN(len(DeltaGrid))],
+				Mu: MuGrid[rng.IntN(len(MuGrid))], Discount: DiscountGrid[rng.IntN(len(DiscountGrid))], Rho: RhoGrid[rng.IntN(len(RhoGrid))]}
+		}
+		md := NewRandom(n, m, u, TieNone, uint64(trial))
+		s, err := NewSmoothing(n, u, blocks, rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md.Smoothing = s
+		cnt, err := NewCNT(n, u, blocks, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, given := range []*CNT{nil, cnt} {
+			rc, err := NewRuleCounting(n, u, blocks, given, rules)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := rng.IntN(u)
+			if rc.Params(a) != s.Params(a) {
+				t.Fatalf("trial %d: params %+v, the model's %+v", trial, rc.Params(a), s.Params(a))
+			}
+			want, row := make([]float64, n), make([]float64, n)
+			for a := range u {
+				for i := range n {
+					md.NextRow(a, i, want)
+					rc.Row(a, i, row)
+					for j := range n {
+						if p := rc.Prob(a, i, j); math.Float64bits(p) != math.Float64bits(want[j]) || math.Float64bits(row[j]) != math.Float64bits(want[j]) {
+							t.Fatalf("trial %d: P̂^%d[%d,%d] = %v (Row %v), the model's %v", trial, a, i, j, p, row[j], want[j])
+						}
+					}
+				}
+			}
+		}
+	}
+}

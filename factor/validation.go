@@ -45,6 +45,14 @@ func JMRule(lambda float64) RuleParams {
 	return RuleParams{Lambda: 1, Kappa: 0, Delta: QHalf, Mu: lambda}
 }
 
+// KNRule is interpolated Kneser–Ney counting (Kneser & Ney 1995; Chen &
+// Goodman 1999) with discount d as the rule: each count gives up d, and
+// the mass d·(distinct next states of the row) goes to the continuation
+// frequencies (T^a_j + δ)/(T^a + n·δ) (κ = μ = 0, λ = 1, ρ = 1).
+func KNRule(d, delta float64) RuleParams {
+	return RuleParams{Lambda: 1, Kappa: 0, Delta: delta, Discount: d, Rho: 1}
+}
+
 // AddBetaRule is add-β counting over n states as the rule (d = μ = 0,
 // λ = 1, δ = +Inf, κ = n·β).
 func AddBetaRule(n int, beta float64) RuleParams {
@@ -291,7 +299,7 @@ func (v *Validation) Tune(md *Model, workers int) (perTransition float64, rules 
 			for _, b := range AddBetaGrid {
 				cands = append(cands, AddBetaRule(v.n, b))
 			}
-			cands = append(cands, RuleParams{Lambda: 1, Kappa: 0, Delta: QHalf, Discount: 0.75, Rho: 1})
+			cands = append(cands, KNRule(0.75, QHalf))
 		}
 		p, best := cands[0], v.score(a, cands[0], workers)
 		for _, c := range cands[1:] {
@@ -402,6 +410,12 @@ func (v *Validation) Score(md *Model, rules []RuleParams, workers int) float64 {
 // the counts from the blocks (all the training data: the rule stores
 // what the model saw), or no counts when every κ is +Inf.
 func NewSmoothing(n, u int, blocks []*Block, rules []RuleParams) (*Smoothing, error) {
+	return newSmoothing(n, u, blocks, nil, rules)
+}
+
+// newSmoothing is NewSmoothing with the counts of blocks already made
+// (cnt), or nil to count them where the rule needs them.
+func newSmoothing(n, u int, blocks []*Block, cnt *CNT, rules []RuleParams) (*Smoothing, error) {
 	if len(rules) != u {
 		return nil, fmt.Errorf("factor: %d smoothing rules, want one per action (%d)", len(rules), u)
 	}
@@ -418,9 +432,8 @@ func NewSmoothing(n, u int, blocks []*Block, rules []RuleParams) (*Smoothing, er
 	if slices.ContainsFunc(rules, func(r RuleParams) bool { return r.Mu != 0 || r.Discount != 0 || r.Rho != 0 }) {
 		s.Mu, s.Discount, s.Rho = mu, disc, rho
 	}
-	var cnt *CNT
 	needCounts := slices.ContainsFunc(rules, func(r RuleParams) bool { return !math.IsInf(r.Kappa, 1) || r.Rho > 0 })
-	if needCounts {
+	if needCounts && cnt == nil {
 		c, err := NewCNT(n, u, blocks, 0)
 		if err != nil {
 			return nil, err

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """The benchmark of docs/quality.md, in one run: on each real data set
 (scripts/realdata.py) and training size, the held-out log-likelihood per
-test transition and the wall time of CNT, add-β and Jelinek–Mercer
-counting (emsf eval --train: parameters chosen on a validation split of
-the training file), KLM (emsf fit --algorithm klm), scikit-learn's KL-NMF
+test transition and the wall time of CNT, add-β, Jelinek–Mercer and
+interpolated Kneser–Ney counting (emsf eval --train: parameters chosen on
+a validation split of the training file), KLM (emsf fit --algorithm klm), scikit-learn's KL-NMF
 (multiplicative updates on the row-normalized counts) and emsf, plain
 (--accel none --smooth none --stop tol, as before issue 28) and default.
 Every estimate is scored by the same rule: emsf eval's --mix 0.001 (its
@@ -26,6 +26,7 @@ KLM fits the counted estimate with a dense row for every state never seen
 import json, math, os, re, subprocess, sys, time
 
 MIX = 0.001
+COUNTING = ("CNT", "add-β", "JM", "KN")
 
 
 def arg(name, default):
@@ -41,7 +42,7 @@ def run(cmd):
     return p.stdout, p.stderr, dt
 
 
-ROW = re.compile(r"^\s{2}(model \S+|CNT \(counting\)|add-β counting|Jelinek–Mercer counting)\s+(-?[0-9.e+-]+)\s+(-?[0-9.e+-]+)\s*(.*?)\s*$")
+ROW = re.compile(r"^\s{2}(model \S+|CNT \(counting\)|add-β counting|Jelinek–Mercer counting|Kneser–Ney counting)\s+(-?[0-9.e+-]+)\s+(-?[0-9.e+-]+)\s*(.*?)\s*$")
 
 
 def eval_scores(out):
@@ -51,7 +52,7 @@ def eval_scores(out):
         if m:
             name = m.group(1)
             key = "model" if name.startswith("model") else {"CNT (counting)": "CNT", "add-β counting": "add-β",
-                                                           "Jelinek–Mercer counting": "JM"}[name]
+                                                           "Jelinek–Mercer counting": "JM", "Kneser–Ney counting": "KN"}[name]
             res[key] = (float(m.group(3)), m.group(4))
     return res
 
@@ -167,22 +168,24 @@ def main():
     with open(os.path.join(outdir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     # Tables.
-    methods = ["CNT", "add-β", "JM", "KLM", "sklearn KL-NMF", "emsf plain", "emsf default"]
+    methods = ["CNT", "add-β", "JM", "KN", "KLM", "sklearn KL-NMF", "emsf plain", "emsf default"]
     with open(os.path.join(outdir, "tables.md"), "w") as f:
         for name in sets:
             f.write("\n#### %s (order %d)\n\n" % (name, order))
-            f.write("| training | " + " | ".join(methods) + " | chosen (add-β, JM) | emsf plain its | emsf default its |\n")
-            f.write("|---" * (len(methods) + 4) + "|\n")
+            f.write("| training | " + " | ".join(methods) + " | default − best counting | chosen (add-β, JM, KN) | emsf plain its | emsf default its |\n")
+            f.write("|---" * (len(methods) + 5) + "|\n")
             for r in results:
                 if r["set"] != name:
                     continue
                 cells = []
                 for mth in methods:
                     v = r.get(mth)
-                    t = r.get(mth + "_s", r.get("counting_s") if mth in ("CNT", "add-β", "JM") else None)
+                    t = r.get(mth + "_s", r.get("counting_s") if mth in COUNTING else None)
                     cells.append("—" if v is None else "%.4f (%.2f s)" % (v, t))
-                f.write("| %d %% | %s | %s, %s | %s | %s |\n" % (r["fraction"], " | ".join(cells), r.get("add-β_chosen", ""),
-                        r.get("JM_chosen", ""), r.get("emsf plain_iters", ""), r.get("emsf default_iters", "")))
+                counted = [r[c] for c in ("add-β", "JM", "KN") if c in r]
+                margin = "%+.4f" % (r["emsf default"] - max(counted)) if counted and "emsf default" in r else "—"
+                f.write("| %d %% | %s | %s | %s; %s; %s | %s | %s |\n" % (r["fraction"], " | ".join(cells), margin, r.get("add-β_chosen", ""),
+                        r.get("JM_chosen", ""), r.get("KN_chosen", ""), r.get("emsf plain_iters", ""), r.get("emsf default_iters", "")))
     # Curves.
     if "--no-curves" in sys.argv:
         return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -29,9 +30,9 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&truthPath, "truth", "", "true model D'K' (from emsf gen): report ‖P − DK‖_F and KL_ρ against it; any form --model takes")
 	nf.register(fs)
 	fs.StringVar(&trainPath, "train", "", "training transitions: score counting baselines trained on this file beside the model on --input (their parameters chosen on a --validation split of it, never on --input)")
-	fs.StringVar(&baselines, "baselines", "cnt,add,jm", "with --train: the counting baselines to score: cnt (counting), add (add-β), jm (Jelinek–Mercer with the next-state frequencies); comma-separated, or none")
+	fs.StringVar(&baselines, "baselines", "cnt,add,jm,kn", "with --train: the counting baselines to score: cnt (counting), add (add-β), jm (Jelinek–Mercer with the next-state frequencies), kn (interpolated Kneser–Ney: discount d, continuation frequencies with δ pseudo-counts); comma-separated, or none")
 	fs.Float64Var(&mix, "mix", factor.DefaultHeldOutMix, "the held-out scoring rule, applied to every estimate alike: its probabilities mixed with the uniform distribution over the scored states at this weight, in [0, 1) (recorded in the output)")
-	fs.Float64Var(&validation, "validation", 0.1, "with --train: the fraction of its transitions held out to choose the baselines' β and λ")
+	fs.Float64Var(&validation, "validation", 0.1, "with --train: the fraction of its transitions held out to choose the baselines' β, λ, and d and δ")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the --validation split")
 	fs.BoolVar(&cnt, "cnt", false, "also evaluate the counting estimate (CNT) against --truth: of --train when given, else of --input (in-sample)")
 	fs.StringVar(&rhoFlag, "rho", "", "weights ρ of the rows (state, action) in KL_ρ and the ρ-weighted Frobenius norm: empirical (the start-state frequencies of --input, as the papers do), uniform, or a CSV FILE with columns state, weight and optionally action (default: empirical with --input, else uniform)")
@@ -256,6 +257,7 @@ const (
 	baseCNT = "cnt"
 	baseAdd = "add"
 	baseJM  = "jm"
+	baseKN  = "kn"
 )
 
 func parseBaselines(s string) ([]string, error) {
@@ -265,10 +267,10 @@ func parseBaselines(s string) ([]string, error) {
 	var out []string
 	for _, b := range strings.Split(s, ",") {
 		switch b = strings.TrimSpace(b); b {
-		case baseCNT, baseAdd, baseJM:
+		case baseCNT, baseAdd, baseJM, baseKN:
 			out = append(out, b)
 		default:
-			return nil, usagef("--baselines %q: %q is not cnt, add or jm", s, b)
+			return nil, usagef("--baselines %q: %q is not cnt, add, jm or kn", s, b)
 		}
 	}
 	return out, nil
@@ -281,23 +283,6 @@ func parseBaselines(s string) ([]string, error) {
 func trainBaselines(n, u int, train *dataset, bases []string, rule factor.HeldOutRule) ([]namedEstimate, error) {
 	all := mergeBlocks(u, train.train, train.val)
 	var out []namedEstimate
-	choose := func(grid []float64, make func(bs []*factor.Block, v float64) (factor.Estimate, error)) (float64, error) {
-		best, bestV := math.Inf(-1), grid[0]
-		for _, v := range grid {
-			est, err := make(train.train, v)
-			if err != nil {
-				return 0, err
-			}
-			s, err := rule.PerTransition(est, train.val, n)
-			if err != nil {
-				continue // −Inf under a rule without mixture
-			}
-			if s > best {
-				best, bestV = s, v
-			}
-		}
-		return bestV, nil
-	}
 	for _, b := range bases {
 		switch b {
 		case baseCNT:
@@ -308,29 +293,72 @@ func trainBaselines(n, u int, train *dataset, bases []string, rule factor.HeldOu
 			out = append(out, namedEstimate{"CNT (counting)", c, ""})
 		case baseAdd:
 			mk := func(bs []*factor.Block, beta float64) (factor.Estimate, error) { return factor.NewCNT(n, u, bs, beta) }
-			beta, err := choose(factor.AddBetaGrid, mk)
-			if err != nil {
-				return nil, err
-			}
-			c, err := mk(all, beta)
+			beta, c, err := chooseBaseline(n, train, all, rule, factor.AddBetaGrid, mk)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, namedEstimate{"add-β counting", c, fmt.Sprintf("β = %g", beta)})
 		case baseJM:
 			mk := func(bs []*factor.Block, l float64) (factor.Estimate, error) { return factor.NewJM(n, u, bs, l) }
-			lambda, err := choose(factor.JMGrid, mk)
-			if err != nil {
-				return nil, err
-			}
-			c, err := mk(all, lambda)
+			lambda, c, err := chooseBaseline(n, train, all, rule, factor.JMGrid, mk)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, namedEstimate{"Jelinek–Mercer counting", c, fmt.Sprintf("λ = %g", lambda)})
+		case baseKN:
+			// One d and δ for every action, as β and λ are: the grid of
+			// the model's rule (factor.DiscountGrid, factor.DeltaGrid).
+			var grid []factor.RuleParams
+			for _, d := range factor.DiscountGrid {
+				for _, delta := range factor.DeltaGrid {
+					grid = append(grid, factor.KNRule(d, delta))
+				}
+			}
+			// The fit part is counted once for the whole grid.
+			fitCnt, err := factor.NewCNT(n, u, train.train, 0)
+			if err != nil {
+				return nil, err
+			}
+			mk := func(bs []*factor.Block, p factor.RuleParams) (factor.Estimate, error) {
+				var cnt *factor.CNT
+				if slices.Equal(bs, train.train) {
+					cnt = fitCnt
+				}
+				return factor.NewRuleCounting(n, u, bs, cnt, slices.Repeat([]factor.RuleParams{p}, u))
+			}
+			p, c, err := chooseBaseline(n, train, all, rule, grid, mk)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, namedEstimate{"Kneser–Ney counting", c, fmt.Sprintf("d = %g, δ = %g", p.Discount, p.Delta)})
 		}
 	}
 	return out, nil
+}
+
+// chooseBaseline returns the value of grid whose estimate, made by mk
+// from train's fit part (train.train), scores best under rule on its
+// validation split (train.val; ties to the earlier value), and the
+// estimate made with it from all of train (all): the test file is never
+// seen.
+func chooseBaseline[T any](n int, train *dataset, all []*factor.Block, rule factor.HeldOutRule, grid []T,
+	mk func(bs []*factor.Block, v T) (factor.Estimate, error)) (T, factor.Estimate, error) {
+	best, bestV := math.Inf(-1), grid[0]
+	for _, v := range grid {
+		est, err := mk(train.train, v)
+		if err != nil {
+			return bestV, nil, err
+		}
+		s, err := rule.PerTransition(est, train.val, n)
+		if err != nil {
+			continue // −Inf under a rule without mixture
+		}
+		if s > best {
+			best, bestV = s, v
+		}
+	}
+	est, err := mk(all, bestV)
+	return bestV, est, err
 }
 
 // evalRho returns the row weights of eval's --rho (length u·n, row a·n+i

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/factor"
 )
 
 // TestEvalUnseenStates: a test file with states and an action beyond
@@ -28,7 +30,7 @@ func TestEvalUnseenStates(t *testing.T) {
 	test := writeFile(t, dir, "test.csv", "state,action,next_state\n0,0,1\n45,0,2\n3,0,47\n2,1,3\n")
 	out := mustEmsf(t, "eval", "--model", model, "--input", test, "--train", train, "--mix", "0.01")
 	for _, w := range []string{"scoring rule (--mix): every estimate mixed with the uniform distribution over the scored states, weight 0.01, N = 48",
-		"from states or actions beyond it (scored as unseen rows)", "add-β counting", "Jelinek–Mercer counting", "CNT (counting)", "β = ", "λ = "} {
+		"from states or actions beyond it (scored as unseen rows)", "add-β counting", "Jelinek–Mercer counting", "Kneser–Ney counting", "CNT (counting)", "β = ", "λ = ", "d = "} {
 		if !strings.Contains(out, w) {
 			t.Errorf("eval output lacks %q:\n%s", w, out)
 		}
@@ -39,11 +41,82 @@ func TestEvalUnseenStates(t *testing.T) {
 		t.Errorf("eval scored something infinite:\n%s", out)
 	}
 	// Bad flags name themselves.
-	for _, args := range [][]string{{"--mix", "1"}, {"--validation", "0"}, {"--baselines", "kn"}} {
+	for _, args := range [][]string{{"--mix", "1"}, {"--validation", "0"}, {"--baselines", "kn,wb"}} {
 		code, _, errs := emsf(t, append([]string{"eval", "--model", model, "--input", test, "--train", train}, args...)...)
 		if code == 0 || !strings.Contains(errs, args[0]) {
 			t.Errorf("eval %v: exit %d, stderr %q", args, code, errs)
 		}
+	}
+}
+
+// TestEvalKNChosenOnValidation: the Kneser–Ney baseline's d and δ are
+// those that score best on the validation split of --train under the
+// held-out rule (recomputed here from the split), the estimate is the
+// rule counted on all of --train with them, and the test file plays no
+// part: two very different test files get the same choice.
+func TestEvalKNChosenOnValidation(t *testing.T) {
+	n, u := 30, 2
+	tr := factor.RandomCounts(n, u, 4, 3, 11)
+	val := factor.RandomCounts(n, u, 2, 2, 12)
+	ds := &dataset{n: n, u: u, train: tr, val: val}
+	rule := factor.HeldOutRule{Mix: 0.001}
+	ests, err := trainBaselines(n, u, ds, []string{baseKN}, rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	best, bestP := math.Inf(-1), factor.RuleParams{}
+	for _, d := range factor.DiscountGrid {
+		for _, delta := range factor.DeltaGrid {
+			p := factor.KNRule(d, delta)
+			e, err := factor.NewRuleCounting(n, u, tr, nil, []factor.RuleParams{p, p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, err := rule.PerTransition(e, val, n); err == nil && s > best {
+				best, bestP = s, p
+			}
+		}
+	}
+	if want := fmt.Sprintf("d = %g, δ = %g", bestP.Discount, bestP.Delta); len(ests) != 1 || ests[0].chosen != want {
+		t.Fatalf("chosen %+v, want %q", ests, want)
+	}
+	all, err := factor.NewRuleCounting(n, u, mergeBlocks(u, tr, val), nil, []factor.RuleParams{bestP, bestP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for a := range u {
+		for i := range n {
+			for j := range n {
+				if p, w := ests[0].est.Prob(a, i, j), all.Prob(a, i, j); p != w {
+					t.Fatalf("P̂^%d[%d,%d] = %v, counted on all of --train %v", a, i, j, p, w)
+				}
+			}
+		}
+	}
+
+	dir := t.TempDir()
+	train := filepath.Join(dir, "train.csv")
+	mustEmsf(t, "gen", "--states", "40", "--true-order", "4", "--transitions", "3000", "--seed", "2", "--out", train, "--truth", "")
+	testA := filepath.Join(dir, "a.csv")
+	mustEmsf(t, "gen", "--states", "40", "--true-order", "4", "--transitions", "1000", "--seed", "3", "--out", testA, "--truth", "")
+	var b strings.Builder
+	b.WriteString("state,action,next_state\n")
+	for i := range 200 {
+		fmt.Fprintf(&b, "%d,0,%d\n", i%40, 7) // one next state: favours d = 0 and a peaked q
+	}
+	testB := writeFile(t, dir, "b.csv", b.String())
+	chosen := func(test string) string {
+		out := mustEmsf(t, "eval", "--train", train, "--input", test, "--baselines", "kn")
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "Kneser–Ney counting") {
+				return line[strings.Index(line, "d = "):]
+			}
+		}
+		t.Fatalf("no Kneser–Ney line:\n%s", out)
+		return ""
+	}
+	if a, b := chosen(testA), chosen(testB); a != b {
+		t.Errorf("the choice depends on the test file: %q against %q", a, b)
 	}
 }
 
