@@ -53,8 +53,8 @@ const (
 )
 
 // EarlyStop is the held-out stopping rule of a fit (FitOptions): every
-// accepted iterate (every pass of plain EM, every cycle of SQUAREM) is
-// scored by Score, higher is better (emsf fit: the validation
+// accepted iterate (every pass of plain EM, every cycle of SQUAREM),
+// never the start, is scored by Score, higher is better (emsf fit: the validation
 // log-likelihood per transition under the tuned smoothing rule,
 // Validation.Tune); the fit keeps the best-scoring iterate and stops
 // once Patience scores in a row gained at most MinGain·|best| over it
@@ -62,7 +62,13 @@ const (
 // returns is the best-scoring iterate. Score must be deterministic (a
 // function of the model only) for the fit to be.
 type EarlyStop struct {
-	Score    func(md *Model) float64
+	Score func(md *Model) float64
+	// Confirm, when set, rescores an iterate whose Score did not gain
+	// (a dearer score, at least Score's for the same model: emsf fit
+	// re-tunes every parameter of the rule, Validation.TuneLocal, where
+	// Score re-tunes λ only); the iterate counts against the patience
+	// only when Confirm does not gain either.
+	Confirm  func(md *Model) float64
 	Patience int
 	MinGain  float64
 }
@@ -83,10 +89,14 @@ type earlyState struct {
 // observe scores md (the iterate after iteration iter) and reports
 // whether the patience ran out.
 func (e *earlyState) observe(md *Model, iter int) bool {
+	gains := func(s float64) bool { return e.kept == nil || s > e.best+e.es.MinGain*math.Abs(e.best) }
 	s := e.es.Score(md)
+	if !gains(s) && e.es.Confirm != nil {
+		s = e.es.Confirm(md)
+	}
 	e.evals++
 	e.last = s
-	if e.kept == nil || s > e.best+e.es.MinGain*math.Abs(e.best) {
+	if gains(s) {
 		if e.kept == nil {
 			e.kept = md.Clone()
 		} else {
@@ -196,16 +206,28 @@ func squaremLength(x0, x1, x2 *Model, workers int) float64 {
 // EntryFloor after normalizing. A row of D equal in x0 and x2 (no data)
 // is copied. Rows of K are columns of K^T: their maxima and sums run over
 // pieces folded in order, so dst is bitwise the same for any workers.
-func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int) {
+//
+// lg0 and lg1, when not nil, hold log x0 and log x1 already taken (the
+// prior's penalty takes them, penaltyLogs): the same values, not taken
+// again.
+func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extrapLogs) {
 	c0, c1, c2 := (1-t)*(1-t), 2*t*(1-t), t*t
 	n, m := x0.N, x0.M
+	var l0, l1 []float64 // the block's cached logs (nil: none)
+	logOf := func(l, a []float64, k int) float64 {
+		if l != nil {
+			return l[k]
+		}
+		return math.Log(a[k])
+	}
 	logAt := func(a0, a1, a2 []float64, k int) float64 {
 		if a0[k] == a2[k] && a1[k] == a2[k] {
 			return math.Log(a2[k])
 		}
-		return float64(float64(c0*math.Log(a0[k]))+float64(c1*math.Log(a1[k]))) + float64(c2*math.Log(a2[k]))
+		return float64(float64(c0*logOf(l0, a0, k))+float64(c1*logOf(l1, a1, k))) + float64(c2*math.Log(a2[k]))
 	}
 	for b := range x0.D {
+		l0, l1 = lg0.block(lg0.d(), b), lg1.block(lg1.d(), b)
 		a0, a1, a2, d := x0.D[b], x1.D[b], x2.D[b], dst.D[b]
 		pieces(n, workers, func(_, lo, hi int) {
 			for i := lo; i < hi; i++ {
@@ -248,6 +270,7 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int) {
 	np := (n + chunkRows - 1) / chunkRows
 	mxs, sums := make([]float64, np*m), make([]float64, np*m)
 	for b := range x0.KT {
+		l0, l1 = lg0.block(lg0.kt(), b), lg1.block(lg1.kt(), b)
 		a0, a1, a2, k := x0.KT[b], x1.KT[b], x2.KT[b], dst.KT[b]
 		pieces(n, workers, func(p, lo, hi int) {
 			mx := mxs[p*m : p*m+m]
@@ -304,6 +327,34 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int) {
 	}
 }
 
+// extrapLogs are the logarithms of a point's entries that the prior's
+// penalty took (penaltyLogs): of D, of K^T, or nil for a part not taken.
+type extrapLogs struct {
+	D, KT [][]float64
+}
+
+func (l *extrapLogs) d() [][]float64 {
+	if l == nil {
+		return nil
+	}
+	return l.D
+}
+
+func (l *extrapLogs) kt() [][]float64 {
+	if l == nil {
+		return nil
+	}
+	return l.KT
+}
+
+// block returns part's block b, or nil.
+func (*extrapLogs) block(part [][]float64, b int) []float64 {
+	if part == nil {
+		return nil
+	}
+	return part[b]
+}
+
 // squaremLoop is Loop with SQUAREM (opts.Accel, checked by checkAccel).
 // A cycle from an accepted point x0 costs three passes:
 //
@@ -332,6 +383,10 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 	}
 	x0, x1, x2 := md.Clone(), md.Clone(), md.Clone()
 	x0.Smoothing, x1.Smoothing, x2.Smoothing = nil, nil, nil
+	var lg0, lg1 *extrapLogs // log x0 and log x1, taken by the penalty
+	if priorQs != nil {
+		lg0, lg1 = opts.Prior.newExtrapLogs(md), opts.Prior.newExtrapLogs(md)
+	}
 	stepMax := squaremStepMax0
 	const (
 		atX0 = iota // the pass is on an accepted point (or on x_new, pending)
@@ -356,8 +411,18 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 			return res, fmt.Errorf("factor: iteration %d: the log-likelihood is NaN", iter)
 		}
 		ll := acc.LogLik // the objective: with a prior, penalized
-		if priorQs != nil {
-			ll += opts.Prior.Penalty(md, priorQs)
+		if priorQs != nil && (phase != atProposal || conv.TimeLimit > 0 || conv.MaxIter > 0 && iter >= conv.MaxIter) {
+			// The penalty of a proposal x' is used only when the fit
+			// ends on its pass (below: an iteration or time limit).
+			// Those of x0 and x1 keep their logarithms for extrapolate.
+			var logs *extrapLogs
+			switch phase {
+			case atX0:
+				logs = lg0
+			case atX1:
+				logs = lg1
+			}
+			ll += opts.Prior.penaltyLogs(md, priorQs, logs, opts.Workers)
 		}
 		commit := func() {
 			if priorQs != nil {
@@ -380,7 +445,10 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 				break
 			}
 			pending = false
-			if early != nil {
+			if early != nil && iter > 1 {
+				// Not the start: as in plain EM's loop, the held-out
+				// rule chooses among the fit's iterates (a random start
+				// kept would make the model a function of the seed).
 				stop = early.observe(md, iter-1)
 			}
 			copyFactors(x0, md)
@@ -397,7 +465,7 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 				stepMax *= squaremGrow
 			}
 			if t > 1 {
-				extrapolate(md, x0, x1, x2, t, opts.Workers)
+				extrapolate(md, x0, x1, x2, t, opts.Workers, lg0, lg1)
 			}
 			phase = atProposal
 		case atProposal:

@@ -144,7 +144,7 @@ func TestExtrapolateIdentity(t *testing.T) {
 	acc.Commit(md, 1, 0)
 	x2 := md.Clone()
 	dst := md.Clone()
-	extrapolate(dst, x0, x1, x2, 1, 2)
+	extrapolate(dst, x0, x1, x2, 1, 2, nil, nil)
 	for b := range dst.D {
 		for k, v := range dst.D[b] {
 			if math.Abs(v-x2.D[b][k]) > 1e-12 || (x2.D[b][k] == 0) != (v == 0) {
@@ -159,9 +159,25 @@ func TestExtrapolateIdentity(t *testing.T) {
 			}
 		}
 	}
-	extrapolate(dst, x0, x1, x2, 3, 1)
+	extrapolate(dst, x0, x1, x2, 3, 1, nil, nil)
 	if err := dst.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	// With the logarithms of x0 and x1 the prior's penalty took (of D,
+	// of K, or both), the proposal is bitwise the same, and so is the
+	// penalty.
+	for _, p := range []*Prior{{D: 0.3, K: 30}, {D: 0.3}, {K: 30}} {
+		q := priorQ(x0, blocks)
+		lg0, lg1 := p.newExtrapLogs(x0), p.newExtrapLogs(x1)
+		if a, b := p.penaltyLogs(x0, q, lg0, 3), p.Penalty(x0, q); a != b {
+			t.Fatalf("prior %+v: penalty %v with logs, %v without", p, a, b)
+		}
+		p.penaltyLogs(x1, q, lg1, 1)
+		cached := md.Clone()
+		extrapolate(cached, x0, x1, x2, 3, 2, lg0, lg1)
+		if !cached.Equal(dst) {
+			t.Fatalf("prior %+v: the proposal from cached logarithms differs", p)
+		}
 	}
 	if dst.D[0][0] != 0 {
 		t.Fatalf("a zero of x2 became %v", dst.D[0][0])

@@ -107,24 +107,47 @@ func mapCommit(md *Model, a *Accumulator, p *Prior, q [][]float64, dataTerm floa
 // D·Σ_il log D_il + K·Σ_lj q_j log K_lj over every entry (q per K
 // block, priorQ), summed block by block in row order.
 func (p *Prior) Penalty(md *Model, q [][]float64) float64 {
+	return p.penaltyLogs(md, q, nil, 1)
+}
+
+// penaltyLogs is Penalty that also writes, when logs is not nil, the
+// logarithm of every entry it takes into logs.D (where the prior's D >
+// 0) and logs.KT (where its K > 0), shaped as md's blocks: SQUAREM's
+// extrapolation then need not take them again (newExtrapLogs). With
+// logs the logarithms are taken on up to workers goroutines and summed
+// afterwards in Penalty's order: bitwise Penalty's value.
+func (p *Prior) penaltyLogs(md *Model, q [][]float64, logs *extrapLogs, workers int) float64 {
+	m := md.M
+	logOf := func(src, dst []float64) func(k int) float64 {
+		if dst == nil {
+			return func(k int) float64 { return math.Log(src[k]) }
+		}
+		pieces(md.N, workers, func(_, lo, hi int) {
+			for k := lo * m; k < hi*m; k++ {
+				dst[k] = math.Log(src[k])
+			}
+		})
+		return func(k int) float64 { return dst[k] }
+	}
 	s := 0.0
 	if p.D > 0 {
-		for _, d := range md.D {
+		for b, d := range md.D {
+			lg := logOf(d, logs.block(logs.d(), b))
 			t := 0.0
-			for _, v := range d {
-				t += math.Log(v)
+			for k := range d {
+				t += lg(k)
 			}
 			s += float64(p.D * t)
 		}
 	}
 	if p.K > 0 {
-		m := md.M
 		for b, kt := range md.KT {
+			lg := logOf(kt, logs.block(logs.kt(), b))
 			t := 0.0
 			for j, qj := range q[b] {
 				r := 0.0
-				for _, v := range kt[j*m : j*m+m] {
-					r += math.Log(v)
+				for k := j * m; k < j*m+m; k++ {
+					r += lg(k)
 				}
 				t += float64(qj * r)
 			}
@@ -132,6 +155,23 @@ func (p *Prior) Penalty(md *Model, q [][]float64) float64 {
 		}
 	}
 	return s
+}
+
+// newExtrapLogs returns room for the logarithms penaltyLogs takes of a
+// model shaped as md: D where the prior's D > 0, K^T where its K > 0.
+func (p *Prior) newExtrapLogs(md *Model) *extrapLogs {
+	l := &extrapLogs{}
+	if p.D > 0 {
+		for _, d := range md.D {
+			l.D = append(l.D, make([]float64, len(d)))
+		}
+	}
+	if p.K > 0 {
+		for _, kt := range md.KT {
+			l.KT = append(l.KT, make([]float64, len(kt)))
+		}
+	}
+	return l
 }
 
 func (p *Prior) check() error {

@@ -312,8 +312,16 @@ func testValidationTune(t *testing.T) {
 		if _, err := Fit(context.Background(), md, fit, FitOptions{Converger: Converger{MaxIter: 5}}); err != nil {
 			t.Fatal(err)
 		}
-		if a, b := v1.TuneLambda(md, 1), v3.TuneLambda(md, 3); a != b || !(a >= v1.Score(md, rules, 1)) {
-			t.Fatalf("trial %d: TuneLambda %v (1 worker), %v (3); the earlier rule scores %v", trial, a, b, v1.Score(md, rules, 1))
+		before := v1.Score(md, rules, 1)
+		if a, b := v1.TuneLambda(md, 1), v3.TuneLambda(md, 3); a != b || !(a >= before) {
+			t.Fatalf("trial %d: TuneLambda %v (1 worker), %v (3); the earlier rule scores %v", trial, a, b, before)
+		}
+		// Every parameter follows them by a local search (λ first, as
+		// TuneLambda): at least TuneLambda's score, the same for any
+		// workers, and the score of the choice it leaves.
+		lam := v1.Score(md, v1.last, 1)
+		if a, b := v1.TuneLocal(md, 1), v3.TuneLocal(md, 3); a != b || !(a >= lam) || v1.Score(md, v1.last, 2) != a {
+			t.Fatalf("trial %d: TuneLocal %v (1 worker), %v (3), rescored %v; TuneLambda's choice scores %v", trial, a, b, v1.Score(md, v1.last, 2), lam)
 		}
 	}
 }
@@ -392,6 +400,66 @@ func TestEarlyStopKeepsBest(t *testing.T) {
 	}
 	if res.Status != HeldOutOptimum || md.Iteration != bestIter || res.Iterations != 8 || res.HeldOut != 0 {
 		t.Fatalf("status %s, iteration %d (best %d), iterations %d, held-out %v", res.Status, md.Iteration, bestIter, res.Iterations, res.HeldOut)
+	}
+}
+
+// TestEarlyStopConfirm: an iterate whose Score does not gain is
+// rescored by Confirm, and counts against the patience only when that
+// does not gain either; a Confirm that gains resets the patience and
+// keeps its iterate.
+func TestEarlyStopConfirm(t *testing.T) {
+	for _, withConfirm := range []bool{false, true} {
+		md, blocks := squaremData()
+		calls, confirms := 0, 0
+		es := &EarlyStop{Patience: 6, Score: func(m *Model) float64 {
+			calls++
+			return -float64(calls) // never gains after the first
+		}}
+		if withConfirm {
+			es.Confirm = func(m *Model) float64 {
+				confirms++
+				if m.Iteration == 6 {
+					return 0 // the re-tuned score of iterate 6 gains
+				}
+				return -100
+			}
+		}
+		res, err := Fit(context.Background(), md, blocks, FitOptions{Converger: Converger{MaxIter: 100}, EarlyStop: es})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantIters, wantConfirms := 1, 7, 0
+		if withConfirm {
+			want, wantIters, wantConfirms = 6, 12, 11
+		}
+		if res.Status != HeldOutOptimum || md.Iteration != want || res.Iterations != wantIters || confirms != wantConfirms {
+			t.Fatalf("confirm %v: status %s, kept iteration %d (want %d), iterations %d (want %d), confirms %d (want %d)",
+				withConfirm, res.Status, md.Iteration, want, res.Iterations, wantIters, confirms, wantConfirms)
+		}
+	}
+}
+
+// TestEarlyStopNeverKeepsTheStart: SQUAREM's loop, which passes over its
+// start, does not score it (plain EM's scores the iterates after each
+// pass): a start that would score best is not the model returned.
+func TestEarlyStopNeverKeepsTheStart(t *testing.T) {
+	for _, accel := range []Accel{AccelNone, AccelSquarem} {
+		md, blocks := squaremData()
+		start := md.Clone()
+		scored := []int{}
+		es := &EarlyStop{Patience: 2, Score: func(m *Model) float64 {
+			scored = append(scored, m.Iteration)
+			if m.Iteration == 0 {
+				return 1 // the start would win
+			}
+			return -float64(m.Iteration)
+		}}
+		if _, err := Fit(context.Background(), md, blocks, FitOptions{Converger: Converger{MaxIter: 100}, EarlyStop: es, Accel: accel}); err != nil {
+			t.Fatal(err)
+		}
+		if scored[0] == 0 || md.Iteration == 0 || md.D[0][0] == start.D[0][0] {
+			t.Fatalf("accel %s: scored iterations %v, kept iteration %d", accel, scored, md.Iteration)
+		}
 	}
 }
 

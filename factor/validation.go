@@ -307,17 +307,9 @@ func (v *Validation) Tune(md *Model, workers int) (perTransition float64, rules 
 				p, best = c, s
 			}
 		}
-		type coord struct {
-			grid []float64
-			at   *float64
-		}
-		coords := []coord{{LambdaGrid, &p.Lambda}, {DeltaGrid, &p.Delta}, {RhoGrid, &p.Rho}}
-		if !v.NoCounts {
-			coords = append(coords, coord{KappaGrid, &p.Kappa}, coord{DiscountGrid, &p.Discount}, coord{MuGrid, &p.Mu})
-		}
 		for range 8 {
 			changed := false
-			for _, c := range coords {
+			for _, c := range v.coords(&p) {
 				keep := *c.at
 				for _, x := range c.grid {
 					if x == keep {
@@ -341,6 +333,91 @@ func (v *Validation) Tune(md *Model, workers int) (perTransition float64, rules 
 	return ll / v.total, slices.Clone(v.last)
 }
 
+// coord is one parameter of the rule that Tune and TuneLocal choose: its
+// grid and where it is in the rule being tuned.
+type coord struct {
+	grid []float64
+	at   *float64
+}
+
+// coords returns the parameters of p that are tuned, in the order of
+// the coordinate ascent (κ, d and μ only where the rule keeps counts).
+func (v *Validation) coords(p *RuleParams) []coord {
+	cs := []coord{{LambdaGrid, &p.Lambda}, {DeltaGrid, &p.Delta}, {RhoGrid, &p.Rho}}
+	if !v.NoCounts {
+		cs = append(cs, coord{KappaGrid, &p.Kappa}, coord{DiscountGrid, &p.Discount}, coord{MuGrid, &p.Mu})
+	}
+	return cs
+}
+
+// climb moves the parameter c of p (the rule of action a, scoring
+// *best) along its grid, one step at a time in the first direction that
+// gains, while the score gains, and reports whether it moved; a value
+// off the grid stays.
+func (v *Validation) climb(a int, p *RuleParams, c coord, best *float64, workers int) bool {
+	k := slices.Index(c.grid, *c.at)
+	if k < 0 {
+		return false
+	}
+	for _, step := range []int{1, -1} {
+		moved := false
+		for t := k + step; t >= 0 && t < len(c.grid); t += step {
+			keep := *c.at
+			*c.at = c.grid[t]
+			s := v.score(a, *p, workers)
+			if !(s > *best) {
+				*c.at = keep
+				break
+			}
+			*best, moved = s, true
+		}
+		if moved {
+			return true
+		}
+	}
+	return false
+}
+
+// TuneLocal scores md's factors on the validation split with the rule
+// tuned from the last choice by a local search: each parameter in turn
+// climbs its grid step by step while the score gains (climb), rounds
+// repeated until none moves (at most 8). A few scores per parameter
+// where Tune scans every grid: the held-out stopping rule's check that
+// an iterate has not gained (EarlyStop.Confirm), the rule's other
+// parameters following the factors as λ does. It runs Tune when Tune
+// never ran. It returns the validation log-likelihood per transition,
+// at least that of the last choice.
+func (v *Validation) TuneLocal(md *Model, workers int) float64 {
+	if !v.tuned {
+		s, _ := v.Tune(md, workers)
+		return s
+	}
+	v.factorProbs(md, workers)
+	ll := 0.0
+	for a := range v.u {
+		if v.tot[a] == 0 {
+			continue
+		}
+		p := v.last[a]
+		best := v.score(a, p, workers)
+		cs := v.coords(&p)
+		for range 8 {
+			changed := false
+			for _, c := range cs {
+				if v.climb(a, &p, c, &best, workers) {
+					changed = true
+				}
+			}
+			if !changed {
+				break
+			}
+		}
+		v.last[a] = p
+		ll += best
+	}
+	return ll / v.total
+}
+
 // TuneLambda scores md's factors on the validation split with the last
 // choice of Tune, λ chosen anew per action (the weight of the factors,
 // the one parameter that follows them from iterate to iterate): a local
@@ -359,27 +436,8 @@ func (v *Validation) TuneLambda(md *Model, workers int) float64 {
 			continue
 		}
 		p := v.last[a]
-		k := slices.Index(LambdaGrid, p.Lambda)
 		best := v.score(a, p, workers)
-		if k < 0 {
-			ll += best
-			continue
-		}
-		for _, step := range []int{1, -1} {
-			moved := false
-			for t := k + step; t >= 0 && t < len(LambdaGrid); t += step {
-				q := p
-				q.Lambda = LambdaGrid[t]
-				s := v.score(a, q, workers)
-				if !(s > best) {
-					break
-				}
-				p, best, moved = q, s, true
-			}
-			if moved {
-				break
-			}
-		}
+		v.climb(a, &p, coord{LambdaGrid, &p.Lambda}, &best, workers)
 		v.last[a] = p
 		ll += best
 	}

@@ -491,14 +491,18 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 		}
 		if f.stopV == stopValidation {
 			opts.EarlyStop = &factor.EarlyStop{Patience: f.patience, MinGain: heldOutMinGain,
-				Score: func(md *factor.Model) float64 {
-					// The rule is tuned in full at the first score; then
-					// only λ, the weight of the factors, follows them
-					// (the counts' parameters move little while the
-					// factors fit). A function of the score's count and
-					// the model: the fit stays deterministic.
-					return v.TuneLambda(md, f.workers)
-				}}
+				// Every iterate is scored with λ, the weight of the
+				// factors, re-tuned (the cheap score); one that does not
+				// gain is rescored with every parameter of the rule
+				// re-tuned by a local search before it counts against
+				// the patience (the counts' parameters follow the
+				// factors too: with λ alone the fit quit at iterates
+				// that a re-tuned rule scores better; docs/quality.md,
+				// round 3). Functions of the scores' count and the
+				// model: the fit stays deterministic.
+				Score:   func(md *factor.Model) float64 { return v.TuneLambda(md, f.workers) },
+				Confirm: func(md *factor.Model) float64 { return v.TuneLocal(md, f.workers) },
+			}
 		}
 		var res factor.FitResult
 		var err error
