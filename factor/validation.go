@@ -25,9 +25,11 @@ var (
 
 // The grids of the counting baselines (emsf eval --train): the weight λ
 // of Jelinek–Mercer counting (NewJM) and the β of add-β counting
-// (NewCNT). Tune starts from each of them as a special case of the rule,
-// so the rule it chooses scores at least as well on the validation split
-// as the best of those baselines tuned on the same split.
+// (NewCNT); Kneser–Ney counting's d and δ are on DiscountGrid and
+// DeltaGrid (KNRule). Tune starts from each of them as a special case
+// of the rule, so the rule it chooses scores at least as well on the
+// validation split as the best of those baselines tuned on the same
+// split.
 var (
 	JMGrid      = []float64{0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95, 0.98, 0.99}
 	AddBetaGrid = []float64{1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1}
@@ -277,10 +279,12 @@ func (v *Validation) score(a int, p RuleParams, workers int) float64 {
 // Tune scores md's factors on the validation split and chooses the
 // rule's parameters per action: it starts from the best of the last
 // choice and the counting baselines as special cases of the rule
-// (JMRule over JMGrid, AddBetaRule over AddBetaGrid, interpolated
-// Kneser–Ney), then climbs by coordinate ascent over the grids (ties to
-// the earlier value). So the choice scores at least as well on the
-// validation split as Jelinek–Mercer and add-β counting tuned on it. It
+// (JMRule over JMGrid, AddBetaRule over AddBetaGrid, KNRule over
+// DiscountGrid × DeltaGrid), then climbs by coordinate ascent over the
+// grids (ties to the earlier value). So the choice scores at least as
+// well on the validation split as Jelinek–Mercer, add-β and interpolated
+// Kneser–Ney counting tuned on it (emsf eval's baselines, there scored
+// with the held-out mixture). It
 // returns the validation log-likelihood per transition under the choice
 // and the choice; the result is a function of md and the earlier
 // choices only, never of workers.
@@ -299,7 +303,11 @@ func (v *Validation) Tune(md *Model, workers int) (perTransition float64, rules 
 			for _, b := range AddBetaGrid {
 				cands = append(cands, AddBetaRule(v.n, b))
 			}
-			cands = append(cands, KNRule(0.75, QHalf))
+			for _, d := range DiscountGrid {
+				for _, delta := range DeltaGrid {
+					cands = append(cands, KNRule(d, delta))
+				}
+			}
 		}
 		p, best := cands[0], v.score(a, cands[0], workers)
 		for _, c := range cands[1:] {

@@ -30,7 +30,7 @@ func runEval(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&truthPath, "truth", "", "true model D'K' (from emsf gen): report ‖P − DK‖_F and KL_ρ against it; any form --model takes")
 	nf.register(fs)
 	fs.StringVar(&trainPath, "train", "", "training transitions: score counting baselines trained on this file beside the model on --input (their parameters chosen on a --validation split of it, never on --input)")
-	fs.StringVar(&baselines, "baselines", "cnt,add,jm,kn", "with --train: the counting baselines to score: cnt (counting), add (add-β), jm (Jelinek–Mercer with the next-state frequencies), kn (interpolated Kneser–Ney: discount d, continuation frequencies with δ pseudo-counts); comma-separated, or none")
+	fs.StringVar(&baselines, "baselines", "cnt,add,jm,kn", "with --train: the counting baselines to score: cnt (counting), add (add-β), jm (Jelinek–Mercer with the next-state frequencies), kn (interpolated Kneser–Ney: discount d, continuation frequencies with δ pseudo-counts, both per action); comma-separated, or none")
 	fs.Float64Var(&mix, "mix", factor.DefaultHeldOutMix, "the held-out scoring rule, applied to every estimate alike: its probabilities mixed with the uniform distribution over the scored states at this weight, in [0, 1) (recorded in the output)")
 	fs.Float64Var(&validation, "validation", 0.1, "with --train: the fraction of its transitions held out to choose the baselines' β, λ, and d and δ")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the --validation split")
@@ -306,34 +306,82 @@ func trainBaselines(n, u int, train *dataset, bases []string, rule factor.HeldOu
 			}
 			out = append(out, namedEstimate{"Jelinek–Mercer counting", c, fmt.Sprintf("λ = %g", lambda)})
 		case baseKN:
-			// One d and δ for every action, as β and λ are: the grid of
-			// the model's rule (factor.DiscountGrid, factor.DeltaGrid).
-			var grid []factor.RuleParams
-			for _, d := range factor.DiscountGrid {
-				for _, delta := range factor.DeltaGrid {
-					grid = append(grid, factor.KNRule(d, delta))
-				}
-			}
-			// The fit part is counted once for the whole grid.
-			fitCnt, err := factor.NewCNT(n, u, train.train, 0)
+			rules, err := chooseKN(n, u, train, all, rule)
 			if err != nil {
 				return nil, err
 			}
-			mk := func(bs []*factor.Block, p factor.RuleParams) (factor.Estimate, error) {
-				var cnt *factor.CNT
-				if slices.Equal(bs, train.train) {
-					cnt = fitCnt
-				}
-				return factor.NewRuleCounting(n, u, bs, cnt, slices.Repeat([]factor.RuleParams{p}, u))
-			}
-			p, c, err := chooseBaseline(n, train, all, rule, grid, mk)
+			c, err := factor.NewRuleCounting(n, u, all, nil, rules)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, namedEstimate{"Kneser–Ney counting", c, fmt.Sprintf("d = %g, δ = %g", p.Discount, p.Delta)})
+			out = append(out, namedEstimate{"Kneser–Ney counting", c, knString(rules)})
 		}
 	}
 	return out, nil
+}
+
+// chooseKN returns the rule of interpolated Kneser–Ney counting per
+// action (factor.KNRule over factor.DiscountGrid × factor.DeltaGrid, the
+// grids of the model's rule): for each action the d and δ whose counting
+// on train's fit part (train.train) scores best under rule on the
+// action's validation transitions (train.val; ties to the earlier
+// value), and for an action without validation transitions the best on
+// all of them. Per action, as the model's rule is chosen (an action's
+// counts and q are its own). The test file is never seen.
+func chooseKN(n, u int, train *dataset, all []*factor.Block, rule factor.HeldOutRule) ([]factor.RuleParams, error) {
+	// The fit part is counted once for the whole grid.
+	fitCnt, err := factor.NewCNT(n, u, train.train, 0)
+	if err != nil {
+		return nil, err
+	}
+	var grid []factor.RuleParams
+	for _, d := range factor.DiscountGrid {
+		for _, delta := range factor.DeltaGrid {
+			grid = append(grid, factor.KNRule(d, delta))
+		}
+	}
+	best := slices.Repeat([]float64{math.Inf(-1)}, u+1) // per action, then pooled
+	choice := slices.Repeat(grid[:1], u+1)
+	seen := make([]bool, u)
+	for _, p := range grid {
+		est, err := factor.NewRuleCounting(n, u, train.train, fitCnt, slices.Repeat([]factor.RuleParams{p}, u))
+		if err != nil {
+			return nil, err
+		}
+		ll := make([]float64, u+1)
+		for _, vb := range train.val {
+			l, _, err := rule.LogLik(est, []*factor.Block{vb}, n)
+			if err != nil {
+				l = math.Inf(-1) // under a rule without mixture
+			}
+			ll[vb.Action] += l
+			ll[u] += l
+			seen[vb.Action] = true
+		}
+		for a, l := range ll {
+			if l > best[a] {
+				best[a], choice[a] = l, p
+			}
+		}
+	}
+	for a := range u {
+		if !seen[a] {
+			choice[a] = choice[u]
+		}
+	}
+	return choice[:u], nil
+}
+
+// knString describes the Kneser–Ney rules chosen per action.
+func knString(rules []factor.RuleParams) string {
+	if !slices.ContainsFunc(rules, func(r factor.RuleParams) bool { return r != rules[0] }) {
+		return fmt.Sprintf("d = %g, δ = %g", rules[0].Discount, rules[0].Delta)
+	}
+	parts := make([]string, len(rules))
+	for a, r := range rules {
+		parts[a] = fmt.Sprintf("a%d: d = %g, δ = %g", a, r.Discount, r.Delta)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // chooseBaseline returns the value of grid whose estimate, made by mk

@@ -49,22 +49,37 @@ func TestEvalUnseenStates(t *testing.T) {
 	}
 }
 
-// TestEvalKNChosenOnValidation: the Kneser–Ney baseline's d and δ are
-// those that score best on the validation split of --train under the
-// held-out rule (recomputed here from the split), the estimate is the
-// rule counted on all of --train with them, and the test file plays no
-// part: two very different test files get the same choice.
+// TestEvalKNChosenOnValidation: the Kneser–Ney baseline's d and δ are,
+// per action, those that score best on the action's part of the
+// validation split of --train under the held-out rule (recomputed here
+// from the split), the estimate is the rule counted on all of --train
+// with them, and the test file plays no part: two very different test
+// files get the same choice.
 func TestEvalKNChosenOnValidation(t *testing.T) {
 	n, u := 30, 2
 	tr := factor.RandomCounts(n, u, 4, 3, 11)
-	val := factor.RandomCounts(n, u, 2, 2, 12)
+	// Action 0 validates on other transitions, action 1 on its own
+	// training counts (which favour no discount): two choices.
+	var val []*factor.Block
+	for _, b := range factor.RandomCounts(n, u, 2, 2, 12) {
+		if b.Action == 0 {
+			val = append(val, b)
+		}
+	}
+	for _, b := range tr {
+		if b.Action == 1 {
+			val = append(val, b)
+		}
+	}
 	ds := &dataset{n: n, u: u, train: tr, val: val}
 	rule := factor.HeldOutRule{Mix: 0.001}
 	ests, err := trainBaselines(n, u, ds, []string{baseKN}, rule)
 	if err != nil {
 		t.Fatal(err)
 	}
-	best, bestP := math.Inf(-1), factor.RuleParams{}
+	// Per action: the best on that action's validation transitions.
+	best := []float64{math.Inf(-1), math.Inf(-1)}
+	bestP := make([]factor.RuleParams, u)
 	for _, d := range factor.DiscountGrid {
 		for _, delta := range factor.DeltaGrid {
 			p := factor.KNRule(d, delta)
@@ -72,15 +87,20 @@ func TestEvalKNChosenOnValidation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s, err := rule.PerTransition(e, val, n); err == nil && s > best {
-				best, bestP = s, p
+			for _, vb := range val {
+				if s, _, err := rule.LogLik(e, []*factor.Block{vb}, n); err == nil && s > best[vb.Action] {
+					best[vb.Action], bestP[vb.Action] = s, p
+				}
 			}
 		}
 	}
-	if want := fmt.Sprintf("d = %g, δ = %g", bestP.Discount, bestP.Delta); len(ests) != 1 || ests[0].chosen != want {
+	if bestP[0] == bestP[1] {
+		t.Fatalf("the case chooses one rule for both actions (%+v): it tests nothing per action", bestP[0])
+	}
+	if want := knString(bestP); len(ests) != 1 || ests[0].chosen != want || !strings.Contains(want, "a1: d = ") {
 		t.Fatalf("chosen %+v, want %q", ests, want)
 	}
-	all, err := factor.NewRuleCounting(n, u, mergeBlocks(u, tr, val), nil, []factor.RuleParams{bestP, bestP})
+	all, err := factor.NewRuleCounting(n, u, mergeBlocks(u, tr, val), nil, bestP)
 	if err != nil {
 		t.Fatal(err)
 	}
