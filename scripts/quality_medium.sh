@@ -13,17 +13,21 @@
 # usage: scripts/quality_medium.sh OUTDIR [EMSF_BINARY] [--no-plain]
 # Prints one line per side (wall seconds, peak RSS, iterations and
 # status, held-out log-likelihood per test transition) and writes them
-# to OUTDIR/medium.txt.
+# to OUTDIR/medium.txt. STATES and TRAIN (transitions; the test set is a
+# tenth of it) override the size, for a smoke run of the script.
 set -eu
+states=${STATES:-200000}
+train=${TRAIN:-10000000}
+test=$((train / 10))
 out=${1:?usage: scripts/quality_medium.sh OUTDIR [EMSF_BINARY] [--no-plain]}
 emsf=${2:-emsf}
 plain=yes
 [ "${3:-}" = "--no-plain" ] && plain=no
 mkdir -p "$out"
 if [ ! -s "$out/test.csv" ]; then
-	"$emsf" gen --states 200000 --transitions 11000000 --seed 1 --out "$out/all.csv" --truth ""
-	head -n 10000001 "$out/all.csv" >"$out/train.csv"
-	{ head -n 1 "$out/all.csv"; tail -n 1000000 "$out/all.csv"; } >"$out/test.csv"
+	"$emsf" gen --states "$states" --transitions $((train + test)) --seed 1 --out "$out/all.csv" --truth ""
+	head -n $((train + 1)) "$out/all.csv" >"$out/train.csv"
+	{ head -n 1 "$out/all.csv"; tail -n "$test" "$out/all.csv"; } >"$out/test.csv"
 	rm "$out/all.csv"
 fi
 : >"$out/medium.txt"
