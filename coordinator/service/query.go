@@ -228,6 +228,10 @@ func ServeQueries(ctx context.Context, nc *nats.Conn, prefix, name, version stri
 		cancel()
 		wg.Wait()
 		_ = svc.Stop()
+		// The server has dropped the endpoints' subscriptions when stop
+		// returns: a question asked after it gets no responders, not a
+		// subscription the client already left (a timeout).
+		_ = nc.FlushTimeout(30 * time.Second)
 	}
 	q, err := startQueries(qctx, nc, log, prefix, name, svc, &wg)
 	if err == nil {
