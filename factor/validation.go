@@ -396,23 +396,12 @@ func (v *Validation) climb(a int, p *RuleParams, c coord, best *float64, workers
 // never ran. It returns the validation log-likelihood per transition,
 // at least that of the last choice.
 func (v *Validation) TuneLocal(md *Model, workers int) float64 {
-	if !v.tuned {
-		s, _ := v.Tune(md, workers)
-		return s
-	}
-	v.factorProbs(md, workers)
-	ll := 0.0
-	for a := range v.u {
-		if v.tot[a] == 0 {
-			continue
-		}
-		p := v.last[a]
-		best := v.score(a, p, workers)
-		cs := v.coords(&p)
+	return v.retune(md, workers, func(a int, p *RuleParams, best *float64) {
+		cs := v.coords(p)
 		for range 8 {
 			changed := false
 			for _, c := range cs {
-				if v.climb(a, &p, c, &best, workers) {
+				if v.climb(a, p, c, best, workers) {
 					changed = true
 				}
 			}
@@ -420,10 +409,7 @@ func (v *Validation) TuneLocal(md *Model, workers int) float64 {
 				break
 			}
 		}
-		v.last[a] = p
-		ll += best
-	}
-	return ll / v.total
+	})
 }
 
 // TuneLambda scores md's factors on the validation split with the last
@@ -433,6 +419,17 @@ func (v *Validation) TuneLocal(md *Model, workers int) float64 {
 // in λ (the rule is affine in it). It runs Tune when Tune never ran. It
 // returns the validation log-likelihood per transition.
 func (v *Validation) TuneLambda(md *Model, workers int) float64 {
+	return v.retune(md, workers, func(a int, p *RuleParams, best *float64) {
+		v.climb(a, p, coord{LambdaGrid, &p.Lambda}, best, workers)
+	})
+}
+
+// retune is TuneLocal and TuneLambda: md's factors scored on the
+// validation split, each action with data re-tuned by search from its
+// last choice (best: that choice's score, raised by the search), the
+// result kept as the last choice. It runs Tune when Tune never ran. It
+// returns the validation log-likelihood per transition.
+func (v *Validation) retune(md *Model, workers int, search func(a int, p *RuleParams, best *float64)) float64 {
 	if !v.tuned {
 		s, _ := v.Tune(md, workers)
 		return s
@@ -445,7 +442,7 @@ func (v *Validation) TuneLambda(md *Model, workers int) float64 {
 		}
 		p := v.last[a]
 		best := v.score(a, p, workers)
-		v.climb(a, &p, coord{LambdaGrid, &p.Lambda}, &best, workers)
+		search(a, &p, &best)
 		v.last[a] = p
 		ll += best
 	}
