@@ -11,25 +11,16 @@ usage: scripts/quality_seeds.py DATADIR OUTDIR [--emsf BIN] [--before BIN]
        [--order 32] [--sets changelog,gotokens,depgraph] [--fractions 1,5,20,100]
        [--seeds 1,2,3]
 """
-import json, os, re, subprocess, sys
+import json, os, re, sys
 
-
-def arg(name, default):
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError("%s failed:\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
-    return p.stdout, p.stderr
+from quality_bench import arg, run  # the same flags and runner as the benchmark
 
 
 def fit_score(emsf, train, test, order, seed, model):
-    out, err = run([emsf, "fit", "--input", train, "--order", order, "--out", model, "--seed", str(seed)])
+    out, err, _ = run([emsf, "fit", "--input", train, "--order", order, "--out", model, "--seed", str(seed)])
     it = re.search(r": (\d+) iterations \(([^)]*)\)", out)
     best = re.search(r"best_iteration=(\d+)", err)
-    ev, _ = run([emsf, "eval", "--model", model, "--input", test, "--baselines", "none", "--mix", "0.001"])
+    ev, _, _ = run([emsf, "eval", "--model", model, "--input", test, "--baselines", "none", "--mix", "0.001"])
     m = re.search(r"^\s{2}model \S+\s+\S+\s+(-?[0-9.e+-]+)", ev, re.M)
     return {"score": float(m.group(1)), "iters": int(it.group(1)), "status": it.group(2),
             "best_iteration": int(best.group(1)) if best else None}

@@ -16,20 +16,9 @@ Run it on a quiet machine for figures to trust; on a shared one both
 sides are disturbed alike only on average (hence the interleaving and
 the median).
 """
-import hashlib, json, os, re, statistics, subprocess, sys, time
+import hashlib, json, os, re, statistics, sys
 
-
-def arg(name, default):
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-def run(cmd):
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    dt = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise RuntimeError("%s failed:\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
-    return p.stdout, dt
+from quality_bench import arg, run  # the same flags and runner as the benchmark
 
 
 def digest(path):
@@ -57,7 +46,7 @@ def main():
         for _ in range(repeats):
             for side, flags in sides:
                 model = os.path.join(outdir, "%s_%s_%s.arrow" % (name, frac, side))
-                out, dt = run([emsf, "fit", "--input", train, "--order", order, "--out", model, "--quiet"] + flags)
+                out, _, dt = run([emsf, "fit", "--input", train, "--order", order, "--out", model, "--quiet"] + flags)
                 times[side].append(dt)
                 h = digest(model)
                 if sums.setdefault(side, h) != h:
@@ -66,7 +55,7 @@ def main():
                 row[side + "_iters"] = "%s (%s)" % (it.group(1), it.group(2)) if it else "?"
         for side, _ in sides:
             model = os.path.join(outdir, "%s_%s_%s.arrow" % (name, frac, side))
-            out, _ = run([emsf, "eval", "--model", model, "--input", test, "--baselines", "none", "--mix", "0.001"])
+            out, _, _ = run([emsf, "eval", "--model", model, "--input", test, "--baselines", "none", "--mix", "0.001"])
             m = re.search(r"^\s{2}model \S+\s+\S+\s+(-?[0-9.e+-]+)", out, re.M)
             row[side] = float(m.group(1))
             row[side + "_s"] = statistics.median(times[side])
