@@ -364,10 +364,11 @@ func TestWorkerDiscovery(t *testing.T) {
 					t.Fatal(err)
 				}
 				// The queue-group endpoint, the worker's own (shard
-				// affinity) and the owners exchange's.
-				if len(st.Endpoints) != 3 || st.Endpoints[0].Subject != wire.TaskSubject(wire.DefaultPrefix) ||
+				// affinity), the link probe's and the owners exchange's.
+				if len(st.Endpoints) != 4 || st.Endpoints[0].Subject != wire.TaskSubject(wire.DefaultPrefix) ||
 					st.Endpoints[1].Subject != wire.DirectTaskSubject(wire.DefaultPrefix, st.ID) ||
-					st.Endpoints[2].Subject != wire.OwnSubject(wire.DefaultPrefix, st.ID) ||
+					st.Endpoints[2].Subject != wire.LinkSubject(wire.DefaultPrefix, st.ID) ||
+					st.Endpoints[3].Subject != wire.OwnSubject(wire.DefaultPrefix, st.ID) ||
 					!strings.Contains(string(st.Endpoints[0].Data), `"nnz_per_second"`) {
 					t.Fatalf("stats %s", m.Data)
 				}

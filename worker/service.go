@@ -230,6 +230,12 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config) (*Worker, error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("worker: add endpoint: %w", err)
 	}
+	// The link probe: the request's body back, as it came.
+	echo := micro.HandlerFunc(func(req micro.Request) { _ = req.Respond(req.Data()) })
+	if err := svc.AddEndpoint("link", echo, micro.WithEndpointSubject(wire.LinkSubject(cfg.Prefix, w.id))); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("worker: add endpoint: %w", err)
+	}
 	if w.blobs, err = wire.ServeBlobs(nc, cfg.Prefix, w.id, 4); err != nil {
 		_ = svc.Stop()
 		return nil, err

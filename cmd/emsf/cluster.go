@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -114,6 +115,7 @@ type clusterFlags struct {
 	workerTimeout time.Duration
 	probeEvery    time.Duration
 	frozenAfter   time.Duration
+	slowLink      float64
 	objectBucket  string
 	kvBucket      string
 	replicas      int
@@ -161,6 +163,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.workerTimeout, "worker-timeout", 30*time.Second, "cluster mode: a task not answered within this is handed to another worker")
 	fs.DurationVar(&c.probeEvery, "worker-probe", time.Second, "cluster mode: how often the worker holding a task is pinged; one that no longer answers loses the task at once")
 	fs.DurationVar(&c.frozenAfter, "worker-frozen", 15*time.Second, "cluster mode: a worker holding a task that leaves its pings unanswered this long counts as frozen (a stopped process): its task is recomputed elsewhere")
+	c.registerSlowLink(fs)
 	fs.StringVar(&c.objectBucket, "bucket-objects", wire.DefaultObjectBucket, "cluster mode: JetStream Object Store bucket for shards, models and job manifests")
 	fs.StringVar(&c.kvBucket, "bucket-jobs", wire.DefaultKVBucket, "cluster mode: JetStream KV bucket for job state")
 	fs.IntVar(&c.replicas, "replicas", 1, "cluster mode: replicas of the buckets when they are created (3 on a 3-node cluster)")
@@ -172,6 +175,26 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.verifyLast, "verify-last", false, "with --exchange coordinator: also check each worker's last task of every iteration before its commit, so that a worker caught never leaves an unchecked partial in an earlier iteration (costs 30-40 % of the wall time: scripts/verify_cost.sh)")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 10, "with --exchange owners: iterations between checkpoints of the owners' blocks (a lost worker costs a replay of at most this many)")
 	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
+}
+
+// registerSlowLink registers --slow-link (fit and data ingest).
+func (c *clusterFlags) registerSlowLink(fs *flag.FlagSet) {
+	fs.Float64Var(&c.slowLink, "slow-link", owners.DefaultSlowLink, "cluster mode: a worker whose link echoes a 256 KiB probe more than this many times slower than the median worker's (and 50 ms slower) reads no data and is placed no work while it stays slow; 0: place every worker")
+}
+
+func (c *clusterFlags) validateSlowLink() error {
+	if !(c.slowLink == 0 || c.slowLink >= 1) || math.IsInf(c.slowLink, 0) {
+		return usagef("--slow-link %v: want 0 (off) or a factor >= 1", c.slowLink)
+	}
+	return nil
+}
+
+// slowLinkFactor is natsexec.Config.SlowLink for --slow-link (0: off).
+func (c *clusterFlags) slowLinkFactor() float64 {
+	if c.slowLink == 0 {
+		return -1
+	}
+	return c.slowLink
 }
 
 // enabled reports whether cluster mode was asked for.
@@ -201,6 +224,9 @@ func (c *clusterFlags) validate() error {
 	}
 	if c.frozenAfter <= 0 {
 		return usagef("--worker-frozen %v: must be > 0", c.frozenAfter)
+	}
+	if err := c.validateSlowLink(); err != nil {
+		return err
 	}
 	if wire.CheckBucket(c.objectBucket) != nil {
 		return usagef("--bucket-objects %q: want letters, digits, '-' and '_'", c.objectBucket)
@@ -269,7 +295,7 @@ func (c *clusterFlags) executor(ctx context.Context, logger hclog.Logger, worker
 		return nil, 0, func() {}, err
 	}
 	ecfg := natsexec.Config{Prefix: c.prefix, ObjectBucket: c.objectBucket, KVBucket: c.kvBucket,
-		Replicas: c.replicas, ProbeEvery: c.probeEvery, FrozenAfter: c.frozenAfter, Logger: logger}
+		Replicas: c.replicas, ProbeEvery: c.probeEvery, FrozenAfter: c.frozenAfter, SlowLink: c.slowLinkFactor(), Logger: logger}
 	minWorkers = c.minWorkers
 	if c.embedded {
 		dir := c.store

@@ -158,6 +158,7 @@ func runIngest(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&cf.waitWorkers, "wait-workers", 30*time.Second, "how long to wait for --min-workers")
 	fs.DurationVar(&cf.probeEvery, "worker-probe", time.Second, "how often a worker with a request in hand is pinged; one that no longer answers is lost (the ingest plans again without it)")
 	fs.DurationVar(&cf.frozenAfter, "worker-frozen", 15*time.Second, "a worker that leaves its pings unanswered this long counts as lost")
+	cf.registerSlowLink(fs)
 	fs.StringVar(&cf.objectBucket, "bucket-objects", wire.DefaultObjectBucket, "Object Store bucket of the shards (--store-shards)")
 	fs.IntVar(&shardNNZ, "shard-nnz", shard.DefaultTargetNNZ, "target nonzeros per shard (as emsf fit)")
 	fs.IntVar(&colCells, "col-cells", 1, "column cells per row range of a shard (as emsf fit)")
@@ -180,6 +181,9 @@ func runIngest(ctx context.Context, e *env, args []string) error {
 	}
 	if cf.url == "" {
 		return usagef("--nats is required (or set NATS_URL)")
+	}
+	if err := cf.validateSlowLink(); err != nil {
+		return err
 	}
 	if !(holdout >= 0 && holdout < 1) {
 		return usagef("--holdout %v: must be in [0, 1)", holdout)
@@ -205,7 +209,7 @@ func runIngest(ctx context.Context, e *env, args []string) error {
 	}
 	defer nc.Close()
 	exec, err := natsexec.New(ctx, nc, natsexec.Config{Prefix: cf.prefix, ObjectBucket: cf.objectBucket,
-		ProbeEvery: cf.probeEvery, FrozenAfter: cf.frozenAfter, Logger: log})
+		ProbeEvery: cf.probeEvery, FrozenAfter: cf.frozenAfter, SlowLink: cf.slowLinkFactor(), Logger: log})
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/emsf/emsf/coordinator/owners"
 	"github.com/emsf/emsf/worker/wire"
 )
 
@@ -41,6 +42,12 @@ type Config struct {
 	// more tasks (it is left out of direct hand-outs and named in every
 	// task's Avoid), and its answers are dropped.
 	QuarantineAfter int
+	// SlowLink is the factor of owners.LeaveOut: a worker whose link
+	// probe takes more than SlowLink times the median worker's is left
+	// out of the ingest's and the owners exchange's placements while it
+	// stays slow (0: owners.DefaultSlowLink; negative: no probe, every
+	// worker is placed).
+	SlowLink float64
 	// Logger receives the executor's logs (default: none).
 	Logger hclog.Logger
 }
@@ -69,6 +76,9 @@ func (c *Config) defaults() error {
 	}
 	if c.ProbeEvery <= 0 {
 		c.ProbeEvery = time.Second
+	}
+	if c.SlowLink == 0 {
+		c.SlowLink = owners.DefaultSlowLink
 	}
 	if c.QuarantineAfter <= 0 {
 		c.QuarantineAfter = 3

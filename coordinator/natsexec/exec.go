@@ -35,6 +35,7 @@ type Executor struct {
 	commits map[string]*pendingCommit // by job: the commit being stored
 	census  censusState
 	memory  map[string]int64 // by worker id: the memory it announced
+	links   links
 	quar    quarantine
 	wg      sync.WaitGroup
 	closing bool

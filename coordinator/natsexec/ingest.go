@@ -66,7 +66,15 @@ type natsCluster struct {
 // is caught by the watch first).
 const ingestTimeout = 10 * time.Minute
 
-func (c *natsCluster) Workers(ctx context.Context) ([]string, error) { return c.e.Census(ctx) }
+// Workers are the census' workers less those behind a slow link
+// (placeable): they read no split and hold no shard.
+func (c *natsCluster) Workers(ctx context.Context) ([]string, error) {
+	ids, err := c.e.Census(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.e.placeable(ctx, ids), nil
+}
 
 // call sends an ingest request to worker and decodes its reply into out,
 // while watching that the worker is alive: gone or frozen, the call

@@ -35,7 +35,8 @@ const spreadAttempts = 4
 // would not fit one NATS message.
 const spreadChunk = 256
 
-// spread runs work on the workers alive: items (indices 0..n−1) are
+// spread runs work on the workers alive (and not behind a slow link:
+// placeable): items (indices 0..n−1) are
 // dealt to workers (prefer names the worker to give an item first, ""
 // for none) and each worker's share is done by do, in parallel across
 // workers, in chunks of at most spreadChunk items one after another. A
@@ -57,7 +58,7 @@ func (e *Executor) spread(ctx context.Context, n int, prefer func(i int) string,
 		if err != nil {
 			return err
 		}
-		ids = slices.DeleteFunc(ids, func(id string) bool { return failed[id] != nil })
+		ids = slices.DeleteFunc(e.placeable(ctx, ids), func(id string) bool { return failed[id] != nil })
 		if len(ids) == 0 {
 			if last == nil {
 				last = errors.New("no workers")

@@ -156,7 +156,8 @@ type ownersCluster struct {
 // Census waits until at least want admitted workers answer (at most the
 // wait, then the fit ends), and through a restart of the server. A
 // worker that answers $SRV.PING is admitted once it answers a hello on
-// its own owners subject (admit).
+// its own owners subject (admit). Of those, it returns the ones not
+// behind a slow link (placeable).
 func (c *ownersCluster) Census(ctx context.Context, want int) ([]string, error) {
 	e := c.e
 	deadline := time.Now().Add(c.wait)
@@ -172,7 +173,9 @@ func (c *ownersCluster) Census(ctx context.Context, want int) ([]string, error) 
 			// The server is away (restarting): wait for the reconnect.
 			e.log.Warn("owners: waiting for the NATS server", "job", c.job, "status", e.nc.Status().String(), "until", deadline.Format(time.RFC3339))
 		case len(ids) >= want:
-			return ids, nil
+			// Workers behind a slow link count as come, but are not
+			// placed (placeable).
+			return e.placeable(ctx, ids), nil
 		}
 		if time.Now().After(deadline) {
 			if err != nil {

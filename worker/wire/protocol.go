@@ -258,3 +258,10 @@ func PutObjectReader(ctx context.Context, obs jetstream.ObjectStore, maxPayload 
 	meta.Opts = &opts
 	return obs.Put(ctx, meta, r)
 }
+
+// LinkSubject is where the worker with the given id echoes what it is
+// sent (the reply is the request's body, as it came): the coordinator
+// times it to find a worker behind a slow link before it places a job
+// (coordinator/owners.LeaveOut). The reply is no larger than the request,
+// so the echo gives no one more bytes than they send.
+func LinkSubject(prefix, id string) string { return prefix + ".link." + id }
