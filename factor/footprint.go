@@ -26,6 +26,13 @@ type Footprint struct {
 	// under the KL loss make the other rows dense: n entries each); nil
 	// counts every row as seen.
 	Seen []int
+	// What a batch EMSF fit keeps beside its model (EMSF): Squarem, the
+	// three iterates of SQUAREM's cycle (x0, x1, x2: a model each) and,
+	// under a Dirichlet prior, the logarithms of two iterates (of D with
+	// PriorD, of K with PriorK); PriorK, the prior's next-state
+	// frequencies (n per K block); EarlyStop, the best model so far
+	// (EarlyStop: --stop validation).
+	Squarem, PriorD, PriorK, EarlyStop bool
 }
 
 // ModelBytes is the size of a model's factors: 8·n·m per D block and per
@@ -44,11 +51,18 @@ func (f Footprint) vectors(k int) int64 { return mulSat(8, int64(k), int64(f.N),
 // EMSF is a batch EMSF fit (factor.Fit, Passer): the model, its
 // accumulator (D̂, K̂ and x: about a second model), the reduction tree's
 // pending K̂ buffers (log2 G per K block, G groups of GroupNNZ nonzeros),
-// the float32 copy of K, and with restarts > 1 the best model kept beside
-// the one being fitted.
+// the float32 copy of K, with restarts > 1 the best model kept beside
+// the one being fitted, and what SQUAREM, the prior and the early stop
+// keep (Squarem, PriorD, PriorK, EarlyStop).
 func (f Footprint) EMSF(restarts int) int64 {
 	model := f.Model()
 	k := mulSat(8, int64(f.N), int64(f.M), int64(NumK(f.U, f.Tie)))
+	d := mulSat(8, int64(f.N), int64(f.M), int64(NumD(f.U, f.Tie)))
+	// A copy of the model: its float32 K too.
+	copyBytes := model
+	if f.Float32 {
+		copyBytes = addSat(copyBytes, k/2)
+	}
 	total := addSat(model, model, f.vectors(1))
 	if g := f.groups(); g > 1 {
 		total = addSat(total, mulSat(k, int64(bits.Len(uint(g-1)))))
@@ -58,6 +72,21 @@ func (f Footprint) EMSF(restarts int) int64 {
 	}
 	if restarts > 1 {
 		total = addSat(total, model)
+	}
+	if f.Squarem {
+		total = addSat(total, mulSat(3, copyBytes))
+		if f.PriorD {
+			total = addSat(total, mulSat(2, d))
+		}
+		if f.PriorK {
+			total = addSat(total, mulSat(2, k))
+		}
+	}
+	if f.PriorK {
+		total = addSat(total, mulSat(8, int64(f.N), int64(NumK(f.U, f.Tie))))
+	}
+	if f.EarlyStop {
+		total = addSat(total, copyBytes)
 	}
 	return total
 }

@@ -29,6 +29,23 @@ func TestFootprintArithmetic(t *testing.T) {
 	if got, want := fp.EMSF(1), 2*model+8*1000*3+2*8*1000*10*3; got != want {
 		t.Errorf("EMSF with 4 groups: %d, want %d", got, want)
 	}
+	// The default local fit: SQUAREM's three iterates, the logs of two
+	// under a prior on D and K, the prior's next-state frequencies (n per
+	// K block), the early stop's kept model.
+	fp.NNZ, fp.GroupNNZ = 0, 0
+	dk := int64(8 * 1000 * 10 * 3) // D or K
+	fp.Squarem, fp.PriorD, fp.PriorK, fp.EarlyStop = true, true, true, true
+	if got, want := fp.EMSF(1), 2*model+8*1000*3+3*model+2*dk+2*dk+8*1000*3+model; got != want {
+		t.Errorf("EMSF with SQUAREM, priors and early stop: %d, want %d", got, want)
+	}
+	fp.PriorD, fp.PriorK, fp.EarlyStop = false, true, false
+	if got, want := fp.EMSF(1), 2*model+8*1000*3+3*model+2*dk+8*1000*3; got != want {
+		t.Errorf("EMSF with SQUAREM and a prior on K: %d, want %d", got, want)
+	}
+	fp.Squarem, fp.PriorK, fp.EarlyStop, fp.Float32 = false, false, true, true
+	if got, want := fp.EMSF(1), 2*model+8*1000*3+dk/2+model+dk/2; got != want {
+		t.Errorf("EMSF float32 with early stop: %d, want %d", got, want)
+	}
 	// KLM: rows without data are dense, 12 bytes an entry.
 	k := Footprint{N: 100, M: 2, U: 2, Seen: []int{100, 40}}
 	if got, want := k.KLM(), ModelBytes(100, 2, 2, TieNone)+8*100*2+2*8*100*2+12*60*100; got != want {

@@ -169,7 +169,8 @@ func humanBytes(b int64) string { return wire.Bytes(b) }
 // footprint is the shape of a fit of order m on d.
 func (f *fitFlags) footprint(d *dataset, m int) factor.Footprint {
 	fp := factor.Footprint{N: d.n, M: m, U: d.u, Tie: f.tieV, Float32: f.precisionV == factor.Float32, GroupNNZ: f.groupNNZ,
-		Seen: make([]int, d.u)}
+		Seen: make([]int, d.u), Squarem: f.accelV == factor.AccelSquarem, PriorD: f.priorD > 0, PriorK: f.priorK > 0,
+		EarlyStop: f.stopV == stopValidation}
 	for _, b := range d.train {
 		fp.NNZ += int64(b.NNZ())
 		if b.Action < d.u {

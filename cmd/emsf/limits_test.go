@@ -73,18 +73,27 @@ func TestFitMaxModelBytes(t *testing.T) {
 	data := filepath.Join(dir, "t.csv")
 	mustEmsf(t, "gen", "--states", "30", "--actions", "2", "--true-order", "3", "--transitions", "400", "--out", data, "--truth", "")
 	// n = 30, u = 2, m = 3: D and K 2·2·30·3·8 = 2880 bytes, the
-	// accumulator as much, x 2·30·8 = 480: 6240.
-	const need = 6240
+	// accumulator as much, x 2·30·8 = 480: 6240 (--plain, which the
+	// tests' emsf adds). The default fit (--smooth auto names it) adds
+	// SQUAREM's iterates 3·2880, the logs of two iterates of D and K
+	// under the prior 2·1440 + 2·1440, the prior's next-state frequencies
+	// 2·30·8 = 480 and the early stop's kept model 2880: 24000.
 	fit := func(extra ...string) (int, string) {
 		code, _, errs := emsf(t, append([]string{"fit", "--input", data, "--order", "3", "--iters", "2", "--quiet", "--out", filepath.Join(dir, "m.arrow")}, extra...)...)
 		return code, errs
 	}
-	if code, errs := fit("--max-model-bytes", fmt.Sprint(need-1)); code != 1 || !strings.Contains(errs, fmt.Sprintf("needs about %d bytes", need)) ||
-		!strings.Contains(errs, fmt.Sprintf("limit of %d bytes", need-1)) {
-		t.Errorf("--max-model-bytes %d: exit %d, %q", need-1, code, errs)
-	}
-	if code, errs := fit("--max-model-bytes", fmt.Sprint(need)); code != 0 {
-		t.Errorf("--max-model-bytes %d: exit %d, %q", need, code, errs)
+	for _, c := range []struct {
+		need  int
+		flags []string
+	}{{6240, nil}, {24000, []string{"--smooth", "auto"}}} {
+		need := c.need
+		if code, errs := fit(append(c.flags, "--max-model-bytes", fmt.Sprint(need-1))...); code != 1 || !strings.Contains(errs, fmt.Sprintf("needs about %d bytes", need)) ||
+			!strings.Contains(errs, fmt.Sprintf("limit of %d bytes", need-1)) {
+			t.Errorf("%v --max-model-bytes %d: exit %d, %q", c.flags, need-1, code, errs)
+		}
+		if code, errs := fit(append(c.flags, "--max-model-bytes", fmt.Sprint(need))...); code != 0 {
+			t.Errorf("%v --max-model-bytes %d: exit %d, %q", c.flags, need, code, errs)
+		}
 	}
 	if code, errs := fit("--max-model-bytes", "-5"); code != 2 || !strings.Contains(errs, "--max-model-bytes -5") {
 		t.Errorf("--max-model-bytes -5: exit %d, %q", code, errs)
