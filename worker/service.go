@@ -44,6 +44,12 @@ type Config struct {
 	// so that a test can hold a worker in a chosen iteration.
 	Delay     time.Duration
 	DelayFrom int
+	// WrongFrom, when ≥ 1, makes the worker compute wrong owners tasks
+	// from that iteration on (it scales the first entry of each D̂ by
+	// 1 + 2^-20 before it digests, folds and serves it): a fault
+	// injection for the tests of the owners exchange's verification, a
+	// machine whose arithmetic has gone bad.
+	WrongFrom int
 	// OnOwnersOp, when set, is called as each owners operation starts,
 	// with its name and iteration: a debugging hook (emsf worker
 	// --memprofile-dir records memory by phase with it). It must not block.
@@ -99,6 +105,9 @@ type Stats struct {
 	// SliceWaitSeconds the time they waited (ownpull.go, waitSlices).
 	SliceWaits       int64   `json:"slice_waits"`
 	SliceWaitSeconds float64 `json:"slice_wait_seconds"`
+	// Verified counts owners tasks computed as verifications of another
+	// worker's answer (proto.Request.Verify).
+	Verified int64 `json:"verified"`
 	// Running is 1 while a task is being computed.
 	Running int32 `json:"running"`
 }

@@ -171,7 +171,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.exchange, "exchange", "auto", "cluster mode: how statistics travel: owners (each column block of K and row group of D owned by a worker and folded there, the coordinator moves only m-vectors and scalars: scales past one machine; EMSF only), coordinator (every K block and K̂ through the coordinator; also runs --algorithm mu-*), or auto: owners, and coordinator for --algorithm mu-*")
 	fs.IntVar(&c.colBlocks, "col-blocks", 0, "with --exchange owners: column blocks per K block (0: one per 4 MiB of K, at most 1024)")
 	fs.BoolVar(&c.speculation, "speculation", true, "with --exchange owners: idle workers take a straggler's queued shards and back up its running task (first answer wins; the model is the same); false for measuring the protocol's own bytes")
-	fs.Float64Var(&c.verify, "verify", 0.02, "with --exchange coordinator: the fraction of tasks computed again on another worker and compared bit for bit (a worker whose partial differs from the coordinator's own is quarantined and the iteration's pass runs again; 0: check nothing)")
+	fs.Float64Var(&c.verify, "verify", 0.02, "cluster mode: the fraction of tasks computed again on another worker and compared bit for bit. --exchange coordinator: a worker whose partial differs from the coordinator's own is quarantined and the iteration's pass runs again; --exchange owners: on a mismatch a third worker computes the task, the one the other two disagree with is quarantined, and its work since its last verified answer is redone from a checkpoint (0: check nothing)")
 	fs.BoolVar(&c.verifyLast, "verify-last", false, "with --exchange coordinator: also check each worker's last task of every iteration before its commit, so that a worker caught never leaves an unchecked partial in an earlier iteration (costs 30-40 % of the wall time: scripts/verify_cost.sh)")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 10, "with --exchange owners: iterations between checkpoints of the owners' blocks (a lost worker costs a replay of at most this many)")
 	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
@@ -455,13 +455,14 @@ func (c *clusterFlags) ownersOptions(log hclog.Logger, job string, shards int, o
 		ColBlocks:       c.colBlocks,
 		CheckpointEvery: c.checkpointEvery,
 		NoBackups:       !c.speculation,
+		Verify:          c.verify,
 		TaskTimeout:     c.workerTimeout,
 		MinWorkers:      minWorkers,
 		Resume:          c.resume,
 		Report: func(r natsexec.OwnersReport) {
 			c.iterationLine(log, "job", job, "exchange", "owners", "iter", r.Iteration, "wall", r.Wall.Round(time.Microsecond),
 				"coordinator_bytes", r.Bytes, "workers", r.Workers, "epoch", r.Epoch, "rollbacks", r.Rollbacks, "rebalances", r.Rebalances,
-				"shards", shards, "backups", r.Backups, "quarantined", r.Quarantined)
+				"shards", shards, "backups", r.Backups, "quarantined", r.Quarantined, "verifications", r.Verifications, "rogues", r.Rogues)
 		},
 	}
 }

@@ -257,7 +257,7 @@ func flagGroups() []flagGroup {
 		{"Cluster and NATS", []string{"nats", "embedded", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key",
 			"subject-prefix", "bucket-jobs", "bucket-models", "bucket-objects", "bucket-partials", "bucket-serve", "job", "resume",
 			"exchange", "col-blocks", "speculation", "min-workers", "wait-workers", "worker-wait", "worker-probe", "worker-timeout", "worker-frozen", "slow-link", "verify", "verify-last", "use-workers", "replicas", "store", "listen", "port",
-			"max-cached-shards", "task-delay", "task-delay-from", "ingest-hold-segment", "ingest-hold-fed", "stream-max-age", "stream-max-bytes", "stream-purge", "stream-keep", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
+			"max-cached-shards", "task-delay", "task-delay-from", "task-wrong-from", "ingest-hold-segment", "ingest-hold-fed", "stream-max-age", "stream-max-bytes", "stream-purge", "stream-keep", "checkpoint-every", "ingest-delay", "metrics-addr", "timeout"}},
 		{"Query", []string{"bench", "load", "queries", "k", "clients", "duration", "warmup", "max-k"}},
 		{"Logging and progress", []string{"quiet", "verbose", "log-level", "log-json", "log-every", "memprofile-dir"}},
 	}

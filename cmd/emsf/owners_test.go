@@ -168,3 +168,33 @@ func TestOwnersStraggler(t *testing.T) {
 	}
 	c.check(t, out, "with a straggler", log)
 }
+
+// TestOwnersVerifyRogue: `fit --exchange owners --verify 1` on four real
+// `emsf worker` processes, one of which computes its tasks wrong from
+// iteration 2 on (--task-wrong-from: finite numbers with the right Σx,
+// which no other check catches): verification catches it, it is
+// quarantined, the job goes back to the checkpoint before its last
+// verified answer and replays on the three others, and the model file is
+// the local fit's byte for byte.
+func TestOwnersVerifyRogue(t *testing.T) {
+	c := newOwnersCase(t, 5, 6, 150)
+	url, _ := embeddedNATS(t, true)
+	c.workers(t, url, 4, func(k int) []string {
+		if k == 0 {
+			return []string{"--task-wrong-from", "2"}
+		}
+		return nil
+	})
+	out := filepath.Join(c.dir, "verify.arrow")
+	coord := startProc(t, "coordinator", c.bin, append(c.fitArgs, "--out", out, "--nats", url, "--min-workers", "4", "--exchange", "owners",
+		"--col-blocks", "5", "--checkpoint-every", "2", "--verify", "1", "--job", "owners-verify")...)
+	if err := coord.wait(t, "coordinator"); err != nil {
+		t.Fatalf("coordinator: %v\n%s", err, coord.out.String())
+	}
+	log := coord.out.String()
+	if !regexp.MustCompile(`exchange=owners iter=6 .*workers=3 .*quarantined=1 verifications=\d+ rogues=1`).MatchString(log) {
+		t.Errorf("the last iteration did not run on 3 workers with the rogue caught:\n%s", log)
+	}
+	c.check(t, out, "with a worker that computes wrong", log)
+	sameFile(t, out, filepath.Join(c.dir, "local.arrow"))
+}

@@ -33,6 +33,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		jobs      string
 		delay     time.Duration
 		delayFrom int
+		wrongFrom int
 		memDir    string
 		holdSeg   int
 		holdFed   int
@@ -45,6 +46,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&jobs, "bucket-jobs", wire.DefaultKVBucket, "JetStream KV bucket of the job records (the coordinators' --bucket-jobs): an owners epoch is taken up, and a job ended, only when its record there says so")
 	fs.DurationVar(&delay, "task-delay", 0, "testing: wait this long before computing each task")
 	fs.IntVar(&delayFrom, "task-delay-from", 0, "testing: apply --task-delay to the tasks of this iteration and later only (0: all)")
+	fs.IntVar(&wrongFrom, "task-wrong-from", 0, "testing: compute owners tasks wrong from this iteration on (a faulty machine, for the tests of --verify; 0: never)")
 	fs.IntVar(&holdSeg, "ingest-hold-segment", 0, "testing: hold the ingest's mapper after it put this many segments in its outbox (printing so), until the worker is killed (0: never)")
 	fs.IntVar(&holdFed, "ingest-hold-fed", 0, "testing: hold the ingest's reducer after it counted this many splits (printing so), until the worker is killed (0: never)")
 	fs.StringVar(&memDir, "memprofile-dir", os.Getenv(memProfileEnv), "debugging: write mem.tsv (resident set and Go heap at each owners operation and each new peak) and heap profiles at the peaks into this directory (default $"+memProfileEnv+")")
@@ -94,6 +96,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if delayFrom < 0 {
 		return fail(2, "--task-delay-from %d: must be >= 0", delayFrom)
 	}
+	if wrongFrom < 0 {
+		return fail(2, "--task-wrong-from %d: must be >= 0", wrongFrom)
+	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "emsf", Level: lvl, Output: stderr, JSONFormat: jsonLog, Color: hclog.ColorOff})
 	setWorkerMemory(log)
 
@@ -137,7 +142,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer mw.Close()
 	mem, _ := machineMemory()
-	cfg := worker.Config{Prefix: nf.prefix, JobsBucket: jobs, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom, Memory: mem,
+	cfg := worker.Config{Prefix: nf.prefix, JobsBucket: jobs, Logger: log, MaxCachedShards: maxShards, Delay: delay, DelayFrom: delayFrom, WrongFrom: wrongFrom, Memory: mem,
 		IngestHooks: ingestHolds(ctx, stdout, holdSeg, holdFed)}
 	if mw != nil {
 		cfg.OnOwnersOp = func(op string, iter int) { mw.Phase(op + "-" + strconv.Itoa(iter)) }

@@ -37,14 +37,17 @@ const (
 	linkWait = 5 * time.Second
 )
 
-// placeable returns ids less the workers behind a slow link
-// (owners.LeaveOut with Config.SlowLink), timing an echo of
+// placeable returns ids less the quarantined workers and those behind a
+// slow link (owners.LeaveOut with Config.SlowLink), timing an echo of
 // owners.LinkProbeBytes with every worker of ids whose last probe is
 // older than linkTTL, in parallel. A worker found slow is probed once
 // more and judged on the lesser of its two times, so that one pause does
 // not leave it out. A worker that does not serve the probe (nothing
 // answers its link subject) is not judged.
 func (e *Executor) placeable(ctx context.Context, ids []string) []string {
+	if q := e.Quarantined(); len(q) > 0 {
+		ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(q, id) })
+	}
 	if e.cfg.SlowLink < 0 || len(ids) < 2 {
 		return ids
 	}

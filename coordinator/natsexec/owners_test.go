@@ -887,3 +887,40 @@ func TestOwnersStrayServices(t *testing.T) {
 		t.Fatalf("quarantined %v (the turncoat is %s), last report %+v: want it alone quarantined after one rollback", q, turncoat, last)
 	}
 }
+
+// TestFitOwnersVerify: on real NATS with real workers, one whose owners
+// tasks compute D̂ wrong from iteration 2 on (worker.Config.WrongFrom:
+// finite numbers, the right Σx) is caught by verification (every task
+// verified), quarantined, and its work redone from the checkpoint before
+// it was last verified: the model is bitwise the local fit's.
+func TestFitOwnersVerify(t *testing.T) {
+	const iters = 6
+	shards := ownersDataSplit(t, 240, 1, 11, 12)
+	init := factor.NewRandom(240, 4, 1, factor.TieNone, 3)
+	want, _ := fitLocal(t, shards, init, iters)
+	lc := ownersCluster(t, 3, natsexec.Config{})
+	nc := dial(t, lc)
+	rogue, err := worker.Start(context.Background(), nc, worker.Config{WrongFrom: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Stop()
+	var last natsexec.OwnersReport
+	md := init.Clone()
+	if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+		Job: "owners-verify", Options: owners.Options{
+			Converger:       factor.Converger{MaxIter: iters},
+			GroupNNZ:        ownersGroupNNZ,
+			ColBlocks:       3,
+			CheckpointEvery: 2,
+			MinWorkers:      4,
+			Verify:          1,
+			Report:          func(r natsexec.OwnersReport) { last = r },
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	coordtest.SameModel(t, "with a worker that computes wrong", md, want)
+	if q := lc.Exec.Quarantined(); !slices.Equal(q, []string{rogue.ID()}) || last.Rogues != 1 || last.Workers != 3 || last.Verifications == 0 {
+		t.Fatalf("quarantined %v (the rogue is %s), last report %+v", q, rogue.ID(), last)
+	}
+}

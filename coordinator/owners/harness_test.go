@@ -19,6 +19,7 @@ import (
 	"github.com/emsf/emsf/coordinator/owners"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker/wire"
 	"github.com/emsf/emsf/worker/wire/proto"
 )
 
@@ -538,7 +539,11 @@ type fakeWorker struct {
 	// answers with another shard; replay answers with the label of
 	// another hand-out of the task (every field but the nonce).
 	stray, slow, lie, replay bool
-	tasks                    int
+	// wrongFrom (≥ 1): from that iteration on it computes D̂ wrong (its
+	// first entry scaled) and answers with the digest of what it
+	// computed.
+	wrongFrom            int
+	tasks, verifications int
 }
 
 type fakeJob struct {
@@ -744,8 +749,16 @@ func (w *fakeWorker) task(j *fakeJob, r *proto.Request, rep *proto.Reply) error 
 		return err
 	}
 	p.Action = b.Action
-	j.served[[2]int{r.Iteration, r.Shard}] = p
-	w.tasks++
+	if w.wrongFrom >= 1 && r.Iteration >= w.wrongFrom && len(p.Dh) > 0 {
+		p.Dh[0] *= 1 + 0x1p-20
+	}
+	if r.Verify {
+		w.verifications++
+	} else {
+		j.served[[2]int{r.Iteration, r.Shard}] = p
+		w.tasks++
+	}
+	rep.Out = wire.PartialDigest(p)
 	label := proto.Label{Job: r.Job, Iteration: r.Iteration, Shard: r.Shard, ShardChecksum: sh.Checksum, ModelDigest: proto.Digest(r.Epoch), Nonce: r.Nonce}
 	if w.lie {
 		label.Shard++

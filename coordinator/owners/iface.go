@@ -166,6 +166,10 @@ type Report struct {
 	Shards  map[string]int
 	// Quarantined counts the workers quarantined so far.
 	Quarantined int
+	// Verifications counts the tasks computed again to check another
+	// worker's answer so far (Options.Verify), Rogues the workers they
+	// caught.
+	Verifications, Rogues int
 }
 
 // Errors a Cluster or Store wraps.

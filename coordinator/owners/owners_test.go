@@ -415,3 +415,65 @@ func TestNoNATS(t *testing.T) {
 }
 
 func mathNaN() float64 { return math.NaN() }
+
+// TestRunVerify: a worker that computes wrong answers (finite, with the
+// right Σx: every check of check.go passes) is caught by verification,
+// quarantined, and its work since its last verified answer redone: the
+// model is bitwise the local fit's. Every task verified (rate 1) with
+// the fault from iteration 3 (its answers of iterations 1–2 were
+// verified: the job goes back to checkpoint 2) and from iteration 1
+// (never trusted: back to the start), and half the tasks, seeded; no
+// fault, every task verified: each task is computed twice and nothing
+// else changes; two workers that disagree cannot be told apart: each is
+// struck, and the fit ends with one clear error once both are
+// quarantined.
+func TestRunVerify(t *testing.T) {
+	const iters = 6
+	for _, c := range []struct {
+		name      string
+		workers   int
+		wrongFrom int
+		rate      float64
+	}{
+		{"every task, wrong from 3", 3, 3, 1},
+		{"every task, wrong from 1", 3, 1, 1},
+		{"half the tasks, wrong from 2", 4, 2, 0.5},
+		{"every task, no fault", 3, 0, 1},
+		{"two workers", 2, 1, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, 120, 4, 2, factor.TieNone, 4, 1, c.workers, 6)
+			want := h.local(iters, groupNNZ)
+			rogue := h.cluster.workers["w1"]
+			rogue.wrongFrom = c.wrongFrom
+			ss := h.store.session("c1")
+			got, last, err := h.run(context.Background(), ss, owners.Options{Converger: factor.Converger{MaxIter: iters},
+				GroupNNZ: groupNNZ, ColBlocks: 3, CheckpointEvery: 2, NoBackups: true, Verify: c.rate, VerifySeed: 7})
+			if c.workers == 2 {
+				if err == nil || !strings.Contains(err.Error(), "quarantined") {
+					t.Fatalf("two workers that disagree: err %v, want the fit to end once both are quarantined", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			coordtest.SameModel(t, c.name, got, want)
+			q := h.cluster.Quarantined()
+			if c.wrongFrom == 0 {
+				tasks, verifications := 0, 0
+				for _, w := range h.cluster.workers {
+					tasks += w.tasks
+					verifications += w.verifications
+				}
+				if len(q) != 0 || last.Rollbacks != 0 || last.Verifications != tasks || verifications != tasks {
+					t.Fatalf("no fault: quarantined %v, %d tasks, %d verifications computed, last report %+v", q, tasks, verifications, last)
+				}
+				return
+			}
+			if !slices.Equal(q, []string{"w1"}) || last.Rogues != 1 || last.Workers != c.workers-1 || last.Rollbacks != 1 {
+				t.Fatalf("quarantined %v, last report %+v; want w1 caught with one rollback", q, last)
+			}
+		})
+	}
+}

@@ -29,12 +29,14 @@ const (
 	backupPoll = 20 * time.Millisecond
 )
 
-// taskCopy is one running copy of a shard's task.
+// taskCopy is one running copy of a shard's task (verify: a
+// verification, verify.go).
 type taskCopy struct {
 	ctx    context.Context
 	worker string
 	start  time.Time
 	cancel context.CancelFunc
+	verify bool
 }
 
 // passSched runs the tasks of one pass: shards by worker, backups, the
@@ -52,6 +54,11 @@ type passSched struct {
 	perNNZ   []float64 // finished tasks' seconds per nonzero
 	first    error
 	backups  int
+	// Verifications (verify.go): the shards waiting for a worker to
+	// verify them, in the order drawn; each one's answers; how many run.
+	vqueue   []int
+	vchecks  map[int]*vcheck
+	vrunning int
 }
 
 // tasks has every shard computed (by its worker, or by a backup copy) and
@@ -61,7 +68,8 @@ func (s *seq) tasks(ctx context.Context, iter int, withLL bool) error {
 	s.results = make([]*proto.Reply, n)
 	s.winner = make([]string, n)
 	s.busy, s.nnz = map[string]float64{}, map[string]float64{}
-	ps := &passSched{s: s, iter: iter, withLL: withLL, queue: map[string][]int{}, copies: map[int][]*taskCopy{}, done: make([]bool, n)}
+	ps := &passSched{s: s, iter: iter, withLL: withLL, queue: map[string][]int{}, copies: map[int][]*taskCopy{}, done: make([]bool, n),
+		vchecks: map[int]*vcheck{}}
 	for _, k := range s.plan.Reduce.Order {
 		ps.queue[s.shardW[k]] = append(ps.queue[s.shardW[k]], k)
 	}
@@ -117,7 +125,16 @@ func (ps *passSched) next(ctx context.Context, id string, now time.Time) (int, *
 			return start(k)
 		}
 	}
-	running := false
+	// A verification of another worker's answer, in the order drawn.
+	for q, k := range ps.vqueue {
+		if ps.eligible(ps.vchecks[k], id) {
+			ps.vqueue = slices.Delete(ps.vqueue, q, q+1)
+			ps.vrunning++
+			cctx, cancel := context.WithCancel(ctx)
+			return k, &taskCopy{ctx: cctx, worker: id, start: now, cancel: cancel, verify: true}, 0, true
+		}
+	}
+	running := len(ps.vqueue) > 0 || ps.vrunning > 0
 	wait := backupPoll
 	median := ps.medianPerNNZ()
 	// Shards in plan order: which straggling task is backed up first
@@ -175,6 +192,7 @@ func (ps *passSched) run(ctx context.Context, cancel context.CancelFunc, k int, 
 	s, id := ps.s, c.worker
 	defer c.cancel()
 	req := s.task(ps.iter, k, ps.withLL)
+	req.Verify = c.verify
 	rep, err := s.ask(c.ctx, id, req)
 	if err == nil {
 		err = s.checkTask(req, id, rep)
@@ -182,6 +200,20 @@ func (ps *passSched) run(ctx context.Context, cancel context.CancelFunc, k int, 
 	took := s.clock.Now().Sub(c.start)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	if c.verify {
+		ps.vrunning--
+		if ps.first != nil {
+			// The pass failed: nothing more to decide in it.
+			return
+		}
+		if err == nil {
+			err = ps.verified(k, id, rep)
+		}
+		if err != nil {
+			ps.failLocked(err, cancel)
+		}
+		return
+	}
 	nnz := s.plan.Shards[k].NNZ
 	s.busy[id] += took.Seconds()
 	s.nnz[id] += float64(nnz)
@@ -194,6 +226,10 @@ func (ps *passSched) run(ctx context.Context, cancel context.CancelFunc, k int, 
 		ps.done[k] = true
 		ps.finished++
 		s.results[k], s.winner[k] = rep, id
+		if s.drawVerify() {
+			ps.vchecks[k] = &vcheck{workers: []string{id}, answers: []*proto.Reply{rep}}
+			ps.vqueue = append(ps.vqueue, k)
+		}
 		if nnz > 0 {
 			ps.perNNZ = append(ps.perNNZ, took.Seconds()/float64(nnz))
 		}

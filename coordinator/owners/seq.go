@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +40,12 @@ type Options struct {
 	// pass.go): for measurements of the protocol's own bytes, which a
 	// backup copy (timing-dependent) would add to.
 	NoBackups bool
+	// Verify is the fraction of tasks computed again on another worker
+	// and compared bit for bit before the pass is committed (verify.go;
+	// 0: none, 1: every task). VerifySeed seeds the draws (0: a random
+	// seed, so that no worker can tell which of its answers are checked).
+	Verify     float64
+	VerifySeed uint64
 	// MaxRollbacks bounds the rollbacks of one fit (default 8).
 	MaxRollbacks int
 	// MinWorkers is how many workers the first placement of a run waits
@@ -141,6 +148,13 @@ type seq struct {
 	nnz        map[string]float64
 	rebalances int
 	backups    int
+	// vrand draws the tasks to verify; verified is, by worker, the last
+	// iteration in which an answer of it was verified (verify.go);
+	// verifications and rogues count them.
+	vrand         *rand.Rand
+	verified      map[string]int
+	verifications int
+	rogues        int
 	// iter0 is the model's iteration count at version 0; status the
 	// record's; last the record last written.
 	iter0  int
@@ -185,7 +199,7 @@ func Run(ctx context.Context, cl Cluster, store Store, model Model, job *Job, hd
 	}
 	s := &seq{cl: cl, store: store, model: model, job: job, opt: opt, log: opt.Logger, clock: opt.Clock, plan: plan,
 		sums: plan.Sums(), prec: hdr.Precision, alpha: opt.Alpha, history: map[int]passRecord{}, ever: map[string]bool{},
-		cost: map[string]float64{}, lastLL: nan, status: "running"}
+		cost: map[string]float64{}, lastLL: nan, status: "running", vrand: newVerifyRand(opt.VerifySeed), verified: map[string]int{}}
 	if s.alpha == 0 {
 		s.alpha = 1
 	}
@@ -218,7 +232,8 @@ func Run(ctx context.Context, cl Cluster, store Store, model Model, job *Job, hd
 					shards[id]++
 				}
 				opt.Report(Report{Iteration: st.Iteration, Wall: now.Sub(last), Bytes: b - lastBytes, Workers: len(s.workers), Epoch: s.epoch,
-					Rollbacks: s.rollbacks, Rebalances: s.rebalances, Backups: s.backups, Shards: shards, Quarantined: len(cl.Quarantined())})
+					Rollbacks: s.rollbacks, Rebalances: s.rebalances, Backups: s.backups, Shards: shards, Quarantined: len(cl.Quarantined()),
+					Verifications: s.verifications, Rogues: s.rogues})
 				last, lastBytes = now, b
 			}
 			if opt.Committed != nil {
@@ -607,6 +622,12 @@ func (s *seq) rollback(ctx context.Context, err error) error {
 			return err
 		}
 	}
+	var re *RogueError
+	if errors.As(err, &re) {
+		if err := s.rewind(ctx, re); err != nil {
+			return err
+		}
+	}
 	s.streak++
 	wait := Backoff(s.streak)
 	s.log.Warn("owners: rolling back to the last checkpoint", "job", s.plan.Job, "checkpoint", s.ck.Version,
@@ -674,12 +695,7 @@ func (s *seq) fallBack(ctx context.Context, ce *CorruptError) error {
 	} else {
 		s.log.Warn("owners: the only checkpoint is corrupt; going back to the start of the fit", "job", s.plan.Job, "checkpoint", bad,
 			"object", ce.Object, "error", ce.Err)
-		kcrc, dcrc, err := s.model.Initial(ctx, s.plan)
-		if err != nil {
-			return err
-		}
-		s.ck = Checkpoint{Version: 0, KCRC: kcrc, DCRC: dcrc, LogLik: s.init.LogLik, ModelIteration: s.init.ModelIteration}
-		if err := s.putCRCs(ctx); err != nil {
+		if err := s.restart(ctx); err != nil {
 			return err
 		}
 	}
@@ -687,6 +703,18 @@ func (s *seq) fallBack(ctx context.Context, ce *CorruptError) error {
 		s.stale = append(s.stale, bad)
 	}
 	return nil
+}
+
+// restart makes the start the last checkpoint: the Model stores the
+// initial model again as checkpoint 0 (drawn from the seed or held: the
+// same bits), with no checkpoint before it.
+func (s *seq) restart(ctx context.Context) error {
+	kcrc, dcrc, err := s.model.Initial(ctx, s.plan)
+	if err != nil {
+		return err
+	}
+	s.ck, s.prev = Checkpoint{Version: 0, KCRC: kcrc, DCRC: dcrc, LogLik: s.init.LogLik, ModelIteration: s.init.ModelIteration}, nil
+	return s.putCRCs(ctx)
 }
 
 // place takes a census and gives every worker its blocks and shards of

@@ -4,9 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"strconv"
 	"unsafe"
+
+	"github.com/emsf/emsf/factor"
 )
 
 // The owners exchange on NATS (its messages and their meaning: package
@@ -54,6 +57,36 @@ func SliceSubject(prefix, id string) string { return BlobSubject(prefix, id+"-s"
 // as SliceName's).
 func DSliceName(job string, epoch, iter, s, g int, key string) string {
 	return job + "-" + strconv.Itoa(epoch) + "-" + strconv.Itoa(iter) + "-" + strconv.Itoa(s) + "-d" + strconv.Itoa(g) + "-" + key
+}
+
+// PartialDigest is the CRC-32C (hex) of a task's partial p: its rows,
+// D̂, x, columns, K̂^T, Y, Σx and log-likelihood, in that order, as
+// little-endian bytes. Two workers that compute the same task give the
+// same digest (the kernel is bitwise reproducible); a worker that
+// computes something else gives another, whichever part differs.
+func PartialDigest(p *factor.Partial) string {
+	h := crc32.New(Castagnoli)
+	ints := func(xs []int32) {
+		var b [4]byte
+		for _, x := range xs {
+			binary.LittleEndian.PutUint32(b[:], uint32(x))
+			h.Write(b[:])
+		}
+	}
+	var b [8]byte
+	scalar := func(v float64) {
+		binary.LittleEndian.PutUint64(b[:], math.Float64bits(v))
+		h.Write(b[:])
+	}
+	ints(p.Rows)
+	h.Write(FloatBytes(p.Dh))
+	h.Write(FloatBytes(p.X))
+	ints(p.Cols)
+	h.Write(FloatBytes(p.KhT))
+	h.Write(FloatBytes(p.Y))
+	scalar(p.SumX)
+	scalar(p.LogLik)
+	return strconv.FormatUint(uint64(h.Sum32()), 16)
 }
 
 // FloatBytes views xs as its bytes (little-endian machines: see

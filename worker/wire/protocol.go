@@ -31,7 +31,7 @@ const (
 	// partials), and every blob chunk request names its length. 3.0.0:
 	// the label ends with the task's nonce (a 2.x label is rejected);
 	// ready notices name row groups too.
-	ServiceVersion = "3.0.0"
+	ServiceVersion = "4.0.0"
 	// MetaMemory is the key of a worker's service metadata that gives
 	// the memory in bytes it may use (decimal; absent: unknown).
 	MetaMemory = "memory"

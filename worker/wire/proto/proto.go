@@ -84,8 +84,10 @@ import (
 // worker answers hello with it and the coordinator admits only workers of
 // its own. 2: every request is fenced (epoch ≥ 1 and token), hello. 3: a
 // task carries a nonce its answer's label repeats (Label.Nonce), and
-// ready notices name row groups too (D̂ slices pulled early).
-const Protocol = 3
+// ready notices name row groups too (D̂ slices pulled early). 4: a task's
+// answer carries the digest of its partial (Reply.Out), and a task may be
+// a verification (Request.Verify: computed, folded and served nowhere).
+const Protocol = 4
 
 // Operations of a Request.
 const (
@@ -243,6 +245,11 @@ type Request struct {
 	WithLogLik    bool   `json:"with_loglik,omitempty"`
 	// Nonce is the task's (Label.Nonce), which its answer repeats.
 	Nonce string `json:"nonce,omitempty"`
+	// Verify asks for the task's answer only (owners.Options.Verify):
+	// the worker computes the partial and answers with its digest, but
+	// folds none of it into the blocks and groups it owns, serves no
+	// slice and announces nothing.
+	Verify bool `json:"verify,omitempty"`
 
 	// commit: the global Y of the owner's K blocks, whether to store the
 	// committed blocks, and the shards whose slices another worker than
@@ -271,6 +278,10 @@ type Reply struct {
 	LogLik    float64   `json:"loglik,omitempty"`
 	HasLogLik bool      `json:"has_loglik,omitempty"`
 	NNZ       int       `json:"nnz,omitempty"`
+	// Out is the digest of the task's whole partial (wire.PartialDigest:
+	// D̂, x, K̂ and their indices), which two workers computing the same
+	// task give bit for bit.
+	Out string `json:"out,omitempty"`
 	// Nanoseconds spent gathering K and computing.
 	GatherNanos  int64 `json:"gather_ns,omitempty"`
 	ComputeNanos int64 `json:"compute_ns,omitempty"`
