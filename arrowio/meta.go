@@ -2,6 +2,7 @@ package arrowio
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/ipc"
 	"github.com/apache/arrow/go/v15/arrow/memory"
+
+	"github.com/emsf/emsf/shard"
 )
 
 // Schema metadata keys shared by the shard, partial and model formats.
@@ -98,6 +101,19 @@ func (r *metaReader) float(k string) float64 {
 
 // header checks the format version and kind.
 func (r *metaReader) header(kind string) { r.headerOf(kind, FormatVersion) }
+
+// vocab records the vocabularies vs, named names (emsf.vocab and each
+// one's checksum); none: nothing.
+func (w *metaWriter) vocab(names []string, vs []*shard.Vocab) {
+	if len(vs) == 0 {
+		return
+	}
+	w.set(keyVocab, strings.Join(names, ","))
+	for k, v := range vs {
+		sum := v.Checksum()
+		w.set(keyVocabSum+names[k], hex.EncodeToString(sum[:]))
+	}
+}
 
 // headerOf checks the kind and that the format version is one of
 // versions, and returns it.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
@@ -184,13 +183,7 @@ func modelSchemaOf(mf *ModelFile, s ModelShape) *arrow.Schema {
 	for _, k := range keys {
 		mw.set(keyParamPrefix+k, mf.Params[k])
 	}
-	if len(vs) > 0 {
-		mw.set(keyVocab, strings.Join(names, ","))
-		for k, v := range vs {
-			sum := v.Checksum()
-			mw.set(keyVocabSum+names[k], hex.EncodeToString(sum[:]))
-		}
-	}
+	mw.vocab(names, vs)
 	return arrow.NewSchema(modelFields(md.M, len(vs) > 0), mw.metadata())
 }
 
@@ -493,16 +486,9 @@ func (r *modelReader) meta(kv arrow.Metadata) error {
 	r.n, r.m, r.u = mr.int(keyN), mr.int(keyM), mr.int(keyU)
 	if version == modelVersionVocab && mr.err == nil {
 		r.vocab = true
-		r.sums = map[string]string{}
-		list := mr.str(keyVocab)
-		if mr.err != nil {
-			return mr.err
-		}
-		for _, name := range strings.Split(list, ",") {
-			if name != vocabStates && name != vocabActions || r.sums[name] != "" {
-				return fmt.Errorf("schema metadata %s = %q: want states, actions or states,actions", keyVocab, list)
-			}
-			r.sums[name] = mr.str(keyVocabSum + name)
+		var err error
+		if r.sums, err = readVocabMeta(&mr); err != nil {
+			return err
 		}
 	}
 	tie := mr.str(keyTie)
@@ -731,12 +717,9 @@ func (r *modelReader) model() (_ *ModelFile, err error) {
 		if !ok {
 			continue
 		}
-		v, err := shard.NewVocab(vs)
+		v, err := checkedVocab(name, vs, r.sums[name])
 		if err != nil {
-			return nil, fmt.Errorf("%s vocabulary: %w", name, err)
-		}
-		if sum := v.Checksum(); hex.EncodeToString(sum[:]) != r.sums[name] {
-			return nil, fmt.Errorf("%s vocabulary: its ids do not match %s%s (a mangled vocabulary)", name, keyVocabSum, name)
+			return nil, err
 		}
 		if f == factorStates {
 			r.mf.States = v

@@ -46,12 +46,12 @@
 // order (shard.Table), so a replay gives the bits an uninterrupted run
 // gives, whatever the counts.
 //
-// A vocabulary (string ids, specs/ask-the-model.md §2.3) belongs in the
-// same object, so that ids and counts are those of one sequence: the
-// service would keep it beside the table (not in it: it grows append-only
-// in stream order, while the table is sorted), storeCheckpoint would give
-// arrowio.WriteCounts its rows after the count rows, and load would read
-// them back with the table (docs/formats.md reserves the layout).
+// A vocabulary (string ids, specs/ask-the-model.md §2.3; ids.go) is in
+// the same object, so that ids and counts are those of one sequence: the
+// service keeps it beside the table (not in it: it grows append-only in
+// stream order, while the table is sorted), storeCheckpoint gives
+// arrowio.WriteCounts its rows after the count rows, and load reads them
+// back with the table (docs/formats.md, "Counts checkpoint").
 //
 // # Storage that stops growing
 //

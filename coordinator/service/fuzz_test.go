@@ -34,11 +34,12 @@ func FuzzCountPayload(f *testing.F) {
 		s := &Service{cfg: cfg, log: hclog.NewNullLogger(), m: m, table: &shard.Table{}}
 		var read int64
 		for seq := uint64(1); seq <= 2; seq++ {
-			rows, err := s.parse(context.Background(), seq, format, data)
-			if err == nil {
+			rows, ids, err := s.parse(context.Background(), seq, format, data)
+			was := s.rejectedMsg
+			s.count(seq, rows, ids, err)
+			if err == nil && s.rejectedMsg == was {
 				read += int64(len(rows.State))
 			}
-			s.count(seq, rows, err)
 		}
 		all, _ := s.table.Added()
 		if all+s.rejected != read {

@@ -94,18 +94,24 @@ func (s *Service) ingest(ctx context.Context, m jetstream.Msg) {
 	if h := m.Headers(); h != nil {
 		format = h.Get(HeaderFormat)
 	}
-	rows, err := s.parse(ctx, seq, format, m.Data())
+	rows, ids, err := s.parse(ctx, seq, format, m.Data())
 	if ctx.Err() != nil {
 		return // stopping: not counted, the next run replays it
 	}
-	s.count(seq, rows, err)
+	s.count(seq, rows, ids, err)
 }
 
-// count applies message seq: its rows, or err when its payload could not
-// be read (then none of them).
-func (s *Service) count(seq uint64, rows *arrowio.TransitionBatch, err error) {
+// count applies message seq: its rows (their ids in ids's vocabularies),
+// or err when its payload could not be read (then none of them).
+func (s *Service) count(seq uint64, rows *arrowio.TransitionBatch, ids msgIDs, err error) {
 	s.seq, s.dirty = seq, true
 	s.m.seq.Set(float64(seq))
+	byID := ids.states != nil || ids.actions != nil || s.stateIDs != nil || s.actionIDs != nil
+	if err == nil && byID {
+		if terr := s.takeIDs(ids); terr != nil {
+			err = fmt.Errorf("%s message %d: %w", StreamName(s.cfg.Prefix, s.cfg.Name), seq, terr)
+		}
+	}
 	if err != nil {
 		s.rejectedMsg++
 		s.lastReject = err.Error()
@@ -117,6 +123,11 @@ func (s *Service) count(seq uint64, rows *arrowio.TransitionBatch, err error) {
 	var first string
 	for k := range rows.State {
 		i, a, j := int(rows.State[k]), int(rows.Action[k]), int(rows.Next[k])
+		var r rowIDs
+		if byID {
+			r = s.mapRow(ids, i, a, j)
+			i, a, j = r.i, r.a, r.j
+		}
 		reason, why := s.outside(i, a, j)
 		if c := rows.Count[k]; reason == "" && s.cfg.Mode == ModeOnlineEM && c != math.Trunc(c) {
 			reason, why = reasonInvalid, fmt.Sprintf("count %v: online-em mode takes a count c as c unit transitions: want an integer", c)
@@ -126,6 +137,11 @@ func (s *Service) count(seq uint64, rows *arrowio.TransitionBatch, err error) {
 				reason, why = reasonCount, fmt.Sprintf("count %v would take the model's total count %v above the limit %v", rows.Count[k], s.table.Sum(), float64(shard.MaxCount))
 			} else if err != nil {
 				reason, why = reasonInvalid, err.Error()
+			} else if byID {
+				// Counted: its new ids take the indices it was counted at.
+				if err := s.intern(r); err != nil {
+					s.fatal = fmt.Errorf("service: message %d row %d: %w", seq, k+1, err)
+				}
 			}
 		}
 		if reason != "" {
@@ -202,29 +218,55 @@ func (s *Service) tie() factor.Tie {
 
 // parse reads a whole payload into rows (nothing is counted before the
 // whole payload has been read).
-func (s *Service) parse(ctx context.Context, seq uint64, format string, data []byte) (*arrowio.TransitionBatch, error) {
+func (s *Service) parse(ctx context.Context, seq uint64, format string, data []byte) (*arrowio.TransitionBatch, msgIDs, error) {
 	format = strings.TrimSpace(format)
 	if format != "" {
 		f, err := arrowio.NormalizeFormat(format)
 		if err != nil {
-			return nil, fmt.Errorf("header %s: %w", HeaderFormat, err)
+			return nil, msgIDs{}, fmt.Errorf("header %s: %w", HeaderFormat, err)
 		}
 		format = f
 	}
 	var rows arrowio.TransitionBatch
 	name := fmt.Sprintf("%s message %d", StreamName(s.cfg.Prefix, s.cfg.Name), seq)
-	err := arrowio.ScanTransitionsReader(ctx, bytes.NewReader(data), name, format, arrowio.ReadOptions{}, func(b *arrowio.TransitionBatch) error {
-		rows.State = append(rows.State, b.State...)
-		rows.Action = append(rows.Action, b.Action...)
-		rows.Next = append(rows.Next, b.Next...)
-		rows.Count = append(rows.Count, b.Count...)
-		return nil
-	})
-	if se := (*arrowio.StringIDsError)(nil); errors.As(err, &se) {
-		return nil, fmt.Errorf("%w: emsf serve counts integer state and action indices only; string ids are not supported by the service yet", err)
+	// The kinds the service counts by ids are read as ids; a column of
+	// ids of another kind is read again as ids when the service can take
+	// them up (takeIDs), else the message is refused with the row, column
+	// and value that named one.
+	byID := [2]bool{s.stateIDs != nil, s.actionIDs != nil} // states, actions
+	for {
+		var read arrowio.ReadOptions
+		if byID[0] {
+			read.StateIDs = &shard.Vocab{}
+		}
+		if byID[1] {
+			read.ActionIDs = &shard.Vocab{}
+		}
+		rows = arrowio.TransitionBatch{}
+		err := arrowio.ScanTransitionsReader(ctx, bytes.NewReader(data), name, format, read, func(b *arrowio.TransitionBatch) error {
+			rows.State = append(rows.State, b.State...)
+			rows.Action = append(rows.Action, b.Action...)
+			rows.Next = append(rows.Next, b.Next...)
+			rows.Count = append(rows.Count, b.Count...)
+			return nil
+		})
+		var se *arrowio.StringIDsError
+		if !errors.As(err, &se) {
+			if err != nil {
+				return nil, msgIDs{}, err
+			}
+			return &rows, msgIDs{states: read.StateIDs, actions: read.ActionIDs}, nil
+		}
+		k := 0
+		if se.Actions {
+			k = 1
+		}
+		if byID[k] {
+			return nil, msgIDs{}, err // cannot happen: a column read as ids raises none
+		}
+		if why := s.indicesOnly(se.Actions); why != "" {
+			return nil, msgIDs{}, fmt.Errorf("%w: %s", err, why)
+		}
+		byID[k] = true
 	}
-	if err != nil {
-		return nil, err
-	}
-	return &rows, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,9 +39,10 @@ type PublishOptions struct {
 	AllowRejects bool
 	// AutoIDs reads columns of ids as ids (arrowio.ScanAutoIDs) and sends
 	// them as they are (utf8 columns); Read's vocabularies, when set, do
-	// the same for their columns. A running emsf serve counts integer
-	// indices only: a file of ids then sends nothing (an error), while
-	// with no service and Create the ids wait in the stream.
+	// the same for their columns. A running emsf serve that counts a kind
+	// by the other (indices where the file has ids, or ids where it has
+	// indices; Status.IDs) is sent nothing (an error); one with no counts
+	// yet takes up the file's.
 	AutoIDs bool
 }
 
@@ -144,9 +146,10 @@ func PublishFile(ctx context.Context, nc *nats.Conn, path string, opts PublishOp
 	if err != nil {
 		return res, err
 	}
-	ids := read.StateIDs != nil || read.ActionIDs != nil
-	if ids && res.Served {
-		return res, fmt.Errorf("service: publish: %s names states or actions by ids, and emsf serve %s counts integer indices only (string ids are not supported by the service yet): nothing sent", path, opts.Name)
+	if res.Served {
+		if err := checkIDKinds(path, opts.Name, &st, read); err != nil {
+			return res, err
+		}
 	}
 	if !res.Served && !opts.Create {
 		if err := RequireJetStream(ctx, js); err != nil {
@@ -259,4 +262,26 @@ func (r *rowCheck) check(i, a, j int, c float64) string {
 	}
 	r.n, r.u, r.count = n, u, r.count+c
 	return ""
+}
+
+// checkIDKinds refuses a file whose states or actions are named another
+// way (ids or indices) than the running service st counts them, when it
+// has counted some (a service with no counts takes up the file's).
+func checkIDKinds(path, name string, st *Status, read arrowio.ReadOptions) error {
+	if st.Transitions == 0 && st.Latest == nil {
+		return nil
+	}
+	for _, k := range []struct {
+		kind    string
+		fileIDs bool
+	}{{"states", read.StateIDs != nil}, {"actions", read.ActionIDs != nil}} {
+		served := slices.Contains(strings.Split(st.IDs, ","), k.kind)
+		switch {
+		case k.fileIDs && !served:
+			return fmt.Errorf("service: publish: %s names %s by ids, and emsf serve %s counts integer %s indices: nothing sent", path, k.kind, name, strings.TrimSuffix(k.kind, "s"))
+		case !k.fileIDs && served:
+			return fmt.Errorf("service: publish: %s names %s by integer indices, and emsf serve %s counts %s ids (--ids string sends every value as an id): nothing sent", path, k.kind, name, strings.TrimSuffix(k.kind, "s"))
+		}
+	}
+	return nil
 }

@@ -178,11 +178,6 @@ func (q *queries) builder(ctx context.Context) {
 		if mf == nil {
 			continue
 		}
-		if mf.States != nil || mf.Actions != nil {
-			// The counts of a service name states by integers; ids come
-			// with issue 29's vocabulary growth.
-			q.log.Warn("query index: the version has ids, which the service does not serve yet", "version", v)
-		}
 		if err := q.build(mf, v); err != nil {
 			q.log.Error("query index", "version", v, "error", err)
 		}

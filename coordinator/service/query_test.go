@@ -148,15 +148,95 @@ func TestServeQueries(t *testing.T) {
 	}
 }
 
-// TestServeRefusesStringIDs: until the service grows a vocabulary (issue
-// 29), a payload of ids is rejected whole with one message that says so.
-func TestServeRefusesStringIDs(t *testing.T) {
+// TestServeStringIDs: a service with no counts takes up the ids of its
+// first message of ids (states and actions), numbers new ids in stream
+// order, answers queries and stores versions in those ids; a message of
+// integer indices is then rejected whole, saying why. The vocabulary is
+// in the checkpoint: after a restart (with messages published while no
+// service ran) and after a rebuild from the stream (checkpoint deleted)
+// every id keeps its index and new ones follow. A service that counted
+// integer indices refuses a message of ids, naming its row, column and
+// value.
+func TestServeStringIDs(t *testing.T) {
 	nc, _ := server(t)
-	start(t, nc, Config{Name: "words", Order: 2, Seed: 5, MaxIter: 5, UseWorkers: WorkersNever})
-	seq := publish(t, nc, "words", []byte("state,action,next_state\nuser1,left,user2\n"))
+	cfg := Config{Name: "words", Order: 2, Seed: 5, MaxIter: 5, UseWorkers: WorkersNever, CheckpointEvery: time.Hour, StreamPurge: PurgeNever}
+	r := start(t, nc, cfg)
+	publish(t, nc, "words", []byte("state,action,next_state\nuser1,left,user2\nuser2,right,/cart\n"))
+	seq := publish(t, nc, "words", []byte("state,action,next_state\n/cart,left,user1\nuser1,left,/cart\nuser2,left,user1\n"))
 	st := waitSeq(t, nc, "words", seq)
-	if st.RejectedMessages != 1 || !strings.Contains(st.LastRejection, "string ids are not supported by the service yet") {
-		t.Fatalf("status %+v", st)
+	if st.IDs != "states,actions" || st.States != 3 || st.Actions != 2 || st.Transitions != 5 || st.RejectedMessages != 0 {
+		t.Fatalf("status %+v: want ids for 3 states and 2 actions", st)
+	}
+	if _, err := retrain(t, nc, "words"); err != nil {
+		t.Fatal(err)
+	}
+	f := fetchFile(t, nc, "words", 1)
+	if f.States == nil || f.Actions == nil || strings.Join(f.States.Strings(), " ") != "user1 user2 /cart" || strings.Join(f.Actions.Strings(), " ") != "left right" {
+		t.Fatalf("version 1's ids: %v %v, want user1 user2 /cart (stream order) and left right", f.States, f.Actions)
+	}
+	coordtest.CheckFor(t, coordtest.Patience, func() error {
+		got, err := askQuery(nc, "words", "topk", `{"state":"user1","action":"left","k":2}`)
+		if err != nil || !strings.Contains(got, `"state": "`) && !strings.Contains(got, `"state":"`) {
+			return fmt.Errorf("topk in ids: %q (%v)", got, err)
+		}
+		return nil
+	})
+	if got, err := askQuery(nc, "words", "next", `{"state":"nobody","action":"left"}`); err != nil || !strings.HasPrefix(got, "404") && !strings.HasPrefix(got, "400") {
+		t.Fatalf("an unknown id: %q (%v)", got, err)
+	}
+	// Arrow int32 columns are indices, not ids: rejected whole. (In CSV
+	// a number is read as an id, "3", as emsf fit --ids string reads it.)
+	seq = publishFormat(t, nc, "words", "arrows", rows{{0, 0, 1}}.arrow(t))
+	st = waitSeq(t, nc, "words", seq)
+	if st.RejectedMessages != 1 || st.Transitions != 5 || st.LastRejection == "" {
+		t.Fatalf("a message of indices to a service of ids: %+v", st)
+	}
+	t.Logf("a message of indices to a service of ids: %s", st.LastRejection)
+	r.stop(t)
+	// Published while no service runs: replayed on top of the checkpoint.
+	seq = publish(t, nc, "words", []byte("state,action,next_state\nuser3,stay,user1\nuser1,left,user3\n"))
+	r = start(t, nc, cfg)
+	st = waitSeq(t, nc, "words", seq)
+	if st.IDs != "states,actions" || st.States != 4 || st.Actions != 3 || st.Transitions != 7 {
+		t.Fatalf("after a restart: %+v", st)
+	}
+	if v, err := retrain(t, nc, "words"); err != nil || v.Version != 2 {
+		t.Fatalf("retrain after restart: %+v, %v", v, err)
+	}
+	want := "user1 user2 /cart user3"
+	if f := fetchFile(t, nc, "words", 2); strings.Join(f.States.Strings(), " ") != want || strings.Join(f.Actions.Strings(), " ") != "left right stay" {
+		t.Fatalf("version 2's ids: %v %v", f.States.Strings(), f.Actions.Strings())
+	}
+	// Rebuilt from the stream: the same numbering.
+	r.stop(t)
+	js, _ := jetstream.New(nc)
+	obs, err := js.ObjectStore(t.Context(), DefaultModelBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Delete(t.Context(), StateObject("words")); err != nil {
+		t.Fatal(err)
+	}
+	start(t, nc, cfg)
+	st = waitSeq(t, nc, "words", seq)
+	if st.States != 4 || st.Transitions != 7 {
+		t.Fatalf("after a rebuild from the stream: %+v", st)
+	}
+	v, err := retrain(t, nc, "words")
+	if err != nil {
+		t.Fatalf("retrain after the rebuild: %v", err)
+	}
+	if f := fetchFile(t, nc, "words", v.Version); strings.Join(f.States.Strings(), " ") != want {
+		t.Fatalf("version 3's ids after the rebuild: %v", f.States.Strings())
+	}
+
+	// A service that counted indices refuses ids, naming the value.
+	start(t, nc, Config{Name: "ints", Order: 2, Seed: 5, MaxIter: 5, UseWorkers: WorkersNever})
+	publish(t, nc, "ints", rows{{0, 0, 1}}.csv())
+	seq = publish(t, nc, "ints", []byte("state,action,next_state\nuser1,0,0\n"))
+	st = waitSeq(t, nc, "ints", seq)
+	if st.IDs != "" || st.RejectedMessages != 1 || !strings.Contains(st.LastRejection, `"user1"`) || !strings.Contains(st.LastRejection, "counts integer state indices") {
+		t.Fatalf("ids to a service of indices: %+v", st)
 	}
 }
 
@@ -233,11 +313,19 @@ func TestPublishIDs(t *testing.T) {
 		t.Fatalf("the stream holds %q", got)
 	}
 
+	// A running service with no counts takes them up; one that counted
+	// integer indices is sent nothing, and says why.
 	start(t, nc, Config{Name: "now", Order: 2, Seed: 5, MaxIter: 5, UseWorkers: WorkersNever})
 	opts.Name = "now"
+	if res, err = PublishFile(t.Context(), nc, path, opts, StoreConfig{}); err != nil || res.Messages != 1 {
+		t.Fatalf("publish ids to a running service with no counts: %+v, %v", res, err)
+	}
+	start(t, nc, Config{Name: "ints", Order: 2, Seed: 5, MaxIter: 5, UseWorkers: WorkersNever})
+	waitSeq(t, nc, "ints", publish(t, nc, "ints", rows{{0, 0, 1}}.csv()))
+	opts.Name = "ints"
 	res, err = PublishFile(t.Context(), nc, path, opts, StoreConfig{})
-	if err == nil || !strings.Contains(err.Error(), "counts integer indices only") || res.Messages != 0 {
-		t.Fatalf("publish ids to a running service: %+v, %v", res, err)
+	if err == nil || !strings.Contains(err.Error(), "counts integer state indices") || res.Messages != 0 {
+		t.Fatalf("publish ids to a running service of indices: %+v, %v", res, err)
 	}
 }
 

@@ -374,7 +374,12 @@ func (s *Service) executor(ctx context.Context) (*natsexec.Executor, error) {
 func (s *Service) commitVersion(ctx context.Context, v *Version, md *factor.Model) error {
 	params := map[string]string{"model": s.cfg.Name, "version": strconv.Itoa(v.Version), "mode": string(v.Mode),
 		"stream_seq": strconv.FormatUint(v.StreamSeq, 10), "transitions": strconv.FormatInt(v.Transitions, 10)}
-	data, err := arrowio.EncodeModel(&arrowio.ModelFile{Model: md, Fingerprint: fmt.Sprintf("%s@%d", s.cfg.Name, v.StreamSeq), Params: params})
+	mf, err := s.modelFile(md)
+	if err != nil {
+		return err
+	}
+	mf.Fingerprint, mf.Params = fmt.Sprintf("%s@%d", s.cfg.Name, v.StreamSeq), params
+	data, err := arrowio.EncodeModel(mf)
 	if err != nil {
 		return fmt.Errorf("service: encode version %d: %w", v.Version, err)
 	}
@@ -395,7 +400,7 @@ func (s *Service) commitVersion(ctx context.Context, v *Version, md *factor.Mode
 	}
 	s.table.Thaw(true)
 	s.model, s.latest = md, v
-	s.queries.version(v.Version, &arrowio.ModelFile{Model: md})
+	s.queries.version(v.Version, mf)
 	// The version is made: its record and announcement are not cut short
 	// by a stop.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout)

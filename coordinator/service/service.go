@@ -44,6 +44,9 @@ type Status struct {
 	// States and Actions are the size the data needs (or the fixed size).
 	States  int `json:"states"`
 	Actions int `json:"actions"`
+	// IDs says which kinds the service counts by user ids: "states",
+	// "actions" or "states,actions" ("": integer indices; ids.go).
+	IDs string `json:"ids,omitempty"`
 	// FixedStates and FixedActions are --states and --actions (0: the
 	// model grows).
 	FixedStates  int `json:"fixed_states,omitempty"`
@@ -112,8 +115,11 @@ type Service struct {
 	m      *metrics
 	id     string
 
-	// Owned by Run's goroutine.
+	// Owned by Run's goroutine. stateIDs and actionIDs are the
+	// vocabularies of a service that counts ids (ids.go; nil: indices).
 	table       *shard.Table
+	stateIDs    *shard.Vocab
+	actionIDs   *shard.Vocab
 	seq         uint64
 	ckptSeq     uint64
 	dirty       bool
@@ -235,7 +241,11 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		return err
 	}
 	if s.model != nil {
-		s.queries.version(s.latest.Version, &arrowio.ModelFile{Model: s.model})
+		mf, err := s.modelFile(s.model)
+		if err != nil {
+			return err
+		}
+		s.queries.version(s.latest.Version, mf)
 	}
 	s.snapshot()
 	close(s.ready)
@@ -413,10 +423,12 @@ func (s *Service) load(ctx context.Context) error {
 		default:
 			t.MinBufferRows = s.cfg.BufferRows
 			s.table, s.seq, s.ckptSeq, version = t, meta.Seq, meta.Seq, meta.Version
+			s.stateIDs, s.actionIDs = meta.States, meta.Actions
 			if err := s.checkLimits(); err != nil {
 				rebuild = err.Error()
 				s.table.Free()
 				s.table, s.seq, s.ckptSeq = s.cfg.newTable(), 0, 0
+				s.stateIDs, s.actionIDs = nil, nil
 			}
 		}
 		if rebuild == "" {
@@ -544,7 +556,7 @@ func (s *Service) storeCheckpoint(ctx context.Context, committed bool, pending i
 	defer cancel()
 	start := time.Now()
 	all, _ := s.table.Added()
-	meta := arrowio.CountsMeta{Name: s.cfg.Name, Seq: s.seq, Added: all, Pending: pending, Version: version}
+	meta := arrowio.CountsMeta{Name: s.cfg.Name, Seq: s.seq, Added: all, Pending: pending, Version: version, States: s.stateIDs, Actions: s.actionIDs}
 	pr, pw := io.Pipe()
 	encoded := make(chan error, 1)
 	go func() {
@@ -609,7 +621,20 @@ func (s *Service) status() Status {
 		Order: s.order(), Tie: s.tie().String(),
 		Rejected: s.rejected, RejectedMessages: s.rejectedMsg, LastRejection: s.lastReject, Latest: s.latest,
 		CountsBytes: s.table.Bytes(), CSRBytes: s.table.CSRBytes(), Buffered: s.table.Buffered(), Paused: s.table.Full(),
-		PurgedTo: s.purgedTo, CheckpointSeconds: s.ckptSecs}
+		PurgedTo: s.purgedTo, CheckpointSeconds: s.ckptSecs, IDs: s.idKinds()}
+}
+
+// idKinds is Status.IDs.
+func (s *Service) idKinds() string {
+	switch {
+	case s.stateIDs != nil && s.actionIDs != nil:
+		return "states,actions"
+	case s.stateIDs != nil:
+		return "states"
+	case s.actionIDs != nil:
+		return "actions"
+	}
+	return ""
 }
 
 // dims returns the model size the data needs: the fixed size where set,

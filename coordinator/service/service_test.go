@@ -214,6 +214,12 @@ func askRetrain(nc *nats.Conn, name string) (*Version, error) {
 
 func fetch(t *testing.T, nc *nats.Conn, name string, v int) *factor.Model {
 	t.Helper()
+	return fetchFile(t, nc, name, v).Model
+}
+
+// fetchFile is version v of model name's file.
+func fetchFile(t *testing.T, nc *nats.Conn, name string, v int) *arrowio.ModelFile {
+	t.Helper()
 	js, _ := jetstream.New(nc)
 	st, err := OpenStoresReadOnly(t.Context(), js, DefaultStateBucket, DefaultModelBucket)
 	if err != nil {
@@ -223,7 +229,7 @@ func fetch(t *testing.T, nc *nats.Conn, name string, v int) *factor.Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.File.Model
+	return f.File
 }
 
 // blocksOf counts rs into per-action blocks as a refit sees them.
