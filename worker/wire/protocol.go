@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -250,13 +251,84 @@ func PutObjectMeta(ctx context.Context, obs jetstream.ObjectStore, maxPayload in
 // PutObjectReader is PutObjectMeta for an object read from r as it is
 // put (one chunk in memory at a time); an error reading r fails the put
 // and leaves no object.
+//
+// A put that makes no progress for StallAfter (the bucket's stream stores
+// nothing more, while its status still answers) is cut short with
+// ErrNoProgress, which ClassifyStore calls a stall: a JetStream store
+// whose disk is full acknowledges nothing and says nothing, so without
+// this the put would wait out its whole deadline (a task's lease, minutes).
 func PutObjectReader(ctx context.Context, obs jetstream.ObjectStore, maxPayload int64, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
 	opts := jetstream.ObjectMetaOptions{ChunkSize: uint32(chunkSize(maxPayload))}
 	if meta.Opts != nil {
 		opts.Link = meta.Opts.Link
 	}
 	meta.Opts = &opts
-	return obs.Put(ctx, meta, r)
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchProgress(pctx, obs, done, cancel)
+	}()
+	info, err := obs.Put(pctx, meta, r)
+	close(done)
+	<-watched
+	if cause := context.Cause(pctx); err != nil && errors.Is(cause, ErrNoProgress) && ctx.Err() == nil {
+		err = fmt.Errorf("%w (%w)", cause, err)
+	}
+	return info, err
+}
+
+// ErrNoProgress cuts short a put whose bucket stored nothing for
+// StallAfter (PutObjectReader).
+var ErrNoProgress = errors.New("the store took no write for " + StallAfter.String() + " while it answers")
+
+// StallAfter is how long a put may go without its bucket storing anything
+// more before it counts as stalled; progressPoll how often it looks.
+const (
+	StallAfter   = 5 * time.Second
+	progressPoll = time.Second
+)
+
+// watchProgress polls the size of obs's stream until done closes and
+// cancels the put with ErrNoProgress once it has not grown for
+// StallAfter while the status answers (a status that does not answer is
+// a server away: the put's own deadline handles that). Another writer's
+// progress counts as progress: it may hide a stall, never make one.
+func watchProgress(ctx context.Context, obs jetstream.ObjectStore, done <-chan struct{}, cancel context.CancelCauseFunc) {
+	size := func() (uint64, bool) {
+		sctx, scancel := context.WithTimeout(ctx, progressPoll)
+		defer scancel()
+		st, err := obs.Status(sctx)
+		if err != nil {
+			return 0, false
+		}
+		return st.Size(), true
+	}
+	last, ok := size()
+	since := time.Now()
+	tick := time.NewTicker(progressPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now, answered := size()
+		switch {
+		case !answered:
+			since = time.Now()
+		case !ok || now != last:
+			last, ok, since = now, true, time.Now()
+		case time.Since(since) >= StallAfter:
+			cancel(ErrNoProgress)
+			return
+		}
+	}
 }
 
 // LinkSubject is where the worker with the given id echoes what it is

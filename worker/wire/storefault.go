@@ -114,7 +114,7 @@ func ClassifyStore(err error) StoreFault {
 	if errors.Is(err, jetstream.ErrDigestMismatch) {
 		return StoreCorrupt
 	}
-	if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+	if errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, ErrNoProgress) {
 		return StoreStalled
 	}
 	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {

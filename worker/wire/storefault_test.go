@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -125,5 +127,66 @@ func TestSameObject(t *testing.T) {
 		if got := SameObject(&c.info, data); got != c.want {
 			t.Errorf("%s: SameObject = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// progressObs is an Object Store whose Status reports the size grow or
+// not (the other methods are not called by watchProgress).
+type progressObs struct {
+	jetstream.ObjectStore
+	mu    sync.Mutex
+	size  uint64
+	grows bool
+}
+
+type sizeStatus struct {
+	jetstream.ObjectStoreStatus
+	size uint64
+}
+
+func (s sizeStatus) Size() uint64 { return s.size }
+
+func (o *progressObs) Status(context.Context) (jetstream.ObjectStoreStatus, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.grows {
+		o.size += 1 << 20
+	}
+	return sizeStatus{size: o.size}, nil
+}
+
+// TestWatchProgress: a put whose bucket stores nothing for StallAfter is
+// cut short with ErrNoProgress (a stall); one whose bucket grows is left
+// alone until it is done.
+func TestWatchProgress(t *testing.T) {
+	for _, grows := range []bool{false, true} {
+		t.Run(fmt.Sprintf("grows=%v", grows), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			done := make(chan struct{})
+			watched := make(chan struct{})
+			t0 := time.Now()
+			go func() {
+				defer close(watched)
+				watchProgress(ctx, &progressObs{grows: grows}, done, cancel)
+			}()
+			select {
+			case <-watched:
+			case <-time.After(StallAfter + 3*progressPoll):
+			}
+			close(done)
+			<-watched
+			cause := context.Cause(ctx)
+			switch {
+			case !grows && (!errors.Is(cause, ErrNoProgress) || time.Since(t0) < StallAfter):
+				t.Fatalf("no progress: cause %v after %v, want ErrNoProgress after %v", cause, time.Since(t0), StallAfter)
+			case grows && cause != nil:
+				t.Fatalf("progress: cancelled with %v", cause)
+			}
+			if !grows && ClassifyStore(fmt.Errorf("%w (%w)", cause, context.Canceled)) != StoreStalled {
+				t.Fatal("ErrNoProgress is not classified as a stall")
+			}
+		})
 	}
 }
