@@ -94,6 +94,10 @@ type ModelFile struct {
 	// (lengths n and u). Nil: the data named states and actions by
 	// integer indices.
 	States, Actions *shard.Vocab
+	// vocabSums are the checksums of the vocabularies (by name) of a
+	// header read from metadata whose ids are elsewhere (the parts of a
+	// model dataset: headerFromMeta).
+	vocabSums map[string]string
 }
 
 // vocabs returns the vocabularies the file holds, by name ("states",
@@ -143,8 +147,9 @@ func modelSchemaOf(mf *ModelFile, s ModelShape) *arrow.Schema {
 	md := mf.Model
 	var mw metaWriter
 	names, vs := mf.vocabs()
+	ids := len(vs) > 0 || len(s.IDs) > 0
 	version := FormatVersion
-	if len(vs) > 0 {
+	if ids {
 		version = modelVersionVocab
 	}
 	mw.modelShape(version, kindModel, s)
@@ -183,8 +188,16 @@ func modelSchemaOf(mf *ModelFile, s ModelShape) *arrow.Schema {
 	for _, k := range keys {
 		mw.set(keyParamPrefix+k, mf.Params[k])
 	}
-	mw.vocab(names, vs)
-	return arrow.NewSchema(modelFields(md.M, len(vs) > 0), mw.metadata())
+	if len(vs) == 0 && len(s.IDs) > 0 {
+		// A header whose ids are in parts: the checksums it was read with.
+		mw.set(keyVocab, strings.Join(s.IDs, ","))
+		for _, name := range s.IDs {
+			mw.set(keyVocabSum+name, mf.vocabSums[name])
+		}
+	} else {
+		mw.vocab(names, vs)
+	}
+	return arrow.NewSchema(modelFields(md.M, ids), mw.metadata())
 }
 
 // emitModel produces the record batches of a model: its blocks in the

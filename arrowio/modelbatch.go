@@ -44,8 +44,19 @@ func (s ModelShape) blocks() []modelBlock {
 			bs = append(bs, modelBlock{"C", a, int32(a), streamRows(3*nnz, s.M)})
 		}
 	}
+	for _, name := range s.IDs {
+		if name == vocabStates {
+			bs = append(bs, modelBlock{factorStates, 0, -1, s.N})
+		} else {
+			bs = append(bs, modelBlock{factorAction, 0, -1, s.U})
+		}
+	}
 	return bs
 }
+
+// isIDs reports whether a block's factor is a vocabulary of ids (S, A):
+// its rows hold an id and no values.
+func isIDs(f string) bool { return f == factorStates || f == factorAction }
 
 // modelBatchRows is the number of rows of a model file's record batches:
 // at most batchBytes of values, at least one row, at most n.
@@ -136,24 +147,30 @@ func (b *modelBatcher) vocab(name string, v *shard.Vocab) error {
 	if err := b.flush(); err != nil {
 		return err
 	}
-	fb := b.rb.Field(0).(*array.StringBuilder)
-	ab := b.rb.Field(1).(*array.Int32Builder)
-	sb := b.rb.Field(2).(*array.Int32Builder)
-	lb := b.rb.Field(3).(*array.FixedSizeListBuilder)
-	ib := b.rb.Field(4).(*array.StringBuilder)
+	b.start(name, -1, 0)
 	for i := range v.Len() {
-		fb.Append(name)
-		ab.Append(-1)
-		sb.Append(int32(i))
-		lb.AppendNull()
-		ib.BinaryBuilder.Append(v.ID(i))
-		if b.rows++; b.rows == b.per {
-			if err := b.flush(); err != nil {
-				return err
-			}
+		if err := b.addID(v.ID(i)); err != nil {
+			return err
 		}
 	}
 	return b.flush()
+}
+
+// addID appends the next row of a vocabulary block (start(S or A, -1,
+// 0)): state the next index, values null, id the id; per rows a batch,
+// as vocab cuts them, so a vocabulary that arrives in pieces (the parts
+// of a dataset) gives the bytes of a whole one.
+func (b *modelBatcher) addID(id []byte) error {
+	b.rb.Field(0).(*array.StringBuilder).Append(b.factor)
+	b.rb.Field(1).(*array.Int32Builder).Append(b.action)
+	b.rb.Field(2).(*array.Int32Builder).Append(b.state)
+	b.rb.Field(3).(*array.FixedSizeListBuilder).AppendNull()
+	b.rb.Field(4).(*array.StringBuilder).BinaryBuilder.Append(id)
+	b.state++
+	if b.rows++; b.rows == b.per {
+		return b.flush()
+	}
+	return nil
 }
 
 // flush writes the rows held, if any, as one record batch.

@@ -23,6 +23,7 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/memory"
 
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
 )
 
 // A model dataset is a model written in parts (docs/formats.md, "Model
@@ -55,6 +56,11 @@ type ModelShape struct {
 	// with one, the number of counts the rule stores for each action (U
 	// values), which fixes the length of its C streams.
 	SmoothNNZ []int
+	// IDs names the vocabularies of user ids the model has ("states",
+	// "actions"), in file order: blocks S (n rows) and A (u rows) after
+	// every other, each row an id. ShapeOf leaves it empty (a part writer
+	// of D and K rows has no use for it); a model file's metadata sets it.
+	IDs []string
 }
 
 // ShapeOf returns md's shape; md.Smoothing, when set, must have its
@@ -80,6 +86,11 @@ func (s ModelShape) check() error {
 	for a, nnz := range s.SmoothNNZ {
 		if nnz < 0 || nnz > math.MaxInt32 {
 			return fmt.Errorf("smoothing rule with %d counts for action %d", nnz, a)
+		}
+	}
+	for k, name := range s.IDs {
+		if name != vocabStates && name != vocabActions || slices.Contains(s.IDs[:k], name) {
+			return fmt.Errorf("vocabularies %v: want states, actions or both, once each", s.IDs)
 		}
 	}
 	return nil
@@ -195,7 +206,7 @@ func partSchema(s ModelShape, p PartSpec) *arrow.Schema {
 	mw.int(keyPartBlock, p.Block)
 	mw.int(keyPartLo, p.Lo)
 	mw.int(keyPartHi, p.Hi)
-	return arrow.NewSchema(modelFields(s.M, false), mw.metadata())
+	return arrow.NewSchema(modelFields(s.M, isIDs(p.Factor)), mw.metadata())
 }
 
 // modelShape writes the format version, kind and s, the first keys of a
@@ -271,6 +282,29 @@ func NewModelPartWriter(ctx context.Context, sink PartSink, s ModelShape, spec P
 	return w, nil
 }
 
+// AppendIDs adds the next ids of a part of a vocabulary (factor S or A).
+func (w *ModelPartWriter) AppendIDs(ids ...[]byte) error {
+	if w.err != nil || w.done {
+		return w.failed()
+	}
+	if !isIDs(w.spec.Factor) {
+		return w.fail(fmt.Errorf("ids appended to a part of factor %s", w.spec.Factor))
+	}
+	if w.next+len(ids) > w.spec.Hi {
+		return w.fail(fmt.Errorf("rows [%d, %d) run past the part's rows [%d, %d)", w.next, w.next+len(ids), w.spec.Lo, w.spec.Hi))
+	}
+	for _, id := range ids {
+		if why := shard.CheckID(id); why != "" {
+			return w.fail(fmt.Errorf("row %d: %q %s", w.next, id, why))
+		}
+		if err := w.b.addID(id); err != nil {
+			return w.fail(err)
+		}
+		w.next++
+	}
+	return nil
+}
+
 // Append adds rows: m values each, row-major, the next states of the part
 // (of a Q or C part, the next rows of the stream).
 func (w *ModelPartWriter) Append(rows []float64) error {
@@ -279,6 +313,9 @@ func (w *ModelPartWriter) Append(rows []float64) error {
 	}
 	if len(rows)%w.m != 0 {
 		return w.fail(fmt.Errorf("%d values are not whole rows of m = %d", len(rows), w.m))
+	}
+	if isIDs(w.spec.Factor) {
+		return w.fail(fmt.Errorf("values appended to a part of vocabulary %s", w.spec.Factor))
 	}
 	k := len(rows) / w.m
 	if w.next+k > w.spec.Hi {
@@ -536,12 +573,18 @@ func headerFromMeta(kv arrow.Metadata) (*ModelFile, ModelShape, error) {
 	if err := r.meta(kv); err != nil {
 		return nil, ModelShape{}, err
 	}
-	if r.vocab {
-		return nil, ModelShape{}, fmt.Errorf("the model names its states or actions by user ids (%s), which a model dataset cannot hold (its parts carry D and K rows only): keep it as one model file", keyVocab)
-	}
 	hdr := r.mf
 	hdr.Model.N, hdr.Model.M, hdr.Model.U, hdr.Model.Tie = r.n, r.m, r.u, r.tie
 	s := ModelShape{N: r.n, M: r.m, U: r.u, Tie: r.tie}
+	if r.vocab {
+		// The vocabularies are parts (blocks S and A); their checksums
+		// stay with the header, for the metadata and for the check of the
+		// ids read.
+		if i := kv.FindKey(keyVocab); i >= 0 {
+			s.IDs = strings.Split(kv.Values()[i], ",")
+		}
+		hdr.vocabSums = r.sums
+	}
 	if r.smooth {
 		hdr.Model.Smoothing = &factor.Smoothing{Lambda: r.lambda, Kappa: r.kappa, Delta: r.delta, Mu: r.mu, Discount: r.discount, Rho: r.rho}
 		s.SmoothNNZ = r.nnz
@@ -631,7 +674,7 @@ func openPart(ctx context.Context, src PartSource, p ModelPart) (*io.SectionRead
 // readPart reads part p (after checking its size, digest and metadata)
 // and calls fn for its rows, a run of consecutive states at a time, one
 // record batch in memory.
-func readPart(ctx context.Context, src PartSource, s ModelShape, p ModelPart, mem memory.Allocator, fn func(state int, vals []float64) error) error {
+func readPart(ctx context.Context, src PartSource, s ModelShape, p ModelPart, mem memory.Allocator, fn func(state int, vals []float64) error, idFn func(state int, id []byte) error) error {
 	sr, closePart, err := openPart(ctx, src, p)
 	if err != nil {
 		return fmt.Errorf("part %s: %w", p.File, err)
@@ -648,7 +691,8 @@ func readPart(ctx context.Context, src PartSource, s ModelShape, p ModelPart, me
 		return newRowCursor(s.N, s.M, []rowSeg{{blk, p.Lo, p.Hi}}), nil
 	}
 	err = scanModelFile(ctx, sr, p.Bytes, mem, meta,
-		func(_, state int, vals []float64) error { return fn(state, vals) })
+		func(_, state int, vals []float64) error { return fn(state, vals) },
+		func(_, state int, id []byte) error { return idFn(state, id) })
 	if err != nil {
 		return fmt.Errorf("part %s: %w", p.File, err)
 	}
@@ -669,7 +713,7 @@ func statParts(ctx context.Context, src PartSource, s ModelShape, parts []ModelP
 		if size != p.Bytes {
 			return fmt.Errorf("part %s: %d bytes, the manifest says %d", p.File, size, p.Bytes)
 		}
-		if p.Bytes/8/int64(s.M) < p.Rows {
+		if !isIDs(p.Factor) && p.Bytes/8/int64(s.M) < p.Rows {
 			return fmt.Errorf("part %s: %d bytes cannot hold its %d rows of m = %d values", p.File, p.Bytes, p.Rows, s.M)
 		}
 	}
@@ -711,17 +755,39 @@ func readModelDataset(ctx context.Context, src PartSource, mem memory.Allocator)
 			}
 		}
 	}
+	ids := map[string][]string{}
 	for _, p := range man.Parts {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		vals := dst[p.Factor][p.Block]
+		var vals []float64
+		if !isIDs(p.Factor) {
+			vals = dst[p.Factor][p.Block]
+		}
 		err := readPart(ctx, src, s, p, mem, func(state int, rows []float64) error {
 			copy(vals[state*s.M:], rows)
+			return nil
+		}, func(_ int, id []byte) error {
+			ids[p.Factor] = append(ids[p.Factor], string(id))
 			return nil
 		})
 		if err != nil {
 			return nil, err
+		}
+	}
+	for _, name := range s.IDs {
+		f := factorStates
+		if name == vocabActions {
+			f = factorAction
+		}
+		v, err := checkedVocab(name, ids[f], hdr.vocabSums[name])
+		if err != nil {
+			return nil, err
+		}
+		if f == factorStates {
+			hdr.States = v
+		} else {
+			hdr.Actions = v
 		}
 	}
 	if err := md.Validate(); err != nil {
@@ -776,7 +842,9 @@ func assembleModel(ctx context.Context, src PartSource, w io.Writer, format stri
 	}
 	b := newModelBatcher(sc, mem, modelBatchRows(s.N, s.M, cfg.modelBatchBytes()), rw.Write)
 	defer b.release()
-	for _, p := range man.Parts {
+	// A vocabulary's checksum, taken as its ids stream through.
+	var sum hash.Hash
+	for k, p := range man.Parts {
 		if p.Lo == 0 { // a block begins (checkParts: the parts tile each block in order)
 			if err := b.flush(); err != nil {
 				rw.Close()
@@ -784,14 +852,30 @@ func assembleModel(ctx context.Context, src PartSource, w io.Writer, format stri
 			}
 			blk, _ := s.block(p.Factor, p.Block)
 			b.start(blk.factor, blk.action, 0)
+			sum = sha256.New()
 		}
 		if err := ctx.Err(); err != nil {
 			rw.Close()
 			return err
 		}
-		if err := readPart(ctx, src, s, p, mem, func(_ int, rows []float64) error { return b.add(rows) }); err != nil {
+		err := readPart(ctx, src, s, p, mem, func(_ int, rows []float64) error { return b.add(rows) }, func(_ int, id []byte) error {
+			sum.Write(id)
+			sum.Write([]byte{0})
+			return b.addID(id)
+		})
+		if err != nil {
 			rw.Close()
 			return err
+		}
+		if last := k+1 == len(man.Parts) || man.Parts[k+1].Lo == 0; last && isIDs(p.Factor) {
+			name := vocabStates
+			if p.Factor == factorAction {
+				name = vocabActions
+			}
+			if hex.EncodeToString(sum.Sum(nil)) != hdr.vocabSums[name] {
+				rw.Close()
+				return fmt.Errorf("%s vocabulary: its ids do not match %s%s (a mangled vocabulary)", name, keyVocabSum, name)
+			}
 		}
 	}
 	if err := b.flush(); err != nil {
@@ -889,7 +973,36 @@ func splitModel(ctx context.Context, path string, sink PartSink, format string, 
 		}
 		return nil
 	}
-	if err := scanModelFile(ctx, f, st.Size(), mem, meta, rows); err != nil {
+	ids := func(seg, state int, id []byte) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		blk := bs[seg]
+		per := partRows
+		if per == 0 {
+			per = blk.rows
+		}
+		if pw == nil || seg != cur {
+			cur = seg
+			spec := PartSpec{Factor: blk.factor, Block: blk.block, Lo: state, Hi: min(blk.rows, (state/per+1)*per), Format: format}
+			if pw, err = NewModelPartWriter(ctx, sink, s, spec, opts...); err != nil {
+				return writerError{err}
+			}
+		}
+		if err := pw.AppendIDs(id); err != nil {
+			return writerError{err}
+		}
+		if state+1 == pw.spec.Hi {
+			line, err := pw.Close()
+			pw = nil
+			if err != nil {
+				return writerError{err}
+			}
+			*parts = append(*parts, line)
+		}
+		return nil
+	}
+	if err := scanModelFile(ctx, f, st.Size(), mem, meta, rows, ids); err != nil {
 		var we writerError
 		if errors.As(err, &we) {
 			return nil, we.error // it names the part and the dataset

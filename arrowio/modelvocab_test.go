@@ -2,6 +2,9 @@ package arrowio
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -210,24 +213,90 @@ func TestModelVocabSmoothingRoundTrip(t *testing.T) {
 	}
 }
 
-// TestSplitRefusesIDs: a model dataset's parts hold D and K rows only, so
-// splitting a model with a vocabulary fails with an error that says why,
-// and writes nothing.
-func TestSplitRefusesIDs(t *testing.T) {
+// TestSplitIDs: a model with vocabularies splits into a dataset whose
+// vocabulary parts (blocks S and A, after every other) hold the ids, in
+// parts of partRows too; the dataset reads back as the model, ids and
+// all, and assembles into the file WriteModel writes, byte for byte. A
+// mangled id fails the vocabulary's checksum on reading and assembling.
+func TestSplitIDs(t *testing.T) {
 	for _, format := range []string{ModelArrow, ModelParquet} {
-		mf := testModel(factor.TieNone)
-		mf.States = vocabOf(t, "s", mf.Model.N)
-		path := filepath.Join(t.TempDir(), "m."+format)
-		if err := WriteModel(path, mf, format); err != nil {
-			t.Fatal(err)
+		for _, partRows := range []int{0, 3} {
+			mf := testModel(factor.TieNone)
+			mf.States = vocabOf(t, "s", mf.Model.N)
+			mf.Actions = vocabOf(t, "a", mf.Model.U)
+			dir := t.TempDir()
+			path := filepath.Join(dir, "m."+format)
+			if err := WriteModel(path, mf, format); err != nil {
+				t.Fatal(err)
+			}
+			ds := filepath.Join(dir, "ds")
+			man, err := SplitModel(t.Context(), path, DirParts{Dir: ds}, format, partRows)
+			if err != nil {
+				t.Fatalf("%s rows %d: %v", format, partRows, err)
+			}
+			var ids []string
+			for _, p := range man.Parts {
+				if p.Factor == "S" || p.Factor == "A" {
+					ids = append(ids, fmt.Sprintf("%s[%d,%d)", p.Factor, p.Lo, p.Hi))
+				}
+			}
+			if len(ids) == 0 || man.Parts[len(man.Parts)-1].Factor != "A" {
+				t.Fatalf("%s rows %d: vocabulary parts %v, want S then A parts last", format, partRows, ids)
+			}
+			got, err := ReadModelDataset(t.Context(), DirParts{Dir: ds})
+			if err != nil {
+				t.Fatalf("%s rows %d: %v", format, partRows, err)
+			}
+			if !got.Model.Equal(mf.Model) || got.States == nil || !got.States.Equal(mf.States) || got.Actions == nil || !got.Actions.Equal(mf.Actions) {
+				t.Fatalf("%s rows %d: the dataset reads back another model or other ids", format, partRows)
+			}
+			again := filepath.Join(dir, "again."+format)
+			if err := AssembleModel(t.Context(), DirParts{Dir: ds}, again, format); err != nil {
+				t.Fatal(err)
+			}
+			a, _ := os.ReadFile(path)
+			b, _ := os.ReadFile(again)
+			if !bytes.Equal(a, b) {
+				t.Fatalf("%s rows %d: the assembled file differs from the one written (%d and %d bytes)", format, partRows, len(a), len(b))
+			}
 		}
-		ds := t.TempDir()
-		_, err := SplitModel(t.Context(), path, DirParts{Dir: ds}, ModelArrow, 0)
-		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "user ids (emsf.vocab), which a model dataset cannot hold") {
-			t.Fatalf("%s: split of a model with ids: %v", format, err)
-		}
-		if left, _ := os.ReadDir(ds); len(left) != 0 {
-			t.Fatalf("%s: split left %d files", format, len(left))
-		}
+	}
+	// A mangled id (the part's bytes and the manifest's digest made to
+	// agree): the vocabulary's checksum catches it.
+	mf := testModel(factor.TieNone)
+	mf.States = vocabOf(t, "s", mf.Model.N)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.arrow")
+	if err := WriteModel(path, mf, ModelArrow); err != nil {
+		t.Fatal(err)
+	}
+	ds := filepath.Join(dir, "ds")
+	man, err := SplitModel(t.Context(), path, DirParts{Dir: ds}, ModelArrow, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := &man.Parts[len(man.Parts)-1]
+	part := filepath.Join(ds, last.File)
+	data, _ := os.ReadFile(part)
+	id := []byte(mf.States.String(mf.Model.N - 1))
+	k := bytes.LastIndex(data, id)
+	if k < 0 {
+		t.Fatal("the last id is not in its part's bytes")
+	}
+	data[k] ^= 1
+	if err := os.WriteFile(part, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	last.SHA256 = hex.EncodeToString(sum[:])
+	js, _ := json.Marshal(man)
+	if err := os.WriteFile(filepath.Join(ds, ManifestName), js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadModelDataset(t.Context(), DirParts{Dir: ds}); err == nil || !strings.Contains(err.Error(), "mangled") {
+		t.Fatalf("read a mangled id: %v", err)
+	}
+	if err := AssembleModel(t.Context(), DirParts{Dir: ds}, filepath.Join(dir, "x.arrow"), ModelArrow); err == nil || !strings.Contains(err.Error(), "mangled") {
+		t.Fatalf("assemble a mangled id: %v", err)
 	}
 }

@@ -107,8 +107,8 @@ func pct[T any](sorted []T, p float64) T {
 // at a time on this goroutine (so queries per second are per core), the
 // index's read depth, and the exact float64 scan and a float32 scan of K
 // beside them.
-func benchQueries(_ context.Context, e *env, path string, b *benchQueryFlags) error {
-	mf, err := arrowio.ReadModel(path)
+func benchQueries(ctx context.Context, e *env, path string, b *benchQueryFlags) error {
+	mf, err := arrowio.ReadModelAny(ctx, path)
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func idOf(v *shard.Vocab, i int) any {
 // embedded, the model file's query endpoints are served in this process
 // (service.ServeQueries) on an embedded NATS server, over loopback TCP.
 func loadQueries(ctx context.Context, e *env, sf *serviceFlags, path string, b *benchQueryFlags, embedded bool) error {
-	mf, err := arrowio.ReadModel(path)
+	mf, err := arrowio.ReadModelAny(ctx, path)
 	if err != nil {
 		return err
 	}

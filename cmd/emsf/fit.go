@@ -188,9 +188,6 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	mw.Phase("fit")
-	if (data.ids.states != nil || data.ids.actions != nil) && datasetOut(f.out) {
-		return usagef("--out %s: the input names states or actions by user ids, which a model dataset cannot hold yet: write one model file (--out model.arrow)", f.out)
-	}
 	for _, m := range f.orders {
 		if m > data.n {
 			return usagef("--order %d: must be at most the number of states n = %d", m, data.n)

@@ -235,14 +235,26 @@ func TestModelDatasetCLIErrors(t *testing.T) {
 	}
 }
 
-// TestFitDatasetOutRefusesIDs: a model with user ids cannot be a model
-// dataset yet; fit says so before it fits, and writes nothing.
-func TestFitDatasetOutRefusesIDs(t *testing.T) {
+// TestFitDatasetOutIDs: a model with user ids is written as a model
+// dataset (its vocabularies are parts too), which query, inspect and
+// model assemble read in those ids: the assembled file is the one fit
+// writes, byte for byte.
+func TestFitDatasetOutIDs(t *testing.T) {
 	dir := t.TempDir()
 	in := writeFile(t, dir, "ids.csv", "state,action,next_state\nu1,left,u2\nu2,left,u3\nu3,right,u1\nu1,right,u3\n")
-	code, _, errs := emsf(t, "fit", "--input", in, "--order", "2", "--quiet", "--out", filepath.Join(dir, "ds")+"/")
-	if code != 2 || !strings.Contains(errs, "user ids") || !strings.Contains(errs, "ds/") {
-		t.Fatalf("exit %d, %q", code, errs)
+	ds, file := filepath.Join(dir, "ds")+"/", filepath.Join(dir, "m.arrow")
+	for _, out := range []string{ds, file} {
+		if code, _, errs := emsf(t, "fit", "--input", in, "--order", "2", "--quiet", "--out", out); code != 0 {
+			t.Fatalf("fit --out %s: exit %d, %q", out, code, errs)
+		}
 	}
-	assertOnlyFiles(t, dir, "ids.csv")
+	code, out, errs := emsf(t, "query", "--model", ds, "topk", `{"state":"u1","action":"left","k":2}`)
+	if code != 0 || !strings.Contains(out, `"state": "u`) {
+		t.Fatalf("query of the dataset in ids: exit %d, %q %q", code, out, errs)
+	}
+	assembled := filepath.Join(dir, "assembled.arrow")
+	if code, _, errs := emsf(t, "model", "assemble", ds, "--out", assembled); code != 0 {
+		t.Fatalf("assemble: exit %d, %q", code, errs)
+	}
+	sameFile(t, file, assembled)
 }

@@ -113,7 +113,7 @@ func runQuery(ctx context.Context, e *env, args []string) error {
 		defer nc.Close()
 		return request(ctx, e, nc, service.QuerySubject(sf.prefix, sf.name, endpoint), sf.name, []byte(body), timeout)
 	}
-	mf, err := arrowio.ReadModel(model)
+	mf, err := arrowio.ReadModelAny(ctx, model)
 	if err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func rewardFile(states *shard.Vocab) func(string) ([]float64, error) {
 }
 
 // runModelExport is emsf model export.
-func runModelExport(_ context.Context, e *env, args []string) error {
+func runModelExport(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "model export", "model export --model FILE --out DIR [--format npy,npz,csv]")
 	var model, out, formats string
 	fs.StringVar(&model, "model", "", "model file (required)")
@@ -197,7 +197,7 @@ func runModelExport(_ context.Context, e *env, args []string) error {
 		}
 		fl = append(fl, f)
 	}
-	mf, err := arrowio.ReadModel(model)
+	mf, err := arrowio.ReadModelAny(ctx, model)
 	if err != nil {
 		return err
 	}
