@@ -939,68 +939,63 @@ func splitModel(ctx context.Context, path string, sink PartSink, format string, 
 		return newRowCursor(s.N, s.M, segs), nil
 	}
 	cur := -1
-	rows := func(seg, state int, vals []float64) error {
+	// open starts the part that holds row state of segment seg, unless
+	// it is open; done closes it once its last row is in.
+	open := func(seg, state int) error {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if pw != nil && seg == cur {
+			return nil
 		}
 		blk := bs[seg]
 		per := partRows
 		if per == 0 {
 			per = blk.rows
 		}
+		cur = seg
+		spec := PartSpec{Factor: blk.factor, Block: blk.block, Lo: state, Hi: min(blk.rows, (state/per+1)*per), Format: format}
+		if pw, err = NewModelPartWriter(ctx, sink, s, spec, opts...); err != nil {
+			return writerError{err}
+		}
+		return nil
+	}
+	done := func(state int) error {
+		if state != pw.spec.Hi {
+			return nil
+		}
+		line, err := pw.Close()
+		pw = nil
+		if err != nil {
+			return writerError{err}
+		}
+		*parts = append(*parts, line)
+		return nil
+	}
+	rows := func(seg, state int, vals []float64) error {
 		for len(vals) > 0 {
-			if pw == nil || seg != cur {
-				cur = seg
-				lo := state
-				spec := PartSpec{Factor: blk.factor, Block: blk.block, Lo: lo, Hi: min(blk.rows, (lo/per+1)*per), Format: format}
-				if pw, err = NewModelPartWriter(ctx, sink, s, spec, opts...); err != nil {
-					return writerError{err}
-				}
+			if err := open(seg, state); err != nil {
+				return err
 			}
 			k := min(len(vals)/s.M, pw.spec.Hi-state)
 			if err := pw.Append(vals[:k*s.M]); err != nil {
 				return writerError{err}
 			}
 			vals, state = vals[k*s.M:], state+k
-			if state == pw.spec.Hi {
-				line, err := pw.Close()
-				pw = nil
-				if err != nil {
-					return writerError{err}
-				}
-				*parts = append(*parts, line)
+			if err := done(state); err != nil {
+				return err
 			}
 		}
 		return nil
 	}
 	ids := func(seg, state int, id []byte) error {
-		if err := ctx.Err(); err != nil {
+		if err := open(seg, state); err != nil {
 			return err
-		}
-		blk := bs[seg]
-		per := partRows
-		if per == 0 {
-			per = blk.rows
-		}
-		if pw == nil || seg != cur {
-			cur = seg
-			spec := PartSpec{Factor: blk.factor, Block: blk.block, Lo: state, Hi: min(blk.rows, (state/per+1)*per), Format: format}
-			if pw, err = NewModelPartWriter(ctx, sink, s, spec, opts...); err != nil {
-				return writerError{err}
-			}
 		}
 		if err := pw.AppendIDs(id); err != nil {
 			return writerError{err}
 		}
-		if state+1 == pw.spec.Hi {
-			line, err := pw.Close()
-			pw = nil
-			if err != nil {
-				return writerError{err}
-			}
-			*parts = append(*parts, line)
-		}
-		return nil
+		return done(state + 1)
 	}
 	if err := scanModelFile(ctx, f, st.Size(), mem, meta, rows, ids); err != nil {
 		var we writerError

@@ -92,6 +92,23 @@ func slowLink(t *testing.T, serverURL string, rate int) string {
 	return "nats://" + ln.Addr().String()
 }
 
+// slowWorker starts a worker whose connection to lc's server goes through
+// a link of 256 KiB/s each way; it stops at the test's end.
+func slowWorker(t *testing.T, lc *natsexec.LocalCluster[*worker.Worker]) *worker.Worker {
+	t.Helper()
+	nc, err := nats.Connect(slowLink(t, lc.URL(), 256<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	w, err := worker.Start(context.Background(), nc, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	return w
+}
+
 // TestFitOwnersSlowLink: a worker behind a link of 256 KiB/s (its peers
 // talk to the server directly) is timed with a link probe before the
 // job is placed, computes no shard and owns nothing in any iteration,
@@ -108,16 +125,7 @@ func TestFitOwnersSlowLink(t *testing.T) {
 			cfg.SlowLink = -1
 		}
 		lc := ownersCluster(t, 2, cfg)
-		nc, err := nats.Connect(slowLink(t, lc.URL(), 256<<10))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		slow, err := worker.Start(context.Background(), nc, worker.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = slow.Stop() })
+		slow := slowWorker(t, lc)
 		var reports []natsexec.OwnersReport
 		md := init.Clone()
 		if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
@@ -156,16 +164,7 @@ func TestIngestSlowLink(t *testing.T) {
 	files := ingesttest.Dataset(t, rng, dir, rows, 3)
 	local := ingesttest.LocalShards(t, files, arrowio.ReadOptions{}, 0, 0, 200, 1)
 	lc := ownersCluster(t, 2, natsexec.Config{})
-	nc, err := nats.Connect(slowLink(t, lc.URL(), 256<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	slow, err := worker.Start(context.Background(), nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = slow.Stop() })
+	slow := slowWorker(t, lc)
 	coordtest.CheckFor(t, coordtest.Patience, func() error {
 		if ids, err := lc.Exec.Census(context.Background()); err != nil || len(ids) != 3 {
 			return fmt.Errorf("census %v: %v", ids, err)
