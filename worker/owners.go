@@ -445,10 +445,22 @@ func (w *Worker) ownTask(ctx context.Context, j *ownJob, r *proto.Request, reply
 	if err != nil {
 		return err
 	}
+	// A shard placed on another worker (this is a backup copy or a
+	// verification) costs its compact form only while the task runs.
+	_, had := w.ownShards[r.ShardChecksum]
+	if j.cellWorker[r.Shard] != w.id && !had {
+		defer func() {
+			delete(w.ownShards, r.ShardChecksum)
+			n := len(w.ownShards)
+			w.count(func(st *Stats) { st.CompactShards = n })
+		}()
+	}
 	cs, err := w.ownShardOf(ctx, obs, r)
 	if err != nil {
 		return err
 	}
+	nc := len(w.ownShards)
+	w.count(func(st *Stats) { st.CompactShards = nc })
 	if w.cfg.Delay > 0 && r.Iteration >= w.cfg.DelayFrom {
 		t := time.NewTimer(w.cfg.Delay)
 		select {

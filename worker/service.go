@@ -108,6 +108,11 @@ type Stats struct {
 	// Verified counts owners tasks computed as verifications of another
 	// worker's answer (proto.Request.Verify).
 	Verified int64 `json:"verified"`
+	// CompactShards is how many shards this worker holds in the compact
+	// form owners tasks compute on: those placed on it (a backup copy or
+	// a verification of another worker's shard holds one only while it
+	// runs).
+	CompactShards int `json:"compact_shards"`
 	// Running is 1 while a task is being computed.
 	Running int32 `json:"running"`
 }

@@ -924,3 +924,39 @@ func TestFitOwnersVerify(t *testing.T) {
 		t.Fatalf("quarantined %v (the rogue is %s), last report %+v", q, rogue.ID(), last)
 	}
 }
+
+// TestFitOwnersVerifyHoldsShare: a verification holds its shard only
+// while it runs. Every task of a fit verified on another worker (one
+// epoch: no backups, no checkpoint to rebalance at), the workers hold in
+// all exactly the shards placed on them, once each, not also the ones
+// they verified; and the model is the local fit's.
+func TestFitOwnersVerifyHoldsShare(t *testing.T) {
+	const iters = 3
+	shards := ownersDataSplit(t, 240, 1, 11, 12)
+	init := factor.NewRandom(240, 4, 1, factor.TieNone, 3)
+	want, _ := fitLocal(t, shards, init, iters)
+	lc := ownersCluster(t, 3, natsexec.Config{})
+	var last natsexec.OwnersReport
+	md := init.Clone()
+	if _, err := lc.Exec.FitOwners(context.Background(), md, shards, natsexec.OwnersOptions{
+		Job: "owners-verify-share", Options: owners.Options{
+			Converger:       factor.Converger{MaxIter: iters},
+			GroupNNZ:        ownersGroupNNZ,
+			ColBlocks:       3,
+			CheckpointEvery: 100,
+			MinWorkers:      3,
+			NoBackups:       true,
+			Verify:          1,
+			Report:          func(r natsexec.OwnersReport) { last = r },
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	coordtest.SameModel(t, "every task verified", md, want)
+	held := 0
+	for _, w := range lc.Workers {
+		held += w.Stats().CompactShards
+	}
+	if last.Verifications != iters*len(shards) || last.Epoch != 1 || held != len(shards) {
+		t.Fatalf("%d compact shards held for %d shards, last report %+v: want each shard held once, by its worker", held, len(shards), last)
+	}
+}
