@@ -212,12 +212,8 @@ func DecodeCounts(data []byte, opts ...Option) (*shard.Table, CountsMeta, error)
 			var idCol *array.String
 			if ids != nil {
 				idCol = rec.Column(5).(*array.String)
-				for i := range 5 {
-					if n := rec.Column(i).NullN(); n > 0 {
-						return fmt.Errorf("column %s has %d nulls", rec.ColumnName(i), n)
-					}
-				}
-			} else if err := noNulls(rec); err != nil {
+			}
+			if err := noNullsIn(rec, 5); err != nil {
 				return err
 			}
 			as := rec.Column(0).(*array.Int32).Int32Values()

@@ -843,7 +843,7 @@ func assembleModel(ctx context.Context, src PartSource, w io.Writer, format stri
 	b := newModelBatcher(sc, mem, modelBatchRows(s.N, s.M, cfg.modelBatchBytes()), rw.Write)
 	defer b.release()
 	// A vocabulary's checksum, taken as its ids stream through.
-	var sum hash.Hash
+	var sum shard.VocabChecksum
 	for k, p := range man.Parts {
 		if p.Lo == 0 { // a block begins (checkParts: the parts tile each block in order)
 			if err := b.flush(); err != nil {
@@ -852,15 +852,14 @@ func assembleModel(ctx context.Context, src PartSource, w io.Writer, format stri
 			}
 			blk, _ := s.block(p.Factor, p.Block)
 			b.start(blk.factor, blk.action, 0)
-			sum = sha256.New()
+			sum = shard.VocabChecksum{}
 		}
 		if err := ctx.Err(); err != nil {
 			rw.Close()
 			return err
 		}
 		err := readPart(ctx, src, s, p, mem, func(_ int, rows []float64) error { return b.add(rows) }, func(_ int, id []byte) error {
-			sum.Write(id)
-			sum.Write([]byte{0})
+			sum.Add(id)
 			return b.addID(id)
 		})
 		if err != nil {
@@ -872,7 +871,7 @@ func assembleModel(ctx context.Context, src PartSource, w io.Writer, format stri
 			if p.Factor == factorAction {
 				name = vocabActions
 			}
-			if hex.EncodeToString(sum.Sum(nil)) != hdr.vocabSums[name] {
+			if got := sum.Sum(); hex.EncodeToString(got[:]) != hdr.vocabSums[name] {
 				rw.Close()
 				return fmt.Errorf("%s vocabulary: its ids do not match %s%s (a mangled vocabulary)", name, keyVocabSum, name)
 			}

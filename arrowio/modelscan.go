@@ -76,9 +76,6 @@ func (c *rowCursor) record(rec arrow.Record, fn func(seg, state int, vals []floa
 		}
 		return nil
 	}
-	if err := noNulls(rec); err != nil {
-		return err
-	}
 	return c.blockRows(rec, fn)
 }
 
@@ -117,13 +114,8 @@ func (c *rowCursor) idRows(rec arrow.Record, idFn func(seg, state int, id []byte
 // blockRows checks and hands on rows of blocks (no nulls but the id
 // column's).
 func (c *rowCursor) blockRows(rec arrow.Record, fn func(seg, state int, vals []float64) error) error {
-	for i := range 4 {
-		if n := rec.Column(i).NullN(); n > 0 {
-			return fmt.Errorf("column %s has %d nulls", rec.ColumnName(i), n)
-		}
-	}
-	if l, ok := rec.Column(3).(interface{ ListValues() arrow.Array }); ok && l.ListValues().NullN() > 0 {
-		return fmt.Errorf("column %s has null list values", rec.ColumnName(3))
+	if err := noNullsIn(rec, 4); err != nil {
+		return err
 	}
 	names := rec.Column(0).(*array.String)
 	actions := rec.Column(1).(*array.Int32).Int32Values()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -315,13 +316,34 @@ func Merge(parts ...*Vocab) (*Vocab, error) {
 // UTF-8 bytes followed by a 0x00 byte (the model file's
 // emsf.vocab_checksum).
 func (v *Vocab) Checksum() [32]byte {
-	h := sha256.New()
+	var c VocabChecksum
 	for i := range v.Len() {
-		h.Write(v.ID(i))
-		h.Write([]byte{0})
+		c.Add(v.ID(i))
+	}
+	return c.Sum()
+}
+
+// VocabChecksum is Vocab.Checksum taken as ids stream by, in index order
+// (a vocabulary read in parts, never whole in memory). The zero value is
+// ready to use.
+type VocabChecksum struct{ h hash.Hash }
+
+// Add takes the next id.
+func (c *VocabChecksum) Add(id []byte) {
+	if c.h == nil {
+		c.h = sha256.New()
+	}
+	c.h.Write(id)
+	c.h.Write([]byte{0})
+}
+
+// Sum is the checksum of the ids added so far.
+func (c *VocabChecksum) Sum() [32]byte {
+	if c.h == nil {
+		c.h = sha256.New()
 	}
 	var sum [32]byte
-	h.Sum(sum[:0])
+	c.h.Sum(sum[:0])
 	return sum
 }
 
