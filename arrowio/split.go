@@ -115,9 +115,18 @@ var ErrReadWhole = errors.New("arrowio: the split is read with its whole file")
 
 // SplitRowError is a bad row of a split: the error a read of the whole
 // file gives, but with Row counted from the split's first row.
-type SplitRowError struct{ *InputError }
+type SplitRowError struct {
+	*InputError
+	// ids is the *StringIDsError the row error is, if it is one.
+	ids *StringIDsError
+}
 
-func (e *SplitRowError) Unwrap() error { return e.InputError }
+func (e *SplitRowError) Unwrap() []error {
+	if e.ids != nil {
+		return []error{e.InputError, e.ids}
+	}
+	return []error{e.InputError}
+}
 
 // callbackError carries an error of ScanSplit's callback through the
 // readers unchanged.
@@ -170,7 +179,9 @@ func ScanSplit(ctx context.Context, ra io.ReaderAt, f DataFile, sp Split, opts R
 	case errors.Is(err, ErrReadWhole):
 		return err
 	case errors.As(err, &ie) && ie.Row > 0 && (f.Format == FormatCSV || f.Format == FormatArrowFile):
-		return &SplitRowError{ie}
+		var se *StringIDsError
+		errors.As(err, &se)
+		return &SplitRowError{InputError: ie, ids: se}
 	}
 	return fmt.Errorf("%w: %s: %w", ErrReadWhole, f.Name, err)
 }

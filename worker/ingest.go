@@ -110,6 +110,14 @@ func (w *Worker) serveIngest(m *nats.Msg) {
 		err = ingestDo(m, func(r *ingestwire.InitRequest) (any, error) { return w.initModel(ctx, r) }, &rep)
 	case ingestwire.OpParts:
 		err = ingestDo(m, func(r *ingestwire.PartsRequest) (any, error) { return w.writeParts(ctx, r) }, &rep)
+	case ingestwire.OpIDSample:
+		err = ingestDo(m, func(r *ingestwire.IDSampleRequest) (any, error) { return n.IDSample(ctx, r) }, &rep)
+	case ingestwire.OpIDScan:
+		err = ingestDo(m, func(r *ingestwire.IDScanRequest) (any, error) { return n.IDScan(ctx, r) }, &rep)
+	case ingestwire.OpIDRange:
+		err = ingestDo(m, func(r *ingestwire.IDRangeRequest) (any, error) { return n.IDRange(ctx, r) }, &rep)
+	case ingestwire.OpIDTrans:
+		err = ingestDo(m, func(r *ingestwire.IDTransRequest) (any, error) { return struct{}{}, n.IDTrans(ctx, r) }, &rep)
 	case ingestwire.OpEnd:
 		err = ingestDo(m, func(r *ingestwire.EndRequest) (any, error) { n.End(r.Job); return struct{}{}, nil }, &rep)
 	case ingestwire.OpPull:
@@ -118,6 +126,20 @@ func (w *Worker) serveIngest(m *nats.Msg) {
 			var pr *ingestwire.PullReply
 			var data []byte
 			if pr, data, err = n.Pull(ctx, &r); err == nil {
+				out := nats.NewMsg("")
+				h, _ := json.Marshal(pr)
+				out.Header.Set(wire.HeaderPull, string(h))
+				out.Data = data
+				w.respondIngest(m, out)
+				return
+			}
+		}
+	case ingestwire.OpIDPull:
+		var r ingestwire.IDPullRequest
+		if err = json.Unmarshal(m.Data, &r); err == nil {
+			var pr *ingestwire.PullReply
+			var data []byte
+			if pr, data, err = n.IDPull(ctx, &r); err == nil {
 				out := nats.NewMsg("")
 				h, _ := json.Marshal(pr)
 				out.Header.Set(wire.HeaderPull, string(h))
@@ -252,4 +274,16 @@ func (p ingestPeers) Tail(ctx context.Context, worker string, r *ingestwire.Tail
 		return nil, err
 	}
 	return rep.Data, nil
+}
+
+func (p ingestPeers) IDPull(ctx context.Context, worker string, r *ingestwire.IDPullRequest) (*ingestwire.PullReply, []byte, error) {
+	rep, err := p.call(ctx, worker, r.Job, ingestwire.OpIDPull, r, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var pr ingestwire.PullReply
+	if err := json.Unmarshal([]byte(rep.Header.Get(wire.HeaderPull)), &pr); err != nil {
+		return nil, nil, fmt.Errorf("worker: ingest: id pull from %s: bad reply: %w", worker, err)
+	}
+	return &pr, rep.Data, nil
 }

@@ -46,7 +46,8 @@ type IngestNode struct {
 
 	mu      sync.Mutex
 	jobs    map[string]*ingestJob
-	changed chan struct{} // closed when a job starts (pulls wait for their epoch)
+	idJobs  map[string]*idJob // the vocabulary phase (ingest_ids.go)
+	changed chan struct{}     // closed when a job starts (pulls wait for their epoch)
 	wg      sync.WaitGroup
 	closed  bool
 }
@@ -58,6 +59,8 @@ type IngestPeers interface {
 	Pull(ctx context.Context, worker string, r *ingestwire.PullRequest) (*ingestwire.PullReply, []byte, error)
 	// Tail asks worker for a bucket's rows (ingestwire.AppendRows).
 	Tail(ctx context.Context, worker string, r *ingestwire.TailRequest) ([]byte, error)
+	// IDPull asks worker for a list of the vocabulary phase.
+	IDPull(ctx context.Context, worker string, r *ingestwire.IDPullRequest) (*ingestwire.PullReply, []byte, error)
 }
 
 // IngestHooks are test hooks: points of the pipeline where a test stops
@@ -72,6 +75,9 @@ type IngestHooks struct {
 	Fed func(split int)
 	// Built is called after a build request's shards are built.
 	Built func()
+	// VocabRange is called with each range of a vocabulary the worker
+	// built (IDRange).
+	VocabRange func(group, rng int, v *shard.Vocab)
 }
 
 // StaleError is the error of a request of an epoch older than the
@@ -97,7 +103,7 @@ func IsNotYet(err error) bool { return errors.Is(err, errNotYet) }
 // reads Object Store datasets and stores shards; keep (nil: none)
 // receives each committed shard.
 func NewIngestNode(id string, peers IngestPeers, js jetstream.JetStream, keep func(*shard.Shard), hooks IngestHooks) *IngestNode {
-	return &IngestNode{id: id, peers: peers, js: js, keep: keep, hooks: hooks, jobs: map[string]*ingestJob{}, changed: make(chan struct{})}
+	return &IngestNode{id: id, peers: peers, js: js, keep: keep, hooks: hooks, jobs: map[string]*ingestJob{}, idJobs: map[string]*idJob{}, changed: make(chan struct{})}
 }
 
 // ID returns the node's worker id.
@@ -111,6 +117,7 @@ func (n *IngestNode) Close() {
 		j.cancel()
 	}
 	n.jobs = map[string]*ingestJob{}
+	n.idJobs = map[string]*idJob{}
 	n.mu.Unlock()
 	n.wg.Wait()
 }
@@ -156,25 +163,35 @@ func (n *IngestNode) scanSplit(ctx context.Context, f arrowio.DataFile, sp arrow
 }
 
 // Scan is pass 1 of a split: its summary, or its data error.
+// A split of a dataset of user ids is read with its ids' numbering
+// (IDScan, IDTrans): its fingerprint hashes the ids, the rest of its
+// summary sees the dataset's indices.
 func (n *IngestNode) Scan(ctx context.Context, r *ingestwire.ScanRequest) (*ingestwire.ScanReply, error) {
+	nb, err := n.numbering(r.Job, r.IDs, r.Split.Ordinal)
+	if err != nil {
+		return nil, err
+	}
 	rep := &ingestwire.ScanReply{}
-	err := n.scanSplit(ctx, r.File, r.Split, r.Read, func(b *arrowio.TransitionBatch) error {
-		rep.Summary.Add(b.State, b.Action, b.Next, b.Count)
+	read := r.Read
+	if nb != nil {
+		read = nb.read(read)
+	}
+	err = n.scanSplit(ctx, r.File, r.Split, read, func(b *arrowio.TransitionBatch) error {
+		if nb == nil {
+			rep.Summary.Add(b.State, b.Action, b.Next, b.Count)
+			return nil
+		}
+		if err := nb.check(b); err != nil {
+			return err
+		}
+		s, a := nb.views()
+		rep.Summary.AddIDs(b.State, b.Action, b.Next, b.Count, s, a, nb.index)
 		return nil
 	})
-	var sre *arrowio.SplitRowError
-	var ie *arrowio.InputError
-	switch {
-	case err == nil:
-	case errors.Is(err, arrowio.ErrReadWhole):
-		rep.ReadWhole = err.Error()
-	case errors.As(err, &sre):
-		rep.RowError = sre.InputError
-	case ctx.Err() != nil:
-		return nil, err
-	case errors.As(err, &ie):
-		rep.Error = ie
-	default:
+	if errors.Is(err, errNewID) {
+		return nil, &arrowio.InputError{File: r.File.Name, Reason: "changed while the dataset was read", Err: err}
+	}
+	if rep.ScanIssue, err = scanIssue(ctx, err); err != nil {
 		return nil, err
 	}
 	return rep, nil
@@ -453,8 +470,19 @@ func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 	var fp shard.FingerprintHash
 	rows := int64(0)
 	read := p.Read
-	err := n.scanSplit(j.ctx, f, sp.Split, read, func(b *arrowio.TransitionBatch) error {
-		fp.Add(b.State, b.Action, b.Next, b.Count)
+	nb, err := n.numbering(p.Job, p.IDs, sp.Ordinal)
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		read = nb.read(read)
+	}
+	err = n.scanSplit(j.ctx, f, sp.Split, read, func(b *arrowio.TransitionBatch) error {
+		if nb == nil {
+			fp.Add(b.State, b.Action, b.Next, b.Count)
+		} else if err := nb.add(&fp, b); err != nil {
+			return err
+		}
 		rows += int64(b.Len())
 		for k, i := range b.State {
 			a := b.Action[k]
@@ -484,6 +512,9 @@ func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 	if err != nil {
 		if j.ctx.Err() != nil {
 			return j.ctx.Err()
+		}
+		if errors.Is(err, errNewID) {
+			return &arrowio.InputError{File: f.Name, Reason: "changed while the dataset was read", Err: err}
 		}
 		var ie *arrowio.InputError
 		if errors.As(err, &ie) {
@@ -1125,6 +1156,7 @@ func (n *IngestNode) End(job string) {
 	n.mu.Lock()
 	j := n.jobs[job]
 	delete(n.jobs, job)
+	delete(n.idJobs, job)
 	n.mu.Unlock()
 	if j != nil {
 		j.cancel()

@@ -189,6 +189,46 @@ func (c *fakeCluster) End(ctx context.Context, w string, job string) {
 	}
 }
 
+func (c *fakeCluster) IDSample(ctx context.Context, w string, r *ingestwire.IDSampleRequest) (*ingestwire.IDSampleReply, error) {
+	n, err := c.node(w, ingestwire.OpIDSample)
+	if err != nil {
+		return nil, err
+	}
+	return n.IDSample(ctx, r)
+}
+
+func (c *fakeCluster) IDScan(ctx context.Context, w string, r *ingestwire.IDScanRequest) (*ingestwire.IDScanReply, error) {
+	n, err := c.node(w, ingestwire.OpIDScan)
+	if err != nil {
+		return nil, err
+	}
+	return n.IDScan(ctx, r)
+}
+
+func (c *fakeCluster) IDRange(ctx context.Context, w string, r *ingestwire.IDRangeRequest) (*ingestwire.IDRangeReply, error) {
+	n, err := c.node(w, ingestwire.OpIDRange)
+	if err != nil {
+		return nil, err
+	}
+	return n.IDRange(ctx, r)
+}
+
+func (c *fakeCluster) IDTrans(ctx context.Context, w string, r *ingestwire.IDTransRequest) error {
+	n, err := c.node(w, ingestwire.OpIDTrans)
+	if err != nil {
+		return err
+	}
+	return n.IDTrans(ctx, r)
+}
+
+func (p fakePeers) IDPull(ctx context.Context, w string, r *ingestwire.IDPullRequest) (*ingestwire.PullReply, []byte, error) {
+	n, err := p.c.node(w, ingestwire.OpIDPull)
+	if err != nil {
+		return nil, nil, err
+	}
+	return n.IDPull(ctx, r)
+}
+
 // fakePeers is how fakeCluster's nodes reach each other.
 type fakePeers struct{ c *fakeCluster }
 
@@ -614,5 +654,116 @@ func TestRunCoordinatorBytesFlatInN(t *testing.T) {
 	// (160 KB): its messages differ in digits only.
 	if float64(large) > 1.15*float64(small) {
 		t.Fatalf("coordinator bytes grew from %d at n=2000 to %d at n=8000", small, large)
+	}
+}
+
+// randomVocab returns n distinct ids in an order that is not their
+// sorted one, of 1 to 12 bytes, some needing CSV quotes, some not ASCII.
+func randomVocab(t testing.TB, rng *rand.Rand, n int) *shard.Vocab {
+	t.Helper()
+	alphabet := []string{"a", "b", "z", "0", "9", "/", "-", ",", "\"", " x", "é", "ß", "日"}
+	seen := map[string]bool{}
+	var ids []string
+	for len(ids) < n {
+		id := ""
+		for range 1 + rng.IntN(6) {
+			id += alphabet[rng.IntN(len(alphabet))]
+		}
+		if id = strings.TrimSpace(id); id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		ids = append(ids, id)
+	}
+	v, err := shard.NewVocab(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestRunIDsMatchLocal: a dataset whose states, actions or both are named
+// by user ids gives, for 1 to 8 workers and any splits, the shards, n, u
+// and fingerprint of the local read (ids numbered in sorted order), and
+// the owners' ranges are the sorted vocabulary, in order. The groups of
+// ids are found by reading (AutoIDs) or given.
+func TestRunIDsMatchLocal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	per := 3
+	if testing.Short() {
+		per = 1
+	}
+	for p := 1; p <= 8; p++ {
+		for trial := range per {
+			n := 2 + rng.IntN(300)
+			u := 1 + rng.IntN(5)
+			target := 1 + rng.IntN(150)
+			rows := ingesttest.RandomRows(rng, n, u, 1+rng.IntN(4000), target, trial%2 == 1)
+			groups := [][2]bool{{true, false}, {false, true}, {true, true}}[rng.IntN(3)]
+			var sv, av *shard.Vocab
+			if groups[0] {
+				// Rows may name states up to n (the largest as a next state).
+				sv = randomVocab(t, rng, n+1)
+			}
+			if groups[1] {
+				av = randomVocab(t, rng, u)
+			}
+			dir := t.TempDir()
+			files := ingesttest.DatasetIDs(t, rng, dir, rows, 1+rng.IntN(4), sv, av, "csv", "parquet", "arrow")
+			splits := 1 + rng.IntN(32)
+			holdout := 0.0
+			if rng.IntN(3) == 0 {
+				holdout = 0.25
+			}
+			q := 1 + rng.IntN(3)
+			seed := rng.Uint64()
+			auto := rng.IntN(2) == 0
+			what := fmt.Sprintf("P=%d trial %d (n=%d u=%d ids=%v auto=%v rows=%d files=%d splits≈%d holdout=%v)", p, trial, n, u, groups, auto, len(rows), len(files), splits, holdout)
+			read := arrowio.ReadOptions{}
+			if groups[0] {
+				read.StateIDs = &shard.Vocab{}
+			}
+			if groups[1] {
+				read.ActionIDs = &shard.Vocab{}
+			}
+			want := ingesttest.LocalShards(t, files, read, holdout, seed, target, q)
+			var mu sync.Mutex
+			ranges := map[[2]int]*shard.Vocab{}
+			c := newFakeCluster(t, p, func(c *fakeCluster, id string) worker.IngestHooks {
+				return worker.IngestHooks{VocabRange: func(g, r int, v *shard.Vocab) {
+					mu.Lock()
+					defer mu.Unlock()
+					ranges[[2]int{g, r}] = v.Clone()
+				}}
+			})
+			o := ingest.Options{Job: fmt.Sprintf("ids-%d-%d", p, trial), Input: dir, AutoIDs: auto,
+				SplitBytes: max(1, ingesttest.TotalSize(files)/int64(splits)), Holdout: holdout, Seed: seed, Target: target, ColCells: q,
+				SegmentBytes: 20 + rng.IntN(3000), PullBytes: 10 + rng.IntN(2000), OutboxBytes: int64(1 + rng.IntN(20000)),
+				AheadBytes: int64(1 + rng.IntN(20000)), Window: 1 + rng.IntN(4)}
+			if !auto {
+				o.IDs = groups
+			}
+			res, err := ingest.Run(context.Background(), c, o)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			ingesttest.CheckSame(t, what, c.held, res, want)
+			if res.IDs != groups {
+				t.Fatalf("%s: groups of ids %v", what, res.IDs)
+			}
+			for g, v := range [2]*shard.Vocab{read.StateIDs, read.ActionIDs} {
+				var got []string
+				for r, own := range res.Vocab[g] {
+					rv := ranges[[2]int{g, r}]
+					if rv == nil || int64(rv.Len()) != own.Count {
+						t.Fatalf("%s: range %d of group %d: %d ids, owner says %d", what, r, g, rv.Len(), own.Count)
+					}
+					got = append(got, rv.Strings()...)
+				}
+				if v == nil && len(got) > 0 || v != nil && !slices.Equal(got, v.Strings()) {
+					t.Fatalf("%s: group %d: the ranges hold %d ids, not the %d of the sorted vocabulary", what, g, len(got), v.Len())
+				}
+			}
+		}
 	}
 }

@@ -43,6 +43,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,6 +73,11 @@ type Cluster interface {
 	Commit(ctx context.Context, worker string, r *ingestwire.CommitRequest) (*ingestwire.CommitReply, error)
 	// End drops the job's ingest state on worker (best effort).
 	End(ctx context.Context, worker string, job string)
+	// The vocabulary phase of a dataset of user ids (ids.go).
+	IDSample(ctx context.Context, worker string, r *ingestwire.IDSampleRequest) (*ingestwire.IDSampleReply, error)
+	IDScan(ctx context.Context, worker string, r *ingestwire.IDScanRequest) (*ingestwire.IDScanReply, error)
+	IDRange(ctx context.Context, worker string, r *ingestwire.IDRangeRequest) (*ingestwire.IDRangeReply, error)
+	IDTrans(ctx context.Context, worker string, r *ingestwire.IDTransRequest) error
 }
 
 // LostError says a worker is gone.
@@ -95,8 +101,15 @@ type Options struct {
 	// its format ("" to detect each file's).
 	Input, Format string
 	// Read holds the column names and the numbers of states and
-	// actions, when given (arrowio.ReadOptions).
+	// actions, when given (arrowio.ReadOptions; its vocabularies are
+	// not used: IDs says which groups hold ids).
 	Read arrowio.ReadOptions
+	// IDs are the groups of index columns read as user ids from the
+	// start; with AutoIDs, a group of integer columns found to hold ids
+	// (arrowio.StringIDsError) is read as ids too, as a local read with
+	// arrowio.ScanAutoIDs does; without, that is the data error.
+	IDs     ingestwire.IDGroups
+	AutoIDs bool
 	// MaxStates and MaxActions bound n and u inferred from the data (0:
 	// no bound): beyond, Run fails with a *SizeError.
 	MaxStates, MaxActions int
@@ -172,7 +185,12 @@ type Result struct {
 	N, U        int
 	Transitions int64
 	Fingerprint string
-	Sets        []SetResult
+	// IDs are the groups of user ids; Vocab[g] is group g's sorted
+	// vocabulary in ranges (with Options.Store, each in the Object Store
+	// as proto.VocabObject(Job, g, r)).
+	IDs   ingestwire.IDGroups
+	Vocab [2][]ingestwire.IDOwner
+	Sets  []SetResult
 	// Epochs of pass 2 it took (1 without failures); Files and Splits
 	// are how the dataset was read.
 	Epochs int
@@ -211,18 +229,42 @@ func Run(ctx context.Context, c Cluster, o Options) (*Result, error) {
 	log.Info("dataset", "files", len(files), "splits", len(splits))
 	t0 := time.Now()
 	var p1 *pass1
+	ids := &idPhase{groups: o.IDs}
 	for p1 == nil {
-		replies, err := scanAll(ctx, c, &o, files, splits)
-		if err != nil {
+		if err := o.checkIDs(ids.groups); err != nil {
 			return nil, err
 		}
-		res := resolve(files, splits, replies, &o)
+		var res *resolution
+		if res, err = ids.build(ctx, c, &o, log, files, splits); err != nil {
+			return nil, err
+		}
+		if res == nil {
+			replies, err := scanAll(ctx, c, &o, files, splits, ids.v)
+			if errors.Is(err, errHolderLost) {
+				log.Warn("a worker holding ids is gone: the vocabulary is built again", "error", err)
+				ids.v = nil
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			r := resolve(files, splits, replies, &o, ids.v)
+			res = &r
+		}
 		switch {
 		case res.err != nil:
 			return nil, res.err
+		case res.ids != "":
+			g := ingestwire.Group(res.ids)
+			if !o.AutoIDs || ids.groups[g] {
+				return nil, &arrowio.StringIDsError{Input: res.idsErr, Actions: g == ingestwire.GroupActions}
+			}
+			log.Info("the dataset names its "+res.ids+" by user ids", "group", res.ids)
+			ids.groups[g], ids.v = true, nil
 		case res.whole >= 0:
 			log.Info("a file is read whole", "file", files[res.whole].Name)
 			splits = arrowio.ReadWhole(splits, res.whole, files[res.whole].Size)
+			ids.v = nil
 		default:
 			p1 = res.p1
 		}
@@ -230,6 +272,17 @@ func Run(ctx context.Context, c Cluster, o Options) (*Result, error) {
 	log.Info("pass 1 done", "transitions", p1.transitions, "states", p1.n, "actions", p1.u, "elapsed", time.Since(t0).Round(time.Millisecond))
 	var lastErr error
 	for epoch := 1; epoch <= o.MaxEpochs; epoch++ {
+		if ids.groups.Any() && ids.v == nil {
+			// A holder was lost: the vocabulary again (the same), on
+			// the workers left.
+			res, err := ids.build(ctx, c, &o, log, files, splits)
+			if err != nil {
+				return nil, err
+			}
+			if res != nil {
+				return nil, fmt.Errorf("ingest: the dataset changed while it was read: %w", cmp.Or(res.err, errors.New("its splits read otherwise")))
+			}
+		}
 		workers, err := c.Workers(ctx)
 		if err != nil {
 			return nil, err
@@ -237,20 +290,26 @@ func Run(ctx context.Context, c Cluster, o Options) (*Result, error) {
 		if len(workers) == 0 {
 			return nil, errors.New("ingest: no workers")
 		}
-		res, err := runEpoch(ctx, c, &o, log, epoch, workers, files, splits, p1)
+		res, err := runEpoch(ctx, c, &o, log, epoch, workers, files, splits, p1, ids.v)
 		var lost *LostError
 		switch {
 		case err == nil:
 			res.Epochs, res.Files, res.Splits = epoch, files, splits
+			if ids.v != nil {
+				res.IDs, res.Vocab = ids.v.groups, ids.v.owners
+			}
 			for _, w := range workers {
 				c.End(ctx, w, o.Job)
 			}
 			return res, nil
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case errors.As(err, &lost), errors.Is(err, errRetry):
+		case errors.As(err, &lost), errors.Is(err, errRetry), errors.Is(err, errHolderLost):
 			log.Warn("epoch failed: planning again with the workers left", "epoch", epoch, "error", err)
 			lastErr = err
+			if ids.v != nil && (lost != nil || errors.Is(err, errHolderLost)) {
+				ids.v = nil // the lost worker held ids
+			}
 		default:
 			for _, w := range workers {
 				c.End(context.WithoutCancel(ctx), w, o.Job)
@@ -291,17 +350,66 @@ func list(ctx context.Context, c Cluster, o *Options) ([]arrowio.DataFile, error
 }
 
 // scanAll is pass 1: every split summarized, each worker reading one
-// split at a time; the splits of a worker that is lost go to others.
-func scanAll(ctx context.Context, c Cluster, o *Options, files []arrowio.DataFile, splits []arrowio.Split) (map[int]*ingestwire.ScanReply, error) {
+// split at a time; the splits of a worker that is lost go to others. A
+// dataset of user ids is read with the vocabulary v: each split by its
+// holder.
+func scanAll(ctx context.Context, c Cluster, o *Options, files []arrowio.DataFile, splits []arrowio.Split, v *vocab) (map[int]*ingestwire.ScanReply, error) {
+	var holder func(int) string
+	var ids *ingestwire.SplitIDs
+	if v != nil {
+		holder, ids = v.holderOf, v.splitIDs()
+	}
+	done, _, err := leaseSplits(ctx, c, splits, holder, func(ctx context.Context, w string, sp arrowio.Split) (*ingestwire.ScanReply, error) {
+		rep, err := c.Scan(ctx, w, &ingestwire.ScanRequest{Job: o.Job, File: files[sp.File], Split: sp, Read: o.Read, IDs: ids})
+		if err != nil && !isLost(err) {
+			err = fmt.Errorf("ingest: split %d of %s: %w", sp.Ordinal, files[sp.File].Name, err)
+		}
+		return rep, err
+	})
+	return done, err
+}
+
+func isLost(err error) bool {
+	var lost *LostError
+	return errors.As(err, &lost)
+}
+
+// errHolderLost: a split's holder (the only worker that may read it) is
+// gone.
+var errHolderLost = errors.New("ingest: a worker holding ids of the dataset is gone")
+
+// leaseSplits runs call for every split, each worker one split at a time
+// (scans), and returns each split's reply and the worker that gave it, by
+// ordinal. The splits of a worker that is lost go to the workers alive;
+// with holder set only to their holder, so that a lost holder ends it
+// with errHolderLost. Another error ends it at once.
+func leaseSplits[T any](ctx context.Context, c Cluster, splits []arrowio.Split, holder func(int) string, call func(ctx context.Context, w string, sp arrowio.Split) (T, error)) (map[int]T, map[int]string, error) {
+	done, by := map[int]T{}, map[int]string{}
 	for {
+		var left []arrowio.Split
+		for _, sp := range splits {
+			if _, ok := done[sp.Ordinal]; !ok {
+				left = append(left, sp)
+			}
+		}
+		if len(left) == 0 {
+			return done, by, nil
+		}
 		workers, err := c.Workers(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(workers) == 0 {
-			return nil, errors.New("ingest: no workers")
+			return nil, nil, errors.New("ingest: no workers")
 		}
-		st := newScans(splits)
+		if holder != nil {
+			for _, sp := range left {
+				if !slices.Contains(workers, holder(sp.Ordinal)) {
+					return nil, nil, fmt.Errorf("%w: %s", errHolderLost, holder(sp.Ordinal))
+				}
+			}
+		}
+		st := newScans[T](left, holder)
 		var mu sync.Mutex
 		var first error
 		lostAny := false
@@ -310,28 +418,29 @@ func scanAll(ctx context.Context, c Cluster, o *Options, files []arrowio.DataFil
 			wg.Go(func() {
 				for {
 					mu.Lock()
-					k, ok := st.next(w)
+					sp, ok := st.next(w)
 					stop := first != nil
 					mu.Unlock()
 					if !ok || stop {
 						return
 					}
-					sp := splits[k]
-					rep, err := c.Scan(ctx, w, &ingestwire.ScanRequest{Job: o.Job, File: files[sp.File], Split: sp, Read: o.Read})
+					rep, err := call(ctx, w, sp)
 					mu.Lock()
-					var lost *LostError
 					switch {
-					case errors.As(err, &lost):
+					case isLost(err):
 						st.lost(w)
 						lostAny = true
+						if holder != nil && first == nil {
+							first = fmt.Errorf("%w: %w", errHolderLost, err)
+						}
 						mu.Unlock()
 						return
 					case err != nil:
 						if first == nil {
-							first = fmt.Errorf("ingest: split %d of %s: %w", k, files[sp.File].Name, err)
+							first = err
 						}
 					default:
-						st.finish(w, k, rep)
+						st.finish(w, sp.Ordinal, rep)
 					}
 					mu.Unlock()
 				}
@@ -339,42 +448,36 @@ func scanAll(ctx context.Context, c Cluster, o *Options, files []arrowio.DataFil
 		}
 		wg.Wait()
 		if first != nil {
-			return nil, first
+			return nil, nil, first
 		}
-		if st.complete(len(splits)) {
-			return st.done, nil
+		for k, rep := range st.done {
+			done[k], by[k] = rep, st.by[k]
 		}
-		if !lostAny {
-			return nil, errors.New("ingest: pass 1 ended with splits unread")
+		if !lostAny && len(st.done) < len(left) {
+			return nil, nil, errors.New("ingest: splits left unread")
 		}
-		// Workers were lost: the splits left are scanned by those alive
-		// (the replies in hand are kept).
-		done := st.done
-		var left []arrowio.Split
-		for _, sp := range splits {
-			if _, ok := done[sp.Ordinal]; !ok {
-				left = append(left, sp)
-			}
-		}
-		more, err := scanAll(ctx, c, o, files, left)
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range more {
-			done[k] = v
-		}
-		return done, nil
+		// Workers were lost: the splits left are read by those alive.
 	}
 }
 
 // runEpoch is pass 2 and the build on workers, in one epoch.
-func runEpoch(ctx context.Context, c Cluster, o *Options, log hclog.Logger, epoch int, workers []string, files []arrowio.DataFile, splits []arrowio.Split, p1 *pass1) (*Result, error) {
+func runEpoch(ctx context.Context, c Cluster, o *Options, log hclog.Logger, epoch int, workers []string, files []arrowio.DataFile, splits []arrowio.Split, p1 *pass1, v *vocab) (*Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	mappers := assignSplits(splits, len(workers))
+	var numbered *ingestwire.SplitIDs
+	if v != nil {
+		// Each split is mapped by its holder, which numbers its ids.
+		numbered = v.splitIDs()
+		for k, sp := range splits {
+			if mappers[k] = slices.Index(workers, v.holderOf(sp.Ordinal)); mappers[k] < 0 {
+				return nil, fmt.Errorf("%w: %s", errHolderLost, v.holderOf(sp.Ordinal))
+			}
+		}
+	}
 	plan := &ingestwire.Plan{Job: o.Job, Epoch: epoch, Workers: workers, Files: files, Read: o.Read, N: p1.n, U: p1.u,
 		Holdout: o.Holdout, Seed: o.Seed, Combine: p1.combine, OutboxBytes: o.OutboxBytes, AheadBytes: o.AheadBytes,
-		PullBytes: o.PullBytes, SegmentBytes: o.SegmentBytes, Window: o.Window, Target: o.Target, ColCells: o.ColCells,
+		PullBytes: o.PullBytes, SegmentBytes: o.SegmentBytes, Window: o.Window, Target: o.Target, ColCells: o.ColCells, IDs: numbered,
 		Buckets: planBuckets(&p1.hist, p1.n, p1.u, len(workers), o.BucketsPerWorker)}
 	for k, sp := range splits {
 		plan.Splits = append(plan.Splits, ingestwire.MapSplit{Split: sp, Mapper: mappers[k], First: p1.first[k], Rows: p1.rows[k], CRC: p1.crc[k]})

@@ -11,50 +11,48 @@ import (
 	"github.com/emsf/emsf/worker/ingestwire"
 )
 
-// scans is the lease table of pass 1: splits waiting, and those each
-// worker is reading.
-type scans struct {
-	queue  []int // split ordinals not leased, in order
-	leased map[string][]int
-	done   map[int]*ingestwire.ScanReply
+// scans is a lease table of splits read one at a time per worker (pass
+// 1, and the vocabulary phase's steps 0 and 1): splits waiting, those each
+// worker is reading, and the first reply of each.
+type scans[T any] struct {
+	queue  []arrowio.Split // not leased, in ordinal order
+	leased map[string][]arrowio.Split
+	done   map[int]T // by ordinal
+	by     map[int]string
+	// holder, when set, is the only worker that may read a split.
+	holder func(ordinal int) string
 }
 
-func newScans(splits []arrowio.Split) *scans {
-	s := &scans{leased: map[string][]int{}, done: map[int]*ingestwire.ScanReply{}}
-	for _, sp := range splits {
-		s.queue = append(s.queue, sp.Ordinal)
-	}
-	return s
+func newScans[T any](splits []arrowio.Split, holder func(int) string) *scans[T] {
+	return &scans[T]{queue: slices.Clone(splits), leased: map[string][]arrowio.Split{}, done: map[int]T{}, by: map[int]string{}, holder: holder}
 }
 
-// next leases the first waiting split to worker.
-func (s *scans) next(worker string) (int, bool) {
-	if len(s.queue) == 0 {
-		return -1, false
+// next leases the first waiting split that worker may read.
+func (s *scans[T]) next(worker string) (arrowio.Split, bool) {
+	for k, sp := range s.queue {
+		if s.holder == nil || s.holder(sp.Ordinal) == worker {
+			s.queue = slices.Delete(s.queue, k, k+1)
+			s.leased[worker] = append(s.leased[worker], sp)
+			return sp, true
+		}
 	}
-	k := s.queue[0]
-	s.queue = s.queue[1:]
-	s.leased[worker] = append(s.leased[worker], k)
-	return k, true
+	return arrowio.Split{}, false
 }
 
 // finish records worker's reply for split k.
-func (s *scans) finish(worker string, k int, rep *ingestwire.ScanReply) {
-	s.leased[worker] = slices.DeleteFunc(s.leased[worker], func(x int) bool { return x == k })
+func (s *scans[T]) finish(worker string, k int, rep T) {
+	s.leased[worker] = slices.DeleteFunc(s.leased[worker], func(sp arrowio.Split) bool { return sp.Ordinal == k })
 	if _, ok := s.done[k]; !ok {
-		s.done[k] = rep
+		s.done[k], s.by[k] = rep, worker
 	}
 }
 
 // lost gives the splits worker was reading back to the queue (in order).
-func (s *scans) lost(worker string) {
+func (s *scans[T]) lost(worker string) {
 	s.queue = append(s.queue, s.leased[worker]...)
-	slices.Sort(s.queue)
+	slices.SortFunc(s.queue, func(a, b arrowio.Split) int { return cmp.Compare(a.Ordinal, b.Ordinal) })
 	delete(s.leased, worker)
 }
-
-// complete reports whether every split has its reply.
-func (s *scans) complete(n int) bool { return len(s.done) == n }
 
 // pass1 is what the coordinator knows after pass 1: the dataset's size,
 // fingerprint and histogram, and each split's place in it.
@@ -64,6 +62,8 @@ type pass1 struct {
 	fingerprint string
 	combine     bool
 	hist        shard.Hist
+	// ids are the groups named by user ids.
+	ids ingestwire.IDGroups
 	// first[k] is the dataset index of split k's first transition;
 	// rows and crc what pass 1 read of it.
 	first []int64
@@ -71,65 +71,101 @@ type pass1 struct {
 	crc   []shard.RowsCRC
 }
 
-// resolution is the outcome of pass 1: the job's data error, or a file
-// to read whole (its splits then scanned again), or the dataset.
+// resolution is the outcome of a read of every split (pass 1, or the
+// vocabulary phase's step 1): the job's data error, or a file to read
+// whole (its splits then scanned again), or a group of index columns that
+// holds user ids (ids: a name of ingestwire.GroupNames), or the dataset.
 type resolution struct {
 	err   error
 	whole int // file to read whole; -1: none
-	p1    *pass1
+	// ids names the group, idsErr is the row or file error that says so
+	// (its row counted from the file's first).
+	ids    string
+	idsErr *arrowio.InputError
+	p1     *pass1
 }
 
-// resolve decides the outcome of pass 1 from the splits' replies, in
-// dataset order: the first split with an issue decides. A split that
-// cannot be read on its own, or a file of splits without any row (a read
-// of the whole file gives its error), makes its file be read whole; a
-// bad row of a split is the data error, its row counted from the file's
-// first row (the rows of the file's earlier splits added); a data error
-// of a whole file is the data error as it is. Each is the error a local
-// read of the dataset meets first, since a local read stops at it.
-func resolve(files []arrowio.DataFile, splits []arrowio.Split, replies map[int]*ingestwire.ScanReply, o *Options) resolution {
-	p := &pass1{first: make([]int64, len(splits)), rows: make([]int64, len(splits)), crc: make([]shard.RowsCRC, len(splits))}
+// firstIssue returns the resolution of the first split, in dataset order,
+// whose read stopped, or whose file has no row; ok is false when there is
+// none. A split that cannot be read on its own, or a file of splits
+// without any row (a read of the whole file gives its error), makes its
+// file be read whole; a bad row of a split is the data error, its row
+// counted from the file's first row (the rows of the file's earlier
+// splits added); a data error of a whole file is the data error as it
+// is; either, when it is a column of integers holding ids, names that
+// group instead. Each is what a local read of the dataset meets first,
+// since a local read stops at it. get returns a split's issue and rows.
+func firstIssue(files []arrowio.DataFile, splits []arrowio.Split, get func(ordinal int) (*ingestwire.ScanIssue, int64)) (resolution, bool) {
 	fileRows := int64(0)
-	var all shard.Summary
 	for k, sp := range splits {
 		if k == 0 || splits[k-1].File != sp.File {
 			fileRows = 0
 		}
-		rep := replies[sp.Ordinal]
+		is, rows := get(sp.Ordinal)
 		switch {
-		case rep.ReadWhole != "" && !sp.Whole:
-			return resolution{whole: sp.File}
-		case rep.ReadWhole != "":
-			return resolution{err: fmt.Errorf("ingest: %s: a whole split cannot be cut further: %s", files[sp.File].Name, rep.ReadWhole), whole: -1}
-		case rep.RowError != nil:
-			e := *rep.RowError
-			e.Row += int(fileRows)
-			return resolution{err: &e, whole: -1}
-		case rep.Error != nil:
-			if !sp.Whole {
-				return resolution{whole: sp.File}
+		case is.ReadWhole != "" && !sp.Whole:
+			return resolution{whole: sp.File}, true
+		case is.ReadWhole != "":
+			return resolution{err: fmt.Errorf("ingest: %s: a whole split cannot be cut further: %s", files[sp.File].Name, is.ReadWhole), whole: -1}, true
+		case is.RowError != nil || is.Error != nil && sp.Whole:
+			e := is.Error
+			if is.RowError != nil {
+				r := *is.RowError
+				r.Row += int(fileRows)
+				e = &r
 			}
-			return resolution{err: rep.Error, whole: -1}
+			if is.StringIDs != "" {
+				return resolution{ids: is.StringIDs, idsErr: e, whole: -1}, true
+			}
+			return resolution{err: e, whole: -1}, true
+		case is.Error != nil:
+			return resolution{whole: sp.File}, true
 		}
-		p.first[k] = all.Rows
-		p.rows[k] = rep.Summary.Rows
-		p.crc[k] = rep.Summary.CRC
-		fileRows += rep.Summary.Rows
-		all.Merge(&rep.Summary)
+		fileRows += rows
 		if last := k+1 == len(splits) || splits[k+1].File != sp.File; last && fileRows == 0 {
 			if !sp.Whole {
-				return resolution{whole: sp.File}
+				return resolution{whole: sp.File}, true
 			}
 			// A whole split without rows and without an error: only
 			// if the reader read it so; the local read would say so.
-			return resolution{err: &arrowio.InputError{File: files[sp.File].Name, Reason: "no data rows"}, whole: -1}
+			return resolution{err: &arrowio.InputError{File: files[sp.File].Name, Reason: "no data rows"}, whole: -1}, true
 		}
+	}
+	return resolution{whole: -1}, false
+}
+
+// resolve decides the outcome of pass 1 from the splits' replies: the
+// first issue (firstIssue), or the dataset.
+func resolve(files []arrowio.DataFile, splits []arrowio.Split, replies map[int]*ingestwire.ScanReply, o *Options, v *vocab) resolution {
+	if res, ok := firstIssue(files, splits, func(k int) (*ingestwire.ScanIssue, int64) {
+		return &replies[k].ScanIssue, replies[k].Summary.Rows
+	}); ok {
+		return res
+	}
+	p := &pass1{first: make([]int64, len(splits)), rows: make([]int64, len(splits)), crc: make([]shard.RowsCRC, len(splits))}
+	var all shard.Summary
+	for k, sp := range splits {
+		rep := replies[sp.Ordinal]
+		p.first[k] = all.Rows
+		p.rows[k] = rep.Summary.Rows
+		p.crc[k] = rep.Summary.CRC
+		all.Merge(&rep.Summary)
 	}
 	p.transitions = all.Rows
 	p.fingerprint = all.CRC.Fingerprint()
 	p.combine = all.Combinable()
 	p.hist = all.Hist
 	p.n, p.u = all.States, all.Actions
+	if v != nil {
+		// Every id of a vocabulary is in a row, so the largest index
+		// is its size less one.
+		for g, want := range v.groups {
+			if got := [2]int{p.n, p.u}[g]; want && got != v.size(g) {
+				return resolution{err: fmt.Errorf("ingest: %s: a vocabulary of %d %s, indices up to %d (the dataset changed while it was read?)", o.Input, v.size(g), ingestwire.GroupNames[g], got-1), whole: -1}
+			}
+		}
+		p.ids = v.groups
+	}
 	if err := o.size(p); err != nil {
 		return resolution{err: err, whole: -1}
 	}
@@ -156,13 +192,17 @@ func (o *Options) size(p *pass1) error {
 	if p.transitions == 0 {
 		return fmt.Errorf("ingest: %s: no transitions: the input has no data rows", o.Input)
 	}
+	// A vocabulary's size is no guess (every id is in the data): no
+	// bound.
 	switch {
+	case p.ids[ingestwire.GroupStates]:
 	case o.Read.States > 0:
 		p.n = o.Read.States
 	case o.MaxStates > 0 && p.n > o.MaxStates:
 		return &SizeError{Input: o.Input, What: "state", Max: p.n - 1, Limit: o.MaxStates}
 	}
 	switch {
+	case p.ids[ingestwire.GroupActions]:
 	case o.Read.Actions > 0:
 		p.u = o.Read.Actions
 	case o.MaxActions > 0 && p.u > o.MaxActions:

@@ -99,21 +99,28 @@ func TestChainShards(t *testing.T) {
 }
 
 // TestScansLeases: a lost worker's leased splits go back to the queue,
-// in order, and a split's first reply is kept.
+// in order, a split's first reply is kept, and with holders a worker
+// leases only the splits it holds.
 func TestScansLeases(t *testing.T) {
 	splits := arrowio.PlanSplits([]arrowio.DataFile{{Name: "a", Size: 1000, Format: arrowio.FormatCSV}}, 100)
-	s := newScans(splits)
+	s := newScans[*ingestwire.ScanReply](splits, nil)
 	a1, _ := s.next("a")
 	b1, _ := s.next("b")
 	a2, _ := s.next("a")
-	s.finish("a", a1, &ingestwire.ScanReply{})
+	s.finish("a", a1.Ordinal, &ingestwire.ScanReply{})
 	s.lost("a")
-	if k, _ := s.next("b"); k != a2 {
-		t.Fatalf("next after a's loss: %d, want its split %d back", k, a2)
+	if sp, _ := s.next("b"); sp != a2 {
+		t.Fatalf("next after a's loss: %d, want its split %d back", sp.Ordinal, a2.Ordinal)
 	}
-	s.finish("b", b1, &ingestwire.ScanReply{ReadWhole: "first"})
-	s.finish("c", b1, &ingestwire.ScanReply{})
-	if s.done[b1].ReadWhole != "first" {
+	s.finish("b", b1.Ordinal, &ingestwire.ScanReply{ScanIssue: ingestwire.ScanIssue{ReadWhole: "first"}})
+	s.finish("c", b1.Ordinal, &ingestwire.ScanReply{})
+	if s.done[b1.Ordinal].ReadWhole != "first" || s.by[b1.Ordinal] != "b" {
 		t.Fatal("a second reply replaced the first")
+	}
+	held := newScans[int](splits, func(k int) string { return []string{"a", "b"}[k%2] })
+	for range 3 {
+		if sp, ok := held.next("b"); !ok || sp.Ordinal%2 != 1 {
+			t.Fatalf("b leased split %d (ok %v), which a holds", sp.Ordinal, ok)
+		}
 	}
 }

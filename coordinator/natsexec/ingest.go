@@ -152,3 +152,22 @@ func (c *natsCluster) End(ctx context.Context, w string, job string) {
 		c.e.log.Debug("ingest end", "worker", w, "error", err)
 	}
 }
+
+func (c *natsCluster) IDSample(ctx context.Context, w string, r *ingestwire.IDSampleRequest) (*ingestwire.IDSampleReply, error) {
+	var rep ingestwire.IDSampleReply
+	return &rep, c.call(ctx, w, r.Job, ingestwire.OpIDSample, r, &rep)
+}
+
+func (c *natsCluster) IDScan(ctx context.Context, w string, r *ingestwire.IDScanRequest) (*ingestwire.IDScanReply, error) {
+	var rep ingestwire.IDScanReply
+	return &rep, c.call(ctx, w, r.Job, ingestwire.OpIDScan, r, &rep)
+}
+
+func (c *natsCluster) IDRange(ctx context.Context, w string, r *ingestwire.IDRangeRequest) (*ingestwire.IDRangeReply, error) {
+	var rep ingestwire.IDRangeReply
+	return &rep, c.call(ctx, w, r.Job, ingestwire.OpIDRange, r, &rep)
+}
+
+func (c *natsCluster) IDTrans(ctx context.Context, w string, r *ingestwire.IDTransRequest) error {
+	return c.call(ctx, w, r.Job, ingestwire.OpIDTrans, r, nil)
+}

@@ -89,11 +89,19 @@ type ScanRequest struct {
 	File  arrowio.DataFile    `json:"file"`
 	Split arrowio.Split       `json:"split"`
 	Read  arrowio.ReadOptions `json:"read"`
+	// IDs, for a dataset of user ids, is the vocabulary the split is
+	// numbered by (the worker holds the split's ids: IDScan).
+	IDs *SplitIDs `json:"ids,omitempty"`
 }
 
 // ScanReply is a split's summary, or the data error that stopped it.
 type ScanReply struct {
 	Summary shard.Summary `json:"summary"`
+	ScanIssue
+}
+
+// ScanIssue is what stopped a read of a split, if anything.
+type ScanIssue struct {
 	// RowError is a bad row of the split, its Row counted from the
 	// split's first row (arrowio.SplitRowError); Error a data error of a
 	// whole split (exact as it is).
@@ -101,7 +109,15 @@ type ScanReply struct {
 	Error    *arrowio.InputError `json:"error,omitempty"`
 	// ReadWhole: the split cannot be read on its own (arrowio.ErrReadWhole).
 	ReadWhole string `json:"read_whole,omitempty"`
+	// StringIDs, set beside RowError or Error, says that the error is a
+	// column of an index group ("states", "actions": GroupNames) read as
+	// integers that holds user ids (arrowio.StringIDsError): a job that
+	// accepts ids reads that group as ids.
+	StringIDs string `json:"string_ids,omitempty"`
 }
+
+// Any reports whether the read stopped.
+func (s *ScanIssue) Any() bool { return s.RowError != nil || s.Error != nil || s.ReadWhole != "" }
 
 // MapSplit is a split of pass 2 and what its mapper needs besides.
 type MapSplit struct {
@@ -150,6 +166,9 @@ type Plan struct {
 	// Target and ColCells are the shard layout (shard.SplitGrid).
 	Target   int `json:"target"`
 	ColCells int `json:"col_cells"`
+	// IDs, for a dataset of user ids, is the vocabulary the splits are
+	// numbered by; each split's mapper holds its ids.
+	IDs *SplitIDs `json:"ids,omitempty"`
 }
 
 // Sets returns the sets of transitions the plan builds.

@@ -33,7 +33,10 @@ type Local struct {
 }
 
 // LocalShards reads the files in order as loadData does and splits them as
-// fitOrder does.
+// fitOrder does. With vocabularies in read (fresh ones: they are grown),
+// their groups are read as user ids, numbered as first seen, then sorted
+// and the counts renumbered, as loadData does; the fingerprint hashes the
+// ids.
 func LocalShards(t testing.TB, files []arrowio.DataFile, read arrowio.ReadOptions, holdout float64, seed uint64, target, q int) *Local {
 	t.Helper()
 	var train, held shard.Counter
@@ -43,7 +46,9 @@ func LocalShards(t testing.TB, files []arrowio.DataFile, read arrowio.ReadOption
 		opts := read
 		opts.Format = f.Format
 		err := arrowio.ScanTransitions(context.Background(), f.Name, opts, func(b *arrowio.TransitionBatch) error {
-			fp.Add(b.State, b.Action, b.Next, b.Count)
+			// (The callback runs where the vocabularies grow: a view
+			// now holds every id of b.)
+			fp.AddIDRows(b.State, b.Action, b.Next, b.Count, read.StateIDs.View(), read.ActionIDs.View())
 			for k := range b.State {
 				ct := &train
 				if holdout > 0 && rng.Float64() < holdout {
@@ -59,6 +64,14 @@ func LocalShards(t testing.TB, files []arrowio.DataFile, read arrowio.ReadOption
 			t.Fatalf("local read of %s: %v", f.Name, err)
 		}
 	}
+	var perm [2][]int32
+	for g, v := range [2]*shard.Vocab{read.StateIDs, read.ActionIDs} {
+		if v != nil {
+			perm[g] = v.SortFrom(0)
+		}
+	}
+	train.Remap(perm[0], perm[1])
+	held.Remap(perm[0], perm[1])
 	n1, u1 := train.Dims()
 	n2, u2 := held.Dims()
 	d := &Local{N: max(n1, n2), U: max(u1, u2), Transitions: int64(train.Len() + held.Len()), Fingerprint: fp.Sum().Fingerprint()}
@@ -143,6 +156,13 @@ func Dataset(t testing.TB, rng *rand.Rand, dir string, rows [][4]float64, files 
 // DatasetOf is Dataset with each file's format drawn from formats.
 func DatasetOf(t testing.TB, rng *rand.Rand, dir string, rows [][4]float64, files int, formats ...string) []arrowio.DataFile {
 	t.Helper()
+	return DatasetIDs(t, rng, dir, rows, files, nil, nil, formats...)
+}
+
+// DatasetIDs is DatasetOf with the states (or actions) written as the ids
+// of states (actions) when not nil: index i as id i.
+func DatasetIDs(t testing.TB, rng *rand.Rand, dir string, rows [][4]float64, files int, states, actions *shard.Vocab, formats ...string) []arrowio.DataFile {
+	t.Helper()
 	cuts := []int{0}
 	for range files - 1 {
 		cuts = append(cuts, rng.IntN(len(rows)+1))
@@ -156,7 +176,7 @@ func DatasetOf(t testing.TB, rng *rand.Rand, dir string, rows [][4]float64, file
 		}
 		format := formats[rng.IntN(len(formats))]
 		path := filepath.Join(dir, fmt.Sprintf("part-%02d.%s", k, format))
-		w, err := arrowio.NewTransitionWriter(path, format)
+		w, err := arrowio.NewTransitionWriterIDs(path, format, states, actions)
 		if err != nil {
 			t.Fatal(err)
 		}

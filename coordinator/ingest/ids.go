@@ -1,0 +1,296 @@
+package ingest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/worker/ingestwire"
+)
+
+// The vocabulary phase of a dataset whose states or actions are named by
+// user ids (ingestwire's ids.go has the steps and the messages).
+//
+// What a local fit does: it reads the file with vocabularies that grow as
+// ids come, sorts each at the end and renumbers the counts, so that the
+// indices are the ranks of the ids in the sorted set of the data's ids
+// (shard.Vocab: a function of the set only). Here that set is sorted in
+// ranges, as a sort of a distributed dataset is: the ranges are cut at
+// quantiles of a sample of the ids (step 0), each split's distinct ids
+// are cut at the same points (step 1), and the owner of a range merges
+// the ids every split has in it (step 2). A range's ids all sort after
+// the ranges' before it, so an id's index is its rank in its range plus
+// the number of ids of the ranges before (the offset); each split's
+// holder learns the index of each of its ids from the owners (step 3).
+// Passes 1 and 2 then read each split on its holder with that numbering,
+// so that every count, shard and histogram is the one of the local
+// fit's indices; the fingerprint hashes the ids themselves
+// (shard.FingerprintHash.AddIDRows), as the local fit's does. The
+// splitters, the splits and the workers decide where work is done, never
+// an index.
+//
+// The coordinator holds the splitters (a few hundred ids per group), the
+// count of ids of each split in each range, and the holders and owners:
+// never the vocabulary. Failures: a worker lost in the phase, or a
+// holder lost later, makes the phase run again, in a new epoch, over the
+// workers left (the vocabulary is the same; every worker drops an older
+// epoch's lists when a newer one starts).
+
+// Sizes of step 0: each split's first sampleRows rows give at most
+// samplePerSplit ids per group; the coordinator keeps at most
+// maxSamples per group (evenly spaced).
+const (
+	sampleRows     = 1 << 14
+	samplePerSplit = 64
+	maxSamples     = 1 << 14
+)
+
+// vocab is the outcome of the vocabulary phase.
+type vocab struct {
+	epoch  int
+	groups ingestwire.IDGroups
+	// holders[k] holds the ids of split k (by ordinal).
+	holders map[int]string
+	// owners[g] are group g's ranges in order.
+	owners [2][]ingestwire.IDOwner
+}
+
+func (v *vocab) holderOf(ordinal int) string { return v.holders[ordinal] }
+
+func (v *vocab) splitIDs() *ingestwire.SplitIDs {
+	return &ingestwire.SplitIDs{Groups: v.groups, Epoch: v.epoch}
+}
+
+// size returns the number of ids of group g.
+func (v *vocab) size(g int) int {
+	n := int64(0)
+	for _, o := range v.owners[g] {
+		n += o.Count
+	}
+	return int(n)
+}
+
+// errVocabRetry marks a failure of the phase that another epoch, over
+// the workers left, may not meet.
+var errVocabRetry = errors.New("ingest: the vocabulary phase failed")
+
+// buildVocab runs the vocabulary phase of epoch over the workers alive.
+// It returns the vocabulary, or the resolution of step 1 when a split's
+// read stopped (a data error, a file to read whole, another group of
+// ids), or an error (errVocabRetry: try again).
+func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, epoch int, files []arrowio.DataFile, splits []arrowio.Split, groups ingestwire.IDGroups) (*vocab, *resolution, error) {
+	retry := func(step string, err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: %s: %w", errVocabRetry, step, err)
+	}
+	// Step 0: splitters.
+	samples, _, err := leaseSplits(ctx, c, splits, nil, func(ctx context.Context, w string, sp arrowio.Split) (*ingestwire.IDSampleReply, error) {
+		return c.IDSample(ctx, w, &ingestwire.IDSampleRequest{Job: o.Job, File: files[sp.File], Split: sp, Read: o.Read,
+			Groups: groups, Rows: sampleRows, Max: samplePerSplit})
+	})
+	if err != nil {
+		return nil, nil, retry("sample", err)
+	}
+	workers, err := c.Workers(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(workers) == 0 {
+		return nil, nil, errors.New("ingest: no workers")
+	}
+	var splitters [2][]string
+	for g, want := range groups {
+		if want {
+			var all []string
+			for _, sp := range splits {
+				all = append(all, samples[sp.Ordinal].IDs[g]...)
+			}
+			splitters[g] = chooseSplitters(all, len(workers))
+		}
+	}
+	// Step 1: every split's ids, held where it was read.
+	scans, holders, err := leaseSplits(ctx, c, splits, nil, func(ctx context.Context, w string, sp arrowio.Split) (*ingestwire.IDScanReply, error) {
+		rep, err := c.IDScan(ctx, w, &ingestwire.IDScanRequest{Job: o.Job, Epoch: epoch, File: files[sp.File], Split: sp, Read: o.Read,
+			Groups: groups, Splitters: splitters})
+		if err != nil && !isLost(err) {
+			err = fmt.Errorf("ingest: split %d of %s: %w", sp.Ordinal, files[sp.File].Name, err)
+		}
+		return rep, err
+	})
+	if err != nil {
+		if isLost(err) {
+			return nil, nil, retry("scan", err)
+		}
+		return nil, nil, err
+	}
+	if res, ok := firstIssue(files, splits, func(k int) (*ingestwire.ScanIssue, int64) { return &scans[k].ScanIssue, scans[k].Rows }); ok {
+		return nil, &res, nil
+	}
+	for _, sp := range splits {
+		for g, want := range groups {
+			if want && len(scans[sp.Ordinal].Counts[g]) != len(splitters[g])+1 {
+				return nil, nil, fmt.Errorf("ingest: split %d: %d ranges of %s, want %d", sp.Ordinal, len(scans[sp.Ordinal].Counts[g]), ingestwire.GroupNames[g], len(splitters[g])+1)
+			}
+		}
+	}
+	// Step 2: each range merged by its owner (range r of every group on
+	// worker r mod P).
+	v := &vocab{epoch: epoch, groups: groups, holders: holders}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var errs []error
+	for g, want := range groups {
+		if !want {
+			continue
+		}
+		v.owners[g] = make([]ingestwire.IDOwner, len(splitters[g])+1)
+		for r := range v.owners[g] {
+			w := workers[r%len(workers)]
+			req := &ingestwire.IDRangeRequest{Job: o.Job, Epoch: epoch, Group: g, Range: r, PullBytes: o.PullBytes, Bucket: o.vocabBucket()}
+			for _, sp := range splits {
+				if n := scans[sp.Ordinal].Counts[g][r]; n > 0 {
+					req.Sources = append(req.Sources, ingestwire.IDSource{Split: sp.Ordinal, Worker: holders[sp.Ordinal], Count: n})
+				}
+			}
+			wg.Go(func() {
+				rep, err := c.IDRange(ctx, w, req)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("range %d of %s on %s: %w", r, ingestwire.GroupNames[g], w, err))
+					return
+				}
+				v.owners[g][r] = ingestwire.IDOwner{Worker: w, Count: rep.Count}
+			})
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, retry("merge", err)
+	}
+	for g := range v.owners {
+		off := int64(0)
+		for r := range v.owners[g] {
+			v.owners[g][r].Offset = off
+			off += v.owners[g][r].Count
+		}
+		if off > int64(maxIndex) {
+			return nil, nil, fmt.Errorf("ingest: %s: %d distinct ids of %s: at most %d", o.Input, off, ingestwire.GroupNames[g], maxIndex)
+		}
+	}
+	// Step 3: each holder numbers its splits' ids.
+	bySplit := map[string][]int{}
+	for _, sp := range splits {
+		bySplit[holders[sp.Ordinal]] = append(bySplit[holders[sp.Ordinal]], sp.Ordinal)
+	}
+	hs := slices.Sorted(func(yield func(string) bool) {
+		for w := range bySplit {
+			if !yield(w) {
+				return
+			}
+		}
+	})
+	err = each(ctx, hs, func(ctx context.Context, w string) error {
+		req := &ingestwire.IDTransRequest{Job: o.Job, Epoch: epoch, Splits: bySplit[w], Owners: v.owners, PullBytes: o.PullBytes}
+		for g, want := range groups {
+			if want {
+				for _, k := range req.Splits {
+					req.Counts[g] = append(req.Counts[g], scans[k].Counts[g])
+				}
+			}
+		}
+		return c.IDTrans(ctx, w, req)
+	})
+	if err != nil {
+		return nil, nil, retry("number", err)
+	}
+	log.Info("vocabulary", "epoch", epoch, "states", v.size(0), "actions", v.size(1), "state_ranges", len(v.owners[0]), "action_ranges", len(v.owners[1]))
+	return v, nil, nil
+}
+
+// maxIndex bounds a vocabulary (indices are int32).
+const maxIndex = 1<<31 - 2
+
+// chooseSplitters returns at most ranges−1 distinct ids cutting the
+// sorted sample into ranges of about equal size.
+func chooseSplitters(sample []string, ranges int) []string {
+	slices.Sort(sample)
+	sample = slices.Compact(sample)
+	if len(sample) > maxSamples {
+		thin := make([]string, maxSamples)
+		for k := range thin {
+			thin[k] = sample[k*len(sample)/maxSamples]
+		}
+		sample = thin
+	}
+	var out []string
+	for r := 1; r < ranges && len(sample) > 0; r++ {
+		s := sample[r*len(sample)/ranges]
+		if len(out) == 0 || cmp.Compare(out[len(out)-1], s) < 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// idPhase is Run's state of the vocabulary phase: the groups of ids
+// known so far, the vocabulary (nil: to build) and the last epoch.
+type idPhase struct {
+	groups ingestwire.IDGroups
+	v      *vocab
+	epoch  int
+}
+
+// build builds the vocabulary when the dataset has ids and none is
+// built, trying again in a new epoch (up to o.MaxEpochs) after a
+// failure that another epoch may not meet. A non-nil resolution is the
+// outcome of a split's read that stopped.
+func (p *idPhase) build(ctx context.Context, c Cluster, o *Options, log hclog.Logger, files []arrowio.DataFile, splits []arrowio.Split) (*resolution, error) {
+	if !p.groups.Any() || p.v != nil {
+		return nil, nil
+	}
+	var last error
+	for range o.MaxEpochs {
+		p.epoch++
+		v, res, err := buildVocab(ctx, c, o, log, p.epoch, files, splits, p.groups)
+		switch {
+		case errors.Is(err, errVocabRetry):
+			log.Warn("vocabulary phase failed: again with the workers left", "epoch", p.epoch, "error", err)
+			last = err
+			continue
+		case err != nil:
+			return nil, err
+		}
+		p.v = v
+		return res, nil
+	}
+	return nil, fmt.Errorf("ingest: %d vocabulary epochs failed, the last: %w", o.MaxEpochs, last)
+}
+
+// checkIDs refuses a number of states or actions given for a group of
+// ids, as a local fit does: the number is the vocabulary's.
+func (o *Options) checkIDs(groups ingestwire.IDGroups) error {
+	switch {
+	case groups[ingestwire.GroupStates] && o.Read.States > 0:
+		return fmt.Errorf("ingest: %d states given: the states are named by ids, so n is the number of distinct ids", o.Read.States)
+	case groups[ingestwire.GroupActions] && o.Read.Actions > 0:
+		return fmt.Errorf("ingest: %d actions given: the actions are named by ids, so u is the number of distinct ids", o.Read.Actions)
+	}
+	return nil
+}
+
+// vocabBucket is the bucket the owners store their ranges in ("": none).
+func (o *Options) vocabBucket() string {
+	if o.Store {
+		return o.Bucket
+	}
+	return ""
+}

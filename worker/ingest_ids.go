@@ -1,0 +1,470 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker/ingestwire"
+)
+
+// A worker's side of the vocabulary phase (ingestwire's ids.go has the
+// steps). Per job it keeps one epoch of the phase: a request of a newer
+// epoch drops the older one's state, one of an older epoch is refused
+// (*StaleError). Memory: a holder keeps its splits' distinct ids (with a
+// hash index and, after idtrans, 4 bytes more each); an owner its range's
+// ids and 4 bytes per id of each split it ranked; End drops both.
+
+// idJob is a job's vocabulary phase on one worker.
+type idJob struct {
+	epoch  int
+	held   map[int]*heldSplit    // by split ordinal
+	ranges map[[2]int]*heldRange // by (group, range)
+}
+
+// heldSplit is the ids of a split this worker read in idscan: per group
+// (nil: a group of integers) its distinct ids, sorted; range r of the
+// group is ids [starts[r], starts[r+1]); index, once idtrans ran, is
+// each id's dataset index.
+type heldSplit struct {
+	ids    [2]*shard.Vocab
+	starts [2][]int
+	index  [2][]int32
+}
+
+// heldRange is a range of a group's vocabulary this worker owns: its ids,
+// sorted, and the rank in it of each id of each split that has some
+// (in the order of the split's ids).
+type heldRange struct {
+	vocab *shard.Vocab
+	ranks map[int][]int32
+}
+
+// idJob returns the state of job's vocabulary phase of epoch; with
+// create, a newer epoch replaces an older one's.
+func (n *IngestNode) idJob(job string, epoch int, create bool) (*idJob, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	j := n.idJobs[job]
+	switch {
+	case j != nil && j.epoch > epoch:
+		return nil, &StaleError{Job: job, Epoch: epoch, Have: j.epoch}
+	case j != nil && j.epoch == epoch:
+		return j, nil
+	case !create:
+		return nil, fmt.Errorf("worker: ingest %s: vocabulary epoch %d has not run here", job, epoch)
+	}
+	j = &idJob{epoch: epoch, held: map[int]*heldSplit{}, ranges: map[[2]int]*heldRange{}}
+	n.idJobs[job] = j
+	return j, nil
+}
+
+// errEnough stops a sample's read.
+var errEnough = errors.New("worker: ingest: sample read")
+
+// IDSample reads the first rows of a split and returns a sample of its
+// ids. Its errors are idscan's to report: a sample is what was read.
+func (n *IngestNode) IDSample(ctx context.Context, r *ingestwire.IDSampleRequest) (*ingestwire.IDSampleReply, error) {
+	opts := r.Groups.ReadOptions(r.Read)
+	rows := 0
+	err := n.scanSplit(ctx, r.File, r.Split, opts, func(b *arrowio.TransitionBatch) error {
+		if rows += b.Len(); rows >= r.Rows {
+			return errEnough
+		}
+		return nil
+	})
+	if ctx.Err() != nil {
+		return nil, err
+	}
+	rep := &ingestwire.IDSampleReply{}
+	for g, v := range [2]*shard.Vocab{opts.StateIDs, opts.ActionIDs} {
+		if v == nil || v.Len() == 0 {
+			continue
+		}
+		v.SortFrom(0)
+		k := min(v.Len(), max(1, r.Max))
+		for i := range k {
+			rep.IDs[g] = append(rep.IDs[g], v.String(i*v.Len()/k))
+		}
+	}
+	return rep, nil
+}
+
+// scanIssue sorts the error of a split's read: what stops the job or
+// makes the split be read whole (an issue, reported), or a failure of
+// the worker (returned).
+func scanIssue(ctx context.Context, err error) (ingestwire.ScanIssue, error) {
+	var is ingestwire.ScanIssue
+	var sre *arrowio.SplitRowError
+	var ie *arrowio.InputError
+	switch {
+	case err == nil:
+		return is, nil
+	case errors.Is(err, arrowio.ErrReadWhole):
+		is.ReadWhole = err.Error()
+	case errors.As(err, &sre):
+		is.RowError = sre.InputError
+	case ctx.Err() != nil:
+		return is, err
+	case errors.As(err, &ie):
+		is.Error = ie
+	default:
+		return is, err
+	}
+	var se *arrowio.StringIDsError
+	if (is.RowError != nil || is.Error != nil) && errors.As(err, &se) {
+		is.StringIDs = ingestwire.GroupNames[ingestwire.GroupStates]
+		if se.Actions {
+			is.StringIDs = ingestwire.GroupNames[ingestwire.GroupActions]
+		}
+	}
+	return is, nil
+}
+
+// IDScan is step 1 for a split: it is read with fresh vocabularies, and
+// its distinct ids are kept, sorted and cut at the splitters.
+func (n *IngestNode) IDScan(ctx context.Context, r *ingestwire.IDScanRequest) (*ingestwire.IDScanReply, error) {
+	j, err := n.idJob(r.Job, r.Epoch, true)
+	if err != nil {
+		return nil, err
+	}
+	opts := r.Groups.ReadOptions(r.Read)
+	rep := &ingestwire.IDScanReply{}
+	err = n.scanSplit(ctx, r.File, r.Split, opts, func(b *arrowio.TransitionBatch) error {
+		rep.Rows += int64(b.Len())
+		return nil
+	})
+	if rep.ScanIssue, err = scanIssue(ctx, err); err != nil || rep.Any() {
+		return rep, err
+	}
+	h := &heldSplit{}
+	for g, v := range [2]*shard.Vocab{opts.StateIDs, opts.ActionIDs} {
+		if v == nil {
+			continue
+		}
+		v.SortFrom(0)
+		h.ids[g], h.starts[g] = v, cutIDs(v, r.Splitters[g])
+		for k := range len(h.starts[g]) - 1 {
+			rep.Counts[g] = append(rep.Counts[g], int64(h.starts[g][k+1]-h.starts[g][k]))
+		}
+	}
+	n.mu.Lock()
+	j.held[r.Split.Ordinal] = h
+	n.mu.Unlock()
+	return rep, nil
+}
+
+// cutIDs returns the starts of the ranges of sorted ids v cut at
+// splitters: range r is [starts[r], starts[r+1]), the ids at or above
+// splitter r-1 and below splitter r.
+func cutIDs(v *shard.Vocab, splitters []string) []int {
+	starts := []int{0}
+	for _, s := range splitters {
+		starts = append(starts, sort.Search(v.Len(), func(i int) bool { return bytes.Compare(v.ID(i), []byte(s)) >= 0 }))
+	}
+	return append(starts, v.Len())
+}
+
+// IDPull serves a list of the vocabulary phase to another worker.
+func (n *IngestNode) IDPull(ctx context.Context, r *ingestwire.IDPullRequest) (*ingestwire.PullReply, []byte, error) {
+	j, err := n.idJob(r.Job, r.Epoch, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	bad := func(what string) error {
+		return fmt.Errorf("worker: ingest %s: no %s of split %d, group %d, range %d here", r.Job, what, r.Split, r.Group, r.Range)
+	}
+	if r.Group < 0 || r.Group > 1 || r.From < 0 {
+		return nil, nil, bad(r.Kind)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var buf []byte
+	var next, end int
+	switch r.Kind {
+	case ingestwire.KindIDs:
+		h := j.held[r.Split]
+		if h == nil || h.ids[r.Group] == nil || r.Range < 0 || r.Range+1 >= len(h.starts[r.Group]) {
+			return nil, nil, bad("ids")
+		}
+		v, lo := h.ids[r.Group], h.starts[r.Group][r.Range]
+		next, end = lo+r.From, h.starts[r.Group][r.Range+1]
+		for ; next < end && (len(buf) == 0 || len(buf)+ingestwire.IDSize(v.ID(next)) <= r.MaxBytes); next++ {
+			buf = ingestwire.AppendIDs(buf, v.ID(next))
+		}
+		next -= lo
+		end -= lo
+	case ingestwire.KindRanks:
+		hr := j.ranges[[2]int{r.Group, r.Range}]
+		if hr == nil || hr.ranks[r.Split] == nil {
+			return nil, nil, bad("ranks")
+		}
+		ranks := hr.ranks[r.Split]
+		next, end = r.From, len(ranks)
+		k := min(end, next+max(1, r.MaxBytes/4))
+		if next < end {
+			buf = ingestwire.AppendRanks(buf, ranks[next:k]...)
+		}
+		next = max(next, k)
+	default:
+		return nil, nil, bad(r.Kind)
+	}
+	return &ingestwire.PullReply{Next: next, Done: next >= end}, buf, nil
+}
+
+// pullList pulls a whole list of the vocabulary phase from worker (this
+// one too), handing each reply's data to fn.
+func (n *IngestNode) pullList(ctx context.Context, worker string, r ingestwire.IDPullRequest, fn func([]byte) error) error {
+	for {
+		var pr *ingestwire.PullReply
+		var data []byte
+		var err error
+		if worker == n.id {
+			pr, data, err = n.IDPull(ctx, &r)
+		} else if pr, data, err = n.peers.IDPull(ctx, worker, &r); err != nil {
+			err = &peerError{worker, err}
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(data); err != nil {
+			return fmt.Errorf("worker: ingest %s: %s of split %d from %s: %w", r.Job, r.Kind, r.Split, worker, err)
+		}
+		if pr.Done {
+			return nil
+		}
+		if pr.Next <= r.From {
+			return fmt.Errorf("worker: ingest %s: %s of split %d from %s: no progress at %d", r.Job, r.Kind, r.Split, worker, r.From)
+		}
+		r.From = pr.Next
+	}
+}
+
+// IDRange is step 2 for a range: its ids pulled from every holder and
+// merged, then each holder's ranked in it.
+func (n *IngestNode) IDRange(ctx context.Context, r *ingestwire.IDRangeRequest) (*ingestwire.IDRangeReply, error) {
+	j, err := n.idJob(r.Job, r.Epoch, true)
+	if err != nil {
+		return nil, err
+	}
+	pullIDs := func(src ingestwire.IDSource, fn func(id []byte) error) error {
+		got := int64(0)
+		err := n.pullList(ctx, src.Worker, ingestwire.IDPullRequest{Job: r.Job, Epoch: r.Epoch, Kind: ingestwire.KindIDs,
+			Group: r.Group, Split: src.Split, Range: r.Range, MaxBytes: r.PullBytes}, func(data []byte) error {
+			return ingestwire.EachID(data, func(id []byte) error {
+				got++
+				return fn(id)
+			})
+		})
+		if err == nil && got != src.Count {
+			err = fmt.Errorf("worker: ingest %s: split %d has %d ids in range %d of %s, %s sent %d", r.Job, src.Split, src.Count, r.Range, ingestwire.GroupNames[r.Group], src.Worker, got)
+		}
+		return err
+	}
+	// Merge the holders' sorted lists: in rounds, once the parts pulled
+	// hold as many ids as the vocabulary so far (linear time overall).
+	vocab := &shard.Vocab{}
+	var parts []*shard.Vocab
+	pending := 0
+	merge := func() error {
+		if len(parts) == 0 {
+			return nil
+		}
+		v, err := shard.Merge(append([]*shard.Vocab{vocab}, parts...)...)
+		if err != nil {
+			return fmt.Errorf("worker: ingest %s: range %d of %s: %w", r.Job, r.Range, ingestwire.GroupNames[r.Group], err)
+		}
+		vocab, parts, pending = v, nil, 0
+		return nil
+	}
+	for _, src := range r.Sources {
+		if src.Count == 0 {
+			continue
+		}
+		part := &shard.Vocab{}
+		err := pullIDs(src, func(id []byte) error {
+			if why := shard.CheckID(id); why != "" {
+				return fmt.Errorf("id %q %s", id, why)
+			}
+			_, err := part.Intern(id)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, part)
+		if pending += part.Len(); pending >= vocab.Len() {
+			if err := merge(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := merge(); err != nil {
+		return nil, err
+	}
+	hr := &heldRange{vocab: vocab, ranks: map[int][]int32{}}
+	for _, src := range r.Sources {
+		if src.Count == 0 {
+			continue
+		}
+		ranks := make([]int32, 0, src.Count)
+		err := pullIDs(src, func(id []byte) error {
+			k, ok := vocab.Index(id)
+			if !ok {
+				return fmt.Errorf("id %q changed between two pulls", id)
+			}
+			ranks = append(ranks, int32(k))
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		hr.ranks[src.Split] = ranks
+	}
+	if n.hooks.VocabRange != nil {
+		n.hooks.VocabRange(r.Group, r.Range, vocab)
+	}
+	n.mu.Lock()
+	j.ranges[[2]int{r.Group, r.Range}] = hr
+	n.mu.Unlock()
+	bytes := int64(0)
+	for i := range vocab.Len() {
+		bytes += int64(len(vocab.ID(i)))
+	}
+	return &ingestwire.IDRangeReply{Count: int64(vocab.Len()), Bytes: bytes}, nil
+}
+
+// IDTrans is step 3 on a holder: the dataset index of every id of its
+// splits, from the owners' ranks and the ranges' offsets.
+func (n *IngestNode) IDTrans(ctx context.Context, r *ingestwire.IDTransRequest) error {
+	j, err := n.idJob(r.Job, r.Epoch, false)
+	if err != nil {
+		return err
+	}
+	for k, split := range r.Splits {
+		n.mu.Lock()
+		h := j.held[split]
+		n.mu.Unlock()
+		if h == nil {
+			return fmt.Errorf("worker: ingest %s: the ids of split %d are not held here", r.Job, split)
+		}
+		var index [2][]int32
+		for g, v := range h.ids {
+			if v == nil {
+				continue
+			}
+			owners := r.Owners[g]
+			if len(owners) != len(h.starts[g])-1 || k >= len(r.Counts[g]) || len(r.Counts[g][k]) != len(owners) {
+				return fmt.Errorf("worker: ingest %s: split %d: %d ranges of %s asked, %d held", r.Job, split, len(owners), ingestwire.GroupNames[g], len(h.starts[g])-1)
+			}
+			index[g] = make([]int32, 0, v.Len())
+			for rg, own := range owners {
+				want := int64(h.starts[g][rg+1] - h.starts[g][rg])
+				if r.Counts[g][k][rg] != want {
+					return fmt.Errorf("worker: ingest %s: split %d has %d ids in range %d of %s, the request says %d", r.Job, split, want, rg, ingestwire.GroupNames[g], r.Counts[g][k][rg])
+				}
+				if want == 0 {
+					continue
+				}
+				before := len(index[g])
+				err := n.pullList(ctx, own.Worker, ingestwire.IDPullRequest{Job: r.Job, Epoch: r.Epoch, Kind: ingestwire.KindRanks,
+					Group: g, Split: split, Range: rg, MaxBytes: r.PullBytes}, func(data []byte) error {
+					ranks, err := ingestwire.Ranks(nil, data)
+					for _, x := range ranks {
+						if x < 0 || int64(x) >= own.Count {
+							return fmt.Errorf("rank %d outside range %d's %d ids", x, rg, own.Count)
+						}
+						index[g] = append(index[g], int32(own.Offset+int64(x)))
+					}
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				if int64(len(index[g])-before) != want {
+					return fmt.Errorf("worker: ingest %s: split %d: %d ranks from %s for %d ids", r.Job, split, len(index[g])-before, own.Worker, want)
+				}
+			}
+		}
+		n.mu.Lock()
+		h.index = index
+		n.mu.Unlock()
+	}
+	return nil
+}
+
+// numbering is how a read of a split in pass 1 or 2 numbers its ids:
+// with the split's own sorted vocabularies (a clone each, so that an id
+// the split did not hold in idscan is caught: a file changed), whose
+// indices index maps to the dataset's.
+type numbering struct {
+	vocab [2]*shard.Vocab
+	index [2][]int32
+}
+
+// numbering returns the numbering of split for a read with ids (nil
+// without).
+func (n *IngestNode) numbering(job string, ids *ingestwire.SplitIDs, split int) (*numbering, error) {
+	if ids == nil || !ids.Groups.Any() {
+		return nil, nil
+	}
+	j, err := n.idJob(job, ids.Epoch, false)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h := j.held[split]
+	if h == nil {
+		return nil, fmt.Errorf("worker: ingest %s: the ids of split %d are not held here", job, split)
+	}
+	nb := &numbering{}
+	for g, want := range ids.Groups {
+		if !want {
+			continue
+		}
+		if h.ids[g] == nil || h.index[g] == nil {
+			return nil, fmt.Errorf("worker: ingest %s: split %d has no numbering of %s", job, split, ingestwire.GroupNames[g])
+		}
+		nb.vocab[g], nb.index[g] = h.ids[g], h.index[g]
+	}
+	return nb, nil
+}
+
+// read returns opts with a clone of each vocabulary.
+func (nb *numbering) read(opts arrowio.ReadOptions) arrowio.ReadOptions {
+	opts.StateIDs, opts.ActionIDs = nb.vocab[ingestwire.GroupStates].Clone(), nb.vocab[ingestwire.GroupActions].Clone()
+	return opts
+}
+
+// views returns the views of the vocabularies, for the fingerprint.
+func (nb *numbering) views() (states, actions shard.VocabView) {
+	return nb.vocab[ingestwire.GroupStates].View(), nb.vocab[ingestwire.GroupActions].View()
+}
+
+// errNewID is a read of a split that met an id its first read did not.
+var errNewID = fmt.Errorf("worker: ingest: an id the first read did not see: %w", shard.ErrInputChanged)
+
+// check returns errNewID unless every index of b is one of the split's.
+func (nb *numbering) check(b *arrowio.TransitionBatch) error {
+	if shard.CheckIndexed(b.State, b.Action, b.Next, nb.index) != nil {
+		return errNewID
+	}
+	return nil
+}
+
+// add hashes b's rows by their ids into fp and renumbers b with the
+// dataset's indices.
+func (nb *numbering) add(fp *shard.FingerprintHash, b *arrowio.TransitionBatch) error {
+	if err := nb.check(b); err != nil {
+		return err
+	}
+	s, a := nb.views()
+	fp.AddIDRows(b.State, b.Action, b.Next, b.Count, s, a)
+	shard.Renumber(b.State, b.Action, b.Next, nb.index)
+	return nil
+}
