@@ -12,6 +12,7 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -409,6 +410,44 @@ func CommitModelDataset(ctx context.Context, sink PartSink, mf *ModelFile, parts
 		return nil, fmt.Errorf("arrowio: commit model dataset %s: no model metadata", sink)
 	}
 	return commitDataset(ctx, sink, mf, ShapeOf(mf.Model), parts)
+}
+
+// CommitModelDatasetIDs is CommitModelDataset for a model whose
+// vocabularies of user ids are parts of the dataset, written by whoever
+// streams them (VocabPart), not held in mf (whose States and Actions are
+// ignored): sums are their checksums (shard.VocabChecksum over the ids
+// in index order), by name ("states", "actions"; VocabNames).
+func CommitModelDatasetIDs(ctx context.Context, sink PartSink, mf *ModelFile, parts []ModelPart, sums map[string][32]byte) (*ModelManifest, error) {
+	if mf == nil || mf.Model == nil {
+		return nil, fmt.Errorf("arrowio: commit model dataset %s: no model metadata", sink)
+	}
+	hdr := *mf
+	hdr.States, hdr.Actions, hdr.vocabSums = nil, nil, map[string]string{}
+	s := ShapeOf(mf.Model)
+	for _, name := range VocabNames {
+		if sum, ok := sums[name]; ok {
+			s.IDs = append(s.IDs, name)
+			hdr.vocabSums[name] = hex.EncodeToString(sum[:])
+		}
+	}
+	if len(s.IDs) != len(sums) {
+		return nil, fmt.Errorf("arrowio: commit model dataset %s: vocabularies %v: want states, actions or both", sink, slices.Collect(maps.Keys(sums)))
+	}
+	return commitDataset(ctx, sink, &hdr, s, parts)
+}
+
+// VocabNames are the names of the vocabularies of a model, in file
+// order: of states, of actions.
+var VocabNames = [2]string{vocabStates, vocabActions}
+
+// VocabPart is the spec of a part holding ids [lo, hi) of vocabulary
+// name (VocabNames) of a model whose shape lists it in IDs.
+func VocabPart(name string, lo, hi int, attempt, format string) PartSpec {
+	f := factorStates
+	if name == vocabActions {
+		f = factorAction
+	}
+	return PartSpec{Factor: f, Block: 0, Lo: lo, Hi: hi, Attempt: attempt, Format: format}
 }
 
 // commitDataset is CommitModelDataset for a header mf of a model of shape

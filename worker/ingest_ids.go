@@ -10,6 +10,8 @@ import (
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/ingestwire"
+	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // A worker's side of the vocabulary phase (ingestwire's ids.go has the
@@ -328,6 +330,11 @@ func (n *IngestNode) IDRange(ctx context.Context, r *ingestwire.IDRangeRequest) 
 	if n.hooks.VocabRange != nil {
 		n.hooks.VocabRange(r.Group, r.Range, vocab)
 	}
+	if r.Bucket != "" {
+		if err := n.storeRange(ctx, r, vocab); err != nil {
+			return nil, err
+		}
+	}
 	n.mu.Lock()
 	j.ranges[[2]int{r.Group, r.Range}] = hr
 	n.mu.Unlock()
@@ -466,5 +473,26 @@ func (nb *numbering) add(fp *shard.FingerprintHash, b *arrowio.TransitionBatch) 
 	s, a := nb.views()
 	fp.AddIDRows(b.State, b.Action, b.Next, b.Count, s, a)
 	shard.Renumber(b.State, b.Action, b.Next, nb.index)
+	return nil
+}
+
+// storeRange puts a range of a vocabulary into the Object Store
+// (proto.VocabObject), for the model's parts at the end of a fit.
+func (n *IngestNode) storeRange(ctx context.Context, r *ingestwire.IDRangeRequest, v *shard.Vocab) error {
+	if n.js == nil {
+		return fmt.Errorf("worker: ingest %s: no Object Store to keep range %d of the %s in", r.Job, r.Range, ingestwire.GroupNames[r.Group])
+	}
+	name := proto.VocabObject(r.Job, r.Group, r.Range)
+	obs, err := n.js.ObjectStore(ctx, r.Bucket)
+	if err != nil {
+		return fmt.Errorf("worker: ingest %s: %w", r.Job, wire.StoreErr(ctx, n.js, "open", wire.KindObjects, r.Bucket, name, err))
+	}
+	var data []byte
+	for i := range v.Len() {
+		data = ingestwire.AppendIDs(data, v.ID(i))
+	}
+	if _, err := wire.PutObject(ctx, obs, n.js.Conn().MaxPayload(), name, data); err != nil {
+		return fmt.Errorf("worker: ingest %s: %w", r.Job, wire.StoreErr(ctx, n.js, wire.OpStore, wire.KindObjects, r.Bucket, name, err))
+	}
 	return nil
 }

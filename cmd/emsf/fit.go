@@ -157,11 +157,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		if ok {
 			log.Info("cluster fit from metadata: the workers ingest the dataset, cut the shards and hold the model; the coordinator reads no data")
 			mw.Phase("fit")
-			err := fitIngested(ctx, e, &f, log)
-			if f.in.ids != idsAuto || !arrowio.IsStringIDs(err) {
-				return err
-			}
-			ok, why = false, "the input names states or actions by user ids, which the distributed ingest does not read yet"
+			return fitIngested(ctx, e, &f, log)
 		}
 		log.Info("cluster fit with the data read in the coordinator", "why", why)
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"slices"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/emsf/emsf/coordinator/ingest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/worker/ingestwire"
 	"github.com/emsf/emsf/worker/wire"
 )
 
@@ -54,8 +56,6 @@ func (f *fitFlags) ingestedPath() (bool, string) {
 		return false, "--tie shared-d: the coordinator cuts the row groups of the one D"
 	case f.in.input == "-":
 		return false, "standard input is read by the coordinator"
-	case f.in.ids == idsString:
-		return false, "--ids string: the distributed ingest does not read user ids yet"
 	}
 	return true, ""
 }
@@ -114,14 +114,28 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	if c.job != "" {
 		ijob = c.job + "-ingest"
 	}
-	res, err := exec.Ingest(ctx, ingest.Options{Job: ijob, Input: f.in.input, Format: f.in.format, Read: f.in.readOptions(),
-		MaxStates: maxInferredStates, MaxActions: maxInferredActions, Target: f.shardNNZ, ColCells: f.colCells, Store: true, Logger: log})
+	// User ids (--ids): the workers build the sorted vocabulary in
+	// ranges; its ranges wait in the Object Store for the model's parts.
+	iopts := ingest.Options{Job: ijob, Input: f.in.input, Format: f.in.format, Read: f.in.readOptions(),
+		MaxStates: maxInferredStates, MaxActions: maxInferredActions, Target: f.shardNNZ, ColCells: f.colCells, Store: true, Logger: log,
+		AutoIDs: f.in.ids == idsAuto}
+	if f.in.ids == idsString {
+		iopts.IDs = ingestwire.IDGroups{true, true}
+	}
+	iopts.Read.StateIDs, iopts.Read.ActionIDs = nil, nil
+	res, err := exec.Ingest(ctx, iopts)
 	if err != nil {
 		var se *ingest.SizeError
-		if errors.As(err, &se) {
+		switch {
+		case errors.As(err, &se):
 			return usagef("%v (--states N / --actions N)", err)
+		case f.in.ids == idsInt && arrowio.IsStringIDs(err):
+			return fmt.Errorf("%w (--ids int reads integer indices only: drop it, or give --ids auto, to read ids)", err)
 		}
 		return err
+	}
+	if res.IDs.Any() {
+		defer exec.RemoveVocab(context.WithoutCancel(ctx), ijob, res)
 	}
 	set := res.Sets[0]
 	if m > res.N {
@@ -207,7 +221,26 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	f.warnEarly(log, fr.Status, "order", m, "seed", f.seed, "iterations", fr.Iterations)
 	mf := &arrowio.ModelFile{Model: hdr, Fingerprint: res.Fingerprint, Params: f.params(m), Status: status,
 		ReduceOrder: factor.ReduceOrder, GroupNNZ: f.groupNNZ}
-	if _, err := arrowio.CommitModelDataset(ctx, parts, mf, model.Parts); err != nil {
+	if res.IDs.Any() {
+		// The vocabularies' parts, streamed from the ranges the workers
+		// stored (this coordinator holds an id at a time).
+		shape := arrowio.ShapeOf(hdr)
+		for g, name := range arrowio.VocabNames {
+			if res.IDs[g] {
+				shape.IDs = append(shape.IDs, name)
+			}
+		}
+		vparts, sums, err := exec.VocabParts(ctx, ijob, res, parts, shape, f.format)
+		if err != nil {
+			return err
+		}
+		for _, p := range vparts {
+			model.Files = append(model.Files, p.File)
+		}
+		if _, err := arrowio.CommitModelDatasetIDs(ctx, parts, mf, append(slices.Clone(model.Parts), vparts...), sums); err != nil {
+			return err
+		}
+	} else if _, err := arrowio.CommitModelDataset(ctx, parts, mf, model.Parts); err != nil {
 		return err
 	}
 	committed = true

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,9 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/shard"
 )
 
 // TestFitIngestedBitwise: `emsf fit --nats` on 1, 2 and 3 real `emsf
@@ -140,4 +144,96 @@ func TestFitIngestedBitwise(t *testing.T) {
 			t.Fatalf("the failed fit left %v", left)
 		}
 	})
+}
+
+// TestFitIngestedIDs: a dataset of three files (CSV, Parquet, Arrow)
+// whose states and actions are user ids, in an order that is not their
+// sorted one, fitted on 1 and 3 `emsf worker` processes from metadata
+// (the workers build the vocabulary; the coordinator reads no data),
+// gives byte for byte the local fit's file, ids included; --out DIR/
+// gives a dataset that assembles into it, and the fit leaves no range of
+// the vocabulary in the Object Store.
+func TestFitIngestedIDs(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(8, 9))
+	n, u := 150, 3
+	names := make([]string, n)
+	for i, k := range rng.Perm(n) {
+		names[i] = fmt.Sprintf("page/%03d", k)
+	}
+	states, err := shard.NewVocab(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actions, err := shard.NewVocab([]string{"right", "left", "stay"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, format := range []string{"csv", "parquet", "arrow"} {
+		w, err := arrowio.NewTransitionWriterIDs(filepath.Join(data, fmt.Sprintf("part-%d.%s", k, format)), format, states, actions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q := range 1500 {
+			i := rng.IntN(n)
+			if err := w.Write(i, rng.IntN(u), (i+rng.IntN(9))%n, 1, int64(q), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"fit", "--input", data, "--order", "4", "--iters", "4", "--tol", "0", "--seed", "3", "--shard-nnz", "300", "--plain"}
+	local := filepath.Join(dir, "local.arrow")
+	if msg, err := exec.Command(bin, append(args, "--out", local, "--quiet")...).CombinedOutput(); err != nil {
+		t.Fatalf("local fit: %v\n%s", err, msg)
+	}
+	if mf, err := arrowio.ReadModel(local); err != nil || mf.States.Len() != n || mf.Actions.Len() != u {
+		t.Fatalf("the local model: %v (%v)", mf, err)
+	}
+	for _, p := range []int{1, 3} {
+		t.Run(fmt.Sprintf("P=%d", p), func(t *testing.T) {
+			url, nc := embeddedNATS(t, true)
+			c := &ownersCase{bin: bin, dir: dir}
+			c.workers(t, url, p, nil)
+			out := filepath.Join(dir, fmt.Sprintf("cluster-%d.arrow", p))
+			msg, err := exec.Command(bin, append(args, "--out", out, "--nats", url, "--min-workers", fmt.Sprint(p), "--job", fmt.Sprintf("ids-%d", p))...).CombinedOutput()
+			if err != nil || !strings.Contains(string(msg), "cluster fit from metadata") {
+				t.Fatalf("cluster fit: %v\n%s", err, msg)
+			}
+			sameFile(t, out, local)
+			ds := filepath.Join(dir, fmt.Sprintf("cluster-%d-ds", p)) + "/"
+			if msg, err := exec.Command(bin, append(args, "--out", ds, "--nats", url, "--min-workers", fmt.Sprint(p), "--job", fmt.Sprintf("ids-ds-%d", p))...).CombinedOutput(); err != nil {
+				t.Fatalf("cluster fit --out %s: %v\n%s", ds, err, msg)
+			}
+			file := filepath.Join(t.TempDir(), "assembled.arrow")
+			if msg, err := exec.Command(bin, "model", "assemble", ds, "--out", file).CombinedOutput(); err != nil {
+				t.Fatalf("model assemble %s: %v\n%s", ds, err, msg)
+			}
+			sameFile(t, file, local)
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obs, err := js.ObjectStore(context.Background(), "emsf-blobs")
+			if err != nil {
+				t.Fatal(err)
+			}
+			infos, err := obs.List(context.Background())
+			if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+				t.Fatal(err)
+			}
+			for _, info := range infos {
+				if strings.HasPrefix(info.Name, "ids/") {
+					t.Errorf("the fit left %s in the Object Store", info.Name)
+				}
+			}
+		})
+	}
 }

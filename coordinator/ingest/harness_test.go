@@ -767,3 +767,128 @@ func TestRunIDsMatchLocal(t *testing.T) {
 		}
 	}
 }
+
+// TestRunIDsWorkerKilled: a worker killed at any step of the vocabulary
+// phase, or a holder of ids killed in pass 1 or 2, and the shards, sizes,
+// fingerprint and vocabulary are still the local ones: the phase runs
+// again over the workers left.
+func TestRunIDsWorkerKilled(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	rows := ingesttest.RandomRows(rng, 200, 3, 6000, 40, true)
+	dir := t.TempDir()
+	sv, av := randomVocab(t, rng, 201), randomVocab(t, rng, 3)
+	files := ingesttest.DatasetIDs(t, rng, dir, rows, 3, sv, av, "csv", "parquet", "arrow")
+	want := ingesttest.LocalShards(t, files, arrowio.ReadOptions{StateIDs: &shard.Vocab{}, ActionIDs: &shard.Vocab{}}, 0.2, 9, 40, 2)
+	at := func(op string, n int) func(c *fakeCluster) func(string, string, int) {
+		return func(c *fakeCluster) func(string, string, int) {
+			return func(o, w string, k int) {
+				if o == op && k == n {
+					c.kill(w)
+				}
+			}
+		}
+	}
+	cases := []struct {
+		name   string
+		onCall func(c *fakeCluster) func(string, string, int)
+		hooks  func(c *fakeCluster, id string) worker.IngestHooks
+	}{
+		{name: "sample", onCall: at(ingestwire.OpIDSample, 3)},
+		{name: "id scan", onCall: at(ingestwire.OpIDScan, 5)},
+		{name: "range owner", onCall: at(ingestwire.OpIDRange, 2)},
+		{name: "holder pulled", onCall: at(ingestwire.OpIDPull, 4)},
+		{name: "numbering", onCall: at(ingestwire.OpIDTrans, 2)},
+		{name: "holder in pass 1", onCall: at(ingestwire.OpScan, 4)},
+		{name: "holder as a mapper", hooks: func(c *fakeCluster, id string) worker.IngestHooks {
+			return worker.IngestHooks{Segment: func(split, reducer, seq int) {
+				if id == "w1" && seq == 2 {
+					c.kill(id)
+				}
+			}}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeCluster(t, 4, tc.hooks)
+			if tc.onCall != nil {
+				c.onCall = tc.onCall(c)
+			}
+			res, err := ingest.Run(context.Background(), c, ingest.Options{Job: "ids-fail", Input: dir, AutoIDs: true,
+				SplitBytes: max(1, ingesttest.TotalSize(files)/12), Holdout: 0.2, Seed: 9, Target: 40, ColCells: 2,
+				SegmentBytes: 500, PullBytes: 300, OutboxBytes: 4000, AheadBytes: 5000, Window: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ids, _ := c.Workers(context.Background()); len(ids) != 3 {
+				t.Fatalf("%d workers alive: the kill did not happen", len(ids))
+			}
+			ingesttest.CheckSame(t, tc.name, c.held, res, want)
+			for g := range res.Vocab {
+				for _, own := range res.Vocab[g] {
+					if own.Worker == c.deadOne() {
+						t.Fatalf("a range of group %d is owned by the dead worker", g)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestRunIDsDataErrors: with ids, a bad row anywhere is the local read's
+// error (an empty id, a count that is not a number), and a column of
+// integers that turns to ids in a later split is read as ids from its
+// first row (AutoIDs), as a local read does; without AutoIDs that is the
+// error.
+func TestRunIDsDataErrors(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString("state,action,next_state,count\n")
+	for k := range 400 {
+		fmt.Fprintf(&b, "%d,%d,%d,1\n", k%37, k%2, (k*7)%37)
+	}
+	head := b.String()
+	write := func(name, text string) []arrowio.DataFile {
+		d := filepath.Join(dir, name)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "a.csv"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files, err := arrowio.ListDataset(d, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return files
+	}
+	run := func(name string, files []arrowio.DataFile, auto bool) (*ingest.Result, error) {
+		c := newFakeCluster(t, 3, nil)
+		return ingest.Run(context.Background(), c, ingest.Options{Job: "ids-err-" + name, Input: filepath.Dir(files[0].Name), AutoIDs: auto,
+			SplitBytes: max(1, ingesttest.TotalSize(files)/8), Target: 50})
+	}
+	// Ids from row 300 on: read as ids from the start, the local way.
+	later := write("later", head+"home,0,cart,1\ncart,1,3,2\n")
+	res, err := run("later", later, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ingesttest.LocalShards(t, later, arrowio.ReadOptions{StateIDs: &shard.Vocab{}}, 0, 0, 50, 1)
+	ingesttest.CheckSame(t, "ids in a later split", nil, res, want)
+	if !res.IDs[ingestwire.GroupStates] || res.IDs[ingestwire.GroupActions] {
+		t.Fatalf("groups of ids %v: want the states", res.IDs)
+	}
+	if _, err := run("later-int", later, false); !arrowio.IsStringIDs(err) || !strings.Contains(err.Error(), "row 401") {
+		t.Fatalf("without AutoIDs: %v", err)
+	}
+	// Bad rows once the states are ids: an empty id, then a bad count.
+	for _, tc := range []struct{ name, row string }{{"empty id", "cart,1,,1\n"}, {"bad count", "cart,1,home,x\n"}} {
+		files := write(strings.ReplaceAll(tc.name, " ", "-"), head+"home,0,cart,1\n"+head[len("state,action,next_state,count\n"):]+tc.row)
+		_, err := run(tc.name, files, true)
+		opts := arrowio.ReadOptions{StateIDs: &shard.Vocab{}, Format: files[0].Format}
+		local := arrowio.ScanTransitions(context.Background(), files[0].Name, opts, func(*arrowio.TransitionBatch) error { return nil })
+		var ie, le *arrowio.InputError
+		if !errors.As(err, &ie) || !errors.As(local, &le) || *ie != *le {
+			t.Fatalf("%s: %v, the local read: %v", tc.name, err, local)
+		}
+	}
+}

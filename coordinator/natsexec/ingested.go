@@ -8,12 +8,16 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/emsf/emsf/arrowio"
+	"github.com/emsf/emsf/coordinator/ingest"
 	"github.com/emsf/emsf/coordinator/owners"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker/ingestwire"
 	"github.com/emsf/emsf/worker/wire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // A fit whose coordinator holds metadata only (`emsf fit --nats` on a
@@ -401,4 +405,81 @@ func cutParts(p *owners.Plan, c owners.Checkpoint, n, rows int) []ingestwire.Par
 		out = append(out, cur)
 	}
 	return out
+}
+
+// VocabParts writes the vocabularies of user ids an ingest built
+// (res.Vocab: ranges in the Object Store as proto.VocabObject(ingestJob,
+// g, r)) into the model dataset sink of shape s (its IDs naming them), a
+// part per range, streaming: this coordinator holds an id at a time. It
+// returns the parts and each vocabulary's checksum, taken as the ids
+// pass (shard.VocabChecksum), for arrowio.CommitModelDatasetIDs.
+func (e *Executor) VocabParts(ctx context.Context, ingestJob string, res *ingest.Result, sink arrowio.PartSink, s arrowio.ModelShape, format string) ([]arrowio.ModelPart, map[string][32]byte, error) {
+	obs, err := e.js.ObjectStore(ctx, e.cfg.ObjectBucket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("natsexec: vocabulary: %w", wire.StoreErr(ctx, e.js, "open", wire.KindObjects, e.cfg.ObjectBucket, "", err))
+	}
+	var parts []arrowio.ModelPart
+	sums := map[string][32]byte{}
+	for g, name := range arrowio.VocabNames {
+		if !res.IDs[g] {
+			continue
+		}
+		var sum shard.VocabChecksum
+		for r, own := range res.Vocab[g] {
+			if own.Count == 0 {
+				continue
+			}
+			part, err := e.vocabPart(ctx, obs, proto.VocabObject(ingestJob, g, r), own, sink, s, arrowio.VocabPart(name, int(own.Offset), int(own.Offset+own.Count), "", format), &sum)
+			if err != nil {
+				return nil, nil, err
+			}
+			parts = append(parts, part)
+		}
+		sums[name] = sum.Sum()
+	}
+	return parts, sums, nil
+}
+
+// vocabPart streams one range's object into a part.
+func (e *Executor) vocabPart(ctx context.Context, obs jetstream.ObjectStore, object string, own ingestwire.IDOwner, sink arrowio.PartSink, s arrowio.ModelShape, spec arrowio.PartSpec, sum *shard.VocabChecksum) (arrowio.ModelPart, error) {
+	r, err := obs.Get(ctx, object)
+	if err != nil {
+		return arrowio.ModelPart{}, fmt.Errorf("natsexec: vocabulary: %w", wire.StoreErr(ctx, e.js, "read", wire.KindObjects, e.cfg.ObjectBucket, object, err))
+	}
+	defer r.Close()
+	pw, err := arrowio.NewModelPartWriter(ctx, sink, s, spec)
+	if err != nil {
+		return arrowio.ModelPart{}, err
+	}
+	n := int64(0)
+	err = ingestwire.ReadIDs(r, func(id []byte) error {
+		if n++; n > own.Count {
+			return fmt.Errorf("more than the %d ids its owner counted", own.Count)
+		}
+		sum.Add(id)
+		return pw.AppendIDs(id)
+	})
+	if err == nil && n != own.Count {
+		err = fmt.Errorf("%d ids, its owner counted %d", n, own.Count)
+	}
+	if err != nil {
+		pw.Abort()
+		return arrowio.ModelPart{}, fmt.Errorf("natsexec: vocabulary object %s: %w", object, err)
+	}
+	return pw.Close()
+}
+
+// RemoveVocab removes the vocabulary objects of an ingest (best effort).
+func (e *Executor) RemoveVocab(ctx context.Context, ingestJob string, res *ingest.Result) {
+	obs, err := e.js.ObjectStore(ctx, e.cfg.ObjectBucket)
+	if err != nil {
+		return
+	}
+	for g := range res.Vocab {
+		for r := range res.Vocab[g] {
+			if err := obs.Delete(ctx, proto.VocabObject(ingestJob, g, r)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+				e.log.Warn("could not remove a vocabulary object", "object", proto.VocabObject(ingestJob, g, r), "error", err)
+			}
+		}
+	}
 }

@@ -1,9 +1,11 @@
 package ingestwire
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/shard"
@@ -247,4 +249,28 @@ func Ranks(dst []int32, data []byte) ([]int32, error) {
 		dst = append(dst, int32(binary.LittleEndian.Uint32(data[k:])))
 	}
 	return dst, nil
+}
+
+// ReadIDs calls fn with each id of r (AppendIDs's bytes), in order,
+// streaming: fn's slice is valid during the call only.
+func ReadIDs(r io.Reader, fn func(id []byte) error) error {
+	br := bufio.NewReader(r)
+	buf := make([]byte, shard.MaxIDBytes)
+	for k := 0; ; k++ {
+		n, err := binary.ReadUvarint(br)
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return fmt.Errorf("%w: id %d: %w", errBadIDs, k, err)
+		case n > shard.MaxIDBytes:
+			return fmt.Errorf("%w: id %d of %d bytes", errBadIDs, k, n)
+		}
+		if _, err := io.ReadFull(br, buf[:n]); err != nil {
+			return fmt.Errorf("%w: id %d: %w", errBadIDs, k, err)
+		}
+		if err := fn(buf[:n]); err != nil {
+			return err
+		}
+	}
 }

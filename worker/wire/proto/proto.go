@@ -106,6 +106,14 @@ var Ops = []string{OpHello, OpLoad, OpTask, OpCommit, OpSave, OpEnd}
 // exchanges).
 func ShardObject(checksum string) string { return "shards/" + checksum }
 
+// VocabObject is the object name of range r of the vocabulary of id
+// group g (0 states, 1 actions) that ingest job built: its ids in order,
+// each as its length (uvarint) and its UTF-8 bytes
+// (ingestwire.AppendIDs).
+func VocabObject(job string, g, r int) string {
+	return "ids/" + job + "/" + strconv.Itoa(g) + "/" + strconv.Itoa(r)
+}
+
 // CRCLists is the object CRCObject: a checkpoint's CRC lists.
 type CRCLists struct {
 	KCRC [][]string `json:"k_crc"`
