@@ -331,7 +331,7 @@ func (n *IngestNode) IDRange(ctx context.Context, r *ingestwire.IDRangeRequest) 
 		n.hooks.VocabRange(r.Group, r.Range, vocab)
 	}
 	if r.Bucket != "" {
-		if err := n.storeRange(ctx, r, vocab); err != nil {
+		if err := n.storeRange(ctx, j, r, vocab); err != nil {
 			return nil, err
 		}
 	}
@@ -478,11 +478,17 @@ func (nb *numbering) add(fp *shard.FingerprintHash, b *arrowio.TransitionBatch) 
 
 // storeRange puts a range of a vocabulary into the Object Store
 // (proto.VocabObject), for the model's parts at the end of a fit.
-func (n *IngestNode) storeRange(ctx context.Context, r *ingestwire.IDRangeRequest, v *shard.Vocab) error {
+func (n *IngestNode) storeRange(ctx context.Context, j *idJob, r *ingestwire.IDRangeRequest, v *shard.Vocab) error {
 	if n.js == nil {
 		return fmt.Errorf("worker: ingest %s: no Object Store to keep range %d of the %s in", r.Job, r.Range, ingestwire.GroupNames[r.Group])
 	}
-	name := proto.VocabObject(r.Job, r.Group, r.Range)
+	n.mu.Lock()
+	current := n.idJobs[r.Job] == j
+	n.mu.Unlock()
+	if !current {
+		return fmt.Errorf("worker: ingest %s: vocabulary epoch %d is over", r.Job, r.Epoch)
+	}
+	name := proto.VocabObject(r.Job, r.Epoch, r.Group, r.Range)
 	obs, err := n.js.ObjectStore(ctx, r.Bucket)
 	if err != nil {
 		return fmt.Errorf("worker: ingest %s: %w", r.Job, wire.StoreErr(ctx, n.js, "open", wire.KindObjects, r.Bucket, name, err))

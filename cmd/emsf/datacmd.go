@@ -228,15 +228,21 @@ func runIngest(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	t0 := time.Now()
-	res, err := exec.Ingest(ctx, ingest.Options{Job: job, Input: in.input, Format: in.format, Read: in.readOptions(),
+	iopts := ingest.Options{Job: job, Input: in.input, Format: in.format, Read: in.readOptions(),
 		MaxStates: maxInferredStates, MaxActions: maxInferredActions, SplitBytes: splitBytes, Holdout: holdout, Seed: seed,
-		Target: shardNNZ, ColCells: colCells, Store: store, OutboxBytes: budgets.OutboxBytes, AheadBytes: budgets.AheadBytes, Logger: log})
+		Target: shardNNZ, ColCells: colCells, Store: store, OutboxBytes: budgets.OutboxBytes, AheadBytes: budgets.AheadBytes, Logger: log}
+	iopts.IDs, iopts.AutoIDs = in.ingestIDs()
+	res, err := exec.Ingest(ctx, iopts)
 	if err != nil {
 		var se *ingest.SizeError
 		if errors.As(err, &se) {
 			return usagef("%v (--states N / --actions N)", err)
 		}
 		return err
+	}
+	if res.IDs.Any() {
+		// The vocabulary's ranges are for a fit's model: none here.
+		exec.RemoveVocab(context.WithoutCancel(ctx), job, res)
 	}
 	fmt.Fprintf(e.stdout, "dataset %s: %d files, %d splits, %d transitions, n=%d u=%d, fingerprint %s; %d epoch(s), %s\n",
 		in.input, len(res.Files), len(res.Splits), res.Transitions, res.N, res.U, res.Fingerprint, res.Epochs, time.Since(t0).Round(time.Millisecond))

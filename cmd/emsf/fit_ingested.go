@@ -19,7 +19,6 @@ import (
 	"github.com/emsf/emsf/coordinator/ingest"
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
-	"github.com/emsf/emsf/worker/ingestwire"
 	"github.com/emsf/emsf/worker/wire"
 )
 
@@ -118,11 +117,8 @@ func fitIngested(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 	// ranges; its ranges wait in the Object Store for the model's parts.
 	iopts := ingest.Options{Job: ijob, Input: f.in.input, Format: f.in.format, Read: f.in.readOptions(),
 		MaxStates: maxInferredStates, MaxActions: maxInferredActions, Target: f.shardNNZ, ColCells: f.colCells, Store: true, Logger: log,
-		AutoIDs: f.in.ids == idsAuto}
-	if f.in.ids == idsString {
-		iopts.IDs = ingestwire.IDGroups{true, true}
 	}
-	iopts.Read.StateIDs, iopts.Read.ActionIDs = nil, nil
+	iopts.IDs, iopts.AutoIDs = f.in.ingestIDs()
 	res, err := exec.Ingest(ctx, iopts)
 	if err != nil {
 		var se *ingest.SizeError

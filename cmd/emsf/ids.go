@@ -9,6 +9,7 @@ import (
 
 	"github.com/emsf/emsf/arrowio"
 	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker/ingestwire"
 )
 
 // Values of --ids: how the state and action columns name states and
@@ -134,4 +135,14 @@ func stateName(v *shard.Vocab, i int) string {
 		return strconv.Itoa(i)
 	}
 	return v.String(i)
+}
+
+// ingestIDs returns what --ids asks of a distributed ingest: the groups
+// read as ids from the start, and whether a group of integer columns
+// found to hold ids is read as ids (ingest.Options.IDs, AutoIDs).
+func (f *inputFlags) ingestIDs() (groups ingestwire.IDGroups, auto bool) {
+	if f.ids == idsString {
+		groups = ingestwire.IDGroups{true, true}
+	}
+	return groups, f.ids == idsAuto
 }

@@ -657,31 +657,6 @@ func TestRunCoordinatorBytesFlatInN(t *testing.T) {
 	}
 }
 
-// randomVocab returns n distinct ids in an order that is not their
-// sorted one, of 1 to 12 bytes, some needing CSV quotes, some not ASCII.
-func randomVocab(t testing.TB, rng *rand.Rand, n int) *shard.Vocab {
-	t.Helper()
-	alphabet := []string{"a", "b", "z", "0", "9", "/", "-", ",", "\"", " x", "é", "ß", "日"}
-	seen := map[string]bool{}
-	var ids []string
-	for len(ids) < n {
-		id := ""
-		for range 1 + rng.IntN(6) {
-			id += alphabet[rng.IntN(len(alphabet))]
-		}
-		if id = strings.TrimSpace(id); id == "" || seen[id] {
-			continue
-		}
-		seen[id] = true
-		ids = append(ids, id)
-	}
-	v, err := shard.NewVocab(ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 // TestRunIDsMatchLocal: a dataset whose states, actions or both are named
 // by user ids gives, for 1 to 8 workers and any splits, the shards, n, u
 // and fingerprint of the local read (ids numbered in sorted order), and
@@ -703,10 +678,10 @@ func TestRunIDsMatchLocal(t *testing.T) {
 			var sv, av *shard.Vocab
 			if groups[0] {
 				// Rows may name states up to n (the largest as a next state).
-				sv = randomVocab(t, rng, n+1)
+				sv = ingesttest.RandomVocab(t, rng, n+1)
 			}
 			if groups[1] {
-				av = randomVocab(t, rng, u)
+				av = ingesttest.RandomVocab(t, rng, u)
 			}
 			dir := t.TempDir()
 			files := ingesttest.DatasetIDs(t, rng, dir, rows, 1+rng.IntN(4), sv, av, "csv", "parquet", "arrow")
@@ -776,7 +751,7 @@ func TestRunIDsWorkerKilled(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 18))
 	rows := ingesttest.RandomRows(rng, 200, 3, 6000, 40, true)
 	dir := t.TempDir()
-	sv, av := randomVocab(t, rng, 201), randomVocab(t, rng, 3)
+	sv, av := ingesttest.RandomVocab(t, rng, 201), ingesttest.RandomVocab(t, rng, 3)
 	files := ingesttest.DatasetIDs(t, rng, dir, rows, 3, sv, av, "csv", "parquet", "arrow")
 	want := ingesttest.LocalShards(t, files, arrowio.ReadOptions{StateIDs: &shard.Vocab{}, ActionIDs: &shard.Vocab{}}, 0.2, 9, 40, 2)
 	at := func(op string, n int) func(c *fakeCluster) func(string, string, int) {

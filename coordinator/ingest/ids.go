@@ -147,6 +147,10 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
+	// The first failure ends the step: an owner pulling from a worker
+	// that is gone would wait out its request.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	for g, want := range groups {
 		if !want {
 			continue
@@ -161,10 +165,11 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 				}
 			}
 			wg.Go(func() {
-				rep, err := c.IDRange(ctx, w, req)
+				rep, err := c.IDRange(sctx, w, req)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
+					cancel()
 					errs = append(errs, fmt.Errorf("range %d of %s on %s: %w", r, ingestwire.GroupNames[g], w, err))
 					return
 				}
@@ -173,7 +178,7 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 		}
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := firstError(errs); err != nil {
 		return nil, nil, retry("merge", err)
 	}
 	for g := range v.owners {
@@ -247,6 +252,7 @@ type idPhase struct {
 	groups ingestwire.IDGroups
 	v      *vocab
 	epoch  int
+	ranges int // the most ranges of a group in any epoch
 }
 
 // build builds the vocabulary when the dataset has ids and none is
@@ -260,6 +266,9 @@ func (p *idPhase) build(ctx context.Context, c Cluster, o *Options, log hclog.Lo
 	var last error
 	for range o.MaxEpochs {
 		p.epoch++
+		if workers, err := c.Workers(ctx); err == nil {
+			p.ranges = max(p.ranges, len(workers))
+		}
 		v, res, err := buildVocab(ctx, c, o, log, p.epoch, files, splits, p.groups)
 		switch {
 		case errors.Is(err, errVocabRetry):

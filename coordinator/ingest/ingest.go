@@ -187,9 +187,13 @@ type Result struct {
 	Fingerprint string
 	// IDs are the groups of user ids; Vocab[g] is group g's sorted
 	// vocabulary in ranges (with Options.Store, each in the Object Store
-	// as proto.VocabObject(Job, g, r)).
-	IDs   ingestwire.IDGroups
-	Vocab [2][]ingestwire.IDOwner
+	// as proto.VocabObject(Job, VocabEpoch, g, r)). VocabRanges bounds
+	// the ranges of every epoch (those of failed epochs may have left
+	// objects: RemoveVocab).
+	IDs         ingestwire.IDGroups
+	Vocab       [2][]ingestwire.IDOwner
+	VocabEpoch  int
+	VocabRanges int
 	Sets  []SetResult
 	// Epochs of pass 2 it took (1 without failures); Files and Splits
 	// are how the dataset was read.
@@ -296,7 +300,7 @@ func Run(ctx context.Context, c Cluster, o Options) (*Result, error) {
 		case err == nil:
 			res.Epochs, res.Files, res.Splits = epoch, files, splits
 			if ids.v != nil {
-				res.IDs, res.Vocab = ids.v.groups, ids.v.owners
+				res.IDs, res.Vocab, res.VocabEpoch, res.VocabRanges = ids.v.groups, ids.v.owners, ids.v.epoch, ids.ranges
 			}
 			for _, w := range workers {
 				c.End(ctx, w, o.Job)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ import (
 	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/ingestwire"
+	"github.com/emsf/emsf/worker/wire/proto"
 )
 
 // ingestCluster is an embedded NATS server, p in-process workers (each
@@ -289,3 +292,56 @@ func TestIngestCoordinatorBytesFlatInN(t *testing.T) {
 }
 
 func writeText(path, text string) error { return os.WriteFile(path, []byte(text), 0o644) }
+
+// TestIngestIDsNATS: a dataset of user ids over NATS, three workers, one
+// of which leaves after it merged a range of the vocabulary: the shards
+// are the local ones (ids numbered in sorted order), and the ranges the
+// owners stored in the Object Store are the sorted vocabulary.
+func TestIngestIDsNATS(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	rows := ingesttest.RandomRows(rng, 120, 3, 3000, 50, false)
+	dir := t.TempDir()
+	sv, av := ingesttest.RandomVocab(t, rng, 121), ingesttest.RandomVocab(t, rng, 3)
+	files := ingesttest.DatasetIDs(t, rng, dir, rows, 3, sv, av, "csv", "parquet", "arrow")
+	read := arrowio.ReadOptions{StateIDs: &shard.Vocab{}, ActionIDs: &shard.Vocab{}}
+	want := ingesttest.LocalShards(t, files, read, 0, 0, 50, 1)
+	c := startIngestCluster(t, 3, func(k int, kill func()) worker.IngestHooks {
+		return worker.IngestHooks{VocabRange: func(g, r int, v *shard.Vocab) {
+			if k == 1 {
+				kill()
+			}
+		}}
+	})
+	res, err := c.exec.Ingest(context.Background(), ingest.Options{Job: "ids", Input: dir, AutoIDs: true, Store: true,
+		SplitBytes: ingesttest.TotalSize(files) / 9, Target: 50, PullBytes: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ingesttest.CheckSame(t, "ids over NATS", c.held, res, want)
+	js, err := jetstream.New(c.coord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(context.Background(), "emsf-blobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g, v := range []*shard.Vocab{read.StateIDs, read.ActionIDs} {
+		var got []string
+		for r, own := range res.Vocab[g] {
+			if own.Worker == c.workers[1].ID() {
+				t.Fatalf("range %d of group %d is owned by the worker that left", r, g)
+			}
+			data, err := obs.GetBytes(context.Background(), proto.VocabObject("ids", res.VocabEpoch, g, r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ingestwire.EachID(data, func(id []byte) error { got = append(got, string(id)); return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !slices.Equal(got, v.Strings()) {
+			t.Fatalf("group %d: the stored ranges hold %d ids, not the %d of the sorted vocabulary", g, len(got), v.Len())
+		}
+	}
+}

@@ -429,7 +429,7 @@ func (e *Executor) VocabParts(ctx context.Context, ingestJob string, res *ingest
 			if own.Count == 0 {
 				continue
 			}
-			part, err := e.vocabPart(ctx, obs, proto.VocabObject(ingestJob, g, r), own, sink, s, arrowio.VocabPart(name, int(own.Offset), int(own.Offset+own.Count), "", format), &sum)
+			part, err := e.vocabPart(ctx, obs, proto.VocabObject(ingestJob, res.VocabEpoch, g, r), own, sink, s, arrowio.VocabPart(name, int(own.Offset), int(own.Offset+own.Count), "", format), &sum)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -475,10 +475,14 @@ func (e *Executor) RemoveVocab(ctx context.Context, ingestJob string, res *inges
 	if err != nil {
 		return
 	}
-	for g := range res.Vocab {
-		for r := range res.Vocab[g] {
-			if err := obs.Delete(ctx, proto.VocabObject(ingestJob, g, r)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-				e.log.Warn("could not remove a vocabulary object", "object", proto.VocabObject(ingestJob, g, r), "error", err)
+	// Every epoch's: a failed epoch's owners may have stored theirs.
+	for epoch := 1; epoch <= res.VocabEpoch; epoch++ {
+		for g := range res.Vocab {
+			for r := range max(res.VocabRanges, len(res.Vocab[g])) {
+				name := proto.VocabObject(ingestJob, epoch, g, r)
+				if err := obs.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+					e.log.Warn("could not remove a vocabulary object", "object", name, "error", err)
+				}
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/emsf/emsf/arrowio"
@@ -249,3 +250,29 @@ func RandomRows(rng *rand.Rand, n, u, count, target int, fractional bool) [][4]f
 	rng.Shuffle(len(rows), func(a, b int) { rows[a], rows[b] = rows[b], rows[a] })
 	return rows
 }
+
+// RandomVocab returns n distinct ids in an order that is not their
+// sorted one, of 1 to 12 bytes, some needing CSV quotes, some not ASCII.
+func RandomVocab(t testing.TB, rng *rand.Rand, n int) *shard.Vocab {
+	t.Helper()
+	alphabet := []string{"a", "b", "z", "0", "9", "/", "-", ",", "\"", " x", "é", "ß", "日"}
+	seen := map[string]bool{}
+	var ids []string
+	for len(ids) < n {
+		id := ""
+		for range 1 + rng.IntN(6) {
+			id += alphabet[rng.IntN(len(alphabet))]
+		}
+		if id = strings.TrimSpace(id); id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		ids = append(ids, id)
+	}
+	v, err := shard.NewVocab(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+

@@ -107,11 +107,12 @@ var Ops = []string{OpHello, OpLoad, OpTask, OpCommit, OpSave, OpEnd}
 func ShardObject(checksum string) string { return "shards/" + checksum }
 
 // VocabObject is the object name of range r of the vocabulary of id
-// group g (0 states, 1 actions) that ingest job built: its ids in order,
-// each as its length (uvarint) and its UTF-8 bytes
-// (ingestwire.AppendIDs).
-func VocabObject(job string, g, r int) string {
-	return "ids/" + job + "/" + strconv.Itoa(g) + "/" + strconv.Itoa(r)
+// group g (0 states, 1 actions) that epoch of ingest job's vocabulary
+// phase built: its ids in order, each as its length (uvarint) and its
+// UTF-8 bytes (ingestwire.AppendIDs). (Epochs cut other ranges: a late
+// write of an older epoch never replaces a newer one's.)
+func VocabObject(job string, epoch, g, r int) string {
+	return "ids/" + job + "/" + strconv.Itoa(epoch) + "/" + strconv.Itoa(g) + "/" + strconv.Itoa(r)
 }
 
 // CRCLists is the object CRCObject: a checkpoint's CRC lists.
