@@ -194,7 +194,7 @@ type Result struct {
 	Vocab       [2][]ingestwire.IDOwner
 	VocabEpoch  int
 	VocabRanges int
-	Sets  []SetResult
+	Sets        []SetResult
 	// Epochs of pass 2 it took (1 without failures); Files and Splits
 	// are how the dataset was read.
 	Epochs int

@@ -275,4 +275,3 @@ func RandomVocab(t testing.TB, rng *rand.Rand, n int) *shard.Vocab {
 	}
 	return v
 }
-
