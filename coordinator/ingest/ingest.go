@@ -24,6 +24,11 @@
 // transition). The buckets and the workers decide where work is done,
 // never a bit.
 //
+// User ids: the states or actions of a dataset named by ids are
+// numbered by the vocabulary phase (ids.go) before pass 1: the indices
+// are the local fit's (the ranks in the sorted set of ids) and the
+// fingerprint hashes the ids, as a local read's does.
+//
 // Errors are a local read's. Pass 1 reads every split; the first split
 // in dataset order with an issue decides: a bad row is the error, its
 // row counted from its file's first row; a split that cannot be read on

@@ -8,7 +8,10 @@
 // The ingest turns a dataset into exactly the shards a local fit builds
 // from it (loadData + shard.SplitGrid), on the workers:
 //
-//  1. list: a worker lists the dataset (its files, sizes, formats);
+//  1. list: a worker lists the dataset (its files, sizes, formats); a
+//     dataset of user ids then has its vocabulary built and each split's
+//     ids numbered (ids.go), and passes 1 and 2 read each split on the
+//     worker holding its ids;
 //  2. scan (pass 1): each split is read and summarized (shard.Summary);
 //     the coordinator fixes n, u, the fingerprint, the first data error,
 //     and plans row buckets per action and which worker reduces each;
