@@ -63,7 +63,8 @@ func x2nModP(poly uint32, n uint64, k uint) uint32 {
 }
 
 // RowsCRC is the CRC-32C and the CRC-32 (IEEE) of Len bytes: of a run of
-// transitions in the fingerprint's 20-byte rows (FingerprintHash).
+// transitions in the fingerprint's rows (FingerprintHash: 20 bytes each,
+// or more for rows named by ids).
 type RowsCRC struct {
 	C, I uint32
 	Len  int64
@@ -78,9 +79,9 @@ func (r RowsCRC) Then(q RowsCRC) RowsCRC {
 // "crc32c-ieee:" and the two CRCs in 16 hex digits (docs/formats.md).
 func (r RowsCRC) Fingerprint() string { return fmt.Sprintf("crc32c-ieee:%08x%08x", r.C, r.I) }
 
-// FingerprintRowBytes is the size of a transition's row in the
-// fingerprint: state, action and next state as uint32 and the count's
-// float64 bits, little-endian.
+// FingerprintRowBytes is the size of a transition's row of integer data
+// in the fingerprint: state, action and next state as uint32 and the
+// count's float64 bits, little-endian.
 const FingerprintRowBytes = 20
 
 // castagnoli is the CRC-32C table (hardware-accelerated where the CPU
@@ -88,11 +89,12 @@ const FingerprintRowBytes = 20
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // FingerprintHash computes the fingerprint of transitions while they
-// stream: the CRC-32C and CRC-32 (IEEE) of their 20-byte rows, in order.
-// Both run in hardware (SSE 4.2, PCLMULQDQ). The zero value is ready.
+// stream: the CRC-32C and CRC-32 (IEEE) of their rows, in order (20 bytes
+// each for integer data: Add; ids in place of indices: AddIDRows). Both
+// run in hardware (SSE 4.2, PCLMULQDQ). The zero value is ready.
 type FingerprintHash struct {
 	crc  RowsCRC
-	rows []byte // Add's buffer
+	rows []byte // the rows' bytes, reused
 }
 
 // Add hashes the transitions state[k] --action[k]--> next[k] with count
@@ -102,24 +104,71 @@ func (f *FingerprintHash) Add(state, action, next []int32, counts []float64) {
 	buf := slices.Grow(f.rows[:0], FingerprintRowBytes*n)[:FingerprintRowBytes*n]
 	for k := range n {
 		r := buf[FingerprintRowBytes*k : FingerprintRowBytes*k+FingerprintRowBytes]
-		c := 1.0
-		if counts != nil {
-			c = counts[k]
-		}
 		binary.LittleEndian.PutUint32(r[0:], uint32(state[k]))
 		binary.LittleEndian.PutUint32(r[4:], uint32(action[k]))
 		binary.LittleEndian.PutUint32(r[8:], uint32(next[k]))
-		binary.LittleEndian.PutUint64(r[12:], math.Float64bits(c))
+		binary.LittleEndian.PutUint64(r[12:], math.Float64bits(rowCount(counts, k)))
 	}
-	f.crc.C = crc32.Update(f.crc.C, castagnoli, buf)
-	f.crc.I = crc32.Update(f.crc.I, crc32.IEEETable, buf)
-	f.crc.Len += int64(len(buf))
+	f.update(buf)
 	f.rows = buf
+}
+
+// idRowsChunk is how many bytes of rows AddIDRows gathers before it
+// hashes them (its buffer stays about this size, whatever the ids' length).
+const idRowsChunk = 1 << 20
+
+// AddIDRows hashes rows as Add does, except that a group with a valid
+// view (states: state and next; actions: action) is hashed by its ids in
+// place of the uint32 index: the id's UTF-8 bytes, then one 0x00 byte. An
+// id holds no NUL (CheckID), so the rows stay unambiguous. The bytes are
+// those of the ids, whatever index a read gave them: the fingerprint of
+// data named by ids does not depend on the vocabulary's numbering, and
+// the RowsCRCs of splits read with vocabularies of their own compose
+// (RowsCRC.Then). With both views zero it is Add, bitwise.
+func (f *FingerprintHash) AddIDRows(state, action, next []int32, counts []float64, states, actions VocabView) {
+	if !states.Valid() && !actions.Valid() {
+		f.Add(state, action, next, counts)
+		return
+	}
+	buf := f.rows[:0]
+	for k := range state {
+		buf = appendIndex(buf, states, state[k])
+		buf = appendIndex(buf, actions, action[k])
+		buf = appendIndex(buf, states, next[k])
+		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(rowCount(counts, k)))
+		if len(buf) >= idRowsChunk {
+			f.update(buf)
+			buf = buf[:0]
+		}
+	}
+	f.update(buf)
+	f.rows = buf
+}
+
+// appendIndex appends index i of a group to a row of the fingerprint:
+// its id and a 0x00 byte when the group has a vocabulary (ids valid), else
+// its uint32, little-endian.
+func appendIndex(buf []byte, ids VocabView, i int32) []byte {
+	if !ids.Valid() {
+		return binary.LittleEndian.AppendUint32(buf, uint32(i))
+	}
+	return append(append(buf, ids.ID(int(i))...), 0)
+}
+
+// rowCount is row k's count: counts[k], or 1 when counts is nil.
+func rowCount(counts []float64, k int) float64 {
+	if counts == nil {
+		return 1
+	}
+	return counts[k]
 }
 
 // AddBytes hashes b after what was hashed so far: what is not rows of
 // transitions but names them (the ids of a vocabulary, cmd/emsf).
-func (f *FingerprintHash) AddBytes(b []byte) {
+func (f *FingerprintHash) AddBytes(b []byte) { f.update(b) }
+
+// update hashes b after what was hashed so far.
+func (f *FingerprintHash) update(b []byte) {
 	f.crc.C = crc32.Update(f.crc.C, castagnoli, b)
 	f.crc.I = crc32.Update(f.crc.I, crc32.IEEETable, b)
 	f.crc.Len += int64(len(b))

@@ -45,6 +45,17 @@
 // term of factor.DataTerm, its holder); Union adds sets of matrices (the
 // training and held-out parts) as loadData does.
 //
+// User ids (vocab.go): a Vocab numbers the ids that name states or
+// actions (interned as rows come, sorted once at the end: SortFrom;
+// Merge joins the sorted vocabularies of a dataset's parts). A VocabView
+// is a snapshot of a Vocab's first ids that another goroutine may read
+// while the Vocab grows: a scan hands one with each batch, so that the
+// consumer of the batch, on a goroutine of its own, reads the ids of its
+// rows. FingerprintHash (crc.go) is the training data's fingerprint: the
+// CRC-32C and CRC-32 of its rows, where a group named by ids is hashed by
+// the ids' bytes (AddIDRows), never by their indices, so that splits read
+// with vocabularies of their own compose (RowsCRC.Then).
+//
 // The package is pure: no files, no logging, no networking.
 package shard
 

@@ -33,7 +33,8 @@ const maxArena = math.MaxUint32
 // beyond its bytes, against 50–70 for a map[string]int32. The zero value
 // is an empty vocabulary ready to use. A Vocab is not safe for concurrent
 // use while it grows; lookups (Index, ID) may run concurrently once it no
-// longer changes.
+// longer changes. A VocabView (View) is a snapshot of its ids that
+// another goroutine may read while it grows.
 type Vocab struct {
 	arena []byte
 	off   []uint32 // id i is arena[off[i]:off[i+1]]; len(off) = Len()+1 once non-empty
@@ -91,6 +92,42 @@ func (v *Vocab) ID(i int) []byte { return v.arena[v.off[i]:v.off[i+1]:v.off[i+1]
 
 // String returns id i as a string.
 func (v *Vocab) String(i int) string { return string(v.ID(i)) }
+
+// VocabView is a snapshot of the first Len() ids of a Vocab: it never
+// changes, and may be read on another goroutine while the Vocab grows.
+// That holds because nothing writes bytes a view can see: Intern only
+// appends to the arena and the offsets (past every view's length), and
+// SortFrom, Clone and Merge build fresh arrays. A view taken before
+// SortFrom therefore stays valid and keeps the numbering it was taken
+// with (the ids in their order before the sort). The zero value is "no
+// vocabulary" (Valid false). A view is three words and a flag: taking one
+// allocates nothing.
+type VocabView struct {
+	arena []byte
+	off   []uint32 // as Vocab.off, for the view's Len() ids
+	valid bool
+}
+
+// View returns a snapshot of the ids v holds now: the zero view for a nil
+// v, a valid one of Len 0 for an empty one.
+func (v *Vocab) View() VocabView {
+	if v == nil {
+		return VocabView{}
+	}
+	// Capacities capped, so that nothing appended through a view could
+	// reach the Vocab's spare room.
+	return VocabView{arena: v.arena[:len(v.arena):len(v.arena)], off: v.off[:len(v.off):len(v.off)], valid: true}
+}
+
+// Valid reports whether the view is of a vocabulary (not the zero view).
+func (v VocabView) Valid() bool { return v.valid }
+
+// Len returns the number of ids in the view.
+func (v VocabView) Len() int { return max(len(v.off)-1, 0) }
+
+// ID returns id i, i < Len() (a view into the vocabulary's arena: do not
+// modify it).
+func (v VocabView) ID(i int) []byte { return v.arena[v.off[i]:v.off[i+1]:v.off[i+1]] }
 
 // Bytes returns the memory the vocabulary holds, in bytes.
 func (v *Vocab) Bytes() int {
@@ -224,7 +261,8 @@ func (v *Vocab) Sorted(from int) bool {
 // (first seen, first numbered) and sorts once at the end: SortFrom(0) then
 // gives the sorted set whatever the row order, and after a model's ids
 // (warm start) SortFrom(model's Len) appends the new ids sorted among
-// themselves.
+// themselves. The ids are copied into fresh arrays, never rewritten in
+// place: a VocabView taken before keeps the old numbering, still valid.
 func (v *Vocab) SortFrom(from int) []int32 {
 	n := v.Len()
 	order := make([]int32, n-from) // new position → old index

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -237,5 +238,104 @@ func TestCounterRemapIsDirectCount(t *testing.T) {
 		if !slices.Equal(g.Rows, w.Rows) || !slices.Equal(g.Ptr, w.Ptr) || !slices.Equal(g.Cols, w.Cols) || !slices.Equal(g.Vals, w.Vals) {
 			t.Fatalf("action %d: remapped counts differ from direct counts", a)
 		}
+	}
+}
+
+// TestVocabView: the zero view of a nil vocabulary, an empty valid one of
+// an empty vocabulary; a view keeps the ids it was taken with while the
+// vocabulary grows past it (appends, rehashes) and after SortFrom, which
+// renumbers the vocabulary but not the view.
+func TestVocabView(t *testing.T) {
+	if w := (*Vocab)(nil).View(); w.Valid() || w.Len() != 0 {
+		t.Fatalf("nil vocabulary: view valid %v, Len %d; want the zero view", w.Valid(), w.Len())
+	}
+	if (VocabView{}).Valid() {
+		t.Fatal("the zero view is valid")
+	}
+	var v Vocab
+	if w := v.View(); !w.Valid() || w.Len() != 0 {
+		t.Fatalf("empty vocabulary: view valid %v, Len %d; want valid, 0", w.Valid(), w.Len())
+	}
+	first := []string{"m", "b", "x"}
+	for _, id := range first {
+		if _, err := v.Intern([]byte(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := v.View()
+	grown := slices.Clone(first)
+	for k := range 100 {
+		id := fmt.Sprintf("id%d", k)
+		if _, err := v.Intern([]byte(id)); err != nil {
+			t.Fatal(err)
+		}
+		grown = append(grown, id)
+	}
+	w2 := v.View() // shares the vocabulary's arrays until SortFrom
+	v.SortFrom(0)
+	if _, err := v.Intern([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	viewIDs := func(w VocabView) []string {
+		var out []string
+		for i := range w.Len() {
+			out = append(out, string(w.ID(i)))
+		}
+		return out
+	}
+	if got := viewIDs(w); !slices.Equal(got, first) {
+		t.Fatalf("view taken at %q reads %q after growth and SortFrom", first, got)
+	}
+	if got := viewIDs(w2); !slices.Equal(got, grown) {
+		t.Fatalf("view taken before SortFrom reads %q after it, want %q (the numbering it was taken with)", got, grown)
+	}
+	if got, want := viewIDs(v.View()), v.Strings(); !slices.Equal(got, want) || len(got) != 104 {
+		t.Fatalf("a view taken now reads %q, the vocabulary %q", got, want)
+	}
+}
+
+// TestVocabViewWhileGrowing: views read on one goroutine while the
+// vocabulary grows on another (appends into spare capacity, reallocation,
+// rehashes) hold their ids. Under -race (CI) the race detector would flag
+// a view that shared memory the growth writes.
+func TestVocabViewWhileGrowing(t *testing.T) {
+	const n, every = 10000, 50
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("id-%d-%s", i, strings.Repeat("z", i%13))
+	}
+	views := make(chan VocabView, 4)
+	var v Vocab
+	var growErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(views)
+		for i, id := range ids {
+			if _, growErr = v.Intern([]byte(id)); growErr != nil {
+				return
+			}
+			if i%every == 0 {
+				views <- v.View()
+			}
+		}
+	})
+	seen := 0
+	for w := range views {
+		seen++
+		if w.Len()%every != 1 {
+			t.Errorf("view of %d ids, want one every %d interns", w.Len(), every)
+		}
+		for i := range w.Len() {
+			if string(w.ID(i)) != ids[i] {
+				t.Fatalf("view of %d ids: id %d is %q, want %q", w.Len(), i, w.ID(i), ids[i])
+			}
+		}
+	}
+	wg.Wait()
+	if growErr != nil {
+		t.Fatal(growErr)
+	}
+	if seen != n/every {
+		t.Fatalf("%d views, want %d", seen, n/every)
 	}
 }
