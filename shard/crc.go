@@ -163,10 +163,6 @@ func rowCount(counts []float64, k int) float64 {
 	return counts[k]
 }
 
-// AddBytes hashes b after what was hashed so far: what is not rows of
-// transitions but names them (the ids of a vocabulary, cmd/emsf).
-func (f *FingerprintHash) AddBytes(b []byte) { f.update(b) }
-
 // update hashes b after what was hashed so far.
 func (f *FingerprintHash) update(b []byte) {
 	f.crc.C = crc32.Update(f.crc.C, castagnoli, b)
