@@ -259,10 +259,7 @@ func TestFingerprintIDs(t *testing.T) {
 				args = append(args, "--init", initModel)
 			}
 			mustEmsf(t, args...)
-			mf, err := arrowio.ReadModel(out)
-			if err != nil {
-				t.Fatal(err)
-			}
+			mf := mustReadModel(t, out)
 			if mf.Fingerprint != want {
 				t.Errorf("%v, --init %v: fingerprint %q, want %q", extra, warm, mf.Fingerprint, want)
 			}
@@ -293,11 +290,7 @@ func TestFingerprintIDs(t *testing.T) {
 	out := filepath.Join(dir, "mixed.arrow")
 	mustEmsf(t, "fit", "--input", writeFile(t, dir, "mixed.csv", "state,action,next_state\nbob,1,alice\nalice,0,carol\n"),
 		"--order", "1", "--iters", "2", "--out", out, "--quiet")
-	mf, err := arrowio.ReadModel(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mf.States == nil || mf.Actions != nil || mf.Fingerprint != fingerprintOf(raw) {
+	if mf := mustReadModel(t, out); mf.States == nil || mf.Actions != nil || mf.Fingerprint != fingerprintOf(raw) {
 		t.Errorf("states by ids, actions by integers: vocabularies %v %v, fingerprint %q, want %q", mf.States != nil, mf.Actions != nil, mf.Fingerprint, fingerprintOf(raw))
 	}
 }
