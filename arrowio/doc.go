@@ -31,6 +31,15 @@
 // > 0, no data rows, a ragged CSV row, a truncated or corrupt Arrow or
 // Parquet file.
 //
+// The index columns may hold user ids instead of integers
+// (ReadOptions.StateIDs, ActionIDs; ids.go): CSV text, Arrow string,
+// binary or dictionary columns, Parquet byte arrays. The scan's goroutine
+// checks each id and interns it into the vocabulary, in row order, and
+// every batch carries views of the vocabularies (TransitionBatch.StateIDs,
+// ActionIDs: snapshots that hold the ids of its rows, stamped in flush,
+// where every reader hands its batches over), so that a consumer on
+// another goroutine reads a row's ids while the scan goes on.
+//
 // Each format has one reader; all of them fill the same TransitionBatch,
 // whole columns at a time, and share the checks of indices and counts.
 // CSV is cut into chunks of whole lines that are parsed on every core

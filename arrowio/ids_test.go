@@ -1,6 +1,7 @@
 package arrowio
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -347,5 +349,202 @@ func TestScanAutoIDs(t *testing.T) {
 	var se *StringIDsError
 	if err == nil || errors.As(err, &se) || calls != 1 {
 		t.Errorf("a number that is not an index: %v after %d scans, want a plain error after 1", err, calls)
+	}
+}
+
+// viewRows keeps every batch a scan hands over (by Swap, as a pipelined
+// consumer does) so that its rows are read through the batch's views of
+// the ids after the scan has grown the vocabularies further.
+type viewRows struct{ batches []TransitionBatch }
+
+func (v *viewRows) add(b *TransitionBatch) error {
+	var kept TransitionBatch
+	b.Swap(&kept)
+	v.batches = append(v.batches, kept)
+	return nil
+}
+
+// text returns the rows read: each group's id through the batch's view,
+// or its index where the view is zero. It fails unless every batch has
+// valid views for exactly the groups named (states, actions).
+func (v *viewRows) text(t *testing.T, what string, states, actions bool) [][3]string {
+	t.Helper()
+	name := func(w shard.VocabView, i int32) string {
+		if !w.Valid() {
+			return strconv.Itoa(int(i))
+		}
+		return string(w.ID(int(i)))
+	}
+	var out [][3]string
+	for _, b := range v.batches {
+		if b.StateIDs.Valid() != states || b.ActionIDs.Valid() != actions {
+			t.Fatalf("%s: batch at row %d: views valid %v %v, want %v %v", what, b.FirstRow, b.StateIDs.Valid(), b.ActionIDs.Valid(), states, actions)
+		}
+		for k := range b.State {
+			out = append(out, [3]string{name(b.StateIDs, b.State[k]), name(b.ActionIDs, b.Action[k]), name(b.StateIDs, b.Next[k])})
+		}
+	}
+	return out
+}
+
+// checkViews fails unless a scan's batches, read through their views,
+// are rows.
+func checkViews(t *testing.T, what string, got *viewRows, rows [][3]string, states, actions bool) {
+	t.Helper()
+	if g := got.text(t, what, states, actions); !slices.Equal(g, rows) {
+		t.Fatalf("%s: rows through the views\n%q\nwant\n%q", what, g, rows)
+	}
+}
+
+// idCSV is rows as CSV; an id with a comma is quoted (and from there on
+// the reader is encoding/csv).
+func idCSV(rows [][3]string) []byte {
+	var b strings.Builder
+	b.WriteString("state,action,next_state\n")
+	for _, r := range rows {
+		f := r
+		for k := range f {
+			if strings.Contains(f[k], ",") {
+				f[k] = `"` + f[k] + `"`
+			}
+		}
+		fmt.Fprintf(&b, "%s,%s,%s\n", f[0], f[1], f[2])
+	}
+	return []byte(b.String())
+}
+
+// TestScanIDViews: every batch of every reader (CSV through the fast
+// reader and encoding/csv, Arrow IPC file and stream and Parquet with
+// string, large string, binary and dictionary columns; ScanTransitions,
+// ScanTransitionsReader and ScanSplit) carries views of the vocabularies
+// whose ID(State[k]) is row k's id text, still so after the scan (batches
+// kept by Swap while the vocabularies grew); zero views for integers.
+func TestScanIDViews(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	pool := []string{"user42", "/cart", "é", "3", "a b", "日本", strings.Repeat("L", shard.MaxIDBytes)}
+	var rows [][3]string
+	for range 60 {
+		rows = append(rows, [3]string{pool[rng.IntN(len(pool))], []string{"go", "stop", "wait"}[rng.IntN(3)], pool[rng.IntN(len(pool))]})
+	}
+	ctx := context.Background()
+	quoted := slices.Clone(rows)
+	quoted[40][2] = "x,y" // rows 41 on are read by encoding/csv
+	csv := idCSV(quoted)
+	path := writeFile(t, "t.csv", csv)
+	opts := ReadOptions{BatchRows: 3}
+	scans := map[string]func(o ReadOptions, v *viewRows) error{
+		"csv file": func(o ReadOptions, v *viewRows) error { return ScanTransitions(ctx, path, o, v.add) },
+		"csv payload": func(o ReadOptions, v *viewRows) error {
+			o.chunkBytes = 64
+			return ScanTransitionsReader(ctx, bytes.NewReader(csv), "t.csv", "", o, v.add)
+		},
+		"csv encoding/csv": func(o ReadOptions, v *viewRows) error {
+			s, err := newScan("t.csv", o, v.add)
+			if err != nil {
+				return err
+			}
+			return s.csvSlow(ctx, bytes.NewReader(csv))
+		},
+	}
+	for what, scan := range scans {
+		var got viewRows
+		if err := scan(withIDs(opts, true, true), &got); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		checkViews(t, what, &got, quoted, true, true)
+	}
+	for _, kind := range []string{"string", "large", "binary", "dictionary"} {
+		for _, format := range []string{FormatArrowFile, FormatArrowStream, FormatParquet} {
+			if format == FormatParquet && kind == "large" {
+				continue // pqarrow stores it as a plain string
+			}
+			mem := checkedMem(t)
+			cut := 25 // two record batches or row groups
+			if kind == "dictionary" && format == FormatArrowFile {
+				cut = 0 // an IPC file holds one dictionary per field
+			}
+			var recs []arrow.Record
+			for _, part := range [][][3]string{rows[:cut], rows[cut:]} {
+				if len(part) > 0 {
+					recs = append(recs, idRecord(t, mem, kind, part))
+				}
+			}
+			data := encodeRecords(t, format, recs...)
+			for _, r := range recs {
+				r.Release()
+			}
+			what := kind + " " + format
+			var got viewRows
+			if err := ScanTransitions(ctx, writeFile(t, "t."+format, data), withIDs(ReadOptions{BatchRows: 4, Alloc: mem}, true, true), got.add); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			checkViews(t, what, &got, rows, true, true)
+			got = viewRows{}
+			if err := ScanTransitionsReader(ctx, bytes.NewReader(data), "t."+format, "", withIDs(ReadOptions{Alloc: mem}, true, true), got.add); err != nil {
+				t.Fatalf("%s payload: %v", what, err)
+			}
+			checkViews(t, what+" payload", &got, rows, true, true)
+			if format == FormatArrowStream || cut == 0 {
+				continue // a stream, or an IPC file of dictionaries, is read whole
+			}
+			// Splits, each read with vocabularies of its own (as cluster
+			// workers read them).
+			got = viewRows{}
+			f := DataFile{Name: "t." + format, Size: int64(len(data)), Format: format}
+			for _, sp := range []Split{{Offset: 0, Length: f.Size / 2}, {Ordinal: 1, Offset: f.Size / 2, Length: f.Size - f.Size/2}} {
+				if err := ScanSplit(ctx, bytes.NewReader(data), f, sp, withIDs(ReadOptions{BatchRows: 4, Alloc: mem}, true, true), got.add); err != nil {
+					t.Fatalf("%s split %d: %v", what, sp.Ordinal, err)
+				}
+			}
+			checkViews(t, what+" splits", &got, rows, true, true)
+		}
+	}
+	// CSV splits (the quoted id makes encoding/csv read a split whole:
+	// the plain rows here).
+	plain := idCSV(rows)
+	f := DataFile{Name: "t.csv", Size: int64(len(plain)), Format: FormatCSV}
+	var got viewRows
+	for k, cut := range []int64{0, f.Size / 3, 2 * f.Size / 3, f.Size} {
+		if k == 0 {
+			continue
+		}
+		prev := []int64{0, f.Size / 3, 2 * f.Size / 3}[k-1]
+		sp := Split{Ordinal: k - 1, Offset: prev, Length: cut - prev}
+		if err := ScanSplit(ctx, bytes.NewReader(plain), f, sp, withIDs(opts, true, true), got.add); err != nil {
+			t.Fatalf("csv split %d: %v", k-1, err)
+		}
+	}
+	checkViews(t, "csv splits", &got, rows, true, true)
+
+	// States named by ids, actions by integers: the action view is zero.
+	mixed := [][3]string{{"b", "1", "a"}, {"a", "0", "c"}, {"c", "1", "b"}, {"d", "2", "a"}}
+	got = viewRows{}
+	if err := ScanTransitionsReader(ctx, bytes.NewReader(idCSV(mixed)), "t.csv", "", withIDs(opts, true, false), got.add); err != nil {
+		t.Fatal(err)
+	}
+	checkViews(t, "csv, integer actions", &got, mixed, true, false)
+	// Integers: both views zero, in every format.
+	ints := [][3]string{{"0", "1", "2"}, {"2", "0", "1"}, {"1", "1", "0"}, {"0", "0", "0"}}
+	for _, format := range []string{FormatCSV, FormatArrowFile, FormatArrowStream, FormatParquet} {
+		mem := memory.NewGoAllocator()
+		col3 := func(k int) arrow.Array {
+			var v []int32
+			for _, r := range ints {
+				x, _ := strconv.Atoi(r[k])
+				v = append(v, int32(x))
+			}
+			return i32(mem, v...)
+		}
+		data := idCSV(ints)
+		if format != FormatCSV {
+			rec := record(col{"state", col3(0)}, col{"action", col3(1)}, col{"next_state", col3(2)})
+			data = encodeRecords(t, format, rec)
+			rec.Release()
+		}
+		got = viewRows{}
+		if err := ScanTransitionsReader(ctx, bytes.NewReader(data), "t."+format, "", opts, got.add); err != nil {
+			t.Fatalf("%s integers: %v", format, err)
+		}
+		checkViews(t, format+" integers", &got, ints, false, false)
 	}
 }

@@ -82,7 +82,9 @@ type ReadOptions struct {
 	// nil (the default) the columns hold integer indices, and a column of
 	// strings, or in CSV a value that is not a number, stops the scan
 	// with a *StringIDsError. A vocabulary is grown by the scan's
-	// goroutine only, in row order.
+	// goroutine only, in row order; each batch carries a snapshot of the
+	// vocabularies that holds its ids (TransitionBatch.StateIDs,
+	// ActionIDs).
 	StateIDs, ActionIDs *shard.Vocab
 
 	// chunkBytes is the size of the CSV chunks parsed in parallel
@@ -113,15 +115,23 @@ type TransitionBatch struct {
 	// FirstRow is the 1-based data row number of the batch's first row
 	// (the header of a CSV file is not a data row).
 	FirstRow int
+	// StateIDs and ActionIDs are the scan's vocabularies
+	// (ReadOptions.StateIDs, ActionIDs) as the batch is handed over: a
+	// snapshot holding every id of its rows (StateIDs.ID(int(State[k]))
+	// is row k's state id), which stays as it is while the scan grows the
+	// vocabulary, so that a consumer on another goroutine may read it
+	// (shard.VocabView). Zero views for columns of integers.
+	StateIDs, ActionIDs shard.VocabView
 }
 
 // Len returns the number of rows in the batch.
 func (b *TransitionBatch) Len() int { return len(b.State) }
 
-// Swap exchanges the contents of b and o. A scan's callback may swap the
-// batch it is handed with one of its own to keep the rows past the call
-// without copying them: the scan then fills o's former slices (growing
-// them as needed) and never touches the slices it handed over again.
+// Swap exchanges the contents of b and o, views of the ids included. A
+// scan's callback may swap the batch it is handed with one of its own to
+// keep the rows past the call without copying them: the scan then fills
+// o's former slices (growing them as needed) and never touches the slices
+// it handed over again.
 func (b *TransitionBatch) Swap(o *TransitionBatch) { *b, *o = *o, *b }
 
 // NormalizeFormat returns the canonical name of a format name or alias, ""
@@ -480,6 +490,9 @@ func (s *scan) flush(ctx context.Context) error {
 		return fmt.Errorf("arrowio: %s: %w", s.file, err)
 	}
 	s.rows += s.b.Len()
+	// Every batch goes out here: the views are taken on the goroutine
+	// that grows the vocabularies, after the batch's last id.
+	s.b.StateIDs, s.b.ActionIDs = s.ids[colState].View(), s.ids[colAction].View()
 	if s.noCount {
 		counts := s.b.Count
 		s.b.Count = nil

@@ -8,10 +8,13 @@
 #
 #   scripts/bench_ingest_ab.sh                  # 2M transitions, base main
 #   BASE=e06be13 TRANSITIONS=10000000 RUNS=5 scripts/bench_ingest_ab.sh
+#   IDS=1 scripts/bench_ingest_ab.sh            # states and actions named by ids
 #
 # Environment: BASE (a git revision, default main), TRANSITIONS (default
-# 2000000), STATES (10000), ACTIONS (4), RUNS (3). Exits 0 whatever the
-# figures; on a shared machine read the ratios, not the rates.
+# 2000000), STATES (10000), ACTIONS (4), RUNS (3), IDS (default empty:
+# integer indices; 1: emsf gen --string-ids, ids such as s00042 and a1).
+# Exits 0 whatever the figures; on a shared machine read the ratios, not
+# the rates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +23,7 @@ TRANSITIONS=${TRANSITIONS:-2000000}
 STATES=${STATES:-10000}
 ACTIONS=${ACTIONS:-4}
 RUNS=${RUNS:-3}
+IDS=${IDS:-}
 
 tmp=$(mktemp -d)
 trap 'git worktree remove --force "$tmp/base" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
@@ -29,7 +33,7 @@ git worktree add --detach -q "$tmp/base" "$BASE"
 (cd "$tmp/base" && go build -o "$tmp/old" ./cmd/emsf)
 echo "base: $BASE ($(git rev-parse --short "$BASE")); new: this checkout ($(git rev-parse --short HEAD)$(git diff --quiet || echo ', modified'))"
 for ext in csv arrow parquet; do
-	"$tmp/new" gen --states "$STATES" --actions "$ACTIONS" --transitions "$TRANSITIONS" --seed 1 --out "$tmp/t.$ext" --truth "" >/dev/null
+	"$tmp/new" gen --states "$STATES" --actions "$ACTIONS" --transitions "$TRANSITIONS" --seed 1 ${IDS:+--string-ids} --out "$tmp/t.$ext" --truth "" >/dev/null
 done
 gzip -k "$tmp/t.csv"
 

@@ -113,7 +113,7 @@ func (f *FingerprintHash) Add(state, action, next []int32, counts []float64) {
 	f.rows = buf
 }
 
-// idRowsChunk is how many bytes of rows AddIDRows gathers before it
+// idRowsChunk is the most bytes of rows AddIDRows gathers before it
 // hashes them (its buffer stays about this size, whatever the ids' length).
 const idRowsChunk = 1 << 20
 
@@ -130,30 +130,46 @@ func (f *FingerprintHash) AddIDRows(state, action, next []int32, counts []float6
 		f.Add(state, action, next, counts)
 		return
 	}
-	buf := f.rows[:0]
-	for k := range state {
-		buf = appendIndex(buf, states, state[k])
-		buf = appendIndex(buf, actions, action[k])
-		buf = appendIndex(buf, states, next[k])
-		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(rowCount(counts, k)))
-		if len(buf) >= idRowsChunk {
-			f.update(buf)
-			buf = buf[:0]
+	// Rows go into a buffer with room for one more row past limit (up to
+	// idRowsChunk, or 64 bytes a row of the batch if less), hashed
+	// whenever they reach limit.
+	if size := maxIDRowBytes + min(idRowsChunk, 64*len(state)); cap(f.rows) < size {
+		f.rows = make([]byte, size)
+	}
+	buf := f.rows[:cap(f.rows)]
+	limit := len(buf) - maxIDRowBytes
+	p := 0
+	sv, av := states.Valid(), actions.Valid()
+	sa, so, aa, ao := states.arena, states.off, actions.arena, actions.off
+	// put writes index i of a group at p: its id and a 0x00 when the
+	// group has a view (a, o), else its uint32.
+	put := func(valid bool, a []byte, o []uint32, i int32) {
+		if valid {
+			p += copy(buf[p:], a[o[i]:o[i+1]])
+			buf[p] = 0
+			p++
+		} else {
+			binary.LittleEndian.PutUint32(buf[p:], uint32(i))
+			p += 4
 		}
 	}
-	f.update(buf)
-	f.rows = buf
+	for k := range state {
+		put(sv, sa, so, state[k])
+		put(av, aa, ao, action[k])
+		put(sv, sa, so, next[k])
+		binary.LittleEndian.PutUint64(buf[p:], math.Float64bits(rowCount(counts, k)))
+		p += 8
+		if p >= limit {
+			f.update(buf[:p])
+			p = 0
+		}
+	}
+	f.update(buf[:p])
 }
 
-// appendIndex appends index i of a group to a row of the fingerprint:
-// its id and a 0x00 byte when the group has a vocabulary (ids valid), else
-// its uint32, little-endian.
-func appendIndex(buf []byte, ids VocabView, i int32) []byte {
-	if !ids.Valid() {
-		return binary.LittleEndian.AppendUint32(buf, uint32(i))
-	}
-	return append(append(buf, ids.ID(int(i))...), 0)
-}
+// maxIDRowBytes is the most bytes of a row of AddIDRows: three ids of
+// MaxIDBytes and their 0x00, and the count.
+const maxIDRowBytes = 3*(MaxIDBytes+1) + 8
 
 // rowCount is row k's count: counts[k], or 1 when counts is nil.
 func rowCount(counts []float64, k int) float64 {
@@ -162,10 +178,6 @@ func rowCount(counts []float64, k int) float64 {
 	}
 	return counts[k]
 }
-
-// AddBytes hashes b after what was hashed so far: what is not rows of
-// transitions but names them (the ids of a vocabulary, cmd/emsf).
-func (f *FingerprintHash) AddBytes(b []byte) { f.update(b) }
 
 // update hashes b after what was hashed so far.
 func (f *FingerprintHash) update(b []byte) {

@@ -239,3 +239,53 @@ func TestAddIDRowsSplits(t *testing.T) {
 		t.Fatalf("one batch %+v, many %+v, want Len %d", one.Sum(), many.Sum(), n*rowBytes)
 	}
 }
+
+// BenchmarkFingerprintHash: a batch of 65536 rows (DefaultBatchRows)
+// hashed as integers (Add, 20 bytes a row) and named by ids on states and
+// actions (AddIDRows): ids of 6 and 25 bytes among 10^4 states, and of 8
+// bytes among 2^20 states (the vocabulary's offsets and bytes no longer
+// in cache). b.SetBytes counts rows × 20, so MB/s compare per row.
+func BenchmarkFingerprintHash(b *testing.B) {
+	const rows = 1 << 16
+	rng := rand.New(rand.NewPCG(1, 2))
+	batch := func(n int32) (st, ac, nx []int32) {
+		st, ac, nx = make([]int32, rows), make([]int32, rows), make([]int32, rows)
+		for k := range rows {
+			st[k], ac[k], nx[k] = rng.Int32N(n), rng.Int32N(4), rng.Int32N(n)
+		}
+		return st, ac, nx
+	}
+	vocab := func(n int, format string) VocabView {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf(format, i)
+		}
+		v, err := NewVocab(ids)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v.View()
+	}
+	b.Run("integers", func(b *testing.B) {
+		st, ac, nx := batch(10000)
+		b.SetBytes(rows * FingerprintRowBytes)
+		var h FingerprintHash
+		for b.Loop() {
+			h.Add(st, ac, nx, nil)
+		}
+	})
+	for _, c := range []struct {
+		format string
+		n      int
+	}{{"s%05d", 10000}, {"https://example.com/%05d", 10000}, {"s%07d", 1 << 20}} {
+		b.Run(fmt.Sprintf("ids of %d bytes, %d states", len(fmt.Sprintf(c.format, 0)), c.n), func(b *testing.B) {
+			st, ac, nx := batch(int32(c.n))
+			states, actions := vocab(c.n, c.format), vocab(4, "a%d")
+			b.SetBytes(rows * FingerprintRowBytes)
+			var h FingerprintHash
+			for b.Loop() {
+				h.AddIDRows(st, ac, nx, nil, states, actions)
+			}
+		})
+	}
+}

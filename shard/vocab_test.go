@@ -292,6 +292,10 @@ func TestVocabView(t *testing.T) {
 	if got, want := viewIDs(v.View()), v.Strings(); !slices.Equal(got, want) || len(got) != 104 {
 		t.Fatalf("a view taken now reads %q, the vocabulary %q", got, want)
 	}
+	// A scan takes one per batch: it must cost no allocation.
+	if a := testing.AllocsPerRun(100, func() { w = v.View() }); a != 0 {
+		t.Fatalf("View allocates %v times", a)
+	}
 }
 
 // TestVocabViewWhileGrowing: views read on one goroutine while the

@@ -23,7 +23,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	var seed uint64
 	var cluster clusterFlags
 	var clusterBench bool
-	var ingest inputFlags
+	ingest := inputFlags{ids: idsAuto} // as emsf fit reads (standard input of ids is replayed)
 	var ingestProfile string
 	fs := newFlagSet(e, "bench", "bench [flags]")
 	fs.IntVar(&n, "states", 20000, "number of states n")

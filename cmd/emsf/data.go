@@ -354,9 +354,8 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 		return nil, err
 	}
 	if ids.any() {
-		// The fingerprint is of the rows with each id numbered as first
-		// seen, then of the ids in that order: the sequence of ids.
-		h.addIDs(ids)
+		// (The fingerprint hashed the ids' bytes, through the batches'
+		// views: the renumbering does not touch it.)
 		if policy != idsKnown {
 			var sp, ap []int32
 			if ids.states != nil {
@@ -468,7 +467,7 @@ func (k *knownRows) filter(b *arrowio.TransitionBatch) *arrowio.TransitionBatch 
 	}
 	o := &k.kept
 	o.State, o.Action, o.Next, o.Count = o.State[:0], o.Action[:0], o.Next[:0], o.Count[:0]
-	o.FirstRow = b.FirstRow
+	o.FirstRow, o.StateIDs, o.ActionIDs = b.FirstRow, b.StateIDs, b.ActionIDs
 	for r := range b.State {
 		if b.State[r] >= n || b.Next[r] >= n || b.Action[r] >= u {
 			k.unseen++

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/emsf/emsf/arrowio"
@@ -186,7 +188,12 @@ func TestFingerprintDefinition(t *testing.T) {
 		raw = binary.LittleEndian.AppendUint32(raw, uint32(r[2]))
 		raw = binary.LittleEndian.AppendUint64(raw, math.Float64bits(r[3]))
 	}
-	want := fmt.Sprintf("crc32c-ieee:%08x%08x", crc32.Checksum(raw, crc32.MakeTable(crc32.Castagnoli)), crc32.ChecksumIEEE(raw))
+	want := fingerprintOf(raw)
+	// What emsf recorded for these rows before ids were hashed by their
+	// bytes (main a74bf6b): integer data keeps it.
+	if pinned := "crc32c-ieee:fba79529c2fb9564"; want != pinned {
+		t.Fatalf("the rows hash to %s, pinned %s", want, pinned)
+	}
 	dir := t.TempDir()
 	for _, format := range []string{arrowio.FormatCSV, arrowio.FormatArrowFile, arrowio.FormatParquet} {
 		in := filepath.Join(dir, "t."+format)
@@ -203,6 +210,88 @@ func TestFingerprintDefinition(t *testing.T) {
 				t.Errorf("%s %v: fingerprint %q, want %q", format, extra, mf.Fingerprint, want)
 			}
 		}
+	}
+}
+
+// fingerprintOf is the fingerprint of raw, the bytes of the rows
+// (docs/formats.md, emsf.fingerprint), from the CRCs of the standard
+// library.
+func fingerprintOf(raw []byte) string {
+	return fmt.Sprintf("crc32c-ieee:%08x%08x", crc32.Checksum(raw, crc32.MakeTable(crc32.Castagnoli)), crc32.ChecksumIEEE(raw))
+}
+
+// TestFingerprintIDs pins the fingerprint of data named by user ids
+// (docs/formats.md, emsf.fingerprint): per row, each id as its bytes and
+// a 0x00 in place of its index (a group of integers keeps its uint32),
+// then the count's float64 bits, hashed here by hand. It is the same for
+// a fresh fit and for one with --init from a model whose vocabulary
+// numbers the ids otherwise (so the indices of every id differ), batch
+// and incremental, and emsf inspect shows it.
+func TestFingerprintIDs(t *testing.T) {
+	dir := t.TempDir()
+	rows := [][4]string{{"bob", "go", "alice", "1"}, {"alice", "stop", "carol", "2.5"}, {"carol", "go", "bob", "1"}, {"bob", "stop", "bob", "0.5"}}
+	text := "state,action,next_state,count\n"
+	var raw []byte
+	for _, r := range rows {
+		text += strings.Join(r[:], ",") + "\n"
+		for _, id := range r[:3] {
+			raw = append(append(raw, id...), 0)
+		}
+		c, err := strconv.ParseFloat(r[3], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = binary.LittleEndian.AppendUint64(raw, math.Float64bits(c))
+	}
+	want := fingerprintOf(raw)
+	in := writeFile(t, dir, "ids.csv", text)
+	// The --init model names carol and zed (not in the data) first, and
+	// stop before go: the data's ids get other indices than a fresh fit's.
+	initModel := filepath.Join(dir, "init.arrow")
+	mustEmsf(t, "fit", "--input", writeFile(t, dir, "init.csv", "state,action,next_state\ncarol,stop,zed\nzed,stop,carol\n"),
+		"--order", "1", "--iters", "2", "--out", initModel, "--quiet")
+	for _, extra := range [][]string{nil, {"--incremental", "--passes", "1"}} {
+		var fresh *arrowio.ModelFile
+		for _, warm := range []bool{false, true} {
+			out := filepath.Join(dir, "m.arrow")
+			args := append([]string{"fit", "--input", in, "--order", "1", "--iters", "2", "--out", out, "--quiet"}, extra...)
+			if warm {
+				args = append(args, "--init", initModel)
+			}
+			mustEmsf(t, args...)
+			mf := mustReadModel(t, out)
+			if mf.Fingerprint != want {
+				t.Errorf("%v, --init %v: fingerprint %q, want %q", extra, warm, mf.Fingerprint, want)
+			}
+			if !warm {
+				fresh = mf
+				if got := mustEmsf(t, "inspect", "--model", out); !strings.Contains(got, "data         "+want+"\n") {
+					t.Errorf("%v: emsf inspect shows no line \"data %s\":\n%s", extra, want, got)
+				}
+				continue
+			}
+			// The indices differ, so a fingerprint of indices would.
+			if i, _ := mf.States.IndexString("alice"); i == 0 || mf.States.Equal(fresh.States) || mf.Actions.Equal(fresh.Actions) {
+				t.Fatalf("%v: the --init vocabularies %q %q number the ids as the fresh fit's %q %q", extra,
+					mf.States.Strings(), mf.Actions.Strings(), fresh.States.Strings(), fresh.Actions.Strings())
+			}
+		}
+	}
+	// States named by ids, actions by integers (--ids auto reads the
+	// action column as integers): the action's uint32 stays.
+	raw = nil
+	for _, r := range [][3]string{{"bob", "1", "alice"}, {"alice", "0", "carol"}} {
+		a, _ := strconv.Atoi(r[1])
+		raw = append(append(raw, r[0]...), 0)
+		raw = binary.LittleEndian.AppendUint32(raw, uint32(a))
+		raw = append(append(raw, r[2]...), 0)
+		raw = binary.LittleEndian.AppendUint64(raw, math.Float64bits(1))
+	}
+	out := filepath.Join(dir, "mixed.arrow")
+	mustEmsf(t, "fit", "--input", writeFile(t, dir, "mixed.csv", "state,action,next_state\nbob,1,alice\nalice,0,carol\n"),
+		"--order", "1", "--iters", "2", "--out", out, "--quiet")
+	if mf := mustReadModel(t, out); mf.States == nil || mf.Actions != nil || mf.Fingerprint != fingerprintOf(raw) {
+		t.Errorf("states by ids, actions by integers: vocabularies %v %v, fingerprint %q, want %q", mf.States != nil, mf.Actions != nil, mf.Fingerprint, fingerprintOf(raw))
 	}
 }
 

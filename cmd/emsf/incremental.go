@@ -128,7 +128,6 @@ func fitIncremental(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) 
 			})
 		})
 		if err == nil && ids.any() {
-			h.addIDs(ids)
 			if ids.states != nil {
 				ids.states.SortFrom(base.states.Len())
 				maxS = ids.states.Len()
@@ -349,8 +348,11 @@ func (f *fitFlags) writeInterrupted(e *env, inc streamFit, ids vocabs, fingerpri
 // PCLMULQDQ), about 15× the speed of the SHA-256 that models written
 // before 2026-11-23 record (16 hex digits, no prefix), which was the
 // slowest stage of a first read: Arrow ingest of 10M transitions 0.46 →
-// 0.30 s. The fingerprint tells data sets apart; nothing compares it to
-// decide anything.
+// 0.30 s. Rows named by ids are hashed by the ids' bytes (the batch's
+// views of the vocabularies, snapshots a consumer on another goroutine
+// may read), never by their indices: the fingerprint does not depend on
+// how a read numbered them. The fingerprint tells data sets apart;
+// nothing compares it to decide anything.
 type fingerprintHash struct{ h shard.FingerprintHash }
 
 func newFingerprint() *fingerprintHash { return &fingerprintHash{} }
@@ -365,7 +367,7 @@ func (f *fingerprintHash) addRows(b *arrowio.TransitionBatch, from int) {
 	if b.Count != nil {
 		counts = b.Count[from:]
 	}
-	f.h.Add(b.State[from:], b.Action[from:], b.Next[from:], counts)
+	f.h.AddIDRows(b.State[from:], b.Action[from:], b.Next[from:], counts, b.StateIDs, b.ActionIDs)
 }
 
 // add is addBatch as a consumer of scanPipelined (on a goroutine of its
@@ -376,16 +378,3 @@ func (f *fingerprintHash) add(b *arrowio.TransitionBatch) error {
 }
 
 func (f *fingerprintHash) sum() string { return f.h.Sum().Fingerprint() }
-
-// addIDs adds the ids of the vocabularies in v (states, then actions),
-// in index order, each followed by a 0x00 byte, after a 0x00 0x00 that
-// the ids of a vocabulary never make.
-func (f *fingerprintHash) addIDs(v vocabs) {
-	for _, voc := range []*shard.Vocab{v.states, v.actions} {
-		buf := []byte{0, 0}
-		for i := range voc.Len() {
-			buf = append(append(buf, voc.ID(i)...), 0)
-		}
-		f.h.AddBytes(buf)
-	}
-}

@@ -123,7 +123,8 @@ func TestFitGzipAndStdin(t *testing.T) {
 // TestFitStdinLateIDs: with --ids auto, standard input whose state column
 // turns to ids after its first rows is read again from what the first read
 // kept (it cannot be reopened), plain and gzip-compressed: the model is
-// that of the same file given by path, vocabulary included.
+// that of the same file given by path, vocabulary included; emsf bench
+// --ingest reads it too.
 func TestFitStdinLateIDs(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -160,6 +161,11 @@ func TestFitStdinLateIDs(t *testing.T) {
 		if !got.Model.Equal(want.Model) || !got.States.Equal(want.States) || got.Fingerprint != want.Fingerprint {
 			t.Errorf("fit --input - < %s: the model, its ids or its fingerprint differ from the file's", p)
 		}
+	}
+	// emsf bench --ingest reads standard input as fit does.
+	stdout, stderr, err := runStdin(t, bin, in, "bench", "--ingest", "-")
+	if err != nil || !strings.Contains(stdout, "3000 transitions, n=10 u=2") {
+		t.Errorf("bench --ingest - < %s: %v\n%s%s", in, err, stdout, stderr)
 	}
 }
 
