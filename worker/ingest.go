@@ -121,32 +121,12 @@ func (w *Worker) serveIngest(m *nats.Msg) {
 	case ingestwire.OpEnd:
 		err = ingestDo(m, func(r *ingestwire.EndRequest) (any, error) { n.End(r.Job); return struct{}{}, nil }, &rep)
 	case ingestwire.OpPull:
-		var r ingestwire.PullRequest
-		if err = json.Unmarshal(m.Data, &r); err == nil {
-			var pr *ingestwire.PullReply
-			var data []byte
-			if pr, data, err = n.Pull(ctx, &r); err == nil {
-				out := nats.NewMsg("")
-				h, _ := json.Marshal(pr)
-				out.Header.Set(wire.HeaderPull, string(h))
-				out.Data = data
-				w.respondIngest(m, out)
-				return
-			}
+		if err = pullDo(m, func(r *ingestwire.PullRequest) (*ingestwire.PullReply, []byte, error) { return n.Pull(ctx, r) }, w.respondIngest); err == nil {
+			return
 		}
 	case ingestwire.OpIDPull:
-		var r ingestwire.IDPullRequest
-		if err = json.Unmarshal(m.Data, &r); err == nil {
-			var pr *ingestwire.PullReply
-			var data []byte
-			if pr, data, err = n.IDPull(ctx, &r); err == nil {
-				out := nats.NewMsg("")
-				h, _ := json.Marshal(pr)
-				out.Header.Set(wire.HeaderPull, string(h))
-				out.Data = data
-				w.respondIngest(m, out)
-				return
-			}
+		if err = pullDo(m, func(r *ingestwire.IDPullRequest) (*ingestwire.PullReply, []byte, error) { return n.IDPull(ctx, r) }, w.respondIngest); err == nil {
+			return
 		}
 	case ingestwire.OpTail:
 		var r ingestwire.TailRequest
@@ -195,6 +175,25 @@ func ingestDo[T any](m *nats.Msg, f func(*T) (any, error), rep *any) error {
 	v, err := f(&r)
 	*rep = v
 	return err
+}
+
+// pullDo decodes the pull request of m into a T, runs f and responds
+// with its reply: the header (wire.HeaderPull) and the binary data.
+func pullDo[T any](m *nats.Msg, f func(*T) (*ingestwire.PullReply, []byte, error), respond func(m, out *nats.Msg)) error {
+	var r T
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return fmt.Errorf("worker: ingest: bad request: %w", err)
+	}
+	pr, data, err := f(&r)
+	if err != nil {
+		return err
+	}
+	out := nats.NewMsg("")
+	h, _ := json.Marshal(pr)
+	out.Header.Set(wire.HeaderPull, string(h))
+	out.Data = data
+	respond(m, out)
+	return nil
 }
 
 func (w *Worker) respondIngest(m *nats.Msg, out *nats.Msg) {
@@ -257,13 +256,18 @@ func (p ingestPeers) call(ctx context.Context, worker, job, op string, req any, 
 }
 
 func (p ingestPeers) Pull(ctx context.Context, worker string, r *ingestwire.PullRequest) (*ingestwire.PullReply, []byte, error) {
-	rep, err := p.call(ctx, worker, r.Job, ingestwire.OpPull, r, r.WaitMillis)
+	return p.pull(ctx, worker, r.Job, ingestwire.OpPull, r, r.WaitMillis)
+}
+
+// pull sends a pull request of op and decodes its reply's header.
+func (p ingestPeers) pull(ctx context.Context, worker, job, op string, req any, wait int) (*ingestwire.PullReply, []byte, error) {
+	rep, err := p.call(ctx, worker, job, op, req, wait)
 	if err != nil {
 		return nil, nil, err
 	}
 	var pr ingestwire.PullReply
 	if err := json.Unmarshal([]byte(rep.Header.Get(wire.HeaderPull)), &pr); err != nil {
-		return nil, nil, fmt.Errorf("worker: ingest: pull from %s: bad reply: %w", worker, err)
+		return nil, nil, fmt.Errorf("worker: ingest: %s from %s: bad reply: %w", op, worker, err)
 	}
 	return &pr, rep.Data, nil
 }
@@ -277,13 +281,5 @@ func (p ingestPeers) Tail(ctx context.Context, worker string, r *ingestwire.Tail
 }
 
 func (p ingestPeers) IDPull(ctx context.Context, worker string, r *ingestwire.IDPullRequest) (*ingestwire.PullReply, []byte, error) {
-	rep, err := p.call(ctx, worker, r.Job, ingestwire.OpIDPull, r, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	var pr ingestwire.PullReply
-	if err := json.Unmarshal([]byte(rep.Header.Get(wire.HeaderPull)), &pr); err != nil {
-		return nil, nil, fmt.Errorf("worker: ingest: id pull from %s: bad reply: %w", worker, err)
-	}
-	return &pr, rep.Data, nil
+	return p.pull(ctx, worker, r.Job, ingestwire.OpIDPull, r, 0)
 }

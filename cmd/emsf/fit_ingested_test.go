@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/arrowio"
@@ -91,21 +92,9 @@ func TestFitIngestedBitwise(t *testing.T) {
 			}
 			sameFile(t, file, local)
 		}
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		obs, err := js.ObjectStore(context.Background(), "emsf-blobs")
-		if err != nil {
-			t.Fatal(err)
-		}
-		infos, err := obs.List(context.Background())
-		if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
-			t.Fatal(err)
-		}
-		for _, info := range infos {
-			if strings.Contains(info.Name, ".model/") {
-				t.Errorf("the fits left %s in the Object Store", info.Name)
+		for _, name := range blobNames(t, nc) {
+			if strings.Contains(name, ".model/") {
+				t.Errorf("the fits left %s in the Object Store", name)
 			}
 		}
 		// A dataset is never written over.
@@ -217,23 +206,33 @@ func TestFitIngestedIDs(t *testing.T) {
 				t.Fatalf("model assemble %s: %v\n%s", ds, err, msg)
 			}
 			sameFile(t, file, local)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			obs, err := js.ObjectStore(context.Background(), "emsf-blobs")
-			if err != nil {
-				t.Fatal(err)
-			}
-			infos, err := obs.List(context.Background())
-			if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
-				t.Fatal(err)
-			}
-			for _, info := range infos {
-				if strings.HasPrefix(info.Name, "ids/") {
-					t.Errorf("the fit left %s in the Object Store", info.Name)
+			for _, name := range blobNames(t, nc) {
+				if strings.HasPrefix(name, "ids/") {
+					t.Errorf("the fit left %s in the Object Store", name)
 				}
 			}
 		})
 	}
+}
+
+// blobNames lists the objects of the bucket emsf-blobs.
+func blobNames(t *testing.T, nc *nats.Conn) []string {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(context.Background(), "emsf-blobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := obs.List(context.Background())
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, info := range infos {
+		names = append(names, info.Name)
+	}
+	return names
 }
