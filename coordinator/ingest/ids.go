@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -92,6 +93,12 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 		return fmt.Errorf("%w: %s: %w", errVocabRetry, step, err)
 	}
 	// Step 0: splitters.
+	t0 := time.Now()
+	var took [4]time.Duration
+	lap := func(k int) {
+		took[k] = time.Since(t0)
+		t0 = time.Now()
+	}
 	samples, _, err := leaseSplits(ctx, c, splits, nil, func(ctx context.Context, w string, sp arrowio.Split) (*ingestwire.IDSampleReply, error) {
 		return c.IDSample(ctx, w, &ingestwire.IDSampleRequest{Job: o.Job, File: files[sp.File], Split: sp, Read: o.Read,
 			Groups: groups, Rows: sampleRows, Max: samplePerSplit})
@@ -116,6 +123,7 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 			splitters[g] = chooseSplitters(all, len(workers))
 		}
 	}
+	lap(0)
 	// Step 1: every split's ids, held where it was read.
 	scans, holders, err := leaseSplits(ctx, c, splits, nil, func(ctx context.Context, w string, sp arrowio.Split) (*ingestwire.IDScanReply, error) {
 		rep, err := c.IDScan(ctx, w, &ingestwire.IDScanRequest{Job: o.Job, Epoch: epoch, File: files[sp.File], Split: sp, Read: o.Read,
@@ -141,6 +149,7 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 			}
 		}
 	}
+	lap(1)
 	// Step 2: each range merged by its owner (range r of every group on
 	// worker r mod P).
 	v := &vocab{epoch: epoch, groups: groups, holders: holders}
@@ -191,6 +200,7 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 			return nil, nil, fmt.Errorf("ingest: %s: %d distinct ids of %s: at most %d", o.Input, off, ingestwire.GroupNames[g], maxIndex)
 		}
 	}
+	lap(2)
 	// Step 3: each holder numbers its splits' ids.
 	bySplit := map[string][]int{}
 	for _, sp := range splits {
@@ -217,7 +227,9 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 	if err != nil {
 		return nil, nil, retry("number", err)
 	}
-	log.Info("vocabulary", "epoch", epoch, "states", v.size(0), "actions", v.size(1), "state_ranges", len(v.owners[0]), "action_ranges", len(v.owners[1]))
+	lap(3)
+	log.Info("vocabulary", "epoch", epoch, "states", v.size(0), "actions", v.size(1), "state_ranges", len(v.owners[0]), "action_ranges", len(v.owners[1]),
+		"sample", took[0].Round(time.Millisecond), "scan", took[1].Round(time.Millisecond), "merge", took[2].Round(time.Millisecond), "number", took[3].Round(time.Millisecond))
 	return v, nil, nil
 }
 
