@@ -40,7 +40,7 @@ for side in int ids; do
 	if [ ! -s "$f" ]; then
 		flag=""
 		[ "$side" = ids ] && flag=--string-ids
-		"$bin/emsf" gen --states "$STATES" --actions 1 --transitions "$TRANSITIONS" --seed 7 $flag --out "$f" >/dev/null 2>&1
+		"$bin/emsf" gen --states "$STATES" --actions 1 --transitions "$TRANSITIONS" --seed 7 $flag --out "$f" --truth "$tmp/truth-$side.arrow" >/dev/null 2>&1
 	fi
 done
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); n=$STATES, $TRANSITIONS transitions, P=$P"
