@@ -47,6 +47,13 @@ func (s *Summary) AddIDs(state, action, next []int32, counts []float64, states, 
 	s.count(state, action, next, counts)
 }
 
+// AddRows is Add without the fingerprint: the caller sets CRC (rows
+// hashed where they were read: a split of ids read once, held, and
+// summarized from memory).
+func (s *Summary) AddRows(state, action, next []int32, counts []float64) {
+	s.count(state, action, next, counts)
+}
+
 // CheckIndexed returns an error unless every state and next state is
 // below len(index[0]) and every action below len(index[1]) (a nil index:
 // no bound).

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/emsf/emsf/arrowio"
@@ -28,14 +29,81 @@ type idJob struct {
 	ranges map[[2]int]*heldRange // by (group, range)
 }
 
-// heldSplit is the ids of a split this worker read in idscan: per group
-// (nil: a group of integers) its distinct ids, sorted; range r of the
-// group is ids [starts[r], starts[r+1]); index, once idtrans ran, is
-// each id's dataset index.
+// heldSplit is what this worker keeps of a split it read in idscan: per
+// group (nil: a group of integers) its distinct ids, sorted; range r of
+// the group is ids [starts[r], starts[r+1]); index, once idtrans ran, is
+// each id's dataset index. And the split's rows themselves, numbered by
+// the sorted ids, with the fingerprint of their ids: passes 1 and 2 take
+// them from here instead of reading (and parsing, and looking up every id
+// of) the split again, which cost 5 to 10 times a read of integers.
 type heldSplit struct {
 	ids    [2]*shard.Vocab
 	starts [2][]int
 	index  [2][]int32
+	rows   heldRows
+}
+
+// heldRows is a split's transitions in order: 12 bytes a row, 8 more for
+// its count once a count other than 1 was seen; crc is their fingerprint
+// (shard.FingerprintHash.AddIDRows: by the ids).
+type heldRows struct {
+	state, action, next []int32
+	count               []float64
+	crc                 shard.RowsCRC
+}
+
+// add appends b's rows.
+func (h *heldRows) add(b *arrowio.TransitionBatch) {
+	n0 := len(h.state)
+	h.state = append(h.state, b.State...)
+	h.action = append(h.action, b.Action...)
+	h.next = append(h.next, b.Next...)
+	if h.count == nil && slices.ContainsFunc(b.Count, func(c float64) bool { return c != 1 }) {
+		// The first count other than 1: the rows before count 1 each.
+		h.count = make([]float64, n0, cap(h.state))
+		for q := range h.count {
+			h.count[q] = 1
+		}
+	}
+	if h.count != nil {
+		if b.Count == nil {
+			for range b.Len() {
+				h.count = append(h.count, 1)
+			}
+		} else {
+			h.count = append(h.count, b.Count...)
+		}
+	}
+}
+
+// heldBatch is the number of rows a held split hands on at a time.
+const heldBatch = 1 << 14
+
+// each calls fn with the rows in order, heldBatch at a time, renumbered
+// by index into the dataset's indices (the held rows stay as they are);
+// b's slices are fn's only during the call.
+func (h *heldRows) each(index [2][]int32, fn func(b *arrowio.TransitionBatch) error) error {
+	var b arrowio.TransitionBatch
+	ones := make([]float64, 0, heldBatch)
+	for lo := 0; lo < len(h.state); lo += heldBatch {
+		hi := min(len(h.state), lo+heldBatch)
+		b.State = append(b.State[:0], h.state[lo:hi]...)
+		b.Action = append(b.Action[:0], h.action[lo:hi]...)
+		b.Next = append(b.Next[:0], h.next[lo:hi]...)
+		if h.count != nil {
+			b.Count = h.count[lo:hi]
+		} else {
+			for len(ones) < hi-lo {
+				ones = append(ones, 1)
+			}
+			b.Count = ones[:hi-lo]
+		}
+		shard.Renumber(b.State, b.Action, b.Next, index)
+		if err := fn(&b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // heldRange is a range of a group's vocabulary this worker owns: its ids,
@@ -136,24 +204,31 @@ func (n *IngestNode) IDScan(ctx context.Context, r *ingestwire.IDScanRequest) (*
 	}
 	opts := r.Groups.ReadOptions(r.Read)
 	rep := &ingestwire.IDScanReply{}
+	h := &heldSplit{}
+	var fp shard.FingerprintHash
 	err = n.scanSplit(ctx, r.File, r.Split, opts, func(b *arrowio.TransitionBatch) error {
 		rep.Rows += int64(b.Len())
+		fp.AddIDRows(b.State, b.Action, b.Next, b.Count, b.StateIDs, b.ActionIDs)
+		h.rows.add(b)
 		return nil
 	})
 	if rep.ScanIssue, err = scanIssue(ctx, err); err != nil || rep.Any() {
 		return rep, err
 	}
-	h := &heldSplit{}
+	h.rows.crc = fp.Sum()
+	var perm [2][]int32
 	for g, v := range [2]*shard.Vocab{opts.StateIDs, opts.ActionIDs} {
 		if v == nil {
 			continue
 		}
-		v.SortFrom(0)
+		perm[g] = v.SortFrom(0)
 		h.ids[g], h.starts[g] = v, cutIDs(v, r.Splitters[g])
 		for k := range len(h.starts[g]) - 1 {
 			rep.Counts[g] = append(rep.Counts[g], int64(h.starts[g][k+1]-h.starts[g][k]))
 		}
 	}
+	// The rows, numbered as first seen, renumbered by the sorted ids.
+	shard.Renumber(h.rows.state, h.rows.action, h.rows.next, perm)
 	n.mu.Lock()
 	j.held[r.Split.Ordinal] = h
 	n.mu.Unlock()
@@ -411,6 +486,8 @@ func (n *IngestNode) IDTrans(ctx context.Context, r *ingestwire.IDTransRequest) 
 type numbering struct {
 	vocab [2]*shard.Vocab
 	index [2][]int32
+	// rows are the split's rows held since idscan.
+	rows *heldRows
 }
 
 // numbering returns the numbering of split for a read with ids (nil
@@ -429,7 +506,7 @@ func (n *IngestNode) numbering(job string, ids *ingestwire.SplitIDs, split int) 
 	if h == nil {
 		return nil, fmt.Errorf("worker: ingest %s: the ids of split %d are not held here", job, split)
 	}
-	nb := &numbering{}
+	nb := &numbering{rows: &h.rows}
 	for g, want := range ids.Groups {
 		if !want {
 			continue

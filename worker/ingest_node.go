@@ -172,10 +172,16 @@ func (n *IngestNode) Scan(ctx context.Context, r *ingestwire.ScanRequest) (*inge
 		return nil, err
 	}
 	rep := &ingestwire.ScanReply{}
-	read := r.Read
 	if nb != nil {
-		read = nb.read(read)
+		// Read once, in idscan: summarized from memory.
+		err := nb.rows.each(nb.index, func(b *arrowio.TransitionBatch) error {
+			rep.Summary.AddRows(b.State, b.Action, b.Next, b.Count)
+			return nil
+		})
+		rep.Summary.CRC = nb.rows.crc
+		return rep, err
 	}
+	read := r.Read
 	err = n.scanSplit(ctx, r.File, r.Split, read, func(b *arrowio.TransitionBatch) error {
 		if nb == nil {
 			rep.Summary.Add(b.State, b.Action, b.Next, b.Count)
@@ -474,15 +480,7 @@ func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 	if err != nil {
 		return err
 	}
-	if nb != nil {
-		read = nb.read(read)
-	}
-	err = n.scanSplit(j.ctx, f, sp.Split, read, func(b *arrowio.TransitionBatch) error {
-		if nb == nil {
-			fp.Add(b.State, b.Action, b.Next, b.Count)
-		} else if err := nb.add(&fp, b); err != nil {
-			return err
-		}
+	route := func(b *arrowio.TransitionBatch) error {
 		rows += int64(b.Len())
 		for k, i := range b.State {
 			a := b.Action[k]
@@ -508,7 +506,16 @@ func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 			}
 		}
 		return nil
-	})
+	}
+	if nb != nil {
+		// The split's rows, held since idscan (read once).
+		err = nb.rows.each(nb.index, route)
+	} else {
+		err = n.scanSplit(j.ctx, f, sp.Split, read, func(b *arrowio.TransitionBatch) error {
+			fp.Add(b.State, b.Action, b.Next, b.Count)
+			return route(b)
+		})
+	}
 	if err != nil {
 		if j.ctx.Err() != nil {
 			return j.ctx.Err()
@@ -522,7 +529,7 @@ func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 		}
 		return err
 	}
-	if rows != sp.Rows || fp.Sum() != sp.CRC {
+	if nb == nil && (rows != sp.Rows || fp.Sum() != sp.CRC) {
 		return &arrowio.InputError{File: f.Name, Reason: fmt.Sprintf(
 			"changed while the dataset was read: bytes [%d, %d) held %d transitions (fingerprint %s) in the first read, %d (%s) in the second",
 			sp.Offset, sp.Offset+sp.Length, sp.Rows, sp.CRC.Fingerprint(), rows, fp.Sum().Fingerprint()), Err: shard.ErrInputChanged}
