@@ -70,6 +70,9 @@ type Index struct {
 	ids   []int32   // dims lists of depth ids: list l is ids[l*depth:(l+1)*depth]
 	vals  []float32 // their values, rounded up; vals of list l at depth is 0 when depth == n
 	tail  []float32 // tail[l]: an upper bound of list l's values past depth (0 when depth == n)
+
+	wantShadow bool    // Float32Shadow
+	shadow     *shadow // the float32 copy the fallback scans (nil: none)
 }
 
 // Hit is one answer: an item and its score.
@@ -87,10 +90,10 @@ func DefaultDepth(n int) int {
 
 // NewIndex builds the lists of items (n rows of m non-negative values,
 // row-major) and of extra (n values, or nil), each truncated to depth
-// entries (0: DefaultDepth(n)), on up to workers goroutines (0: one).
-// It panics on mismatched lengths and returns an error for a negative or
+// entries (0: DefaultDepth(n)), on up to workers goroutines (0: one),
+// with the options opts (Float32Shadow). It panics on mismatched lengths and returns an error for a negative or
 // non-finite value (items come from a model, which is validated).
-func NewIndex(items []float64, n, m int, extra []float64, depth, workers int) (*Index, error) {
+func NewIndex(items []float64, n, m int, extra []float64, depth, workers int, opts ...Option) (*Index, error) {
 	if len(items) != n*m || extra != nil && len(extra) != n || n < 1 || m < 1 {
 		panic(fmt.Sprintf("topk: NewIndex: %d items of %d×%d, %d extra", len(items), n, m, len(extra)))
 	}
@@ -104,6 +107,9 @@ func NewIndex(items []float64, n, m int, extra []float64, depth, workers int) (*
 	}
 	ix := &Index{n: n, m: m, dims: dims, items: items, extra: extra, depth: depth,
 		ids: make([]int32, dims*depth), vals: make([]float32, dims*depth), tail: make([]float32, dims)}
+	for _, o := range opts {
+		o(ix)
+	}
 	coord := func(l int) func(j int) float64 {
 		if l == m {
 			return func(j int) float64 { return extra[j] }
@@ -135,6 +141,9 @@ func NewIndex(items []float64, n, m int, extra []float64, depth, workers int) (*
 		})
 	}
 	wg.Wait()
+	if ix.wantShadow {
+		ix.shadow = newShadow(items, n, m, extra)
+	}
 	return ix, nil
 }
 
@@ -240,8 +249,18 @@ func (ix *Index) Depth() int { return ix.depth }
 // Extra reports whether the index has an extra coordinate.
 func (ix *Index) Extra() bool { return ix.extra != nil }
 
-// Bytes returns the memory of the lists.
-func (ix *Index) Bytes() int { return 8 * len(ix.ids) }
+// Bytes returns the memory of the lists and of the float32 shadow.
+func (ix *Index) Bytes() int {
+	b := 8 * len(ix.ids)
+	if ix.shadow != nil {
+		b += 4 * len(ix.shadow.rows)
+	}
+	return b
+}
+
+// Shadow reports whether the index keeps a float32 shadow of the items
+// (Float32Shadow, and no value above 2^50).
+func (ix *Index) Shadow() bool { return ix.shadow != nil }
 
 // Dot returns Σ_l w_l·k_l summed left to right without fused
 // multiply-add: factor.Model.Prob's arithmetic, bit for bit.
@@ -307,6 +326,9 @@ type Stats struct {
 	Sorted  int  // list entries read
 	Scored  int  // items scored exactly
 	Scanned bool // answered by the scan
+	// Rescored is how many items the float32 shadow scan could not
+	// exclude and scored exactly (0: the scan was the exact one).
+	Rescored int
 }
 
 // Searcher holds one goroutine's scratch space for queries. The zero
@@ -324,6 +346,13 @@ type Searcher struct {
 	act   []int
 	pos   []int
 	pend  []int32
+
+	// The shadow scan's: the float32 weights, a block's scores, the heap
+	// of the k best of them, the candidates.
+	w32  []float32
+	out  []float32
+	h32  []float32
+	cand []cand32
 }
 
 // minSeen is the initial size of the seen set.
@@ -513,10 +542,19 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 			}
 		}
 	}
-	s.pend = pend[:0]
 	// The budget is spent, or the lists end before they prove the
-	// answer: score everything.
+	// answer: score everything, with the float32 shadow when the index
+	// has one (the pending items are scored first: the shadow scan skips
+	// the items the lists gave).
 	st.Scanned = true
+	if ix.shadow != nil && q.Score == nil {
+		ix.scoreBatch(q, pend, k, s)
+		s.pend = pend[:0]
+		if hits, ok := ix.shadowScan(q.W, k, s, dst, &st); ok {
+			return hits, st
+		}
+	}
+	s.pend = pend[:0]
 	return ix.scan(q.W, q.Score, k, s, dst, &st), st
 }
 

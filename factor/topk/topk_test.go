@@ -73,8 +73,17 @@ func regime(rng *rand.Rand, kind string, n, m int) []float64 {
 			for j := range row {
 				row[j] = 1
 			}
+		case "tiny": // below float32's normal range after normalize's scale
+			for j := range row {
+				row[j] = rng.ExpFloat64()
+			}
 		}
 		normalize(row)
+		if kind == "tiny" {
+			for j := range row {
+				row[j] *= 1e-40
+			}
+		}
 		for j, v := range row {
 			kt[j*m+l] = v
 		}
@@ -105,15 +114,16 @@ func query(rng *rand.Rand, kind string, m int) []float64 {
 }
 
 // TestTopKMatchesOracle: on every kind of model and query, any k, list
-// depth and budget (so that the threshold algorithm, its early stop, the
-// depth bound and the scan all run), the answer is bitwise the oracle's.
+// depth and budget, with and without the float32 shadow (so that the
+// threshold algorithm, its early stop, the depth bound, the exact scan
+// and the shadow scan all run), the answer is bitwise the oracle's.
 func TestTopKMatchesOracle(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	var s Searcher
-	var counts [2]int // answered by the lists, by the scan
+	var counts [3]int // answered by the lists, by the exact scan, by the shadow scan
 	for trial := range 400 {
 		n, m := 1+rng.IntN(300), 1+rng.IntN(12)
-		kinds := []string{"local", "dense", "sparse", "ties", "uniform"}
+		kinds := []string{"local", "dense", "sparse", "ties", "uniform", "tiny"}
 		kind := kinds[rng.IntN(len(kinds))]
 		items := regime(rng, kind, n, m)
 		var extra []float64
@@ -124,7 +134,7 @@ func TestTopKMatchesOracle(t *testing.T) {
 			}
 		}
 		depth := []int{0, 1, 3, 1 + rng.IntN(n)}[rng.IntN(4)]
-		ix, err := NewIndex(items, n, m, extra, depth, 1+rng.IntN(3))
+		ix, err := NewIndex(items, n, m, extra, depth, 1+rng.IntN(3), Float32Shadow(rng.IntN(2) == 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,15 +154,18 @@ func TestTopKMatchesOracle(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Fatalf("trial %d (%s, n=%d m=%d depth=%d k=%d budget=%d, stats %+v):\ngot  %v\nwant %v", trial, kind, n, m, ix.Depth(), k, budget, st, got, want)
 			}
-			if st.Scanned {
+			switch {
+			case st.Rescored > 0:
+				counts[2]++
+			case st.Scanned:
 				counts[1]++
-			} else {
+			default:
 				counts[0]++
 			}
 		}
 	}
-	if counts[0] < 500 || counts[1] < 500 {
-		t.Errorf("answered %d queries by the lists and %d by the scan: the test must exercise both", counts[0], counts[1])
+	if counts[0] < 500 || counts[1] < 300 || counts[2] < 300 {
+		t.Errorf("answered %d queries by the lists, %d by the exact scan and %d by the shadow scan: the test must exercise all three", counts[0], counts[1], counts[2])
 	}
 }
 
