@@ -185,6 +185,7 @@ func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stat
 	}
 	cand = keepAbove(cand, thr)
 	st.Scored += n
+	st.Shadow = true
 	score := ix.dotScore(w)
 	for _, c := range cand {
 		if s.see(c.j) {

@@ -90,7 +90,7 @@ func TestShadowNearTies(t *testing.T) {
 			if want := oracle(items, nil, n, m, w, k); !slices.Equal(got, want) {
 				t.Fatalf("trial %d k=%d (stats %+v):\ngot  %v\nwant %v", trial, k, st, got, want)
 			}
-			if st.Rescored > 0 {
+			if st.Shadow {
 				shadowed++
 			}
 		}
@@ -112,7 +112,7 @@ func TestShadowGivesUpOnTies(t *testing.T) {
 	}
 	w := query(rng, "spread", m)
 	got, st := ix.TopK(Query{W: w, K: 10, Budget: 1}, nil, nil)
-	if !st.Scanned || st.Rescored != 0 {
+	if !st.Scanned || st.Shadow {
 		t.Fatalf("stats %+v: want the exact scan", st)
 	}
 	if want := oracle(items, nil, n, m, w, 10); !slices.Equal(got, want) {
@@ -130,11 +130,44 @@ func TestShadowRefusesHugeValues(t *testing.T) {
 		t.Fatalf("no shadow (%v)", err)
 	}
 	got, st := ix.TopK(Query{W: []float64{0x1p60}, K: 1, Budget: 1}, nil, nil)
-	if st.Rescored != 0 || got[0].Item != 15 {
+	if st.Shadow || got[0].Item != 15 {
 		t.Fatalf("a weight of 2^60: %v %+v, want item 15 by the exact scan", got, st)
 	}
 	items[3] = 0x1p60
 	if ix, err = NewIndex(items, 16, 1, nil, 1, 1, Float32Shadow(true)); err != nil || ix.Shadow() {
 		t.Fatalf("an item of 2^60: shadow %v (%v), want none", ix.Shadow(), err)
+	}
+}
+
+// TestScanFloat32: the float32 scan's hits are the k best float32 scores,
+// each within bound32's error of its item's exact score, for any n (the
+// blocks and the rows past the last full eight) and m (the AVX2 kernel and
+// the Go one).
+func TestScanFloat32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 28))
+	for range 50 {
+		n, m := 1+rng.IntN(1500), []int{3, 8, 16, 32}[rng.IntN(4)]
+		items := regime(rng, "dense", n, m)
+		w := query(rng, "spread", m)
+		items32, w32 := make([]float32, len(items)), make([]float32, m)
+		for x, v := range items {
+			items32[x] = float32(v)
+		}
+		for l, v := range w {
+			w32[l] = float32(v)
+		}
+		k := 1 + rng.IntN(20)
+		got := ScanFloat32(items32, n, m, w32, k, nil)
+		want := oracle(items, nil, n, m, w, k)
+		if len(got) != len(want) {
+			t.Fatalf("n=%d k=%d: %d hits, want %d", n, k, len(got), len(want))
+		}
+		g := float64(m+12) * 0x1p-23
+		for x, h := range got {
+			exact := Dot(w, items[h.Item*m:(h.Item+1)*m])
+			if math.Abs(h.Score-exact) > g*exact || math.Abs(h.Score-want[x].Score) > 2*g*want[x].Score {
+				t.Fatalf("n=%d m=%d k=%d: hit %d is %v (exact %v), the oracle's %v", n, m, k, x, h, exact, want[x])
+			}
+		}
 	}
 }

@@ -303,7 +303,7 @@ type Query struct {
 // line, stop far below theirs (at most 898 items of 7812). Below 131 072
 // items the floor holds: K is then a few tens of MB, its random reads
 // mostly hit the caches, and a scan costs microseconds to a millisecond.
-func DefaultBudget(n, lines int) int { return max(1024, n/(128*max(1, lines))) }
+func DefaultBudget(n, lines int) int { return max(16, n/(128*max(1, lines))) }
 
 // lines returns how many cache lines (64 bytes, 8 float64) of a row the
 // coordinates act (ascending) touch, counting the extra coordinate, a
@@ -326,8 +326,9 @@ type Stats struct {
 	Sorted  int  // list entries read
 	Scored  int  // items scored exactly
 	Scanned bool // answered by the scan
-	// Rescored is how many items the float32 shadow scan could not
-	// exclude and scored exactly (0: the scan was the exact one).
+	Shadow  bool // the scan was the float32 shadow's (see shadowScan)
+	// Rescored is how many items the shadow scan could not exclude and
+	// scored exactly (the items the lists scored are not scored again).
 	Rescored int
 }
 
