@@ -26,11 +26,40 @@
 // with a margin for rounding: an unseen item that ties must still be
 // found, for the smaller-index rule). A query that has scored Budget
 // items without proving its answer, or that reaches the end of the
-// truncated lists, scans all n items instead (blocked, four rows at a
-// time, exact): its cost is bounded by the budget's gathers (DefaultBudget:
-// about a thirtieth of a scan) plus one scan of K, while queries whose D
-// row puts its mass on a few hidden states with concentrated columns of
-// K — models of structured data — read a few hundred entries.
+// truncated lists, scans all n items instead: its cost is bounded by the
+// budget's gathers (DefaultBudget: n/128 cache lines of random reads,
+// about a thirtieth of a float64 scan, at least 16 items) plus the scan,
+// while queries whose D row puts its mass on a few hidden states with
+// concentrated columns of K — models of structured data — read a few
+// hundred entries.
+//
+// # The fallback: a float32 shadow, exact answers
+//
+// With Float32Shadow the index keeps a float32 copy of the items (rows
+// padded to a multiple of 8 floats), and the fallback scans it with an
+// AVX2 kernel (eight rows at a time, fused multiply-add; pure Go without
+// AVX2 or with -tags purego) instead of the float64 items: half the
+// bytes, and a memory-bound scan runs at the speed of its bytes. Exactness
+// is kept by a rigorous bound (bound32: Higham's γ for any order of a
+// float32 sum of non-negative terms, plus an absolute term for float32's
+// subnormal range): an item is rescored exactly in float64 (Dot, the
+// model's bits) unless its float32 score proves it below the k-th best —
+// the k best float32 scores seen, or the k best exact scores the lists
+// already found (the list phase's work is reused: its items are not
+// scored again, its k-th best sets the first threshold). A few tens of
+// items are rescored; a model with more than max(64+4k, n/64) items
+// within the bound of the k-th best (about 5·10^-6 relative: near ties),
+// k above n/16, a weight or item above 2^50, or a custom Score fall back
+// to the exact float64 scan (blocked, four rows at a time). At n = 10^6,
+// m = 32 the shadow costs 128 MB (half of K^T); without it a dense
+// query costs its budget plus one float64 scan.
+//
+// Measured (docs/benchmarks.md, "Asking a model", thread CPU time on a
+// shared 2-core VM): a dense query at n = 10^6 that spends its budget and
+// scans the shadow costs about 0.4–0.6 of one float64 scan and about one
+// float32 SIMD scan; on the fitted real-data models (n ≤ 4 000, where a
+// scan costs 16–100 µs) most queries now scan the shadow after at most 16
+// to 31 items, at a third of a float64 scan on average.
 //
 // Scores are computed by the query's Score function, or by default by
 // Dot (Σ_l w_l·k_jl in index order, without fused multiply-add): bitwise
@@ -293,16 +322,17 @@ type Query struct {
 // DefaultBudget is the default Query.Budget for n items whose scores
 // each read lines cache lines of a row (the lines holding the query's
 // non-zero weights' coordinates; a custom score: the whole row): n/128
-// lines of random reads, n/(128·lines) items, at least 1024. At n = 10^6,
+// lines of random reads, n/(128·lines) items, at least 16. At n = 10^6,
 // m = 32 (docs/benchmarks.md) a CPU profile of dense queries put 62 500
 // items of four lines scored through the lists (random reads from DRAM,
 // batched) at about the time of one scan of all 10^6 rows, so a query
-// that spends its budget (1953 such items) and then scans should cost
-// about 1.03 scans (measured, in CPU time on a shared machine: 0.94 to
-// 1.52 of one); the queries of the structured model, two weights on one
-// line, stop far below theirs (at most 898 items of 7812). Below 131 072
-// items the floor holds: K is then a few tens of MB, its random reads
-// mostly hit the caches, and a scan costs microseconds to a millisecond.
+// that spends its budget (1953 such items) costs about 1/32 of a float64
+// scan before it scans; the queries of the structured model, two weights
+// on one line, stop far below theirs (at most 898 items of 7812). The
+// same rule holds at small n (a floor of 1024 items was many scans at
+// n = 4 000, where an item through the lists costs about 20 rows of a
+// scan): a structured query there that needs more than its budget scans
+// the float32 shadow, a fraction of a float64 scan.
 func DefaultBudget(n, lines int) int { return max(16, n/(128*max(1, lines))) }
 
 // lines returns how many cache lines (64 bytes, 8 float64) of a row the
