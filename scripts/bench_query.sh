@@ -19,10 +19,15 @@
 #   4. emsf query --load --embedded on the local model: 16 clients, each
 #      its own NATS connection over loopback TCP, closed loop, top-10.
 # Then the median of each figure over the runs (CPU-time figures are the
-# ones to read on a shared machine). Environment: RUNS
+# ones to read on a shared machine: "thread CPU" times each query and each
+# scan in its own thread's CPU time, so "slowest query / float64 scan" and
+# "/ float32 scan" there are the issue's ratio). Environment: RUNS
 # (default 3), LOAD_SECONDS (default 20), WORK (a directory for the two
 # 540 MB models, default a temporary one, removed at the end; kept and
-# reused when given).
+# reused when given), BASE (an emsf binary built from another commit, e.g.
+# main's: its measures 1 and 2 run too, interleaved with this tree's in
+# every run, and get their own medians; it must print the "thread CPU"
+# line, which emsf query --bench prints since the float32 shadow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,6 +60,11 @@ for r in $(seq 1 "$RUNS"); do
 	echo "== run $r"
 	"$EMSF" query --model "$WORK/local.arrow" --bench --k 10 | tee "$WORK/run.$r.local"
 	"$EMSF" query --model "$WORK/uniform.arrow" --bench --k 10 --queries 200 | tee "$WORK/run.$r.uniform"
+	if [[ -n ${BASE:-} ]]; then
+		echo "-- BASE $BASE"
+		"$BASE" query --model "$WORK/local.arrow" --bench --k 10 | tee "$WORK/run.$r.baselocal"
+		"$BASE" query --model "$WORK/uniform.arrow" --bench --k 10 --queries 200 | tee "$WORK/run.$r.baseuniform"
+	fi
 	OPENBLAS_NUM_THREADS=1 "$PY" scripts/scan_simd.py 1000000 32 10 | tee "$WORK/run.$r.simd"
 	"$EMSF" query --load --embedded --model "$WORK/local.arrow" --k 10 --clients 16 \
 		--duration "${LOAD_SECONDS}s" --warmup 5s | tee "$WORK/run.$r.load"
@@ -77,6 +87,20 @@ ms() {
 		/s$/ {sub(/s$/, ""); print $1 * 1000; next}' | sort -g | awk '{v[NR]=$1} END {printf "%.3g ms\n", v[int((NR+1)/2)]}'
 }
 echo "== medians of $RUNS runs"
+# thread TAG: the thread-CPU line of emsf query --bench on the uniform model.
+thread() {
+	local u=$1
+	echo "$u thread CPU: query p50 $(ms "$u" 's/^thread CPU time: query p50 ([^ ]+) .*/\1/p'), max $(ms "$u" 's/^thread CPU time: .* max ([^;]+); .*/\1/p');" \
+		"scans float64 $(ms "$u" 's/^thread CPU time: .*; a scan, float64 ([^,]+), .*/\1/p'), float32 $(ms "$u" 's/^thread CPU time: .*, float32 ([^ ]+) \(medians.*/\1/p');" \
+		"slowest query / float64 scan $(median "$u" 's/^thread CPU time: .*slowest query \/ float64 scan = ([0-9.]+),.*/\1/p')," \
+		"/ float32 scan $(median "$u" 's/^thread CPU time: .*slowest query .*, \/ float32 scan = ([0-9.]+); p99.*/\1/p')"
+}
+if [[ -n ${BASE:-} ]]; then
+	echo "BASE local: $(median baselocal 's/.*one goroutine: ([0-9]+) queries per CPU second.*/\1/p') queries per CPU second;" \
+		"items scored p50 $(median baselocal 's/.*items scored p50 ([0-9]+) .*/\1/p'), p99 $(median baselocal 's/.*items scored p50 [0-9]+ p99 ([0-9]+).*/\1/p')"
+	thread baseuniform
+fi
+thread uniform
 echo "local:   $(median local 's/.*one goroutine: ([0-9]+) queries per CPU second.*/\1/p') queries per CPU second" \
 	"($(median local 's/.*Engine.Do "topk"\): ([0-9]+) queries per CPU second.*/\1/p') as JSON requests);" \
 	"latency p50 $(ms local 's/.*latency p50 ([^ ]+) p90.*/\1/p'), p99 $(ms local 's/.* p99 ([^ ]+) p99\.9.*/\1/p');" \

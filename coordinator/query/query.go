@@ -81,6 +81,12 @@ type Options struct {
 	Workers int
 	// Depth and Budget tune the top-k index (0: topk's defaults).
 	Depth, Budget int
+	// NoShadow builds the top-k index without its float32 shadow of K
+	// (topk.Float32Shadow; default: with it): a query that falls back to
+	// the scan then scans K in float64, about twice the time, and the
+	// index saves 4·n·m bytes (m rounded up to a multiple of 8) per K
+	// block, half of K.
+	NoShadow bool
 	// Reward reads a reward vector named in a plan request ("file"): a
 	// local file for emsf query, an Object Store object for the service.
 	// Nil: plan takes rewards in the request only.
@@ -112,7 +118,7 @@ func New(mf *arrowio.ModelFile, version int, opts Options) (*Engine, error) {
 	e := &Engine{version: version, md: md, states: mf.States, actions: mf.Actions, opts: opts}
 	e.search.New = func() any { return &topk.Searcher{} }
 	for b, kt := range md.KT {
-		ix, err := topk.NewIndex(kt, md.N, md.M, nil, opts.Depth, opts.Workers)
+		ix, err := topk.NewIndex(kt, md.N, md.M, nil, opts.Depth, opts.Workers, topk.Float32Shadow(!opts.NoShadow))
 		if err != nil {
 			return nil, fmt.Errorf("query: index of K block %d: %w", b, err)
 		}
@@ -127,7 +133,8 @@ func (e *Engine) Version() int { return e.version }
 // Model returns the Engine's model (not to be modified).
 func (e *Engine) Model() *factor.Model { return e.md }
 
-// IndexBytes returns the memory of the top-k index.
+// IndexBytes returns the memory of the top-k index (its lists and
+// float32 shadow).
 func (e *Engine) IndexBytes() int {
 	b := 0
 	for _, ix := range e.index {

@@ -67,9 +67,11 @@ func (ix *Index) Scan(q Query, s *Searcher, dst []Hit) []Hit {
 
 // ScanFloat32 returns the k largest approximate scores of float32 items
 // (n rows of m, row-major) against w, in no particular order among equal
-// ones: a blocked scan at half the bytes of float64, eight rows at a
-// time, for comparing a query's cost with a float32 scan of K. Its
-// scores are not exact (float32 sums): the index never answers with it.
+// ones: a blocked scan at half the bytes of float64, for comparing a
+// query's cost with a float32 SIMD scan of K: the shadow scan's kernel,
+// eight rows at a time (AVX2 with fused multiply-add where the CPU has
+// them and m is a multiple of 8, else in Go). Its scores are not exact (float32 sums): the index never answers
+// with them.
 func ScanFloat32(items []float32, n, m int, w []float32, k int, dst []Hit) []Hit {
 	var s Searcher
 	s.reset()
@@ -80,22 +82,21 @@ func ScanFloat32(items []float32, n, m int, w []float32, k int, dst []Hit) []Hit
 			s.push(h, k)
 		}
 	}
+	kernel := dots32Go
+	if m%8 == 0 {
+		kernel = dots32
+	}
+	var out [shadowBlock]float32
 	j := 0
-	for ; j+8 <= n; j += 8 {
-		var acc [8]float32
-		rows := items[j*m : (j+8)*m : (j+8)*m]
-		for l, wl := range w[:m] {
-			acc[0] += wl * rows[l]
-			acc[1] += wl * rows[m+l]
-			acc[2] += wl * rows[2*m+l]
-			acc[3] += wl * rows[3*m+l]
-			acc[4] += wl * rows[4*m+l]
-			acc[5] += wl * rows[5*m+l]
-			acc[6] += wl * rows[6*m+l]
-			acc[7] += wl * rows[7*m+l]
-		}
-		for r, v := range acc {
+	for ; j+8 <= n; j += shadowBlock {
+		rows := min(shadowBlock, (n-j)&^7)
+		kernel(out[:rows], w[:m], items[j*m:(j+rows)*m], rows, m)
+		for r, v := range out[:rows] {
 			offer(j+r, v)
+		}
+		if rows < shadowBlock {
+			j += rows
+			break
 		}
 	}
 	for ; j < n; j++ {

@@ -26,11 +26,40 @@
 // with a margin for rounding: an unseen item that ties must still be
 // found, for the smaller-index rule). A query that has scored Budget
 // items without proving its answer, or that reaches the end of the
-// truncated lists, scans all n items instead (blocked, four rows at a
-// time, exact): its cost is bounded by the budget's gathers (DefaultBudget:
-// about a thirtieth of a scan) plus one scan of K, while queries whose D
-// row puts its mass on a few hidden states with concentrated columns of
-// K — models of structured data — read a few hundred entries.
+// truncated lists, scans all n items instead: its cost is bounded by the
+// budget's gathers (DefaultBudget: n/128 cache lines of random reads,
+// about a thirtieth of a float64 scan, at least 16 items) plus the scan,
+// while queries whose D row puts its mass on a few hidden states with
+// concentrated columns of K — models of structured data — read a few
+// hundred entries.
+//
+// # The fallback: a float32 shadow, exact answers
+//
+// With Float32Shadow the index keeps a float32 copy of the items (rows
+// padded to a multiple of 8 floats), and the fallback scans it with an
+// AVX2 kernel (eight rows at a time, fused multiply-add; pure Go without
+// AVX2 or with -tags purego) instead of the float64 items: half the
+// bytes, and a memory-bound scan runs at the speed of its bytes. Exactness
+// is kept by a rigorous bound (bound32: Higham's γ for any order of a
+// float32 sum of non-negative terms, plus an absolute term for float32's
+// subnormal range): an item is rescored exactly in float64 (Dot, the
+// model's bits) unless its float32 score proves it below the k-th best —
+// the k best float32 scores seen, or the k best exact scores the lists
+// already found (the list phase's work is reused: its items are not
+// scored again, its k-th best sets the first threshold). A few tens of
+// items are rescored; a model with more than max(64+4k, n/64) items
+// within the bound of the k-th best (about 5·10^-6 relative: near ties),
+// k above n/16, a weight or item above 2^50, or a custom Score fall back
+// to the exact float64 scan (blocked, four rows at a time). At n = 10^6,
+// m = 32 the shadow costs 128 MB (half of K^T); without it a dense
+// query costs its budget plus one float64 scan.
+//
+// Measured (docs/benchmarks.md, "Asking a model", thread CPU time on a
+// shared 2-core VM): a dense query at n = 10^6 that spends its budget and
+// scans the shadow costs about 0.4–0.6 of one float64 scan and about one
+// float32 SIMD scan; on the fitted real-data models (n ≤ 4 000, where a
+// scan costs 16–100 µs) most queries now scan the shadow after at most 16
+// to 31 items, at a third of a float64 scan on average.
 //
 // Scores are computed by the query's Score function, or by default by
 // Dot (Σ_l w_l·k_jl in index order, without fused multiply-add): bitwise
@@ -70,6 +99,9 @@ type Index struct {
 	ids   []int32   // dims lists of depth ids: list l is ids[l*depth:(l+1)*depth]
 	vals  []float32 // their values, rounded up; vals of list l at depth is 0 when depth == n
 	tail  []float32 // tail[l]: an upper bound of list l's values past depth (0 when depth == n)
+
+	wantShadow bool    // Float32Shadow
+	shadow     *shadow // the float32 copy the fallback scans (nil: none)
 }
 
 // Hit is one answer: an item and its score.
@@ -87,10 +119,10 @@ func DefaultDepth(n int) int {
 
 // NewIndex builds the lists of items (n rows of m non-negative values,
 // row-major) and of extra (n values, or nil), each truncated to depth
-// entries (0: DefaultDepth(n)), on up to workers goroutines (0: one).
-// It panics on mismatched lengths and returns an error for a negative or
+// entries (0: DefaultDepth(n)), on up to workers goroutines (0: one),
+// with the options opts (Float32Shadow). It panics on mismatched lengths and returns an error for a negative or
 // non-finite value (items come from a model, which is validated).
-func NewIndex(items []float64, n, m int, extra []float64, depth, workers int) (*Index, error) {
+func NewIndex(items []float64, n, m int, extra []float64, depth, workers int, opts ...Option) (*Index, error) {
 	if len(items) != n*m || extra != nil && len(extra) != n || n < 1 || m < 1 {
 		panic(fmt.Sprintf("topk: NewIndex: %d items of %d×%d, %d extra", len(items), n, m, len(extra)))
 	}
@@ -104,6 +136,9 @@ func NewIndex(items []float64, n, m int, extra []float64, depth, workers int) (*
 	}
 	ix := &Index{n: n, m: m, dims: dims, items: items, extra: extra, depth: depth,
 		ids: make([]int32, dims*depth), vals: make([]float32, dims*depth), tail: make([]float32, dims)}
+	for _, o := range opts {
+		o(ix)
+	}
 	coord := func(l int) func(j int) float64 {
 		if l == m {
 			return func(j int) float64 { return extra[j] }
@@ -135,6 +170,9 @@ func NewIndex(items []float64, n, m int, extra []float64, depth, workers int) (*
 		})
 	}
 	wg.Wait()
+	if ix.wantShadow {
+		ix.shadow = newShadow(items, n, m, extra)
+	}
 	return ix, nil
 }
 
@@ -240,8 +278,18 @@ func (ix *Index) Depth() int { return ix.depth }
 // Extra reports whether the index has an extra coordinate.
 func (ix *Index) Extra() bool { return ix.extra != nil }
 
-// Bytes returns the memory of the lists.
-func (ix *Index) Bytes() int { return 8 * len(ix.ids) }
+// Bytes returns the memory of the lists and of the float32 shadow.
+func (ix *Index) Bytes() int {
+	b := 8 * len(ix.ids)
+	if ix.shadow != nil {
+		b += 4 * len(ix.shadow.rows)
+	}
+	return b
+}
+
+// Shadow reports whether the index keeps a float32 shadow of the items
+// (Float32Shadow, and no value above 2^50).
+func (ix *Index) Shadow() bool { return ix.shadow != nil }
 
 // Dot returns Σ_l w_l·k_l summed left to right without fused
 // multiply-add: factor.Model.Prob's arithmetic, bit for bit.
@@ -274,17 +322,18 @@ type Query struct {
 // DefaultBudget is the default Query.Budget for n items whose scores
 // each read lines cache lines of a row (the lines holding the query's
 // non-zero weights' coordinates; a custom score: the whole row): n/128
-// lines of random reads, n/(128·lines) items, at least 1024. At n = 10^6,
+// lines of random reads, n/(128·lines) items, at least 16. At n = 10^6,
 // m = 32 (docs/benchmarks.md) a CPU profile of dense queries put 62 500
 // items of four lines scored through the lists (random reads from DRAM,
 // batched) at about the time of one scan of all 10^6 rows, so a query
-// that spends its budget (1953 such items) and then scans should cost
-// about 1.03 scans (measured, in CPU time on a shared machine: 0.94 to
-// 1.52 of one); the queries of the structured model, two weights on one
-// line, stop far below theirs (at most 898 items of 7812). Below 131 072
-// items the floor holds: K is then a few tens of MB, its random reads
-// mostly hit the caches, and a scan costs microseconds to a millisecond.
-func DefaultBudget(n, lines int) int { return max(1024, n/(128*max(1, lines))) }
+// that spends its budget (1953 such items) costs about 1/32 of a float64
+// scan before it scans; the queries of the structured model, two weights
+// on one line, stop far below theirs (at most 898 items of 7812). The
+// same rule holds at small n (a floor of 1024 items was many scans at
+// n = 4 000, where an item through the lists costs about 20 rows of a
+// scan): a structured query there that needs more than its budget scans
+// the float32 shadow, a fraction of a float64 scan.
+func DefaultBudget(n, lines int) int { return max(16, n/(128*max(1, lines))) }
 
 // lines returns how many cache lines (64 bytes, 8 float64) of a row the
 // coordinates act (ascending) touch, counting the extra coordinate, a
@@ -307,6 +356,10 @@ type Stats struct {
 	Sorted  int  // list entries read
 	Scored  int  // items scored exactly
 	Scanned bool // answered by the scan
+	Shadow  bool // the scan was the float32 shadow's (see shadowScan)
+	// Rescored is how many items the shadow scan could not exclude and
+	// scored exactly (the items the lists scored are not scored again).
+	Rescored int
 }
 
 // Searcher holds one goroutine's scratch space for queries. The zero
@@ -324,6 +377,13 @@ type Searcher struct {
 	act   []int
 	pos   []int
 	pend  []int32
+
+	// The shadow scan's: the float32 weights, a block's scores, the heap
+	// of the k best of them, the candidates.
+	w32  []float32
+	out  []float32
+	h32  []float32
+	cand []cand32
 }
 
 // minSeen is the initial size of the seen set.
@@ -513,10 +573,19 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 			}
 		}
 	}
-	s.pend = pend[:0]
 	// The budget is spent, or the lists end before they prove the
-	// answer: score everything.
+	// answer: score everything, with the float32 shadow when the index
+	// has one (the pending items are scored first: the shadow scan skips
+	// the items the lists gave).
 	st.Scanned = true
+	if ix.shadow != nil && q.Score == nil {
+		ix.scoreBatch(q, pend, k, s)
+		s.pend = pend[:0]
+		if hits, ok := ix.shadowScan(q.W, k, s, dst, &st); ok {
+			return hits, st
+		}
+	}
+	s.pend = pend[:0]
 	return ix.scan(q.W, q.Score, k, s, dst, &st), st
 }
 

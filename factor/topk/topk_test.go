@@ -73,8 +73,17 @@ func regime(rng *rand.Rand, kind string, n, m int) []float64 {
 			for j := range row {
 				row[j] = 1
 			}
+		case "tiny": // below float32's normal range after normalize's scale
+			for j := range row {
+				row[j] = rng.ExpFloat64()
+			}
 		}
 		normalize(row)
+		if kind == "tiny" {
+			for j := range row {
+				row[j] *= 1e-40
+			}
+		}
 		for j, v := range row {
 			kt[j*m+l] = v
 		}
@@ -105,15 +114,16 @@ func query(rng *rand.Rand, kind string, m int) []float64 {
 }
 
 // TestTopKMatchesOracle: on every kind of model and query, any k, list
-// depth and budget (so that the threshold algorithm, its early stop, the
-// depth bound and the scan all run), the answer is bitwise the oracle's.
+// depth and budget, with and without the float32 shadow (so that the
+// threshold algorithm, its early stop, the depth bound, the exact scan
+// and the shadow scan all run), the answer is bitwise the oracle's.
 func TestTopKMatchesOracle(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	var s Searcher
-	var counts [2]int // answered by the lists, by the scan
+	var counts [3]int // answered by the lists, by the exact scan, by the shadow scan
 	for trial := range 400 {
 		n, m := 1+rng.IntN(300), 1+rng.IntN(12)
-		kinds := []string{"local", "dense", "sparse", "ties", "uniform"}
+		kinds := []string{"local", "dense", "sparse", "ties", "uniform", "tiny"}
 		kind := kinds[rng.IntN(len(kinds))]
 		items := regime(rng, kind, n, m)
 		var extra []float64
@@ -124,7 +134,7 @@ func TestTopKMatchesOracle(t *testing.T) {
 			}
 		}
 		depth := []int{0, 1, 3, 1 + rng.IntN(n)}[rng.IntN(4)]
-		ix, err := NewIndex(items, n, m, extra, depth, 1+rng.IntN(3))
+		ix, err := NewIndex(items, n, m, extra, depth, 1+rng.IntN(3), Float32Shadow(rng.IntN(2) == 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,15 +154,18 @@ func TestTopKMatchesOracle(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Fatalf("trial %d (%s, n=%d m=%d depth=%d k=%d budget=%d, stats %+v):\ngot  %v\nwant %v", trial, kind, n, m, ix.Depth(), k, budget, st, got, want)
 			}
-			if st.Scanned {
+			switch {
+			case st.Shadow:
+				counts[2]++
+			case st.Scanned:
 				counts[1]++
-			} else {
+			default:
 				counts[0]++
 			}
 		}
 	}
-	if counts[0] < 500 || counts[1] < 500 {
-		t.Errorf("answered %d queries by the lists and %d by the scan: the test must exercise both", counts[0], counts[1])
+	if counts[0] < 500 || counts[1] < 300 || counts[2] < 300 {
+		t.Errorf("answered %d queries by the lists, %d by the exact scan and %d by the shadow scan: the test must exercise all three", counts[0], counts[1], counts[2])
 	}
 }
 
@@ -181,7 +194,9 @@ func TestTopKTies(t *testing.T) {
 // TestTopKReadsLittle: on a model of local dynamics (each row of K on a
 // window of states, D rows on a few hidden states) the lists answer
 // without the scan after reading a small part of them: the point of the
-// index.
+// index. The budget is n here: at n = 20 000 the default (n/128 lines of
+// random reads, 52 to 156 items) prefers the scan for a query that needs
+// more, and the test then checks that the lists' phase stays within it.
 func TestTopKReadsLittle(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const n, m = 20000, 32
@@ -194,14 +209,22 @@ func TestTopKReadsLittle(t *testing.T) {
 	scored := 0
 	for range 200 {
 		w := query(rng, "few", m)
-		got, st := ix.TopK(Query{W: w, K: 10}, &s, nil)
+		got, st := ix.TopK(Query{W: w, K: 10, Budget: n}, &s, nil)
 		if st.Scanned {
 			t.Fatalf("a concentrated query on a local model was scanned: %+v", st)
 		}
-		if !slices.Equal(got, oracle(items, nil, n, m, w, 10)) {
+		want := oracle(items, nil, n, m, w, 10)
+		if !slices.Equal(got, want) {
 			t.Fatal("wrong answer")
 		}
 		scored += st.Scored
+		got, st = ix.TopK(Query{W: w, K: 10}, &s, nil)
+		if !slices.Equal(got, want) {
+			t.Fatal("wrong answer with the default budget")
+		}
+		if st.Scanned && st.Scored-n > n/128+batch {
+			t.Fatalf("scanned after scoring %d items through the lists, above the default budget %d (+ a batch): %+v", st.Scored-n, n/128, st)
+		}
 	}
 	if mean := float64(scored) / 200; mean > n/20 {
 		t.Errorf("scored %.0f items a query on average, want well under n/20 = %d", mean, n/20)
@@ -309,7 +332,7 @@ func TestDefaultBudgetByLines(t *testing.T) {
 			t.Errorf("lines(%v) = %d, want %d", c.act, got, c.lines)
 		}
 	}
-	for _, c := range [][3]int{{1_000_000, 1, 7812}, {1_000_000, 4, 1953}, {1_000_000, 0, 7812}, {100_000, 4, 1024}, {50, 1, 1024}} {
+	for _, c := range [][3]int{{1_000_000, 1, 7812}, {1_000_000, 4, 1953}, {1_000_000, 0, 7812}, {100_000, 4, 195}, {50, 1, 16}} {
 		if got := DefaultBudget(c[0], c[1]); got != c[2] {
 			t.Errorf("DefaultBudget(%d, %d) = %d, want %d", c[0], c[1], got, c[2])
 		}

@@ -1,0 +1,77 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func dots32AVX2(out, w, rows *float32, nrows, stride int)
+//
+// For each group of eight rows (rows r..r+7, stride floats apart): eight
+// accumulators, one per row, each lane c mod 8 a chain of VFMADD231PS
+// over the row's chunks of eight floats; then the eight accumulators are
+// reduced by VHADDPS (pairs of lanes) and one VPERM2F128 + VADDPS (the two
+// 128-bit halves), giving the eight rows' sums in one register, stored to
+// out. The order of the float32 operations is fixed but matters to no
+// caller: the shadow scan bounds the error of any order (shadow.go).
+TEXT ·dots32AVX2(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), R11
+	MOVQ rows+16(FP), SI
+	MOVQ nrows+24(FP), R9
+	MOVQ stride+32(FP), R13
+	SHRQ $3, R9          // groups of eight rows
+	SHRQ $3, R13         // chunks of eight floats per row
+	MOVQ stride+32(FP), DX
+	SHLQ $2, DX          // DX: bytes per row
+	LEAQ (DX)(DX*2), BX  // BX: 3 rows
+	LEAQ (BX)(DX*4), R12 // R12: 7 rows
+
+group:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	LEAQ (SI)(DX*4), R8 // rows 4..7
+	MOVQ R11, R10
+	MOVQ R13, CX
+
+chunk:
+	VMOVUPS     (R10), Y8
+	VFMADD231PS (SI), Y8, Y0
+	VFMADD231PS (SI)(DX*1), Y8, Y1
+	VFMADD231PS (SI)(DX*2), Y8, Y2
+	VFMADD231PS (SI)(BX*1), Y8, Y3
+	VFMADD231PS (R8), Y8, Y4
+	VFMADD231PS (R8)(DX*1), Y8, Y5
+	VFMADD231PS (R8)(DX*2), Y8, Y6
+	VFMADD231PS (R8)(BX*1), Y8, Y7
+	ADDQ        $32, SI
+	ADDQ        $32, R8
+	ADDQ        $32, R10
+	DECQ        CX
+	JNZ         chunk
+
+	// SI is one row past the group's start: move it to the next group.
+	ADDQ R12, SI
+
+	// Y0 = [r0 01, r0 23, r1 01, r1 23 | r0 45, r0 67, r1 45, r1 67], …
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	// Y0 = [r0 0123, r1, r2, r3 | r0 4567, r1, r2, r3], Y4 the same of r4..r7
+	VHADDPS Y2, Y0, Y0
+	VHADDPS Y6, Y4, Y4
+	// [low halves of Y0 and Y4] + [high halves]: r0..r7
+	VPERM2F128 $0x20, Y4, Y0, Y1
+	VPERM2F128 $0x31, Y4, Y0, Y3
+	VADDPS     Y3, Y1, Y1
+	VMOVUPS    Y1, (DI)
+	ADDQ       $32, DI
+	DECQ       R9
+	JNZ        group
+
+	VZEROUPPER
+	RET
