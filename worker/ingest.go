@@ -110,10 +110,10 @@ func (w *Worker) serveIngest(m *nats.Msg) {
 		err = ingestDo(m, func(r *ingestwire.InitRequest) (any, error) { return w.initModel(ctx, r) }, &rep)
 	case ingestwire.OpParts:
 		err = ingestDo(m, func(r *ingestwire.PartsRequest) (any, error) { return w.writeParts(ctx, r) }, &rep)
-	case ingestwire.OpIDSample:
-		err = ingestDo(m, func(r *ingestwire.IDSampleRequest) (any, error) { return n.IDSample(ctx, r) }, &rep)
 	case ingestwire.OpIDScan:
 		err = ingestDo(m, func(r *ingestwire.IDScanRequest) (any, error) { return n.IDScan(ctx, r) }, &rep)
+	case ingestwire.OpIDCut:
+		err = ingestDo(m, func(r *ingestwire.IDCutRequest) (any, error) { return n.IDCut(ctx, r) }, &rep)
 	case ingestwire.OpIDRange:
 		err = ingestDo(m, func(r *ingestwire.IDRangeRequest) (any, error) { return n.IDRange(ctx, r) }, &rep)
 	case ingestwire.OpIDTrans:

@@ -31,7 +31,8 @@ type idJob struct {
 
 // heldSplit is what this worker keeps of a split it read in idscan: per
 // group (nil: a group of integers) its distinct ids, sorted; range r of
-// the group is ids [starts[r], starts[r+1]); index, once idtrans ran, is
+// the group, once idcut ran, is ids [starts[r], starts[r+1]); index, once
+// idtrans ran, is
 // each id's dataset index. And the split's rows themselves, numbered by
 // the sorted ids, with the fingerprint of their ids: passes 1 and 2 take
 // them from here instead of reading (and parsing, and looking up every id
@@ -133,37 +134,6 @@ func (n *IngestNode) idJob(job string, epoch int, create bool) (*idJob, error) {
 	return j, nil
 }
 
-// errEnough stops a sample's read.
-var errEnough = errors.New("worker: ingest: sample read")
-
-// IDSample reads the first rows of a split and returns a sample of its
-// ids. Its errors are idscan's to report: a sample is what was read.
-func (n *IngestNode) IDSample(ctx context.Context, r *ingestwire.IDSampleRequest) (*ingestwire.IDSampleReply, error) {
-	opts := r.Groups.ReadOptions(r.Read)
-	rows := 0
-	err := n.scanSplit(ctx, r.File, r.Split, opts, func(b *arrowio.TransitionBatch) error {
-		if rows += b.Len(); rows >= r.Rows {
-			return errEnough
-		}
-		return nil
-	})
-	if ctx.Err() != nil {
-		return nil, err
-	}
-	rep := &ingestwire.IDSampleReply{}
-	for g, v := range [2]*shard.Vocab{opts.StateIDs, opts.ActionIDs} {
-		if v == nil || v.Len() == 0 {
-			continue
-		}
-		v.SortFrom(0)
-		k := min(v.Len(), max(1, r.Max))
-		for i := range k {
-			rep.IDs[g] = append(rep.IDs[g], v.String(i*v.Len()/k))
-		}
-	}
-	return rep, nil
-}
-
 // scanIssue sorts the error of a split's read: what stops the job or
 // makes the split be read whole (an issue, reported), or a failure of
 // the worker (returned).
@@ -221,10 +191,12 @@ func (n *IngestNode) IDScan(ctx context.Context, r *ingestwire.IDScanRequest) (*
 		if v == nil {
 			continue
 		}
-		perm[g] = v.SortFrom(0)
-		h.ids[g], h.starts[g] = v, cutIDs(v, r.Splitters[g])
-		for k := range len(h.starts[g]) - 1 {
-			rep.Counts[g] = append(rep.Counts[g], int64(h.starts[g][k+1]-h.starts[g][k]))
+			perm[g] = v.SortFrom(0)
+		h.ids[g] = v
+		if k := min(v.Len(), max(1, r.Sample)); v.Len() > 0 {
+			for i := range k {
+				rep.Sample[g] = append(rep.Sample[g], v.String(i*v.Len()/k))
+			}
 		}
 	}
 	// The rows, numbered as first seen, renumbered by the sorted ids.
@@ -232,6 +204,35 @@ func (n *IngestNode) IDScan(ctx context.Context, r *ingestwire.IDScanRequest) (*
 	n.mu.Lock()
 	j.held[r.Split.Ordinal] = h
 	n.mu.Unlock()
+	return rep, nil
+}
+
+// IDCut is step 2 on a holder: its splits' ids cut at the splitters.
+func (n *IngestNode) IDCut(ctx context.Context, r *ingestwire.IDCutRequest) (*ingestwire.IDCutReply, error) {
+	j, err := n.idJob(r.Job, r.Epoch, false)
+	if err != nil {
+		return nil, err
+	}
+	rep := &ingestwire.IDCutReply{}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, split := range r.Splits {
+		h := j.held[split]
+		if h == nil {
+			return nil, fmt.Errorf("worker: ingest %s: the ids of split %d are not held here", r.Job, split)
+		}
+		for g, v := range h.ids {
+			if v == nil {
+				continue
+			}
+			h.starts[g] = cutIDs(v, r.Splitters[g])
+			var counts []int64
+			for k := range len(h.starts[g]) - 1 {
+				counts = append(counts, int64(h.starts[g][k+1]-h.starts[g][k]))
+			}
+			rep.Counts[g] = append(rep.Counts[g], counts)
+		}
+	}
 	return rep, nil
 }
 

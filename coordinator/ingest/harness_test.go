@@ -189,12 +189,12 @@ func (c *fakeCluster) End(ctx context.Context, w string, job string) {
 	}
 }
 
-func (c *fakeCluster) IDSample(ctx context.Context, w string, r *ingestwire.IDSampleRequest) (*ingestwire.IDSampleReply, error) {
-	n, err := c.node(w, ingestwire.OpIDSample)
+func (c *fakeCluster) IDCut(ctx context.Context, w string, r *ingestwire.IDCutRequest) (*ingestwire.IDCutReply, error) {
+	n, err := c.node(w, ingestwire.OpIDCut)
 	if err != nil {
 		return nil, err
 	}
-	return n.IDSample(ctx, r)
+	return n.IDCut(ctx, r)
 }
 
 func (c *fakeCluster) IDScan(ctx context.Context, w string, r *ingestwire.IDScanRequest) (*ingestwire.IDScanReply, error) {
@@ -768,7 +768,7 @@ func TestRunIDsWorkerKilled(t *testing.T) {
 		onCall func(c *fakeCluster) func(string, string, int)
 		hooks  func(c *fakeCluster, id string) worker.IngestHooks
 	}{
-		{name: "sample", onCall: at(ingestwire.OpIDSample, 3)},
+		{name: "cut", onCall: at(ingestwire.OpIDCut, 2)},
 		{name: "id scan", onCall: at(ingestwire.OpIDScan, 5)},
 		{name: "range owner", onCall: at(ingestwire.OpIDRange, 2)},
 		{name: "holder pulled", onCall: at(ingestwire.OpIDPull, 4)},

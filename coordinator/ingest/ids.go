@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -22,14 +23,15 @@ import (
 // ids come, sorts each at the end and renumbers the counts, so that the
 // indices are the ranks of the ids in the sorted set of the data's ids
 // (shard.Vocab: a function of the set only). Here that set is sorted in
-// ranges, as a sort of a distributed dataset is: the ranges are cut at
-// quantiles of a sample of the ids (step 0), each split's distinct ids
-// are cut at the same points (step 1), and the owner of a range merges
-// the ids every split has in it (step 2). A range's ids all sort after
+// ranges, as a sort of a distributed dataset is: each split is read once
+// and its distinct ids kept, sorted, where it was read (step 1, which
+// also samples them); the ranges are cut at quantiles of the samples and
+// each split's ids at the same points (step 2), and the owner of a range
+// merges the ids every split has in it (step 3). A range's ids all sort after
 // the ranges' before it, so an id's index is its rank in its range plus
 // the number of ids of the ranges before (the offset); each split's
-// holder learns the index of each of its ids from the owners (step 3).
-// Passes 1 and 2 then read each split on its holder with that numbering,
+// holder learns the index of each of its ids from the owners (step 4).
+// Passes 1 and 2 then take each split's rows from its holder, renumbered,
 // so that every count, shard and histogram is the one of the local
 // fit's indices; the fingerprint hashes the ids themselves
 // (shard.FingerprintHash.AddIDRows), as the local fit's does. The
@@ -43,11 +45,10 @@ import (
 // workers left (the vocabulary is the same; every worker drops an older
 // epoch's lists when a newer one starts).
 
-// Sizes of step 0: each split's first sampleRows rows give at most
-// samplePerSplit ids per group; the coordinator keeps at most
+// Sizes of the sample: each split gives at most samplePerSplit ids per
+// group (evenly spaced in its sorted ids); the coordinator keeps at most
 // maxSamples per group (evenly spaced).
 const (
-	sampleRows     = 1 << 14
 	samplePerSplit = 64
 	maxSamples     = 1 << 14
 )
@@ -92,42 +93,16 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 		}
 		return fmt.Errorf("%w: %s: %w", errVocabRetry, step, err)
 	}
-	// Step 0: splitters.
 	t0 := time.Now()
 	var took [4]time.Duration
 	lap := func(k int) {
 		took[k] = time.Since(t0)
 		t0 = time.Now()
 	}
-	samples, _, err := leaseSplits(ctx, c, splits, nil, func(ctx context.Context, w string, sp arrowio.Split) (*ingestwire.IDSampleReply, error) {
-		return c.IDSample(ctx, w, &ingestwire.IDSampleRequest{Job: o.Job, File: files[sp.File], Split: sp, Read: o.Read,
-			Groups: groups, Rows: sampleRows, Max: samplePerSplit})
-	})
-	if err != nil {
-		return nil, nil, retry("sample", err)
-	}
-	workers, err := c.Workers(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(workers) == 0 {
-		return nil, nil, errors.New("ingest: no workers")
-	}
-	var splitters [2][]string
-	for g, want := range groups {
-		if want {
-			var all []string
-			for _, sp := range splits {
-				all = append(all, samples[sp.Ordinal].IDs[g]...)
-			}
-			splitters[g] = chooseSplitters(all, len(workers))
-		}
-	}
-	lap(0)
-	// Step 1: every split's ids, held where it was read.
+	// Step 1: every split's ids, held where it was read, and a sample.
 	scans, holders, err := leaseSplits(ctx, c, splits, nil, func(ctx context.Context, w string, sp arrowio.Split) (*ingestwire.IDScanReply, error) {
 		rep, err := c.IDScan(ctx, w, &ingestwire.IDScanRequest{Job: o.Job, Epoch: epoch, File: files[sp.File], Split: sp, Read: o.Read,
-			Groups: groups, Splitters: splitters})
+			Groups: groups, Sample: samplePerSplit})
 		if err != nil && !isLost(err) {
 			err = fmt.Errorf("ingest: split %d of %s: %w", sp.Ordinal, files[sp.File].Name, err)
 		}
@@ -142,18 +117,61 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 	if res, ok := firstIssue(files, splits, func(k int) (*ingestwire.ScanIssue, int64) { return &scans[k].ScanIssue, scans[k].Rows }); ok {
 		return nil, &res, nil
 	}
-	for _, sp := range splits {
-		for g, want := range groups {
-			if want && len(scans[sp.Ordinal].Counts[g]) != len(splitters[g])+1 {
-				return nil, nil, fmt.Errorf("ingest: split %d: %d ranges of %s, want %d", sp.Ordinal, len(scans[sp.Ordinal].Counts[g]), ingestwire.GroupNames[g], len(splitters[g])+1)
+	lap(0)
+	// Step 2: the splitters, and each split's ids per range.
+	workers, err := c.Workers(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(workers) == 0 {
+		return nil, nil, errors.New("ingest: no workers")
+	}
+	var splitters [2][]string
+	for g, want := range groups {
+		if want {
+			var all []string
+			for _, sp := range splits {
+				all = append(all, scans[sp.Ordinal].Sample[g]...)
 			}
+			splitters[g] = chooseSplitters(all, len(workers))
 		}
 	}
+	bySplit := map[string][]int{}
+	for _, sp := range splits {
+		bySplit[holders[sp.Ordinal]] = append(bySplit[holders[sp.Ordinal]], sp.Ordinal)
+	}
+	hs := slices.Sorted(maps.Keys(bySplit))
+	counts := map[int]*[2][]int64{} // by split
+	var mu sync.Mutex
+	err = each(ctx, hs, func(ctx context.Context, w string) error {
+		rep, err := c.IDCut(ctx, w, &ingestwire.IDCutRequest{Job: o.Job, Epoch: epoch, Splits: bySplit[w], Splitters: splitters})
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for k, split := range bySplit[w] {
+			cs := &[2][]int64{}
+			for g, want := range groups {
+				if !want {
+					continue
+				}
+				if k >= len(rep.Counts[g]) || len(rep.Counts[g][k]) != len(splitters[g])+1 {
+					return fmt.Errorf("ingest: split %d: worker %s cut its %s into other ranges than %d", split, w, ingestwire.GroupNames[g], len(splitters[g])+1)
+				}
+				cs[g] = rep.Counts[g][k]
+			}
+			counts[split] = cs
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, retry("cut", err)
+	}
 	lap(1)
-	// Step 2: each range merged by its owner (range r of every group on
+	// Step 3: each range merged by its owner (range r of every group on
 	// worker r mod P).
 	v := &vocab{epoch: epoch, groups: groups, holders: holders}
-	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
 	// The first failure ends the step: an owner pulling from a worker
@@ -169,7 +187,7 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 			w := workers[r%len(workers)]
 			req := &ingestwire.IDRangeRequest{Job: o.Job, Epoch: epoch, Group: g, Range: r, PullBytes: o.PullBytes, Bucket: o.vocabBucket()}
 			for _, sp := range splits {
-				if n := scans[sp.Ordinal].Counts[g][r]; n > 0 {
+				if n := counts[sp.Ordinal][g][r]; n > 0 {
 					req.Sources = append(req.Sources, ingestwire.IDSource{Split: sp.Ordinal, Worker: holders[sp.Ordinal], Count: n})
 				}
 			}
@@ -201,24 +219,13 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 		}
 	}
 	lap(2)
-	// Step 3: each holder numbers its splits' ids.
-	bySplit := map[string][]int{}
-	for _, sp := range splits {
-		bySplit[holders[sp.Ordinal]] = append(bySplit[holders[sp.Ordinal]], sp.Ordinal)
-	}
-	hs := slices.Sorted(func(yield func(string) bool) {
-		for w := range bySplit {
-			if !yield(w) {
-				return
-			}
-		}
-	})
+	// Step 4: each holder numbers its splits' ids.
 	err = each(ctx, hs, func(ctx context.Context, w string) error {
 		req := &ingestwire.IDTransRequest{Job: o.Job, Epoch: epoch, Splits: bySplit[w], Owners: v.owners, PullBytes: o.PullBytes}
 		for g, want := range groups {
 			if want {
 				for _, k := range req.Splits {
-					req.Counts[g] = append(req.Counts[g], scans[k].Counts[g])
+					req.Counts[g] = append(req.Counts[g], counts[k][g])
 				}
 			}
 		}
@@ -229,7 +236,7 @@ func buildVocab(ctx context.Context, c Cluster, o *Options, log hclog.Logger, ep
 	}
 	lap(3)
 	log.Info("vocabulary", "epoch", epoch, "states", v.size(0), "actions", v.size(1), "state_ranges", len(v.owners[0]), "action_ranges", len(v.owners[1]),
-		"sample", took[0].Round(time.Millisecond), "scan", took[1].Round(time.Millisecond), "merge", took[2].Round(time.Millisecond), "number", took[3].Round(time.Millisecond))
+		"scan", took[0].Round(time.Millisecond), "cut", took[1].Round(time.Millisecond), "merge", took[2].Round(time.Millisecond), "number", took[3].Round(time.Millisecond))
 	return v, nil, nil
 }
 

@@ -79,8 +79,8 @@ type Cluster interface {
 	// End drops the job's ingest state on worker (best effort).
 	End(ctx context.Context, worker string, job string)
 	// The vocabulary phase of a dataset of user ids (ids.go).
-	IDSample(ctx context.Context, worker string, r *ingestwire.IDSampleRequest) (*ingestwire.IDSampleReply, error)
 	IDScan(ctx context.Context, worker string, r *ingestwire.IDScanRequest) (*ingestwire.IDScanReply, error)
+	IDCut(ctx context.Context, worker string, r *ingestwire.IDCutRequest) (*ingestwire.IDCutReply, error)
 	IDRange(ctx context.Context, worker string, r *ingestwire.IDRangeRequest) (*ingestwire.IDRangeReply, error)
 	IDTrans(ctx context.Context, worker string, r *ingestwire.IDTransRequest) error
 }

@@ -153,9 +153,9 @@ func (c *natsCluster) End(ctx context.Context, w string, job string) {
 	}
 }
 
-func (c *natsCluster) IDSample(ctx context.Context, w string, r *ingestwire.IDSampleRequest) (*ingestwire.IDSampleReply, error) {
-	var rep ingestwire.IDSampleReply
-	return &rep, c.call(ctx, w, r.Job, ingestwire.OpIDSample, r, &rep)
+func (c *natsCluster) IDCut(ctx context.Context, w string, r *ingestwire.IDCutRequest) (*ingestwire.IDCutReply, error) {
+	var rep ingestwire.IDCutReply
+	return &rep, c.call(ctx, w, r.Job, ingestwire.OpIDCut, r, &rep)
 }
 
 func (c *natsCluster) IDScan(ctx context.Context, w string, r *ingestwire.IDScanRequest) (*ingestwire.IDScanReply, error) {

@@ -15,18 +15,19 @@ import (
 // user ids (run before pass 1; coordinator/ingest's ids.go has the
 // argument). Its outcome is the sorted vocabulary of every id group,
 // held in ranges by owners, and for each split the dataset index of each
-// of its ids, held by the worker that reads the split in passes 1 and 2:
+// of its ids, held by the worker that read the split, with the split's
+// rows (passes 1 and 2 take them from there):
 //
-//  0. sample: each split's first rows give a few of its ids; the
-//     coordinator cuts each group's id space into ranges at quantiles of
-//     the samples (splitters);
 //  1. idscan: each split is read with fresh vocabularies; its worker (the
-//     split's holder) keeps the split's distinct ids sorted, cut at the
-//     splitters, and reports how many fall in each range;
-//  2. idrange: the owner of each (group, range) pulls that range's ids
+//     split's holder) keeps the split's distinct ids sorted and its rows
+//     numbered by them, and replies with a sample of the ids;
+//  2. idcut: the coordinator cuts each group's id space into ranges at
+//     quantiles of the samples (splitters); each holder cuts its splits'
+//     ids at them and says how many fall in each range;
+//  3. idrange: the owner of each (group, range) pulls that range's ids
 //     from every holder (IDPull, KindIDs), merges them into the range's
 //     sorted vocabulary (shard.Merge), and ranks each holder's ids in it;
-//  3. idtrans: with each range's offset (the counts of the ranges before
+//  4. idtrans: with each range's offset (the counts of the ranges before
 //     it), each holder pulls its splits' ranks from the owners
 //     (KindRanks): the dataset index of every id of its splits.
 //
@@ -34,8 +35,8 @@ import (
 // only: the splitters, the splits and the workers decide where work is
 // done, never an index.
 const (
-	OpIDSample = "idsample"
 	OpIDScan   = "idscan"
+	OpIDCut    = "idcut"
 	OpIDRange  = "idrange"
 	OpIDTrans  = "idtrans"
 	// OpIDPull is a worker's pull from another (IDPullRequest).
@@ -87,44 +88,41 @@ type SplitIDs struct {
 	Epoch  int      `json:"epoch"`
 }
 
-// IDSampleRequest asks for a sample of the ids of a split: at most Max
-// ids per group, evenly spaced in the sorted distinct ids of its first
-// Rows rows.
-type IDSampleRequest struct {
+// IDScanRequest is step 1 for one split, in vocabulary epoch Epoch:
+// the reply's sample holds at most Sample ids per group.
+type IDScanRequest struct {
 	Job    string              `json:"job"`
+	Epoch  int                 `json:"epoch"`
 	File   arrowio.DataFile    `json:"file"`
 	Split  arrowio.Split       `json:"split"`
 	Read   arrowio.ReadOptions `json:"read"`
 	Groups IDGroups            `json:"groups"`
-	Rows   int                 `json:"rows"`
-	Max    int                 `json:"max"`
+	Sample int                 `json:"sample"`
 }
 
-// IDSampleReply is the sample, per group, sorted. A split that cannot be
-// read gives what it read (idscan reports its error).
-type IDSampleReply struct {
-	IDs [2][]string `json:"ids"`
-}
-
-// IDScanRequest is step 1 for one split, in vocabulary epoch Epoch: the
-// ranges of group g are cut at Splitters[g] (range r holds the ids in
-// [Splitters[g][r-1], Splitters[g][r]), the first and last open).
-type IDScanRequest struct {
-	Job       string              `json:"job"`
-	Epoch     int                 `json:"epoch"`
-	File      arrowio.DataFile    `json:"file"`
-	Split     arrowio.Split       `json:"split"`
-	Read      arrowio.ReadOptions `json:"read"`
-	Groups    IDGroups            `json:"groups"`
-	Splitters [2][]string         `json:"splitters"`
-}
-
-// IDScanReply is the split's rows and, per group and range, the number
-// of its distinct ids; or what stopped its read.
+// IDScanReply is the split's rows and, per group, a sample of its
+// distinct ids (evenly spaced in their sorted order); or what stopped
+// its read.
 type IDScanReply struct {
-	Rows   int64      `json:"rows"`
-	Counts [2][]int64 `json:"counts"`
+	Rows   int64       `json:"rows"`
+	Sample [2][]string `json:"sample"`
 	ScanIssue
+}
+
+// IDCutRequest is step 2 on a holder: the ids of each of Splits (held
+// there) are cut at Splitters[g] (range r holds the ids in
+// [Splitters[g][r-1], Splitters[g][r]), the first and last open).
+type IDCutRequest struct {
+	Job       string      `json:"job"`
+	Epoch     int         `json:"epoch"`
+	Splits    []int       `json:"splits"`
+	Splitters [2][]string `json:"splitters"`
+}
+
+// IDCutReply is, per group, per split of the request (in its order), per
+// range, the number of the split's ids in the range.
+type IDCutReply struct {
+	Counts [2][][]int64 `json:"counts"`
 }
 
 // IDSource is a holder of a split's ids: Count of them in the range.
