@@ -191,7 +191,7 @@ func (n *IngestNode) IDScan(ctx context.Context, r *ingestwire.IDScanRequest) (*
 		if v == nil {
 			continue
 		}
-			perm[g] = v.SortFrom(0)
+		perm[g] = v.SortFrom(0)
 		h.ids[g] = v
 		if k := min(v.Len(), max(1, r.Sample)); v.Len() > 0 {
 			for i := range k {

@@ -35,10 +35,10 @@ import (
 // only: the splitters, the splits and the workers decide where work is
 // done, never an index.
 const (
-	OpIDScan   = "idscan"
-	OpIDCut    = "idcut"
-	OpIDRange  = "idrange"
-	OpIDTrans  = "idtrans"
+	OpIDScan  = "idscan"
+	OpIDCut   = "idcut"
+	OpIDRange = "idrange"
+	OpIDTrans = "idtrans"
 	// OpIDPull is a worker's pull from another (IDPullRequest).
 	OpIDPull = "idpull"
 )
