@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// func dots32AVX2(out, w, rows *float32, nrows, stride int)
+// func dots32AVX2(out, w, rows *float32, nrows, stride int) float32
 //
 // For each group of eight rows (rows r..r+7, stride floats apart): eight
 // accumulators, one per row, each lane c mod 8 a chain of VFMADD231PS
@@ -11,7 +11,9 @@
 // 128-bit halves), giving the eight rows' sums in one register, stored to
 // out. The order of the float32 operations is fixed but matters to no
 // caller: the shadow scan bounds the error of any order (shadow.go).
-TEXT ·dots32AVX2(SB), NOSPLIT, $0-40
+// Y9 keeps the lane-wise maximum of the groups' sums (all >= 0, so it
+// starts at 0), reduced at the end to the block's largest sum, returned.
+TEXT ·dots32AVX2(SB), NOSPLIT, $0-44
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), R11
 	MOVQ rows+16(FP), SI
@@ -23,6 +25,7 @@ TEXT ·dots32AVX2(SB), NOSPLIT, $0-40
 	SHLQ $2, DX          // DX: bytes per row
 	LEAQ (DX)(DX*2), BX  // BX: 3 rows
 	LEAQ (BX)(DX*4), R12 // R12: 7 rows
+	VXORPS Y9, Y9, Y9    // the running maximum
 
 group:
 	VXORPS Y0, Y0, Y0
@@ -69,9 +72,18 @@ chunk:
 	VPERM2F128 $0x31, Y4, Y0, Y3
 	VADDPS     Y3, Y1, Y1
 	VMOVUPS    Y1, (DI)
+	VMAXPS     Y1, Y9, Y9
 	ADDQ       $32, DI
 	DECQ       R9
 	JNZ        group
 
+	// The largest of Y9's eight lanes.
+	VEXTRACTF128 $1, Y9, X10
+	VMAXPS       X10, X9, X9
+	VPERMILPS    $0x4E, X9, X10
+	VMAXPS       X10, X9, X9
+	VPERMILPS    $0xB1, X9, X10
+	VMAXPS       X10, X9, X9
 	VZEROUPPER
+	MOVSS        X9, ret+40(FP)
 	RET

@@ -156,7 +156,9 @@ func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stat
 	for j0 := 0; j0 < padded; j0 += shadowBlock {
 		rows := min(shadowBlock, padded-j0)
 		out := s.out[:rows]
-		dots32(out, w32, sh.rows[j0*sh.stride:], rows, sh.stride)
+		if float64(dots32(out, w32, sh.rows[j0*sh.stride:], rows, sh.stride)) < thr {
+			continue // no row of the block reaches the threshold
+		}
 		if j0+rows > n {
 			out = out[:n-j0]
 		}
@@ -236,9 +238,11 @@ func replaceMin32(h []float32, v float32) {
 }
 
 // dots32Go is the pure-Go float32 kernel: out[r] = Σ_c w[c]·rows[r·stride+c]
-// for r < nrows, eight rows at a time.
-func dots32Go(out, w, rows []float32, nrows, stride int) {
+// for r < nrows, eight rows at a time; it returns the largest out[r] (0
+// when all are 0 or less: the scores of non-negative w and rows are >= 0).
+func dots32Go(out, w, rows []float32, nrows, stride int) float32 {
 	w = w[:stride]
+	var top float32
 	for r := 0; r < nrows; r += 8 {
 		var acc [8]float32
 		rs := rows[r*stride : (r+8)*stride : (r+8)*stride]
@@ -253,5 +257,9 @@ func dots32Go(out, w, rows []float32, nrows, stride int) {
 			acc[7] += wc * rs[7*stride+c]
 		}
 		copy(out[r:r+8], acc[:])
+		for _, v := range acc {
+			top = max(top, v)
+		}
 	}
+	return top
 }
