@@ -100,6 +100,7 @@ type Index struct {
 	vals  []float32 // their values, rounded up; vals of list l at depth is 0 when depth == n
 	tail  []float32 // tail[l]: an upper bound of list l's values past depth (0 when depth == n)
 
+	readLists  bool    // tests only: read the lists even when k > budget
 	wantShadow bool    // Float32Shadow
 	shadow     *shadow // the float32 copy the fallback scans (nil: none)
 }
@@ -357,6 +358,9 @@ type Stats struct {
 	Scored  int  // items scored exactly
 	Scanned bool // answered by the scan
 	Shadow  bool // the scan was the float32 shadow's (see shadowScan)
+	// Skipped: the lists were not read, the query wanting more items
+	// than its budget (TopK).
+	Skipped bool
 	// Rescored is how many items the shadow scan could not exclude and
 	// scored exactly (the items the lists scored are not scored again).
 	Rescored int
@@ -529,6 +533,21 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 		budget = DefaultBudget(ix.n, lines)
 	}
 	d := ix.depth
+	// A query that wants more than its budget of items cannot fill its k
+	// best through the lists within it (it scores at most budget items
+	// before it gives up): it goes to the scan without reading them.
+	// (Any bound of the k-th best score from the lists' values alone is
+	// at least τ at depth k-1, so the values cannot tell earlier that a
+	// query with k <= budget will fail: docs/benchmarks.md.)
+	if k > budget && !ix.readLists {
+		st.Scanned, st.Skipped = true, true
+		if q.Score == nil {
+			if hits, ok := ix.shadowScan(q.W, k, s, dst, &st); ok {
+				return hits, st
+			}
+		}
+		return ix.scan(q.W, q.Score, k, s, dst, &st), st
+	}
 	margin := boundMargin(ix.dims)
 	pos := s.pos[:0] // entries read of each active list
 	for range act {

@@ -169,6 +169,53 @@ func TestTopKMatchesOracle(t *testing.T) {
 	}
 }
 
+// TestSkipListsIsSafe: a query that TopK sends to the scan without
+// reading the lists (Stats.Skipped: k above its budget) is one the lists
+// would not have proved within its budget (run again with readLists, it
+// scans too), and its answer is the oracle's, on random models of every
+// kind with budgets around k. (Skipping at 2k > budget makes it fail.)
+func TestSkipListsIsSafe(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	var s Searcher
+	skipped, proved := 0, 0
+	for trial := range 300 {
+		n, m := 8+rng.IntN(400), 1+rng.IntN(12)
+		kinds := []string{"local", "dense", "sparse", "ties", "uniform", "tiny"}
+		kind := kinds[rng.IntN(len(kinds))]
+		items := regime(rng, kind, n, m)
+		depth := []int{0, 1, 3, 1 + rng.IntN(n)}[rng.IntN(4)]
+		ix, err := NewIndex(items, n, m, nil, depth, 1, Float32Shadow(rng.IntN(2) == 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			w := query(rng, []string{"few", "spread", "one"}[rng.IntN(3)], m)
+			k := []int{1, 2, 10}[rng.IntN(3)]
+			budget := 1 + rng.IntN(2*k+2)
+			q := Query{W: w, K: k, Budget: budget}
+			got, st := ix.TopK(q, &s, nil)
+			if want := oracle(items, nil, n, m, w, k); !slices.Equal(got, want) {
+				t.Fatalf("trial %d (%s, n=%d m=%d depth=%d k=%d budget=%d, stats %+v):\ngot  %v\nwant %v", trial, kind, n, m, ix.Depth(), k, budget, st, got, want)
+			}
+			ix.readLists = true
+			_, read := ix.TopK(q, &s, nil)
+			ix.readLists = false
+			if st.Skipped {
+				skipped++
+				if !read.Scanned {
+					t.Fatalf("trial %d (%s, n=%d m=%d depth=%d k=%d budget=%d): the lists were skipped, but reading them proves the answer (%+v)", trial, kind, n, m, ix.Depth(), k, budget, read)
+				}
+			}
+			if !read.Scanned {
+				proved++
+			}
+		}
+	}
+	if skipped < 300 || proved < 30 {
+		t.Errorf("%d queries skipped the lists, %d were proved by them: the test must exercise both", skipped, proved)
+	}
+}
+
 // TestTopKTies: items with equal scores are answered smallest index first,
 // also when the tie straddles the k-th place and the lists give the larger
 // index first.
