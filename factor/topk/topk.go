@@ -31,7 +31,11 @@
 // about a thirtieth of a float64 scan, at least 16 items) plus the scan,
 // while queries whose D row puts its mass on a few hidden states with
 // concentrated columns of K — models of structured data — read a few
-// hundred entries.
+// hundred entries. A query whose k exceeds its budget cannot fill its k
+// best within it and scans without reading the lists (Stats.Skipped).
+// The lists' values alone cannot tell earlier that a query will fail:
+// any bound of the k-th best score they give (e.g. the mean of the k
+// best items' bounds) is at least τ at depth k-1, above τ at the budget.
 //
 // # The fallback: a float32 shadow, exact answers
 //
@@ -39,7 +43,10 @@
 // padded to a multiple of 8 floats), and the fallback scans it with an
 // AVX2 kernel (eight rows at a time, fused multiply-add; pure Go without
 // AVX2 or with -tags purego) instead of the float64 items: half the
-// bytes, and a memory-bound scan runs at the speed of its bytes. Exactness
+// bytes, and a memory-bound scan runs at the speed of its bytes. The
+// kernel also returns the largest score of its block of 512 rows, and a
+// block below the threshold is passed over without a test per row (on a
+// dense model, every block but the first few). Exactness
 // is kept by a rigorous bound (bound32: Higham's γ for any order of a
 // float32 sum of non-negative terms, plus an absolute term for float32's
 // subnormal range): an item is rescored exactly in float64 (Dot, the
