@@ -125,28 +125,28 @@ func (c *fakeCluster) Workers(context.Context) ([]string, error) {
 	return ids, nil
 }
 
-func (c *fakeCluster) List(ctx context.Context, w string, r *ingestwire.ListRequest) (*ingestwire.ListReply, error) {
-	n, err := c.node(w, ingestwire.OpList)
+// on calls f on worker w's node as op (the event log's entry), or fails
+// with a *ingest.LostError when w is gone.
+func on[T any](c *fakeCluster, w, op string, f func(n *worker.IngestNode) (T, error)) (T, error) {
+	n, err := c.node(w, op)
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
-	return n.List(ctx, r)
+	return f(n)
+}
+
+func (c *fakeCluster) List(ctx context.Context, w string, r *ingestwire.ListRequest) (*ingestwire.ListReply, error) {
+	return on(c, w, ingestwire.OpList, func(n *worker.IngestNode) (*ingestwire.ListReply, error) { return n.List(ctx, r) })
 }
 
 func (c *fakeCluster) Scan(ctx context.Context, w string, r *ingestwire.ScanRequest) (*ingestwire.ScanReply, error) {
-	n, err := c.node(w, ingestwire.OpScan)
-	if err != nil {
-		return nil, err
-	}
-	return n.Scan(ctx, r)
+	return on(c, w, ingestwire.OpScan, func(n *worker.IngestNode) (*ingestwire.ScanReply, error) { return n.Scan(ctx, r) })
 }
 
 func (c *fakeCluster) Plan(ctx context.Context, w string, p *ingestwire.Plan) error {
-	n, err := c.node(w, ingestwire.OpPlan)
-	if err != nil {
-		return err
-	}
-	return n.Plan(p)
+	_, err := on(c, w, ingestwire.OpPlan, func(n *worker.IngestNode) (struct{}, error) { return struct{}{}, n.Plan(p) })
+	return err
 }
 
 func (c *fakeCluster) Status(ctx context.Context, w string, r *ingestwire.StatusRequest) (*ingestwire.StatusReply, error) {
@@ -162,11 +162,7 @@ func (c *fakeCluster) Status(ctx context.Context, w string, r *ingestwire.Status
 }
 
 func (c *fakeCluster) Cut(ctx context.Context, w string, r *ingestwire.CutRequest) (*ingestwire.CutReply, error) {
-	n, err := c.node(w, ingestwire.OpCut)
-	if err != nil {
-		return nil, err
-	}
-	return n.Cut(ctx, r)
+	return on(c, w, ingestwire.OpCut, func(n *worker.IngestNode) (*ingestwire.CutReply, error) { return n.Cut(ctx, r) })
 }
 
 func (c *fakeCluster) Build(ctx context.Context, w string, r *ingestwire.BuildRequest) (*ingestwire.BuildReply, error) {
@@ -182,11 +178,7 @@ func (c *fakeCluster) Build(ctx context.Context, w string, r *ingestwire.BuildRe
 }
 
 func (c *fakeCluster) Commit(ctx context.Context, w string, r *ingestwire.CommitRequest) (*ingestwire.CommitReply, error) {
-	n, err := c.node(w, ingestwire.OpCommit)
-	if err != nil {
-		return nil, err
-	}
-	return n.Commit(ctx, r)
+	return on(c, w, ingestwire.OpCommit, func(n *worker.IngestNode) (*ingestwire.CommitReply, error) { return n.Commit(ctx, r) })
 }
 
 func (c *fakeCluster) End(ctx context.Context, w string, job string) {
@@ -196,35 +188,20 @@ func (c *fakeCluster) End(ctx context.Context, w string, job string) {
 }
 
 func (c *fakeCluster) IDCut(ctx context.Context, w string, r *ingestwire.IDCutRequest) (*ingestwire.IDCutReply, error) {
-	n, err := c.node(w, ingestwire.OpIDCut)
-	if err != nil {
-		return nil, err
-	}
-	return n.IDCut(ctx, r)
+	return on(c, w, ingestwire.OpIDCut, func(n *worker.IngestNode) (*ingestwire.IDCutReply, error) { return n.IDCut(ctx, r) })
 }
 
 func (c *fakeCluster) IDScan(ctx context.Context, w string, r *ingestwire.IDScanRequest) (*ingestwire.IDScanReply, error) {
-	n, err := c.node(w, ingestwire.OpIDScan)
-	if err != nil {
-		return nil, err
-	}
-	return n.IDScan(ctx, r)
+	return on(c, w, ingestwire.OpIDScan, func(n *worker.IngestNode) (*ingestwire.IDScanReply, error) { return n.IDScan(ctx, r) })
 }
 
 func (c *fakeCluster) IDRange(ctx context.Context, w string, r *ingestwire.IDRangeRequest) (*ingestwire.IDRangeReply, error) {
-	n, err := c.node(w, ingestwire.OpIDRange)
-	if err != nil {
-		return nil, err
-	}
-	return n.IDRange(ctx, r)
+	return on(c, w, ingestwire.OpIDRange, func(n *worker.IngestNode) (*ingestwire.IDRangeReply, error) { return n.IDRange(ctx, r) })
 }
 
 func (c *fakeCluster) IDTrans(ctx context.Context, w string, r *ingestwire.IDTransRequest) error {
-	n, err := c.node(w, ingestwire.OpIDTrans)
-	if err != nil {
-		return err
-	}
-	return n.IDTrans(ctx, r)
+	_, err := on(c, w, ingestwire.OpIDTrans, func(n *worker.IngestNode) (struct{}, error) { return struct{}{}, n.IDTrans(ctx, r) })
+	return err
 }
 
 func (p fakePeers) IDPull(ctx context.Context, w string, r *ingestwire.IDPullRequest) (*ingestwire.PullReply, []byte, error) {

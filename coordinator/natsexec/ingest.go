@@ -104,14 +104,18 @@ func (c *natsCluster) call(ctx context.Context, worker, job, op string, req, out
 	return fmt.Errorf("natsexec: ingest %s on worker %s: %w", op, worker, err)
 }
 
+// ask sends an ingest request to worker and decodes its reply into a T.
+func ask[T any](ctx context.Context, c *natsCluster, worker, job, op string, req any) (*T, error) {
+	var rep T
+	return &rep, c.call(ctx, worker, job, op, req, &rep)
+}
+
 func (c *natsCluster) List(ctx context.Context, w string, r *ingestwire.ListRequest) (*ingestwire.ListReply, error) {
-	var rep ingestwire.ListReply
-	return &rep, c.call(ctx, w, r.Job, ingestwire.OpList, r, &rep)
+	return ask[ingestwire.ListReply](ctx, c, w, r.Job, ingestwire.OpList, r)
 }
 
 func (c *natsCluster) Scan(ctx context.Context, w string, r *ingestwire.ScanRequest) (*ingestwire.ScanReply, error) {
-	var rep ingestwire.ScanReply
-	return &rep, c.call(ctx, w, r.Job, ingestwire.OpScan, r, &rep)
+	return ask[ingestwire.ScanReply](ctx, c, w, r.Job, ingestwire.OpScan, r)
 }
 
 // Plan serves the plan as a blob (a message could not hold it at
@@ -126,23 +130,19 @@ func (c *natsCluster) Plan(ctx context.Context, w string, p *ingestwire.Plan) er
 }
 
 func (c *natsCluster) Status(ctx context.Context, w string, r *ingestwire.StatusRequest) (*ingestwire.StatusReply, error) {
-	var rep ingestwire.StatusReply
-	return &rep, c.call(ctx, w, r.Job, ingestwire.OpStatus, r, &rep)
+	return ask[ingestwire.StatusReply](ctx, c, w, r.Job, ingestwire.OpStatus, r)
 }
 
 func (c *natsCluster) Cut(ctx context.Context, w string, r *ingestwire.CutRequest) (*ingestwire.CutReply, error) {
-	var rep ingestwire.CutReply
-	return &rep, c.call(ctx, w, r.Job, ingestwire.OpCut, r, &rep)
+	return ask[ingestwire.CutReply](ctx, c, w, r.Job, ingestwire.OpCut, r)
 }
 
 func (c *natsCluster) Build(ctx context.Context, w string, r *ingestwire.BuildRequest) (*ingestwire.BuildReply, error) {
-	var rep ingestwire.BuildReply
-	return &rep, c.call(ctx, w, r.Job, ingestwire.OpBuild, r, &rep)
+	return ask[ingestwire.BuildReply](ctx, c, w, r.Job, ingestwire.OpBuild, r)
 }
 
 func (c *natsCluster) Commit(ctx context.Context, w string, r *ingestwire.CommitRequest) (*ingestwire.CommitReply, error) {
-	var rep ingestwire.CommitReply
-	return &rep, c.call(ctx, w, r.Job, ingestwire.OpCommit, r, &rep)
+	return ask[ingestwire.CommitReply](ctx, c, w, r.Job, ingestwire.OpCommit, r)
 }
 
 func (c *natsCluster) End(ctx context.Context, w string, job string) {
@@ -154,18 +154,15 @@ func (c *natsCluster) End(ctx context.Context, w string, job string) {
 }
 
 func (c *natsCluster) IDCut(ctx context.Context, w string, r *ingestwire.IDCutRequest) (*ingestwire.IDCutReply, error) {
-	var rep ingestwire.IDCutReply
-	return &rep, c.call(ctx, w, r.Job, ingestwire.OpIDCut, r, &rep)
+	return ask[ingestwire.IDCutReply](ctx, c, w, r.Job, ingestwire.OpIDCut, r)
 }
 
 func (c *natsCluster) IDScan(ctx context.Context, w string, r *ingestwire.IDScanRequest) (*ingestwire.IDScanReply, error) {
-	var rep ingestwire.IDScanReply
-	return &rep, c.call(ctx, w, r.Job, ingestwire.OpIDScan, r, &rep)
+	return ask[ingestwire.IDScanReply](ctx, c, w, r.Job, ingestwire.OpIDScan, r)
 }
 
 func (c *natsCluster) IDRange(ctx context.Context, w string, r *ingestwire.IDRangeRequest) (*ingestwire.IDRangeReply, error) {
-	var rep ingestwire.IDRangeReply
-	return &rep, c.call(ctx, w, r.Job, ingestwire.OpIDRange, r, &rep)
+	return ask[ingestwire.IDRangeReply](ctx, c, w, r.Job, ingestwire.OpIDRange, r)
 }
 
 func (c *natsCluster) IDTrans(ctx context.Context, w string, r *ingestwire.IDTransRequest) error {
