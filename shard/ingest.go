@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"fmt"
 	"math"
 	"slices"
 )
@@ -34,19 +33,6 @@ func (s *Summary) Add(state, action, next []int32, counts []float64) {
 	s.count(state, action, next, counts)
 }
 
-// AddIDs is Add for rows whose states or actions (a valid view of their
-// vocabulary each) are user ids, read with a split's own vocabularies:
-// the fingerprint hashes the rows by their ids (AddIDRows); then index
-// (nil for a group of integers) renumbers them in place into the
-// dataset's indices, which the rest of the summary counts. The indices
-// must be in range (CheckIndexed).
-func (s *Summary) AddIDs(state, action, next []int32, counts []float64, states, actions VocabView, index [2][]int32) {
-	s.fp.AddIDRows(state, action, next, counts, states, actions)
-	s.CRC = s.fp.Sum()
-	Renumber(state, action, next, index)
-	s.count(state, action, next, counts)
-}
-
 // AddRows is Add without the fingerprint: the caller sets CRC (rows
 // hashed where they were read: a split of ids read once, held, and
 // summarized from memory).
@@ -54,28 +40,9 @@ func (s *Summary) AddRows(state, action, next []int32, counts []float64) {
 	s.count(state, action, next, counts)
 }
 
-// CheckIndexed returns an error unless every state and next state is
-// below len(index[0]) and every action below len(index[1]) (a nil index:
-// no bound).
-func CheckIndexed(state, action, next []int32, index [2][]int32) error {
-	for g, cols := range [2][][]int32{{state, next}, {action}} {
-		if index[g] == nil {
-			continue
-		}
-		n := int32(len(index[g]))
-		for _, col := range cols {
-			for k, i := range col {
-				if i < 0 || i >= n {
-					return fmt.Errorf("shard: row %d: index %d outside a numbering of %d ids", k, i, n)
-				}
-			}
-		}
-	}
-	return nil
-}
-
 // Renumber replaces each state and next state i by index[0][i] and each
-// action a by index[1][a] (a nil index: unchanged); CheckIndexed first.
+// action a by index[1][a] (a nil index: unchanged); every index must be
+// in range.
 func Renumber(state, action, next []int32, index [2][]int32) {
 	for g, cols := range [2][][]int32{{state, next}, {action}} {
 		if ix := index[g]; ix != nil {

@@ -480,18 +480,14 @@ func (n *IngestNode) IDTrans(ctx context.Context, r *ingestwire.IDTransRequest) 
 	return nil
 }
 
-// numbering is how a read of a split in pass 1 or 2 numbers its ids:
-// with the split's own sorted vocabularies (a clone each, so that an id
-// the split did not hold in idscan is caught: a file changed), whose
-// indices index maps to the dataset's.
+// numbering is a split's rows held since idscan and the dataset index of
+// each of the split's ids, for passes 1 and 2.
 type numbering struct {
-	vocab [2]*shard.Vocab
 	index [2][]int32
-	// rows are the split's rows held since idscan.
-	rows *heldRows
+	rows  *heldRows
 }
 
-// numbering returns the numbering of split for a read with ids (nil
+// numbering returns the numbering of split for a dataset of ids (nil
 // without).
 func (n *IngestNode) numbering(job string, ids *ingestwire.SplitIDs, split int) (*numbering, error) {
 	if ids == nil || !ids.Groups.Any() {
@@ -515,43 +511,9 @@ func (n *IngestNode) numbering(job string, ids *ingestwire.SplitIDs, split int) 
 		if h.ids[g] == nil || h.index[g] == nil {
 			return nil, fmt.Errorf("worker: ingest %s: split %d has no numbering of %s", job, split, ingestwire.GroupNames[g])
 		}
-		nb.vocab[g], nb.index[g] = h.ids[g], h.index[g]
+		nb.index[g] = h.index[g]
 	}
 	return nb, nil
-}
-
-// read returns opts with a clone of each vocabulary.
-func (nb *numbering) read(opts arrowio.ReadOptions) arrowio.ReadOptions {
-	opts.StateIDs, opts.ActionIDs = nb.vocab[ingestwire.GroupStates].Clone(), nb.vocab[ingestwire.GroupActions].Clone()
-	return opts
-}
-
-// views returns the views of the vocabularies, for the fingerprint.
-func (nb *numbering) views() (states, actions shard.VocabView) {
-	return nb.vocab[ingestwire.GroupStates].View(), nb.vocab[ingestwire.GroupActions].View()
-}
-
-// errNewID is a read of a split that met an id its first read did not.
-var errNewID = fmt.Errorf("worker: ingest: an id the first read did not see: %w", shard.ErrInputChanged)
-
-// check returns errNewID unless every index of b is one of the split's.
-func (nb *numbering) check(b *arrowio.TransitionBatch) error {
-	if shard.CheckIndexed(b.State, b.Action, b.Next, nb.index) != nil {
-		return errNewID
-	}
-	return nil
-}
-
-// add hashes b's rows by their ids into fp and renumbers b with the
-// dataset's indices.
-func (nb *numbering) add(fp *shard.FingerprintHash, b *arrowio.TransitionBatch) error {
-	if err := nb.check(b); err != nil {
-		return err
-	}
-	s, a := nb.views()
-	fp.AddIDRows(b.State, b.Action, b.Next, b.Count, s, a)
-	shard.Renumber(b.State, b.Action, b.Next, nb.index)
-	return nil
 }
 
 // storeRange puts a range of a vocabulary into the Object Store

@@ -162,10 +162,10 @@ func (n *IngestNode) scanSplit(ctx context.Context, f arrowio.DataFile, sp arrow
 	return arrowio.ScanSplit(ctx, fh, f, sp, opts, fn)
 }
 
-// Scan is pass 1 of a split: its summary, or its data error.
-// A split of a dataset of user ids is read with its ids' numbering
-// (IDScan, IDTrans): its fingerprint hashes the ids, the rest of its
-// summary sees the dataset's indices.
+// Scan is pass 1 of a split: its summary, or its data error. A split of
+// a dataset of user ids is not read again: its rows, held since IDScan,
+// are summarized renumbered (IDTrans), with the fingerprint of their ids
+// taken then.
 func (n *IngestNode) Scan(ctx context.Context, r *ingestwire.ScanRequest) (*ingestwire.ScanReply, error) {
 	nb, err := n.numbering(r.Job, r.IDs, r.Split.Ordinal)
 	if err != nil {
@@ -181,22 +181,10 @@ func (n *IngestNode) Scan(ctx context.Context, r *ingestwire.ScanRequest) (*inge
 		rep.Summary.CRC = nb.rows.crc
 		return rep, err
 	}
-	read := r.Read
-	err = n.scanSplit(ctx, r.File, r.Split, read, func(b *arrowio.TransitionBatch) error {
-		if nb == nil {
-			rep.Summary.Add(b.State, b.Action, b.Next, b.Count)
-			return nil
-		}
-		if err := nb.check(b); err != nil {
-			return err
-		}
-		s, a := nb.views()
-		rep.Summary.AddIDs(b.State, b.Action, b.Next, b.Count, s, a, nb.index)
+	err = n.scanSplit(ctx, r.File, r.Split, r.Read, func(b *arrowio.TransitionBatch) error {
+		rep.Summary.Add(b.State, b.Action, b.Next, b.Count)
 		return nil
 	})
-	if errors.Is(err, errNewID) {
-		return nil, &arrowio.InputError{File: r.File.Name, Reason: "changed while the dataset was read", Err: err}
-	}
 	if rep.ScanIssue, err = scanIssue(ctx, err); err != nil {
 		return nil, err
 	}
@@ -519,9 +507,6 @@ func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 	if err != nil {
 		if j.ctx.Err() != nil {
 			return j.ctx.Err()
-		}
-		if errors.Is(err, errNewID) {
-			return &arrowio.InputError{File: f.Name, Reason: "changed while the dataset was read", Err: err}
 		}
 		var ie *arrowio.InputError
 		if errors.As(err, &ie) {
