@@ -19,8 +19,9 @@ import (
 // steps). Per job it keeps one epoch of the phase: a request of a newer
 // epoch drops the older one's state, one of an older epoch is refused
 // (*StaleError). Memory: a holder keeps its splits' distinct ids (with a
-// hash index and, after idtrans, 4 bytes more each); an owner its range's
-// ids and 4 bytes per id of each split it ranked; End drops both.
+// hash index and, after idtrans, 4 bytes more each) and their rows (12
+// bytes a row, 8 more with counts); an owner its range's ids and 4 bytes
+// per id of each split it ranked; End drops both.
 
 // idJob is a job's vocabulary phase on one worker.
 type idJob struct {
