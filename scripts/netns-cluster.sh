@@ -427,11 +427,16 @@ teardown
 
 if [ -n "$short" ]; then
 	# Design A's coordinator sends every node the K blocks: its tx per
-	# steady iteration doubles from P = 1 to P = 2 (bytes, not time).
-	awk -F, '$1 == "A" && $9 > 2 { tx[$2] += $12; it[$2]++ } END {
+	# steady iteration doubles from P = 1 to P = 2 (bytes, not time). The
+	# counters are read at the log lines, so an iteration's bytes can
+	# spill into the next (P = 1 has varied 159–250 kB an iteration), and
+	# a straggler's backup on a loaded machine re-sends a task's blocks:
+	# three iterations are averaged, and the ratio need only tell
+	# proportional (2) from flat (1): 1.5 to 3.
+	awk -F, '$1 == "A" && $9 >= 2 { tx[$2] += $12; it[$2]++ } END {
 		r = (tx[2] / it[2]) / (tx[1] / it[1])
 		printf "netns-cluster: design A coordinator tx per iteration P=1 %d, P=2 %d (ratio %.2f)\n", tx[1] / it[1], tx[2] / it[2], r
-		exit !(r > 1.5 && r < 2.6) }' "$csv" || { echo "netns-cluster: FAIL: coordinator bytes not ∝ P" >&2; exit 1; }
+		exit !(r > 1.5 && r < 3) }' "$csv" || { echo "netns-cluster: FAIL: coordinator bytes not ∝ P" >&2; exit 1; }
 	# Design B's coordinator moves m-vectors, scalars and one digest per
 	# owner, nothing per column block or per state:
 	# emsf's own count per steady iteration is the same at n = 400 and
