@@ -213,23 +213,40 @@ func squaremLength(x0, x1, x2 *Model, workers int) float64 {
 func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extrapLogs) {
 	c0, c1, c2 := (1-t)*(1-t), 2*t*(1-t), t*t
 	n, m := x0.N, x0.M
-	var l0, l1 []float64 // the block's cached logs (nil: none)
-	logOf := func(l, a []float64, k int) float64 {
-		if l != nil {
-			return l[k]
+	// combine sets out[q] (log x2, taken) to the proposal's logarithm
+	// where x2 is positive and x0 or x1 differs from it (where all three
+	// agree the entry's own logarithm stays): from l0 and l1, log x0 and
+	// log x1 taken by the penalty, or else taken here into scratch
+	// (room for two of out).
+	combine := func(out, a0, a1, a2, l0, l1 []float64, scratch *[]float64) {
+		if (l0 == nil || l1 == nil) && len(*scratch) < 2*len(out) {
+			*scratch = make([]float64, 2*len(out))
 		}
-		return math.Log(a[k])
+		if l0 == nil {
+			l0 = (*scratch)[:len(out)]
+			logAll(l0, a0)
+		}
+		if l1 == nil {
+			l1 = (*scratch)[len(out) : 2*len(out)]
+			logAll(l1, a1)
+		}
+		for q := range out {
+			if a2[q] > 0 && (a0[q] != a2[q] || a1[q] != a2[q]) {
+				out[q] = float64(float64(c0*l0[q])+float64(c1*l1[q])) + float64(c2*out[q])
+			}
+		}
 	}
-	logAt := func(a0, a1, a2 []float64, k int) float64 {
-		if a0[k] == a2[k] && a1[k] == a2[k] {
-			return math.Log(a2[k])
+	span := func(l []float64, lo, hi int) []float64 {
+		if l == nil {
+			return nil
 		}
-		return float64(float64(c0*logOf(l0, a0, k))+float64(c1*logOf(l1, a1, k))) + float64(c2*math.Log(a2[k]))
+		return l[lo:hi]
 	}
 	for b := range x0.D {
-		l0, l1 = lg0.block(lg0.d(), b), lg1.block(lg1.d(), b)
+		l0, l1 := lg0.block(lg0.d(), b), lg1.block(lg1.d(), b)
 		a0, a1, a2, d := x0.D[b], x1.D[b], x2.D[b], dst.D[b]
 		pieces(n, workers, func(_, lo, hi int) {
+			var scratch []float64
 			for i := lo; i < hi; i++ {
 				r := i * m
 				same := true
@@ -243,17 +260,25 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 					copy(d[r:r+m], a2[r:r+m])
 					continue
 				}
+				logAll(d[r:r+m], a2[r:r+m])
+				combine(d[r:r+m], a0[r:r+m], a1[r:r+m], a2[r:r+m], span(l0, r, r+m), span(l1, r, r+m), &scratch)
 				mx := math.Inf(-1)
 				for l := range m {
 					if a2[r+l] > 0 {
-						d[r+l] = logAt(a0, a1, a2, r+l)
 						mx = max(mx, d[r+l])
 					}
 				}
+				for l := range m {
+					if a2[r+l] > 0 {
+						d[r+l] -= mx
+					} else {
+						d[r+l] = 0 // any finite value: set to 0 below
+					}
+				}
+				expAll(d[r:r+m], d[r:r+m])
 				s := 0.0
 				for l := range m {
 					if a2[r+l] > 0 {
-						d[r+l] = math.Exp(d[r+l] - mx)
 						s += d[r+l]
 					} else {
 						d[r+l] = 0
@@ -270,9 +295,13 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 	np := (n + chunkRows - 1) / chunkRows
 	mxs, sums := make([]float64, np*m), make([]float64, np*m)
 	for b := range x0.KT {
-		l0, l1 = lg0.block(lg0.kt(), b), lg1.block(lg1.kt(), b)
+		l0, l1 := lg0.block(lg0.kt(), b), lg1.block(lg1.kt(), b)
 		a0, a1, a2, k := x0.KT[b], x1.KT[b], x2.KT[b], dst.KT[b]
 		pieces(n, workers, func(p, lo, hi int) {
+			q0, q1 := lo*m, hi*m
+			var scratch []float64
+			logAll(k[q0:q1], a2[q0:q1])
+			combine(k[q0:q1], a0[q0:q1], a1[q0:q1], a2[q0:q1], span(l0, q0, q1), span(l1, q0, q1), &scratch)
 			mx := mxs[p*m : p*m+m]
 			for l := range mx {
 				mx[l] = math.Inf(-1)
@@ -280,7 +309,6 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 			for j := lo; j < hi; j++ {
 				for l := range m {
 					if q := j*m + l; a2[q] > 0 {
-						k[q] = logAt(a0, a1, a2, q)
 						mx[l] = max(mx[l], k[q])
 					}
 				}
@@ -294,13 +322,22 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 			}
 		}
 		pieces(n, workers, func(p, lo, hi int) {
+			for j := lo; j < hi; j++ {
+				for l := range m {
+					if q := j*m + l; a2[q] > 0 {
+						k[q] -= mx[l]
+					} else {
+						k[q] = 0 // any finite value: set to 0 below
+					}
+				}
+			}
+			expAll(k[lo*m:hi*m], k[lo*m:hi*m])
 			s := sums[p*m : p*m+m]
 			clear(s)
 			for j := lo; j < hi; j++ {
 				for l := range m {
 					q := j*m + l
 					if a2[q] > 0 {
-						k[q] = math.Exp(k[q] - mx[l])
 						s[l] += k[q]
 					} else {
 						k[q] = 0

@@ -84,3 +84,24 @@ func commitAVX2(row, src, f *float64, n int, keep float64, each, floor int)
 //
 //go:noescape
 func logSumAVX512(ll *float64, gs, v *float64, groups int) int
+
+// logsAVX2 sets dst[q] = math.Log(src[q]) for q < 4·groups, with
+// math.Log's own operations four lanes at a time (see kernel_amd64.s),
+// stopping before a group with a lane that is zero, negative, infinite
+// or NaN; it returns the number of groups done.
+//
+//go:noescape
+func logsAVX2(dst, src *float64, groups int) int
+
+// useExpAVX2 says whether expsAVX2 may be used: it follows math.Exp's
+// path for machines with FMA, which math.Exp takes with AVX and FMA.
+func useExpAVX2() bool { return cpu.X86.HasAVX2 && cpu.X86.HasAVX && cpu.X86.HasFMA }
+
+// expsAVX2 sets dst[q] = math.Exp(src[q]) for q < 4·groups, with
+// math.Exp's own operations (its FMA path) four lanes at a time (see
+// kernel_amd64.s), stopping before a group with a lane that math.Exp
+// treats apart (not finite, overflow, underflow, a subnormal result); it
+// returns the number of groups done.
+//
+//go:noescape
+func expsAVX2(dst, src *float64, groups int) int

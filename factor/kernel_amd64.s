@@ -914,3 +914,225 @@ piline:
 pidone:
 	RET
 
+
+// Constants of logsAVX2 beside logc<>: the bits of 2^52 (0x4330...) and
+// 2^52 + 0x3FE as a float64, which turn an exponent field into k exactly.
+DATA logc2<>+0x00(SB)/8, $0x4330000000000000
+DATA logc2<>+0x08(SB)/8, $4503599627371518.0 // 2^52 + 0x3FE
+GLOBL logc2<>(SB), RODATA|NOPTR, $0x10
+
+// func logsAVX2(dst, src *float64, groups int) int
+//
+// For groups of four x (positive and finite), dst = log(x) computed by
+// exactly the operations of math.Log's amd64 assembly (archLog), four
+// lanes at a time, as logSumAVX512 does eight: every value is bitwise
+// math.Log's. AVX2 has no VCVTQQ2PD: k = exponent − 0x3FE is taken as
+// (2^52 + exponent) − (2^52 + 0x3FE), both exact, archLog's k exactly.
+// It stops before a group with a lane that is zero, negative, infinite or
+// NaN (archLog's special cases) and returns the number of groups done.
+TEXT ·logsAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ groups+16(FP), CX
+	XORQ AX, AX
+	VPBROADCASTQ logc<>+0x00(SB), Y12 // mantissa
+	VPBROADCASTQ logc<>+0x08(SB), Y13 // 0.5
+	VPBROADCASTQ logc<>+0x10(SB), Y14 // 0x7FF
+	VPBROADCASTQ logc2<>+0x00(SB), Y15 // 2^52's bits
+	VPXOR Y11, Y11, Y11
+l2group:
+	CMPQ AX, CX
+	JGE l2done
+	VMOVUPD (SI), Y0
+	// Special lanes: not > 0 as an integer (sign, or zero), or exponent 0x7FF.
+	VPSRLQ $52, Y0, Y1
+	VPAND Y14, Y1, Y1
+	VPCMPEQQ Y14, Y1, Y2
+	VPCMPGTQ Y11, Y0, Y3
+	VPANDN Y3, Y2, Y2
+	VMOVMSKPD Y2, BX
+	CMPQ BX, $15
+	JNE l2done
+	// f1 = mantissa | 0.5; k = float64(exponent − 0x3FE).
+	VPAND Y12, Y0, Y2
+	VPOR Y13, Y2, Y2
+	VPOR Y15, Y1, Y1
+	VBROADCASTSD logc2<>+0x08(SB), Y4
+	VSUBPD Y4, Y1, Y1
+	// if !(sqrt(2)/2 < f1) { k -= 1; f1 *= 2 } else { k -= 0; f1 *= 1 }
+	VBROADCASTSD logc<>+0x20(SB), Y0
+	VCMPPD $5, Y2, Y0, Y3
+	VBROADCASTSD logc<>+0x28(SB), Y4 // 1
+	VANDPD Y4, Y3, Y3
+	VSUBPD Y3, Y1, Y1
+	VADDPD Y4, Y3, Y3
+	VMULPD Y3, Y2, Y2
+	// f = f1 − 1; s = f / (2 + f)
+	VSUBPD Y4, Y2, Y2
+	VBROADCASTSD logc<>+0x30(SB), Y0
+	VADDPD Y2, Y0, Y0
+	VDIVPD Y0, Y2, Y3
+	// s2 = s·s; s4 = s2·s2
+	VMULPD Y3, Y3, Y4
+	VMULPD Y4, Y4, Y5
+	// t1 = s2·(L1 + s4·(L3 + s4·(L5 + s4·L7)))
+	VBROADCASTSD logc<>+0x78(SB), Y6
+	VMULPD Y5, Y6, Y6
+	VBROADCASTSD logc<>+0x68(SB), Y7
+	VADDPD Y7, Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VBROADCASTSD logc<>+0x58(SB), Y7
+	VADDPD Y7, Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VBROADCASTSD logc<>+0x48(SB), Y7
+	VADDPD Y7, Y6, Y6
+	VMULPD Y6, Y4, Y4
+	// t2 = s4·(L2 + s4·(L4 + s4·L6))
+	VBROADCASTSD logc<>+0x70(SB), Y6
+	VMULPD Y5, Y6, Y6
+	VBROADCASTSD logc<>+0x60(SB), Y7
+	VADDPD Y7, Y6, Y6
+	VMULPD Y5, Y6, Y6
+	VBROADCASTSD logc<>+0x50(SB), Y7
+	VADDPD Y7, Y6, Y6
+	VMULPD Y6, Y5, Y5
+	// R = t1 + t2; hfsq = 0.5·f·f
+	VADDPD Y5, Y4, Y4
+	VBROADCASTSD logc<>+0x08(SB), Y0
+	VMULPD Y2, Y0, Y0
+	VMULPD Y2, Y0, Y0
+	// k·Ln2Hi − ((hfsq − (s·(hfsq+R) + k·Ln2Lo)) − f)
+	VADDPD Y0, Y4, Y4
+	VMULPD Y4, Y3, Y3
+	VBROADCASTSD logc<>+0x40(SB), Y4
+	VMULPD Y1, Y4, Y4
+	VADDPD Y4, Y3, Y3
+	VSUBPD Y3, Y0, Y0
+	VSUBPD Y2, Y0, Y0
+	VBROADCASTSD logc<>+0x38(SB), Y4
+	VMULPD Y4, Y1, Y1
+	VSUBPD Y0, Y1, Y1
+	VMOVUPD Y1, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	INCQ AX
+	JMP l2group
+l2done:
+	MOVQ AX, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// Constants of expsAVX2: those of math.Exp's amd64 assembly (archExp).
+DATA expc<>+0x00(SB)/8, $0.5
+DATA expc<>+0x08(SB)/8, $1.0
+DATA expc<>+0x10(SB)/8, $2.0
+DATA expc<>+0x18(SB)/8, $1.6666666666666666667e-1
+DATA expc<>+0x20(SB)/8, $4.1666666666666666667e-2
+DATA expc<>+0x28(SB)/8, $8.3333333333333333333e-3
+DATA expc<>+0x30(SB)/8, $1.3888888888888888889e-3
+DATA expc<>+0x38(SB)/8, $1.9841269841269841270e-4
+DATA expc<>+0x40(SB)/8, $2.4801587301587301587e-5
+DATA expc<>+0x48(SB)/8, $1.4426950408889634073599246810018920 // LOG2E
+DATA expc<>+0x50(SB)/8, $0.69314718055966295651160180568695068359375 // LN2U
+DATA expc<>+0x58(SB)/8, $0.28235290563031577122588448175013436025525412068e-12 // LN2L
+DATA expc<>+0x60(SB)/8, $7.09782712893384e+02 // Overflow
+DATA expc<>+0x68(SB)/8, $0.0625
+DATA expc<>+0x70(SB)/8, $0x7FEFFFFFFFFFFFFF // the largest finite, as bits
+DATA expc<>+0x78(SB)/8, $0x7FFFFFFFFFFFFFFF // all but the sign
+DATA expc<>+0x80(SB)/8, $0x00000000000003FF // the exponent's bias
+DATA expc<>+0x88(SB)/8, $0x00000000000007FF
+GLOBL expc<>(SB), RODATA|NOPTR, $0x90
+
+// func expsAVX2(dst, src *float64, groups int) int
+//
+// For groups of four x, dst = exp(x) computed by exactly the operations
+// of math.Exp's amd64 assembly on a machine with FMA (archExp's avxfma
+// path: the exponent rounded by CVTSD2SL, the reduction and the Taylor
+// series with fused multiply-adds in the same order, the result scaled
+// by 2^k built from bits), four lanes at a time: every value is bitwise
+// math.Exp's there. It stops before a group with a lane that takes
+// another path of archExp (not finite, above Overflow, or a result whose
+// exponent field would be ≤ 0 or ≥ 0x7FF: underflow, subnormal, overflow)
+// and returns the number of groups done. The caller checks for FMA.
+TEXT ·expsAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ groups+16(FP), CX
+	XORQ AX, AX
+	VPBROADCASTQ expc<>+0x70(SB), Y12 // largest finite
+	VPBROADCASTQ expc<>+0x78(SB), Y13 // abs mask
+	VPBROADCASTQ expc<>+0x80(SB), Y14 // 0x3FF
+	VPBROADCASTQ expc<>+0x88(SB), Y15 // 0x7FF
+	VPXOR Y11, Y11, Y11
+e2group:
+	CMPQ AX, CX
+	JGE e2done
+	VMOVUPD (SI), Y0
+	// finite: |x| as bits <= the largest finite
+	VPAND Y13, Y0, Y1
+	VPCMPGTQ Y12, Y1, Y1 // not finite
+	// x > Overflow
+	VBROADCASTSD expc<>+0x60(SB), Y2
+	VCMPPD $0x1E, Y2, Y0, Y2 // GT_OQ: x > Overflow
+	VPOR Y2, Y1, Y1
+	// k = round(LOG2E·x) (CVTSD2SL), as int32 and back as float64
+	VBROADCASTSD expc<>+0x48(SB), Y2
+	VMULPD Y0, Y2, Y2
+	VCVTPD2DQY Y2, X3
+	VCVTDQ2PD X3, Y2
+	// e = k + 0x3FF must be in (0, 0x7FF)
+	VPMOVSXDQ X3, Y3
+	VPADDQ Y14, Y3, Y3
+	VPCMPGTQ Y11, Y3, Y4 // e > 0
+	VPCMPGTQ Y3, Y15, Y5 // 0x7FF > e
+	VPAND Y5, Y4, Y4
+	VPANDN Y4, Y1, Y1 // good = !(special) & in range
+	VMOVMSKPD Y1, BX
+	CMPQ BX, $15
+	JNE e2done
+	// x −= k·LN2U; x −= k·LN2L (fused); x *= 0.0625
+	VBROADCASTSD expc<>+0x50(SB), Y4
+	VFNMADD231PD Y4, Y2, Y0
+	VBROADCASTSD expc<>+0x58(SB), Y4
+	VFNMADD231PD Y4, Y2, Y0
+	VBROADCASTSD expc<>+0x68(SB), Y4
+	VMULPD Y4, Y0, Y0
+	// Taylor series: p = ((((((c8·x + c7)·x + c6)·x + c5)·x + c4)·x + c3)·x + 0.5)·x + 1
+	VBROADCASTSD expc<>+0x40(SB), Y1
+	VBROADCASTSD expc<>+0x38(SB), Y4
+	VFMADD213PD Y4, Y0, Y1
+	VBROADCASTSD expc<>+0x30(SB), Y4
+	VFMADD213PD Y4, Y0, Y1
+	VBROADCASTSD expc<>+0x28(SB), Y4
+	VFMADD213PD Y4, Y0, Y1
+	VBROADCASTSD expc<>+0x20(SB), Y4
+	VFMADD213PD Y4, Y0, Y1
+	VBROADCASTSD expc<>+0x18(SB), Y4
+	VFMADD213PD Y4, Y0, Y1
+	VBROADCASTSD expc<>+0x00(SB), Y4
+	VFMADD213PD Y4, Y0, Y1
+	VBROADCASTSD expc<>+0x08(SB), Y5 // 1
+	VFMADD213PD Y5, Y0, Y1
+	// x = x·p; three times x = x·(x + 2); then x = x·(x + 2) + 1 (fused)
+	VMULPD Y1, Y0, Y0
+	VBROADCASTSD expc<>+0x10(SB), Y4 // 2
+	VADDPD Y4, Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD Y4, Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD Y4, Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD Y4, Y0, Y1
+	VFMADD213PD Y5, Y1, Y0
+	// times 2^k: e << 52 as bits
+	VPSLLQ $52, Y3, Y3
+	VMULPD Y3, Y0, Y0
+	VMOVUPD Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	INCQ AX
+	JMP e2group
+e2done:
+	MOVQ AX, ret+24(FP)
+	VZEROUPPER
+	RET

@@ -39,6 +39,16 @@ func runColsAVX2(a *colArgs) {
 	panic("factor: runColsAVX2 without AVX2")
 }
 
+func useExpAVX2() bool { return false }
+
+func expsAVX2(dst, src *float64, groups int) int {
+	panic("factor: expsAVX2 without AVX2")
+}
+
+func logsAVX2(dst, src *float64, groups int) int {
+	panic("factor: logsAVX2 without AVX2")
+}
+
 func logSumAVX512(ll *float64, gs, v *float64, groups int) int {
 	panic("factor: logSumAVX512 without AVX-512")
 }

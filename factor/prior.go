@@ -118,14 +118,16 @@ func (p *Prior) Penalty(md *Model, q [][]float64) float64 {
 // afterwards in Penalty's order: bitwise Penalty's value.
 func (p *Prior) penaltyLogs(md *Model, q [][]float64, logs *extrapLogs, workers int) float64 {
 	m := md.M
+	var scratch []float64 // the logarithms of a block, when logs keeps none
 	logOf := func(src, dst []float64) func(k int) float64 {
 		if dst == nil {
-			return func(k int) float64 { return math.Log(src[k]) }
+			if cap(scratch) < len(src) {
+				scratch = make([]float64, len(src))
+			}
+			dst = scratch[:len(src)]
 		}
 		pieces(md.N, workers, func(_, lo, hi int) {
-			for k := lo * m; k < hi*m; k++ {
-				dst[k] = math.Log(src[k])
-			}
+			logAll(dst[lo*m:hi*m], src[lo*m:hi*m])
 		})
 		return func(k int) float64 { return dst[k] }
 	}
