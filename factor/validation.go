@@ -96,6 +96,10 @@ type Validation struct {
 	// NoCounts keeps κ at +Inf: the rule without counts (a stochastic
 	// factorization of order m+1).
 	NoCounts bool
+	// counting holds per action the scores of rules with λ = 1, which
+	// ignore the factors (the counting baselines Tune starts from, ever
+	// again): the same for every model, so scored once.
+	counting []map[RuleParams]float64
 }
 
 // valEntry is one validation nonzero: its count c, the fit part's count
@@ -231,6 +235,26 @@ func (v *Validation) factorProbs(md *Model, workers int) {
 // under the rule p (with the fit part's counts and q). The sum runs over
 // pieces of nonzeros folded in order: the same for any workers.
 func (v *Validation) score(a int, p RuleParams, workers int) float64 {
+	if p.Lambda != 1 {
+		return v.scoreRule(a, p, workers)
+	}
+	// (1−λ)·g is +0 for every (finite) g: the score is the counts' alone.
+	if v.counting == nil {
+		v.counting = make([]map[RuleParams]float64, v.u)
+	}
+	if s, ok := v.counting[a][p]; ok {
+		return s
+	}
+	s := v.scoreRule(a, p, workers)
+	if v.counting[a] == nil {
+		v.counting[a] = map[RuleParams]float64{}
+	}
+	v.counting[a][p] = s
+	return s
+}
+
+// scoreRule is score, computed.
+func (v *Validation) scoreRule(a int, p RuleParams, workers int) float64 {
 	es, g := v.ents[a], v.g[a]
 	nd := len(DiscountGrid)
 	dk := slices.Index(DiscountGrid, p.Discount) // -1: off the grid
@@ -240,7 +264,10 @@ func (v *Validation) score(a int, p RuleParams, workers int) float64 {
 	counts := !math.IsInf(p.Kappa, 1)
 	part := make([]float64, (len(es)+chunkRows-1)/chunkRows)
 	pieces(len(es), workers, func(pc, lo, hi int) {
-		s := 0.0
+		// The probabilities of the piece, then their logarithms taken
+		// four at a time (logAll: math.Log's bits) and added in order.
+		var buf [chunkRows]float64
+		prs := buf[:0]
 		for k := lo; k < hi; k++ {
 			e := &es[k]
 			q := 1 / n
@@ -262,10 +289,15 @@ func (v *Validation) score(a int, p RuleParams, workers int) float64 {
 				pr = float64((1-p.Mu)*(float64(max(e.cf-p.Discount, 0)+float64((p.Kappa+m)*pr)))/den) + float64(p.Mu*pr)
 			}
 			if !(pr > 0) {
-				s = math.Inf(-1)
-				break
+				part[pc] = math.Inf(-1)
+				return
 			}
-			s += float64(e.c * math.Log(pr))
+			prs = append(prs, pr)
+		}
+		logAll(prs, prs)
+		s := 0.0
+		for k, lg := range prs {
+			s += float64(es[lo+k].c * lg)
 		}
 		part[pc] = s
 	})
