@@ -106,7 +106,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&f.priorD, "prior-d", defaultPriorD, "Dirichlet prior on the rows of D (MAP-EM): pseudo-counts added to every entry of a row before it is normalized (0: none)")
 	fs.Float64Var(&f.priorK, "prior-k", defaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
 	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: --accel none --smooth none --stop tol --prior-d 0 --prior-k 0, and rows without data left at their random start")
-	fs.IntVar(&f.patience, "patience", 10, "with --stop validation: scores in a row without gain before the fit stops")
+	fs.IntVar(&f.patience, "patience", 5, "with --stop validation: scores in a row without gain before the fit stops")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole command to this file (go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
