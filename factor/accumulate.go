@@ -417,9 +417,23 @@ func blockDh(b *Block, s *Scratch, p *Partial, r, m int) []float64 {
 // positive g (each product rounded before it is added: float64(...)
 // forbids a fused multiply-add). With AVX-512 the logarithms and products
 // run eight at a time, bitwise those of math.Log on amd64
-// (logSumAVX512); pureGo (tests) keeps the scalar loop.
+// (logSumAVX512); with AVX2 the logarithms four at a time (logAll, the
+// same bits), the terms added one by one; pureGo (tests) keeps the scalar
+// loop.
 func logSum(ll float64, g, v []float64, pureGo bool) float64 {
 	q := 0
+	if !pureGo && !useLogAVX512() && useAVX2() {
+		var buf [256]float64
+		for q < len(g) {
+			lg := buf[:min(len(buf), len(g)-q)]
+			logAll(lg, g[q:q+len(lg)])
+			for k, x := range lg {
+				ll += float64(v[q+k] * x)
+			}
+			q += len(lg)
+		}
+		return ll
+	}
 	if !pureGo && useLogAVX512() {
 		for len(g)-q >= 8 {
 			q += 8 * logSumAVX512(&ll, &g[q], &v[q], (len(g)-q)/8)

@@ -402,7 +402,7 @@ func TestColArgsLayout(t *testing.T) {
 // it is); each log is checked alone (a one-hot v) and in long sums.
 func TestLogSumMatchesMathLog(t *testing.T) {
 	if !useLogAVX512() {
-		t.Log("no AVX-512 on this machine (or -tags purego): logSum is the scalar loop")
+		t.Log("no AVX-512 on this machine (or -tags purego): logSum takes its logarithms with logAll (AVX2) or one by one")
 	}
 	r := rand.New(rand.NewPCG(5, 6))
 	special := []float64{math.SmallestNonzeroFloat64, 1e-310, math.MaxFloat64, 1, 2, 0.5, 0.25, 3,
