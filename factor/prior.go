@@ -117,42 +117,54 @@ func (p *Prior) Penalty(md *Model, q [][]float64) float64 {
 // logs the logarithms are taken on up to workers goroutines and summed
 // afterwards in Penalty's order: bitwise Penalty's value.
 func (p *Prior) penaltyLogs(md *Model, q [][]float64, logs *extrapLogs, workers int) float64 {
-	m := md.M
-	var scratch []float64 // the logarithms of a block, when logs keeps none
-	logOf := func(src, dst []float64) func(k int) float64 {
-		if dst == nil {
-			if cap(scratch) < len(src) {
-				scratch = make([]float64, len(src))
-			}
-			dst = scratch[:len(src)]
+	n, m := md.N, md.M
+	var buf []float64 // a piece's logarithms, when logs keeps none
+	// each calls f with the logarithms of src's rows from row lo on, in
+	// row order: all of them in dst, taken on up to workers goroutines,
+	// or (dst nil) a piece of rows at a time in buf, so that Penalty
+	// holds one piece and not a copy of a factor.
+	each := func(src, dst []float64, f func(lo int, lg []float64)) {
+		if dst != nil {
+			pieces(n, workers, func(_, lo, hi int) {
+				logAll(dst[lo*m:hi*m], src[lo*m:hi*m])
+			})
+			f(0, dst)
+			return
 		}
-		pieces(md.N, workers, func(_, lo, hi int) {
-			logAll(dst[lo*m:hi*m], src[lo*m:hi*m])
-		})
-		return func(k int) float64 { return dst[k] }
+		if buf == nil {
+			buf = make([]float64, min(n, chunkRows)*m)
+		}
+		for lo := 0; lo < n; lo += chunkRows {
+			hi := min(n, lo+chunkRows)
+			lg := buf[:(hi-lo)*m]
+			logAll(lg, src[lo*m:hi*m])
+			f(lo, lg)
+		}
 	}
 	s := 0.0
 	if p.D > 0 {
 		for b, d := range md.D {
-			lg := logOf(d, logs.block(logs.d(), b))
 			t := 0.0
-			for k := range d {
-				t += lg(k)
-			}
+			each(d, logs.block(logs.d(), b), func(_ int, lg []float64) {
+				for _, x := range lg {
+					t += x
+				}
+			})
 			s += float64(p.D * t)
 		}
 	}
 	if p.K > 0 {
 		for b, kt := range md.KT {
-			lg := logOf(kt, logs.block(logs.kt(), b))
-			t := 0.0
-			for j, qj := range q[b] {
-				r := 0.0
-				for k := j * m; k < j*m+m; k++ {
-					r += lg(k)
+			t, qb := 0.0, q[b]
+			each(kt, logs.block(logs.kt(), b), func(lo int, lg []float64) {
+				for r := range len(lg) / m {
+					x := 0.0
+					for _, v := range lg[r*m : r*m+m] {
+						x += v
+					}
+					t += float64(qb[lo+r] * x)
 				}
-				t += float64(qj * r)
-			}
+			})
 			s += float64(p.K * t)
 		}
 	}
