@@ -751,6 +751,53 @@ cend:
 	VZEROUPPER
 	RET
 
+// LOGCORE(r0, ..., r7): the rest of math.Log's operations (archLog)
+// from f1 in r2, k in r1 and 1 in r4 to log(x) in r1, on vectors of any
+// width (Z for logSumAVX512, Y for logsAVX2): f = f1 − 1,
+// s = f / (2 + f), s2 = s·s, s4 = s2·s2,
+// t1 = s2·(L1 + s4·(L3 + s4·(L5 + s4·L7))), t2 = s4·(L2 + s4·(L4 + s4·L6)),
+// R = t1 + t2, hfsq = 0.5·f·f, then k·Ln2Hi − ((hfsq − (s·(hfsq+R) + k·Ln2Lo)) − f).
+#define LOGCORE(r0, r1, r2, r3, r4, r5, r6, r7) \
+	VSUBPD r4, r2, r2; \
+	VBROADCASTSD logc<>+0x30(SB), r0; \
+	VADDPD r2, r0, r0; \
+	VDIVPD r0, r2, r3; \
+	VMULPD r3, r3, r4; \
+	VMULPD r4, r4, r5; \
+	VBROADCASTSD logc<>+0x78(SB), r6; \
+	VMULPD r5, r6, r6; \
+	VBROADCASTSD logc<>+0x68(SB), r7; \
+	VADDPD r7, r6, r6; \
+	VMULPD r5, r6, r6; \
+	VBROADCASTSD logc<>+0x58(SB), r7; \
+	VADDPD r7, r6, r6; \
+	VMULPD r5, r6, r6; \
+	VBROADCASTSD logc<>+0x48(SB), r7; \
+	VADDPD r7, r6, r6; \
+	VMULPD r6, r4, r4; \
+	VBROADCASTSD logc<>+0x70(SB), r6; \
+	VMULPD r5, r6, r6; \
+	VBROADCASTSD logc<>+0x60(SB), r7; \
+	VADDPD r7, r6, r6; \
+	VMULPD r5, r6, r6; \
+	VBROADCASTSD logc<>+0x50(SB), r7; \
+	VADDPD r7, r6, r6; \
+	VMULPD r6, r5, r5; \
+	VADDPD r5, r4, r4; \
+	VBROADCASTSD logc<>+0x08(SB), r0; \
+	VMULPD r2, r0, r0; \
+	VMULPD r2, r0, r0; \
+	VADDPD r0, r4, r4; \
+	VMULPD r4, r3, r3; \
+	VBROADCASTSD logc<>+0x40(SB), r4; \
+	VMULPD r1, r4, r4; \
+	VADDPD r4, r3, r3; \
+	VSUBPD r3, r0, r0; \
+	VSUBPD r2, r0, r0; \
+	VBROADCASTSD logc<>+0x38(SB), r4; \
+	VMULPD r4, r1, r1; \
+	VSUBPD r0, r1, r1
+
 // Constants of logSumAVX512 (those of math.Log's amd64 assembly).
 DATA logc<>+0x00(SB)/8, $0x000FFFFFFFFFFFFF // mantissa
 DATA logc<>+0x08(SB)/8, $0x3FE0000000000000 // 0.5
@@ -815,51 +862,7 @@ lgroup:
 	VSUBPD Z3, Z1, Z1
 	VADDPD Z4, Z3, Z3
 	VMULPD Z3, Z2, Z2
-	// f = f1 − 1; s = f / (2 + f)
-	VSUBPD Z4, Z2, Z2
-	VBROADCASTSD logc<>+0x30(SB), Z0
-	VADDPD Z2, Z0, Z0
-	VDIVPD Z0, Z2, Z3
-	// s2 = s·s; s4 = s2·s2
-	VMULPD Z3, Z3, Z4
-	VMULPD Z4, Z4, Z5
-	// t1 = s2·(L1 + s4·(L3 + s4·(L5 + s4·L7)))
-	VBROADCASTSD logc<>+0x78(SB), Z6
-	VMULPD Z5, Z6, Z6
-	VBROADCASTSD logc<>+0x68(SB), Z7
-	VADDPD Z7, Z6, Z6
-	VMULPD Z5, Z6, Z6
-	VBROADCASTSD logc<>+0x58(SB), Z7
-	VADDPD Z7, Z6, Z6
-	VMULPD Z5, Z6, Z6
-	VBROADCASTSD logc<>+0x48(SB), Z7
-	VADDPD Z7, Z6, Z6
-	VMULPD Z6, Z4, Z4
-	// t2 = s4·(L2 + s4·(L4 + s4·L6))
-	VBROADCASTSD logc<>+0x70(SB), Z6
-	VMULPD Z5, Z6, Z6
-	VBROADCASTSD logc<>+0x60(SB), Z7
-	VADDPD Z7, Z6, Z6
-	VMULPD Z5, Z6, Z6
-	VBROADCASTSD logc<>+0x50(SB), Z7
-	VADDPD Z7, Z6, Z6
-	VMULPD Z6, Z5, Z5
-	// R = t1 + t2; hfsq = 0.5·f·f
-	VADDPD Z5, Z4, Z4
-	VBROADCASTSD logc<>+0x08(SB), Z0
-	VMULPD Z2, Z0, Z0
-	VMULPD Z2, Z0, Z0
-	// k·Ln2Hi − ((hfsq − (s·(hfsq+R) + k·Ln2Lo)) − f)
-	VADDPD Z0, Z4, Z4
-	VMULPD Z4, Z3, Z3
-	VBROADCASTSD logc<>+0x40(SB), Z4
-	VMULPD Z1, Z4, Z4
-	VADDPD Z4, Z3, Z3
-	VSUBPD Z3, Z0, Z0
-	VSUBPD Z2, Z0, Z0
-	VBROADCASTSD logc<>+0x38(SB), Z4
-	VMULPD Z4, Z1, Z1
-	VSUBPD Z0, Z1, Z1
+	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
 	// ll += v·log(g), one term after another.
 	VMULPD (DX), Z1, Z1
 	VMOVUPD Z1, 0(SP)
@@ -967,51 +970,7 @@ l2group:
 	VSUBPD Y3, Y1, Y1
 	VADDPD Y4, Y3, Y3
 	VMULPD Y3, Y2, Y2
-	// f = f1 − 1; s = f / (2 + f)
-	VSUBPD Y4, Y2, Y2
-	VBROADCASTSD logc<>+0x30(SB), Y0
-	VADDPD Y2, Y0, Y0
-	VDIVPD Y0, Y2, Y3
-	// s2 = s·s; s4 = s2·s2
-	VMULPD Y3, Y3, Y4
-	VMULPD Y4, Y4, Y5
-	// t1 = s2·(L1 + s4·(L3 + s4·(L5 + s4·L7)))
-	VBROADCASTSD logc<>+0x78(SB), Y6
-	VMULPD Y5, Y6, Y6
-	VBROADCASTSD logc<>+0x68(SB), Y7
-	VADDPD Y7, Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VBROADCASTSD logc<>+0x58(SB), Y7
-	VADDPD Y7, Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VBROADCASTSD logc<>+0x48(SB), Y7
-	VADDPD Y7, Y6, Y6
-	VMULPD Y6, Y4, Y4
-	// t2 = s4·(L2 + s4·(L4 + s4·L6))
-	VBROADCASTSD logc<>+0x70(SB), Y6
-	VMULPD Y5, Y6, Y6
-	VBROADCASTSD logc<>+0x60(SB), Y7
-	VADDPD Y7, Y6, Y6
-	VMULPD Y5, Y6, Y6
-	VBROADCASTSD logc<>+0x50(SB), Y7
-	VADDPD Y7, Y6, Y6
-	VMULPD Y6, Y5, Y5
-	// R = t1 + t2; hfsq = 0.5·f·f
-	VADDPD Y5, Y4, Y4
-	VBROADCASTSD logc<>+0x08(SB), Y0
-	VMULPD Y2, Y0, Y0
-	VMULPD Y2, Y0, Y0
-	// k·Ln2Hi − ((hfsq − (s·(hfsq+R) + k·Ln2Lo)) − f)
-	VADDPD Y0, Y4, Y4
-	VMULPD Y4, Y3, Y3
-	VBROADCASTSD logc<>+0x40(SB), Y4
-	VMULPD Y1, Y4, Y4
-	VADDPD Y4, Y3, Y3
-	VSUBPD Y3, Y0, Y0
-	VSUBPD Y2, Y0, Y0
-	VBROADCASTSD logc<>+0x38(SB), Y4
-	VMULPD Y4, Y1, Y1
-	VSUBPD Y0, Y1, Y1
+	LOGCORE(Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7)
 	VMOVUPD Y1, (DI)
 	ADDQ $32, SI
 	ADDQ $32, DI

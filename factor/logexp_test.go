@@ -35,6 +35,32 @@ func sameFloat(a, b float64) bool {
 	return math.Float64bits(a) == math.Float64bits(b) || math.IsNaN(a) && math.IsNaN(b)
 }
 
+// checkAll checks all (logAll or expAll) against f, bitwise, on x at
+// several offsets and lengths and in place.
+func checkAll(t *testing.T, name string, x []float64, all func(dst, src []float64), f func(float64) float64) {
+	t.Helper()
+	for _, off := range []int{0, 1, 2, 3, 5} {
+		for _, n := range []int{0, 1, 3, 4, 9, len(x) - off} {
+			src := x[off : off+n]
+			dst := make([]float64, n)
+			all(dst, src)
+			for q, v := range src {
+				if want := f(v); !sameFloat(dst[q], want) {
+					t.Fatalf("offset %d, length %d: %s(%v) = %v (%#x), math gives %v (%#x)",
+						off, n, name, v, dst[q], math.Float64bits(dst[q]), want, math.Float64bits(want))
+				}
+			}
+		}
+	}
+	src := append([]float64(nil), x...)
+	all(src, src)
+	for q, v := range x {
+		if !sameFloat(src[q], f(v)) {
+			t.Fatalf("in place: %s(%v) = %v", name, v, src[q])
+		}
+	}
+}
+
 // TestLogsMatchMathLog: logAll is bitwise math.Log on every kind of value,
 // at every offset and length (groups of four, the tail, groups holding a
 // special value that math.Log takes one by one).
@@ -53,27 +79,7 @@ func TestLogsMatchMathLog(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	x := logexpInputs(r, 20000)
 	r.Shuffle(len(x), func(i, j int) { x[i], x[j] = x[j], x[i] })
-	for _, off := range []int{0, 1, 2, 3, 5} {
-		for _, n := range []int{0, 1, 3, 4, 9, len(x) - off} {
-			src := x[off : off+n]
-			dst := make([]float64, n)
-			logAll(dst, src)
-			for q, v := range src {
-				if want := math.Log(v); !sameFloat(dst[q], want) {
-					t.Fatalf("offset %d, length %d: log(%v) = %v (%#x), math.Log gives %v (%#x)",
-						off, n, v, dst[q], math.Float64bits(dst[q]), want, math.Float64bits(want))
-				}
-			}
-		}
-	}
-	// In place.
-	src := append([]float64(nil), x...)
-	logAll(src, src)
-	for q, v := range x {
-		if !sameFloat(src[q], math.Log(v)) {
-			t.Fatalf("in place: log(%v) = %v", v, src[q])
-		}
-	}
+	checkAll(t, "log", x, logAll, math.Log)
 }
 
 // TestExpsMatchMathExp: expAll is bitwise math.Exp on every kind of
@@ -95,17 +101,5 @@ func TestExpsMatchMathExp(t *testing.T) {
 		x = append(x, 1500*r.Float64()-750, -40*r.Float64(), math.Ldexp(r.Float64(), -r.IntN(60)))
 	}
 	r.Shuffle(len(x), func(i, j int) { x[i], x[j] = x[j], x[i] })
-	for _, off := range []int{0, 1, 2, 3, 5} {
-		for _, n := range []int{0, 1, 3, 4, 9, len(x) - off} {
-			src := x[off : off+n]
-			dst := make([]float64, n)
-			expAll(dst, src)
-			for q, v := range src {
-				if want := math.Exp(v); !sameFloat(dst[q], want) {
-					t.Fatalf("offset %d, length %d: exp(%v) = %v (%#x), math.Exp gives %v (%#x)",
-						off, n, v, dst[q], math.Float64bits(dst[q]), want, math.Float64bits(want))
-				}
-			}
-		}
-	}
+	checkAll(t, "exp", x, expAll, math.Exp)
 }
