@@ -8,29 +8,45 @@ import "math"
 // one with math.Log. SQUAREM under the prior takes every entry's
 // logarithm three times a cycle (penaltyLogs, extrapolate): one by one,
 // math.Log was 40 % of a default fit's time on the real-data benchmark.
-func logAll(dst, src []float64) { apply4(dst, src, useAVX2(), logsAVX2, math.Log) }
+func logAll(dst, src []float64) { apply4(dst, src, opLog) }
 
 // expAll sets dst[q] = math.Exp(src[q]) for q < len(src), bitwise: with
 // AVX2 and FMA (amd64, not purego) four at a time by math.Exp's own
 // operations (expsAVX2), a group with a value math.Exp treats apart one
 // by one with math.Exp.
-func expAll(dst, src []float64) { apply4(dst, src, useExpAVX2(), expsAVX2, math.Exp) }
+func expAll(dst, src []float64) { apply4(dst, src, opExp) }
 
-// apply4 sets dst[q] = f(src[q]) for q < len(src): with vec (when use)
-// on groups of four until it stops before a group, that group with f,
-// and so on; the tail and every value without use with f.
-func apply4(dst, src []float64, use bool, vec func(dst, src *float64, groups int) int, f func(float64) float64) {
+// The functions apply4 applies.
+const (
+	opLog = iota
+	opExp
+)
+
+// apply4 sets dst[q] = f(src[q]) for q < len(src), f the function op:
+// with its kernel (where the machine has it) on groups of four until the
+// kernel stops before a group, that group with f alone, and so on; the
+// tail with f alone. The kernels are called directly, never through a
+// function value, so that dst and src do not escape: callers pass
+// slices of arrays on their stacks.
+func apply4(dst, src []float64, op int) {
 	dst = dst[:len(src)]
+	f, use := math.Log, useAVX2()
+	if op == opExp {
+		f, use = math.Exp, useExpAVX2()
+	}
 	q := 0
-	if use {
-		for len(src)-q >= 4 {
-			q += 4 * vec(&dst[q], &src[q], (len(src)-q)/4)
-			if len(src)-q < 4 {
-				break
-			}
-			for end := q + 4; q < end; q++ {
-				dst[q] = f(src[q])
-			}
+	for use && len(src)-q >= 4 {
+		groups := (len(src) - q) / 4
+		if op == opExp {
+			q += 4 * expsAVX2(&dst[q], &src[q], groups)
+		} else {
+			q += 4 * logsAVX2(&dst[q], &src[q], groups)
+		}
+		if len(src)-q < 4 {
+			break
+		}
+		for end := q + 4; q < end; q++ {
+			dst[q] = f(src[q])
 		}
 	}
 	for ; q < len(src); q++ {
