@@ -161,7 +161,7 @@ func benchQueries(ctx context.Context, e *env, path string, b *benchQueryFlags) 
 	fmt.Fprintf(e.stdout, "top-%d, %d queries, one goroutine: %.0f queries per CPU second (%.0f per wall second, %.2f CPU s in %.2f s); latency p50 %v p90 %v p99 %v p99.9 %v max %v\n",
 		b.k, b.queries, float64(b.queries)/cpu.Seconds(), float64(b.queries)/wall.Seconds(), cpu.Seconds(), wall.Seconds(),
 		pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99), pct(lat, 0.999), lat[len(lat)-1])
-	fmt.Fprintf(e.stdout, "read depth: list entries p50 %d p99 %d max %d; items scored p50 %d p99 %d max %d (n·m = %d); answered by the scan: %d (%.2f%%), %d of them by the float32 shadow's\n",
+	fmt.Fprintf(e.stdout, "read depth: list entries p50 %d p99 %d max %d; items scored p50 %d p99 %d max %d (n·m = %d); answered by the scan: %d (%.2f%%), %d of them by the 8-bit shadow's\n",
 		pct(sorted, 0.5), pct(sorted, 0.99), sorted[len(sorted)-1], pct(scored, 0.5), pct(scored, 0.99), scored[len(scored)-1],
 		md.N*md.M, scanned, 100*float64(scanned)/float64(b.queries), shadowed)
 

@@ -81,11 +81,11 @@ type Options struct {
 	Workers int
 	// Depth and Budget tune the top-k index (0: topk's defaults).
 	Depth, Budget int
-	// NoShadow builds the top-k index without its float32 shadow of K
-	// (topk.Float32Shadow; default: with it): a query that falls back to
-	// the scan then scans K in float64, about twice the time, and the
-	// index saves 4·n·m bytes (m rounded up to a multiple of 8) per K
-	// block, half of K.
+	// NoShadow builds the top-k index without its 8-bit shadow of K
+	// (topk.QuantizedShadow; default: with it): a query that falls back
+	// to the scan then scans K in float64, about seven times the bytes,
+	// and the index saves n·(m + 4) bytes (m rounded up to a multiple of
+	// 8) per K block, a seventh of K.
 	NoShadow bool
 	// Reward reads a reward vector named in a plan request ("file"): a
 	// local file for emsf query, an Object Store object for the service.
@@ -118,7 +118,7 @@ func New(mf *arrowio.ModelFile, version int, opts Options) (*Engine, error) {
 	e := &Engine{version: version, md: md, states: mf.States, actions: mf.Actions, opts: opts}
 	e.search.New = func() any { return &topk.Searcher{} }
 	for b, kt := range md.KT {
-		ix, err := topk.NewIndex(kt, md.N, md.M, nil, opts.Depth, opts.Workers, topk.Float32Shadow(!opts.NoShadow))
+		ix, err := topk.NewIndex(kt, md.N, md.M, nil, opts.Depth, opts.Workers, topk.QuantizedShadow(!opts.NoShadow))
 		if err != nil {
 			return nil, fmt.Errorf("query: index of K block %d: %w", b, err)
 		}
@@ -134,7 +134,7 @@ func (e *Engine) Version() int { return e.version }
 func (e *Engine) Model() *factor.Model { return e.md }
 
 // IndexBytes returns the memory of the top-k index (its lists and
-// float32 shadow).
+// 8-bit shadow).
 func (e *Engine) IndexBytes() int {
 	b := 0
 	for _, ix := range e.index {

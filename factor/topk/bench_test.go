@@ -10,7 +10,7 @@ import (
 // of K on windows of 2n/m states, exponential weights; D rows on 1 to 3
 // hidden states: the structured case) and "dense" (rows of K over all
 // states; D rows spread: the bad case, answered by the scan of the
-// float32 shadow, and as "dense-exact" by the exact float64 scan without
+// 8-bit shadow, and as "dense-exact" by the exact float64 scan without
 // one), against the exact float64 scan and a float32 scan of the same
 // items. Items
 // scored per query are reported as scored/op. Each size's models are
@@ -23,7 +23,7 @@ func BenchmarkTopK(b *testing.B) {
 			rng := rand.New(rand.NewPCG(7, 8))
 			for _, kind := range []string{"local", "dense"} {
 				items := regime(rng, kind, n, m)
-				ix, err := NewIndex(items, n, m, nil, 0, 2, Float32Shadow(true))
+				ix, err := NewIndex(items, n, m, nil, 0, 2, QuantizedShadow(true))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -81,4 +81,43 @@ func BenchmarkTopK(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkKernels times one pass of each scan kernel over n = 10^6 rows
+// of m = 32 coordinates: the 8-bit shadow's (32 bytes a row, plus its
+// scale) and the float32 one of ScanFloat32 (128 bytes a row), the
+// largest output of each block of 512 rows kept as the shadow scan does.
+func BenchmarkKernels(b *testing.B) {
+	const n, m = 1_000_000, 32
+	rng := rand.New(rand.NewPCG(9, 10))
+	codes, scales := make([]uint8, n*m), make([]float32, n)
+	rows := make([]float32, n*m)
+	for x := range codes {
+		codes[x] = uint8(rng.IntN(256))
+		rows[x] = rng.Float32()
+	}
+	for j := range scales {
+		scales[j] = rng.Float32()
+	}
+	w := make([]float32, m)
+	for l := range w {
+		w[l] = rng.Float32()
+	}
+	out := make([]float32, shadowBlock)
+	b.Run("int8", func(b *testing.B) {
+		b.SetBytes(n * (m + 4))
+		for range b.N {
+			for j := 0; j < n; j += shadowBlock {
+				dots8(out, w, codes[j*m:], scales[j:], 0.5, min(shadowBlock, n-j), m)
+			}
+		}
+	})
+	b.Run("float32", func(b *testing.B) {
+		b.SetBytes(n * m * 4)
+		for range b.N {
+			for j := 0; j < n; j += shadowBlock {
+				dots32(out, w, rows[j*m:], min(shadowBlock, n-j), m)
+			}
+		}
+	})
 }

@@ -2,14 +2,15 @@
 
 package topk
 
-// haveDots32 is false without the assembly.
-func haveDots32() bool { return false }
+// haveAVX2 is false without the assembly.
+func haveAVX2() bool { return false }
 
-func dots32AVX2(out, w, rows *float32, nrows, stride int) float32 {
-	panic("topk: dots32AVX2 without AVX2")
-}
-
-// dots32 is the float32 kernel of the shadow scan (dots32Go here).
+// dots32 is the float32 kernel of ScanFloat32 (dots32Go here).
 func dots32(out, w, rows []float32, nrows, stride int) float32 {
 	return dots32Go(out, w, rows, nrows, stride)
+}
+
+// dots8 is the 8-bit shadow's kernel (dots8Go here).
+func dots8(out, w []float32, codes []uint8, scales []float32, h float32, nrows, stride int) float32 {
+	return dots8Go(out, w, codes, scales, h, nrows, stride)
 }

@@ -108,3 +108,30 @@ func ScanFloat32(items []float32, n, m int, w []float32, k int, dst []Hit) []Hit
 	}
 	return s.sorted(dst)
 }
+
+// dots32Go is the pure-Go float32 kernel: out[r] = Σ_c w[c]·rows[r·stride+c]
+// for r < nrows, eight rows at a time; it returns the largest out[r] (0
+// when all are 0 or less: the scores of non-negative w and rows are >= 0).
+func dots32Go(out, w, rows []float32, nrows, stride int) float32 {
+	w = w[:stride]
+	var top float32
+	for r := 0; r < nrows; r += 8 {
+		var acc [8]float32
+		rs := rows[r*stride : (r+8)*stride : (r+8)*stride]
+		for c, wc := range w {
+			acc[0] += wc * rs[c]
+			acc[1] += wc * rs[stride+c]
+			acc[2] += wc * rs[2*stride+c]
+			acc[3] += wc * rs[3*stride+c]
+			acc[4] += wc * rs[4*stride+c]
+			acc[5] += wc * rs[5*stride+c]
+			acc[6] += wc * rs[6*stride+c]
+			acc[7] += wc * rs[7*stride+c]
+		}
+		copy(out[r:r+8], acc[:])
+		for _, v := range acc {
+			top = max(top, v)
+		}
+	}
+	return top
+}

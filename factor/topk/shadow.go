@@ -2,184 +2,275 @@ package topk
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 )
 
 // Option tunes NewIndex.
 type Option func(*Index)
 
-// Float32Shadow makes NewIndex keep a float32 copy of the items (and of
-// the extra coordinate), each row padded with zeros to a multiple of 8
-// floats, that the fallback scans instead of the float64 items (default:
-// off; then the fallback is the exact float64 scan). It costs
-// 4·n·⌈dims/8⌉·8 bytes: 128 MB at n = 10^6, m = 32, half of the items.
-// The answers are the same bits either way (see shadowScan).
-func Float32Shadow(on bool) Option {
+// QuantizedShadow makes NewIndex keep an 8-bit copy of the items (and of
+// the extra coordinate) that the fallback scans instead of the float64
+// items (default: off; then the fallback is the exact float64 scan):
+// for each item a scale and one code 0..255 per coordinate, the row
+// padded with zero codes to a multiple of 8. It costs n·(⌈dims/8⌉·8 + 4)
+// bytes: 36 MB at n = 10^6, m = 32, a seventh of the items. The answers
+// are the same bits either way (see shadowScan).
+func QuantizedShadow(on bool) Option {
 	return func(ix *Index) { ix.wantShadow = on }
 }
 
-// shadow is the float32 copy of the items the fallback scans.
+// shadow is the 8-bit copy of the items the fallback scans: coordinate l
+// of item j is 2^b·σ_j·(q_jl + e_jl) with |e_jl| <= 1/2 + 2^-44 (plus
+// 2^-1074·2^b where k_jl·2^-b underflows).
 type shadow struct {
-	stride int       // floats per row: dims rounded up to a multiple of 8
-	rows   []float32 // ⌈n/8⌉·8 rows of stride floats, each rounded to nearest; padding 0
+	stride int       // codes per row: dims rounded up to a multiple of 8
+	codes  []uint8   // ⌈n/8⌉·8 rows of stride codes q_jl; padding 0
+	scales []float32 // σ_j of each row (padding rows 0): at most about 2
+	b      int       // the index's exponent: max_j σ_j is in [1, 2]
 	kmax   float64   // the largest item (or extra) value
 }
 
-// maxShadow is the largest item value or query weight the shadow scan
-// takes: products stay below 2^100 and sums of them below 2^107, far from
-// float32's overflow at 2^128. A larger one makes the index keep no
-// shadow, a larger weight makes the query scan exactly.
-const maxShadow = 0x1p50
-
-// newShadow returns the float32 copy of items and extra, or nil when a
-// value is too large for it (above maxShadow).
+// newShadow returns the 8-bit copy of items and extra. Item j's scale is
+// σ_j = max_l k_jl·2^-b / 255 rounded up to a float32 (0 for a zero row)
+// and its codes q_jl = round(k_jl·2^-b / σ_j), at most 255; b, one
+// exponent for the index, makes the largest σ_j about 1, so that float32
+// holds every scale whatever the items' magnitude (σ_j falls below
+// float32's normal range only for items 2^126 times smaller than the
+// largest, whose scores are then below the bound's absolute term).
 func newShadow(items []float64, n, m int, extra []float64) *shadow {
 	dims := m
 	if extra != nil {
 		dims++
 	}
 	sh := &shadow{stride: (dims + 7) &^ 7}
-	sh.rows = make([]float32, (n+7)&^7*sh.stride)
-	for j := range n {
-		row := sh.rows[j*sh.stride : j*sh.stride+dims]
-		for l, v := range items[j*m : (j+1)*m] {
-			row[l] = float32(v)
-			sh.kmax = max(sh.kmax, v)
+	padded := (n + 7) &^ 7
+	sh.codes = make([]uint8, padded*sh.stride)
+	sh.scales = make([]float32, padded)
+	coord := func(j, l int) float64 {
+		if l == m {
+			return extra[j]
 		}
-		if extra != nil {
-			row[m] = float32(extra[j])
-			sh.kmax = max(sh.kmax, extra[j])
-		}
+		return items[j*m+l]
 	}
-	if sh.kmax > maxShadow {
-		return nil
+	rowMax := func(j int) float64 {
+		mx := 0.0
+		for l := range dims {
+			mx = max(mx, coord(j, l))
+		}
+		return mx
+	}
+	for j := range n {
+		sh.kmax = max(sh.kmax, rowMax(j))
+	}
+	if sh.kmax > 0 {
+		_, e := math.Frexp(sh.kmax / 255) // kmax/255 = f·2^e, f in [0.5, 1)
+		sh.b = e - 1
+	}
+	for j := range n {
+		x := math.Ldexp(rowMax(j), -sh.b)
+		sigma := roundUp(x / 255)
+		for float64(sigma)*255 < x { // exact products: 24 + 8 bits
+			sigma = math.Nextafter32(sigma, float32(math.Inf(1)))
+		}
+		sh.scales[j] = sigma
+		if sigma == 0 {
+			continue
+		}
+		row := sh.codes[j*sh.stride : j*sh.stride+dims]
+		for l := range dims {
+			// x/σ <= 255 exactly, so its rounding is too.
+			row[l] = uint8(math.Round(math.Ldexp(coord(j, l), -sh.b) / float64(sigma)))
+		}
 	}
 	return sh
 }
 
-// bound32 turns float32 scores of the shadow into thresholds that are
-// safe for the exact float64 scores.
+// bound8 turns the 8-bit kernel's outputs into intervals that contain the
+// exact float64 scores, in kernel units (scores times 2^(a−b)).
 //
-// Let S_j be item j's real score Σ_l w_l·k_jl (all terms >= 0), Ŝ_j the
-// float64 score the answers hold (Dot, d = dims terms: |Ŝ_j − S_j| <=
-// d·2^-53·S_j) and s_j the shadow's float32 score: w and the items
-// rounded to float32 (relative error u = 2^-24 each, or an absolute
-// 2^-150 below float32's normal range), products and a sum of at most
-// stride terms in any order with or without fused multiply-add (each
-// operation relative u, or absolute 2^-150 where it underflows; the
-// padding adds exact zeros). Then, with γ = (stride+3)·u/(1−(stride+3)·u)
-// (Higham, "Accuracy and Stability of Numerical Algorithms", §3.1) and
-// the absolute part bounded by stride·(w_max + k_max + 2)·2^-150,
+// Let w be the query (d = dims weights >= 0, W = Σ_l w_l), a the
+// exponent that puts max_l w_l·2^a in [1, 2), w'_l = float32(w_l·2^a)
+// (relative error u = 2^-24, or an absolute 2^-149 where it underflows),
+// and H a float32 >= (1/2 + 2^-44)·W·2^a. For item j the kernel computes
+// in float32, in any order, with or without fused multiply-add,
 //
-//	|s_j − S_j| <= g·S_j + η,  g = (d+12)·2^-23 >= 2γ,  η = (d+8)·(w_max+k_max+2)·2^-148,
+//	U_j = fl(σ_j · fl(Σ_l w'_l·q_jl + H))
 //
-// and since d·2^-53 is far below g, (s_j − η)·(1 − 2g) <= Ŝ_j <= (s_j + η)·(1 + 2g).
-// Hence an item j can beat a score h (Ŝ_j >= h) only if s_j >= h/(1+2g) − η
-// (fromExact), and can beat the k-th largest float32 score x of k items
-// (each of whose Ŝ >= (x − η)·(1 − 2g)) only if
-// s_j >= x·(1−2g)/(1+2g) − 2η (fromShadow). The factors are computed with
-// a relative slack of 2^-39 and the η terms with 2^-20, far above the
-// rounding of the few float64 operations that compute a threshold, so
-// each computed threshold is below the real one (a threshold <= 0 excludes
-// nothing: every s_j >= 0).
-type bound32 struct {
-	r, e   float64 // fromShadow(x) = x·r − e
-	r2, e2 float64 // fromExact(h) = h·r2 − e2
+// (codes are exact in float32). Each term passes through at most
+// p = stride + 8 roundings (the weight's conversion, the product, at most
+// stride additions, H's addition, the scale's product), each relative u
+// or, where the result underflows, absolute 2^-150 (at most 2·stride+10
+// operations, each such error multiplied by σ_j <= 4 at most). With
+// S_j = Σ_l w_l·k_jl the real score, Ŝ_j the float64 one the answers hold
+// (Dot: d terms, each through at most d+1 roundings, |Ŝ_j − S_j| <=
+// γ64·S_j + d·2^-1073, γ64 = (d+1)·2^-53/(1−(d+1)·2^-53)), and
+// k_jl·2^-b = σ_j·(q_jl + e_jl) (+ at most 2^-1074 where it underflows):
+//
+//	S_j·2^(a−b) = σ_j·(Σ_l w_l 2^a q_jl + Σ_l w_l 2^a e_jl)
+//
+// whose second sum is at most (1/2 + 2^-44)·W·2^a <= H in magnitude (the
+// quantization error: half a code per coordinate). Higham's γ_p
+// ("Accuracy and Stability of Numerical Algorithms", §3.1; sums of
+// non-negative terms) then gives, with g = (p+2)·2^-23, which exceeds
+// (1+γ64)/((1−γ_p)(1−u)) − 1 and 1 − (1−γ64)/((1+γ_p)(1+u)),
+//
+//	Ŝ_j·2^(a−b) <= U_j·(1+g) + e              (upper)
+//	Ŝ_j·2^(a−b) >= U_j·(1−g) − 2·σ_j·H − e    (lower)
+//	e = (2·stride+10)·2^-145 + d·2^-139 + d·2^-1071 + d·2^(a−b−1072)
+//
+// (the kernel's underflows; the weights' underflows, 255·σ_j·d·2^-149;
+// the codes' underflows; Dot's underflows in kernel units). An item can
+// reach a score L (Ŝ_j·2^(a−b) >= L) only if U_j >= (L − e)/(1+g)
+// (minU). The factors are computed with a relative slack of 2^-40 and
+// the subtracted terms with 2^-30, above the rounding of the few float64
+// operations that compute them, so each computed threshold is below the
+// real one and each computed lower bound below the real one (a threshold
+// <= 0 excludes nothing: every U_j >= 0).
+type bound8 struct {
+	a     int     // the query's exponent
+	shift int     // a − b: exact scores times 2^shift are kernel units
+	h     float32 // H
+	r     float64 // minU(L) = (L − e1)·r
+	e1    float64 // e, with slack
+	c1    float64 // lower(U, σ) = U·c1 − σ·c2 − e1
+	c2    float64
 }
 
-func newBound32(dims int, wmax, kmax float64) bound32 {
-	g := float64(dims+12) * 0x1p-23
-	eta := float64(dims+8) * (wmax + kmax + 2) * 0x1p-148
-	return bound32{
-		r: (1 - 2*g) / (1 + 2*g) * (1 - 0x1p-39), e: 2 * eta * (1 + 0x1p-20),
-		r2: 1 / (1 + 2*g) * (1 - 0x1p-39), e2: eta * (1 + 0x1p-20),
+// newBound8 returns the bound of the query w on the shadow sh, or false
+// when the bound cannot serve: a weight of +Inf, scores that may overflow
+// float64, or scores so small that float64's underflow (Dot's) is not
+// small in kernel units.
+func newBound8(sh *shadow, w []float64) (bound8, bool) {
+	wmax := 0.0
+	for _, v := range w {
+		wmax = max(wmax, v)
 	}
+	if wmax == 0 || math.IsInf(wmax, 0) {
+		return bound8{}, false
+	}
+	d := len(w)
+	_, ew := math.Frexp(wmax) // wmax < 2^ew
+	_, ek := math.Frexp(sh.kmax)
+	if ew+ek+bits.Len(uint(d)) > 1000 { // scores below 2^1000: no overflow in Dot
+		return bound8{}, false
+	}
+	bd := bound8{a: 1 - ew}
+	bd.shift = bd.a - sh.b
+	wa := 0.0
+	for _, v := range w {
+		wa += math.Ldexp(v, bd.a)
+	}
+	wa = wa*(1+float64(d+1)*0x1p-52) + float64(d)*0x1p-1074 // >= the real Σ_l w_l·2^a
+	bd.h = roundUp(wa * (0.5 + 0x1p-44) * (1 + 0x1p-50))
+	g := float64(sh.stride+10) * 0x1p-23
+	e := float64(2*sh.stride+10)*0x1p-145 + float64(d)*0x1p-139 + float64(d)*0x1p-1071 +
+		math.Ldexp(float64(d), bd.shift-1072)
+	if !(e < 0x1p-30) {
+		return bound8{}, false
+	}
+	bd.e1 = e * (1 + 0x1p-30)
+	bd.r = 1 / (1 + g) * (1 - 0x1p-40)
+	bd.c1 = (1 - g) * (1 - 0x1p-40)
+	bd.c2 = 2 * float64(bd.h) * (1 + 0x1p-30)
+	return bd, true
 }
 
-// fromShadow is the least float32 score of an item that may enter an
-// answer whose k-th best float32 score is x.
-func (b bound32) fromShadow(x float32) float64 { return float64(x)*b.r - b.e }
+// weights returns the kernel's weights w'_l = float32(w_l·2^a), padded
+// with zeros to stride, in dst's memory.
+func (bd bound8) weights(dst []float32, w []float64, stride int) []float32 {
+	dst = slices.Grow(dst[:0], stride)[:stride]
+	clear(dst)
+	for l, v := range w {
+		dst[l] = float32(math.Ldexp(v, bd.a))
+	}
+	return dst
+}
 
-// fromExact is the least float32 score of an item that may beat the
-// exact score h.
-func (b bound32) fromExact(h float64) float64 { return h*b.r2 - b.e2 }
+// minU is the least kernel output of an item that may reach the score L
+// (kernel units).
+func (bd bound8) minU(L float64) float64 { return (L - bd.e1) * bd.r }
+
+// lower is a lower bound of the exact score (kernel units) of an item
+// whose kernel output is u and scale sigma.
+func (bd bound8) lower(u, sigma float32) float64 {
+	return float64(u)*bd.c1 - float64(sigma)*bd.c2 - bd.e1
+}
+
+// units converts an exact score to kernel units, rounded to nearest (the
+// rounding is below e's slack).
+func (bd bound8) units(h float64) float64 { return math.Ldexp(h, bd.shift) }
 
 // shadowBlock is how many rows the shadow scan scores per kernel call.
 const shadowBlock = 512
 
-// cand32 is an item the shadow scan kept, with its float32 score.
-type cand32 struct {
+// cand8 is an item the shadow scan kept, with its kernel output.
+type cand8 struct {
 	j int32
-	v float32
+	u float32
 }
 
 // shadowScan answers the query of weights w (default score) by scanning
-// the float32 shadow and rescoring exactly the items whose float32 score
-// could reach the k-th best (see bound32): the answer of the exact scan,
-// bit for bit, at the cost of reading 4 bytes per coordinate instead of 8
-// plus a few exact scores. The k best exact hits the lists found
-// (s.heap, when full) set the first threshold; the items they scored are
-// not scored again. It reports false, having changed nothing but
-// scratch space, when it cannot answer: no shadow, a weight above
-// maxShadow, k above n/16, or more than max(64+4k, n/64) items within the
-// bound of the k-th best (a model with that many near ties), for which
-// the caller scans exactly.
+// the 8-bit shadow and rescoring exactly (Dot's bits, in batches) the
+// items whose interval (bound8) reaches the k-th best lower bound: the
+// answer of the exact scan, bit for bit, at the cost of reading one byte
+// per coordinate instead of 8 plus a few exact scores. The k best exact
+// hits the lists found (s.heap, when full) set the first threshold; the
+// items they scored are not scored again. It reports false, having
+// changed nothing but scratch space, when it cannot answer: no shadow,
+// k above n/16, a query newBound8 refuses, or more than max(64+4k, n/64)
+// items whose interval reaches the k-th best lower bound (a model with
+// that many near ties at 8 bits), for which the caller scans exactly.
 func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stats) ([]Hit, bool) {
 	sh := ix.shadow
 	if sh == nil || k > ix.n/16 {
 		return nil, false
 	}
-	wmax := 0.0
-	for _, v := range w {
-		wmax = max(wmax, v)
-	}
-	if wmax > maxShadow {
+	bd, ok := newBound8(sh, w)
+	if !ok {
 		return nil, false
 	}
-	w32 := slices.Grow(s.w32[:0], sh.stride)[:sh.stride]
-	clear(w32)
-	for l, v := range w {
-		w32[l] = float32(v)
-	}
-	s.w32 = w32
+	s.w32 = bd.weights(s.w32, w, sh.stride)
+	w32 := s.w32
 	if len(s.out) < shadowBlock {
 		s.out = make([]float32, shadowBlock)
 	}
-	b := newBound32(ix.dims, wmax, sh.kmax)
-	thr := math.Inf(-1)
+	thr := math.Inf(-1) // the least U_j of an item that may enter the answer
 	if len(s.heap) == k {
-		thr = b.fromExact(s.heap[0].Score)
+		thr = bd.minU(bd.units(s.heap[0].Score))
 	}
-	h32, cand := s.h32[:0], s.cand[:0]
+	low, cand := s.low[:0], s.cand[:0] // the k best lower bounds (a min-heap); the items kept
 	most := max(64+4*k, ix.n/64)
-	n, padded := ix.n, (ix.n+7)&^7
+	n, padded, stride := ix.n, (ix.n+7)&^7, sh.stride
 	for j0 := 0; j0 < padded; j0 += shadowBlock {
 		rows := min(shadowBlock, padded-j0)
 		out := s.out[:rows]
-		if float64(dots32(out, w32, sh.rows[j0*sh.stride:], rows, sh.stride)) < thr {
+		if float64(dots8(out, w32, sh.codes[j0*stride:], sh.scales[j0:], bd.h, rows, stride)) < thr {
 			continue // no row of the block reaches the threshold
 		}
 		if j0+rows > n {
 			out = out[:n-j0]
 		}
-		for r, v := range out {
-			if float64(v) < thr {
+		for r, u := range out {
+			if float64(u) < thr {
 				continue
 			}
-			cand = append(cand, cand32{int32(j0 + r), v})
-			if len(h32) < k {
-				h32 = pushMin32(h32, v)
-				if len(h32) == k {
-					thr = max(thr, b.fromShadow(h32[0]))
+			j := j0 + r
+			cand = append(cand, cand8{int32(j), u})
+			lo := bd.lower(u, sh.scales[j])
+			if len(low) < k {
+				low = pushMin(low, lo)
+				if len(low) == k {
+					thr = max(thr, bd.minU(low[0]))
 				}
-			} else if v > h32[0] {
-				replaceMin32(h32, v)
-				thr = max(thr, b.fromShadow(h32[0]))
+			} else if lo > low[0] {
+				replaceMin(low, lo)
+				thr = max(thr, bd.minU(low[0]))
 			}
 			if len(cand) >= most {
 				cand = keepAbove(cand, thr)
 				if len(cand) > most/2 {
-					s.h32, s.cand = h32[:0], cand[:0]
+					s.low, s.cand = low[:0], cand[:0]
 					return nil, false
 				}
 			}
@@ -188,24 +279,36 @@ func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stat
 	cand = keepAbove(cand, thr)
 	st.Scored += n
 	st.Shadow = true
-	score := ix.dotScore(w)
+	var js [batch]int32
+	var scores [batch]float64
+	pend := js[:0]
+	flush := func() {
+		ix.sparseDots(w, s.act, pend, scores[:len(pend)])
+		for b, j := range pend {
+			s.push(Hit{int(j), scores[b]}, k)
+		}
+		pend = pend[:0]
+	}
 	for _, c := range cand {
 		if s.see(c.j) {
 			st.Rescored++
-			s.push(Hit{int(c.j), score(int(c.j))}, k)
+			if pend = append(pend, c.j); len(pend) == batch {
+				flush()
+			}
 		}
 	}
-	s.h32, s.cand = h32[:0], cand[:0]
+	flush()
+	s.low, s.cand = low[:0], cand[:0]
 	return s.sorted(dst), true
 }
 
-// keepAbove keeps the candidates whose float32 score is at least thr.
-func keepAbove(cand []cand32, thr float64) []cand32 {
-	return slices.DeleteFunc(cand, func(c cand32) bool { return float64(c.v) < thr })
+// keepAbove keeps the candidates whose kernel output is at least thr.
+func keepAbove(cand []cand8, thr float64) []cand8 {
+	return slices.DeleteFunc(cand, func(c cand8) bool { return float64(c.u) < thr })
 }
 
-// pushMin32 adds v to the min-heap h.
-func pushMin32(h []float32, v float32) []float32 {
+// pushMin adds v to the min-heap h.
+func pushMin(h []float64, v float64) []float64 {
 	h = append(h, v)
 	for i := len(h) - 1; i > 0; {
 		p := (i - 1) / 2
@@ -218,8 +321,8 @@ func pushMin32(h []float32, v float32) []float32 {
 	return h
 }
 
-// replaceMin32 replaces the root of the min-heap h by v.
-func replaceMin32(h []float32, v float32) {
+// replaceMin replaces the root of the min-heap h by v.
+func replaceMin(h []float64, v float64) {
 	h[0] = v
 	for i := 0; ; {
 		c := 2*i + 1
@@ -237,29 +340,26 @@ func replaceMin32(h []float32, v float32) {
 	}
 }
 
-// dots32Go is the pure-Go float32 kernel: out[r] = Σ_c w[c]·rows[r·stride+c]
-// for r < nrows, eight rows at a time; it returns the largest out[r] (0
-// when all are 0 or less: the scores of non-negative w and rows are >= 0).
-func dots32Go(out, w, rows []float32, nrows, stride int) float32 {
+// dots8Go is the pure-Go 8-bit kernel: out[r] = (Σ_c w[c]·codes[r·stride+c]
+// + h)·scales[r] for r < nrows, four rows at a time; it returns the
+// largest out[r] (0 when all are 0: the outputs of non-negative w, h and
+// scales are >= 0).
+func dots8Go(out, w []float32, codes []uint8, scales []float32, h float32, nrows, stride int) float32 {
 	w = w[:stride]
 	var top float32
-	for r := 0; r < nrows; r += 8 {
-		var acc [8]float32
-		rs := rows[r*stride : (r+8)*stride : (r+8)*stride]
+	for r := 0; r < nrows; r += 4 {
+		rs := codes[r*stride : (r+4)*stride : (r+4)*stride]
+		var a0, a1, a2, a3 float32
 		for c, wc := range w {
-			acc[0] += wc * rs[c]
-			acc[1] += wc * rs[stride+c]
-			acc[2] += wc * rs[2*stride+c]
-			acc[3] += wc * rs[3*stride+c]
-			acc[4] += wc * rs[4*stride+c]
-			acc[5] += wc * rs[5*stride+c]
-			acc[6] += wc * rs[6*stride+c]
-			acc[7] += wc * rs[7*stride+c]
+			a0 += wc * float32(rs[c])
+			a1 += wc * float32(rs[stride+c])
+			a2 += wc * float32(rs[2*stride+c])
+			a3 += wc * float32(rs[3*stride+c])
 		}
-		copy(out[r:r+8], acc[:])
-		for _, v := range acc {
-			top = max(top, v)
-		}
+		sc := scales[r : r+4 : r+4]
+		o := out[r : r+4 : r+4]
+		o[0], o[1], o[2], o[3] = (a0+h)*sc[0], (a1+h)*sc[1], (a2+h)*sc[2], (a3+h)*sc[3]
+		top = max(top, o[0], o[1], o[2], o[3])
 	}
 	return top
 }

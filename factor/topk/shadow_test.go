@@ -7,67 +7,390 @@ import (
 	"testing"
 )
 
-// TestDots32WithinBound: the float32 kernel (the AVX2 one where the CPU
-// has it, and the pure-Go one) gives every row's score within bound32's
-// error of the float64 dot product, including values below float32's
-// normal range, and the two kernels agree within it; each returns the
-// block's largest score (the shadow scan skips a block below its
+// TestDots8WithinBound: the 8-bit kernel (the AVX2 one where the CPU has
+// it, and the pure-Go one) gives every row (Σ_c w_c·q_c + h)·σ within
+// the error bound8 allows for it (relative γ_p, p = stride + 8, plus the
+// underflows' absolute term), for scales and weights down to float32's
+// subnormal range, zero rows and zero scales; and each returns the
+// block's largest output (the shadow scan passes over a block below its
 // threshold by it).
-func TestDots32WithinBound(t *testing.T) {
-	rng := rand.New(rand.NewPCG(21, 22))
-	for trial := range 200 {
+func TestDots8WithinBound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 42))
+	for trial := range 300 {
 		stride := 8 * (1 + rng.IntN(6))
-		dims := stride - rng.IntN(8)
 		nrows := 8 * (1 + rng.IntN(80))
-		rows := make([]float64, nrows*stride)
-		w := make([]float64, stride)
-		scale := []float64{1, 1e-3, 1e-40, 1e-44}[rng.IntN(4)]
+		codes := make([]uint8, nrows*stride)
+		scales := make([]float32, nrows)
+		w := make([]float32, stride)
 		for r := range nrows {
-			for c := range dims {
-				rows[r*stride+c] = rng.Float64() * scale
+			if rng.IntN(10) == 0 {
+				continue // a zero row
 			}
+			for c := range stride - rng.IntN(8) {
+				codes[r*stride+c] = uint8(rng.IntN(256))
+			}
+			scales[r] = float32(rng.Float64() * []float64{2, 1e-3, 1e-39, 1e-44, 0}[rng.IntN(5)])
 		}
-		for c := range dims {
-			w[c] = rng.ExpFloat64()
+		for c := range w {
+			w[c] = float32(rng.Float64() * []float64{2, 2, 1e-3, 1e-40, 0}[rng.IntN(5)])
 		}
-		rows32, w32 := make([]float32, len(rows)), make([]float32, len(w))
-		kmax, wmax := 0.0, 0.0
-		for x, v := range rows {
-			rows32[x] = float32(v)
-			kmax = max(kmax, v)
-		}
-		for x, v := range w {
-			w32[x] = float32(v)
-			wmax = max(wmax, v)
-		}
-		g := float64(dims+12) * 0x1p-23
-		eta := float64(dims+8) * (wmax + kmax + 2) * 0x1p-148
+		h := float32(rng.Float64() * float64(stride))
 		outGo, out := make([]float32, nrows), make([]float32, nrows)
-		topGo := dots32Go(outGo, w32, rows32, nrows, stride)
-		top := dots32(out, w32, rows32, nrows, stride)
+		topGo := dots8Go(outGo, w, codes, scales, h, nrows, stride)
+		top := dots8(out, w, codes, scales, h, nrows, stride)
 		if want := slices.Max(outGo); topGo != want {
-			t.Fatalf("trial %d: dots32Go returns %v as the largest score, want %v", trial, topGo, want)
+			t.Fatalf("trial %d: dots8Go returns %v as the largest output, want %v", trial, topGo, want)
 		}
 		if want := slices.Max(out); top != want {
-			t.Fatalf("trial %d: dots32 returns %v as the largest score, want %v", trial, top, want)
+			t.Fatalf("trial %d: dots8 returns %v as the largest output, want %v", trial, top, want)
 		}
+		p := float64(stride + 8)
+		gamma := p * 0x1p-24 / (1 - p*0x1p-24)
 		for r := range nrows {
-			exact := Dot(w[:dims], rows[r*stride:r*stride+dims])
+			sum := float64(h) // exact products (24 + 8 bits), a float64 sum: far below γ's error
+			for c, wc := range w {
+				sum += float64(wc) * float64(codes[r*stride+c])
+			}
+			exact := float64(scales[r]) * sum
+			nu := float64(2*stride+11) * 0x1p-150 * max(1, float64(scales[r])) * 1.01
 			for _, v := range []float32{out[r], outGo[r]} {
-				if d := math.Abs(float64(v) - exact); d > g*exact+eta {
-					t.Fatalf("trial %d (stride %d, dims %d, scale %g) row %d: float32 %v, float64 %v: error %g above the bound %g",
-						trial, stride, dims, scale, r, v, exact, d, g*exact+eta)
+				if d := math.Abs(float64(v) - exact); d > gamma*exact+nu {
+					t.Fatalf("trial %d (stride %d) row %d: kernel %v, exact %v: error %g above the bound %g",
+						trial, stride, r, v, exact, d, gamma*exact+nu)
 				}
 			}
 		}
 	}
 }
 
-// TestShadowNearTies: items whose scores differ by less than float32 can
-// tell (clusters of near-equal rows, random weights over every
-// coordinate) are answered by the shadow scan bitwise as the oracle
-// does: the float32 order is wrong inside a cluster, the rescoring puts it
-// right. (Setting bound32's g to 0 makes this test fail.)
+// adversary draws n items of m coordinates (and an extra coordinate, or
+// nil) that the 8-bit shadow finds hard: values spanning many orders of
+// magnitude within one item, values at and below float32's subnormal
+// range, float64's extremes, zero rows, clusters of near ties closer than
+// a code, and codes exactly half a step from their values (see halfCodes).
+func adversary(rng *rand.Rand, kind string, n, m int, withExtra bool) ([]float64, []float64) {
+	dims := m
+	if withExtra {
+		dims++
+	}
+	rows := make([]float64, n*dims)
+	base := make([]float64, dims)
+	for l := range base {
+		base[l] = rng.Float64()
+	}
+	for j := range n {
+		row := rows[j*dims : (j+1)*dims]
+		switch kind {
+		case "magnitudes": // one large coordinate, the others anywhere down to 1e-40 of it
+			for l := range row {
+				row[l] = math.Pow(10, -40*rng.Float64())
+			}
+			row[rng.IntN(dims)] = 1
+		case "subnormal": // around float32's smallest values
+			for l := range row {
+				row[l] = rng.Float64() * []float64{1e-38, 1e-42, 1e-45, 0}[rng.IntN(4)]
+			}
+		case "mixed": // most items normal, some 2^-140 times smaller (scales below float32's normal range)
+			f := 1.0
+			if rng.IntN(3) == 0 {
+				f = 0x1p-140
+			}
+			for l := range row {
+				row[l] = rng.Float64() * f
+			}
+		case "tiny64", "huge64": // float64's far ends
+			f := map[string]float64{"tiny64": 1e-300, "huge64": 1e250}[kind]
+			for l := range row {
+				row[l] = rng.Float64() * f
+			}
+		case "zero": // zero rows and rows with one non-zero coordinate
+			if rng.IntN(2) == 0 {
+				row[rng.IntN(dims)] = rng.Float64()
+			}
+		case "ties": // clusters closer than a code: the same codes, different scores
+			for l := range row {
+				if j%13 == 0 {
+					row[l] = base[l] * (1 + 1e-6*rng.NormFloat64())
+				} else {
+					row[l] = 0.9 * rng.Float64() * base[l]
+				}
+			}
+		case "halfcodes": // filled by halfCodes
+			for l := range row {
+				row[l] = rng.Float64()
+			}
+		}
+	}
+	items := make([]float64, n*m)
+	var extra []float64
+	if withExtra {
+		extra = make([]float64, n)
+	}
+	for j := range n {
+		copy(items[j*m:(j+1)*m], rows[j*dims:j*dims+m])
+		if withExtra {
+			extra[j] = rows[j*dims+m]
+		}
+	}
+	if kind == "halfcodes" {
+		halfCodes(rng, items, extra, n, m)
+	}
+	return items, extra
+}
+
+// halfCodes moves every coordinate of every item but its largest to half
+// a code (less 10^-4 or 2^-30 of one) above or below a code, the same side for all
+// of an item's coordinates: the quantization error of each then is
+// nearly the bound's half code, all of one sign, so a score is off from
+// its 8-bit estimate by nearly the whole of the bound's H term. The
+// scales and the index's exponent do not change (the largest
+// coordinates stay).
+func halfCodes(rng *rand.Rand, items, extra []float64, n, m int) {
+	sh := newShadow(items, n, m, extra)
+	for j := range n {
+		s := math.Ldexp(float64(sh.scales[j]), sh.b)
+		side := []float64{-0.4999, 0.4999, -0.5 + 0x1p-30, 0.5 - 0x1p-30}[rng.IntN(4)]
+		coords := slices.Clone(items[j*m : (j+1)*m])
+		if extra != nil {
+			coords = append(coords, extra[j])
+		}
+		top := slices.Index(coords, slices.Max(coords))
+		for l := range coords {
+			if l != top && s > 0 {
+				coords[l] = s * (1 + float64(rng.IntN(250)) + side)
+			}
+		}
+		copy(items[j*m:(j+1)*m], coords[:m])
+		if extra != nil {
+			extra[j] = coords[m]
+		}
+	}
+}
+
+// adversaryQuery draws weights that do not sum to 1: spread or on a few
+// coordinates, with zeros, scaled by a power of ten from 10^-300 to
+// 10^300, or spanning many orders of magnitude themselves.
+func adversaryQuery(rng *rand.Rand, dims int) []float64 {
+	w := make([]float64, dims)
+	switch rng.IntN(3) {
+	case 0:
+		for l := range w {
+			w[l] = rng.ExpFloat64()
+		}
+	case 1:
+		for range 1 + rng.IntN(3) {
+			w[rng.IntN(dims)] = rng.ExpFloat64()
+		}
+	case 2:
+		for l := range w {
+			w[l] = math.Pow(10, -40*rng.Float64())
+		}
+	}
+	if rng.IntN(4) == 0 {
+		w[rng.IntN(dims)] = 0
+	}
+	if w[0] == 0 && slices.Max(w) == 0 {
+		w[0] = 1
+	}
+	f := math.Pow(10, float64(rng.IntN(601)-300))
+	for l := range w {
+		w[l] *= f
+	}
+	return w
+}
+
+var adversaryKinds = []string{"magnitudes", "subnormal", "mixed", "tiny64", "huge64", "zero", "ties", "halfcodes"}
+
+// TestShadowBoundHolds: on adversarial models and queries, every item's
+// exact score (Dot, the answers' bits) lies inside the interval bound8
+// puts around its kernel output: the item can reach its own score
+// (U_j >= minU) and its lower bound is at most its score. The "halfcodes"
+// models put every score within 10^-4 of a code of the interval's upper
+// or lower end, so that a bound whose H term is 1% too small fails here.
+func TestShadowBoundHolds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(43, 44))
+	checked, tight := 0, 0
+	for trial := range 300 {
+		kind := adversaryKinds[trial%len(adversaryKinds)]
+		n, m := 1+rng.IntN(200), 1+rng.IntN(40)
+		items, extra := adversary(rng, kind, n, m, rng.IntN(3) == 0)
+		sh := newShadow(items, n, m, extra)
+		dims := m
+		if extra != nil {
+			dims++
+		}
+		for range 5 {
+			w := adversaryQuery(rng, dims)
+			bd, ok := newBound8(sh, w)
+			if !ok {
+				continue
+			}
+			padded := (n + 7) &^ 7
+			out := make([]float32, padded)
+			dots8(out, bd.weights(nil, w, sh.stride), sh.codes, sh.scales, bd.h, padded, sh.stride)
+			for j := range n {
+				exact := Dot(w[:m], items[j*m:(j+1)*m])
+				if extra != nil {
+					exact += float64(w[m] * extra[j])
+				}
+				x := bd.units(exact)
+				u, lo := float64(out[j]), bd.lower(out[j], sh.scales[j])
+				if u < bd.minU(x) || lo > x {
+					t.Fatalf("trial %d (%s, n=%d m=%d extra=%v) item %d, weights %v: exact score %v (%v in kernel units) outside [%v, U=%v → minU %v]",
+						trial, kind, n, m, extra != nil, j, w, exact, x, lo, u, bd.minU(x))
+				}
+				checked++
+				// How much of the H term the score used: near 1 for halfcodes.
+				if hs := float64(sh.scales[j]) * float64(bd.h); hs > 0 && kind == "halfcodes" &&
+					(u*(1+float64(sh.stride+10)*0x1p-23)-x > 0 && u-x < 0.01*hs || x-lo-hs < 0.01*hs) {
+					tight++
+				}
+			}
+		}
+	}
+	if checked < 50000 || tight < 500 {
+		t.Errorf("%d items checked, %d of them within 1%% of H of the interval's end: the test must check many and be tight", checked, tight)
+	}
+}
+
+// TestShadowAdversaryMatchesOracle: on the adversarial models and
+// queries, k from 1 to n/16, TopK with the 8-bit shadow answers as the
+// oracle does, bit for bit, and the shadow scan answers most of them.
+func TestShadowAdversaryMatchesOracle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 46))
+	var s Searcher
+	shadowed, total := 0, 0
+	for trial := range 140 {
+		kind := adversaryKinds[trial%len(adversaryKinds)]
+		n, m := 16+rng.IntN(800), 1+rng.IntN(40)
+		items, extra := adversary(rng, kind, n, m, rng.IntN(3) == 0)
+		ix, err := NewIndex(items, n, m, extra, 0, 1, QuantizedShadow(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dims := m
+		if extra != nil {
+			dims++
+		}
+		for range 6 {
+			w := adversaryQuery(rng, dims)
+			k := []int{1, 2, 10, n / 16, n/16 - 1}[rng.IntN(5)]
+			got, st := ix.TopK(Query{W: w, K: k, Budget: 1}, &s, nil)
+			if want := oracle(items, extra, n, m, w, k); !slices.Equal(got, want) {
+				t.Fatalf("trial %d (%s, n=%d m=%d k=%d, stats %+v):\ngot  %v\nwant %v", trial, kind, n, m, k, st, got, want)
+			}
+			total++
+			if st.Shadow {
+				shadowed++
+			}
+		}
+	}
+	if shadowed < total*3/4 {
+		t.Errorf("only %d of %d queries answered by the shadow scan", shadowed, total)
+	}
+}
+
+// TestShadowHalfCode: a model built so that the exact answer depends on
+// the last percent of the bound's quantization term. Items A (index 0)
+// and C, C' (1, 2) share their largest coordinate, hence their scale s;
+// A's other coordinates lie 0.4999 of a code above codes (10, 10), C's
+// 0.4999 below codes (11, 10). With weights (0.995, 0.005, 0) the 8-bit
+// estimates put C a code's 0.995 above A, while exactly A beats C by
+// 0.003 s. Asked for k = 2 with a budget of 1 (the lists are skipped; the
+// k-th best lower bound is C's), the answer is (A, C) only if A's interval
+// reaches C's lower bound: U_A·(1+g) ≈ s·(10 + H), C's lower bound
+// ≈ s·(10.995 − H), so any H below 0.4975 (1/2 less 0.5 %) drops A.
+func TestShadowHalfCode(t *testing.T) {
+	const n, m = 64, 3
+	items := make([]float64, n*m)
+	for j := range n {
+		items[j*m], items[j*m+1], items[j*m+2] = 0.001, 0.001, 1
+	}
+	sh := newShadow(items, n, m, nil)
+	s := math.Ldexp(float64(sh.scales[0]), sh.b)
+	items[0], items[1] = s*10.4999, s*10.4999
+	for _, j := range []int{1, 2} {
+		items[j*m], items[j*m+1] = s*(11-0.4999), s*(10-0.4999)
+	}
+	ix, err := NewIndex(items, n, m, nil, 0, 1, QuantizedShadow(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ix.shadow.codes[:3*ix.shadow.stride]; got[0] != 10 || got[1] != 10 || got[8] != 11 || got[9] != 10 {
+		t.Fatalf("codes %v: the construction is off", got)
+	}
+	w := []float64{0.995, 0.005, 0}
+	got, st := ix.TopK(Query{W: w, K: 2, Budget: 1}, nil, nil)
+	if !st.Shadow || !st.Skipped {
+		t.Fatalf("stats %+v: want the shadow scan, lists skipped", st)
+	}
+	if want := oracle(items, nil, n, m, w, 2); !slices.Equal(got, want) || want[0].Item != 0 {
+		t.Fatalf("got %v, want %v (item 0 first)", got, want)
+	}
+}
+
+// TestShadowGivesUpOnTies: a model where every item ties (more near-ties
+// than the shadow scan keeps) is answered by the exact scan, correctly.
+func TestShadowGivesUpOnTies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	const n, m = 5000, 4
+	items := regime(rng, "uniform", n, m)
+	ix, err := NewIndex(items, n, m, nil, 0, 1, QuantizedShadow(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := query(rng, "spread", m)
+	got, st := ix.TopK(Query{W: w, K: 10, Budget: 1}, nil, nil)
+	if !st.Scanned || st.Shadow {
+		t.Fatalf("stats %+v: want the exact scan", st)
+	}
+	if want := oracle(items, nil, n, m, w, 10); !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// TestShadowExtremes: weights of 2^60 and items of 10^-300 are answered
+// by the shadow scan (its exponents keep them in float32's range); scores
+// that may overflow float64 (items and weights near 10^200) or that lie
+// in float64's subnormal range are left to the exact scan; every answer
+// is the oracle's.
+func TestShadowExtremes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(47, 48))
+	const n, m = 400, 4
+	base := regime(rng, "dense", n, m)
+	for _, c := range []struct {
+		item, weight float64
+		shadow       bool
+	}{
+		{1, 0x1p60, true}, {1e-300, 1, true}, {1e-300, 1e300, true}, {1e200, 1e-10, true},
+		{1e200, 1e200, false}, {1e-200, 1e-150, false},
+	} {
+		items := slices.Clone(base)
+		for x := range items {
+			items[x] *= c.item
+		}
+		ix, err := NewIndex(items, n, m, nil, 0, 1, QuantizedShadow(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := query(rng, "spread", m)
+		for l := range w {
+			w[l] *= c.weight
+		}
+		got, st := ix.TopK(Query{W: w, K: 5, Budget: 1}, nil, nil)
+		if st.Shadow != c.shadow {
+			t.Errorf("items ×%g, weights ×%g: shadow scan %v, want %v (%+v)", c.item, c.weight, st.Shadow, c.shadow, st)
+		}
+		if want := oracle(items, nil, n, m, w, 5); !slices.Equal(got, want) {
+			t.Fatalf("items ×%g, weights ×%g: got %v, want %v", c.item, c.weight, got, want)
+		}
+	}
+}
+
+// TestShadowNearTies: clusters of items whose scores differ by far less
+// than a code (random weights over every coordinate) are answered by the
+// shadow scan bitwise as the oracle does: the cluster's intervals
+// overlap, the rescoring orders it.
 func TestShadowNearTies(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
 	const n, m = 3000, 8
@@ -88,7 +411,7 @@ func TestShadowNearTies(t *testing.T) {
 				}
 			}
 		}
-		ix, err := NewIndex(items, n, m, nil, 1, 1, Float32Shadow(true))
+		ix, err := NewIndex(items, n, m, nil, 1, 1, QuantizedShadow(true))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,73 +431,44 @@ func TestShadowNearTies(t *testing.T) {
 	}
 }
 
-// TestShadowGivesUpOnTies: a model where every item ties (more near-ties
-// than the shadow scan keeps) is answered by the exact scan, correctly.
-func TestShadowGivesUpOnTies(t *testing.T) {
-	rng := rand.New(rand.NewPCG(25, 26))
-	const n, m = 5000, 4
-	items := regime(rng, "uniform", n, m)
-	ix, err := NewIndex(items, n, m, nil, 0, 1, Float32Shadow(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := query(rng, "spread", m)
-	got, st := ix.TopK(Query{W: w, K: 10, Budget: 1}, nil, nil)
-	if !st.Scanned || st.Shadow {
-		t.Fatalf("stats %+v: want the exact scan", st)
-	}
-	if want := oracle(items, nil, n, m, w, 10); !slices.Equal(got, want) {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-}
-
-// TestShadowRefusesHugeValues: an item above maxShadow leaves the index
-// without a shadow; a weight above it makes the query scan exactly; both
-// answer as the oracle does.
-func TestShadowRefusesHugeValues(t *testing.T) {
-	items := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
-	ix, err := NewIndex(items, 16, 1, nil, 1, 1, Float32Shadow(true))
-	if err != nil || !ix.Shadow() {
-		t.Fatalf("no shadow (%v)", err)
-	}
-	got, st := ix.TopK(Query{W: []float64{0x1p60}, K: 1, Budget: 1}, nil, nil)
-	if st.Shadow || got[0].Item != 15 {
-		t.Fatalf("a weight of 2^60: %v %+v, want item 15 by the exact scan", got, st)
-	}
-	items[3] = 0x1p60
-	if ix, err = NewIndex(items, 16, 1, nil, 1, 1, Float32Shadow(true)); err != nil || ix.Shadow() {
-		t.Fatalf("an item of 2^60: shadow %v (%v), want none", ix.Shadow(), err)
-	}
-}
-
-// TestScanFloat32: the float32 scan's hits are the k best float32 scores,
-// each within bound32's error of its item's exact score, for any n (the
-// blocks and the rows past the last full eight) and m (the AVX2 kernel and
-// the Go one).
-func TestScanFloat32(t *testing.T) {
-	rng := rand.New(rand.NewPCG(27, 28))
-	for range 50 {
-		n, m := 1+rng.IntN(1500), []int{3, 8, 16, 32}[rng.IntN(4)]
-		items := regime(rng, "dense", n, m)
-		w := query(rng, "spread", m)
-		items32, w32 := make([]float32, len(items)), make([]float32, m)
-		for x, v := range items {
-			items32[x] = float32(v)
+// TestShadowCodes: every code is within half a code (and 2^-44) of its
+// value divided by the item's scale, at most 255, and an item's largest
+// coordinate has code 255 or 254 (the scale is rounded up by at most a
+// float32 ulp); zero rows have scale 0.
+func TestShadowCodes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(49, 50))
+	for trial := range 60 {
+		kind := adversaryKinds[trial%len(adversaryKinds)]
+		n, m := 1+rng.IntN(100), 1+rng.IntN(20)
+		items, extra := adversary(rng, kind, n, m, rng.IntN(2) == 0)
+		sh := newShadow(items, n, m, extra)
+		dims := m
+		if extra != nil {
+			dims++
 		}
-		for l, v := range w {
-			w32[l] = float32(v)
-		}
-		k := 1 + rng.IntN(20)
-		got := ScanFloat32(items32, n, m, w32, k, nil)
-		want := oracle(items, nil, n, m, w, k)
-		if len(got) != len(want) {
-			t.Fatalf("n=%d k=%d: %d hits, want %d", n, k, len(got), len(want))
-		}
-		g := float64(m+12) * 0x1p-23
-		for x, h := range got {
-			exact := Dot(w, items[h.Item*m:(h.Item+1)*m])
-			if math.Abs(h.Score-exact) > g*exact || math.Abs(h.Score-want[x].Score) > 2*g*want[x].Score {
-				t.Fatalf("n=%d m=%d k=%d: hit %d is %v (exact %v), the oracle's %v", n, m, k, x, h, exact, want[x])
+		for j := range n {
+			sigma := float64(sh.scales[j])
+			mx, top := 0.0, 0
+			for l := range dims {
+				v := 0.0
+				if l < m {
+					v = items[j*m+l]
+				} else {
+					v = extra[j]
+				}
+				if v > mx {
+					mx, top = v, l
+				}
+				q := float64(sh.codes[j*sh.stride+l])
+				if x := math.Ldexp(v, -sh.b); sigma > 0 && math.Abs(x/sigma-q) > 0.5+0x1p-44 || sigma == 0 && x > 0x1p-1074 {
+					t.Fatalf("trial %d (%s) item %d coordinate %d: value %v, scale %v·2^%d, code %v", trial, kind, j, l, v, sigma, sh.b, q)
+				}
+			}
+			if mx == 0 && sigma != 0 {
+				t.Fatalf("trial %d (%s) item %d: a zero row with scale %v", trial, kind, j, sigma)
+			}
+			if q := sh.codes[j*sh.stride+top]; mx > 0 && sigma > 0x1p-126 && q < 254 {
+				t.Fatalf("trial %d (%s) item %d: the largest coordinate's code is %d", trial, kind, j, q)
 			}
 		}
 	}

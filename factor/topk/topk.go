@@ -37,36 +37,46 @@
 // any bound of the k-th best score they give (e.g. the mean of the k
 // best items' bounds) is at least τ at depth k-1, above τ at the budget.
 //
-// # The fallback: a float32 shadow, exact answers
+// # The fallback: an 8-bit shadow, exact answers
 //
-// With Float32Shadow the index keeps a float32 copy of the items (rows
-// padded to a multiple of 8 floats), and the fallback scans it with an
-// AVX2 kernel (eight rows at a time, fused multiply-add; pure Go without
-// AVX2 or with -tags purego) instead of the float64 items: half the
-// bytes, and a memory-bound scan runs at the speed of its bytes. The
-// kernel also returns the largest score of its block of 512 rows, and a
-// block below the threshold is passed over without a test per row (on a
-// dense model, every block but the first few). Exactness
-// is kept by a rigorous bound (bound32: Higham's γ for any order of a
-// float32 sum of non-negative terms, plus an absolute term for float32's
-// subnormal range): an item is rescored exactly in float64 (Dot, the
-// model's bits) unless its float32 score proves it below the k-th best —
-// the k best float32 scores seen, or the k best exact scores the lists
-// already found (the list phase's work is reused: its items are not
-// scored again, its k-th best sets the first threshold). A few tens of
-// items are rescored; a model with more than max(64+4k, n/64) items
-// within the bound of the k-th best (about 5·10^-6 relative: near ties),
-// k above n/16, a weight or item above 2^50, or a custom Score fall back
-// to the exact float64 scan (blocked, four rows at a time). At n = 10^6,
-// m = 32 the shadow costs 128 MB (half of K^T); without it a dense
-// query costs its budget plus one float64 scan.
+// With QuantizedShadow the index keeps an 8-bit copy of the items: for
+// item j a scale σ_j (float32; one power of two 2^b for the index keeps
+// every scale near float32's 1 whatever the items' magnitude) and codes
+// q_jl = round(k_jl·2^-b/σ_j) in 0..255, σ_j = max_l k_jl·2^-b/255
+// rounded up, the extra coordinate included, rows padded to a multiple
+// of 8 codes: 32 bytes and a scale per item at m = 32, an eighth of the
+// float64 items' bytes, and a memory-bound scan runs at the speed of its
+// bytes. The fallback scans it with an AVX2 kernel (eight rows at a
+// time: codes widened and converted to float32, fused multiply-adds;
+// pure Go without AVX2 or with -tags purego) that returns, per row,
+// U_j = σ_j·(Σ_l w'_l·q_jl + H) with w' the query's weights scaled by a
+// power of two into [0, 2) and H half a code's worth of them, and the
+// largest U_j of its block of 512 rows: a block below the threshold is
+// passed over without a test per row (on a dense model, every block but
+// the first few). A rigorous bound (bound8) turns U_j into an interval
+// that contains the exact float64 score: the quantization error (half a
+// code per coordinate, σ_j·Σ_l w_l/2, for weights of any sum), the
+// float32 rounding of any order of the kernel's sums (Higham's γ, plus an
+// absolute term for float32's subnormal range) and Dot's own. An item is
+// rescored exactly in float64 (Dot, the model's bits, in batches) unless
+// its interval lies below the k-th best lower bound — of the items the
+// scan kept, or the k best exact scores the lists already found (the
+// list phase's work is reused: its items are not scored again, its k-th
+// best sets the first threshold). A few tens of items are rescored on a
+// dense model (the intervals are about ±0.4 % wide); a model with more
+// than max(64+4k, n/64) items within the interval of the k-th best (near
+// ties at 8 bits), k above n/16, scores that may overflow float64 or lie
+// in its subnormal range, or a custom Score fall back to the exact
+// float64 scan (blocked, four rows at a time). At n = 10^6, m = 32 the
+// shadow costs 36 MB (n·(32+4) bytes; the float32 shadow it replaces
+// cost 128 MB); without it a dense query costs its budget plus one
+// float64 scan.
 //
 // Measured (docs/benchmarks.md, "Asking a model", thread CPU time on a
 // shared 2-core VM): a dense query at n = 10^6 that spends its budget and
-// scans the shadow costs about 0.4–0.6 of one float64 scan and about one
-// float32 SIMD scan; on the fitted real-data models (n ≤ 4 000, where a
-// scan costs 16–100 µs) most queries now scan the shadow after at most 16
-// to 31 items, at a third of a float64 scan on average.
+// scans the 8-bit shadow costs about 0.4 of one float32 SIMD scan of K
+// (the float32 shadow's cost about 1.1–1.3) and about 0.2 of one float64
+// scan.
 //
 // Scores are computed by the query's Score function, or by default by
 // Dot (Σ_l w_l·k_jl in index order, without fused multiply-add): bitwise
@@ -108,8 +118,8 @@ type Index struct {
 	tail  []float32 // tail[l]: an upper bound of list l's values past depth (0 when depth == n)
 
 	readLists  bool    // tests only: read the lists even when k > budget
-	wantShadow bool    // Float32Shadow
-	shadow     *shadow // the float32 copy the fallback scans (nil: none)
+	wantShadow bool    // QuantizedShadow
+	shadow     *shadow // the 8-bit copy the fallback scans (nil: none)
 }
 
 // Hit is one answer: an item and its score.
@@ -128,8 +138,9 @@ func DefaultDepth(n int) int {
 // NewIndex builds the lists of items (n rows of m non-negative values,
 // row-major) and of extra (n values, or nil), each truncated to depth
 // entries (0: DefaultDepth(n)), on up to workers goroutines (0: one),
-// with the options opts (Float32Shadow). It panics on mismatched lengths and returns an error for a negative or
-// non-finite value (items come from a model, which is validated).
+// with the options opts (QuantizedShadow). It panics on mismatched
+// lengths and returns an error for a negative or non-finite value (items
+// come from a model, which is validated).
 func NewIndex(items []float64, n, m int, extra []float64, depth, workers int, opts ...Option) (*Index, error) {
 	if len(items) != n*m || extra != nil && len(extra) != n || n < 1 || m < 1 {
 		panic(fmt.Sprintf("topk: NewIndex: %d items of %d×%d, %d extra", len(items), n, m, len(extra)))
@@ -286,17 +297,17 @@ func (ix *Index) Depth() int { return ix.depth }
 // Extra reports whether the index has an extra coordinate.
 func (ix *Index) Extra() bool { return ix.extra != nil }
 
-// Bytes returns the memory of the lists and of the float32 shadow.
+// Bytes returns the memory of the lists and of the 8-bit shadow.
 func (ix *Index) Bytes() int {
 	b := 8 * len(ix.ids)
 	if ix.shadow != nil {
-		b += 4 * len(ix.shadow.rows)
+		b += len(ix.shadow.codes) + 4*len(ix.shadow.scales)
 	}
 	return b
 }
 
-// Shadow reports whether the index keeps a float32 shadow of the items
-// (Float32Shadow, and no value above 2^50).
+// Shadow reports whether the index keeps an 8-bit shadow of the items
+// (QuantizedShadow).
 func (ix *Index) Shadow() bool { return ix.shadow != nil }
 
 // Dot returns Σ_l w_l·k_l summed left to right without fused
@@ -340,7 +351,7 @@ type Query struct {
 // same rule holds at small n (a floor of 1024 items was many scans at
 // n = 4 000, where an item through the lists costs about 20 rows of a
 // scan): a structured query there that needs more than its budget scans
-// the float32 shadow, a fraction of a float64 scan.
+// the shadow (then float32, now 8-bit), a fraction of a float64 scan.
 func DefaultBudget(n, lines int) int { return max(16, n/(128*max(1, lines))) }
 
 // lines returns how many cache lines (64 bytes, 8 float64) of a row the
@@ -364,7 +375,7 @@ type Stats struct {
 	Sorted  int  // list entries read
 	Scored  int  // items scored exactly
 	Scanned bool // answered by the scan
-	Shadow  bool // the scan was the float32 shadow's (see shadowScan)
+	Shadow  bool // the scan was the 8-bit shadow's (see shadowScan)
 	// Skipped: the lists were not read, the query wanting more items
 	// than its budget (TopK).
 	Skipped bool
@@ -389,12 +400,12 @@ type Searcher struct {
 	pos   []int
 	pend  []int32
 
-	// The shadow scan's: the float32 weights, a block's scores, the heap
-	// of the k best of them, the candidates.
+	// The shadow scan's: the float32 weights, a block's kernel outputs,
+	// the heap of the k best lower bounds, the candidates.
 	w32  []float32
 	out  []float32
-	h32  []float32
-	cand []cand32
+	low  []float64
+	cand []cand8
 }
 
 // minSeen is the initial size of the seen set.
@@ -600,7 +611,7 @@ func (ix *Index) TopK(q Query, s *Searcher, dst []Hit) ([]Hit, Stats) {
 		}
 	}
 	// The budget is spent, or the lists end before they prove the
-	// answer: score everything, with the float32 shadow when the index
+	// answer: score everything, with the 8-bit shadow when the index
 	// has one (the pending items are scored first: the shadow scan skips
 	// the items the lists gave).
 	st.Scanned = true

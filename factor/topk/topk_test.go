@@ -114,7 +114,7 @@ func query(rng *rand.Rand, kind string, m int) []float64 {
 }
 
 // TestTopKMatchesOracle: on every kind of model and query, any k, list
-// depth and budget, with and without the float32 shadow (so that the
+// depth and budget, with and without the 8-bit shadow (so that the
 // threshold algorithm, its early stop, the depth bound, the exact scan
 // and the shadow scan all run), the answer is bitwise the oracle's.
 func TestTopKMatchesOracle(t *testing.T) {
@@ -134,7 +134,7 @@ func TestTopKMatchesOracle(t *testing.T) {
 			}
 		}
 		depth := []int{0, 1, 3, 1 + rng.IntN(n)}[rng.IntN(4)]
-		ix, err := NewIndex(items, n, m, extra, depth, 1+rng.IntN(3), Float32Shadow(rng.IntN(2) == 0))
+		ix, err := NewIndex(items, n, m, extra, depth, 1+rng.IntN(3), QuantizedShadow(rng.IntN(2) == 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestSkipListsIsSafe(t *testing.T) {
 		kind := kinds[rng.IntN(len(kinds))]
 		items := regime(rng, kind, n, m)
 		depth := []int{0, 1, 3, 1 + rng.IntN(n)}[rng.IntN(4)]
-		ix, err := NewIndex(items, n, m, nil, depth, 1, Float32Shadow(rng.IntN(2) == 0))
+		ix, err := NewIndex(items, n, m, nil, depth, 1, QuantizedShadow(rng.IntN(2) == 0))
 		if err != nil {
 			t.Fatal(err)
 		}
