@@ -99,16 +99,17 @@ func BenchmarkKernels(b *testing.B) {
 	for j := range scales {
 		scales[j] = rng.Float32()
 	}
-	w := make([]float32, m)
+	w, w16 := make([]float32, m), make([]int16, m)
 	for l := range w {
 		w[l] = rng.Float32()
+		w16[l] = int16(w[l] * 0x1p14)
 	}
 	out := make([]float32, shadowBlock)
 	b.Run("int8", func(b *testing.B) {
 		b.SetBytes(n * (m + 4))
 		for range b.N {
 			for j := 0; j < n; j += shadowBlock {
-				dots8(out, w, codes[j*m:], scales[j:], 0.5, min(shadowBlock, n-j), m)
+				dots8(out, w16, codes[j*m:], scales[j:], 0x1p-14, 0.5, min(shadowBlock, n-j), m)
 			}
 		}
 	})

@@ -11,6 +11,6 @@ func dots32(out, w, rows []float32, nrows, stride int) float32 {
 }
 
 // dots8 is the 8-bit shadow's kernel (dots8Go here).
-func dots8(out, w []float32, codes []uint8, scales []float32, h float32, nrows, stride int) float32 {
-	return dots8Go(out, w, codes, scales, h, nrows, stride)
+func dots8(out []float32, w []int16, codes []uint8, scales []float32, unit, h float32, nrows, stride int) float32 {
+	return dots8Go(out, w, codes, scales, unit, h, nrows, stride)
 }

@@ -13,8 +13,9 @@ type Option func(*Index)
 // the extra coordinate) that the fallback scans instead of the float64
 // items (default: off; then the fallback is the exact float64 scan):
 // for each item a scale and one code 0..255 per coordinate, the row
-// padded with zero codes to a multiple of 8. It costs n·(⌈dims/8⌉·8 + 4)
-// bytes: 36 MB at n = 10^6, m = 32, a seventh of the items. The answers
+// padded with zero codes to a multiple of 16. It costs
+// n·(⌈dims/16⌉·16 + 4) bytes: 36 MB at n = 10^6, m = 32, a seventh of the
+// items. The answers
 // are the same bits either way (see shadowScan).
 func QuantizedShadow(on bool) Option {
 	return func(ix *Index) { ix.wantShadow = on }
@@ -24,7 +25,7 @@ func QuantizedShadow(on bool) Option {
 // of item j is 2^b·σ_j·(q_jl + e_jl) with |e_jl| <= 1/2 + 2^-44 (plus
 // 2^-1074·2^b where k_jl·2^-b underflows).
 type shadow struct {
-	stride int       // codes per row: dims rounded up to a multiple of 8
+	stride int       // codes per row: dims rounded up to a multiple of 16
 	codes  []uint8   // ⌈n/8⌉·8 rows of stride codes q_jl; padding 0
 	scales []float32 // σ_j of each row (padding rows 0): at most about 2
 	b      int       // the index's exponent: max_j σ_j is in [1, 2]
@@ -43,7 +44,7 @@ func newShadow(items []float64, n, m int, extra []float64) *shadow {
 	if extra != nil {
 		dims++
 	}
-	sh := &shadow{stride: (dims + 7) &^ 7}
+	sh := &shadow{stride: (dims + 15) &^ 15}
 	padded := (n + 7) &^ 7
 	sh.codes = make([]uint8, padded*sh.stride)
 	sh.scales = make([]float32, padded)
@@ -90,46 +91,42 @@ func newShadow(items []float64, n, m int, extra []float64) *shadow {
 // exact float64 scores, in kernel units (scores times 2^(a−b)).
 //
 // Let w be the query (d = dims weights >= 0, W = Σ_l w_l), a the
-// exponent that puts max_l w_l·2^a in [1, 2), w'_l = float32(w_l·2^a)
-// (relative error u = 2^-24, or an absolute 2^-149 where it underflows),
-// and H a float32 >= (1/2 + 2^-44)·W·2^a. For item j the kernel computes
-// in float32, in any order, with or without fused multiply-add,
+// exponent that puts max_l w_l·2^a in [1, 2), and ω_l the integer
+// nearest w_l·2^(a+c) (at most 2^(c+1) − 1: c = 14 unless the row is
+// longer than 256 codes, so that Σ_l ω_l·255 stays below 2^31), off by
+// ε_l = w_l·2^(a+c) − ω_l (|ε_l| <= 1, E = Σ_l |ε_l|). With
+// k_jl·2^-b = σ_j·(q_jl + e_jl), |e_jl| <= 1/2 + 2^-44 (plus at most
+// 2^-1074 where it underflows, d·2^-1073 in all), the real score is
 //
-//	U_j = fl(σ_j · fl(Σ_l w'_l·q_jl + H))
+//	S_j·2^(a−b) = σ_j·(A_j·2^-c + 2^-c·Σ_l ε_l·q_jl + Σ_l w_l 2^a·e_jl),
+//	A_j = Σ_l ω_l·q_jl (an exact integer, below 2^31),
 //
-// (codes are exact in float32). Each term passes through at most
-// p = stride + 8 roundings (the weight's conversion, the product, at most
-// stride additions, H's addition, the scale's product), each relative u
-// or, where the result underflows, absolute 2^-150 (at most 2·stride+10
-// operations, each such error multiplied by σ_j <= 4 at most). With
-// S_j = Σ_l w_l·k_jl the real score, Ŝ_j the float64 one the answers hold
-// (Dot: d terms, each through at most d+1 roundings, |Ŝ_j − S_j| <=
-// γ64·S_j + d·2^-1073, γ64 = (d+1)·2^-53/(1−(d+1)·2^-53)), and
-// k_jl·2^-b = σ_j·(q_jl + e_jl) (+ at most 2^-1074 where it underflows):
-//
-//	S_j·2^(a−b) = σ_j·(Σ_l w_l 2^a q_jl + Σ_l w_l 2^a e_jl)
-//
-// whose second sum is at most (1/2 + 2^-44)·W·2^a <= H in magnitude (the
-// quantization error: half a code per coordinate). Higham's γ_p
-// ("Accuracy and Stability of Numerical Algorithms", §3.1; sums of
-// non-negative terms) then gives, with g = (p+2)·2^-23, which exceeds
-// (1+γ64)/((1−γ_p)(1−u)) − 1 and 1 − (1−γ64)/((1+γ_p)(1+u)),
+// and the last two sums are at most H = 255·2^-c·E + (1/2 + 2^-44)·W·2^a
+// in magnitude (rounded up to a float32): the weights' and the codes'
+// quantization. The kernel computes U_j = fl(σ_j·fl(fl(A_j)·2^-c + H)):
+// three roundings of relative u = 2^-24 (the product by 2^-c is exact:
+// A_j·2^-c is 0 or at least 2^-14), and an absolute 2^-150 where the last
+// product underflows. With Ŝ_j the float64 score the answers hold (Dot:
+// d terms, each through at most d+1 roundings, |Ŝ_j − S_j| <= γ64·S_j +
+// d·2^-1073, γ64 = (d+1)·2^-53/(1−(d+1)·2^-53), d < 2^22) and Higham's
+// γ_3 ("Accuracy and Stability of Numerical Algorithms", §3.1), with
+// g = 2^-20, which exceeds (1+γ64)/(1−γ_3) − 1 and 1 − (1−γ64)/(1+γ_3),
 //
 //	Ŝ_j·2^(a−b) <= U_j·(1+g) + e              (upper)
 //	Ŝ_j·2^(a−b) >= U_j·(1−g) − 2·σ_j·H − e    (lower)
-//	e = (2·stride+10)·2^-145 + d·2^-139 + d·2^-1071 + d·2^(a−b−1072)
+//	e = 2^-140 + d·2^-1070 + d·2^(a−b−1072)
 //
-// (the kernel's underflows; the weights' underflows, 255·σ_j·d·2^-149;
-// the codes' underflows; Dot's underflows in kernel units). An item can
-// reach a score L (Ŝ_j·2^(a−b) >= L) only if U_j >= (L − e)/(1+g)
-// (minU). The factors are computed with a relative slack of 2^-40 and
-// the subtracted terms with 2^-30, above the rounding of the few float64
-// operations that compute them, so each computed threshold is below the
-// real one and each computed lower bound below the real one (a threshold
-// <= 0 excludes nothing: every U_j >= 0).
+// (the last product's underflow; the codes' underflows; Dot's underflows
+// in kernel units). An item can reach a score L (Ŝ_j·2^(a−b) >= L) only
+// if U_j >= (L − e)/(1+g) (minU). The factors are computed with a
+// relative slack of 2^-40 and the subtracted terms with 2^-30, above the
+// rounding of the few float64 operations that compute them, so each
+// computed threshold is below the real one and each computed lower bound
+// below the real one (a threshold <= 0 excludes nothing: every U_j >= 0).
 type bound8 struct {
 	a     int     // the query's exponent
 	shift int     // a − b: exact scores times 2^shift are kernel units
+	unit  float32 // 2^-c
 	h     float32 // H
 	r     float64 // minU(L) = (L − e1)·r
 	e1    float64 // e, with slack
@@ -137,54 +134,64 @@ type bound8 struct {
 	c2    float64
 }
 
-// newBound8 returns the bound of the query w on the shadow sh, or false
-// when the bound cannot serve: a weight of +Inf, scores that may overflow
-// float64, or scores so small that float64's underflow (Dot's) is not
-// small in kernel units.
-func newBound8(sh *shadow, w []float64) (bound8, bool) {
+// weightBits is c for rows of stride codes: the largest c <= 14 with
+// 2^(c+1)·255·stride < 2^31 (the kernel's integer sums), -1 when none.
+func weightBits(stride int) int {
+	c := 14
+	for c >= 0 && int64(1)<<(c+1)*255*int64(stride) >= 1<<31 {
+		c--
+	}
+	return c
+}
+
+// newBound8 returns the bound of the query w on the shadow sh and the
+// kernel's integer weights ω (in dst's memory, padded with zeros to the
+// stride), or false when the bound cannot serve: a weight of +Inf, scores
+// that may overflow float64, scores so small that float64's underflow
+// (Dot's) is not small in kernel units, or rows too long for int32 sums.
+func newBound8(sh *shadow, w []float64, dst []int16) (bound8, []int16, bool) {
 	wmax := 0.0
 	for _, v := range w {
 		wmax = max(wmax, v)
 	}
-	if wmax == 0 || math.IsInf(wmax, 0) {
-		return bound8{}, false
+	c := weightBits(sh.stride)
+	if wmax == 0 || math.IsInf(wmax, 0) || c < 0 {
+		return bound8{}, dst, false
 	}
 	d := len(w)
 	_, ew := math.Frexp(wmax) // wmax < 2^ew
 	_, ek := math.Frexp(sh.kmax)
 	if ew+ek+bits.Len(uint(d)) > 1000 { // scores below 2^1000: no overflow in Dot
-		return bound8{}, false
+		return bound8{}, dst, false
 	}
-	bd := bound8{a: 1 - ew}
+	bd := bound8{a: 1 - ew, unit: float32(math.Ldexp(1, -c))}
 	bd.shift = bd.a - sh.b
-	wa := 0.0
-	for _, v := range w {
+	dst = slices.Grow(dst[:0], sh.stride)[:sh.stride]
+	clear(dst)
+	top := float64(int(1)<<(c+1) - 1)
+	wa, errs := 0.0, 0.0
+	for l, v := range w {
 		wa += math.Ldexp(v, bd.a)
+		x := math.Ldexp(v, bd.a+c) // below 2^(c+1)
+		o := min(math.Round(x), top)
+		dst[l] = int16(o)
+		errs += math.Abs(x - o) // exact: |x − o| <= 1 and x's ulp divides it
 	}
-	wa = wa*(1+float64(d+1)*0x1p-52) + float64(d)*0x1p-1074 // >= the real Σ_l w_l·2^a
-	bd.h = roundUp(wa * (0.5 + 0x1p-44) * (1 + 0x1p-50))
-	g := float64(sh.stride+10) * 0x1p-23
-	e := float64(2*sh.stride+10)*0x1p-145 + float64(d)*0x1p-139 + float64(d)*0x1p-1071 +
-		math.Ldexp(float64(d), bd.shift-1072)
+	// Upper bounds of W·2^a and E (float64 sums of d non-negative terms;
+	// the terms' own underflows, at most 2^-1074 each).
+	wa = wa*(1+float64(d+1)*0x1p-52) + float64(d)*0x1p-1074
+	errs = errs*(1+float64(d+1)*0x1p-52) + float64(d)*0x1p-1074
+	bd.h = roundUp((255*math.Ldexp(errs, -c) + wa*(0.5+0x1p-44)) * (1 + 0x1p-50))
+	const g = 0x1p-20
+	e := 0x1p-140 + float64(d)*0x1p-1070 + math.Ldexp(float64(d), bd.shift-1072)
 	if !(e < 0x1p-30) {
-		return bound8{}, false
+		return bound8{}, dst, false
 	}
 	bd.e1 = e * (1 + 0x1p-30)
 	bd.r = 1 / (1 + g) * (1 - 0x1p-40)
 	bd.c1 = (1 - g) * (1 - 0x1p-40)
 	bd.c2 = 2 * float64(bd.h) * (1 + 0x1p-30)
-	return bd, true
-}
-
-// weights returns the kernel's weights w'_l = float32(w_l·2^a), padded
-// with zeros to stride, in dst's memory.
-func (bd bound8) weights(dst []float32, w []float64, stride int) []float32 {
-	dst = slices.Grow(dst[:0], stride)[:stride]
-	clear(dst)
-	for l, v := range w {
-		dst[l] = float32(math.Ldexp(v, bd.a))
-	}
-	return dst
+	return bd, dst, true
 }
 
 // minU is the least kernel output of an item that may reach the score L
@@ -226,12 +233,11 @@ func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stat
 	if sh == nil || k > ix.n/16 {
 		return nil, false
 	}
-	bd, ok := newBound8(sh, w)
+	bd, w16, ok := newBound8(sh, w, s.w16)
+	s.w16 = w16
 	if !ok {
 		return nil, false
 	}
-	s.w32 = bd.weights(s.w32, w, sh.stride)
-	w32 := s.w32
 	if len(s.out) < shadowBlock {
 		s.out = make([]float32, shadowBlock)
 	}
@@ -245,7 +251,7 @@ func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stat
 	for j0 := 0; j0 < padded; j0 += shadowBlock {
 		rows := min(shadowBlock, padded-j0)
 		out := s.out[:rows]
-		if float64(dots8(out, w32, sh.codes[j0*stride:], sh.scales[j0:], bd.h, rows, stride)) < thr {
+		if float64(dots8(out, w16, sh.codes[j0*stride:], sh.scales[j0:], bd.unit, bd.h, rows, stride)) < thr {
 			continue // no row of the block reaches the threshold
 		}
 		if j0+rows > n {
@@ -340,26 +346,23 @@ func replaceMin(h []float64, v float64) {
 	}
 }
 
-// dots8Go is the pure-Go 8-bit kernel: out[r] = (Σ_c w[c]·codes[r·stride+c]
-// + h)·scales[r] for r < nrows, four rows at a time; it returns the
-// largest out[r] (0 when all are 0: the outputs of non-negative w, h and
+// dots8Go is the pure-Go 8-bit kernel: out[r] = (float32(A_r)·unit +
+// h)·scales[r], A_r = Σ_c w[c]·codes[r·stride+c] in int32 (exact: the
+// caller keeps it below 2^31), for r < nrows; it returns the largest
+// out[r] (0 when all are 0: the outputs of non-negative w, unit, h and
 // scales are >= 0).
-func dots8Go(out, w []float32, codes []uint8, scales []float32, h float32, nrows, stride int) float32 {
+func dots8Go(out []float32, w []int16, codes []uint8, scales []float32, unit, h float32, nrows, stride int) float32 {
 	w = w[:stride]
 	var top float32
-	for r := 0; r < nrows; r += 4 {
-		rs := codes[r*stride : (r+4)*stride : (r+4)*stride]
-		var a0, a1, a2, a3 float32
+	for r := range nrows {
+		row := codes[r*stride : (r+1)*stride : (r+1)*stride]
+		var a int32
 		for c, wc := range w {
-			a0 += wc * float32(rs[c])
-			a1 += wc * float32(rs[stride+c])
-			a2 += wc * float32(rs[2*stride+c])
-			a3 += wc * float32(rs[3*stride+c])
+			a += int32(wc) * int32(row[c])
 		}
-		sc := scales[r : r+4 : r+4]
-		o := out[r : r+4 : r+4]
-		o[0], o[1], o[2], o[3] = (a0+h)*sc[0], (a1+h)*sc[1], (a2+h)*sc[2], (a3+h)*sc[3]
-		top = max(top, o[0], o[1], o[2], o[3])
+		v := (float32(a)*unit + h) * scales[r]
+		out[r] = v
+		top = max(top, v)
 	}
 	return top
 }

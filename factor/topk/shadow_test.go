@@ -8,55 +8,67 @@ import (
 )
 
 // TestDots8WithinBound: the 8-bit kernel (the AVX2 one where the CPU has
-// it, and the pure-Go one) gives every row (Σ_c w_c·q_c + h)·σ within
-// the error bound8 allows for it (relative γ_p, p = stride + 8, plus the
-// underflows' absolute term), for scales and weights down to float32's
-// subnormal range, zero rows and zero scales; and each returns the
-// block's largest output (the shadow scan passes over a block below its
-// threshold by it).
+// it, and the pure-Go one) gives every row (float32(A)·unit + h)·σ, A the
+// exact integer sum Σ_c ω_c·q_c, within three float32 roundings (γ_3) and
+// the last product's underflow (2^-150), for rows up to 256 codes of the
+// largest weights and codes (sums just below 2^31: an overflow fails
+// here), scales down to float32's subnormal range, zero rows and zero
+// scales; and each returns the block's largest output (the shadow scan
+// passes over a block below its threshold by it).
 func TestDots8WithinBound(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	for trial := range 300 {
-		stride := 8 * (1 + rng.IntN(6))
+		stride := 16 * (1 + rng.IntN(16))
 		nrows := 8 * (1 + rng.IntN(80))
+		c := weightBits(stride)
+		top := int(1)<<(c+1) - 1
 		codes := make([]uint8, nrows*stride)
 		scales := make([]float32, nrows)
-		w := make([]float32, stride)
+		w := make([]int16, stride)
+		full := rng.IntN(4) == 0 // the largest sums: every weight and code at its top
 		for r := range nrows {
-			if rng.IntN(10) == 0 {
+			if rng.IntN(10) == 0 && !full {
 				continue // a zero row
 			}
-			for c := range stride - rng.IntN(8) {
+			for c := range stride - rng.IntN(16) {
 				codes[r*stride+c] = uint8(rng.IntN(256))
+				if full {
+					codes[r*stride+c] = 255
+				}
 			}
 			scales[r] = float32(rng.Float64() * []float64{2, 1e-3, 1e-39, 1e-44, 0}[rng.IntN(5)])
 		}
-		for c := range w {
-			w[c] = float32(rng.Float64() * []float64{2, 2, 1e-3, 1e-40, 0}[rng.IntN(5)])
+		for l := range w {
+			w[l] = int16([]int{top, rng.IntN(top + 1), rng.IntN(100), 0}[rng.IntN(4)])
+			if full {
+				w[l] = int16(top)
+			}
 		}
+		unit := float32(math.Ldexp(1, -c))
 		h := float32(rng.Float64() * float64(stride))
 		outGo, out := make([]float32, nrows), make([]float32, nrows)
-		topGo := dots8Go(outGo, w, codes, scales, h, nrows, stride)
-		top := dots8(out, w, codes, scales, h, nrows, stride)
+		topGo := dots8Go(outGo, w, codes, scales, unit, h, nrows, stride)
+		topAsm := dots8(out, w, codes, scales, unit, h, nrows, stride)
 		if want := slices.Max(outGo); topGo != want {
 			t.Fatalf("trial %d: dots8Go returns %v as the largest output, want %v", trial, topGo, want)
 		}
-		if want := slices.Max(out); top != want {
-			t.Fatalf("trial %d: dots8 returns %v as the largest output, want %v", trial, top, want)
+		if want := slices.Max(out); topAsm != want {
+			t.Fatalf("trial %d: dots8 returns %v as the largest output, want %v", trial, topAsm, want)
 		}
-		p := float64(stride + 8)
-		gamma := p * 0x1p-24 / (1 - p*0x1p-24)
+		gamma := 3 * 0x1p-24 / (1 - 3*0x1p-24)
 		for r := range nrows {
-			sum := float64(h) // exact products (24 + 8 bits), a float64 sum: far below γ's error
+			a := 0
 			for c, wc := range w {
-				sum += float64(wc) * float64(codes[r*stride+c])
+				a += int(wc) * int(codes[r*stride+c])
 			}
-			exact := float64(scales[r]) * sum
-			nu := float64(2*stride+11) * 0x1p-150 * max(1, float64(scales[r])) * 1.01
+			if a >= 1<<31 {
+				t.Fatalf("trial %d: stride %d, weight bits %d: a sum of %d", trial, stride, c, a)
+			}
+			exact := float64(scales[r]) * (math.Ldexp(float64(a), -c) + float64(h))
 			for _, v := range []float32{out[r], outGo[r]} {
-				if d := math.Abs(float64(v) - exact); d > gamma*exact+nu {
-					t.Fatalf("trial %d (stride %d) row %d: kernel %v, exact %v: error %g above the bound %g",
-						trial, stride, r, v, exact, d, gamma*exact+nu)
+				if d := math.Abs(float64(v) - exact); d > gamma*exact+0x1p-150 {
+					t.Fatalf("trial %d (stride %d, full %v) row %d: kernel %v, exact %v: error %g above the bound %g",
+						trial, stride, full, r, v, exact, d, gamma*exact+0x1p-150)
 				}
 			}
 		}
@@ -169,10 +181,12 @@ func halfCodes(rng *rand.Rand, items, extra []float64, n, m int) {
 
 // adversaryQuery draws weights that do not sum to 1: spread or on a few
 // coordinates, with zeros, scaled by a power of ten from 10^-300 to
-// 10^300, or spanning many orders of magnitude themselves.
+// 10^300, spanning many orders of magnitude themselves, or small
+// integers times a power of two (the kernel's integer weights are then
+// exact).
 func adversaryQuery(rng *rand.Rand, dims int) []float64 {
 	w := make([]float64, dims)
-	switch rng.IntN(3) {
+	switch rng.IntN(4) {
 	case 0:
 		for l := range w {
 			w[l] = rng.ExpFloat64()
@@ -184,6 +198,10 @@ func adversaryQuery(rng *rand.Rand, dims int) []float64 {
 	case 2:
 		for l := range w {
 			w[l] = math.Pow(10, -40*rng.Float64())
+		}
+	case 3: // exact in the kernel's integers: no weight error to hide the others
+		for l := range w {
+			w[l] = float64(rng.IntN(1000)) * 0x1p-20
 		}
 	}
 	if rng.IntN(4) == 0 {
@@ -221,13 +239,13 @@ func TestShadowBoundHolds(t *testing.T) {
 		}
 		for range 5 {
 			w := adversaryQuery(rng, dims)
-			bd, ok := newBound8(sh, w)
+			bd, w16, ok := newBound8(sh, w, nil)
 			if !ok {
 				continue
 			}
 			padded := (n + 7) &^ 7
 			out := make([]float32, padded)
-			dots8(out, bd.weights(nil, w, sh.stride), sh.codes, sh.scales, bd.h, padded, sh.stride)
+			dots8(out, w16, sh.codes, sh.scales, bd.unit, bd.h, padded, sh.stride)
 			for j := range n {
 				exact := Dot(w[:m], items[j*m:(j+1)*m])
 				if extra != nil {
@@ -242,7 +260,7 @@ func TestShadowBoundHolds(t *testing.T) {
 				checked++
 				// How much of the H term the score used: near 1 for halfcodes.
 				if hs := float64(sh.scales[j]) * float64(bd.h); hs > 0 && kind == "halfcodes" &&
-					(u*(1+float64(sh.stride+10)*0x1p-23)-x > 0 && u-x < 0.01*hs || x-lo-hs < 0.01*hs) {
+					(u*(1+0x1p-20)-x > 0 && u-x < 0.01*hs || x-lo-hs < 0.01*hs) {
 					tight++
 				}
 			}
@@ -294,12 +312,13 @@ func TestShadowAdversaryMatchesOracle(t *testing.T) {
 // the last percent of the bound's quantization term. Items A (index 0)
 // and C, C' (1, 2) share their largest coordinate, hence their scale s;
 // A's other coordinates lie 0.4999 of a code above codes (10, 10), C's
-// 0.4999 below codes (11, 10). With weights (0.995, 0.005, 0) the 8-bit
-// estimates put C a code's 0.995 above A, while exactly A beats C by
-// 0.003 s. Asked for k = 2 with a budget of 1 (the lists are skipped; the
-// k-th best lower bound is C's), the answer is (A, C) only if A's interval
-// reaches C's lower bound: U_A·(1+g) ≈ s·(10 + H), C's lower bound
-// ≈ s·(10.995 − H), so any H below 0.4975 (1/2 less 0.5 %) drops A.
+// 0.4999 below codes (11, 10). With weights (1 − 2^-9, 2^-9, 0) (exact
+// in the kernel's integers: no weight error) the 8-bit estimates put C a
+// code's 0.998 above A, while exactly A beats C by 0.0018 s. Asked for
+// k = 2 with a budget of 1 (the lists are skipped; the k-th best lower
+// bound is C's), the answer is (A, C) only if A's interval reaches C's
+// lower bound: U_A·(1+g) ≈ s·(10 + H), C's lower bound ≈ s·(10.998 − H),
+// so any H below 0.499 (half a code less 0.2 %) drops A.
 func TestShadowHalfCode(t *testing.T) {
 	const n, m = 64, 3
 	items := make([]float64, n*m)
@@ -316,13 +335,14 @@ func TestShadowHalfCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ix.shadow.codes[:3*ix.shadow.stride]; got[0] != 10 || got[1] != 10 || got[8] != 11 || got[9] != 10 {
+	st := ix.shadow.stride
+	if got := ix.shadow.codes[:3*st]; got[0] != 10 || got[1] != 10 || got[st] != 11 || got[st+1] != 10 {
 		t.Fatalf("codes %v: the construction is off", got)
 	}
-	w := []float64{0.995, 0.005, 0}
-	got, st := ix.TopK(Query{W: w, K: 2, Budget: 1}, nil, nil)
-	if !st.Shadow || !st.Skipped {
-		t.Fatalf("stats %+v: want the shadow scan, lists skipped", st)
+	w := []float64{1 - 0x1p-9, 0x1p-9, 0}
+	got, stats := ix.TopK(Query{W: w, K: 2, Budget: 1}, nil, nil)
+	if !stats.Shadow || !stats.Skipped {
+		t.Fatalf("stats %+v: want the shadow scan, lists skipped", stats)
 	}
 	if want := oracle(items, nil, n, m, w, 2); !slices.Equal(got, want) || want[0].Item != 0 {
 		t.Fatalf("got %v, want %v (item 0 first)", got, want)

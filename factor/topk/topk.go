@@ -42,35 +42,35 @@
 // With QuantizedShadow the index keeps an 8-bit copy of the items: for
 // item j a scale σ_j (float32; one power of two 2^b for the index keeps
 // every scale near float32's 1 whatever the items' magnitude) and codes
-// q_jl = round(k_jl·2^-b/σ_j) in 0..255, σ_j = max_l k_jl·2^-b/255
-// rounded up, the extra coordinate included, rows padded to a multiple
-// of 8 codes: 32 bytes and a scale per item at m = 32, an eighth of the
+// q_jl = round(k_jl·2^-b/σ_j) in 0..255, σ_j = max_l k_jl·2^-b/255 rounded
+// up, the extra coordinate included, rows padded to a multiple of 16
+// codes: 32 bytes and a scale per item at m = 32, about a seventh of the
 // float64 items' bytes, and a memory-bound scan runs at the speed of its
-// bytes. The fallback scans it with an AVX2 kernel (eight rows at a
-// time: codes widened and converted to float32, fused multiply-adds;
-// pure Go without AVX2 or with -tags purego) that returns, per row,
-// U_j = σ_j·(Σ_l w'_l·q_jl + H) with w' the query's weights scaled by a
-// power of two into [0, 2) and H half a code's worth of them, and the
-// largest U_j of its block of 512 rows: a block below the threshold is
-// passed over without a test per row (on a dense model, every block but
-// the first few). A rigorous bound (bound8) turns U_j into an interval
-// that contains the exact float64 score: the quantization error (half a
-// code per coordinate, σ_j·Σ_l w_l/2, for weights of any sum), the
-// float32 rounding of any order of the kernel's sums (Higham's γ, plus an
-// absolute term for float32's subnormal range) and Dot's own. An item is
-// rescored exactly in float64 (Dot, the model's bits, in batches) unless
-// its interval lies below the k-th best lower bound — of the items the
-// scan kept, or the k best exact scores the lists already found (the
+// bytes. The fallback scans it with an AVX2 kernel (eight rows at a time:
+// codes widened to int16 and multiplied by the query's weights rounded to
+// 15-bit integers, VPMADDWD, exact int32 sums; pure Go without AVX2 or
+// with -tags purego) that returns, per row, U_j = σ_j·(A_j·2^-14 + H) in
+// float32, A_j = Σ_l ω_l·q_jl and H the quantization's half a code (and
+// the weights' rounding) worth of the weights, and the largest U_j of its
+// block of 512 rows: a block below the threshold is passed over without a
+// test per row (on a dense model, every block but the first few). A
+// rigorous bound (bound8) turns U_j into an interval that contains the
+// exact float64 score: the quantization error (half a code per coordinate,
+// σ_j·Σ_l w_l/2, for weights of any sum, and the weights' rounding), the
+// float32 rounding of the kernel's last three operations (Higham's γ, plus
+// an absolute term for float32's subnormal range) and Dot's own. An item
+// is rescored exactly in float64 (Dot, the model's bits, in batches)
+// unless its interval lies below the k-th best lower bound — of the items
+// the scan kept, or the k best exact scores the lists already found (the
 // list phase's work is reused: its items are not scored again, its k-th
 // best sets the first threshold). A few tens of items are rescored on a
 // dense model (the intervals are about ±0.4 % wide); a model with more
 // than max(64+4k, n/64) items within the interval of the k-th best (near
 // ties at 8 bits), k above n/16, scores that may overflow float64 or lie
-// in its subnormal range, or a custom Score fall back to the exact
-// float64 scan (blocked, four rows at a time). At n = 10^6, m = 32 the
-// shadow costs 36 MB (n·(32+4) bytes; the float32 shadow it replaces
-// cost 128 MB); without it a dense query costs its budget plus one
-// float64 scan.
+// in its subnormal range, or a custom Score fall back to the exact float64
+// scan (blocked, four rows at a time). At n = 10^6, m = 32 the shadow
+// costs 36 MB (n·(32+4) bytes; the float32 shadow it replaces cost 128
+// MB); without it a dense query costs its budget plus one float64 scan.
 //
 // Measured (docs/benchmarks.md, "Asking a model", thread CPU time on a
 // shared 2-core VM): a dense query at n = 10^6 that spends its budget and
@@ -400,9 +400,9 @@ type Searcher struct {
 	pos   []int
 	pend  []int32
 
-	// The shadow scan's: the float32 weights, a block's kernel outputs,
+	// The shadow scan's: the integer weights, a block's kernel outputs,
 	// the heap of the k best lower bounds, the candidates.
-	w32  []float32
+	w16  []int16
 	out  []float32
 	low  []float64
 	cand []cand8
