@@ -22,29 +22,35 @@ func QuantizedShadow(on bool) Option {
 }
 
 // shadow is the 8-bit copy of the items the fallback scans: coordinate l
-// of item j is 2^b·σ_j·(q_jl + e_jl) with |e_jl| <= 1/2 + 2^-44 (plus
-// 2^-1074·2^b where k_jl·2^-b underflows).
+// of item j is 2^e_l·σ_j·(q_jl + ε_jl) with |ε_jl| <= 1/2 + 2^-44 (plus
+// 2^e_l·2^-1074 where k_jl·2^-e_l underflows).
 type shadow struct {
 	stride int       // codes per row: dims rounded up to a multiple of 16
 	codes  []uint8   // ⌈n/8⌉·8 rows of stride codes q_jl; padding 0
-	scales []float32 // σ_j of each row (padding rows 0): at most about 2
-	b      int       // the index's exponent: max_j σ_j is in [1, 2]
-	kmax   float64   // the largest item (or extra) value
+	scales []float32 // σ_j of each row (padding rows 0): below 2^-7
+	exps   []int     // e_l of each coordinate: its largest value is in [2^(e_l−1), 2^e_l)
 }
 
-// newShadow returns the 8-bit copy of items and extra. Item j's scale is
-// σ_j = max_l k_jl·2^-b / 255 rounded up to a float32 (0 for a zero row)
-// and its codes q_jl = round(k_jl·2^-b / σ_j), at most 255; b, one
-// exponent for the index, makes the largest σ_j about 1, so that float32
-// holds every scale whatever the items' magnitude (σ_j falls below
-// float32's normal range only for items 2^126 times smaller than the
-// largest, whose scores are then below the bound's absolute term).
+// newShadow returns the 8-bit copy of items and extra. Coordinate l is
+// first scaled by 2^-e_l, the power of two that puts its largest value
+// (over all items) in [1/2, 1); item j's scale is then
+// σ_j = max_l k_jl·2^-e_l / 255 rounded up to a float32 (0 for a zero
+// row) and its codes q_jl = round(k_jl·2^-e_l / σ_j), at most 255. The
+// exponents keep every scale in float32's range whatever the items'
+// magnitude (σ_j falls below float32's normal range only for items
+// 2^118 times smaller than the largest, whose scores are then below the
+// bound's absolute term), and they give each coordinate's largest values
+// codes of at least 127: the items a query on few coordinates asks for
+// are the largest of those coordinates, and with one scale per item
+// alone, an item whose largest value lies on another coordinate would
+// have a code of a few units there (on fitted models, a hidden state
+// whose next states are each more likely from other hidden states).
 func newShadow(items []float64, n, m int, extra []float64) *shadow {
 	dims := m
 	if extra != nil {
 		dims++
 	}
-	sh := &shadow{stride: (dims + 15) &^ 15}
+	sh := &shadow{stride: (dims + 15) &^ 15, exps: make([]int, dims)}
 	padded := (n + 7) &^ 7
 	sh.codes = make([]uint8, padded*sh.stride)
 	sh.scales = make([]float32, padded)
@@ -54,22 +60,18 @@ func newShadow(items []float64, n, m int, extra []float64) *shadow {
 		}
 		return items[j*m+l]
 	}
-	rowMax := func(j int) float64 {
+	for l := range dims {
 		mx := 0.0
-		for l := range dims {
+		for j := range n {
 			mx = max(mx, coord(j, l))
 		}
-		return mx
+		_, sh.exps[l] = math.Frexp(mx) // mx = f·2^e, f in [0.5, 1) (e = 0 for 0)
 	}
 	for j := range n {
-		sh.kmax = max(sh.kmax, rowMax(j))
-	}
-	if sh.kmax > 0 {
-		_, e := math.Frexp(sh.kmax / 255) // kmax/255 = f·2^e, f in [0.5, 1)
-		sh.b = e - 1
-	}
-	for j := range n {
-		x := math.Ldexp(rowMax(j), -sh.b)
+		x := 0.0
+		for l := range dims {
+			x = max(x, math.Ldexp(coord(j, l), -sh.exps[l]))
+		}
 		sigma := roundUp(x / 255)
 		for float64(sigma)*255 < x { // exact products: 24 + 8 bits
 			sigma = math.Nextafter32(sigma, float32(math.Inf(1)))
@@ -81,28 +83,29 @@ func newShadow(items []float64, n, m int, extra []float64) *shadow {
 		row := sh.codes[j*sh.stride : j*sh.stride+dims]
 		for l := range dims {
 			// x/σ <= 255 exactly, so its rounding is too.
-			row[l] = uint8(math.Round(math.Ldexp(coord(j, l), -sh.b) / float64(sigma)))
+			row[l] = uint8(math.Round(math.Ldexp(coord(j, l), -sh.exps[l]) / float64(sigma)))
 		}
 	}
 	return sh
 }
 
 // bound8 turns the 8-bit kernel's outputs into intervals that contain the
-// exact float64 scores, in kernel units (scores times 2^(a−b)).
+// exact float64 scores, in kernel units (scores times 2^a).
 //
-// Let w be the query (d = dims weights >= 0, W = Σ_l w_l), a the
-// exponent that puts max_l w_l·2^a in [1, 2), and ω_l the integer
-// nearest w_l·2^(a+c) (at most 2^(c+1) − 1: c = 14 unless the row is
+// Let w be the query (d = dims weights >= 0), v_l = w_l·2^(e_l+a) with a
+// the exponent that puts max_l v_l in [1, 2), V = Σ_l v_l, and ω_l the
+// integer nearest v_l·2^c (at most 2^(c+1) − 1: c = 14 unless the row is
 // longer than 256 codes, so that Σ_l ω_l·255 stays below 2^31), off by
-// ε_l = w_l·2^(a+c) − ω_l (|ε_l| <= 1, E = Σ_l |ε_l|). With
-// k_jl·2^-b = σ_j·(q_jl + e_jl), |e_jl| <= 1/2 + 2^-44 (plus at most
-// 2^-1074 where it underflows, d·2^-1073 in all), the real score is
+// δ_l = v_l·2^c − ω_l (|δ_l| <= 1, E = Σ_l |δ_l|). With
+// k_jl·2^-e_l = σ_j·(q_jl + ε_jl), |ε_jl| <= 1/2 + 2^-44 (plus at most
+// 2^-1074 where it underflows, d·2^-1073 in all in kernel units), the
+// real score is
 //
-//	S_j·2^(a−b) = σ_j·(A_j·2^-c + 2^-c·Σ_l ε_l·q_jl + Σ_l w_l 2^a·e_jl),
+//	S_j·2^a = Σ_l v_l·k_jl·2^-e_l = σ_j·(A_j·2^-c + 2^-c·Σ_l δ_l·q_jl + Σ_l v_l·ε_jl),
 //	A_j = Σ_l ω_l·q_jl (an exact integer, below 2^31),
 //
-// and the last two sums are at most H = 255·2^-c·E + (1/2 + 2^-44)·W·2^a
-// in magnitude (rounded up to a float32): the weights' and the codes'
+// and the last two sums are at most H = 255·2^-c·E + (1/2 + 2^-44)·V in
+// magnitude (rounded up to a float32): the weights' and the codes'
 // quantization. The kernel computes U_j = fl(σ_j·fl(fl(A_j)·2^-c + H)):
 // three roundings of relative u = 2^-24 (the product by 2^-c is exact:
 // A_j·2^-c is 0 or at least 2^-14), and an absolute 2^-150 where the last
@@ -112,26 +115,25 @@ func newShadow(items []float64, n, m int, extra []float64) *shadow {
 // γ_3 ("Accuracy and Stability of Numerical Algorithms", §3.1), with
 // g = 2^-20, which exceeds (1+γ64)/(1−γ_3) − 1 and 1 − (1−γ64)/(1+γ_3),
 //
-//	Ŝ_j·2^(a−b) <= U_j·(1+g) + e              (upper)
-//	Ŝ_j·2^(a−b) >= U_j·(1−g) − 2·σ_j·H − e    (lower)
-//	e = 2^-140 + d·2^-1070 + d·2^(a−b−1072)
+//	Ŝ_j·2^a <= U_j·(1+g) + e              (upper)
+//	Ŝ_j·2^a >= U_j·(1−g) − 2·σ_j·H − e    (lower)
+//	e = 2^-140 + d·2^-1070 + d·2^(a−1072)
 //
 // (the last product's underflow; the codes' underflows; Dot's underflows
-// in kernel units). An item can reach a score L (Ŝ_j·2^(a−b) >= L) only
-// if U_j >= (L − e)/(1+g) (minU). The factors are computed with a
-// relative slack of 2^-40 and the subtracted terms with 2^-30, above the
-// rounding of the few float64 operations that compute them, so each
-// computed threshold is below the real one and each computed lower bound
-// below the real one (a threshold <= 0 excludes nothing: every U_j >= 0).
+// in kernel units). An item can reach a score L (Ŝ_j·2^a >= L) only if
+// U_j >= (L − e)/(1+g) (minU). The factors are computed with a relative
+// slack of 2^-40 and the subtracted terms with 2^-30, above the rounding
+// of the few float64 operations that compute them, so each computed
+// threshold is below the real one and each computed lower bound below
+// the real one (a threshold <= 0 excludes nothing: every U_j >= 0).
 type bound8 struct {
-	a     int     // the query's exponent
-	shift int     // a − b: exact scores times 2^shift are kernel units
-	unit  float32 // 2^-c
-	h     float32 // H
-	r     float64 // minU(L) = (L − e1)·r
-	e1    float64 // e, with slack
-	c1    float64 // lower(U, σ) = U·c1 − σ·c2 − e1
-	c2    float64
+	a    int     // the query's exponent: exact scores times 2^a are kernel units
+	unit float32 // 2^-c
+	h    float32 // H
+	r    float64 // minU(L) = (L − e1)·r
+	e1   float64 // e, with slack
+	c1   float64 // lower(U, σ) = U·c1 − σ·c2 − e1
+	c2   float64
 }
 
 // weightBits is c for rows of stride codes: the largest c <= 14 with
@@ -150,40 +152,47 @@ func weightBits(stride int) int {
 // that may overflow float64, scores so small that float64's underflow
 // (Dot's) is not small in kernel units, or rows too long for int32 sums.
 func newBound8(sh *shadow, w []float64, dst []int16) (bound8, []int16, bool) {
-	wmax := 0.0
-	for _, v := range w {
-		wmax = max(wmax, v)
-	}
 	c := weightBits(sh.stride)
-	if wmax == 0 || math.IsInf(wmax, 0) || c < 0 {
-		return bound8{}, dst, false
+	// top: the largest exponent of w_l·2^e_l (w_l·2^e_l < 2^top).
+	top, found := 0, false
+	for l, v := range w {
+		if v == 0 {
+			continue
+		}
+		if math.IsInf(v, 0) {
+			return bound8{}, dst, false
+		}
+		_, ew := math.Frexp(v)
+		if ew+sh.exps[l] > top || !found {
+			top, found = ew+sh.exps[l], true
+		}
 	}
 	d := len(w)
-	_, ew := math.Frexp(wmax) // wmax < 2^ew
-	_, ek := math.Frexp(sh.kmax)
-	if ew+ek+bits.Len(uint(d)) > 1000 { // scores below 2^1000: no overflow in Dot
+	// Scores are below d·2^top: with top + bits(d) <= 1000 Dot cannot
+	// overflow.
+	if !found || c < 0 || top+bits.Len(uint(d)) > 1000 {
 		return bound8{}, dst, false
 	}
-	bd := bound8{a: 1 - ew, unit: float32(math.Ldexp(1, -c))}
-	bd.shift = bd.a - sh.b
+	bd := bound8{a: 1 - top, unit: float32(math.Ldexp(1, -c))}
 	dst = slices.Grow(dst[:0], sh.stride)[:sh.stride]
 	clear(dst)
-	top := float64(int(1)<<(c+1) - 1)
-	wa, errs := 0.0, 0.0
-	for l, v := range w {
-		wa += math.Ldexp(v, bd.a)
-		x := math.Ldexp(v, bd.a+c) // below 2^(c+1)
-		o := min(math.Round(x), top)
+	omax := float64(int(1)<<(c+1) - 1)
+	vsum, errs := 0.0, 0.0
+	for l, w := range w {
+		v := math.Ldexp(w, sh.exps[l]+bd.a) // v_l, below 2
+		vsum += v
+		x := math.Ldexp(v, c) // below 2^(c+1)
+		o := min(math.Round(x), omax)
 		dst[l] = int16(o)
 		errs += math.Abs(x - o) // exact: |x − o| <= 1 and x's ulp divides it
 	}
-	// Upper bounds of W·2^a and E (float64 sums of d non-negative terms;
-	// the terms' own underflows, at most 2^-1074 each).
-	wa = wa*(1+float64(d+1)*0x1p-52) + float64(d)*0x1p-1074
+	// Upper bounds of V and E (float64 sums of d non-negative terms; the
+	// terms' own underflows, at most 2^-1074 each).
+	vsum = vsum*(1+float64(d+1)*0x1p-52) + float64(d)*0x1p-1074
 	errs = errs*(1+float64(d+1)*0x1p-52) + float64(d)*0x1p-1074
-	bd.h = roundUp((255*math.Ldexp(errs, -c) + wa*(0.5+0x1p-44)) * (1 + 0x1p-50))
+	bd.h = roundUp((255*math.Ldexp(errs, -c) + vsum*(0.5+0x1p-44)) * (1 + 0x1p-50))
 	const g = 0x1p-20
-	e := 0x1p-140 + float64(d)*0x1p-1070 + math.Ldexp(float64(d), bd.shift-1072)
+	e := 0x1p-140 + float64(d)*0x1p-1070 + math.Ldexp(float64(d), bd.a-1072)
 	if !(e < 0x1p-30) {
 		return bound8{}, dst, false
 	}
@@ -206,7 +215,7 @@ func (bd bound8) lower(u, sigma float32) float64 {
 
 // units converts an exact score to kernel units, rounded to nearest (the
 // rounding is below e's slack).
-func (bd bound8) units(h float64) float64 { return math.Ldexp(h, bd.shift) }
+func (bd bound8) units(h float64) float64 { return math.Ldexp(h, bd.a) }
 
 // shadowBlock is how many rows the shadow scan scores per kernel call.
 const shadowBlock = 512
@@ -225,9 +234,11 @@ type cand8 struct {
 // hits the lists found (s.heap, when full) set the first threshold; the
 // items they scored are not scored again. It reports false, having
 // changed nothing but scratch space, when it cannot answer: no shadow,
-// k above n/16, a query newBound8 refuses, or more than max(64+4k, n/64)
-// items whose interval reaches the k-th best lower bound (a model with
-// that many near ties at 8 bits), for which the caller scans exactly.
+// k above n/16, a query newBound8 refuses, or more than
+// max(64+4k, n/(4·lines)) items whose interval reaches the k-th best lower
+// bound (lines: the cache lines of a row the query's weights read; a
+// model with that many near ties at 8 bits: rescoring them would cost
+// about an exact scan), for which the caller scans exactly.
 func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stats) ([]Hit, bool) {
 	sh := ix.shadow
 	if sh == nil || k > ix.n/16 {
@@ -246,7 +257,11 @@ func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stat
 		thr = bd.minU(bd.units(s.heap[0].Score))
 	}
 	low, cand := s.low[:0], s.cand[:0] // the k best lower bounds (a min-heap); the items kept
-	most := max(64+4*k, ix.n/64)
+	// Rescoring more than most items would cost about an exact scan: an
+	// item read at random costs about 4 rows of a scan per cache line of
+	// it that the query reads (DefaultBudget's measure: 16 rows for four
+	// lines at n = 10^6, 11 at n = 4 000).
+	most := max(64+4*k, ix.n/(4*ix.lines(s.act)))
 	n, padded, stride := ix.n, (ix.n+7)&^7, sh.stride
 	for j0 := 0; j0 < padded; j0 += shadowBlock {
 		rows := min(shadowBlock, padded-j0)
@@ -273,16 +288,18 @@ func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stat
 				replaceMin(low, lo)
 				thr = max(thr, bd.minU(low[0]))
 			}
-			if len(cand) >= most {
-				cand = keepAbove(cand, thr)
-				if len(cand) > most/2 {
+			if len(cand) >= 2*most {
+				if cand = keepAbove(cand, thr); len(cand) > most {
 					s.low, s.cand = low[:0], cand[:0]
 					return nil, false
 				}
 			}
 		}
 	}
-	cand = keepAbove(cand, thr)
+	if cand = keepAbove(cand, thr); len(cand) > most {
+		s.low, s.cand = low[:0], cand[:0]
+		return nil, false
+	}
 	st.Scored += n
 	st.Shadow = true
 	var js [batch]int32

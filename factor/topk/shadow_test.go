@@ -150,31 +150,41 @@ func adversary(rng *rand.Rand, kind string, n, m int, withExtra bool) ([]float64
 	return items, extra
 }
 
-// halfCodes moves every coordinate of every item but its largest to half
-// a code (less 10^-4 or 2^-30 of one) above or below a code, the same side for all
-// of an item's coordinates: the quantization error of each then is
-// nearly the bound's half code, all of one sign, so a score is off from
-// its 8-bit estimate by nearly the whole of the bound's H term. The
-// scales and the index's exponent do not change (the largest
-// coordinates stay).
+// halfCodes moves every coordinate of every item but its largest (after
+// the shadow's scaling of each coordinate) and its coordinates' largest
+// values to half a code (less 10^-4 or 2^-30 of one) above or below a
+// code, the same side for all of an item's coordinates: the quantization
+// error of each then is nearly the bound's half code, all of one sign, so
+// a score is off from its 8-bit estimate by nearly the whole of the
+// bound's H term. The scales and the coordinates' exponents do not change
+// (the values that set them stay).
 func halfCodes(rng *rand.Rand, items, extra []float64, n, m int) {
 	sh := newShadow(items, n, m, extra)
-	for j := range n {
-		s := math.Ldexp(float64(sh.scales[j]), sh.b)
-		side := []float64{-0.4999, 0.4999, -0.5 + 0x1p-30, 0.5 - 0x1p-30}[rng.IntN(4)]
-		coords := slices.Clone(items[j*m : (j+1)*m])
-		if extra != nil {
-			coords = append(coords, extra[j])
+	dims := len(sh.exps)
+	coord := func(j, l int) *float64 {
+		if l == m {
+			return &extra[j]
 		}
-		top := slices.Index(coords, slices.Max(coords))
-		for l := range coords {
-			if l != top && s > 0 {
-				coords[l] = s * (1 + float64(rng.IntN(250)) + side)
+		return &items[j*m+l]
+	}
+	colMax := make([]float64, dims)
+	for j := range n {
+		for l := range dims {
+			colMax[l] = max(colMax[l], *coord(j, l))
+		}
+	}
+	for j := range n {
+		side := []float64{-0.4999, 0.4999, -0.5 + 0x1p-30, 0.5 - 0x1p-30}[rng.IntN(4)]
+		top, x := 0, 0.0
+		for l := range dims {
+			if v := math.Ldexp(*coord(j, l), -sh.exps[l]); v > x {
+				top, x = l, v
 			}
 		}
-		copy(items[j*m:(j+1)*m], coords[:m])
-		if extra != nil {
-			extra[j] = coords[m]
+		for l := range dims {
+			if l != top && sh.scales[j] > 0 && *coord(j, l) < colMax[l] {
+				*coord(j, l) = math.Ldexp(float64(sh.scales[j]), sh.exps[l]) * (1 + float64(rng.IntN(250)) + side)
+			}
 		}
 	}
 }
@@ -183,10 +193,12 @@ func halfCodes(rng *rand.Rand, items, extra []float64, n, m int) {
 // coordinates, with zeros, scaled by a power of ten from 10^-300 to
 // 10^300, spanning many orders of magnitude themselves, or small
 // integers times a power of two (the kernel's integer weights are then
-// exact).
+// exact unless the coordinates' exponents differ by more than 5).
 func adversaryQuery(rng *rand.Rand, dims int) []float64 {
 	w := make([]float64, dims)
-	switch rng.IntN(4) {
+	kind := rng.IntN(4)
+	exact := kind == 3
+	switch kind {
 	case 0:
 		for l := range w {
 			w[l] = rng.ExpFloat64()
@@ -211,6 +223,9 @@ func adversaryQuery(rng *rand.Rand, dims int) []float64 {
 		w[0] = 1
 	}
 	f := math.Pow(10, float64(rng.IntN(601)-300))
+	if exact {
+		f = math.Ldexp(1, rng.IntN(200)-100)
+	}
 	for l := range w {
 		w[l] *= f
 	}
@@ -309,24 +324,30 @@ func TestShadowAdversaryMatchesOracle(t *testing.T) {
 }
 
 // TestShadowHalfCode: a model built so that the exact answer depends on
-// the last percent of the bound's quantization term. Items A (index 0)
-// and C, C' (1, 2) share their largest coordinate, hence their scale s;
-// A's other coordinates lie 0.4999 of a code above codes (10, 10), C's
-// 0.4999 below codes (11, 10). With weights (1 − 2^-9, 2^-9, 0) (exact
-// in the kernel's integers: no weight error) the 8-bit estimates put C a
-// code's 0.998 above A, while exactly A beats C by 0.0018 s. Asked for
-// k = 2 with a budget of 1 (the lists are skipped; the k-th best lower
-// bound is C's), the answer is (A, C) only if A's interval reaches C's
-// lower bound: U_A·(1+g) ≈ s·(10 + H), C's lower bound ≈ s·(10.998 − H),
-// so any H below 0.499 (half a code less 0.2 %) drops A.
+// the last percent of the bound's quantization term. Item D (index 3)
+// holds the largest values of coordinates 0 and 1 (0.9: they are scaled
+// by 2^0). Items A (index 0) and C, C' (1, 2) share their largest scaled
+// coordinate (coordinate 2), hence their scale s; A's coordinates 0 and 1
+// lie 0.4999 of a code above codes (10, 10), C's 0.4999 below codes
+// (11, 10). With weights (1 − 2^-9, 2^-9, 0) (exact in the kernel's
+// integers: no weight error) the 8-bit estimates put C a code's 0.998
+// above A, while exactly A beats C by 0.0018 s. Asked for k = 3 with a
+// budget of 1 (the lists are skipped; the k-th best lower bound is C's),
+// the answer is (D, A, C) only if A's interval reaches C's lower bound:
+// U_A·(1+g) ≈ s·(10 + H), C's lower bound ≈ s·(10.998 − H), so any H
+// below 0.499 (half a code less 0.2 %) drops A.
 func TestShadowHalfCode(t *testing.T) {
 	const n, m = 64, 3
 	items := make([]float64, n*m)
 	for j := range n {
 		items[j*m], items[j*m+1], items[j*m+2] = 0.001, 0.001, 1
 	}
+	items[3*m], items[3*m+1] = 0.9, 0.9
 	sh := newShadow(items, n, m, nil)
-	s := math.Ldexp(float64(sh.scales[0]), sh.b)
+	if sh.exps[0] != 0 || sh.exps[1] != 0 {
+		t.Fatalf("exponents %v: the construction is off", sh.exps)
+	}
+	s := float64(sh.scales[0])
 	items[0], items[1] = s*10.4999, s*10.4999
 	for _, j := range []int{1, 2} {
 		items[j*m], items[j*m+1] = s*(11-0.4999), s*(10-0.4999)
@@ -336,16 +357,16 @@ func TestShadowHalfCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := ix.shadow.stride
-	if got := ix.shadow.codes[:3*st]; got[0] != 10 || got[1] != 10 || got[st] != 11 || got[st+1] != 10 {
+	if got := ix.shadow.codes[:3*st]; got[0] != 10 || got[1] != 10 || got[st] != 11 || got[st+1] != 10 || ix.shadow.scales[0] != float32(s) {
 		t.Fatalf("codes %v: the construction is off", got)
 	}
 	w := []float64{1 - 0x1p-9, 0x1p-9, 0}
-	got, stats := ix.TopK(Query{W: w, K: 2, Budget: 1}, nil, nil)
+	got, stats := ix.TopK(Query{W: w, K: 3, Budget: 1}, nil, nil)
 	if !stats.Shadow || !stats.Skipped {
 		t.Fatalf("stats %+v: want the shadow scan, lists skipped", stats)
 	}
-	if want := oracle(items, nil, n, m, w, 2); !slices.Equal(got, want) || want[0].Item != 0 {
-		t.Fatalf("got %v, want %v (item 0 first)", got, want)
+	if want := oracle(items, nil, n, m, w, 3); !slices.Equal(got, want) || want[1].Item != 0 || want[2].Item != 1 {
+		t.Fatalf("got %v, want %v (items 3, 0, 1)", got, want)
 	}
 }
 
@@ -452,9 +473,11 @@ func TestShadowNearTies(t *testing.T) {
 }
 
 // TestShadowCodes: every code is within half a code (and 2^-44) of its
-// value divided by the item's scale, at most 255, and an item's largest
-// coordinate has code 255 or 254 (the scale is rounded up by at most a
-// float32 ulp); zero rows have scale 0.
+// value scaled by its coordinate's exponent and divided by the item's
+// scale, at most 255; an item's largest scaled coordinate has code 255
+// or 254 (the scale is rounded up by at most a float32 ulp), each
+// coordinate's largest value a code of at least 127; zero rows have
+// scale 0.
 func TestShadowCodes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(49, 50))
 	for trial := range 60 {
@@ -462,33 +485,43 @@ func TestShadowCodes(t *testing.T) {
 		n, m := 1+rng.IntN(100), 1+rng.IntN(20)
 		items, extra := adversary(rng, kind, n, m, rng.IntN(2) == 0)
 		sh := newShadow(items, n, m, extra)
-		dims := m
-		if extra != nil {
-			dims++
+		dims := len(sh.exps)
+		value := func(j, l int) float64 {
+			if l < m {
+				return items[j*m+l]
+			}
+			return extra[j]
+		}
+		colMax := make([]float64, dims)
+		for j := range n {
+			for l := range dims {
+				colMax[l] = max(colMax[l], value(j, l))
+			}
 		}
 		for j := range n {
 			sigma := float64(sh.scales[j])
 			mx, top := 0.0, 0
 			for l := range dims {
-				v := 0.0
-				if l < m {
-					v = items[j*m+l]
-				} else {
-					v = extra[j]
+				x := math.Ldexp(value(j, l), -sh.exps[l])
+				if x >= 1 {
+					t.Fatalf("trial %d (%s) coordinate %d: exponent %d leaves %v", trial, kind, l, sh.exps[l], x)
 				}
-				if v > mx {
-					mx, top = v, l
+				if x > mx {
+					mx, top = x, l
 				}
 				q := float64(sh.codes[j*sh.stride+l])
-				if x := math.Ldexp(v, -sh.b); sigma > 0 && math.Abs(x/sigma-q) > 0.5+0x1p-44 || sigma == 0 && x > 0x1p-1074 {
-					t.Fatalf("trial %d (%s) item %d coordinate %d: value %v, scale %v·2^%d, code %v", trial, kind, j, l, v, sigma, sh.b, q)
+				if sigma > 0 && math.Abs(x/sigma-q) > 0.5+0x1p-44 || sigma == 0 && x > 0x1p-1074 {
+					t.Fatalf("trial %d (%s) item %d coordinate %d: value %v, scale %v·2^%d, code %v", trial, kind, j, l, value(j, l), sigma, sh.exps[l], q)
+				}
+				if v := value(j, l); v > 0 && v == colMax[l] && sigma > 0x1p-126 && q < 127 {
+					t.Fatalf("trial %d (%s) item %d: coordinate %d's largest value has code %v", trial, kind, j, l, q)
 				}
 			}
 			if mx == 0 && sigma != 0 {
 				t.Fatalf("trial %d (%s) item %d: a zero row with scale %v", trial, kind, j, sigma)
 			}
 			if q := sh.codes[j*sh.stride+top]; mx > 0 && sigma > 0x1p-126 && q < 254 {
-				t.Fatalf("trial %d (%s) item %d: the largest coordinate's code is %d", trial, kind, j, q)
+				t.Fatalf("trial %d (%s) item %d: the largest scaled coordinate's code is %d", trial, kind, j, q)
 			}
 		}
 	}

@@ -39,44 +39,54 @@
 //
 // # The fallback: an 8-bit shadow, exact answers
 //
-// With QuantizedShadow the index keeps an 8-bit copy of the items: for
-// item j a scale σ_j (float32; one power of two 2^b for the index keeps
-// every scale near float32's 1 whatever the items' magnitude) and codes
-// q_jl = round(k_jl·2^-b/σ_j) in 0..255, σ_j = max_l k_jl·2^-b/255 rounded
-// up, the extra coordinate included, rows padded to a multiple of 16
-// codes: 32 bytes and a scale per item at m = 32, about a seventh of the
-// float64 items' bytes, and a memory-bound scan runs at the speed of its
-// bytes. The fallback scans it with an AVX2 kernel (eight rows at a time:
-// codes widened to int16 and multiplied by the query's weights rounded to
-// 15-bit integers, VPMADDWD, exact int32 sums; pure Go without AVX2 or
-// with -tags purego) that returns, per row, U_j = σ_j·(A_j·2^-14 + H) in
-// float32, A_j = Σ_l ω_l·q_jl and H the quantization's half a code (and
-// the weights' rounding) worth of the weights, and the largest U_j of its
-// block of 512 rows: a block below the threshold is passed over without a
-// test per row (on a dense model, every block but the first few). A
-// rigorous bound (bound8) turns U_j into an interval that contains the
-// exact float64 score: the quantization error (half a code per coordinate,
-// σ_j·Σ_l w_l/2, for weights of any sum, and the weights' rounding), the
-// float32 rounding of the kernel's last three operations (Higham's γ, plus
-// an absolute term for float32's subnormal range) and Dot's own. An item
-// is rescored exactly in float64 (Dot, the model's bits, in batches)
-// unless its interval lies below the k-th best lower bound — of the items
-// the scan kept, or the k best exact scores the lists already found (the
-// list phase's work is reused: its items are not scored again, its k-th
-// best sets the first threshold). A few tens of items are rescored on a
-// dense model (the intervals are about ±0.4 % wide); a model with more
-// than max(64+4k, n/64) items within the interval of the k-th best (near
-// ties at 8 bits), k above n/16, scores that may overflow float64 or lie
-// in its subnormal range, or a custom Score fall back to the exact float64
-// scan (blocked, four rows at a time). At n = 10^6, m = 32 the shadow
-// costs 36 MB (n·(32+4) bytes; the float32 shadow it replaces cost 128
-// MB); without it a dense query costs its budget plus one float64 scan.
+// With QuantizedShadow the index keeps an 8-bit copy of the items: each
+// coordinate l scaled by the power of two 2^-e_l that puts its largest
+// value in [1/2, 1) (so that float32 holds every scale whatever the items'
+// magnitude, and each coordinate's largest values get codes of at least
+// 127), then for item j a float32 scale σ_j = max_l k_jl·2^-e_l/255
+// rounded up and codes q_jl = round(k_jl·2^-e_l/σ_j) in 0..255, the extra
+// coordinate included, rows padded to a multiple of 16 codes: 32 bytes and
+// a scale per item at m = 32, about a seventh of the float64 items' bytes,
+// and a memory-bound scan runs at the speed of its bytes. The fallback
+// scans it with an AVX2 kernel (eight rows at a time: codes widened to
+// int16 and multiplied by the query's weights rounded to 15-bit integers,
+// VPMADDWD, exact int32 sums; pure Go without AVX2 or with -tags purego)
+// that returns, per row, U_j = σ_j·(A_j·2^-14 + H) in float32, A_j = Σ_l
+// ω_l·q_jl and H the quantization's half a code (and the weights'
+// rounding) worth of the weights, and the largest U_j of its block of 512
+// rows: a block below the threshold is passed over without a test per row
+// (on a dense model, every block but the first few). A rigorous bound
+// (bound8) turns U_j into an interval that contains the exact float64
+// score: the quantization error (half a code per coordinate, σ_j·Σ_l
+// w_l/2, for weights of any sum, and the weights' rounding), the float32
+// rounding of the kernel's last three operations (Higham's γ, plus an
+// absolute term for float32's subnormal range) and Dot's own. An item is
+// rescored exactly in float64 (Dot, the model's bits, in batches) unless
+// its interval lies below the k-th best lower bound — of the items the
+// scan kept, or the k best exact scores the lists already found (the list
+// phase's work is reused: its items are not scored again, its k-th best
+// sets the first threshold). A few tens of items are rescored on a dense
+// model (the intervals are about ±0.4 % wide); a query with more than
+// max(64+4k, n/(4·lines)) items within the interval of the k-th best
+// (lines: the cache lines of a row its weights read; rescoring more would
+// cost about an exact scan: near ties at 8 bits, or, on fitted models, a
+// hidden state with one large next state whose other next states are told
+// apart by values below a code of their items), k above n/16, scores that
+// may overflow float64 or lie in its subnormal range, or a custom Score
+// fall back to the exact float64 scan (blocked, four rows at a time).
+// At n = 10^6, m = 32 the shadow costs 36 MB (n·(32+4) bytes; the float32
+// shadow it replaces cost 128 MB); without it a dense query costs its
+// budget plus one float64 scan.
 //
 // Measured (docs/benchmarks.md, "Asking a model", thread CPU time on a
-// shared 2-core VM): a dense query at n = 10^6 that spends its budget and
-// scans the 8-bit shadow costs about 0.4 of one float32 SIMD scan of K
-// (the float32 shadow's cost about 1.1–1.3) and about 0.2 of one float64
-// scan.
+// shared 2-core VM): the slowest dense query at n = 10^6 (every one
+// spends its budget and scans the 8-bit shadow) costs about half of one
+// float32 SIMD scan of K (with the float32 shadow: 1.3) and about a
+// quarter of one float64 scan. On the fitted real-data model depgraph
+// (n = 4 000) 4 % of the queries fall back to the exact scan after the
+// shadow's (the lonely hidden states above), which the float32 shadow
+// answered: its p99 query costs more than it did (about 1.5 float64 scans
+// against 0.5), its median less.
 //
 // Scores are computed by the query's Score function, or by default by
 // Dot (Σ_l w_l·k_jl in index order, without fused multiply-add): bitwise
