@@ -137,7 +137,7 @@ func benchQueries(ctx context.Context, e *env, path string, b *benchQueryFlags) 
 	}
 	lat := make([]time.Duration, b.queries)
 	sorted, scored, rescored := make([]int, b.queries), make([]int, b.queries), make([]int, 0, b.queries)
-	scanned, shadowed := 0, 0
+	scanned, shadowed, float32s := 0, 0, 0
 	cpu0, start := cpuTime(), time.Now()
 	for k, x := range qs[b.queries:] {
 		t := time.Now()
@@ -148,9 +148,14 @@ func benchQueries(ctx context.Context, e *env, path string, b *benchQueryFlags) 
 		if st.Scanned {
 			scanned++
 		}
+		if st.Shadow || st.Float32 {
+			rescored = append(rescored, st.Rescored)
+		}
 		if st.Shadow {
 			shadowed++
-			rescored = append(rescored, st.Rescored)
+		}
+		if st.Float32 {
+			float32s++
 		}
 	}
 	wall, cpu := time.Since(start), cpuTime()-cpu0
@@ -162,12 +167,12 @@ func benchQueries(ctx context.Context, e *env, path string, b *benchQueryFlags) 
 	fmt.Fprintf(e.stdout, "top-%d, %d queries, one goroutine: %.0f queries per CPU second (%.0f per wall second, %.2f CPU s in %.2f s); latency p50 %v p90 %v p99 %v p99.9 %v max %v\n",
 		b.k, b.queries, float64(b.queries)/cpu.Seconds(), float64(b.queries)/wall.Seconds(), cpu.Seconds(), wall.Seconds(),
 		pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99), pct(lat, 0.999), lat[len(lat)-1])
-	fmt.Fprintf(e.stdout, "read depth: list entries p50 %d p99 %d max %d; items scored p50 %d p99 %d max %d (n·m = %d); answered by the scan: %d (%.2f%%), %d of them by the 8-bit shadow's\n",
+	fmt.Fprintf(e.stdout, "read depth: list entries p50 %d p99 %d max %d; items scored p50 %d p99 %d max %d (n·m = %d); answered by the scan: %d (%.2f%%), %d of them by the 8-bit shadow's, %d by the float32 copy's\n",
 		pct(sorted, 0.5), pct(sorted, 0.99), sorted[len(sorted)-1], pct(scored, 0.5), pct(scored, 0.99), scored[len(scored)-1],
-		md.N*md.M, scanned, 100*float64(scanned)/float64(b.queries), shadowed)
+		md.N*md.M, scanned, 100*float64(scanned)/float64(b.queries), shadowed, float32s)
 	if len(rescored) > 0 {
 		slices.Sort(rescored)
-		fmt.Fprintf(e.stdout, "the 8-bit shadow's scans rescored exactly p50 %d p99 %d max %d items\n",
+		fmt.Fprintf(e.stdout, "the shadow scans rescored exactly p50 %d p99 %d max %d items\n",
 			pct(rescored, 0.5), pct(rescored, 0.99), rescored[len(rescored)-1])
 	}
 

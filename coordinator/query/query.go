@@ -82,10 +82,12 @@ type Options struct {
 	// Depth and Budget tune the top-k index (0: topk's defaults).
 	Depth, Budget int
 	// NoShadow builds the top-k index without its 8-bit shadow of K
-	// (topk.QuantizedShadow; default: with it): a query that falls back
-	// to the scan then scans K in float64, about seven times the bytes,
-	// and the index saves n·(m + 4) bytes (m rounded up to a multiple of
-	// 8) per K block, a seventh of K.
+	// (topk.QuantizedShadow; default: with it) and the float32 copy kept
+	// beside it where that is at most topk.Float32Budget bytes: a query
+	// that falls back to the scan then scans K in float64, about seven
+	// times the bytes, and the index saves n·(m + 4) bytes (m rounded up
+	// to a multiple of 16) per K block, a seventh of K, plus the float32
+	// copy's 4·n·m (at most 16 MB) on small blocks.
 	NoShadow bool
 	// Reward reads a reward vector named in a plan request ("file"): a
 	// local file for emsf query, an Object Store object for the service.
@@ -134,7 +136,7 @@ func (e *Engine) Version() int { return e.version }
 func (e *Engine) Model() *factor.Model { return e.md }
 
 // IndexBytes returns the memory of the top-k index (its lists and
-// 8-bit shadow).
+// shadows).
 func (e *Engine) IndexBytes() int {
 	b := 0
 	for _, ix := range e.index {

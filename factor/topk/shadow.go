@@ -217,51 +217,75 @@ func (bd bound8) lower(u, sigma float32) float64 {
 // rounding is below e's slack).
 func (bd bound8) units(h float64) float64 { return math.Ldexp(h, bd.a) }
 
-// shadowBlock is how many rows the shadow scan scores per kernel call.
+// shadowBlock is how many rows the shadow scans score per kernel call.
 const shadowBlock = 512
 
-// cand8 is an item the shadow scan kept, with its kernel output.
-type cand8 struct {
+// candidate is an item a shadow scan kept, with its kernel output.
+type candidate struct {
 	j int32
 	u float32
 }
 
 // shadowScan answers the query of weights w (default score) by scanning
-// the 8-bit shadow and rescoring exactly (Dot's bits, in batches) the
-// items whose interval (bound8) reaches the k-th best lower bound: the
-// answer of the exact scan, bit for bit, at the cost of reading one byte
-// per coordinate instead of 8 plus a few exact scores. The k best exact
-// hits the lists found (s.heap, when full) set the first threshold; the
-// items they scored are not scored again. It reports false, having
-// changed nothing but scratch space, when it cannot answer: no shadow,
-// k above n/16, a query newBound8 refuses, or more than
-// max(64+4k, n/(4·lines)) items whose interval reaches the k-th best lower
-// bound (lines: the cache lines of a row the query's weights read; a
-// model with that many near ties at 8 bits: rescoring them would cost
-// about an exact scan), for which the caller scans exactly.
+// a copy of the items smaller than the float64 ones and rescoring exactly
+// (Dot's bits, in batches) the items it cannot exclude: the answer of the
+// exact scan, bit for bit. The first stage scans the 8-bit shadow
+// (scan8); a query it gives up (near ties at 8 bits) goes to the float32
+// copy (scan32) where the index keeps one (Float32Budget). The k best
+// exact hits the lists found (s.heap, when full) set the first
+// threshold; the items they scored are not scored again. It reports
+// false, having changed nothing but scratch space, when it cannot answer:
+// no shadow, k above n/16, or both stages gave up, for which the caller
+// scans exactly. A stage gives up with more than
+// most = max(64+4k, n/(4·lines)) items within the bound of the k-th best
+// (lines: the cache lines of a row the query's weights read): an item
+// read at random costs about 4 rows of a scan per cache line of it that
+// the query reads (DefaultBudget's measure: 16 rows for four lines at
+// n = 10^6, 11 at n = 4 000), so rescoring more would cost about an
+// exact scan.
 func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stats) ([]Hit, bool) {
-	sh := ix.shadow
-	if sh == nil || k > ix.n/16 {
-		return nil, false
-	}
-	bd, w16, ok := newBound8(sh, w, s.w16)
-	s.w16 = w16
-	if !ok {
+	if ix.shadow == nil || k > ix.n/16 {
 		return nil, false
 	}
 	if len(s.out) < shadowBlock {
 		s.out = make([]float32, shadowBlock)
+	}
+	most := max(64+4*k, ix.n/(4*ix.lines(s.act)))
+	hits, ok, floor := ix.scan8(w, k, most, s, dst, st)
+	if ok || ix.shadow32 == nil {
+		return hits, ok
+	}
+	return ix.scan32(w, k, most, floor, s, dst, st)
+}
+
+// scan8 is the fallback's first stage: it scans the 8-bit shadow and
+// rescores exactly the items whose interval (bound8) reaches the k-th
+// best lower bound, at the cost of reading one byte per coordinate
+// instead of 8 plus a few exact scores. It reports false, having changed
+// nothing but scratch space, for a query newBound8 refuses or with more
+// than most items whose interval reaches the k-th best lower bound (a
+// model with that many near ties at 8 bits), and then a lower bound of
+// the k-th best exact score (-Inf when it has none).
+func (ix *Index) scan8(w []float64, k, most int, s *Searcher, dst []Hit, st *Stats) ([]Hit, bool, float64) {
+	sh := ix.shadow
+	bd, w16, ok := newBound8(sh, w, s.w16)
+	s.w16 = w16
+	if !ok {
+		return nil, false, math.Inf(-1)
 	}
 	thr := math.Inf(-1) // the least U_j of an item that may enter the answer
 	if len(s.heap) == k {
 		thr = bd.minU(bd.units(s.heap[0].Score))
 	}
 	low, cand := s.low[:0], s.cand[:0] // the k best lower bounds (a min-heap); the items kept
-	// Rescoring more than most items would cost about an exact scan: an
-	// item read at random costs about 4 rows of a scan per cache line of
-	// it that the query reads (DefaultBudget's measure: 16 rows for four
-	// lines at n = 10^6, 11 at n = 4 000).
-	most := max(64+4*k, ix.n/(4*ix.lines(s.act)))
+	giveUp := func() ([]Hit, bool, float64) {
+		floor := math.Inf(-1)
+		if len(low) == k {
+			floor = bd.floorOf(low[0])
+		}
+		s.low, s.cand = low[:0], cand[:0]
+		return nil, false, floor
+	}
 	n, padded, stride := ix.n, (ix.n+7)&^7, sh.stride
 	for j0 := 0; j0 < padded; j0 += shadowBlock {
 		rows := min(shadowBlock, padded-j0)
@@ -277,7 +301,7 @@ func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stat
 				continue
 			}
 			j := j0 + r
-			cand = append(cand, cand8{int32(j), u})
+			cand = append(cand, candidate{int32(j), u})
 			lo := bd.lower(u, sh.scales[j])
 			if len(low) < k {
 				low = pushMin(low, lo)
@@ -290,18 +314,25 @@ func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stat
 			}
 			if len(cand) >= 2*most {
 				if cand = keepAbove(cand, thr); len(cand) > most {
-					s.low, s.cand = low[:0], cand[:0]
-					return nil, false
+					return giveUp()
 				}
 			}
 		}
 	}
 	if cand = keepAbove(cand, thr); len(cand) > most {
-		s.low, s.cand = low[:0], cand[:0]
-		return nil, false
+		return giveUp()
 	}
-	st.Scored += n
 	st.Shadow = true
+	s.low = low[:0]
+	return ix.rescore(w, k, cand, s, dst, st), true, 0
+}
+
+// rescore scores exactly (the default score, in batches) the candidates
+// the items the lists gave have not been, offers them to the heap of the
+// k best and returns the answer: a shadow scan's last step, which counts
+// the scan (every item) in st.
+func (ix *Index) rescore(w []float64, k int, cand []candidate, s *Searcher, dst []Hit, st *Stats) []Hit {
+	st.Scored += ix.n
 	var js [batch]int32
 	var scores [batch]float64
 	pend := js[:0]
@@ -321,13 +352,13 @@ func (ix *Index) shadowScan(w []float64, k int, s *Searcher, dst []Hit, st *Stat
 		}
 	}
 	flush()
-	s.low, s.cand = low[:0], cand[:0]
-	return s.sorted(dst), true
+	s.cand = cand[:0]
+	return s.sorted(dst)
 }
 
 // keepAbove keeps the candidates whose kernel output is at least thr.
-func keepAbove(cand []cand8, thr float64) []cand8 {
-	return slices.DeleteFunc(cand, func(c cand8) bool { return float64(c.u) < thr })
+func keepAbove(cand []candidate, thr float64) []candidate {
+	return slices.DeleteFunc(cand, func(c candidate) bool { return float64(c.u) < thr })
 }
 
 // pushMin adds v to the min-heap h.

@@ -127,9 +127,11 @@ type Index struct {
 	vals  []float32 // their values, rounded up; vals of list l at depth is 0 when depth == n
 	tail  []float32 // tail[l]: an upper bound of list l's values past depth (0 when depth == n)
 
-	readLists  bool    // tests only: read the lists even when k > budget
-	wantShadow bool    // QuantizedShadow
-	shadow     *shadow // the 8-bit copy the fallback scans (nil: none)
+	readLists  bool      // tests only: read the lists even when k > budget
+	wantShadow bool      // QuantizedShadow
+	budget32   int       // Float32ShadowBudget
+	shadow     *shadow   // the 8-bit copy the fallback scans (nil: none)
+	shadow32   *shadow32 // the float32 copy it scans when the 8-bit one gives up (nil: none)
 }
 
 // Hit is one answer: an item and its score.
@@ -164,7 +166,8 @@ func NewIndex(items []float64, n, m int, extra []float64, depth, workers int, op
 		dims++
 	}
 	ix := &Index{n: n, m: m, dims: dims, items: items, extra: extra, depth: depth,
-		ids: make([]int32, dims*depth), vals: make([]float32, dims*depth), tail: make([]float32, dims)}
+		ids: make([]int32, dims*depth), vals: make([]float32, dims*depth), tail: make([]float32, dims),
+		budget32: Float32Budget}
 	for _, o := range opts {
 		o(ix)
 	}
@@ -201,6 +204,9 @@ func NewIndex(items []float64, n, m int, extra []float64, depth, workers int, op
 	wg.Wait()
 	if ix.wantShadow {
 		ix.shadow = newShadow(items, n, m, extra)
+		if shadow32Bytes(n, dims) <= ix.budget32 {
+			ix.shadow32 = newShadow32(items, n, m, extra)
+		}
 	}
 	return ix, nil
 }
@@ -307,11 +313,14 @@ func (ix *Index) Depth() int { return ix.depth }
 // Extra reports whether the index has an extra coordinate.
 func (ix *Index) Extra() bool { return ix.extra != nil }
 
-// Bytes returns the memory of the lists and of the 8-bit shadow.
+// Bytes returns the memory of the lists and of the shadows.
 func (ix *Index) Bytes() int {
 	b := 8 * len(ix.ids)
 	if ix.shadow != nil {
 		b += len(ix.shadow.codes) + 4*len(ix.shadow.scales)
+	}
+	if ix.shadow32 != nil {
+		b += 4 * len(ix.shadow32.rows)
 	}
 	return b
 }
@@ -386,6 +395,9 @@ type Stats struct {
 	Scored  int  // items scored exactly
 	Scanned bool // answered by the scan
 	Shadow  bool // the scan was the 8-bit shadow's (see shadowScan)
+	// Float32: the scan was the float32 copy's, the 8-bit shadow having
+	// given the query up (see shadowScan).
+	Float32 bool
 	// Skipped: the lists were not read, the query wanting more items
 	// than its budget (TopK).
 	Skipped bool
@@ -410,12 +422,14 @@ type Searcher struct {
 	pos   []int
 	pend  []int32
 
-	// The shadow scan's: the integer weights, a block's kernel outputs,
-	// the heap of the k best lower bounds, the candidates.
+	// The shadow scans': the integer and float32 weights, a block's
+	// kernel outputs, the heap of the k best lower bounds (or float32
+	// scores), the candidates.
 	w16  []int16
+	w32  []float32
 	out  []float32
 	low  []float64
-	cand []cand8
+	cand []candidate
 }
 
 // minSeen is the initial size of the seen set.
