@@ -122,3 +122,40 @@ func BenchmarkKernels(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkShadowStages times top-10 queries that the 8-bit shadow gives
+// up (the lonely model of TestFloat32StageMatchesOracle at n = 4 000,
+// m = 32, weights on its two lonely coordinates, lists skipped): answered
+// by the float32 stage ("float32"), by the exact scan after the 8-bit
+// stage ("8bit-exact", no float32 copy) and by the exact scan alone
+// ("exact", no shadow).
+func BenchmarkShadowStages(b *testing.B) {
+	const n, m = 4000, 32
+	rng := rand.New(rand.NewPCG(65, 66))
+	items, _ := lonely(rng, n, m, false)
+	qs := make([][]float64, 64)
+	for k := range qs {
+		qs[k] = make([]float64, m)
+		qs[k][0], qs[k][1] = 0.5+rng.Float64(), rng.Float64()
+	}
+	for _, c := range []struct {
+		name string
+		opts []Option
+	}{
+		{"float32", []Option{QuantizedShadow(true)}},
+		{"8bit-exact", []Option{QuantizedShadow(true), Float32ShadowBudget(0)}},
+		{"exact", nil},
+	} {
+		ix, err := NewIndex(items, n, m, nil, 0, 1, c.opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			var s Searcher
+			var hits []Hit
+			for k := range b.N {
+				hits, _ = ix.TopK(Query{W: qs[k%len(qs)], K: 10, Budget: 1}, &s, hits)
+			}
+		})
+	}
+}

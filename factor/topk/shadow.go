@@ -203,15 +203,18 @@ func newBound8(sh *shadow, w []float64, dst []int16) (bound8, []int16, bool) {
 	return bd, dst, true
 }
 
+// rule is the sweep's affine maps of these bounds: lower and minU.
+func (bd bound8) rule() affine {
+	return affine{c1: bd.c1, c2: bd.c2, e1: bd.e1, t0: bd.e1, t1: bd.r}
+}
+
 // minU is the least kernel output of an item that may reach the score L
-// (kernel units).
-func (bd bound8) minU(L float64) float64 { return (L - bd.e1) * bd.r }
+// (kernel units): (L − e1)·r.
+func (bd bound8) minU(L float64) float64 { return bd.rule().threshold(L) }
 
 // lower is a lower bound of the exact score (kernel units) of an item
-// whose kernel output is u and scale sigma.
-func (bd bound8) lower(u, sigma float32) float64 {
-	return float64(u)*bd.c1 - float64(sigma)*bd.c2 - bd.e1
-}
+// whose kernel output is u and scale sigma: u·c1 − σ·c2 − e1.
+func (bd bound8) lower(u, sigma float32) float64 { return bd.rule().value(u, sigma) }
 
 // units converts an exact score to kernel units, rounded to nearest (the
 // rounding is below e's slack).
@@ -277,54 +280,20 @@ func (ix *Index) scan8(w []float64, k, most int, s *Searcher, dst []Hit, st *Sta
 	if len(s.heap) == k {
 		thr = bd.minU(bd.units(s.heap[0].Score))
 	}
-	low, cand := s.low[:0], s.cand[:0] // the k best lower bounds (a min-heap); the items kept
-	giveUp := func() ([]Hit, bool, float64) {
+	sw := sweep{k: k, most: most, thr: thr, best: s.low[:0], cand: s.cand[:0], rule: bd.rule(), scales: sh.scales}
+	kept := sw.run(ix.n, s.out, func(out []float32, j0, rows int) float32 {
+		return dots8(out, w16, sh.codes[j0*sh.stride:], sh.scales[j0:], bd.unit, bd.h, rows, sh.stride)
+	})
+	s.low, s.cand = sw.best[:0], sw.cand[:0]
+	if !kept {
 		floor := math.Inf(-1)
-		if len(low) == k {
-			floor = bd.floorOf(low[0])
+		if len(sw.best) == k {
+			floor = bd.floorOf(sw.best[0])
 		}
-		s.low, s.cand = low[:0], cand[:0]
 		return nil, false, floor
 	}
-	n, padded, stride := ix.n, (ix.n+7)&^7, sh.stride
-	for j0 := 0; j0 < padded; j0 += shadowBlock {
-		rows := min(shadowBlock, padded-j0)
-		out := s.out[:rows]
-		if float64(dots8(out, w16, sh.codes[j0*stride:], sh.scales[j0:], bd.unit, bd.h, rows, stride)) < thr {
-			continue // no row of the block reaches the threshold
-		}
-		if j0+rows > n {
-			out = out[:n-j0]
-		}
-		for r, u := range out {
-			if float64(u) < thr {
-				continue
-			}
-			j := j0 + r
-			cand = append(cand, candidate{int32(j), u})
-			lo := bd.lower(u, sh.scales[j])
-			if len(low) < k {
-				low = pushMin(low, lo)
-				if len(low) == k {
-					thr = max(thr, bd.minU(low[0]))
-				}
-			} else if lo > low[0] {
-				replaceMin(low, lo)
-				thr = max(thr, bd.minU(low[0]))
-			}
-			if len(cand) >= 2*most {
-				if cand = keepAbove(cand, thr); len(cand) > most {
-					return giveUp()
-				}
-			}
-		}
-	}
-	if cand = keepAbove(cand, thr); len(cand) > most {
-		return giveUp()
-	}
 	st.Shadow = true
-	s.low = low[:0]
-	return ix.rescore(w, k, cand, s, dst, st), true, 0
+	return ix.rescore(w, k, sw.cand, s, dst, st), true, 0
 }
 
 // rescore scores exactly (the default score, in batches) the candidates
@@ -354,6 +323,85 @@ func (ix *Index) rescore(w []float64, k int, cand []candidate, s *Searcher, dst 
 	flush()
 	s.cand = cand[:0]
 	return s.sorted(dst)
+}
+
+// affine is how a sweep values a row and sets its threshold: a row of
+// kernel output u and scale σ (0 without scales) is worth
+// value(u, σ) = u·c1 − σ·c2 − e1, and k values whose least is L admit
+// the rows of output at least threshold(L) = (L − t0)·t1 − t2 (the
+// operations in this order: the bounds' roundings are argued for it).
+type affine struct {
+	c1, c2, e1 float64
+	t0, t1, t2 float64
+}
+
+func (a affine) value(u, sigma float32) float64 {
+	return float64(u)*a.c1 - float64(sigma)*a.c2 - a.e1
+}
+
+func (a affine) threshold(L float64) float64 { return (L-a.t0)*a.t1 - a.t2 }
+
+// sweep is a shadow scan's pass over the rows: the candidates it keeps,
+// the heap of the k best of their values (lower bounds, or float32
+// scores) and the threshold those set.
+type sweep struct {
+	k, most int
+	thr     float64     // the least kernel output of an item that may enter the answer
+	best    []float64   // the k best values (a min-heap)
+	cand    []candidate // the items kept
+	rule    affine      // values and thresholds
+	scales  []float32   // σ_j of each row (nil: 0)
+}
+
+// run computes the kernel's outputs for the rows in blocks of
+// shadowBlock (kernel(out, j0, rows) sets out[:rows] for rows j0.., rows
+// a multiple of 8 past n, and returns their largest), passes over a
+// block whose largest output is below the threshold, and keeps each item
+// j < n whose output reaches it, its value offered to the heap of the k
+// best, which raises the threshold once full. It reports false when more
+// than most candidates reach the threshold (checked whenever 2·most have
+// been kept, and at the end).
+func (sw *sweep) run(n int, out []float32, kernel func(out []float32, j0, rows int) float32) bool {
+	padded, thr, best, cand := (n+7)&^7, sw.thr, sw.best, sw.cand
+	defer func() { sw.thr, sw.best, sw.cand = thr, best, cand }()
+	for j0 := 0; j0 < padded; j0 += shadowBlock {
+		rows := min(shadowBlock, padded-j0)
+		block := out[:rows]
+		if float64(kernel(block, j0, rows)) < thr {
+			continue // no row of the block reaches the threshold
+		}
+		if j0+rows > n {
+			block = block[:n-j0]
+		}
+		for r, u := range block {
+			if float64(u) < thr {
+				continue
+			}
+			j := j0 + r
+			cand = append(cand, candidate{int32(j), u})
+			var sigma float32
+			if sw.scales != nil {
+				sigma = sw.scales[j]
+			}
+			v := sw.rule.value(u, sigma)
+			if len(best) < sw.k {
+				best = pushMin(best, v)
+				if len(best) == sw.k {
+					thr = max(thr, sw.rule.threshold(best[0]))
+				}
+			} else if v > best[0] {
+				replaceMin(best, v)
+				thr = max(thr, sw.rule.threshold(best[0]))
+			}
+			if len(cand) >= 2*sw.most {
+				if cand = keepAbove(cand, thr); len(cand) > sw.most {
+					return false
+				}
+			}
+		}
+	}
+	cand = keepAbove(cand, thr)
+	return len(cand) <= sw.most
 }
 
 // keepAbove keeps the candidates whose kernel output is at least thr.

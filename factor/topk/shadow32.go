@@ -104,9 +104,13 @@ func newBound32(dims int, wmax, kmax float64) bound32 {
 	}
 }
 
+// rule is the sweep's affine maps of this bound: a row's value is its
+// float32 score (u·1 − 0·0 − 0, exact), its threshold fromShadow.
+func (b bound32) rule() affine { return affine{c1: 1, t1: b.r, t2: b.e} }
+
 // fromShadow is the least float32 score of an item that may enter an
-// answer whose k-th best float32 score is x.
-func (b bound32) fromShadow(x float64) float64 { return x*b.r - b.e }
+// answer whose k-th best float32 score is x: x·r − e.
+func (b bound32) fromShadow(x float64) float64 { return b.rule().threshold(x) }
 
 // fromExact is the least float32 score of an item that may beat the
 // exact score h.
@@ -143,46 +147,16 @@ func (ix *Index) scan32(w []float64, k, most int, floor float64, s *Searcher, ds
 	if len(s.heap) == k {
 		thr = max(thr, b.fromExact(s.heap[0].Score))
 	}
-	top, cand := s.low[:0], s.cand[:0] // the k best float32 scores (a min-heap); the items kept
-	n, padded := ix.n, (ix.n+7)&^7
-	for j0 := 0; j0 < padded; j0 += shadowBlock {
-		rows := min(shadowBlock, padded-j0)
-		out := s.out[:rows]
-		if float64(dots32(out, w32, sh.rows[j0*sh.stride:], rows, sh.stride)) < thr {
-			continue // no row of the block reaches the threshold
-		}
-		if j0+rows > n {
-			out = out[:n-j0]
-		}
-		for r, v := range out {
-			if float64(v) < thr {
-				continue
-			}
-			cand = append(cand, candidate{int32(j0 + r), v})
-			if len(top) < k {
-				top = pushMin(top, float64(v))
-				if len(top) == k {
-					thr = max(thr, b.fromShadow(top[0]))
-				}
-			} else if float64(v) > top[0] {
-				replaceMin(top, float64(v))
-				thr = max(thr, b.fromShadow(top[0]))
-			}
-			if len(cand) >= 2*most {
-				if cand = keepAbove(cand, thr); len(cand) > most {
-					s.low, s.cand = top[:0], cand[:0]
-					return nil, false
-				}
-			}
-		}
-	}
-	if cand = keepAbove(cand, thr); len(cand) > most {
-		s.low, s.cand = top[:0], cand[:0]
+	sw := sweep{k: k, most: most, thr: thr, best: s.low[:0], cand: s.cand[:0], rule: b.rule()}
+	kept := sw.run(ix.n, s.out, func(out []float32, j0, rows int) float32 {
+		return dots32(out, w32, sh.rows[j0*sh.stride:], rows, sh.stride)
+	})
+	s.low, s.cand = sw.best[:0], sw.cand[:0]
+	if !kept {
 		return nil, false
 	}
 	st.Float32 = true
-	s.low = top[:0]
-	return ix.rescore(w, k, cand, s, dst, st), true
+	return ix.rescore(w, k, sw.cand, s, dst, st), true
 }
 
 // floorOf returns the lower bound lo (kernel units of bd) in exact units,
