@@ -15,8 +15,10 @@ type Option func(*Index)
 // for each item a scale and one code 0..255 per coordinate, the row
 // padded with zero codes to a multiple of 16. It costs
 // n·(⌈dims/16⌉·16 + 4) bytes: 36 MB at n = 10^6, m = 32, a seventh of the
-// items. The answers
-// are the same bits either way (see shadowScan).
+// items; beside it, where it takes at most Float32ShadowBudget's bytes
+// (default Float32Budget, 16 MB), a float32 copy that the fallback scans
+// when the 8-bit one gives a query up. The answers are the same bits
+// either way (see shadowScan).
 func QuantizedShadow(on bool) Option {
 	return func(ix *Index) { ix.wantShadow = on }
 }

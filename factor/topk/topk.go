@@ -71,22 +71,39 @@
 // (lines: the cache lines of a row its weights read; rescoring more would
 // cost about an exact scan: near ties at 8 bits, or, on fitted models, a
 // hidden state with one large next state whose other next states are told
-// apart by values below a code of their items), k above n/16, scores that
-// may overflow float64 or lie in its subnormal range, or a custom Score
-// fall back to the exact float64 scan (blocked, four rows at a time).
-// At n = 10^6, m = 32 the shadow costs 36 MB (n·(32+4) bytes; the float32
-// shadow it replaces cost 128 MB); without it a dense query costs its
-// budget plus one float64 scan.
+// apart by values below a code of their items) goes to the second stage,
+// as does a query whose scores may overflow float64 or lie in its
+// subnormal range; without a second stage these, and always k above n/16
+// or a custom Score, fall back to the exact float64 scan (blocked, four
+// rows at a time). At n = 10^6, m = 32 the shadow costs 36 MB
+// (n·(32+4) bytes; the float32 shadow it replaced cost 128 MB); without
+// it a dense query costs its budget plus one float64 scan.
+//
+// The second stage is a float32 copy of the items (rows padded to a
+// multiple of 8 floats), kept beside the 8-bit one only where it takes at
+// most Float32Budget bytes (16 MB: n <= 131 072 at m = 32), so that a
+// large model's index stays an eighth of its items: scanned with an AVX2
+// fused multiply-add kernel when the 8-bit stage gives a query up, its
+// scores within a rigorous relative bound of about 10^-5 (bound32:
+// Higham's γ for any order of a float32 sum of non-negative terms, an
+// absolute term for float32's subnormal range) tell apart the values
+// below a code that the 8-bit intervals cannot; the same rescoring keeps
+// the exact scan's bits, and a query with more than max(64+4k,
+// n/(4·lines)) items within the float32 bound (near ties in float32, a
+// weight or item above 2^50) scans exactly. Above the budget the 8-bit
+// stage's give-ups scan exactly.
 //
 // Measured (docs/benchmarks.md, "Asking a model", thread CPU time on a
 // shared 2-core VM): the slowest dense query at n = 10^6 (every one
 // spends its budget and scans the 8-bit shadow) costs about half of one
 // float32 SIMD scan of K (with the float32 shadow: 1.3) and about a
 // quarter of one float64 scan. On the fitted real-data model depgraph
-// (n = 4 000) 4 % of the queries fall back to the exact scan after the
-// shadow's (the lonely hidden states above), which the float32 shadow
-// answered: its p99 query costs more than it did (about 1.5 float64 scans
-// against 0.5), its median less.
+// (n = 4 000) 4 % of the queries give the 8-bit stage up (the lonely
+// hidden states above) and the float32 stage answers them: its p99
+// query costs about 0.65 of one float64 scan (without the second stage,
+// scanning exactly: 1.4–1.8; with the float32 shadow alone, before the
+// 8-bit one: 0.55, the 8-bit pass these queries give up being the
+// difference).
 //
 // Scores are computed by the query's Score function, or by default by
 // Dot (Σ_l w_l·k_jl in index order, without fused multiply-add): bitwise
