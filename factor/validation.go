@@ -178,7 +178,9 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 		return nil, fmt.Errorf("factor: the validation split holds no transitions")
 	}
 	v.last = make([]RuleParams, u)
+	v.counting = make([]map[RuleParams]float64, u)
 	for a := range u {
+		v.counting[a] = map[RuleParams]float64{}
 		v.g[a] = make([]float64, len(v.ents[a]))
 		v.last[a] = RuleParams{Lambda: 0.1, Kappa: math.Inf(1), Delta: QHalf}
 	}
@@ -239,16 +241,10 @@ func (v *Validation) score(a int, p RuleParams, workers int) float64 {
 		return v.scoreRule(a, p, workers)
 	}
 	// (1−λ)·g is +0 for every (finite) g: the score is the counts' alone.
-	if v.counting == nil {
-		v.counting = make([]map[RuleParams]float64, v.u)
-	}
 	if s, ok := v.counting[a][p]; ok {
 		return s
 	}
 	s := v.scoreRule(a, p, workers)
-	if v.counting[a] == nil {
-		v.counting[a] = map[RuleParams]float64{}
-	}
 	v.counting[a][p] = s
 	return s
 }
