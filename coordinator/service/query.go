@@ -31,9 +31,9 @@ import (
 // and swapped in atomically: a request loads the engine once and is
 // answered from it alone, and queries keep using the previous version
 // while the next one's index builds. Handlers only hand requests to a
-// pool of GOMAXPROCS workers through a bounded queue, so one slow answer
-// does not hold the others up; when the queue is full the request gets a
-// 503 at once. Errors carry query.Error's code (micro's
+// pool of workers (queryWorkers) through a bounded queue, so one slow
+// answer does not hold the others up; when the queue is full the request
+// gets a 503 at once. Errors carry query.Error's code (micro's
 // Nats-Service-Error-Code header) and message.
 
 // QuerySubject is the subject of a query endpoint of model name.
@@ -43,6 +43,18 @@ func QuerySubject(prefix, name, endpoint string) string {
 
 // queryQueue is how many requests per worker may wait for one.
 const queryQueue = 8
+
+// queryWorkers is the size of the pool answering queries on procs
+// (GOMAXPROCS) threads: four per thread. A worker does not only compute:
+// it writes its reply on the service's NATS connection, whose lock the
+// connection's flusher holds through each write to the socket, so with
+// one worker per thread the threads sat idle while their workers
+// waited for the connection. Measured with emsf query --load --embedded
+// (16 clients, n = 10^6, 2 cores; docs/benchmarks.md): p99 5.1 ms with 2
+// workers, 3.5 ms with 8, and more answers per second.
+func queryWorkers(procs int) int {
+	return 4 * max(1, procs)
+}
 
 // queries serves the query endpoints of one model name.
 type queries struct {
@@ -69,7 +81,7 @@ type queryJob struct {
 // starts the workers and the engine builder; they stop with ctx, and wg
 // waits for them.
 func startQueries(ctx context.Context, nc *nats.Conn, log hclog.Logger, prefix, name string, svc micro.Service, wg *sync.WaitGroup) (*queries, error) {
-	workers := runtime.GOMAXPROCS(0)
+	workers := queryWorkers(runtime.GOMAXPROCS(0))
 	q := &queries{name: name, nc: nc, log: log, jobs: make(chan queryJob, queryQueue*workers), kick: make(chan struct{}, 1)}
 	g := svc.AddGroup(prefix + "." + name + ".q")
 	for _, ep := range query.Endpoints {

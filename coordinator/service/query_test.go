@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -388,4 +389,54 @@ func TestServeQueriesOfFile(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestServeQueriesOneThread: a service started on one thread still
+// admits 16 clients that each wait for their answer before they ask
+// again (its queue holds more than 16 questions), so none of them is
+// told it is busy.
+func TestServeQueriesOneThread(t *testing.T) {
+	_, url := server(t)
+	md, err := factor.TrueModel(300, 4, 1, factor.RowsLocal, 0, rand.New(rand.NewPCG(3, 4)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	procs := runtime.GOMAXPROCS(1) // the pool's size is decided at start
+	wait, err := ServeQueries(ctx, connect(t, url), "emsf", "one", "1.0.0", &arrowio.ModelFile{Model: md}, nil)
+	runtime.GOMAXPROCS(procs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clients = 16
+	if q := queryQueue * queryWorkers(1); q < clients {
+		t.Fatalf("the queue of a one-thread service holds %d questions, fewer than %d clients", q, clients)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := range clients {
+		wg.Go(func() {
+			cn, err := nats.Connect(url)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer cn.Close()
+			for k := range 40 {
+				body := fmt.Sprintf(`{"state":%d,"action":0,"k":5}`, (7*c+k)%300)
+				if got, err := askQuery(cn, "one", "topk", body); err != nil || !strings.HasPrefix(got, "{") {
+					errs <- fmt.Errorf("client %d question %d: %q (%v)", c, k, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	cancel()
+	wait()
 }
