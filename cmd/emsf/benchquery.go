@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -181,10 +182,27 @@ func benchQueries(ctx context.Context, e *env, path string, b *benchQueryFlags) 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	qcpu := make([]time.Duration, b.queries)
-	for k, x := range qs[b.queries:] {
+	timeQuery := func(x pair) time.Duration {
 		c := threadCPUTime()
 		hits, _ = eng.TopK(x.a, x.i, b.k, hits)
-		qcpu[k] = threadCPUTime() - c
+		return threadCPUTime() - c
+	}
+	for k, x := range qs[b.queries:] {
+		qcpu[k] = timeQuery(x)
+	}
+	// The slowest of them timed again as the scans are below, the median
+	// of 3 each: a query's own cost, not the one time an interrupt or
+	// another process's cache traffic fell on it.
+	order := make([]int, b.queries)
+	for k := range order {
+		order[k] = k
+	}
+	slices.SortFunc(order, func(x, y int) int { return cmp.Compare(qcpu[y], qcpu[x]) })
+	var retimed time.Duration
+	for _, k := range order[:min(b.queries, max(50, b.queries/100))] {
+		t := []time.Duration{timeQuery(qs[b.queries+k]), timeQuery(qs[b.queries+k]), timeQuery(qs[b.queries+k])}
+		slices.Sort(t)
+		retimed = max(retimed, t[1])
 	}
 	slices.Sort(qcpu)
 
@@ -245,6 +263,8 @@ func benchQueries(ctx context.Context, e *env, path string, b *benchQueryFlags) 
 			pct(qcpu, 0.5), pct(qcpu, 0.99), qcpu[len(qcpu)-1], t64[1], t32[1],
 			qcpu[len(qcpu)-1].Seconds()/t64[1].Seconds(), qcpu[len(qcpu)-1].Seconds()/t32[1].Seconds(),
 			pct(qcpu, 0.99).Seconds()/t64[1].Seconds(), pct(qcpu, 0.99).Seconds()/t32[1].Seconds())
+		fmt.Fprintf(e.stdout, "the slowest %d queries timed again like the scans (thread CPU, median of 3 each): slowest %v; / float64 scan = %.3f, / float32 scan = %.3f\n",
+			min(b.queries, max(50, b.queries/100)), retimed, retimed.Seconds()/t64[1].Seconds(), retimed.Seconds()/t32[1].Seconds())
 	}
 	return nil
 }

@@ -251,6 +251,13 @@ func TestQueryCommand(t *testing.T) {
 	if !strings.Contains(out, "top-2 over NATS (emsf.load.q.topk), 2 clients") || strings.Contains(out, "errors") {
 		t.Errorf("query --load --embedded:\n%s", out)
 	}
+	// --bench: every figure printed, the slowest queries timed again.
+	out = mustEmsf(t, "query", "--bench", "--model", model, "--queries", "60", "--k", "2")
+	for _, want := range []string{"top-2, 60 queries, one goroutine:", "read depth:", "scan of K (median of 3):", "the slowest 50 queries timed again like the scans"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("query --bench: no %q in\n%s", want, out)
+		}
+	}
 	if code, _, errs := emsf(t, "query", "--bench", "--embedded", "--model", model); code != 2 || !strings.Contains(errs, "--embedded goes with --load") {
 		t.Errorf("--bench --embedded: exit %d, %q", code, errs)
 	}
