@@ -57,8 +57,9 @@ const (
 // never the start, is scored by Score, higher is better (emsf fit: the validation
 // log-likelihood per transition under the tuned smoothing rule,
 // Validation.Tune); the fit keeps the best-scoring iterate and stops
-// once Patience scores in a row gained at most MinGain·|best| over it
-// (Prechelt's patience criterion). Whatever stops the fit, the model it
+// once Patience scores in a row rose at most MinGain (in Score's units)
+// over the score of the last gain (Prechelt's patience criterion; Keras'
+// EarlyStopping min_delta): the best iterate is kept whatever it gained. Whatever stops the fit, the model it
 // returns is the best-scoring iterate. Score must be deterministic (a
 // function of the model only) for the fit to be.
 type EarlyStop struct {
@@ -76,7 +77,8 @@ type EarlyStop struct {
 // earlyState follows an EarlyStop through a fit.
 type earlyState struct {
 	es    *EarlyStop
-	best  float64
+	best  float64 // the best score, kept's
+	ref   float64 // the score of the last gain
 	bad   int
 	evals int
 	iter  int
@@ -87,23 +89,30 @@ type earlyState struct {
 }
 
 // observe scores md (the iterate after iteration iter) and reports
-// whether the patience ran out.
+// whether the patience ran out. A gain is a score above MinGain over the
+// last gain's score (ref), so steps below MinGain that add up to more
+// within the patience still reset it; the best-scoring iterate is kept
+// whatever it gained.
 func (e *earlyState) observe(md *Model, iter int) bool {
-	gains := func(s float64) bool { return e.kept == nil || s > e.best+e.es.MinGain*math.Abs(e.best) }
+	gains := func(s float64) bool { return e.kept == nil || s > e.ref+e.es.MinGain }
 	s := e.es.Score(md)
 	if !gains(s) && e.es.Confirm != nil {
 		s = e.es.Confirm(md)
 	}
 	e.evals++
 	e.last = s
-	if gains(s) {
+	gained := gains(s)
+	if e.kept == nil || s > e.best {
 		if e.kept == nil {
 			e.kept = md.Clone()
 		} else {
 			copyFactors(e.kept, md)
 			e.kept.Iteration, e.kept.LogLik, e.kept.WKL = md.Iteration, md.LogLik, md.WKL
 		}
-		e.best, e.bad, e.iter = s, 0, iter
+		e.best, e.iter = s, iter
+	}
+	if gained {
+		e.ref, e.bad = s, 0
 		return false
 	}
 	e.bad++

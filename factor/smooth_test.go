@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -400,6 +401,42 @@ func TestEarlyStopKeepsBest(t *testing.T) {
 	}
 	if res.Status != HeldOutOptimum || md.Iteration != bestIter || res.Iterations != 8 || res.HeldOut != 0 {
 		t.Fatalf("status %s, iteration %d (best %d), iterations %d, held-out %v", res.Status, md.Iteration, bestIter, res.Iterations, res.HeldOut)
+	}
+}
+
+// TestEarlyStopMinGain pins the rule by hand (plain EM: one score per
+// pass). Scores 2 − 1/k for the k-th score, MinGain 0.2, patience 2:
+// k=1 (1) starts; k=2 (1.5 > 1.2) gains; k=3 (1.667 ≤ 1.7) is better but
+// no gain: kept, confirmed, patience 1; k=4 (1.75 > 1.7: two small steps
+// add up to a gain over k=2's) gains; k=5 (1.8 ≤ 1.95) and k=6 (1.833)
+// are kept without gain: stop after 6 passes on iterate 6. With MinGain
+// 0 every score gains and the fit runs to its iteration limit.
+func TestEarlyStopMinGain(t *testing.T) {
+	for _, c := range []struct {
+		gain             float64
+		iters, kept      int
+		status           Status
+		confirmedIterate []int
+	}{
+		{0.2, 6, 6, HeldOutOptimum, []int{3, 5, 6}},
+		{0, 12, 12, IterationLimit, nil},
+	} {
+		md, blocks := squaremData()
+		var confirmed []int
+		es := &EarlyStop{Patience: 2, MinGain: c.gain,
+			Score: func(m *Model) float64 { return 2 - 1/float64(m.Iteration) },
+			Confirm: func(m *Model) float64 {
+				confirmed = append(confirmed, m.Iteration)
+				return 2 - 1/float64(m.Iteration) // re-tuning changes nothing here
+			}}
+		res, err := Fit(context.Background(), md, blocks, FitOptions{Converger: Converger{MaxIter: 12}, EarlyStop: es})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != c.status || res.Iterations != c.iters || md.Iteration != c.kept || !slices.Equal(confirmed, c.confirmedIterate) {
+			t.Errorf("min gain %v: status %s, iterations %d, kept %d, confirmed %v; want %s, %d, %d, %v",
+				c.gain, res.Status, res.Iterations, md.Iteration, confirmed, c.status, c.iters, c.kept, c.confirmedIterate)
+		}
 	}
 }
 

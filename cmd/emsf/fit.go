@@ -53,6 +53,7 @@ type fitFlags struct {
 	stopRule   string
 	validation float64
 	patience   int
+	minGain    float64
 	cpuProfile string
 	priorD     float64
 	priorK     float64
@@ -107,6 +108,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&f.priorK, "prior-k", defaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
 	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: --accel none --smooth none --stop tol --prior-d 0 --prior-k 0, and rows without data left at their random start")
 	fs.IntVar(&f.patience, "patience", 5, "with --stop validation: scores in a row without gain before the fit stops")
+	fs.Float64Var(&f.minGain, "min-gain", 1e-4, "with --stop validation: the least rise of the validation score (log-likelihood per validation transition, in nats) over the best so far that counts as a gain")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole command to this file (go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -483,7 +485,7 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 			opts.Prior = &factor.Prior{D: f.priorD, K: f.priorK}
 		}
 		if f.stopV == stopValidation {
-			opts.EarlyStop = &factor.EarlyStop{Patience: f.patience, MinGain: heldOutMinGain,
+			opts.EarlyStop = &factor.EarlyStop{Patience: f.patience, MinGain: f.minGain,
 				// Every iterate is scored with λ, the weight of the
 				// factors, re-tuned (the cheap score); one that does not
 				// gain is rescored with every parameter of the rule
@@ -578,10 +580,6 @@ func ruleString(rules []factor.RuleParams) string {
 	return strings.Join(parts, "; ")
 }
 
-// heldOutMinGain is the relative gain of the validation score that
-// resets the patience of --stop validation.
-const heldOutMinGain = 1e-6
-
 // Values of --smooth and --stop.
 const (
 	smoothAuto       = "auto"
@@ -644,6 +642,9 @@ func (f *fitFlags) validateQuality() error {
 	}
 	if f.patience < 1 {
 		return usagef("--patience %d: must be >= 1", f.patience)
+	}
+	if !(f.minGain >= 0) || math.IsInf(f.minGain, 1) {
+		return usagef("--min-gain %v: must be a number >= 0 (nats per validation transition)", f.minGain)
 	}
 	holds := f.algorithm == algEMSF && !f.inc.enabled && !f.cluster.resume
 	switch f.stopRule {
@@ -728,6 +729,7 @@ func (f *fitFlags) params(m int) map[string]string {
 		p["validation"] = strconv.FormatFloat(f.validation, 'g', -1, 64)
 		if f.stopV == stopValidation {
 			p["patience"] = strconv.Itoa(f.patience)
+			p["min_gain"] = strconv.FormatFloat(f.minGain, 'g', -1, 64)
 		}
 	}
 	// Recorded only when not the default: a float64 fit's files and job
