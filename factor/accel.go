@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -88,12 +89,29 @@ type earlyState struct {
 	seen int
 }
 
-// observe scores md (the iterate after iteration iter) and reports
-// whether the patience ran out. A gain is a score above MinGain over the
-// last gain's score (ref), so steps below MinGain that add up to more
-// within the patience still reset it; the best-scoring iterate is kept
-// whatever it gained.
+// observe scores md (the iterate after iteration iter), keeps a copy of
+// it when it is the best so far, and reports whether the patience ran
+// out.
 func (e *earlyState) observe(md *Model, iter int) bool {
+	keep, stop := e.judge(md, iter)
+	if keep {
+		if e.kept == nil {
+			e.kept = md.Clone()
+		} else {
+			copyFactors(e.kept, md)
+		}
+		e.keepMeta(md)
+	}
+	return stop
+}
+
+// judge scores md (the iterate after iteration iter) and reports whether
+// it is the best so far, which the caller then keeps in e.kept (observe
+// copies it), and whether the patience ran out. A gain is a score above
+// MinGain over the last gain's score (ref), so steps below MinGain that
+// add up to more within the patience still reset it; the best-scoring
+// iterate is kept whatever it gained.
+func (e *earlyState) judge(md *Model, iter int) (keep, stop bool) {
 	gains := func(s float64) bool { return e.kept == nil || s > e.ref+e.es.MinGain }
 	s := e.es.Score(md)
 	if !gains(s) && e.es.Confirm != nil {
@@ -102,21 +120,22 @@ func (e *earlyState) observe(md *Model, iter int) bool {
 	e.evals++
 	e.last = s
 	gained := gains(s)
-	if e.kept == nil || s > e.best {
-		if e.kept == nil {
-			e.kept = md.Clone()
-		} else {
-			copyFactors(e.kept, md)
-			e.kept.Iteration, e.kept.LogLik, e.kept.WKL = md.Iteration, md.LogLik, md.WKL
-		}
+	keep = e.kept == nil || s > e.best
+	if keep {
 		e.best, e.iter = s, iter
 	}
 	if gained {
 		e.ref, e.bad = s, 0
-		return false
+		return keep, false
 	}
 	e.bad++
-	return e.bad >= e.es.Patience
+	return keep, e.bad >= e.es.Patience
+}
+
+// keepMeta records md's iteration, log-likelihood and WKL with the kept
+// iterate.
+func (e *earlyState) keepMeta(md *Model) {
+	e.kept.Iteration, e.kept.LogLik, e.kept.WKL = md.Iteration, md.LogLik, md.WKL
 }
 
 // restore puts the best iterate back into md.
@@ -401,6 +420,38 @@ func (*extrapLogs) block(part [][]float64, b int) []float64 {
 	return part[b]
 }
 
+// swapFactors exchanges the factors of a and b (D, K^T and a Float32
+// model's float32 copy of K^T), two models of one shape and precision:
+// SQUAREM's cycle passes its points between buffers instead of copying
+// them (squaremLoop).
+func swapFactors(a, b *Model) {
+	a.D, b.D = b.D, a.D
+	a.KT, b.KT = b.KT, a.KT
+	a.kt32, b.kt32 = b.kt32, a.kt32
+}
+
+// squaremBufs are the models that hold SQUAREM's points besides the fit's
+// own: made as the cycle first needs them (clones of the fit's model, so
+// of its shape and precision), reused afterwards.
+type squaremBufs struct {
+	md  *Model
+	all []*Model
+}
+
+// take returns a buffer that is none of live (the points the loop still
+// needs).
+func (s *squaremBufs) take(live ...*Model) *Model {
+	for _, b := range s.all {
+		if !slices.Contains(live, b) {
+			return b
+		}
+	}
+	b := s.md.Clone()
+	b.Smoothing = nil
+	s.all = append(s.all, b)
+	return b
+}
+
 // squaremLoop is Loop with SQUAREM (opts.Accel, checked by checkAccel).
 // A cycle from an accepted point x0 costs three passes:
 //
@@ -421,14 +472,28 @@ func (*extrapLogs) block(part [][]float64, b int) []float64 {
 // every accepted x0. Extrapolation is elementwise with sums over pieces
 // of rows folded in order, so the fit is bitwise the same for any
 // number of workers.
+//
+// md always holds the point of the next pass; the points the cycle keeps
+// (x0, x1, x2, the best iterate of the held-out rule) are buffers
+// (squaremBufs) that trade factors with md (swapFactors): each commit
+// writes F(p) into md from the statistics of the pass on p, with p in a
+// buffer (commitFrom, mapCommit), so no point is copied. x2 is the
+// buffer back; with t = 1 the proposal is x2 itself, and the buffer that
+// keeps the proposal through its pass is back.
 func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts FitOptions, hooks LoopHooks, acc *Accumulator, total, dataTerm float64, priorQs [][]float64) (FitResult, error) {
 	conv := opts.Converger
 	var early *earlyState
 	if opts.EarlyStop != nil {
 		early = &earlyState{es: opts.EarlyStop}
 	}
-	x0, x1, x2 := md.Clone(), md.Clone(), md.Clone()
-	x0.Smoothing, x1.Smoothing, x2.Smoothing = nil, nil, nil
+	bufs := &squaremBufs{md: md}
+	var x0, x1, back *Model // back: x2, where the fit goes back to
+	kept := func() *Model {
+		if early == nil {
+			return nil
+		}
+		return early.kept
+	}
 	var lg0, lg1 *extrapLogs // log x0 and log x1, taken by the penalty
 	if priorQs != nil {
 		lg0, lg1 = opts.Prior.newExtrapLogs(md), opts.Prior.newExtrapLogs(md)
@@ -470,12 +535,22 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 			}
 			ll += opts.Prior.penaltyLogs(md, priorQs, logs, opts.Workers)
 		}
-		commit := func() {
-			if priorQs != nil {
-				mapCommit(md, acc, opts.Prior, priorQs, dataTerm, opts.Workers)
-			} else {
-				acc.CommitWorkers(md, 1, dataTerm, opts.Workers)
+		// commit moves md's point (the pass's) to a buffer that is none
+		// of live, commits its pass into md and returns the buffer; with
+		// best, the buffer is the held-out rule's best iterate too.
+		commit := func(best bool, live ...*Model) *Model {
+			p := bufs.take(live...)
+			swapFactors(md, p)
+			if best {
+				early.kept = p
+				early.keepMeta(md)
 			}
+			if priorQs != nil {
+				mapCommit(md, p, acc, opts.Prior, priorQs, dataTerm, opts.Workers)
+			} else {
+				acc.commitFrom(md, p, 1, dataTerm, opts.Workers)
+			}
+			return p
 		}
 		seen := ll // what the converger sees: NaN for points not kept
 		stop := false
@@ -483,40 +558,51 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 		case atX0:
 			if pending && ll < l1 {
 				// x_new is worse than the EM step it replaced: back to x2.
-				copyFactors(md, x2)
+				swapFactors(md, back)
+				back = nil
 				stepMax = max(squaremStepMax0, stepMax/squaremGrow)
 				res.Rejected++
 				seen = math.NaN()
 				pending = false
 				break
 			}
-			pending = false
+			pending, back = false, nil
+			keep := false
 			if early != nil && iter > 1 {
 				// Not the start: as in plain EM's loop, the held-out
 				// rule chooses among the fit's iterates (a random start
 				// kept would make the model a function of the seed).
-				stop = early.observe(md, iter-1)
+				keep, stop = early.judge(md, iter-1)
 			}
-			copyFactors(x0, md)
-			commit()
+			if keep {
+				// x0 is the best iterate too: one buffer is both (the
+				// one kept before is none of the live points).
+				x0 = commit(true)
+			} else {
+				x0 = commit(false, kept())
+			}
 			phase = atX1
 		case atX1:
 			l1 = ll
-			copyFactors(x1, md)
-			commit()
-			copyFactors(x2, md)
-			t := squaremLength(x0, x1, x2, opts.Workers)
+			x1 = commit(false, x0, kept())
+			t := squaremLength(x0, x1, md, opts.Workers)
 			t = max(1, min(t, stepMax))
 			if t == stepMax {
 				stepMax *= squaremGrow
 			}
 			if t > 1 {
-				extrapolate(md, x0, x1, x2, t, opts.Workers, lg0, lg1)
+				back = bufs.take(x0, x1, kept())
+				swapFactors(md, back)
+				extrapolate(md, x0, x1, back, t, opts.Workers, lg0, lg1)
 			}
+			x0, x1 = nil, nil
 			phase = atProposal
 		case atProposal:
 			seen = math.NaN()
-			commit()
+			p := commit(false, back, kept())
+			if back == nil {
+				back = p // x' = x2 (t = 1)
+			}
 			pending, phase = true, atX0
 		}
 		md.Iteration = base + iter
@@ -548,7 +634,7 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 			// when x' itself was no worse than x1 (then L(x_new) ≥ L(x')
 			// ≥ L(x1)); else end on x2.
 			if ll < l1 {
-				copyFactors(md, x2)
+				swapFactors(md, back)
 			}
 		}
 		if hooks.Committed != nil {

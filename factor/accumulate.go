@@ -838,10 +838,26 @@ const commitParallelMin = 1 << 16
 // them all cost 1.5–2 ns per nonzero at n = 20 000 (0.5 after a pass on
 // one).
 func (a *Accumulator) CommitWorkers(md *Model, alpha, dataTerm float64, workers int) {
-	if md.N != a.N || md.M != a.M || md.U != a.U || md.Tie != a.Tie {
+	a.commitFrom(md, md, alpha, dataTerm, workers)
+}
+
+// commitFrom is CommitWorkers for a pass on the model src whose commit
+// goes to dst, a model of the same shape and precision (SQUAREM passes
+// its points between buffers, squaremLoop): bitwise what copying src into
+// dst and committing dst in place writes, without the copy. The entries
+// a commit keeps (rows of D without data, entries of K of a hidden state
+// without weight) are copied from src; with α = 1 every other entry is
+// the statistics' alone (commitEntry adds 0·v = +0 for the finite,
+// non-negative v that dst holds), so dst ≠ src needs α = 1. dst == src
+// is CommitWorkers.
+func (a *Accumulator) commitFrom(dst, src *Model, alpha, dataTerm float64, workers int) {
+	if dst.N != a.N || dst.M != a.M || dst.U != a.U || dst.Tie != a.Tie {
 		panic("factor: Commit: accumulator and model differ in shape")
 	}
-	md.ensure32()
+	if dst != src && (alpha != 1 || src.N != dst.N || src.M != dst.M || src.Tie != dst.Tie || src.Precision != dst.Precision) {
+		panic("factor: Commit: a commit into another model needs α = 1 and models of one shape and precision")
+	}
+	dst.ensure32()
 	n := a.N
 	if n*a.M < commitParallelMin {
 		workers = 1
@@ -852,33 +868,44 @@ func (a *Accumulator) CommitWorkers(md *Model, alpha, dataTerm float64, workers 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.commitRows(md, alpha, w*n/workers, (w+1)*n/workers)
+			a.commitRows(dst, src, alpha, w*n/workers, (w+1)*n/workers)
 		}()
 	}
-	a.commitRows(md, alpha, 0, n/workers)
+	a.commitRows(dst, src, alpha, 0, n/workers)
 	wg.Wait()
-	a.RecordPass(md, dataTerm)
+	a.RecordPass(dst, dataTerm)
 }
 
-// commitRows commits rows [lo, hi) of every block of D and K (Commit).
-func (a *Accumulator) commitRows(md *Model, alpha float64, lo, hi int) {
+// commitRows commits rows [lo, hi) of every block of D and K
+// (commitFrom).
+func (a *Accumulator) commitRows(dst, src *Model, alpha float64, lo, hi int) {
 	m := a.M
-	for b, d := range md.D {
+	for b, d := range dst.D {
 		dh, x := a.Dh[b], a.X[b]
 		for i := lo; i < hi; i++ {
 			row := d[i*m : i*m+m]
+			if x[i] <= 0 {
+				if dst != src {
+					copy(row, src.D[b][i*m:i*m+m])
+				}
+				continue
+			}
 			CommitRow(row, dh[i*m:i*m+m], x[i], alpha)
-			if md.Precision == Float32 && x[i] > 0 {
+			if dst.Precision == Float32 {
 				round32Row(row, nil, false)
 			}
 		}
 	}
-	for b, kt := range md.KT {
+	for b, kt := range dst.KT {
 		var k32 []float32
-		if md.Precision == Float32 {
-			k32 = md.kt32[b][lo*m : hi*m]
+		var old []float64
+		if dst.Precision == Float32 {
+			k32 = dst.kt32[b][lo*m : hi*m]
 		}
-		commitKRows(kt[lo*m:hi*m], a.KhT[b][lo*m:hi*m], a.Y[b], m, alpha, k32)
+		if dst != src {
+			old = src.KT[b][lo*m : hi*m]
+		}
+		commitKRows(kt[lo*m:hi*m], a.KhT[b][lo*m:hi*m], a.Y[b], m, alpha, k32, old)
 	}
 }
 
@@ -887,13 +914,15 @@ func (a *Accumulator) commitRows(md *Model, alpha float64, lo, hi int) {
 // global Y. A cluster node that owns a range of K's columns commits them
 // with it, bitwise what Commit commits for those columns.
 func CommitKRows(kt, kh, y []float64, m int, alpha float64) {
-	commitKRows(kt, kh, y, m, alpha, nil)
+	commitKRows(kt, kh, y, m, alpha, nil, nil)
 }
 
 // commitKRows is CommitKRows; with k32 non-nil (a Float32 model's float32
 // copy of the same rows) each committed row is rounded (Round32) and
-// copied into k32 while it is in cache.
-func commitKRows(kt, kh, y []float64, m int, alpha float64, k32 []float32) {
+// copied into k32 while it is in cache. With old non-nil (the same rows
+// of the model the pass ran on, commitFrom) the entries the commit keeps
+// are copied from old first.
+func commitKRows(kt, kh, y []float64, m int, alpha float64, k32 []float32, old []float64) {
 	keep := 1 - alpha
 	var fs [64]float64
 	f := fs[:0]
@@ -905,6 +934,16 @@ func commitKRows(kt, kh, y []float64, m int, alpha float64, k32 []float32) {
 		f[l] = 0
 		if y[l] > 0 {
 			f[l] = alpha / y[l]
+		}
+	}
+	if old != nil {
+		for l, fl := range f {
+			if fl != 0 {
+				continue
+			}
+			for j := l; j < len(kt); j += m {
+				kt[j] = old[j]
+			}
 		}
 	}
 	for j := 0; j+m <= len(kt); j += m {

@@ -509,7 +509,7 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			if withLL {
 				objective += opts.Prior.Penalty(md, priorQs)
 			}
-			mapCommit(md, acc, opts.Prior, priorQs, dataTerm, opts.Workers)
+			mapCommit(md, md, acc, opts.Prior, priorQs, dataTerm, opts.Workers)
 		} else if opts.Commit != nil {
 			opts.Commit(md, acc)
 		} else {

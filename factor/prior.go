@@ -56,40 +56,55 @@ func priorQ(md *Model, blocks []*Block) [][]float64 {
 	return q
 }
 
-// mapCommit is Commit with α = 1 under the prior p (q per K block).
-func mapCommit(md *Model, a *Accumulator, p *Prior, q [][]float64, dataTerm float64, workers int) {
-	n, m := md.N, md.M
+// mapCommit is Commit with α = 1 under the prior p (q per K block), for
+// a pass on src whose commit goes to dst (dst == src: in place); as
+// Accumulator.commitFrom, the entries the commit keeps (rows of D without
+// data, entries of K whose denominator is 0) are copied from src, and
+// dst is bitwise what copying src into it and committing in place
+// writes.
+func mapCommit(dst, src *Model, a *Accumulator, p *Prior, q [][]float64, dataTerm float64, workers int) {
+	n, m := dst.N, dst.M
 	if n*m < commitParallelMin {
 		workers = 1
 	}
 	workers = max(1, min(workers, n))
+	carry := dst != src
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			lo, hi := w*n/workers, (w+1)*n/workers
-			for b, d := range md.D {
+			for b, d := range dst.D {
 				dh, x := a.Dh[b], a.X[b]
 				den := float64(m) * p.D
 				for i := lo; i < hi; i++ {
+					row, h := d[i*m:i*m+m], dh[i*m:i*m+m]
 					if x[i] <= 0 {
+						if carry {
+							copy(row, src.D[b][i*m:i*m+m])
+						}
 						continue
 					}
-					row, h := d[i*m:i*m+m], dh[i*m:i*m+m]
 					s := x[i] + den
 					for l := range row {
 						row[l] = (h[l] + p.D) / s
 					}
 				}
 			}
-			for b, kt := range md.KT {
+			for b, kt := range dst.KT {
 				kh, y, qb := a.KhT[b], a.Y[b], q[b]
+				var old []float64
+				if carry {
+					old = src.KT[b]
+				}
 				for j := lo; j < hi; j++ {
 					sq := float64(p.K * qb[j])
 					for l := range m {
 						if den := y[l] + p.K; den > 0 {
 							kt[j*m+l] = (kh[j*m+l] + sq) / den
+						} else if carry {
+							kt[j*m+l] = old[j*m+l]
 						}
 					}
 				}
@@ -97,10 +112,10 @@ func mapCommit(md *Model, a *Accumulator, p *Prior, q [][]float64, dataTerm floa
 		}()
 	}
 	wg.Wait()
-	if md.Precision == Float32 {
-		md.RoundFactors()
+	if dst.Precision == Float32 {
+		dst.RoundFactors()
 	}
-	a.RecordPass(md, dataTerm)
+	a.RecordPass(dst, dataTerm)
 }
 
 // Penalty returns the prior's log-density terms at md,

@@ -339,7 +339,7 @@ func TestPriorCommitHandComputed(t *testing.T) {
 	}
 	// Posterior of each hidden state ½: D̂_0 = [1 1], x_0 = 2; K̂ column
 	// 1 = [1 1], y = [1 1]; q = (N_j + ½)/(2 + 1) = [1/6 5/6].
-	mapCommit(md, acc, &Prior{D: 1, K: 3}, priorQ(md, blocks), 0, 1)
+	mapCommit(md, md, acc, &Prior{D: 1, K: 3}, priorQ(md, blocks), 0, 1)
 	// D_0l = (1 + 1)/(2 + 2·1) = ½; K_l0 = (0 + 3/6)/(1 + 3) = 1/8,
 	// K_l1 = (1 + 15/6)/4 = 7/8.
 	if d := md.D[0][0]; d != 0.5 {
