@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -166,6 +167,13 @@ func copyFactors(dst, src *Model) {
 // order, so every sum is the same for any number of goroutines.
 const chunkRows = 4096
 
+// spanRows is the number of rows of a factor block one task of
+// elementwise work covers (logarithms, exponentials, divisions): at the
+// sizes of the real-data benchmark (n = 1000–4546) a block is one piece
+// of chunkRows, and the work of a cycle beside its passes ran on one
+// goroutine.
+const spanRows = 512
+
 // pieces runs f over the pieces [lo, hi) of n rows on up to workers
 // goroutines, each piece once.
 func pieces(n, workers int, f func(p, lo, hi int)) {
@@ -184,39 +192,78 @@ func pieces(n, workers int, f func(p, lo, hi int)) {
 	wg.Wait()
 }
 
+// spread runs f(k) for every task k in [0, tasks) on up to workers
+// goroutines, each task once, in no fixed order: tasks write apart, and
+// whatever they sum is folded afterwards in a fixed order.
+func spread(tasks, workers int, f func(k int)) {
+	workers = max(1, min(workers, tasks))
+	if workers == 1 {
+		for k := range tasks {
+			f(k)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := int(next.Add(1) - 1); k < tasks; k = int(next.Add(1) - 1) {
+				f(k)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// blockRows splits nb blocks of n rows each into spans of rows of the
+// given size: task k is block k/per, rows [lo, hi).
+type blockRows struct {
+	n, size, per int
+}
+
+func newBlockRows(n, size int) blockRows {
+	return blockRows{n: n, size: size, per: (n + size - 1) / size}
+}
+
+// task returns the block and the rows of task k.
+func (s blockRows) task(k int) (b, lo, hi int) {
+	b, r := k/s.per, k%s.per
+	return b, r * s.size, min(s.n, (r+1)*s.size)
+}
+
 // squaremLength returns the step length of a SQUAREM cycle from x0,
 // x1 = F(x0) and x2 = F(x1): t = ‖r‖/‖v‖ with r = x1 − x0 and
 // v = x2 − 2x1 + x0 over every entry of D and K (scheme S3), in
 // probability space: entries on their way to 0, whose logarithms move
 // most, would dominate a length measured in log space (spec §3.1).
-// Sums run over pieces of rows folded in order: the same for any
-// workers. It returns 1 when v is 0.
+// Sums run over pieces of rows (of every block at once, on up to
+// workers goroutines) folded in order, block by block, D's before K's:
+// the same for any workers. It returns 1 when v is 0.
 func squaremLength(x0, x1, x2 *Model, workers int) float64 {
-	var rr, vv float64
-	blocks := func(get func(*Model) [][]float64) {
-		for b := range get(x0) {
-			a0, a1, a2 := get(x0)[b], get(x1)[b], get(x2)[b]
-			n, m := x0.N, x0.M
-			np := (n + chunkRows - 1) / chunkRows
-			sr, sv := make([]float64, np), make([]float64, np)
-			pieces(n, workers, func(p, lo, hi int) {
-				var r2, v2 float64
-				for k := lo * m; k < hi*m; k++ {
-					r := a1[k] - a0[k]
-					v := float64(a2[k]-2*a1[k]) + a0[k]
-					r2 += float64(r * r)
-					v2 += float64(v * v)
-				}
-				sr[p], sv[p] = r2, v2
-			})
-			for p := range sr {
-				rr += sr[p]
-				vv += sv[p]
-			}
+	n, m := x0.N, x0.M
+	parts := func(md *Model) [][]float64 { return slices.Concat(md.D, md.KT) }
+	a0, a1, a2 := parts(x0), parts(x1), parts(x2)
+	sp := newBlockRows(n, chunkRows)
+	sr, sv := make([]float64, len(a0)*sp.per), make([]float64, len(a0)*sp.per)
+	spread(len(sr), workers, func(k int) {
+		b, lo, hi := sp.task(k)
+		a0, a1, a2 := a0[b], a1[b], a2[b]
+		var r2, v2 float64
+		for q := lo * m; q < hi*m; q++ {
+			r := a1[q] - a0[q]
+			v := float64(a2[q]-2*a1[q]) + a0[q]
+			r2 += float64(r * r)
+			v2 += float64(v * v)
 		}
+		sr[k], sv[k] = r2, v2
+	})
+	var rr, vv float64
+	for k := range sr {
+		rr += sr[k]
+		vv += sv[k]
 	}
-	blocks(func(md *Model) [][]float64 { return md.D })
-	blocks(func(md *Model) [][]float64 { return md.KT })
 	if !(vv > 0) {
 		return 1
 	}
@@ -232,8 +279,11 @@ func squaremLength(x0, x1, x2 *Model, workers int) float64 {
 // Entries that are 0 in x2 stay 0 (EM's support only shrinks, so the
 // logarithms are defined on it); positive entries are floored at
 // EntryFloor after normalizing. A row of D equal in x0 and x2 (no data)
-// is copied. Rows of K are columns of K^T: their maxima and sums run over
-// pieces folded in order, so dst is bitwise the same for any workers.
+// is copied. Rows of K are columns of K^T: their sums run over pieces
+// of chunkRows rows folded in order, so dst is bitwise the same for any
+// workers. The elementwise work (the rows of D, the logarithms,
+// exponentials and divisions of K) runs on spans of spanRows rows of
+// every block at once, on up to workers goroutines.
 //
 // lg0 and lg1, when not nil, hold log x0 and log x1 already taken (the
 // prior's penalty takes them, penaltyLogs): the same values, not taken
@@ -270,123 +320,136 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 		}
 		return l[lo:hi]
 	}
-	for b := range x0.D {
+	// row sets row i of D block b.
+	row := func(b, i int, scratch *[]float64) {
+		r := i * m
+		a0, a1, a2, d := x0.D[b][r:r+m], x1.D[b][r:r+m], x2.D[b][r:r+m], dst.D[b][r:r+m]
+		if slices.Equal(a0, a2) && slices.Equal(a1, a2) {
+			copy(d, a2)
+			return
+		}
 		l0, l1 := lg0.block(lg0.d(), b), lg1.block(lg1.d(), b)
-		a0, a1, a2, d := x0.D[b], x1.D[b], x2.D[b], dst.D[b]
-		pieces(n, workers, func(_, lo, hi int) {
-			var scratch []float64
-			for i := lo; i < hi; i++ {
-				r := i * m
-				same := true
-				for l := range m {
-					if a0[r+l] != a2[r+l] || a1[r+l] != a2[r+l] {
-						same = false
-						break
-					}
-				}
-				if same {
-					copy(d[r:r+m], a2[r:r+m])
-					continue
-				}
-				logAll(d[r:r+m], a2[r:r+m])
-				combine(d[r:r+m], a0[r:r+m], a1[r:r+m], a2[r:r+m], span(l0, r, r+m), span(l1, r, r+m), &scratch)
-				mx := math.Inf(-1)
-				for l := range m {
-					if a2[r+l] > 0 {
-						mx = max(mx, d[r+l])
-					}
-				}
-				for l := range m {
-					if a2[r+l] > 0 {
-						d[r+l] -= mx
-					} else {
-						d[r+l] = 0 // any finite value: set to 0 below
-					}
-				}
-				expAll(d[r:r+m], d[r:r+m])
-				s := 0.0
-				for l := range m {
-					if a2[r+l] > 0 {
-						s += d[r+l]
-					} else {
-						d[r+l] = 0
-					}
-				}
-				for l := range m {
-					if a2[r+l] > 0 {
-						d[r+l] = max(d[r+l]/s, EntryFloor)
-					}
-				}
+		logAll(d, a2)
+		combine(d, a0, a1, a2, span(l0, r, r+m), span(l1, r, r+m), scratch)
+		mx := math.Inf(-1)
+		for l := range m {
+			if a2[l] > 0 {
+				mx = max(mx, d[l])
 			}
-		})
+		}
+		for l := range m {
+			if a2[l] > 0 {
+				d[l] -= mx
+			} else {
+				d[l] = 0 // any finite value: set to 0 below
+			}
+		}
+		expAll(d, d)
+		s := 0.0
+		for l := range m {
+			if a2[l] > 0 {
+				s += d[l]
+			} else {
+				d[l] = 0
+			}
+		}
+		for l := range m {
+			if a2[l] > 0 {
+				d[l] = max(d[l]/s, EntryFloor)
+			}
+		}
 	}
-	np := (n + chunkRows - 1) / chunkRows
-	mxs, sums := make([]float64, np*m), make([]float64, np*m)
-	for b := range x0.KT {
+	nd, nk := len(x0.D), len(x0.KT)
+	sp := newBlockRows(n, spanRows)
+	// The rows of D, and the logarithms of K's proposal with their
+	// maxima per span and hidden state.
+	mxs := make([]float64, nk*sp.per*m)
+	spread((nd+nk)*sp.per, workers, func(k int) {
+		b, lo, hi := sp.task(k)
+		var scratch []float64
+		if b < nd {
+			for i := lo; i < hi; i++ {
+				row(b, i, &scratch)
+			}
+			return
+		}
+		b -= nd
 		l0, l1 := lg0.block(lg0.kt(), b), lg1.block(lg1.kt(), b)
-		a0, a1, a2, k := x0.KT[b], x1.KT[b], x2.KT[b], dst.KT[b]
-		pieces(n, workers, func(p, lo, hi int) {
-			q0, q1 := lo*m, hi*m
-			var scratch []float64
-			logAll(k[q0:q1], a2[q0:q1])
-			combine(k[q0:q1], a0[q0:q1], a1[q0:q1], a2[q0:q1], span(l0, q0, q1), span(l1, q0, q1), &scratch)
-			mx := mxs[p*m : p*m+m]
-			for l := range mx {
-				mx[l] = math.Inf(-1)
-			}
-			for j := lo; j < hi; j++ {
-				for l := range m {
-					if q := j*m + l; a2[q] > 0 {
-						mx[l] = max(mx[l], k[q])
-					}
-				}
-			}
-		})
-		mx := make([]float64, m)
+		a0, a1, a2, kt := x0.KT[b], x1.KT[b], x2.KT[b], dst.KT[b]
+		q0, q1 := lo*m, hi*m
+		logAll(kt[q0:q1], a2[q0:q1])
+		combine(kt[q0:q1], a0[q0:q1], a1[q0:q1], a2[q0:q1], span(l0, q0, q1), span(l1, q0, q1), &scratch)
+		mx := mxs[(k-nd*sp.per)*m:][:m]
 		for l := range mx {
 			mx[l] = math.Inf(-1)
-			for p := range np {
-				mx[l] = max(mx[l], mxs[p*m+l])
+		}
+		for j := lo; j < hi; j++ {
+			for l := range m {
+				if q := j*m + l; a2[q] > 0 {
+					mx[l] = max(mx[l], kt[q])
+				}
 			}
 		}
-		pieces(n, workers, func(p, lo, hi int) {
-			for j := lo; j < hi; j++ {
-				for l := range m {
-					if q := j*m + l; a2[q] > 0 {
-						k[q] -= mx[l]
-					} else {
-						k[q] = 0 // any finite value: set to 0 below
-					}
-				}
+	})
+	// Each hidden state's maximum (a maximum is the same in any order).
+	mx := make([]float64, nk*m)
+	for b := range nk {
+		for l := range m {
+			mx[b*m+l] = math.Inf(-1)
+			for r := range sp.per {
+				mx[b*m+l] = max(mx[b*m+l], mxs[(b*sp.per+r)*m+l])
 			}
-			expAll(k[lo*m:hi*m], k[lo*m:hi*m])
-			s := sums[p*m : p*m+m]
-			clear(s)
-			for j := lo; j < hi; j++ {
-				for l := range m {
-					q := j*m + l
-					if a2[q] > 0 {
-						s[l] += k[q]
-					} else {
-						k[q] = 0
-					}
-				}
-			}
-		})
-		s := make([]float64, m)
-		for p := range np {
-			addTo(s, sums[p*m:p*m+m])
 		}
-		pieces(n, workers, func(_, lo, hi int) {
-			for j := lo; j < hi; j++ {
-				for l := range m {
-					if q := j*m + l; a2[q] > 0 {
-						k[q] = max(k[q]/s[l], EntryFloor)
-					}
-				}
-			}
-		})
 	}
+	spread(nk*sp.per, workers, func(k int) {
+		b, lo, hi := sp.task(k)
+		a2, kt, mx := x2.KT[b], dst.KT[b], mx[b*m:b*m+m]
+		for j := lo; j < hi; j++ {
+			for l := range m {
+				if q := j*m + l; a2[q] > 0 {
+					kt[q] -= mx[l]
+				} else {
+					kt[q] = 0 // any finite value: set to 0 below
+				}
+			}
+		}
+		expAll(kt[lo*m:hi*m], kt[lo*m:hi*m])
+	})
+	// The sums per hidden state, per piece of chunkRows rows in row
+	// order, folded in piece order.
+	pc := newBlockRows(n, chunkRows)
+	sums := make([]float64, nk*pc.per*m)
+	spread(nk*pc.per, workers, func(k int) {
+		b, lo, hi := pc.task(k)
+		a2, kt, s := x2.KT[b], dst.KT[b], sums[k*m:k*m+m]
+		for j := lo; j < hi; j++ {
+			for l := range m {
+				q := j*m + l
+				if a2[q] > 0 {
+					s[l] += kt[q]
+				} else {
+					kt[q] = 0
+				}
+			}
+		}
+	})
+	tot := make([]float64, nk*m)
+	for b := range nk {
+		for p := range pc.per {
+			addTo(tot[b*m:b*m+m], sums[(b*pc.per+p)*m:][:m])
+		}
+	}
+	spread(nk*sp.per, workers, func(k int) {
+		b, lo, hi := sp.task(k)
+		a2, kt, s := x2.KT[b], dst.KT[b], tot[b*m:b*m+m]
+		for j := lo; j < hi; j++ {
+			for l := range m {
+				if q := j*m + l; a2[q] > 0 {
+					kt[q] = max(kt[q]/s[l], EntryFloor)
+				}
+			}
+		}
+	})
 	if dst.Precision == Float32 {
 		dst.RoundFactors()
 	}

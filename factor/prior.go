@@ -129,59 +129,78 @@ func (p *Prior) Penalty(md *Model, q [][]float64) float64 {
 // logarithm of every entry it takes into logs.D (where the prior's D >
 // 0) and logs.KT (where its K > 0), shaped as md's blocks: SQUAREM's
 // extrapolation then need not take them again (newExtrapLogs). With
-// logs the logarithms are taken on up to workers goroutines and summed
-// afterwards in Penalty's order: bitwise Penalty's value.
+// logs the logarithms are taken on up to workers goroutines (spans of
+// spanRows rows of every block at once), then each block's sum on one
+// (the blocks at once), and the blocks' sums are folded in Penalty's
+// order: bitwise Penalty's value.
 func (p *Prior) penaltyLogs(md *Model, q [][]float64, logs *extrapLogs, workers int) float64 {
 	n, m := md.N, md.M
-	var buf []float64 // a piece's logarithms, when logs keeps none
-	// each calls f with the logarithms of src's rows from row lo on, in
-	// row order: all of them in dst, taken on up to workers goroutines,
-	// or (dst nil) a piece of rows at a time in buf, so that Penalty
-	// holds one piece and not a copy of a factor.
-	each := func(src, dst []float64, f func(lo int, lg []float64)) {
-		if dst != nil {
-			pieces(n, workers, func(_, lo, hi int) {
-				logAll(dst[lo*m:hi*m], src[lo*m:hi*m])
-			})
-			f(0, dst)
-			return
-		}
-		if buf == nil {
-			buf = make([]float64, min(n, chunkRows)*m)
-		}
-		for lo := 0; lo < n; lo += chunkRows {
-			hi := min(n, lo+chunkRows)
-			lg := buf[:(hi-lo)*m]
-			logAll(lg, src[lo*m:hi*m])
-			f(lo, lg)
-		}
+	// The blocks the penalty sums the logarithms of: D's, then K's.
+	type part struct {
+		src, lg []float64 // the block; its logarithms (logs) or nil
+		k       bool      // a K block: its rows weighted by q
+		b       int
 	}
-	s := 0.0
+	var parts []part
 	if p.D > 0 {
 		for b, d := range md.D {
-			t := 0.0
-			each(d, logs.block(logs.d(), b), func(_ int, lg []float64) {
-				for _, x := range lg {
-					t += x
-				}
-			})
-			s += float64(p.D * t)
+			parts = append(parts, part{src: d, lg: logs.block(logs.d(), b), b: b})
 		}
 	}
 	if p.K > 0 {
 		for b, kt := range md.KT {
-			t, qb := 0.0, q[b]
-			each(kt, logs.block(logs.kt(), b), func(lo int, lg []float64) {
-				for r := range len(lg) / m {
-					x := 0.0
-					for _, v := range lg[r*m : r*m+m] {
-						x += v
-					}
-					t += float64(qb[lo+r] * x)
-				}
-			})
-			s += float64(p.K * t)
+			parts = append(parts, part{src: kt, lg: logs.block(logs.kt(), b), k: true, b: b})
 		}
+	}
+	// sum returns t plus the part's terms of the logarithms lg of its
+	// rows from row lo on, added in row order.
+	sum := func(pt part, lo int, lg []float64, t float64) float64 {
+		if !pt.k {
+			for _, x := range lg {
+				t += x
+			}
+			return t
+		}
+		qb := q[pt.b]
+		for r := range len(lg) / m {
+			x := 0.0
+			for _, v := range lg[r*m : r*m+m] {
+				x += v
+			}
+			t += float64(qb[lo+r] * x)
+		}
+		return t
+	}
+	ts := make([]float64, len(parts))
+	if logs != nil {
+		sp := newBlockRows(n, spanRows)
+		spread(len(parts)*sp.per, workers, func(k int) {
+			i, lo, hi := sp.task(k)
+			logAll(parts[i].lg[lo*m:hi*m], parts[i].src[lo*m:hi*m])
+		})
+		spread(len(parts), workers, func(i int) {
+			ts[i] = sum(parts[i], 0, parts[i].lg, 0)
+		})
+	} else {
+		// A piece of rows at a time: Penalty holds one piece's
+		// logarithms, not a copy of a factor.
+		buf := make([]float64, min(n, chunkRows)*m)
+		for i, pt := range parts {
+			for lo := 0; lo < n; lo += chunkRows {
+				hi := min(n, lo+chunkRows)
+				lg := buf[:(hi-lo)*m]
+				logAll(lg, pt.src[lo*m:hi*m])
+				ts[i] = sum(pt, lo, lg, ts[i])
+			}
+		}
+	}
+	s := 0.0
+	for i, pt := range parts {
+		w := p.D
+		if pt.k {
+			w = p.K
+		}
+		s += float64(w * ts[i])
 	}
 	return s
 }
