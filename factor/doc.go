@@ -184,10 +184,23 @@
 // log-likelihood take theirs so too). The dependency graph at 20 %
 // (--patience 5, one CPU profile each): 6.3 s of CPU with 2.6 s in
 // math.Log and math.Exp before, 4.5 s with 0.7 s in the kernels after,
-// the same model. What is left per cycle is memory traffic of O(u·n·m):
-// four copies of the factors (x0, x1, x2, the best iterate), the
-// accumulators' clearing, the commit, the extrapolation's sums — about
-// as much as the cycle's passes on these data. Both need a
+// the same model. The cycle copies no point: x0, x1, x2 and the held-out
+// rule's best iterate are buffers that trade factors with the fit's model
+// (swapFactors), each commit writing F(p) from the pass on p held in a
+// buffer (Accumulator.commitFrom, mapCommit: the entries a commit keeps
+// are carried from p), bitwise the loop that copied them
+// (TestSquaremBuffersBitwise); and the extrapolation, the step length
+// and the prior's logarithms run on every worker as tasks of spanRows
+// rows of every block at once (at n = 1000–4546 a block is one piece of
+// chunkRows and they ran on one goroutine), their sums still per piece
+// and folded in order. BenchmarkSquaremCycle times the parts at the
+// dependency graph's size; the depgraph 20 % default fit went from 3.03
+// to 2.09 s wall on the shared 2-core machine (2.73 to 2.39 s at a
+// higher load: the parallel part gains where a core is free), the same
+// bits (docs/quality.md, round 5). What is
+// left per cycle beside the passes: the commits' divisions (one per
+// entry, scalar), the penalty's sums (one chain of additions per block,
+// their order fixed), the accumulators' clearing. Both need a
 // loop that holds the
 // model: a local fit and the coordinator exchange. The owners exchange
 // (whose owners hold the rows of D and columns of K) would need, per
