@@ -68,6 +68,7 @@ type fitFlags struct {
 	accelV     factor.Accel
 	accelAuto  bool // --accel auto chose accelV
 	priorSet   bool // --prior-d or --prior-k given
+	stopTuned  bool // --patience or --min-gain given
 	stopV      string
 }
 
@@ -108,7 +109,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&f.priorK, "prior-k", defaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
 	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: --accel none --smooth none --stop tol --prior-d 0 --prior-k 0, and rows without data left at their random start")
 	fs.IntVar(&f.patience, "patience", 5, "with --stop validation: scores in a row without gain before the fit stops")
-	fs.Float64Var(&f.minGain, "min-gain", 1e-4, "with --stop validation: the least rise of the validation score (log-likelihood per validation transition, in nats) over the best so far that counts as a gain")
+	fs.Float64Var(&f.minGain, "min-gain", 1e-4, "with --stop validation: the least rise of the validation score (log-likelihood per validation transition, in nats) over the score of the last gain that counts as a gain (the best iterate is kept whatever it gained)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole command to this file (go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -123,7 +124,10 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		}
 		defer stop()
 	}
-	fs.Visit(func(fl *flag.Flag) { f.priorSet = f.priorSet || fl.Name == "prior-d" || fl.Name == "prior-k" })
+	fs.Visit(func(fl *flag.Flag) {
+		f.priorSet = f.priorSet || fl.Name == "prior-d" || fl.Name == "prior-k"
+		f.stopTuned = f.stopTuned || fl.Name == "patience" || fl.Name == "min-gain"
+	})
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -662,6 +666,9 @@ func (f *fitFlags) validateQuality() error {
 		f.stopV = stopTol
 	default:
 		return usagef("--stop %q: want auto, validation or tol", f.stopRule)
+	}
+	if f.stopTuned && f.stopV != stopValidation {
+		return usagef("--patience and --min-gain tune --stop validation, and this fit stops on the relative change alone (--stop tol, --plain, an --algorithm other than emsf, --incremental, --resume, or a cluster fit's default): drop them, or use --stop validation")
 	}
 	f.cluster.stopExplicit = f.stopRule == stopValidation
 	f.cluster.accelExplicit = f.accel == "squarem"

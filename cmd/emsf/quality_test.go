@@ -165,7 +165,7 @@ func TestFitPlainIsAccelNone(t *testing.T) {
 		t.Fatalf("fit output: %s", out)
 	}
 	for _, bad := range [][]string{{"--accel", "fast"}, {"--smooth", "yes"}, {"--stop", "never"}, {"--validation", "1"},
-		{"--patience", "0"}, {"--min-gain", "-1"}, {"--min-gain", "NaN"}, {"--min-gain", "+Inf"}, {"--prior-d", "-1"}, {"--plain", "--accel", "none"}, {"--accel", "squarem", "--alpha", "0.5"}} {
+		{"--patience", "0"}, {"--min-gain", "-1"}, {"--min-gain", "NaN"}, {"--min-gain", "+Inf"}, {"--min-gain", "0.01", "--stop", "tol"}, {"--patience", "3", "--plain"}, {"--prior-d", "-1"}, {"--plain", "--accel", "none"}, {"--accel", "squarem", "--alpha", "0.5"}} {
 		code, _, errs := emsf(t, append([]string{"fit", "--input", in, "--order", "3", "--out", c}, bad...)...)
 		if code == 0 || !strings.Contains(errs, bad[0]) {
 			t.Errorf("fit %v: exit %d, stderr %q", bad, code, errs)
