@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"os"
@@ -209,10 +208,7 @@ func (f *serveFlags) config(fs *flag.FlagSet) (service.Config, error) {
 	}
 	// Config reads zero as "the default" where the flags mean zero.
 	if c.Tol == 0 {
-		// --tol 0 never stops on the tolerance: the smallest positive
-		// tolerance stops a refit only when its log-likelihood no longer
-		// changes at all, which is the same thing.
-		c.Tol = math.SmallestNonzeroFloat64
+		c.Tol = service.TolNever // --tol 0: run --iters passes
 	}
 	if err := c.Validate(); err != nil {
 		var ce *service.ConfigError

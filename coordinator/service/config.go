@@ -69,8 +69,8 @@ type Config struct {
 	Seed  uint64
 
 	// MaxIter and Tol stop a refit (defaults 1000 and 1e-7, emsf fit's
-	// relative-change rule); each version records how its refit ended
-	// (Version.Status). Accel is the refit's acceleration (the zero
+	// relative-change rule; TolNever: never on the change, MaxIter
+	// passes); each version records how its refit ended (Version.Status). Accel is the refit's acceleration (the zero
 	// value: plain EM; emsf serve's default: SQUAREM).
 	MaxIter int
 	Tol     float64
@@ -177,6 +177,13 @@ const (
 
 // DefaultKeepVersions is the default Config.KeepVersions.
 const DefaultKeepVersions = 10
+
+// TolNever is the Tol of a refit that never stops on the relative change
+// of its log-likelihood, only after MaxIter passes (a zero Tol takes the
+// default). The smallest positive tolerance is not the same: a refit
+// whose log-likelihood stops changing at all (an exact fixed point,
+// which SQUAREM reaches on small counts) stops there.
+const TolNever = -1.0
 
 // CheckpointCost is the least pause after a checkpoint, in units of the
 // time it took (Config.CheckpointEvery).
@@ -312,8 +319,8 @@ func (c *Config) Validate() error {
 		return bad("Order", c.Order, "must be >= 1")
 	case c.MaxIter < 1:
 		return bad("MaxIter", c.MaxIter, "must be >= 1")
-	case !(c.Tol >= 0):
-		return bad("Tol", c.Tol, "must be >= 0")
+	case !(c.Tol >= 0 || c.Tol == TolNever):
+		return bad("Tol", c.Tol, "must be >= 0 (or TolNever)")
 	case c.Workers < 1:
 		return bad("Workers", c.Workers, "must be >= 1")
 	case c.ShardNNZ < 1:

@@ -232,7 +232,11 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 	switch s.cfg.Mode {
 	case ModeRefit:
 		shards, man := shard.Split(job.blocks, v.N, s.cfg.ShardNNZ)
-		opts := factor.FitOptions{Workers: s.cfg.Workers, Converger: factor.Converger{MaxIter: s.cfg.MaxIter, Tol: s.cfg.Tol}, Accel: s.cfg.Accel}
+		tol := s.cfg.Tol
+		if tol == TolNever {
+			tol = 0 // the Converger's "never"
+		}
+		opts := factor.FitOptions{Workers: s.cfg.Workers, Converger: factor.Converger{MaxIter: s.cfg.MaxIter, Tol: tol}, Accel: s.cfg.Accel}
 		exec, err := s.executor(ctx)
 		if err != nil {
 			return nil, err

@@ -750,3 +750,29 @@ func TestNoJetStream(t *testing.T) {
 		}
 	}
 }
+
+// TestTolNever: a refit with Tol TolNever runs its MaxIter passes even
+// where SQUAREM reaches an exact fixed point of the log-likelihood (which
+// the smallest positive tolerance stops at: about 1000 passes on these
+// counts); any other negative Tol is refused.
+func TestTolNever(t *testing.T) {
+	nc, _ := server(t)
+	for _, c := range []struct {
+		tol    float64
+		status string
+	}{{TolNever, "iteration limit"}, {math.SmallestNonzeroFloat64, "converged"}} {
+		name := fmt.Sprintf("never%d", len(c.status))
+		start(t, nc, Config{Name: name, Order: 3, Seed: 1, MaxIter: 2500, Tol: c.tol, Accel: factor.AccelSquarem, UseWorkers: WorkersNever, Workers: 1})
+		waitSeq(t, nc, name, publish(t, nc, name, randomRows(11, 2000, 30, 2).csv()))
+		v, err := retrain(t, nc, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Status != c.status || (c.tol == TolNever) != (v.Iterations == 2500) {
+			t.Errorf("Tol %v: %d iterations, status %q; want %q", c.tol, v.Iterations, v.Status, c.status)
+		}
+	}
+	if _, err := New(t.Context(), nc, Config{Name: "neg", Tol: -0.5}); err == nil || !strings.Contains(err.Error(), "Tol") {
+		t.Errorf("Tol -0.5: %v", err)
+	}
+}
