@@ -174,22 +174,12 @@ const chunkRows = 4096
 // goroutine.
 const spanRows = 512
 
-// pieces runs f over the pieces [lo, hi) of n rows on up to workers
-// goroutines, each piece once.
+// pieces runs f over the pieces [lo, hi) of chunkRows rows of n rows
+// on up to workers goroutines, each piece once (spread).
 func pieces(n, workers int, f func(p, lo, hi int)) {
-	np := (n + chunkRows - 1) / chunkRows
-	workers = max(1, min(workers, np))
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := w; p < np; p += workers {
-				f(p, p*chunkRows, min(n, (p+1)*chunkRows))
-			}
-		}()
-	}
-	wg.Wait()
+	spread((n+chunkRows-1)/chunkRows, workers, func(p int) {
+		f(p, p*chunkRows, min(n, (p+1)*chunkRows))
+	})
 }
 
 // spread runs f(k) for every task k in [0, tasks) on up to workers
