@@ -183,27 +183,28 @@ func pieces(n, workers int, f func(p, lo, hi int)) {
 }
 
 // spread runs f(k) for every task k in [0, tasks) on up to workers
-// goroutines, each task once, in no fixed order: tasks write apart, and
-// whatever they sum is folded afterwards in a fixed order.
+// goroutines, the caller's one of them, each task once, in no fixed
+// order: tasks write apart, and whatever they sum is folded afterwards
+// in a fixed order. The caller works rather than waits: on a loaded
+// machine a call of a few microseconds of work (a validation score)
+// need not wait for a new goroutine to be scheduled before it starts.
 func spread(tasks, workers int, f func(k int)) {
 	workers = max(1, min(workers, tasks))
-	if workers == 1 {
-		for k := range tasks {
+	var next atomic.Int64
+	run := func() {
+		for k := int(next.Add(1) - 1); k < tasks; k = int(next.Add(1) - 1) {
 			f(k)
 		}
-		return
 	}
-	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	for range workers - 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := int(next.Add(1) - 1); k < tasks; k = int(next.Add(1) - 1) {
-				f(k)
-			}
+			run()
 		}()
 	}
+	run()
 	wg.Wait()
 }
 

@@ -87,7 +87,18 @@
 // concave in λ) and every parameter by a local search (TuneLocal) at a
 // score that λ alone does not make gain (see "Stopping and
 // acceleration"); the fit's last model is tuned in full, and the rule
-// stored with the counts and q of all the training data. κ = +Inf (no counts stored, --smooth
+// stored with the counts and q of all the training data. A score is a
+// pass over the validation nonzeros with a logarithm each, and a fit
+// makes hundreds (a full Tune: about 120 candidates and 60 rules a
+// round), so Validation computes each once and together, without
+// changing a bit (TestValidationMatchesOracle keeps the code it
+// replaced as the oracle): Tune's candidates and each of its scans along
+// a grid are one call whose (rule, piece) tasks share one pool of
+// workers (scores); a score is kept while the factors are (λ = 1: for
+// the whole fit), q per (δ, ρ) for the whole fit (qCache, 64 MiB at
+// most); the rule's arithmetic runs four nonzeros at a time with AVX2
+// (ruleProbsAVX2), the factors' products four side by side (dot4) and
+// the marginal π on every worker (docs/quality.md, round 6). κ = +Inf (no counts stored, --smooth
 // background) keeps the rule a stochastic factorization of order m+1
 // (Augmented), which the SF trick uses. Rows of D without training data
 // are set to the data's hidden-state marginal π (SetUnseenRows): at a

@@ -105,3 +105,10 @@ func useExpAVX2() bool { return cpu.X86.HasAVX2 && cpu.X86.HasAVX && cpu.X86.Has
 //
 //go:noescape
 func expsAVX2(dst, src *float64, groups int) int
+
+// ruleProbsAVX2 is ruleProbs' loop over groups of four nonzeros in AVX2
+// (see kernel_amd64.s), bitwise; it stops before a group with a value
+// not > 0 and returns the number of groups done.
+//
+//go:noescape
+func ruleProbsAVX2(pr, gs, qs, x, cf *float64, off *int32, mass *float64, groups int, c *ruleConsts) int

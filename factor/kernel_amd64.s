@@ -1095,3 +1095,88 @@ e2done:
 	MOVQ AX, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// func ruleProbsAVX2(pr, gs, qs, x, cf *float64, off *int32, mass *float64, groups int, c *ruleConsts) int
+//
+// ruleProbs four nonzeros at a time (see validation.go): for each group
+// of four, b = λ'·g + λ·q (λ' = 1 − λ), and where c.counts, for the
+// lanes with x > 0, μ'·((cf − d)₊ + (κ + m)·b)/(x + κ) + μ·b (μ' = 1 − μ,
+// m = mass[off]), each a VMULPD, VADDPD, VSUBPD or VDIVPD of the scalar
+// operation it replaces (no FMA; addition and multiplication commute
+// bitwise): the values of ruleProbs' loop, bitwise. (cf − d)₊ is Go's
+// max(cf − d, 0): VMAXPD with 0 as its first source keeps a NaN, and
+// adding +0 turns −0 into +0. q advances by c.qstride bytes a group (0:
+// the four copies of the uniform q). It stops before a group with a
+// value not > 0, unstored, and returns the number of groups done.
+TEXT ·ruleProbsAVX2(SB), NOSPLIT, $0-80
+	MOVQ pr+0(FP), DI
+	MOVQ gs+8(FP), SI
+	MOVQ qs+16(FP), DX
+	MOVQ x+24(FP), R8
+	MOVQ cf+32(FP), R9
+	MOVQ off+40(FP), R10
+	MOVQ mass+48(FP), R11
+	MOVQ groups+56(FP), CX
+	MOVQ c+64(FP), R12
+	VBROADCASTSD 0(R12), Y8   // λ
+	VBROADCASTSD 8(R12), Y9   // 1 − λ
+	VBROADCASTSD 16(R12), Y10 // μ
+	VBROADCASTSD 24(R12), Y11 // 1 − μ
+	VBROADCASTSD 32(R12), Y12 // κ
+	VBROADCASTSD 40(R12), Y13 // d
+	MOVQ 48(R12), R13         // q's stride
+	MOVQ 56(R12), R12         // counts
+	VXORPD Y14, Y14, Y14
+	XORQ AX, AX
+rpgroup:
+	CMPQ AX, CX
+	JGE rpdone
+	VMOVUPD (SI), Y0
+	VMULPD Y9, Y0, Y0
+	VMOVUPD (DX), Y1
+	VMULPD Y8, Y1, Y1
+	VADDPD Y1, Y0, Y0 // b
+	TESTQ R12, R12
+	JZ rpcheck
+	VMOVUPD (R8), Y2
+	VCMPPD $0x1E, Y14, Y2, Y3 // x > 0
+	MOVLQSX 0(R10), BX
+	VMOVSD (R11)(BX*8), X4
+	MOVLQSX 4(R10), BX
+	VMOVHPD (R11)(BX*8), X4, X4
+	MOVLQSX 8(R10), BX
+	VMOVSD (R11)(BX*8), X5
+	MOVLQSX 12(R10), BX
+	VMOVHPD (R11)(BX*8), X5, X5
+	VINSERTF128 $1, X5, Y4, Y4 // m
+	VADDPD Y4, Y12, Y4         // κ + m
+	VMULPD Y0, Y4, Y4          // (κ + m)·b
+	VMOVUPD (R9), Y5
+	VSUBPD Y13, Y5, Y5         // cf − d
+	VMAXPD Y5, Y14, Y5         // 0 > it ? 0 : it
+	VADDPD Y14, Y5, Y5         // −0 + 0 = +0
+	VADDPD Y4, Y5, Y5
+	VMULPD Y5, Y11, Y5         // μ'·(…)
+	VADDPD Y12, Y2, Y6         // x + κ
+	VDIVPD Y6, Y5, Y5
+	VMULPD Y0, Y10, Y6         // μ·b
+	VADDPD Y6, Y5, Y5
+	VBLENDVPD Y3, Y5, Y0, Y0   // x > 0 ? that : b
+rpcheck:
+	VCMPPD $0x1E, Y14, Y0, Y1 // > 0
+	VMOVMSKPD Y1, BX
+	CMPQ BX, $15
+	JNE rpdone
+	VMOVUPD Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ R13, DX
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $16, R10
+	INCQ AX
+	JMP rpgroup
+rpdone:
+	MOVQ AX, ret+72(FP)
+	VZEROUPPER
+	RET

@@ -54,3 +54,7 @@ func logSumAVX512(ll *float64, gs, v *float64, groups int) int {
 }
 
 func prefetchIdx(kt, kh *float64, idx *int32, n, mbytes int) {}
+
+func ruleProbsAVX2(pr, gs, qs, x, cf *float64, off *int32, mass *float64, groups int, c *ruleConsts) int {
+	panic("factor: ruleProbsAVX2 without AVX2")
+}

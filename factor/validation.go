@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 )
 
 // The grids Validation.Tune chooses the rule's parameters (Smoothing,
@@ -73,7 +74,7 @@ type Validation struct {
 	// ents are the validation nonzeros per action in block order, with
 	// the fit part's statistics; i and j their states, g the factors'
 	// (D K)_ij (scratch).
-	ents [][]valEntry
+	ents []valEnts
 	i, j [][]int32
 	g    [][]float64
 	// mass[a][r·len(DiscountGrid)+k] is Σ_j min(c_ij, DiscountGrid[k])
@@ -100,16 +101,41 @@ type Validation struct {
 	// ignore the factors (the counting baselines Tune starts from, ever
 	// again): the same for every model, so scored once.
 	counting []map[RuleParams]float64
+	// memo holds per action the scores of the other rules on the
+	// current factors (v.g), cleared by factorProbs: Tune's coordinate
+	// ascent rescans whole grids round after round and TuneLocal's
+	// climbs step back to rules they scored, and a rule scored again on
+	// the same factors scores the same bits.
+	memo []map[RuleParams]float64
+	// qs caches q per validation nonzero (qCache): q depends on δ and
+	// ρ only, never on the factors.
+	qs qCache
+	// lgBuf holds each nonzero's probability under the rules being
+	// scored, then its logarithm (scratch of scoreRules).
+	lgBuf []float64
+	// unseen[a] reports whether some validation nonzero of action a has
+	// a row without fit counts (scored with the marginal π); xtot[b] is
+	// Σ_i x_i over D block b's rows with counts, in row order.
+	unseen []bool
+	xtot   []float64
+	// rowI[a][r] is the state of the r-th row of action a in the mass
+	// table.
+	rowI [][]int32
 }
 
-// valEntry is one validation nonzero: its count c, the fit part's count
-// cf of the same transition, the row's total x, the next state's count
-// nj and continuation count tj (distinct predecessors), and the index
-// of its row in the mass table.
-type valEntry struct {
-	c, cf, x, nj, tj float64
-	row              int32
+// valEnts are the validation nonzeros of one action, a column per
+// statistic (scoreRule reads a few of them, in order): each nonzero's
+// count c, the fit part's count cf of the same transition, its row's
+// total x, the next state's count nj and continuation count tj
+// (distinct predecessors), and off, where its row's m begin in the mass
+// table (the row's index times len(DiscountGrid)).
+type valEnts struct {
+	c, cf, x, nj, tj []float64
+	off              []int32
 }
+
+// len returns the number of nonzeros.
+func (e *valEnts) len() int { return len(e.c) }
 
 // NewValidation prepares scoring on the validation counts val of a model
 // of n states, u actions and tie mode tie fitted on fit.
@@ -119,7 +145,7 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 		return nil, err
 	}
 	v := &Validation{n: n, u: u, fit: cnt, nf: make([]float64, u), tf: make([]float64, u), tot: make([]float64, u),
-		ents: make([][]valEntry, u), i: make([][]int32, u), j: make([][]int32, u), g: make([][]float64, u), mass: make([][]float64, u)}
+		ents: make([]valEnts, u), rowI: make([][]int32, u), i: make([][]int32, u), j: make([][]int32, u), g: make([][]float64, u), mass: make([][]float64, u)}
 	nj := make([][]float64, u)
 	tj := make([][]float64, u)
 	for a := range u {
@@ -140,17 +166,29 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 	for b := range v.xd {
 		v.xd[b] = make([]float64, n)
 	}
-	for _, b := range fit {
-		db := b.Action
+	dblock := func(a int) int {
 		if tie == TieSharedD {
-			db = 0
+			return 0
 		}
+		return a
+	}
+	for _, b := range fit {
+		db := dblock(b.Action)
 		for r, i := range b.Rows {
 			for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
 				v.xd[db][i] += b.Vals[q]
 			}
 		}
 	}
+	v.xtot = make([]float64, len(v.xd))
+	for b, xs := range v.xd {
+		for _, x := range xs {
+			if x > 0 {
+				v.xtot[b] += x
+			}
+		}
+	}
+	v.unseen = make([]bool, u)
 	nd := len(DiscountGrid)
 	for k, b := range val {
 		if err := b.CheckShape(n, u); err != nil {
@@ -160,15 +198,20 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 		for r, i := range b.Rows {
 			x := cnt.RowTotal(a, int(i))
 			row := int32(len(v.mass[a]) / nd)
+			v.rowI[a] = append(v.rowI[a], i)
 			for _, d := range DiscountGrid {
 				v.mass[a] = append(v.mass[a], cnt.discounted(a, int(i), d))
 			}
 			for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
 				j := b.Cols[q]
-				v.ents[a] = append(v.ents[a], valEntry{c: b.Vals[q], cf: cnt.count(a, int(i), int(j)), x: x,
-					nj: nj[a][j], tj: tj[a][j], row: row})
+				e := &v.ents[a]
+				e.c, e.cf, e.x = append(e.c, b.Vals[q]), append(e.cf, cnt.count(a, int(i), int(j))), append(e.x, x)
+				e.nj, e.tj, e.off = append(e.nj, nj[a][j]), append(e.tj, tj[a][j]), append(e.off, row*int32(nd))
 				v.i[a] = append(v.i[a], i)
 				v.j[a] = append(v.j[a], j)
+				if !(v.xd[dblock(a)][i] > 0) {
+					v.unseen[a] = true
+				}
 				v.tot[a] += b.Vals[q]
 				v.total += b.Vals[q]
 			}
@@ -178,10 +221,11 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 		return nil, fmt.Errorf("factor: the validation split holds no transitions")
 	}
 	v.last = make([]RuleParams, u)
-	v.counting = make([]map[RuleParams]float64, u)
+	v.qs.budget = qCacheBytes
+	v.counting, v.memo = make([]map[RuleParams]float64, u), make([]map[RuleParams]float64, u)
 	for a := range u {
-		v.counting[a] = map[RuleParams]float64{}
-		v.g[a] = make([]float64, len(v.ents[a]))
+		v.counting[a], v.memo[a] = map[RuleParams]float64{}, map[RuleParams]float64{}
+		v.g[a] = make([]float64, v.ents[a].len())
 		v.last[a] = RuleParams{Lambda: 0.1, Kappa: math.Inf(1), Delta: QHalf}
 	}
 	return v, nil
@@ -197,111 +241,436 @@ func (v *Validation) FitCounts() *CNT { return v.fit }
 // without counts in the fit part taking the hidden-state marginal π
 // (SetUnseenRows) in place of its row of D, on up to workers goroutines
 // (each nonzero's value is its own: the result does not depend on
-// workers).
+// workers), and forgets the scores of the earlier factors (v.memo).
+// The work is split evenly over every action's nonzeros (spans of
+// spanRows), the dot products run four side by side (dot4: four chains
+// of additions instead of one, each dot's own bits) and the rows of K of
+// the nonzeros 8 ahead are prefetched (their columns are scattered: at
+// the dependency graph's size, K is a cache miss).
 func (v *Validation) factorProbs(md *Model, workers int) {
+	pis := v.marginals(md, workers)
+	start := make([]int, v.u+1) // the first span of each action
+	for a := range v.u {
+		start[a+1] = start[a] + (len(v.g[a])+spanRows-1)/spanRows
+	}
+	spread(start[v.u], workers, func(t int) {
+		a, _ := slices.BinarySearch(start, t+1)
+		a--
+		lo := (t - start[a]) * spanRows
+		is, js, g := v.i[a], v.j[a], v.g[a]
+		hi := min(len(g), lo+spanRows)
+		db, xd := md.DBlock(a), v.xd[md.DBlock(a)]
+		row := func(k int) []float64 {
+			if i := int(is[k]); xd[i] > 0 {
+				return md.DRow(a, i)
+			}
+			return pis[db]
+		}
+		kt, mb := md.KT[md.KBlock(a)], 8*md.M
+		k := lo
+		for ; k+4 <= hi; k += 4 {
+			for _, j := range js[min(hi, k+8):min(hi, k+12)] {
+				prefetchR(&kt[int(j)*md.M], mb)
+			}
+			g[k], g[k+1], g[k+2], g[k+3] = dot4(row(k), row(k+1), row(k+2), row(k+3),
+				md.KCol(a, int(js[k])), md.KCol(a, int(js[k+1])), md.KCol(a, int(js[k+2])), md.KCol(a, int(js[k+3])))
+		}
+		for ; k < hi; k++ {
+			g[k] = dot(row(k), md.KCol(a, int(js[k])))
+		}
+	})
+	for _, memo := range v.memo {
+		clear(memo)
+	}
+}
+
+// marginals returns, per D block that some validation nonzero's row
+// without fit counts reads (nil for the others), the hidden-state
+// marginal π_l = Σ_i x_i D_il / Σ_i x_i over the rows with fit counts,
+// each π_l summed in row order (SetUnseenRows' sums): spans of 8 of the
+// m coordinates, of every block, on up to workers goroutines.
+func (v *Validation) marginals(md *Model, workers int) [][]float64 {
 	m := md.M
 	pis := make([][]float64, len(md.D))
-	for b, d := range md.D {
-		pi := make([]float64, m)
-		tot := 0.0
-		for i, x := range v.xd[b] {
+	var need []int
+	for a, un := range v.unseen {
+		if b := md.DBlock(a); un && pis[b] == nil {
+			pis[b] = make([]float64, m)
+			need = append(need, b)
+		}
+	}
+	per := (m + 7) / 8
+	spread(len(need)*per, workers, func(t int) {
+		b := need[t/per]
+		lo := (t % per) * 8
+		marginalSpan(pis[b][lo:min(m, lo+8)], md.D[b], v.xd[b], m, lo)
+		for l := range pis[b][lo:min(m, lo+8)] {
+			pis[b][lo+l] /= v.xtot[b]
+		}
+	})
+	return pis
+}
+
+// marginalSpan adds x_i·d_il to pi[l−lo] for l in [lo, lo+len(pi)),
+// over the rows i of d (m columns) with x_i > 0 in row order: eight
+// coordinates in registers at a time (a sum held in memory waits on
+// its own store every row), each the same sum in the same order.
+func marginalSpan(pi, d, xs []float64, m, lo int) {
+	if len(pi) != 8 {
+		for i, x := range xs {
 			if x > 0 {
-				for l, dv := range d[i*m : i*m+m] {
+				for l, dv := range d[i*m+lo : i*m+lo+len(pi)] {
 					pi[l] += float64(x * dv)
 				}
-				tot += x
 			}
 		}
-		for l := range pi {
-			pi[l] /= tot
+		return
+	}
+	var p0, p1, p2, p3, p4, p5, p6, p7 float64
+	for i, x := range xs {
+		if x > 0 {
+			r := (*[8]float64)(d[i*m+lo : i*m+lo+8])
+			p0 += float64(x * r[0])
+			p1 += float64(x * r[1])
+			p2 += float64(x * r[2])
+			p3 += float64(x * r[3])
+			p4 += float64(x * r[4])
+			p5 += float64(x * r[5])
+			p6 += float64(x * r[6])
+			p7 += float64(x * r[7])
 		}
-		pis[b] = pi
 	}
-	for a := range v.u {
-		is, js, g := v.i[a], v.j[a], v.g[a]
-		db := md.DBlock(a)
-		pieces(len(g), workers, func(_, lo, hi int) {
-			for k := lo; k < hi; k++ {
-				i := int(is[k])
-				d := pis[db]
-				if v.xd[db][i] > 0 {
-					d = md.DRow(a, i)
-				}
-				g[k] = dot(d, md.KCol(a, int(js[k])))
-			}
-		})
+	copy(pi, []float64{p0, p1, p2, p3, p4, p5, p6, p7})
+}
+
+// dot4 returns dot(x0, y0), …, dot(x3, y3), the four sums side by side:
+// each summed left to right without fused multiply-add as dot sums it
+// (bitwise dot's), four independent chains of additions where dot waits
+// on one.
+func dot4(x0, x1, x2, x3, y0, y1, y2, y3 []float64) (s0, s1, s2, s3 float64) {
+	m := len(x0)
+	x1, x2, x3 = x1[:m], x2[:m], x3[:m]
+	y0, y1, y2, y3 = y0[:m], y1[:m], y2[:m], y3[:m]
+	for l := range m {
+		s0 += float64(x0[l] * y0[l])
+		s1 += float64(x1[l] * y1[l])
+		s2 += float64(x2[l] * y2[l])
+		s3 += float64(x3[l] * y3[l])
 	}
+	return s0, s1, s2, s3
 }
 
 // score returns Σ c·log P̃ over the validation nonzeros of action a
-// under the rule p (with the fit part's counts and q). The sum runs over
-// pieces of nonzeros folded in order: the same for any workers.
+// under the rule p (with the fit part's counts and q): scores of one
+// rule.
 func (v *Validation) score(a int, p RuleParams, workers int) float64 {
-	if p.Lambda != 1 {
-		return v.scoreRule(a, p, workers)
-	}
-	// (1−λ)·g is +0 for every (finite) g: the score is the counts' alone.
-	if s, ok := v.counting[a][p]; ok {
-		return s
-	}
-	s := v.scoreRule(a, p, workers)
-	v.counting[a][p] = s
-	return s
+	return v.scores(a, []RuleParams{p}, workers)[0]
 }
 
-// scoreRule is score, computed.
-func (v *Validation) scoreRule(a int, p RuleParams, workers int) float64 {
-	es, g := v.ents[a], v.g[a]
-	nd := len(DiscountGrid)
-	dk := slices.Index(DiscountGrid, p.Discount) // -1: off the grid
-	n := float64(v.n)
-	uniform := math.IsInf(p.Delta, 1)
-	qden, cden := v.nf[a]+p.Delta*n, v.tf[a]+p.Delta*n
-	counts := !math.IsInf(p.Kappa, 1)
-	part := make([]float64, (len(es)+chunkRows-1)/chunkRows)
-	pieces(len(es), workers, func(pc, lo, hi int) {
-		// The probabilities of the piece, then their logarithms taken
-		// four at a time (logAll: math.Log's bits) and added in order.
-		var buf [chunkRows]float64
-		prs := buf[:0]
-		for k := lo; k < hi; k++ {
-			e := &es[k]
-			q := 1 / n
-			if !uniform {
-				q = (e.nj + p.Delta) / qden
-				if p.Rho > 0 {
-					q = float64((1-p.Rho)*q) + float64(p.Rho*(e.tj+p.Delta)/cden)
+// kept returns the score of rule p for action a where it is kept: a rule
+// with λ = 1 ignores the factors ((1−λ)·g is +0 for every finite g), its
+// score is the counts' alone, kept for the whole fit (v.counting); any
+// other is kept while the factors are (v.memo).
+func (v *Validation) kept(a int, p RuleParams) (map[RuleParams]float64, float64, bool) {
+	memo := v.memo[a]
+	if p.Lambda == 1 {
+		memo = v.counting[a]
+	}
+	s, ok := memo[p]
+	return memo, s, ok
+}
+
+// scores returns score(a, p) for each rule p of ps, those not kept
+// (v.kept) computed together and kept. A rule's score is Σ c·log P̃
+// over pieces of chunkRows nonzeros, each piece's sum in nonzero order
+// and the pieces' sums folded in order, a piece with a probability not
+// > 0 counting −Inf: the sum of one piece per goroutine it was, bitwise,
+// for any workers. The work runs on one pool of workers goroutines per
+// call: a task per (rule, piece), each piece's probabilities, their
+// logarithms and its sum together, where there are rules enough to
+// spread (Tune's candidates and each of its scans along a grid are one
+// call); else a task per (rule, span of spanRows nonzeros) for the
+// probabilities and their logarithms, then one per (rule, piece) for
+// its sum, so that the score of one rule on about 5 000 nonzeros (a
+// piece and a bit) runs on every worker. Neither split changes an
+// operation. q comes from v.qs.
+func (v *Validation) scores(a int, ps []RuleParams, workers int) []float64 {
+	out := make([]float64, len(ps))
+	var todo []int // the first of each rule not kept, in order
+	first := map[RuleParams]int{}
+	for k, p := range ps {
+		if _, s, ok := v.kept(a, p); ok {
+			out[k] = s
+		} else if _, dup := first[p]; !dup {
+			first[p] = k
+			todo = append(todo, k)
+		}
+	}
+	if len(todo) > 0 {
+		v.scoreRules(a, ps, todo, out, workers)
+	}
+	for k, p := range ps {
+		if f, ok := first[p]; ok && f != k {
+			out[k] = out[f]
+		}
+	}
+	return out
+}
+
+// scoreRules sets out[k], for k in idx, to the score of ps[k] (scores),
+// and keeps it.
+func (v *Validation) scoreRules(a int, ps []RuleParams, idx []int, out []float64, workers int) {
+	es, n := &v.ents[a], v.ents[a].len()
+	spans, pieces := (n+spanRows-1)/spanRows, (n+chunkRows-1)/chunkRows
+	type rule struct {
+		p    RuleParams
+		q    []float64 // nil: uniform
+		mass []float64 // each row's m at the rule's d, from its off
+		part []float64 // the pieces' sums
+		lg   []float64 // by spans: the probabilities, then their logarithms
+		bad  []bool    // by spans: per span, a probability not > 0
+	}
+	v.qs.next()
+	rs := make([]rule, len(idx))
+	var fills []int // the rules that fill their q (one per q)
+	for r, k := range idx {
+		p := ps[k]
+		rs[r] = rule{p: p, part: make([]float64, pieces)}
+		var fill bool
+		if rs[r].q, fill = v.qs.get(a, p.Delta, p.Rho, n); fill {
+			fills = append(fills, r)
+		}
+		mass, dk := v.mass[a], slices.Index(DiscountGrid, p.Discount)
+		if dk < 0 {
+			// Off the grid: each row's m summed once (where the rule
+			// keeps counts), in the place of d = 0's.
+			mass, dk = make([]float64, len(v.mass[a])), 0
+			if nd := len(DiscountGrid); !math.IsInf(p.Kappa, 1) {
+				for row, i := range v.rowI[a] {
+					mass[row*nd] = v.fit.discounted(a, int(i), p.Discount)
 				}
 			}
-			pr := float64((1-p.Lambda)*g[k]) + float64(p.Lambda*q)
-			if counts && e.x > 0 {
-				var m float64
-				if dk >= 0 {
-					m = v.mass[a][int(e.row)*nd+dk]
-				} else {
-					m = v.fit.discounted(a, int(v.i[a][k]), p.Discount)
-				}
-				den := e.x + p.Kappa
-				pr = float64((1-p.Mu)*(float64(max(e.cf-p.Discount, 0)+float64((p.Kappa+m)*pr)))/den) + float64(p.Mu*pr)
-			}
-			if !(pr > 0) {
-				part[pc] = math.Inf(-1)
+		}
+		rs[r].mass = mass[dk:]
+	}
+	spread(len(fills)*spans, workers, func(t int) {
+		r, lo := fills[t/spans], (t%spans)*spanRows
+		v.fillQ(a, rs[r].p.Delta, rs[r].p.Rho, rs[r].q[lo:min(n, lo+spanRows)], lo)
+	})
+	qu := 1 / float64(v.n)
+	// probs sets pr to the probabilities of r's nonzeros from lo on and
+	// reports whether all are > 0 (ruleProbs).
+	probs := func(r *rule, pr []float64, lo int) bool {
+		hi := lo + len(pr)
+		q := r.q
+		if q != nil {
+			q = q[lo:hi]
+		}
+		return ruleProbs(pr, v.g[a][lo:hi], q, qu, es.x[lo:hi], es.cf[lo:hi], es.off[lo:hi], r.mass, r.p)
+	}
+	// sum returns Σ c·lg over the piece from lo on (lg its logarithms).
+	sum := func(lg []float64, lo int) float64 {
+		s := 0.0
+		for k, c := range es.c[lo : lo+len(lg)] {
+			s += float64(c * lg[k])
+		}
+		return s
+	}
+	if len(rs) >= 2*workers {
+		spread(len(rs)*pieces, workers, func(t int) {
+			r := &rs[t/pieces]
+			lo := (t % pieces) * chunkRows
+			var buf [chunkRows]float64
+			lg := buf[:min(n, lo+chunkRows)-lo]
+			if !probs(r, lg, lo) {
+				r.part[t%pieces] = math.Inf(-1)
 				return
 			}
-			prs = append(prs, pr)
+			// Four at a time (logAll: math.Log's bits).
+			logAll(lg, lg)
+			r.part[t%pieces] = sum(lg, lo)
+		})
+	} else {
+		if cap(v.lgBuf) < len(rs)*n {
+			v.lgBuf = make([]float64, len(rs)*n)
 		}
-		logAll(prs, prs)
-		s := 0.0
-		for k, lg := range prs {
-			s += float64(es[lo+k].c * lg)
+		for r := range rs {
+			rs[r].lg, rs[r].bad = v.lgBuf[r*n:(r+1)*n], make([]bool, spans)
 		}
-		part[pc] = s
-	})
-	s := 0.0
-	for _, x := range part {
-		s += x
+		spread(len(rs)*spans, workers, func(t int) {
+			r := &rs[t/spans]
+			lo := (t % spans) * spanRows
+			lg := r.lg[lo:min(n, lo+spanRows)]
+			if !probs(r, lg, lo) {
+				r.bad[t%spans] = true
+				return
+			}
+			logAll(lg, lg)
+		})
+		spread(len(rs)*pieces, workers, func(t int) {
+			r := &rs[t/pieces]
+			lo := (t % pieces) * chunkRows
+			hi := min(n, lo+chunkRows)
+			if slices.Contains(r.bad[lo/spanRows:(hi+spanRows-1)/spanRows], true) {
+				r.part[t%pieces] = math.Inf(-1)
+				return
+			}
+			r.part[t%pieces] = sum(r.lg[lo:hi], lo)
+		})
 	}
-	return s
+	for r, k := range idx {
+		s := 0.0
+		for _, x := range rs[r].part {
+			s += x
+		}
+		out[k] = s
+		memo, _, _ := v.kept(a, ps[k])
+		memo[ps[k]] = s
+	}
+}
+
+// ruleProbs sets pr[k] to P̃ of a validation nonzero under the rule p,
+// with g[k] its (D K)_ij, q[k] its q_j (nil: qu for every k), x[k] its
+// row's fit total, cf[k] its fit count and mass[off[k]] its row's m,
+// and reports whether every one is > 0 (it stops at the first group of
+// four, or the first nonzero of the tail, that is not). Each operation is
+// the rule's (Smoothing), in its order, each product rounded apart (no
+// fused multiply-add); with AVX2 four nonzeros at a time
+// (ruleProbsAVX2: the same operations lane by lane, the same bits).
+func ruleProbs(pr, g, q []float64, qu float64, x, cf []float64, off []int32, mass []float64, p RuleParams) bool {
+	g, x, cf, off = g[:len(pr)], x[:len(pr)], cf[:len(pr)], off[:len(pr)]
+	lam, lam1 := p.Lambda, 1-p.Lambda
+	kappa, disc, mu, mu1 := p.Kappa, p.Discount, p.Mu, 1-p.Mu
+	counts := !math.IsInf(kappa, 1)
+	k := 0
+	if groups := len(pr) / 4; useAVX2() && groups > 0 {
+		c := ruleConsts{lam: lam, lam1: lam1, mu: mu, mu1: mu1, kappa: kappa, disc: disc, qstride: 32}
+		if counts {
+			c.counts = 1
+		}
+		qs := [4]float64{qu, qu, qu, qu}
+		qp := &qs[0]
+		if q != nil {
+			qp = &q[0]
+		} else {
+			c.qstride = 0
+		}
+		if ruleProbsAVX2(&pr[0], &g[0], qp, &x[0], &cf[0], &off[0], unsafe.SliceData(mass), groups, &c) < groups {
+			return false
+		}
+		k = 4 * groups
+	}
+	for ; k < len(pr); k++ {
+		qk := qu
+		if q != nil {
+			qk = q[k]
+		}
+		b := float64(lam1*g[k]) + float64(lam*qk)
+		if counts && x[k] > 0 {
+			m := mass[off[k]]
+			b = float64(mu1*(float64(max(cf[k]-disc, 0)+float64((kappa+m)*b)))/(x[k]+kappa)) + float64(mu*b)
+		}
+		if !(b > 0) {
+			return false
+		}
+		pr[k] = b
+	}
+	return true
+}
+
+// ruleConsts are the parameters ruleProbsAVX2 reads: λ, 1 − λ, μ,
+// 1 − μ, κ and d, the bytes q advances by per group of four (0: q is
+// four copies of the uniform value) and whether the rule keeps counts.
+type ruleConsts struct {
+	lam, lam1, mu, mu1, kappa, disc float64
+	qstride, counts                 int64
+}
+
+// fillQ sets q[k], for the validation nonzeros lo+k of action a, to
+// q^a_j of their next state under δ and ρ (NewQRule's values, with the
+// fit part's frequencies): (1−ρ)·(N_j + δ)/(N + n·δ) +
+// ρ·(T_j + δ)/(T + n·δ), the second term only where ρ > 0.
+func (v *Validation) fillQ(a int, delta, rho float64, q []float64, lo int) {
+	n := float64(v.n)
+	qden, cden := v.nf[a]+delta*n, v.tf[a]+delta*n
+	nj, tj := v.ents[a].nj[lo:lo+len(q)], v.ents[a].tj[lo:lo+len(q)]
+	for k := range q {
+		x := (nj[k] + delta) / qden
+		if rho > 0 {
+			x = float64((1-rho)*x) + float64(rho*(tj[k]+delta)/cden)
+		}
+		q[k] = x
+	}
+}
+
+// qCacheBytes bounds the memory a Validation's qCache holds: 64 MiB,
+// the q of every (δ, ρ) of DeltaGrid × RhoGrid at about 270 000
+// validation nonzeros (the real-data benchmark's have at most 30 000),
+// eight of them at the medium job's (about 10^6).
+const qCacheBytes = 64 << 20
+
+// qCache keeps q per validation nonzero for the (action, δ, ρ) scored
+// last, the least recently used given up beyond qCacheBytes: Tune's
+// coordinate ascent scores every rule of a grid of λ, κ, d or μ with
+// one q, and the fit's scores after it mostly the last choice's, so
+// the one or two divisions of q per nonzero are made once per (δ, ρ)
+// rather than once per score. The q of the group of rules being scored
+// are kept even over the budget.
+type qCache struct {
+	qs     []cachedQ
+	bytes  int
+	budget int // bytes: qCacheBytes
+	tick   uint64
+}
+
+type cachedQ struct {
+	a          int
+	delta, rho float64
+	q          []float64
+	used       uint64
+}
+
+// next starts a group of scores: the q that get returns from now on are
+// kept until the next call (the q of one group never give up each
+// other's room).
+func (c *qCache) next() { c.tick++ }
+
+// get returns the q of action a under δ and ρ for n nonzeros, nil for
+// δ = +Inf (uniform q); fill reports that q is not computed yet (the
+// caller fills it, every entry, before it is read again).
+func (c *qCache) get(a int, delta, rho float64, n int) (q []float64, fill bool) {
+	if math.IsInf(delta, 1) {
+		return nil, false
+	}
+	for k := range c.qs {
+		if e := &c.qs[k]; e.a == a && e.delta == delta && e.rho == rho {
+			e.used = c.tick
+			return e.q, false
+		}
+	}
+	var buf []float64
+	for c.bytes+8*n > c.budget {
+		old := -1
+		for k, e := range c.qs {
+			if e.used < c.tick && (old < 0 || e.used < c.qs[old].used) {
+				old = k
+			}
+		}
+		if old < 0 {
+			break
+		}
+		if cap(c.qs[old].q) >= n {
+			buf = c.qs[old].q[:n]
+		}
+		c.bytes -= 8 * cap(c.qs[old].q)
+		c.qs = slices.Delete(c.qs, old, old+1)
+	}
+	if buf == nil {
+		buf = make([]float64, n)
+	}
+	c.qs = append(c.qs, cachedQ{a: a, delta: delta, rho: rho, q: buf, used: c.tick})
+	c.bytes += 8 * cap(buf)
+	return buf, true
 }
 
 // Tune scores md's factors on the validation split and chooses the
@@ -337,23 +706,32 @@ func (v *Validation) Tune(md *Model, workers int) (perTransition float64, rules 
 				}
 			}
 		}
-		p, best := cands[0], v.score(a, cands[0], workers)
-		for _, c := range cands[1:] {
-			if s := v.score(a, c, workers); s > best {
+		ss := v.scores(a, cands, workers)
+		p, best := cands[0], ss[0]
+		for k, c := range cands[1:] {
+			if s := ss[k+1]; s > best {
 				p, best = c, s
 			}
 		}
 		for range 8 {
 			changed := false
 			for _, c := range v.coords(&p) {
+				// The scan along c's grid, its rules scored together:
+				// which rules it scores does not depend on their scores.
+				// It skips c's value x0 at its start, whose score is best
+				// there (best is always p's score) and so never gains.
 				keep := *c.at
+				var xs []float64
+				var rules []RuleParams
 				for _, x := range c.grid {
-					if x == keep {
-						continue
+					if x != keep {
+						*c.at = x
+						xs, rules = append(xs, x), append(rules, p)
 					}
-					*c.at = x
-					if s := v.score(a, p, workers); s > best {
-						best, keep, changed = s, x, true
+				}
+				for k, s := range v.scores(a, rules, workers) {
+					if s > best {
+						best, keep, changed = s, xs[k], true
 					}
 				}
 				*c.at = keep
