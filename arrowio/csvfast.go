@@ -38,7 +38,7 @@ type csvChunk struct {
 	// byte stop of data, the first line the fast reader leaves to
 	// encoding/csv (stop < 0: at the end).
 	state, action, next []int32
-	count               []float64
+	count               []float64 // nil when the input has no count column: every count is 1
 	// idOff, in a scan that reads ids, holds for each row and index
 	// column k the bounds of its id in data (idOff[6r+2k], idOff[6r+2k+1];
 	// zeros for a column of integers), checked and left for the delivery
@@ -224,7 +224,11 @@ func (p *csvParser) deliverIDs(ctx context.Context, c *csvChunk, row int) (int, 
 				}
 			}
 		}
-		if err := s.appendRow(ctx, st, ac, nx, c.count[k], row); err != nil {
+		cnt := 1.0
+		if c.count != nil {
+			cnt = c.count[k]
+		}
+		if err := s.appendRow(ctx, st, ac, nx, cnt, row); err != nil {
 			return row, err
 		}
 	}
@@ -274,12 +278,17 @@ func (p *csvParser) parse(c *csvChunk) {
 	// chunks parsed once, whose allocations are most of its reading time.
 	// A reused chunk's columns are kept unless too short, with room for
 	// a few more lines than this chunk's (the next chunk's count varies).
+	// Without a count column every count is 1: no column is kept.
 	rows := bytes.Count(data, []byte{'\n'}) + 1
 	ids := p.s.anyIDs()
+	counted := p.idx[colCount] >= 0
 	if cap(c.state) < rows {
 		est := rows + rows/16
 		c.state, c.action, c.next = make([]int32, 0, est), make([]int32, 0, est), make([]int32, 0, est)
-		c.count = make([]float64, 0, est)
+		c.count = nil
+		if counted {
+			c.count = make([]float64, 0, est)
+		}
 		if ids {
 			c.idOff = make([]int32, 0, 6*est)
 		}
@@ -336,7 +345,9 @@ func (p *csvParser) parse(c *csvChunk) {
 		c.state = append(c.state, st)
 		c.action = append(c.action, ac)
 		c.next = append(c.next, nx)
-		c.count = append(c.count, cnt)
+		if counted {
+			c.count = append(c.count, cnt)
+		}
 	}
 }
 
@@ -396,7 +407,9 @@ func (p *csvParser) idRow(c *csvChunk, line []byte, at int, bounds []int) ([]int
 	c.state = append(c.state, v[colState])
 	c.action = append(c.action, v[colAction])
 	c.next = append(c.next, v[colNext])
-	c.count = append(c.count, cnt)
+	if p.idx[colCount] >= 0 {
+		c.count = append(c.count, cnt)
+	}
 	c.idOff = append(c.idOff, off[:]...)
 	return bounds, nil
 }
