@@ -38,7 +38,7 @@ type csvChunk struct {
 	// byte stop of data, the first line the fast reader leaves to
 	// encoding/csv (stop < 0: at the end).
 	state, action, next []int32
-	count               []float64
+	count               []float64 // nil when the input has no count column: every count is 1
 	// idOff, in a scan that reads ids, holds for each row and index
 	// column k the bounds of its id in data (idOff[6r+2k], idOff[6r+2k+1];
 	// zeros for a column of integers), checked and left for the delivery
@@ -120,6 +120,7 @@ type csvParser struct {
 // run reads the data rows that follow the header line.
 func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 	s := p.s
+	ids := s.anyIDs()
 	workers := runtime.GOMAXPROCS(0)
 	var queue []*csvChunk
 	defer func() {
@@ -165,24 +166,14 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 			return s.csvRecords(ctx, newCSVReader(io.MultiReader(bytes.NewReader(c.data), c.tail)), p.idx, p.fields, row, line)
 		}
 		base := row
-		for k := range c.state {
-			row++
-			st, ac, nx := c.state[k], c.action[k], c.next[k]
-			if c.idOff != nil {
-				v := [colNext + 1]*int32{&st, &ac, &nx}
-				for col, vs := range s.ids {
-					if vs != nil {
-						o := c.idOff[6*k+2*col:]
-						var err error
-						if *v[col], err = s.internChecked(row, col, c.data[o[0]:o[1]]); err != nil {
-							return err
-						}
-					}
-				}
-			}
-			if err := s.appendRow(ctx, st, ac, nx, c.count[k], row); err != nil {
-				return err
-			}
+		var err error
+		if ids {
+			row, err = p.deliverIDs(ctx, c, row)
+		} else {
+			row, err = s.appendRows(ctx, c.state, c.action, c.next, c.count, row)
+		}
+		if err != nil {
+			return err
 		}
 		line += c.lines
 		if c.err == nil && c.stop < 0 {
@@ -213,6 +204,35 @@ func (p *csvParser) run(ctx context.Context, br *bufio.Reader) error {
 		return s.noRows()
 	}
 	return nil
+}
+
+// deliverIDs adds the rows of c, parsed in a scan that reads ids, after
+// data row row: it interns their ids in row order, as it adds them to the
+// batch. It returns the number of the last row added.
+func (p *csvParser) deliverIDs(ctx context.Context, c *csvChunk, row int) (int, error) {
+	s := p.s
+	for k := range c.state {
+		row++
+		st, ac, nx := c.state[k], c.action[k], c.next[k]
+		v := [colNext + 1]*int32{&st, &ac, &nx}
+		for col, vs := range s.ids {
+			if vs != nil {
+				o := c.idOff[6*k+2*col:]
+				var err error
+				if *v[col], err = s.internChecked(row, col, c.data[o[0]:o[1]]); err != nil {
+					return row, err
+				}
+			}
+		}
+		cnt := 1.0
+		if c.count != nil {
+			cnt = c.count[k]
+		}
+		if err := s.appendRow(ctx, st, ac, nx, cnt, row); err != nil {
+			return row, err
+		}
+	}
+	return row, nil
 }
 
 // readLines reads the next chunk of whole lines from br, after carry (the
@@ -252,13 +272,28 @@ func (p *csvParser) parse(c *csvChunk) {
 	c.stop = -1
 	quote := bytes.IndexByte(data, '"')
 	cr := bytes.IndexByte(data, '\r') >= 0
-	est := len(data)/16 + 1
-	if cap(c.state) < est {
+	// The columns are sized by the lines, counted at memory speed, so
+	// that they never grow (each growth copies them and leaves garbage,
+	// which at ingest's GOGC costs collections): a small input is a few
+	// chunks parsed once, whose allocations are most of its reading time.
+	// A reused chunk's columns are kept unless too short, with room for
+	// a few more lines than this chunk's (the next chunk's count varies).
+	// Without a count column every count is 1: no column is kept.
+	rows := bytes.Count(data, []byte{'\n'}) + 1
+	ids := p.s.anyIDs()
+	counted := p.idx[colCount] >= 0
+	if cap(c.state) < rows {
+		est := rows + rows/16
 		c.state, c.action, c.next = make([]int32, 0, est), make([]int32, 0, est), make([]int32, 0, est)
-		c.count = make([]float64, 0, est)
+		c.count = nil
+		if counted {
+			c.count = make([]float64, 0, est)
+		}
+		if ids {
+			c.idOff = make([]int32, 0, 6*est)
+		}
 	}
 	c.state, c.action, c.next, c.count = c.state[:0], c.action[:0], c.next[:0], c.count[:0]
-	ids := p.s.anyIDs()
 	if ids {
 		c.idOff = c.idOff[:0]
 	}
@@ -310,7 +345,9 @@ func (p *csvParser) parse(c *csvChunk) {
 		c.state = append(c.state, st)
 		c.action = append(c.action, ac)
 		c.next = append(c.next, nx)
-		c.count = append(c.count, cnt)
+		if counted {
+			c.count = append(c.count, cnt)
+		}
 	}
 }
 
@@ -370,7 +407,9 @@ func (p *csvParser) idRow(c *csvChunk, line []byte, at int, bounds []int) ([]int
 	c.state = append(c.state, v[colState])
 	c.action = append(c.action, v[colAction])
 	c.next = append(c.next, v[colNext])
-	c.count = append(c.count, cnt)
+	if p.idx[colCount] >= 0 {
+		c.count = append(c.count, cnt)
+	}
 	c.idOff = append(c.idOff, off[:]...)
 	return bounds, nil
 }

@@ -51,7 +51,12 @@
 // part of a CRLF line end, the rest of the input is read by encoding/csv
 // (csvSlow's loop). Rows, batch boundaries and errors (file, row, column,
 // value; encoding/csv's line numbers) are the same as through encoding/csv
-// alone, for any chunk size (TestCSVFastMatchesEncodingCSV). Arrow IPC and
+// alone, for any chunk size (TestCSVFastMatchesEncodingCSV). A chunk's
+// columns are sized by its lines (counted at memory speed) and, where no
+// ids are interned, go to the batch in runs (appendRows): a small input is
+// a few chunks parsed once, whose allocations were most of its reading
+// time when the columns grew by doubling and rows went to the batch one by
+// one (docs/benchmarks.md, "Small inputs"). Arrow IPC and
 // Parquet record batches are converted a column at a time from their typed
 // value slices. An Arrow IPC record batch whose schema is flat (every
 // column a fixed-width primitive, native byte order) and whose body is not

@@ -197,6 +197,41 @@ func (s *scan) appendRow(ctx context.Context, st, ac, nx int32, c float64, row i
 	return nil
 }
 
+// appendRows adds the rows of the columns, data rows row+1 to
+// row+len(st), to the batch as appendRow would one at a time: in runs up
+// to the batch's end, flushing it when full. c nil is a count of 1 for
+// every row. It returns the number of the last row added.
+func (s *scan) appendRows(ctx context.Context, st, ac, nx []int32, c []float64, row int) (int, error) {
+	b := &s.b
+	for len(st) > 0 {
+		m := min(len(st), s.batchRows-b.Len())
+		if m == s.batchRows-b.Len() {
+			// The batch fills: its columns' final size at once.
+			b.State, b.Action, b.Next = slices.Grow(b.State, m), slices.Grow(b.Action, m), slices.Grow(b.Next, m)
+		}
+		b.State, b.Action, b.Next = append(b.State, st[:m]...), append(b.Action, ac[:m]...), append(b.Next, nx[:m]...)
+		st, ac, nx = st[m:], ac[m:], nx[m:]
+		n := len(b.Count)
+		b.Count = slices.Grow(b.Count, m)[:n+m]
+		if c != nil {
+			copy(b.Count[n:], c[:m])
+			c = c[m:]
+		} else {
+			for k := range b.Count[n:] {
+				b.Count[n+k] = 1
+			}
+		}
+		row += m
+		if b.Len() >= s.batchRows {
+			if err := s.flush(ctx); err != nil {
+				return row, err
+			}
+			s.reset(row + 1)
+		}
+	}
+	return row, nil
+}
+
 // parseIndex converts the field of index column k in data row row: an
 // integer index, or with a vocabulary for the column an id, interned (so
 // in a scan that reads ids only the reading goroutine may call it).

@@ -218,8 +218,23 @@ func (f *inputFlags) readOptions() arrowio.ReadOptions {
 	}
 }
 
-// ingestGCPercent is the GOGC of loadData (the default is 100).
+// ingestGCPercent is the GOGC of loadData's matrices (the default is
+// 100), for inputs of at least largeIngestTransitions.
 const ingestGCPercent = 25
+
+// smallReadGCPercent is the GOGC of loadData's first
+// largeIngestTransitions rows (see countData).
+const smallReadGCPercent = 400
+
+// largeIngestTransitions is the least number of transitions for which
+// loadData manages the memory of the matrices: it gives the reader's
+// garbage back to the system first and builds them at ingestGCPercent.
+// Below it the matrices (≤ 20 bytes a transition: the log and the CSR)
+// are smaller than the reader's few tens of MB, so neither lowers the
+// peak, and they cost a small input's fit a fifth of its time to the
+// "data:" line: a forced collection, every free page returned and faulted
+// in again, and at GOGC 25 a collection as soon as the matrices allocate.
+const largeIngestTransitions = 1 << 21
 
 // Limits on sizes inferred from the data (see loadData).
 const (
@@ -303,11 +318,16 @@ func loadDataIDs(ctx context.Context, f *inputFlags, holdout, validation float64
 
 // countData is one read of loadDataIDs, with the vocabularies of opts.
 func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, holdout, validation float64, seed uint64, base vocabs, policy idPolicy) (*dataset, error) {
-	// The counts are a few large pointer-free buffers, cheap to collect:
-	// collecting more often keeps the peak RSS near what is live (the
-	// read batch, the counter's log and the CSR being built) rather than
-	// twice that.
-	defer debug.SetGCPercent(debug.SetGCPercent(ingestGCPercent))
+	// GOGC (the caller's, Go's default 100, unless set below): the
+	// read's heap is the reader's chunks and batches, a few tens of MB
+	// whatever the input's size (the counter's log is outside the Go
+	// heap, in slabs, beyond its first small chunks). Every collection
+	// marks, besides, the few MB of pointers that the process's packages
+	// hold from the start; a small input is read in a few tens of ms, and
+	// at GOGC 25 (as all reads were) it took ~20 collections for a 3 MB
+	// file, most of its reading time. So the first largeIngestTransitions
+	// rows are read at smallReadGCPercent, then the caller's GOGC; large
+	// inputs build the matrices at ingestGCPercent.
 	ids := vocabs{opts.StateIDs, opts.ActionIDs}
 	src, err := f.open(ctx)
 	if err != nil {
@@ -321,12 +341,20 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 		}
 		// Too many states for a histogram: count in one pass.
 	}
+	gcPercent := debug.SetGCPercent(smallReadGCPercent)
+	defer debug.SetGCPercent(gcPercent)
+	read := 0 // rows read while at smallReadGCPercent (the first callback's goroutine)
 	var train, held, val shard.Counter
 	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
 	vrng := rand.New(rand.NewPCG(seed, 0x76616c))  // "val"
 	h := newFingerprint()
 	known := knownRows{n: base.states.Len(), u: base.actions.Len(), ids: ids}
 	err = scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
+		if read < largeIngestTransitions {
+			if read += b.Len(); read >= largeIngestTransitions {
+				debug.SetGCPercent(gcPercent)
+			}
+		}
 		if policy == idsKnown && ids.any() {
 			b = known.filter(b)
 		}
@@ -389,10 +417,17 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 	if train.Len() == 0 {
 		return nil, usagef("--holdout %v left no training transitions out of %d", holdout, d.transitions)
 	}
-	// The reader's buffers are garbage now: give back what of them the
-	// collector has not (the counter's log is outside the Go heap), so
-	// that the matrices' large arrays do not come on top of it.
-	debug.FreeOSMemory()
+	if d.transitions >= largeIngestTransitions {
+		// The reader's buffers are garbage now: give back what of them
+		// the collector has not (the counter's log is outside the Go
+		// heap), so that the matrices' large arrays do not come on top
+		// of it. They are a few large pointer-free buffers, cheap to
+		// collect: collecting more often while they are built keeps the
+		// peak RSS near what is live (the counter's log and the CSR
+		// being built) rather than twice that.
+		defer debug.SetGCPercent(debug.SetGCPercent(ingestGCPercent))
+		debug.FreeOSMemory()
+	}
 	d.train = train.Matrices(d.u)
 	if holdout > 0 {
 		if held.Len() == 0 {
@@ -574,11 +609,12 @@ func twoPassFile(f arrowio.DataFile) bool {
 // the caller counts in one pass instead. The dataset is the one loadData
 // builds in one pass, bitwise.
 func loadTwoPass(ctx context.Context, f *inputFlags, src *dataSource) (d *dataset, ok bool, err error) {
-	// The first read keeps almost nothing live, so loadData's GOGC would
+	// The first read keeps almost nothing live, so ingestGCPercent would
 	// collect at every MiB or so of the readers' garbage: collect less
 	// often until Plan, but not so rarely that the heap of this read
 	// (the Parquet reader keeps ≈ 25 MB live: 75 MB at GOGC 200, 125 MB
-	// at 400) outgrows the matrices and sets the peak.
+	// at 400) outgrows the matrices and sets the peak. From Plan on, the
+	// result's arrays are live: ingestGCPercent.
 	gcPercent := debug.SetGCPercent(firstPassGCPercent)
 	defer debug.SetGCPercent(gcPercent)
 	var tp shard.TwoPass
@@ -611,7 +647,7 @@ func loadTwoPass(ctx context.Context, f *inputFlags, src *dataSource) (d *datase
 	// large allocation would start a cycle) finds no garbage.
 	debug.SetGCPercent(-1)
 	tp.Plan()
-	debug.SetGCPercent(gcPercent)
+	debug.SetGCPercent(ingestGCPercent)
 	// Every count 1 (the common case): the second read skips the count
 	// column, which the first has checked.
 	opts := f.readOptions()
@@ -623,13 +659,16 @@ func loadTwoPass(ctx context.Context, f *inputFlags, src *dataSource) (d *datase
 		d.fingerprint = h.f.sum()
 		// The readers' garbage is scattered small spans, which the
 		// matrices' large arrays mostly cannot reuse and the runtime
-		// would keep resident: give it back before they are allocated.
-		debug.FreeOSMemory()
+		// would keep resident: give it back before they are allocated
+		// (unless they are small: largeIngestTransitions).
+		if d.transitions >= largeIngestTransitions {
+			debug.FreeOSMemory()
+		}
 		// As for Plan: Matrices allocates the values of the result and
 		// little else.
 		debug.SetGCPercent(-1)
 		d.train, err = tp.Matrices(d.u)
-		debug.SetGCPercent(gcPercent)
+		debug.SetGCPercent(ingestGCPercent)
 	}
 	if errors.Is(err, shard.ErrInputChanged) {
 		// Written to while read (a growing log): count what one read
