@@ -56,13 +56,13 @@ type csvChunk struct {
 func (s *scan) csv(ctx context.Context, r io.Reader) error {
 	br := bufio.NewReaderSize(r, 1<<16)
 	p, head, err := s.csvHead(br)
+	line := bytes.TrimSuffix(bytes.TrimSuffix(head, []byte("\n")), []byte("\r"))
 	if errors.Is(err, errSlowHeader) {
 		// Not a plain first line: all of it goes through encoding/csv.
-		line := bytes.TrimSuffix(bytes.TrimSuffix(head, []byte("\n")), []byte("\r"))
 		return withDelimiterHint(s.csvSlow(ctx, io.MultiReader(bytes.NewReader(bytes.Clone(head)), br)), line)
 	}
 	if err != nil {
-		return err
+		return withDelimiterHint(err, line)
 	}
 	s.reset(1)
 	return p.run(ctx, br)

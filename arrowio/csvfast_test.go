@@ -25,7 +25,11 @@ func slowScan(text string, opts ReadOptions) (*collected, error) {
 	if err != nil {
 		return nil, err
 	}
-	return out, s.csvSlow(context.Background(), strings.NewReader(text))
+	// The header line's error carries the hint about another separator,
+	// as the reader gives it (withDelimiterHint, on the line the reader's
+	// buffer holds).
+	line, _, _ := strings.Cut(text[:min(len(text), 1<<16)], "\n")
+	return out, withDelimiterHint(s.csvSlow(context.Background(), strings.NewReader(text)), []byte(strings.TrimSuffix(line, "\r")))
 }
 
 // fastScan reads CSV text with the fast reader in chunks of chunk bytes.
@@ -216,6 +220,7 @@ func FuzzCSVFastMatchesEncodingCSV(f *testing.F) {
 		"next_state,count,state,action\n1,2.5,0,0\n3,1e3,2,1\n4,0.25,\"5\",0\n",
 		"state,action,next_state\n1,0,1\n2,0\n",
 		"state,action,next_state,count\n0,0,1,000.10\n0,0,1,5.\n",
+		";\"0", // a malformed header with a semicolon: the hint on both readers
 	} {
 		f.Add([]byte(s))
 	}

@@ -157,9 +157,15 @@ func TestScanCSVDelimiterHint(t *testing.T) {
 		{"state\taction\tnext_state\n0\t0\t1\n", `separated by tabs, not commas: emsf reads comma-separated values (convert the file, e.g. tr '\t' ','`},
 		{"state|action|next_state\n0|0|1\n", "vertical bars"},
 		{"id;state;action;next_state\n", "semicolons"},
+		// A quote sends the header to encoding/csv, which reads it as
+		// one field: the hint is said once, not by both readers.
+		{"\"state;action;next_state\"\n0;0;1\n", "semicolons"},
 	} {
 		err := scanCSV(t, tc.text, ReadOptions{})
 		wantInputError(t, err, 0, "state", "no such column", tc.want)
+		if k := strings.Count(err.Error(), "separated by"); k != 1 {
+			t.Errorf("%q: the hint %d times: %v", tc.text, k, err)
+		}
 	}
 	// Quoted: encoding/csv cannot read the header at all.
 	err := scanCSV(t, "\"state\";\"action\";\"next_state\"\n", ReadOptions{})

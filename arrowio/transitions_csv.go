@@ -83,15 +83,21 @@ func (d delimiter) hint(file string) string {
 	if file == stdinName {
 		convert = fmt.Sprintf("pipe it through tr '%s' ','", d.tr)
 	}
-	return fmt.Sprintf("; the header is separated by %s, not commas: emsf reads comma-separated values (%s)", d.name, convert)
+	return fmt.Sprintf("%s%s, not commas: emsf reads comma-separated values (%s)", hintPrefix, d.name, convert)
 }
 
-// withDelimiterHint adds the hint to err when it is about a malformed
-// header line (quotes that encoding/csv does not read when the separator
-// is not a comma: "a";"b") that holds another separator and no comma.
+// hintPrefix starts every delimiter hint: an error that holds one gets no
+// second (withDelimiterHint).
+const hintPrefix = "; the header is separated by "
+
+// withDelimiterHint adds the hint to err when it is about the header
+// line (malformed: quotes that encoding/csv does not read when the
+// separator is not a comma, "a";"b"; or without the columns asked for)
+// and the line holds another separator and no comma, unless err holds a
+// hint already (csvHeader's, from the fields).
 func withDelimiterHint(err error, line []byte) error {
 	var ie *InputError
-	if !errors.As(err, &ie) || ie.Row != 0 || bytes.IndexByte(line, ',') >= 0 {
+	if !errors.As(err, &ie) || ie.Row != 0 || bytes.IndexByte(line, ',') >= 0 || strings.Contains(ie.Reason, hintPrefix) {
 		return err
 	}
 	for _, d := range otherDelimiters {
