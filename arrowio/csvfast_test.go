@@ -228,3 +228,61 @@ func FuzzCSVFastMatchesEncodingCSV(f *testing.F) {
 		sameScan(t, string(data), ReadOptions{BatchRows: 2, States: 1000, Actions: 50})
 	})
 }
+
+// TestCSVBatchesFitTheFile pins fitCSV: a CSV file of a few MB is
+// delivered in batches of at most size/256 rows (not DefaultBatchRows),
+// the same rows in the same order as with the defaults; a BatchRows the
+// caller sets is kept; a file far larger than the defaults keeps them.
+func TestCSVBatchesFitTheFile(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("state,action,next_state\n")
+	rng := rand.New(rand.NewPCG(7, 7))
+	for range 150_000 {
+		fmt.Fprintf(&b, "%d,%d,%d\n", rng.IntN(5000), rng.IntN(3), rng.IntN(5000))
+	}
+	path := writeFile(t, "mid.csv", []byte(b.String()))
+	size := len(b.String())
+	sizes := func(opts ReadOptions) (*collected, []int) {
+		t.Helper()
+		var lens []int
+		out := &collected{}
+		err := ScanTransitions(context.Background(), path, opts, func(tb *TransitionBatch) error {
+			lens = append(lens, tb.Len())
+			return out.add(tb)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, lens
+	}
+	got, lens := sizes(ReadOptions{})
+	limit := max(size/256, minSizedBatchRows)
+	if limit >= DefaultBatchRows {
+		t.Fatalf("the test file (%d bytes) is too large to scale the batches", size)
+	}
+	for k, n := range lens {
+		if n > limit {
+			t.Fatalf("batch %d holds %d rows, want at most %d (a %d-byte file)", k, n, limit, size)
+		}
+	}
+	if len(got.s) != 150_000 {
+		t.Fatalf("%d rows, want 150000", len(got.s))
+	}
+	// The same rows as read in one batch: only the cuts differ.
+	want, _ := sizes(ReadOptions{BatchRows: 1 << 20})
+	if !reflect.DeepEqual(got.s, want.s) || !reflect.DeepEqual(got.a, want.a) || !reflect.DeepEqual(got.n, want.n) || !reflect.DeepEqual(got.c, want.c) {
+		t.Fatal("the rows differ from one batch's")
+	}
+	if _, lens := sizes(ReadOptions{BatchRows: 50_000}); lens[0] != 50_000 {
+		t.Fatalf("BatchRows 50000 gave a first batch of %d rows", lens[0])
+	}
+	s := &scan{batchRows: DefaultBatchRows, chunkBytes: csvChunkBytes, sizedBatches: true, sizedChunks: true}
+	s.fitCSV(1 << 30)
+	if s.batchRows != DefaultBatchRows || s.chunkBytes != csvChunkBytes {
+		t.Fatalf("a 1 GiB file: batches of %d rows and chunks of %d bytes, want the defaults", s.batchRows, s.chunkBytes)
+	}
+	s.fitCSV(100)
+	if s.batchRows != minSizedBatchRows || s.chunkBytes != minSizedChunkBytes {
+		t.Fatalf("a 100-byte file: batches of %d rows and chunks of %d bytes, want %d and %d", s.batchRows, s.chunkBytes, minSizedBatchRows, minSizedChunkBytes)
+	}
+}

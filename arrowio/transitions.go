@@ -303,6 +303,7 @@ func (s *scan) at(ctx context.Context, ra io.ReaderAt, size int64) error {
 	}
 	switch format {
 	case FormatCSV:
+		s.fitCSV(size)
 		return s.csv(ctx, bufio.NewReaderSize(io.NewSectionReader(ra, 0, size), 1<<16))
 	case FormatArrowFile:
 		return s.ipc(ctx, ipcSource{ra: ra, size: size, file: true})
@@ -367,25 +368,28 @@ const (
 
 // scan is the state of one ScanTransitions call, shared by all formats.
 type scan struct {
-	file           string
-	format         string
-	names          [numCols]string
-	countOpt       bool // the count column may be absent
-	noCount        bool // ReadOptions.NoCount
-	limit          [colNext + 1]int64
-	bounded        [colNext + 1]bool
-	ids            [colNext + 1]*shard.Vocab // the vocabulary of each index column, nil: integers
-	batchRows      int
-	chunkBytes     int
-	libraryIPC     bool
-	libraryParquet bool
-	libraryPages   bool
-	handOvers      *int
-	tempDir        string
-	mem            memory.Allocator
-	fn             func(*TransitionBatch) error
-	b              TransitionBatch
-	rows           int // data rows delivered so far
+	file       string
+	format     string
+	names      [numCols]string
+	countOpt   bool // the count column may be absent
+	noCount    bool // ReadOptions.NoCount
+	limit      [colNext + 1]int64
+	bounded    [colNext + 1]bool
+	ids        [colNext + 1]*shard.Vocab // the vocabulary of each index column, nil: integers
+	batchRows  int
+	chunkBytes int
+	// sizedBatches and sizedChunks: batchRows and chunkBytes are the
+	// defaults, which a CSV input of known size scales down (fitCSV).
+	sizedBatches, sizedChunks bool
+	libraryIPC                bool
+	libraryParquet            bool
+	libraryPages              bool
+	handOvers                 *int
+	tempDir                   string
+	mem                       memory.Allocator
+	fn                        func(*TransitionBatch) error
+	b                         TransitionBatch
+	rows                      int // data rows delivered so far
 }
 
 func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan, error) {
@@ -395,9 +399,12 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 	}
 	s := &scan{file: file, format: format, fn: fn, batchRows: o.BatchRows, mem: o.Alloc}
 	if s.batchRows <= 0 {
-		s.batchRows = DefaultBatchRows
+		s.batchRows, s.sizedBatches = DefaultBatchRows, true
 	}
-	s.chunkBytes = cmpOr(o.chunkBytes, csvChunkBytes)
+	s.chunkBytes = o.chunkBytes
+	if s.chunkBytes <= 0 {
+		s.chunkBytes, s.sizedChunks = csvChunkBytes, true
+	}
 	s.libraryIPC = o.libraryIPC
 	s.libraryParquet = o.libraryParquet
 	s.libraryPages, s.handOvers = o.libraryPages, o.handOvers
@@ -420,6 +427,33 @@ func newScan(file string, o ReadOptions, fn func(*TransitionBatch) error) (*scan
 		}
 	}
 	return s, nil
+}
+
+// The least CSV chunk and batch that fitCSV scales the defaults down to.
+const (
+	minSizedChunkBytes = 64 << 10
+	minSizedBatchRows  = 4096
+)
+
+// fitCSV scales the CSV chunks and the batches that the caller left at
+// their defaults (csvChunkBytes, DefaultBatchRows) to a CSV input of
+// size bytes: a chunk at most a 16th of it, a batch at most size/256
+// rows (a row is at least 6 bytes, "0,0,0\n", and about 8–12 in
+// practice: a few dozen batches), never below minSizedChunkBytes and
+// minSizedBatchRows. The defaults suit a large input, whose reading
+// keeps several chunks (with their columns) and batches in flight, a few
+// tens of MB; for an input of a few MB that is several times the input,
+// and fresh memory is slow to touch where page faults are dear (a VM
+// charging ~11 µs per 4 KiB page: a 3.5 MB file, 400 000 rows, read
+// with about half the page faults; docs/quality.md, round 7). What the
+// scan delivers does not change, only where its batches are cut.
+func (s *scan) fitCSV(size int64) {
+	if s.sizedChunks {
+		s.chunkBytes = int(min(int64(s.chunkBytes), max(size/16, minSizedChunkBytes)))
+	}
+	if s.sizedBatches {
+		s.batchRows = int(min(int64(s.batchRows), max(size/256, minSizedBatchRows)))
+	}
 }
 
 func cmpOr[T comparable](s, def T) T {

@@ -53,7 +53,19 @@ func NewCNT(n, u int, blocks []*Block, beta float64) (*CNT, error) {
 		i, j int32
 		c    float64
 	}
+	// Each action's entries at their final size: growing them by append
+	// copies them and touches up to twice the memory, and fresh memory
+	// is slow to touch (a page fault per 4 KiB).
+	size := make([]int, u)
+	for _, b := range blocks {
+		if b.Action >= 0 && b.Action < u { // else CheckShape's error below
+			size[b.Action] += len(b.Vals)
+		}
+	}
 	per := make([][]entry, u)
+	for a := range per {
+		per[a] = make([]entry, 0, size[a])
+	}
 	for k, b := range blocks {
 		if err := b.CheckShape(n, u); err != nil {
 			return nil, fmt.Errorf("factor: block %d: %w", k, err)
@@ -81,8 +93,9 @@ func NewCNT(n, u int, blocks []*Block, beta float64) (*CNT, error) {
 		})
 		ptr := make([]int64, n+1)
 		x := make([]float64, n)
-		var cols []int32
-		var cnt []float64
+		// Room for every entry: fewer when some repeat (a pair in
+		// several blocks).
+		cols, cnt := make([]int32, 0, len(es)), make([]float64, 0, len(es))
 		for k, en := range es {
 			if k > 0 && en.i == es[k-1].i && en.j == es[k-1].j {
 				cnt[len(cnt)-1] += en.c

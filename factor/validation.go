@@ -190,6 +190,22 @@ func NewValidation(n, u int, tie Tie, fit, val []*Block) (*Validation, error) {
 	}
 	v.unseen = make([]bool, u)
 	nd := len(DiscountGrid)
+	// The columns at their final size (as NewCNT's): growing them by
+	// append would copy them and touch up to twice the fresh memory.
+	nnz, rows := make([]int, u), make([]int, u)
+	for _, b := range val {
+		if b.Action >= 0 && b.Action < u { // else CheckShape's error below
+			nnz[b.Action] += len(b.Vals)
+			rows[b.Action] += len(b.Rows)
+		}
+	}
+	for a := range u {
+		e, k := &v.ents[a], nnz[a]
+		e.c, e.cf, e.x = make([]float64, 0, k), make([]float64, 0, k), make([]float64, 0, k)
+		e.nj, e.tj, e.off = make([]float64, 0, k), make([]float64, 0, k), make([]int32, 0, k)
+		v.i[a], v.j[a] = make([]int32, 0, k), make([]int32, 0, k)
+		v.rowI[a], v.mass[a] = make([]int32, 0, rows[a]), make([]float64, 0, rows[a]*nd)
+	}
 	for k, b := range val {
 		if err := b.CheckShape(n, u); err != nil {
 			return nil, fmt.Errorf("factor: validation block %d: %w", k, err)
