@@ -112,3 +112,23 @@ func expsAVX2(dst, src *float64, groups int) int
 //
 //go:noescape
 func ruleProbsAVX2(pr, gs, qs, x, cf *float64, off *int32, mass *float64, groups int, c *ruleConsts) int
+
+// useExpAVX512 says whether expsAVX512 may be used: AVX-512F, and FMA
+// with AVX for math.Exp's path that expsAVX512 follows.
+func useExpAVX512() bool { return cpu.X86.HasAVX512F && useExpAVX2() }
+
+// logsAVX512 is logsAVX2 eight lanes at a time (see kernel_amd64.s):
+// dst[q] = math.Log(src[q]) for q < 8·groups, bitwise, stopping before a
+// group with a lane that is zero, negative, infinite or NaN; it returns
+// the number of groups done. It needs AVX-512F and DQ (useLogAVX512).
+//
+//go:noescape
+func logsAVX512(dst, src *float64, groups int) int
+
+// expsAVX512 is expsAVX2 eight lanes at a time (see kernel_amd64.s):
+// dst[q] = math.Exp(src[q]) for q < 8·groups, bitwise, stopping before a
+// group with a lane that math.Exp treats apart; it returns the number of
+// groups done. It needs useExpAVX512.
+//
+//go:noescape
+func expsAVX512(dst, src *float64, groups int) int

@@ -1180,3 +1180,153 @@ rpdone:
 	MOVQ AX, ret+72(FP)
 	VZEROUPPER
 	RET
+
+// func logsAVX512(dst, src *float64, groups int) int
+//
+// logsAVX2 eight lanes at a time (AVX-512F and DQ): for groups of eight
+// x (positive and finite), dst = log(x) by exactly the operations of
+// math.Log's amd64 assembly (archLog), as logSumAVX512 takes them: k =
+// exponent − 0x3FE is converted by VCVTQQ2PD, exactly. It stops before a
+// group with a lane that is zero, negative, infinite or NaN and returns
+// the number of groups done.
+TEXT ·logsAVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ groups+16(FP), CX
+	XORQ AX, AX
+	VPBROADCASTQ logc<>+0x00(SB), Z16 // mantissa
+	VPBROADCASTQ logc<>+0x08(SB), Z17 // 0.5
+	VPBROADCASTQ logc<>+0x10(SB), Z18 // 0x7FF
+	VPBROADCASTQ logc<>+0x18(SB), Z19 // 0x3FE
+	VPXORQ Z20, Z20, Z20
+l8group:
+	CMPQ AX, CX
+	JGE l8done
+	VMOVUPD (SI), Z0
+	// Ordinary lanes: > 0 as an integer (no sign, not zero) and exponent
+	// not 0x7FF.
+	VPSRLQ $52, Z0, Z1
+	VPANDQ Z18, Z1, Z1
+	VPCMPQ $4, Z18, Z1, K1 // exponent != 0x7FF
+	VPCMPGTQ Z20, Z0, K2   // x > 0 as an integer
+	KANDB K2, K1, K1
+	KMOVB K1, BX
+	CMPL BX, $0xFF
+	JNE l8done
+	// f1 = mantissa | 0.5; k = float64(exponent − 0x3FE).
+	VPANDQ Z16, Z0, Z2
+	VPORQ Z17, Z2, Z2
+	VPSUBQ Z19, Z1, Z1
+	VCVTQQ2PD Z1, Z1
+	// if !(sqrt(2)/2 < f1) { k -= 1; f1 *= 2 } else { k -= 0; f1 *= 1 }
+	VBROADCASTSD logc<>+0x20(SB), Z0
+	VCMPPD $5, Z2, Z0, K2
+	VPXORQ Z3, Z3, Z3
+	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
+	VMOVAPD Z4, K2, Z3
+	VSUBPD Z3, Z1, Z1
+	VADDPD Z4, Z3, Z3
+	VMULPD Z3, Z2, Z2
+	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	VMOVUPD Z1, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	INCQ AX
+	JMP l8group
+l8done:
+	MOVQ AX, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func expsAVX512(dst, src *float64, groups int) int
+//
+// expsAVX2 eight lanes at a time (AVX-512F): for groups of eight x,
+// dst = exp(x) by exactly the operations of math.Exp's amd64 assembly on
+// a machine with FMA (archExp's avxfma path), in the same order with the
+// same fused multiply-adds as expsAVX2. It stops before a group with a
+// lane that takes another path of archExp (as expsAVX2) and returns the
+// number of groups done. The caller checks for FMA.
+TEXT ·expsAVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ groups+16(FP), CX
+	XORQ AX, AX
+	VPBROADCASTQ expc<>+0x70(SB), Z12 // largest finite
+	VPBROADCASTQ expc<>+0x78(SB), Z13 // abs mask
+	VPBROADCASTQ expc<>+0x80(SB), Z14 // 0x3FF
+	VPBROADCASTQ expc<>+0x88(SB), Z15 // 0x7FF
+	VBROADCASTSD expc<>+0x60(SB), Z16 // Overflow
+	VBROADCASTSD expc<>+0x48(SB), Z17 // LOG2E
+	VPXORQ Z11, Z11, Z11
+e8group:
+	CMPQ AX, CX
+	JGE e8done
+	VMOVUPD (SI), Z0
+	// finite: |x| as bits <= the largest finite
+	VPANDQ Z13, Z0, Z1
+	VPCMPGTQ Z12, Z1, K1   // not finite
+	VCMPPD $0x1E, Z16, Z0, K2 // GT_OQ: x > Overflow
+	KORB K2, K1, K1
+	// k = round(LOG2E·x) (CVTSD2SL), as int32 and back as float64
+	VMULPD Z0, Z17, Z2
+	VCVTPD2DQ Z2, Y3
+	VCVTDQ2PD Y3, Z2
+	// e = k + 0x3FF must be in (0, 0x7FF)
+	VPMOVSXDQ Y3, Z3
+	VPADDQ Z14, Z3, Z3
+	VPCMPGTQ Z11, Z3, K3 // e > 0
+	VPCMPGTQ Z3, Z15, K4 // 0x7FF > e
+	KANDB K4, K3, K3
+	KMOVB K1, BX
+	KMOVB K3, DX
+	NOTL BX
+	ANDL DX, BX
+	ANDL $0xFF, BX
+	CMPL BX, $0xFF
+	JNE e8done
+	// x −= k·LN2U; x −= k·LN2L (fused); x *= 0.0625
+	VBROADCASTSD expc<>+0x50(SB), Z4
+	VFNMADD231PD Z4, Z2, Z0
+	VBROADCASTSD expc<>+0x58(SB), Z4
+	VFNMADD231PD Z4, Z2, Z0
+	VBROADCASTSD expc<>+0x68(SB), Z4
+	VMULPD Z4, Z0, Z0
+	// Taylor series: p = ((((((c8·x + c7)·x + c6)·x + c5)·x + c4)·x + c3)·x + 0.5)·x + 1
+	VBROADCASTSD expc<>+0x40(SB), Z1
+	VBROADCASTSD expc<>+0x38(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x30(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x28(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x20(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x18(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x00(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x08(SB), Z5 // 1
+	VFMADD213PD Z5, Z0, Z1
+	// x = x·p; three times x = x·(x + 2); then x = x·(x + 2) + 1 (fused)
+	VMULPD Z1, Z0, Z0
+	VBROADCASTSD expc<>+0x10(SB), Z4 // 2
+	VADDPD Z4, Z0, Z1
+	VMULPD Z1, Z0, Z0
+	VADDPD Z4, Z0, Z1
+	VMULPD Z1, Z0, Z0
+	VADDPD Z4, Z0, Z1
+	VMULPD Z1, Z0, Z0
+	VADDPD Z4, Z0, Z1
+	VFMADD213PD Z5, Z1, Z0
+	// times 2^k: e << 52 as bits
+	VPSLLQ $52, Z3, Z3
+	VMULPD Z3, Z0, Z0
+	VMOVUPD Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	INCQ AX
+	JMP e8group
+e8done:
+	MOVQ AX, ret+24(FP)
+	VZEROUPPER
+	RET

@@ -58,3 +58,13 @@ func prefetchIdx(kt, kh *float64, idx *int32, n, mbytes int) {}
 func ruleProbsAVX2(pr, gs, qs, x, cf *float64, off *int32, mass *float64, groups int, c *ruleConsts) int {
 	panic("factor: ruleProbsAVX2 without AVX2")
 }
+
+func useExpAVX512() bool { return false }
+
+func logsAVX512(dst, src *float64, groups int) int {
+	panic("factor: logsAVX512 without AVX-512")
+}
+
+func expsAVX512(dst, src *float64, groups int) int {
+	panic("factor: expsAVX512 without AVX-512")
+}
