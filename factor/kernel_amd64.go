@@ -132,3 +132,36 @@ func logsAVX512(dst, src *float64, groups int) int
 //
 //go:noescape
 func expsAVX512(dst, src *float64, groups int) int
+
+// The kernels of extrapolate in AVX-512F (see kernel_amd64.s, where each
+// is described): n and m positive multiples of 8. Each computes bitwise
+// what the scalar loop it replaces computes (extrapolate's pure-Go path,
+// which runs without AVX-512, with -tags purego, or for m not a multiple
+// of 8).
+
+//go:noescape
+func combineAVX512(out, a0, a1, a2, l0, l1 *float64, n int, c *float64) int
+
+//go:noescape
+func rowMaxSubAVX512(x, a2 *float64, n int)
+
+//go:noescape
+func rowSumDivAVX512(x, a2 *float64, n int)
+
+//go:noescape
+func colMaxAVX512(mx, x, a2 *float64, rows, m int)
+
+//go:noescape
+func colSubAVX512(x, a2, mx *float64, rows, m int)
+
+//go:noescape
+func colSumAVX512(s, x, a2 *float64, rows, m int)
+
+//go:noescape
+func colDivAVX512(x, a2, s *float64, rows, m int)
+
+// useExtrapAVX512 says whether extrapolate's kernels may be used: they
+// take byte masks (AVX-512DQ) and count with POPCNT.
+func useExtrapAVX512() bool {
+	return cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasPOPCNT
+}

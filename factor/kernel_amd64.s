@@ -1330,3 +1330,279 @@ e8done:
 	MOVQ AX, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// The kernels of extrapolate (accel.go) in AVX-512F, eight entries an
+// instruction: each entry's operations are the scalar loop's (VMULPD,
+// VADDPD, VSUBPD, VDIVPD, no FMA), the masks its branches (a2 > 0 is
+// GT_OQ, false on NaN as Go's >; != is NEQ_UQ, true on NaN as Go's !=),
+// and sums keep their order (per lane in row order across rows; along a
+// row one VADDSD after another), so every value is bitwise the loop's.
+// Lengths n and m are positive multiples of 8.
+
+// func combineAVX512(out, a0, a1, a2, l0, l1 *float64, n int, c *float64) int
+//
+// For q < n, where a2 > 0 and (a0 != a2 or a1 != a2):
+// out = (c[0]·l0 + c[1]·l1) + c[2]·out, each product rounded. It
+// returns the number of q with a0 != a2 or a1 != a2 (whatever a2).
+TEXT ·combineAVX512(SB), NOSPLIT, $0-72
+	MOVQ out+0(FP), DI
+	MOVQ a0+8(FP), R8
+	MOVQ a1+16(FP), R9
+	MOVQ a2+24(FP), R10
+	MOVQ l0+32(FP), R11
+	MOVQ l1+40(FP), R12
+	MOVQ n+48(FP), CX
+	MOVQ c+56(FP), DX
+	VBROADCASTSD 0(DX), Z20
+	VBROADCASTSD 8(DX), Z21
+	VBROADCASTSD 16(DX), Z22
+	VPXORQ Z23, Z23, Z23
+	XORQ AX, AX
+	XORQ BX, BX
+cmbgroup:
+	CMPQ AX, CX
+	JGE cmbdone
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $4, (R8)(AX*8), Z2, K1 // a2 != a0
+	VCMPPD $4, (R9)(AX*8), Z2, K2 // a2 != a1
+	KORB K2, K1, K1
+	KMOVB K1, R13
+	POPCNTL R13, R13
+	ADDQ R13, BX
+	VCMPPD $0x1E, Z23, Z2, K2 // a2 > 0
+	KANDB K2, K1, K1
+	VMULPD (R11)(AX*8), Z20, Z0
+	VMULPD (R12)(AX*8), Z21, Z1
+	VADDPD Z1, Z0, Z0
+	VMULPD (DI)(AX*8), Z22, Z1
+	VADDPD Z1, Z0, Z0
+	VMOVUPD Z0, K1, (DI)(AX*8)
+	ADDQ $8, AX
+	JMP cmbgroup
+cmbdone:
+	MOVQ BX, ret+64(FP)
+	VZEROUPPER
+	RET
+
+// func rowMaxSubAVX512(x, a2 *float64, n int)
+//
+// One row: mx = the maximum of x over the entries with a2 > 0 (−Inf if
+// none), then x = x − mx there and 0 elsewhere. A maximum is the same in
+// any order but for the sign of a zero one, and x − (±0) differs only
+// in the sign of a zero, which the exponential that follows (exp(±0) =
+// 1) does not see. A NaN x (which Go's max would propagate into mx and
+// VMAXPD need not) makes its own entry NaN and through the row's sum
+// every entry of the row with a2 > 0, as Go's NaN maximum does.
+TEXT ·rowMaxSubAVX512(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ a2+8(FP), R10
+	MOVQ n+16(FP), CX
+	VPXORQ Z23, Z23, Z23
+	VBROADCASTSD rmsninf<>(SB), Z1
+	XORQ AX, AX
+rmsmax:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1 // a2 > 0
+	VMAXPD (SI)(AX*8), Z1, K1, Z1
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT rmsmax
+	VEXTRACTF64X4 $1, Z1, Y2
+	VMAXPD Y2, Y1, Y1
+	VEXTRACTF128 $1, Y1, X2
+	VMAXPD X2, X1, X1
+	VPERMILPD $1, X1, X2
+	VMAXPD X2, X1, X1
+	VBROADCASTSD X1, Z1
+	XORQ AX, AX
+rmssub:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD (SI)(AX*8), Z0
+	VSUBPD.Z Z1, Z0, K1, Z0
+	VMOVUPD Z0, (SI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT rmssub
+	VZEROUPPER
+	RET
+
+DATA rmsninf<>+0(SB)/8, $0xFFF0000000000000 // −Inf
+GLOBL rmsninf<>(SB), RODATA|NOPTR, $8
+
+// func rowSumDivAVX512(x, a2 *float64, n int)
+//
+// One row: x = 0 where !(a2 > 0); s = the sum of the other x in order
+// (from 0; adding a 0 for the entries set to 0 leaves every s, never −0,
+// as it is); then x = max(x/s, EntryFloor) where a2 > 0 (VMAXPD with the
+// quotient second: a NaN quotient stays, as Go's max).
+TEXT ·rowSumDivAVX512(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ a2+8(FP), R10
+	MOVQ n+16(FP), CX
+	VPXORQ Z23, Z23, Z23
+	VXORPD X5, X5, X5
+	XORQ AX, AX
+rsdsum:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD.Z (SI)(AX*8), K1, Z0
+	VMOVUPD Z0, (SI)(AX*8)
+	VADDSD 0(SI)(AX*8), X5, X5
+	VADDSD 8(SI)(AX*8), X5, X5
+	VADDSD 16(SI)(AX*8), X5, X5
+	VADDSD 24(SI)(AX*8), X5, X5
+	VADDSD 32(SI)(AX*8), X5, X5
+	VADDSD 40(SI)(AX*8), X5, X5
+	VADDSD 48(SI)(AX*8), X5, X5
+	VADDSD 56(SI)(AX*8), X5, X5
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT rsdsum
+	VBROADCASTSD X5, Z5
+	VBROADCASTSD commitfloor<>(SB), Z6
+	XORQ AX, AX
+rsddiv:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD (SI)(AX*8), Z0
+	VDIVPD Z5, Z0, Z0
+	VMAXPD Z0, Z6, Z0
+	VMOVUPD Z0, K1, (SI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT rsddiv
+	VZEROUPPER
+	RET
+
+// func colMaxAVX512(mx, x, a2 *float64, rows, m int)
+//
+// For rows rows of m entries: mx[l] = max(mx[l], x) over the entries of
+// column l with a2 > 0 (the sign of a zero maximum and a NaN x aside, as
+// rowMaxSubAVX512: a NaN x makes every entry of its column with a2 > 0
+// NaN through the column's sum).
+TEXT ·colMaxAVX512(SB), NOSPLIT, $0-40
+	MOVQ mx+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ a2+16(FP), R10
+	MOVQ rows+24(FP), CX
+	MOVQ m+32(FP), DX
+	VPXORQ Z23, Z23, Z23
+	TESTQ CX, CX
+	JLE cmxdone
+cmxrow:
+	XORQ AX, AX
+cmxgroup:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD (DI)(AX*8), Z1
+	VMAXPD (SI)(AX*8), Z1, K1, Z1
+	VMOVUPD Z1, (DI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT cmxgroup
+	LEAQ (SI)(DX*8), SI
+	LEAQ (R10)(DX*8), R10
+	DECQ CX
+	JNZ cmxrow
+cmxdone:
+	VZEROUPPER
+	RET
+
+// func colSubAVX512(x, a2, mx *float64, rows, m int)
+//
+// For rows rows of m entries: x = x − mx[l] where a2 > 0, else 0.
+TEXT ·colSubAVX512(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ a2+8(FP), R10
+	MOVQ mx+16(FP), DI
+	MOVQ rows+24(FP), CX
+	MOVQ m+32(FP), DX
+	VPXORQ Z23, Z23, Z23
+	TESTQ CX, CX
+	JLE csbdone
+csbrow:
+	XORQ AX, AX
+csbgroup:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD (SI)(AX*8), Z0
+	VSUBPD.Z (DI)(AX*8), Z0, K1, Z0
+	VMOVUPD Z0, (SI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT csbgroup
+	LEAQ (SI)(DX*8), SI
+	LEAQ (R10)(DX*8), R10
+	DECQ CX
+	JNZ csbrow
+csbdone:
+	VZEROUPPER
+	RET
+
+// func colSumAVX512(s, x, a2 *float64, rows, m int)
+//
+// For rows rows of m entries, in row order: s[l] += x where a2 > 0, else
+// x = 0.
+TEXT ·colSumAVX512(SB), NOSPLIT, $0-40
+	MOVQ s+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ a2+16(FP), R10
+	MOVQ rows+24(FP), CX
+	MOVQ m+32(FP), DX
+	VPXORQ Z23, Z23, Z23
+	TESTQ CX, CX
+	JLE csmdone
+csmrow:
+	XORQ AX, AX
+csmgroup:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD.Z (SI)(AX*8), K1, Z0
+	VMOVUPD Z0, (SI)(AX*8)
+	VMOVUPD (DI)(AX*8), Z1
+	VADDPD Z0, Z1, K1, Z1
+	VMOVUPD Z1, (DI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT csmgroup
+	LEAQ (SI)(DX*8), SI
+	LEAQ (R10)(DX*8), R10
+	DECQ CX
+	JNZ csmrow
+csmdone:
+	VZEROUPPER
+	RET
+
+// func colDivAVX512(x, a2, s *float64, rows, m int)
+//
+// For rows rows of m entries: x = max(x/s[l], EntryFloor) where a2 > 0.
+TEXT ·colDivAVX512(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ a2+8(FP), R10
+	MOVQ s+16(FP), DI
+	MOVQ rows+24(FP), CX
+	MOVQ m+32(FP), DX
+	VPXORQ Z23, Z23, Z23
+	VBROADCASTSD commitfloor<>(SB), Z6
+	TESTQ CX, CX
+	JLE cdvdone
+cdvrow:
+	XORQ AX, AX
+cdvgroup:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD (SI)(AX*8), Z0
+	VDIVPD (DI)(AX*8), Z0, Z0
+	VMAXPD Z0, Z6, Z0
+	VMOVUPD Z0, K1, (SI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT cdvgroup
+	LEAQ (SI)(DX*8), SI
+	LEAQ (R10)(DX*8), R10
+	DECQ CX
+	JNZ cdvrow
+cdvdone:
+	VZEROUPPER
+	RET

@@ -68,3 +68,23 @@ func logsAVX512(dst, src *float64, groups int) int {
 func expsAVX512(dst, src *float64, groups int) int {
 	panic("factor: expsAVX512 without AVX-512")
 }
+
+func combineAVX512(out, a0, a1, a2, l0, l1 *float64, n int, c *float64) int {
+	panic("factor: combineAVX512 without AVX-512")
+}
+
+func rowMaxSubAVX512(x, a2 *float64, n int) { panic("factor: rowMaxSubAVX512 without AVX-512") }
+
+func rowSumDivAVX512(x, a2 *float64, n int) { panic("factor: rowSumDivAVX512 without AVX-512") }
+
+func colMaxAVX512(mx, x, a2 *float64, rows, m int) {
+	panic("factor: colMaxAVX512 without AVX-512")
+}
+
+func colSubAVX512(x, a2, mx *float64, rows, m int) { panic("factor: colSubAVX512 without AVX-512") }
+
+func colSumAVX512(s, x, a2 *float64, rows, m int) { panic("factor: colSumAVX512 without AVX-512") }
+
+func colDivAVX512(x, a2, s *float64, rows, m int) { panic("factor: colDivAVX512 without AVX-512") }
+
+func useExtrapAVX512() bool { return false }

@@ -1,0 +1,119 @@
+package factor
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// extrapPoints returns three points x0, x1, x2 of an n×m model with u
+// actions, the entries of every kind extrapolate meets and some it
+// should not: rows equal in all three (no data), zeros of x2 (zero or
+// not in x0 and x1), entries equal in all three inside rows that differ,
+// ties of the maximum, −0, a NaN (in a D row and a K column), and
+// values whose proposal under- or overflows exp's range at large t.
+func extrapPoints(n, m, u int, seed uint64) (x0, x1, x2 *Model) {
+	r := rand.New(rand.NewPCG(seed, 3))
+	x0 = NewRandom(n, m, u, TieNone, seed)
+	x1, x2 = NewRandom(n, m, u, TieNone, seed+1), NewRandom(n, m, u, TieNone, seed+2)
+	parts := func(md *Model) [][]float64 { return append(append([][]float64(nil), md.D...), md.KT...) }
+	p0, p1, p2 := parts(x0), parts(x1), parts(x2)
+	for b := range p0 {
+		a0, a1, a2 := p0[b], p1[b], p2[b]
+		for q := range a0 {
+			switch r.IntN(40) {
+			case 0:
+				a2[q] = 0
+			case 1:
+				a0[q], a1[q], a2[q] = 0, 0, 0
+			case 2:
+				a0[q], a1[q] = a2[q], a2[q]
+			case 3:
+				a2[q] = 1e-300 // log far below the rest: exp underflows at large t
+			case 4:
+				a0[q] = 1e-300
+			case 5:
+				a2[q] = math.Copysign(0, -1)
+			case 6:
+				a2[q] = a2[q^1] // ties
+			}
+		}
+		for i := range n {
+			if r.IntN(10) == 0 { // a row equal in all three
+				copy(a0[i*m:i*m+m], a2[i*m:i*m+m])
+				copy(a1[i*m:i*m+m], a2[i*m:i*m+m])
+			}
+		}
+	}
+	// NaNs of x2 (masked out) and of x0 and x1 (a NaN proposal entry),
+	// +Inf in x0 (an infinite maximum: NaN after its subtraction), a
+	// negative x2 (a NaN logarithm, masked out).
+	x2.D[0][5*m+3] = math.NaN()
+	x1.KT[0][7*m+2] = math.NaN()
+	x0.D[0][9*m+1] = math.NaN()
+	x0.KT[0][11*m+4] = math.NaN()
+	x0.D[0][13*m+6] = math.Inf(1)
+	x0.KT[0][15*m+5] = math.Inf(1)
+	x2.D[0][17*m+2], x2.KT[0][19*m+1] = -0.5, -0.5
+	x2.KT[0][21*m+7] = math.NaN()
+	// Masked-out NaN logarithms last in their row and in their column.
+	x2.D[0][23*m+m-1], x2.KT[0][(n-1)*m+1] = -0.5, -0.5
+	return x0, x1, x2
+}
+
+// sameModelBits reports the first entry where a and b differ in bits
+// (NaNs of any payload alike), or "".
+func sameModelBits(a, b *Model) (string, bool) {
+	for bl := range a.D {
+		for q := range a.D[bl] {
+			if !sameFloat(a.D[bl][q], b.D[bl][q]) {
+				return "D", false
+			}
+		}
+	}
+	for bl := range a.KT {
+		for q := range a.KT[bl] {
+			if !sameFloat(a.KT[bl][q], b.KT[bl][q]) {
+				return "KT", false
+			}
+		}
+	}
+	return "", true
+}
+
+// TestExtrapolateKernelsBitwise: extrapolate with the AVX-512 kernels is
+// bitwise its scalar loops, on points with every kind of entry (see
+// extrapPoints), for several step lengths, with and without the
+// prior's logarithms, on 1 and 3 goroutines, for m a multiple of 8 and
+// not (the scalar loops both sides).
+func TestExtrapolateKernelsBitwise(t *testing.T) {
+	if !useExtrapAVX512() {
+		t.Log("no AVX-512 on this machine (or -tags purego): the scalar loops on both sides")
+	}
+	for _, c := range []struct{ n, m, u int }{{700, 32, 2}, {1100, 8, 1}, {300, 24, 3}, {200, 12, 1}} {
+		x0, x1, x2 := extrapPoints(c.n, c.m, c.u, uint64(c.n))
+		p := &Prior{D: 0.5, K: 20}
+		lg0, lg1 := p.newExtrapLogs(x0), p.newExtrapLogs(x1)
+		for b := range x0.D {
+			logAll(lg0.D[b], x0.D[b])
+			logAll(lg1.D[b], x1.D[b])
+		}
+		for b := range x0.KT {
+			logAll(lg0.KT[b], x0.KT[b])
+			logAll(lg1.KT[b], x1.KT[b])
+		}
+		for _, step := range []float64{1.5, 4, 300, 3e5} {
+			for _, workers := range []int{1, 3} {
+				for _, lg := range [][2]*extrapLogs{{nil, nil}, {lg0, lg1}} {
+					want, got := x0.Clone(), x0.Clone()
+					extrap(want, x0, x1, x2, step, workers, lg[0], lg[1], false)
+					extrap(got, x0, x1, x2, step, workers, lg[0], lg[1], true)
+					if part, ok := sameModelBits(got, want); !ok {
+						t.Fatalf("n=%d m=%d u=%d t=%v workers=%d logs=%v: %s differs from the scalar loops'",
+							c.n, c.m, c.u, step, workers, lg[0] != nil, part)
+					}
+				}
+			}
+		}
+	}
+}
