@@ -1,6 +1,7 @@
 package factor
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -111,6 +112,45 @@ func TestExtrapolateKernelsBitwise(t *testing.T) {
 					if part, ok := sameModelBits(got, want); !ok {
 						t.Fatalf("n=%d m=%d u=%d t=%v workers=%d logs=%v: %s differs from the scalar loops'",
 							c.n, c.m, c.u, step, workers, lg[0] != nil, part)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMapCommitKernelsBitwise: mapCommit with the AVX-512 kernels is
+// bitwise its scalar loops, in place and into another model, on data
+// with rows without data and columns whose denominator y + K is 0 or
+// negative (kept), on 1 and 3 goroutines, for m a multiple of 8 and not.
+func TestMapCommitKernelsBitwise(t *testing.T) {
+	if !useAVX512() {
+		t.Log("no AVX-512 on this machine (or -tags purego): the scalar loops on both sides")
+	}
+	for _, m := range []int{8, 32, 12} {
+		for _, p := range []*Prior{{D: 0.5, K: 20}, {D: 0.5}, {K: 20}} {
+			for _, w := range []int{1, 3} {
+				src, blocks := holeyData(chunkRows+700, 2, m, uint64(m))
+				acc := NewAccumulator(src)
+				if err := Pass(context.Background(), src, blocks, acc, 1, true); err != nil {
+					t.Fatal(err)
+				}
+				for b := range acc.Y {
+					acc.Y[b][1], acc.Y[b][2] = -p.K, -p.K-1
+				}
+				q := priorQ(src, blocks)
+				for _, carry := range []bool{false, true} {
+					want, got := src.Clone(), src.Clone()
+					from := [2]*Model{want, got}
+					if carry {
+						want, _ = holeyData(chunkRows+700, 2, m, 9)
+						got = want.Clone()
+						from = [2]*Model{src, src}
+					}
+					mapCommitWith(want, from[0], acc, p, q, 0, w, false)
+					mapCommitWith(got, from[1], acc, p, q, 0, w, true)
+					if part, ok := sameModelBits(got, want); !ok {
+						t.Fatalf("m=%d prior %+v workers %d carry %v: %s differs from the scalar loops'", m, p, w, carry, part)
 					}
 				}
 			}

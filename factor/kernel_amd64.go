@@ -165,3 +165,12 @@ func colDivAVX512(x, a2, s *float64, rows, m int)
 func useExtrapAVX512() bool {
 	return cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasPOPCNT
 }
+
+// divRowAVX512 and mapKAVX512 are mapCommit's loops in AVX-512F (see
+// kernel_amd64.s), bitwise.
+
+//go:noescape
+func divRowAVX512(row, h *float64, n int, add, s float64)
+
+//go:noescape
+func mapKAVX512(kt, kh, base, den, q *float64, rows, m int, pk float64)

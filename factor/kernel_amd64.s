@@ -1606,3 +1606,67 @@ cdvgroup:
 cdvdone:
 	VZEROUPPER
 	RET
+
+// func divRowAVX512(row, h *float64, n int, add, s float64)
+//
+// mapCommit's row of D (prior.go): row = (h + add)/s for n entries, n a
+// positive multiple of 8, the scalar loop's VADDPD and VDIVPD.
+TEXT ·divRowAVX512(SB), NOSPLIT, $0-40
+	MOVQ row+0(FP), DI
+	MOVQ h+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSD add+24(FP), Z5
+	VBROADCASTSD s+32(FP), Z6
+	XORQ AX, AX
+drgroup:
+	VADDPD (SI)(AX*8), Z5, Z0
+	VDIVPD Z6, Z0, Z0
+	VMOVUPD Z0, (DI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT drgroup
+	VZEROUPPER
+	RET
+
+// func mapKAVX512(kt, kh, base, den, q *float64, rows, m int, pk float64)
+//
+// mapCommit's rows of K^T (prior.go), rows rows of m entries, m a
+// positive multiple of 8: with sq = pk·q[j] for row j, kt = (kh + sq)/den
+// where den > 0, else base (the old rows when the commit carries, kt
+// itself when in place); den holds y + K per column.
+TEXT ·mapKAVX512(SB), NOSPLIT, $0-64
+	MOVQ kt+0(FP), DI
+	MOVQ kh+8(FP), SI
+	MOVQ base+16(FP), R8
+	MOVQ den+24(FP), R9
+	MOVQ q+32(FP), R10
+	MOVQ rows+40(FP), CX
+	MOVQ m+48(FP), DX
+	VMOVSD pk+56(FP), X7
+	VPXORQ Z23, Z23, Z23
+	TESTQ CX, CX
+	JLE mkdone
+mkrow:
+	VMULSD (R10), X7, X4
+	VBROADCASTSD X4, Z4
+	XORQ AX, AX
+mkgroup:
+	VMOVUPD (R9)(AX*8), Z1
+	VCMPPD $0x1E, Z23, Z1, K1 // den > 0
+	VADDPD (SI)(AX*8), Z4, Z0
+	VDIVPD Z1, Z0, Z0
+	VMOVUPD (R8)(AX*8), Z2
+	VMOVAPD Z0, K1, Z2
+	VMOVUPD Z2, (DI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT mkgroup
+	LEAQ (DI)(DX*8), DI
+	LEAQ (SI)(DX*8), SI
+	LEAQ (R8)(DX*8), R8
+	ADDQ $8, R10
+	DECQ CX
+	JNZ mkrow
+mkdone:
+	VZEROUPPER
+	RET

@@ -88,3 +88,11 @@ func colSumAVX512(s, x, a2 *float64, rows, m int) { panic("factor: colSumAVX512 
 func colDivAVX512(x, a2, s *float64, rows, m int) { panic("factor: colDivAVX512 without AVX-512") }
 
 func useExtrapAVX512() bool { return false }
+
+func divRowAVX512(row, h *float64, n int, add, s float64) {
+	panic("factor: divRowAVX512 without AVX-512")
+}
+
+func mapKAVX512(kt, kh, base, den, q *float64, rows, m int, pk float64) {
+	panic("factor: mapKAVX512 without AVX-512")
+}

@@ -63,7 +63,16 @@ func priorQ(md *Model, blocks []*Block) [][]float64 {
 // dst is bitwise what copying src into it and committing in place
 // writes.
 func mapCommit(dst, src *Model, a *Accumulator, p *Prior, q [][]float64, dataTerm float64, workers int) {
+	mapCommitWith(dst, src, a, p, q, dataTerm, workers, useAVX512())
+}
+
+// mapCommitWith is mapCommit, with the AVX-512 kernels (divRowAVX512,
+// mapKAVX512: eight divisions an instruction, about 2x cheaper at the
+// size of BenchmarkSquaremCycle) where kernels and m is a multiple of 8,
+// else the scalar loops: bitwise the same (a test compares them).
+func mapCommitWith(dst, src *Model, a *Accumulator, p *Prior, q [][]float64, dataTerm float64, workers int, kernels bool) {
 	n, m := dst.N, dst.M
+	vec := kernels && m%8 == 0
 	if n*m < commitParallelMin {
 		workers = 1
 	}
@@ -87,6 +96,10 @@ func mapCommit(dst, src *Model, a *Accumulator, p *Prior, q [][]float64, dataTer
 						continue
 					}
 					s := x[i] + den
+					if vec {
+						divRowAVX512(&row[0], &h[0], m, p.D, s)
+						continue
+					}
 					for l := range row {
 						row[l] = (h[l] + p.D) / s
 					}
@@ -97,6 +110,24 @@ func mapCommit(dst, src *Model, a *Accumulator, p *Prior, q [][]float64, dataTer
 				var old []float64
 				if carry {
 					old = src.KT[b]
+				}
+				if vec && hi > lo {
+					// y + K per column, as the loop below adds it.
+					var dens [64]float64
+					den := dens[:0]
+					if m > len(dens) {
+						den = make([]float64, m)
+					}
+					den = den[:m]
+					for l := range den {
+						den[l] = y[l] + p.K
+					}
+					base := kt
+					if carry {
+						base = old
+					}
+					mapKAVX512(&kt[lo*m], &kh[lo*m], &base[lo*m], &den[0], &qb[lo], hi-lo, m, p.K)
+					continue
 				}
 				for j := lo; j < hi; j++ {
 					sq := float64(p.K * qb[j])
