@@ -157,3 +157,90 @@ func TestMapCommitKernelsBitwise(t *testing.T) {
 		}
 	}
 }
+
+// TestPenaltyKernelsBitwise: the prior's penalty with its logarithms
+// taken by logRowSumAVX512 is bitwise the scalar loops' (and Penalty's),
+// the logarithms too, on models with rows holding zeros, subnormals,
+// and the other values math.Log takes apart, for m a multiple of 8 and
+// not, with each part of the prior alone.
+func TestPenaltyKernelsBitwise(t *testing.T) {
+	if !useLogAVX512() {
+		t.Log("no AVX-512 on this machine (or -tags purego): the scalar loops on both sides")
+	}
+	if useLogAVX512() {
+		// The kernel itself takes ordinary rows (else every row would
+		// pass to the scalar loop and the test would prove nothing).
+		x := make([]float64, 3*8)
+		for k := range x {
+			x[k] = 0.25 + float64(k)
+		}
+		x[2*8+5] = 0
+		tot := 0.0
+		if got := logRowSumAVX512(&make([]float64, len(x))[0], &x[0], nil, 3, 8, &tot); got != 2 {
+			t.Fatalf("logRowSumAVX512 did %d rows of 3 (the third holds a 0), want 2", got)
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, c := range []struct {
+		n, m, u int
+		apart   bool // entries math.Log takes apart (the penalty not finite)
+	}{{900, 32, 3, false}, {900, 32, 3, true}, {700, 8, 1, false}, {700, 8, 1, true}, {300, 12, 2, false}} {
+		md := NewRandom(c.n, c.m, c.u, TieNone, 3)
+		for _, part := range append(append([][]float64(nil), md.D...), md.KT...) {
+			for q := range part {
+				k := r.IntN(60)
+				if !c.apart && k < 5 {
+					k = 1 + 4*(k%2) // a subnormal or 1
+				}
+				switch k {
+				case 0:
+					part[q] = 0
+				case 1:
+					part[q] = 1e-310
+				case 2:
+					part[q] = math.Inf(1)
+				case 3:
+					part[q] = math.NaN()
+				case 4:
+					part[q] = -part[q]
+				case 5:
+					part[q] = 1
+				}
+			}
+		}
+		q := make([][]float64, len(md.KT))
+		for b := range q {
+			q[b] = make([]float64, c.n)
+			for j := range q[b] {
+				q[b][j] = r.Float64()
+			}
+		}
+		for _, p := range []*Prior{{D: 0.5, K: 20}, {D: 0.5}, {K: 20}} {
+			for _, w := range []int{1, 2, 5} {
+				lw, lg := p.newExtrapLogs(md), p.newExtrapLogs(md)
+				want := p.penaltyLogsWith(md, q, lw, w, false)
+				got := p.penaltyLogsWith(md, q, lg, w, true)
+				if finite := !math.IsInf(want, 0) && !math.IsNaN(want); finite == c.apart {
+					t.Fatalf("n=%d m=%d: penalty %v: the test's entries are not what it means", c.n, c.m, want)
+				}
+				if !sameFloat(got, want) || !sameFloat(p.Penalty(md, q), want) {
+					t.Fatalf("n=%d m=%d prior %+v workers %d: penalty %v, the scalar loops give %v", c.n, c.m, p, w, got, want)
+				}
+				for b := range lw.D {
+					for k := range lw.D[b] {
+						if !sameFloat(lg.D[b][k], lw.D[b][k]) {
+							t.Fatalf("n=%d m=%d prior %+v: log D differs", c.n, c.m, p)
+						}
+					}
+				}
+				for b := range lw.KT {
+					for k := range lw.KT[b] {
+						if !sameFloat(lg.KT[b][k], lw.KT[b][k]) {
+							t.Fatalf("n=%d m=%d prior %+v: log KT differs", c.n, c.m, p)
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -174,3 +174,10 @@ func divRowAVX512(row, h *float64, n int, add, s float64)
 
 //go:noescape
 func mapKAVX512(kt, kh, base, den, q *float64, rows, m int, pk float64)
+
+// logRowSumAVX512 is penaltyLogs' logarithms and sum over rows of a
+// block in AVX-512F and DQ (see kernel_amd64.s), bitwise; it stops
+// before a row with a special entry and returns the number of rows done.
+//
+//go:noescape
+func logRowSumAVX512(dst, src, q *float64, rows, m int, t *float64) int

@@ -1670,3 +1670,105 @@ mkgroup:
 mkdone:
 	VZEROUPPER
 	RET
+
+// func logRowSumAVX512(dst, src, q *float64, rows, m int, t *float64) int
+//
+// The prior's penalty (penaltyLogs, prior.go) over rows of m entries, m a
+// positive multiple of 8: dst = log(src) as logsAVX512 takes it, and with
+// q nil *t += each logarithm in order (a block of D), else per row j
+// *t += q[j]·x with x the row's logarithms added in order from 0 (a block
+// of K^T): the sum's additions one after another, as the scalar loop's,
+// which run beside the logarithms of the rows that follow. It stops
+// before a row with an entry that is zero, negative, infinite or NaN
+// and returns the number of rows done.
+TEXT ·logRowSumAVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ q+16(FP), R10
+	MOVQ rows+24(FP), CX
+	MOVQ m+32(FP), DX
+	MOVQ t+40(FP), R11
+	VMOVSD (R11), X20
+	VPBROADCASTQ logc<>+0x00(SB), Z16 // mantissa
+	VPBROADCASTQ logc<>+0x08(SB), Z17 // 0.5
+	VPBROADCASTQ logc<>+0x10(SB), Z18 // 0x7FF
+	VPBROADCASTQ logc<>+0x18(SB), Z19 // 0x3FE
+	VPXORQ Z22, Z22, Z22
+	XORQ R12, R12
+lrrow:
+	CMPQ R12, CX
+	JGE lrdone
+	// The row's entries are all ordinary, or the row is left to the caller.
+	XORQ AX, AX
+lrcheck:
+	VMOVUPD (SI)(AX*8), Z0
+	VPSRLQ $52, Z0, Z1
+	VPANDQ Z18, Z1, Z1
+	VPCMPQ $4, Z18, Z1, K1
+	VPCMPGTQ Z22, Z0, K2
+	KANDB K2, K1, K1
+	KMOVB K1, BX
+	CMPL BX, $0xFF
+	JNE lrdone
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT lrcheck
+	VXORPD X21, X21, X21 // x = 0
+	XORQ AX, AX
+lrgroup:
+	VMOVUPD (SI)(AX*8), Z0
+	VPSRLQ $52, Z0, Z1
+	VPANDQ Z18, Z1, Z1
+	VPANDQ Z16, Z0, Z2
+	VPORQ Z17, Z2, Z2
+	VPSUBQ Z19, Z1, Z1
+	VCVTQQ2PD Z1, Z1
+	VBROADCASTSD logc<>+0x20(SB), Z0
+	VCMPPD $5, Z2, Z0, K2
+	VPXORQ Z3, Z3, Z3
+	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
+	VMOVAPD Z4, K2, Z3
+	VSUBPD Z3, Z1, Z1
+	VADDPD Z4, Z3, Z3
+	VMULPD Z3, Z2, Z2
+	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	VMOVUPD Z1, (DI)(AX*8)
+	TESTQ R10, R10
+	JZ lrd
+	VADDSD 0(DI)(AX*8), X21, X21
+	VADDSD 8(DI)(AX*8), X21, X21
+	VADDSD 16(DI)(AX*8), X21, X21
+	VADDSD 24(DI)(AX*8), X21, X21
+	VADDSD 32(DI)(AX*8), X21, X21
+	VADDSD 40(DI)(AX*8), X21, X21
+	VADDSD 48(DI)(AX*8), X21, X21
+	VADDSD 56(DI)(AX*8), X21, X21
+	JMP lrnext
+lrd:
+	VADDSD 0(DI)(AX*8), X20, X20
+	VADDSD 8(DI)(AX*8), X20, X20
+	VADDSD 16(DI)(AX*8), X20, X20
+	VADDSD 24(DI)(AX*8), X20, X20
+	VADDSD 32(DI)(AX*8), X20, X20
+	VADDSD 40(DI)(AX*8), X20, X20
+	VADDSD 48(DI)(AX*8), X20, X20
+	VADDSD 56(DI)(AX*8), X20, X20
+lrnext:
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT lrgroup
+	TESTQ R10, R10
+	JZ lrrowdone
+	VMULSD (R10), X21, X21
+	VADDSD X21, X20, X20
+	ADDQ $8, R10
+lrrowdone:
+	LEAQ (SI)(DX*8), SI
+	LEAQ (DI)(DX*8), DI
+	INCQ R12
+	JMP lrrow
+lrdone:
+	VMOVSD X20, (R11)
+	MOVQ R12, ret+48(FP)
+	VZEROUPPER
+	RET

@@ -96,3 +96,7 @@ func divRowAVX512(row, h *float64, n int, add, s float64) {
 func mapKAVX512(kt, kh, base, den, q *float64, rows, m int, pk float64) {
 	panic("factor: mapKAVX512 without AVX-512")
 }
+
+func logRowSumAVX512(dst, src, q *float64, rows, m int, t *float64) int {
+	panic("factor: logRowSumAVX512 without AVX-512")
+}
