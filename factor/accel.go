@@ -233,6 +233,13 @@ func (s blockRows) task(k int) (b, lo, hi int) {
 // workers goroutines) folded in order, block by block, D's before K's:
 // the same for any workers. It returns 1 when v is 0.
 func squaremLength(x0, x1, x2 *Model, workers int) float64 {
+	return squaremLengthWith(x0, x1, x2, workers, useAVX512())
+}
+
+// squaremLengthWith is squaremLength, with kernels the sums of each
+// piece's entries but the last few (fewer than 8) by lengthSumsAVX512:
+// the same additions in the same order (a test compares them).
+func squaremLengthWith(x0, x1, x2 *Model, workers int, kernels bool) float64 {
 	n, m := x0.N, x0.M
 	parts := func(md *Model) [][]float64 { return slices.Concat(md.D, md.KT) }
 	a0, a1, a2 := parts(x0), parts(x1), parts(x2)
@@ -242,7 +249,14 @@ func squaremLength(x0, x1, x2 *Model, workers int) float64 {
 		b, lo, hi := sp.task(k)
 		a0, a1, a2 := a0[b], a1[b], a2[b]
 		var r2, v2 float64
-		for q := lo * m; q < hi*m; q++ {
+		q := lo * m
+		if vec := (hi*m - q) &^ 7; kernels && vec > 0 {
+			sums := [2]float64{}
+			lengthSumsAVX512(&a0[q], &a1[q], &a2[q], vec, &sums[0])
+			r2, v2 = sums[0], sums[1]
+			q += vec
+		}
+		for ; q < hi*m; q++ {
 			r := a1[q] - a0[q]
 			v := float64(a2[q]-2*a1[q]) + a0[q]
 			r2 += float64(r * r)

@@ -244,3 +244,34 @@ func TestPenaltyKernelsBitwise(t *testing.T) {
 		}
 	}
 }
+
+// TestSquaremLengthKernelsBitwise: squaremLength with lengthSumsAVX512
+// is bitwise its scalar loop, for pieces whose entries are and are not a
+// multiple of 8, on 1 and 3 goroutines, over more than one piece.
+func TestSquaremLengthKernelsBitwise(t *testing.T) {
+	if !useAVX512() {
+		t.Log("no AVX-512 on this machine (or -tags purego): the scalar loop on both sides")
+	}
+	for _, c := range []struct{ n, m, u int }{{700, 32, 3}, {chunkRows + 301, 8, 1}, {301, 3, 2}} {
+		x0, x1, x2 := extrapPoints(c.n, c.m, c.u, 7)
+		for _, md := range []*Model{x0, x1, x2} {
+			for _, part := range append(append([][]float64(nil), md.D...), md.KT...) {
+				for q, v := range part {
+					if math.IsNaN(v) || math.IsInf(v, 0) {
+						part[q] = 0.5 // no NaN: a sum that can differ
+					}
+				}
+			}
+		}
+		for _, w := range []int{1, 3} {
+			want := squaremLengthWith(x0, x1, x2, w, false)
+			got := squaremLengthWith(x0, x1, x2, w, true)
+			if math.IsNaN(want) || math.IsInf(want, 0) {
+				t.Fatalf("n=%d m=%d: length %v: the test's points are not what it means", c.n, c.m, want)
+			}
+			if got != want {
+				t.Fatalf("n=%d m=%d workers %d: length %v, the scalar loop gives %v", c.n, c.m, w, got, want)
+			}
+		}
+	}
+}

@@ -181,3 +181,9 @@ func mapKAVX512(kt, kh, base, den, q *float64, rows, m int, pk float64)
 //
 //go:noescape
 func logRowSumAVX512(dst, src, q *float64, rows, m int, t *float64) int
+
+// lengthSumsAVX512 is squaremLength's loop in AVX-512F (see
+// kernel_amd64.s), bitwise.
+//
+//go:noescape
+func lengthSumsAVX512(a0, a1, a2 *float64, n int, sums *float64)

@@ -1772,3 +1772,67 @@ lrdone:
 	MOVQ R12, ret+48(FP)
 	VZEROUPPER
 	RET
+
+// func lengthSumsAVX512(a0, a1, a2 *float64, n int, sums *float64)
+//
+// squaremLength's sums (accel.go) over n entries, n a positive multiple
+// of 8: with r = a1 − a0 and v = (a2 − 2·a1) + a0 per entry (2·a1 as
+// a1 + a1, exact), sums[0] += r·r and sums[1] += v·v entry after entry
+// in order, the two chains of additions side by side.
+TEXT ·lengthSumsAVX512(SB), NOSPLIT, $0-40
+	MOVQ a0+0(FP), R8
+	MOVQ a1+8(FP), R9
+	MOVQ a2+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ sums+32(FP), R11
+	VMOVSD 0(R11), X20
+	VMOVSD 8(R11), X21
+	XORQ AX, AX
+lsgroup:
+	VMOVUPD (R8)(AX*8), Z0
+	VMOVUPD (R9)(AX*8), Z1
+	VSUBPD Z0, Z1, Z2 // r = a1 − a0
+	VADDPD Z1, Z1, Z3 // 2·a1
+	VMOVUPD (R10)(AX*8), Z4
+	VSUBPD Z3, Z4, Z3 // a2 − 2·a1
+	VADDPD Z0, Z3, Z3 // v
+	VMULPD Z2, Z2, Z2
+	VMULPD Z3, Z3, Z3
+	// Lanes out in order: 0, 1 from the low 128 bits, and so on.
+	VPERMILPD $1, X2, X5
+	VPERMILPD $1, X3, X6
+	VADDSD X2, X20, X20
+	VADDSD X3, X21, X21
+	VADDSD X5, X20, X20
+	VADDSD X6, X21, X21
+	VEXTRACTF64X2 $1, Z2, X7
+	VEXTRACTF64X2 $1, Z3, X8
+	VPERMILPD $1, X7, X5
+	VPERMILPD $1, X8, X6
+	VADDSD X7, X20, X20
+	VADDSD X8, X21, X21
+	VADDSD X5, X20, X20
+	VADDSD X6, X21, X21
+	VEXTRACTF64X2 $2, Z2, X7
+	VEXTRACTF64X2 $2, Z3, X8
+	VPERMILPD $1, X7, X5
+	VPERMILPD $1, X8, X6
+	VADDSD X7, X20, X20
+	VADDSD X8, X21, X21
+	VADDSD X5, X20, X20
+	VADDSD X6, X21, X21
+	VEXTRACTF64X2 $3, Z2, X7
+	VEXTRACTF64X2 $3, Z3, X8
+	VPERMILPD $1, X7, X5
+	VPERMILPD $1, X8, X6
+	VADDSD X7, X20, X20
+	VADDSD X8, X21, X21
+	VADDSD X5, X20, X20
+	VADDSD X6, X21, X21
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT lsgroup
+	VMOVSD X20, 0(R11)
+	VMOVSD X21, 8(R11)
+	VZEROUPPER
+	RET

@@ -100,3 +100,7 @@ func mapKAVX512(kt, kh, base, den, q *float64, rows, m int, pk float64) {
 func logRowSumAVX512(dst, src, q *float64, rows, m int, t *float64) int {
 	panic("factor: logRowSumAVX512 without AVX-512")
 }
+
+func lengthSumsAVX512(a0, a1, a2 *float64, n int, sums *float64) {
+	panic("factor: lengthSumsAVX512 without AVX-512")
+}
