@@ -108,7 +108,7 @@ func TestExtrapolateKernelsBitwise(t *testing.T) {
 				for _, lg := range [][2]*extrapLogs{{nil, nil}, {lg0, lg1}} {
 					want, got := x0.Clone(), x0.Clone()
 					extrap(want, x0, x1, x2, step, workers, lg[0], lg[1], false)
-					extrap(got, x0, x1, x2, step, workers, lg[0], lg[1], true)
+					extrap(got, x0, x1, x2, step, workers, lg[0], lg[1], useExtrapAVX512())
 					if part, ok := sameModelBits(got, want); !ok {
 						t.Fatalf("n=%d m=%d u=%d t=%v workers=%d logs=%v: %s differs from the scalar loops'",
 							c.n, c.m, c.u, step, workers, lg[0] != nil, part)
@@ -148,7 +148,7 @@ func TestMapCommitKernelsBitwise(t *testing.T) {
 						from = [2]*Model{src, src}
 					}
 					mapCommitWith(want, from[0], acc, p, q, 0, w, false)
-					mapCommitWith(got, from[1], acc, p, q, 0, w, true)
+					mapCommitWith(got, from[1], acc, p, q, 0, w, useAVX512())
 					if part, ok := sameModelBits(got, want); !ok {
 						t.Fatalf("m=%d prior %+v workers %d carry %v: %s differs from the scalar loops'", m, p, w, carry, part)
 					}
@@ -219,7 +219,7 @@ func TestPenaltyKernelsBitwise(t *testing.T) {
 			for _, w := range []int{1, 2, 5} {
 				lw, lg := p.newExtrapLogs(md), p.newExtrapLogs(md)
 				want := p.penaltyLogsWith(md, q, lw, w, false)
-				got := p.penaltyLogsWith(md, q, lg, w, true)
+				got := p.penaltyLogsWith(md, q, lg, w, useLogAVX512())
 				if finite := !math.IsInf(want, 0) && !math.IsNaN(want); finite == c.apart {
 					t.Fatalf("n=%d m=%d: penalty %v: the test's entries are not what it means", c.n, c.m, want)
 				}
@@ -265,7 +265,7 @@ func TestSquaremLengthKernelsBitwise(t *testing.T) {
 		}
 		for _, w := range []int{1, 3} {
 			want := squaremLengthWith(x0, x1, x2, w, false)
-			got := squaremLengthWith(x0, x1, x2, w, true)
+			got := squaremLengthWith(x0, x1, x2, w, useAVX512())
 			if math.IsNaN(want) || math.IsInf(want, 0) {
 				t.Fatalf("n=%d m=%d: length %v: the test's points are not what it means", c.n, c.m, want)
 			}
