@@ -233,6 +233,13 @@ func (s blockRows) task(k int) (b, lo, hi int) {
 // workers goroutines) folded in order, block by block, D's before K's:
 // the same for any workers. It returns 1 when v is 0.
 func squaremLength(x0, x1, x2 *Model, workers int) float64 {
+	return squaremLengthWith(x0, x1, x2, workers, useAVX512())
+}
+
+// squaremLengthWith is squaremLength, with kernels the sums of each
+// piece's entries but the last few (fewer than 8) by lengthSumsAVX512:
+// the same additions in the same order (a test compares them).
+func squaremLengthWith(x0, x1, x2 *Model, workers int, kernels bool) float64 {
 	n, m := x0.N, x0.M
 	parts := func(md *Model) [][]float64 { return slices.Concat(md.D, md.KT) }
 	a0, a1, a2 := parts(x0), parts(x1), parts(x2)
@@ -242,7 +249,14 @@ func squaremLength(x0, x1, x2 *Model, workers int) float64 {
 		b, lo, hi := sp.task(k)
 		a0, a1, a2 := a0[b], a1[b], a2[b]
 		var r2, v2 float64
-		for q := lo * m; q < hi*m; q++ {
+		q := lo * m
+		if vec := (hi*m - q) &^ 7; kernels && vec > 0 {
+			sums := [2]float64{}
+			lengthSumsAVX512(&a0[q], &a1[q], &a2[q], vec, &sums[0])
+			r2, v2 = sums[0], sums[1]
+			q += vec
+		}
+		for ; q < hi*m; q++ {
 			r := a1[q] - a0[q]
 			v := float64(a2[q]-2*a1[q]) + a0[q]
 			r2 += float64(r * r)
@@ -280,14 +294,26 @@ func squaremLength(x0, x1, x2 *Model, workers int) float64 {
 // prior's penalty takes them, penaltyLogs): the same values, not taken
 // again.
 func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extrapLogs) {
+	extrap(dst, x0, x1, x2, t, workers, lg0, lg1, useExtrapAVX512())
+}
+
+// extrap is extrapolate, with the AVX-512 kernels where kernels (and m
+// a multiple of 8) or the scalar loops: bitwise the same dst (a test
+// compares them).
+func extrap(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extrapLogs, kernels bool) {
 	c0, c1, c2 := (1-t)*(1-t), 2*t*(1-t), t*t
 	n, m := x0.N, x0.M
+	cs := [3]float64{c0, c1, c2}
+	// vec: the kernels of kernel_amd64.s (AVX-512, eight entries an
+	// instruction) take the loops below, bitwise.
+	vec := kernels && m%8 == 0
 	// combine sets out[q] (log x2, taken) to the proposal's logarithm
 	// where x2 is positive and x0 or x1 differs from it (where all three
 	// agree the entry's own logarithm stays): from l0 and l1, log x0 and
 	// log x1 taken by the penalty, or else taken here into scratch
-	// (room for two of out).
-	combine := func(out, a0, a1, a2, l0, l1 []float64, scratch *[]float64) {
+	// (room for two of out). It returns the number of entries where x0 or
+	// x1 differs from x2 (with vec; else -1).
+	combine := func(out, a0, a1, a2, l0, l1 []float64, scratch *[]float64) int {
 		if (l0 == nil || l1 == nil) && len(*scratch) < 2*len(out) {
 			*scratch = make([]float64, 2*len(out))
 		}
@@ -299,11 +325,16 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 			l1 = (*scratch)[len(out) : 2*len(out)]
 			logAll(l1, a1)
 		}
+		if vec {
+			l0, l1, a0, a1, a2 = l0[:len(out)], l1[:len(out)], a0[:len(out)], a1[:len(out)], a2[:len(out)]
+			return combineAVX512(&out[0], &a0[0], &a1[0], &a2[0], &l0[0], &l1[0], len(out), &cs[0])
+		}
 		for q := range out {
 			if a2[q] > 0 && (a0[q] != a2[q] || a1[q] != a2[q]) {
 				out[q] = float64(float64(c0*l0[q])+float64(c1*l1[q])) + float64(c2*out[q])
 			}
 		}
+		return -1
 	}
 	span := func(l []float64, lo, hi int) []float64 {
 		if l == nil {
@@ -311,17 +342,9 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 		}
 		return l[lo:hi]
 	}
-	// row sets row i of D block b.
-	row := func(b, i int, scratch *[]float64) {
-		r := i * m
-		a0, a1, a2, d := x0.D[b][r:r+m], x1.D[b][r:r+m], x2.D[b][r:r+m], dst.D[b][r:r+m]
-		if slices.Equal(a0, a2) && slices.Equal(a1, a2) {
-			copy(d, a2)
-			return
-		}
-		l0, l1 := lg0.block(lg0.d(), b), lg1.block(lg1.d(), b)
-		logAll(d, a2)
-		combine(d, a0, a1, a2, span(l0, r, r+m), span(l1, r, r+m), scratch)
+	// finish turns a row of D's logarithms d (of x2's row a2) into the
+	// proposal's row: less their maximum, exponentiated, normalized.
+	finish := func(d, a2 []float64) {
 		mx := math.Inf(-1)
 		for l := range m {
 			if a2[l] > 0 {
@@ -350,6 +373,33 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 			}
 		}
 	}
+	// row sets row i of D block b.
+	row := func(b, i int, scratch *[]float64) {
+		r := i * m
+		a0, a1, a2, d := x0.D[b][r:r+m], x1.D[b][r:r+m], x2.D[b][r:r+m], dst.D[b][r:r+m]
+		l0, l1 := lg0.block(lg0.d(), b), lg1.block(lg1.d(), b)
+		if vec {
+			// The row is equal in x0, x1 and x2 where combine counts
+			// no entry that differs: the logarithms were taken for
+			// nothing (rows without data, a few).
+			logAll(d, a2)
+			if combine(d, a0, a1, a2, span(l0, r, r+m), span(l1, r, r+m), scratch) == 0 {
+				copy(d, a2)
+				return
+			}
+			rowMaxSubAVX512(&d[0], &a2[0], m)
+			expAll(d, d)
+			rowSumDivAVX512(&d[0], &a2[0], m)
+			return
+		}
+		if slices.Equal(a0, a2) && slices.Equal(a1, a2) {
+			copy(d, a2)
+			return
+		}
+		logAll(d, a2)
+		combine(d, a0, a1, a2, span(l0, r, r+m), span(l1, r, r+m), scratch)
+		finish(d, a2)
+	}
 	nd, nk := len(x0.D), len(x0.KT)
 	sp := newBlockRows(n, spanRows)
 	// The rows of D, and the logarithms of K's proposal with their
@@ -374,6 +424,10 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 		for l := range mx {
 			mx[l] = math.Inf(-1)
 		}
+		if vec {
+			colMaxAVX512(&mx[0], &kt[q0], &a2[q0], hi-lo, m)
+			return
+		}
 		for j := lo; j < hi; j++ {
 			for l := range m {
 				if q := j*m + l; a2[q] > 0 {
@@ -395,6 +449,11 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 	spread(nk*sp.per, workers, func(k int) {
 		b, lo, hi := sp.task(k)
 		a2, kt, mx := x2.KT[b], dst.KT[b], mx[b*m:b*m+m]
+		if vec {
+			colSubAVX512(&kt[lo*m], &a2[lo*m], &mx[0], hi-lo, m)
+			expAll(kt[lo*m:hi*m], kt[lo*m:hi*m])
+			return
+		}
 		for j := lo; j < hi; j++ {
 			for l := range m {
 				if q := j*m + l; a2[q] > 0 {
@@ -413,6 +472,10 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 	spread(nk*pc.per, workers, func(k int) {
 		b, lo, hi := pc.task(k)
 		a2, kt, s := x2.KT[b], dst.KT[b], sums[k*m:k*m+m]
+		if vec {
+			colSumAVX512(&s[0], &kt[lo*m], &a2[lo*m], hi-lo, m)
+			return
+		}
 		for j := lo; j < hi; j++ {
 			for l := range m {
 				q := j*m + l
@@ -433,6 +496,10 @@ func extrapolate(dst, x0, x1, x2 *Model, t float64, workers int, lg0, lg1 *extra
 	spread(nk*sp.per, workers, func(k int) {
 		b, lo, hi := sp.task(k)
 		a2, kt, s := x2.KT[b], dst.KT[b], tot[b*m:b*m+m]
+		if vec {
+			colDivAVX512(&kt[lo*m], &a2[lo*m], &s[0], hi-lo, m)
+			return
+		}
 		for j := lo; j < hi; j++ {
 			for l := range m {
 				if q := j*m + l; a2[q] > 0 {

@@ -208,10 +208,30 @@
 // dependency graph's size; the depgraph 20 % default fit went from 3.03
 // to 2.09 s wall on the shared 2-core machine (2.73 to 2.39 s at a
 // higher load: the parallel part gains where a core is free), the same
-// bits (docs/quality.md, round 5). What is
+// bits (docs/quality.md, round 5). What was
 // left per cycle beside the passes: the commits' divisions (one per
 // entry, scalar), the penalty's sums (one chain of additions per block,
-// their order fixed), the accumulators' clearing. Both need a
+// their order fixed), the accumulators' clearing. Round 7 (issue 28)
+// took that work to AVX-512 where the CPU has it (kernel_amd64.s; the
+// AVX2 and pure-Go paths stay, and each kernel is tested bitwise against
+// the loop it replaces): logAll and expAll eight lanes at a time
+// (logsAVX512, expsAVX512: 2x per value), the extrapolation's masked
+// loops (combine, the maxima, subtraction, sums and divisions of rows of
+// D and columns of K: eight entries an instruction, the row sums still
+// one VADDSD after another), mapCommit's divisions (divRowAVX512,
+// mapKAVX512), the penalty's logarithms and sum a block at a time, a row
+// at a time, so that its chain of additions runs beside the logarithms
+// (logRowSumAVX512), and squaremLength's two chains (lengthSumsAVX512).
+// BenchmarkSquaremCycle on the shared 2-core Zen 5 machine (medians of
+// 3, old and new interleaved, load 2.6): penalty 2.03 → 1.06 ms,
+// commit 1.22 → 0.37, length 1.34 → 0.64, extrapolate 7.99 → 3.54,
+// so 17.1 → 7.4 ms beside a cycle's three passes of about 4 ms each;
+// the whole default fits (scripts/quality_walltime.py, repeats 3, load
+// 1.5–4.8, two rounds): depgraph 20 % 1.51/2.03 → 1.13/1.53 s (ratio
+// to plain EM 0.38/0.51 → 0.32/0.35), depgraph 100 % 2.57/2.96 →
+// 2.34/2.52 s (0.34/0.36 → 0.33/0.33), changelog 100 % 0.41/0.46 →
+// 0.36/0.71 s (0.31/0.33 → 0.26/0.26), every model the same bits
+// (scripts/bitwise_fits.sh: 96 pairs, 0 differ). Both need a
 // loop that holds the
 // model: a local fit and the coordinator exchange. The owners exchange
 // (whose owners hold the rows of D and columns of K) would need, per

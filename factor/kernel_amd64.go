@@ -112,3 +112,78 @@ func expsAVX2(dst, src *float64, groups int) int
 //
 //go:noescape
 func ruleProbsAVX2(pr, gs, qs, x, cf *float64, off *int32, mass *float64, groups int, c *ruleConsts) int
+
+// useExpAVX512 says whether expsAVX512 may be used: AVX-512F, and FMA
+// with AVX for math.Exp's path that expsAVX512 follows.
+func useExpAVX512() bool { return cpu.X86.HasAVX512F && useExpAVX2() }
+
+// logsAVX512 is logsAVX2 eight lanes at a time (see kernel_amd64.s):
+// dst[q] = math.Log(src[q]) for q < 8·groups, bitwise, stopping before a
+// group with a lane that is zero, negative, infinite or NaN; it returns
+// the number of groups done. It needs AVX-512F and DQ (useLogAVX512).
+//
+//go:noescape
+func logsAVX512(dst, src *float64, groups int) int
+
+// expsAVX512 is expsAVX2 eight lanes at a time (see kernel_amd64.s):
+// dst[q] = math.Exp(src[q]) for q < 8·groups, bitwise, stopping before a
+// group with a lane that math.Exp treats apart; it returns the number of
+// groups done. It needs useExpAVX512.
+//
+//go:noescape
+func expsAVX512(dst, src *float64, groups int) int
+
+// The kernels of extrapolate in AVX-512F (see kernel_amd64.s, where each
+// is described): n and m positive multiples of 8. Each computes bitwise
+// what the scalar loop it replaces computes (extrapolate's pure-Go path,
+// which runs without AVX-512, with -tags purego, or for m not a multiple
+// of 8).
+
+//go:noescape
+func combineAVX512(out, a0, a1, a2, l0, l1 *float64, n int, c *float64) int
+
+//go:noescape
+func rowMaxSubAVX512(x, a2 *float64, n int)
+
+//go:noescape
+func rowSumDivAVX512(x, a2 *float64, n int)
+
+//go:noescape
+func colMaxAVX512(mx, x, a2 *float64, rows, m int)
+
+//go:noescape
+func colSubAVX512(x, a2, mx *float64, rows, m int)
+
+//go:noescape
+func colSumAVX512(s, x, a2 *float64, rows, m int)
+
+//go:noescape
+func colDivAVX512(x, a2, s *float64, rows, m int)
+
+// useExtrapAVX512 says whether extrapolate's kernels may be used: they
+// take byte masks (AVX-512DQ) and count with POPCNT.
+func useExtrapAVX512() bool {
+	return cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasPOPCNT
+}
+
+// divRowAVX512 and mapKAVX512 are mapCommit's loops in AVX-512F (see
+// kernel_amd64.s), bitwise.
+
+//go:noescape
+func divRowAVX512(row, h *float64, n int, add, s float64)
+
+//go:noescape
+func mapKAVX512(kt, kh, base, den, q *float64, rows, m int, pk float64)
+
+// logRowSumAVX512 is penaltyLogs' logarithms and sum over rows of a
+// block in AVX-512F and DQ (see kernel_amd64.s), bitwise; it stops
+// before a row with a special entry and returns the number of rows done.
+//
+//go:noescape
+func logRowSumAVX512(dst, src, q *float64, rows, m int, t *float64) int
+
+// lengthSumsAVX512 is squaremLength's loop in AVX-512F (see
+// kernel_amd64.s), bitwise.
+//
+//go:noescape
+func lengthSumsAVX512(a0, a1, a2 *float64, n int, sums *float64)

@@ -1180,3 +1180,659 @@ rpdone:
 	MOVQ AX, ret+72(FP)
 	VZEROUPPER
 	RET
+
+// func logsAVX512(dst, src *float64, groups int) int
+//
+// logsAVX2 eight lanes at a time (AVX-512F and DQ): for groups of eight
+// x (positive and finite), dst = log(x) by exactly the operations of
+// math.Log's amd64 assembly (archLog), as logSumAVX512 takes them: k =
+// exponent − 0x3FE is converted by VCVTQQ2PD, exactly. It stops before a
+// group with a lane that is zero, negative, infinite or NaN and returns
+// the number of groups done.
+TEXT ·logsAVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ groups+16(FP), CX
+	XORQ AX, AX
+	VPBROADCASTQ logc<>+0x00(SB), Z16 // mantissa
+	VPBROADCASTQ logc<>+0x08(SB), Z17 // 0.5
+	VPBROADCASTQ logc<>+0x10(SB), Z18 // 0x7FF
+	VPBROADCASTQ logc<>+0x18(SB), Z19 // 0x3FE
+	VPXORQ Z20, Z20, Z20
+l8group:
+	CMPQ AX, CX
+	JGE l8done
+	VMOVUPD (SI), Z0
+	// Ordinary lanes: > 0 as an integer (no sign, not zero) and exponent
+	// not 0x7FF.
+	VPSRLQ $52, Z0, Z1
+	VPANDQ Z18, Z1, Z1
+	VPCMPQ $4, Z18, Z1, K1 // exponent != 0x7FF
+	VPCMPGTQ Z20, Z0, K2   // x > 0 as an integer
+	KANDB K2, K1, K1
+	KMOVB K1, BX
+	CMPL BX, $0xFF
+	JNE l8done
+	// f1 = mantissa | 0.5; k = float64(exponent − 0x3FE).
+	VPANDQ Z16, Z0, Z2
+	VPORQ Z17, Z2, Z2
+	VPSUBQ Z19, Z1, Z1
+	VCVTQQ2PD Z1, Z1
+	// if !(sqrt(2)/2 < f1) { k -= 1; f1 *= 2 } else { k -= 0; f1 *= 1 }
+	VBROADCASTSD logc<>+0x20(SB), Z0
+	VCMPPD $5, Z2, Z0, K2
+	VPXORQ Z3, Z3, Z3
+	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
+	VMOVAPD Z4, K2, Z3
+	VSUBPD Z3, Z1, Z1
+	VADDPD Z4, Z3, Z3
+	VMULPD Z3, Z2, Z2
+	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	VMOVUPD Z1, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	INCQ AX
+	JMP l8group
+l8done:
+	MOVQ AX, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func expsAVX512(dst, src *float64, groups int) int
+//
+// expsAVX2 eight lanes at a time (AVX-512F): for groups of eight x,
+// dst = exp(x) by exactly the operations of math.Exp's amd64 assembly on
+// a machine with FMA (archExp's avxfma path), in the same order with the
+// same fused multiply-adds as expsAVX2. It stops before a group with a
+// lane that takes another path of archExp (as expsAVX2) and returns the
+// number of groups done. The caller checks for FMA.
+TEXT ·expsAVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ groups+16(FP), CX
+	XORQ AX, AX
+	VPBROADCASTQ expc<>+0x70(SB), Z12 // largest finite
+	VPBROADCASTQ expc<>+0x78(SB), Z13 // abs mask
+	VPBROADCASTQ expc<>+0x80(SB), Z14 // 0x3FF
+	VPBROADCASTQ expc<>+0x88(SB), Z15 // 0x7FF
+	VBROADCASTSD expc<>+0x60(SB), Z16 // Overflow
+	VBROADCASTSD expc<>+0x48(SB), Z17 // LOG2E
+	VPXORQ Z11, Z11, Z11
+e8group:
+	CMPQ AX, CX
+	JGE e8done
+	VMOVUPD (SI), Z0
+	// finite: |x| as bits <= the largest finite
+	VPANDQ Z13, Z0, Z1
+	VPCMPGTQ Z12, Z1, K1   // not finite
+	VCMPPD $0x1E, Z16, Z0, K2 // GT_OQ: x > Overflow
+	KORB K2, K1, K1
+	// k = round(LOG2E·x) (CVTSD2SL), as int32 and back as float64
+	VMULPD Z0, Z17, Z2
+	VCVTPD2DQ Z2, Y3
+	VCVTDQ2PD Y3, Z2
+	// e = k + 0x3FF must be in (0, 0x7FF)
+	VPMOVSXDQ Y3, Z3
+	VPADDQ Z14, Z3, Z3
+	VPCMPGTQ Z11, Z3, K3 // e > 0
+	VPCMPGTQ Z3, Z15, K4 // 0x7FF > e
+	KANDB K4, K3, K3
+	KMOVB K1, BX
+	KMOVB K3, DX
+	NOTL BX
+	ANDL DX, BX
+	ANDL $0xFF, BX
+	CMPL BX, $0xFF
+	JNE e8done
+	// x −= k·LN2U; x −= k·LN2L (fused); x *= 0.0625
+	VBROADCASTSD expc<>+0x50(SB), Z4
+	VFNMADD231PD Z4, Z2, Z0
+	VBROADCASTSD expc<>+0x58(SB), Z4
+	VFNMADD231PD Z4, Z2, Z0
+	VBROADCASTSD expc<>+0x68(SB), Z4
+	VMULPD Z4, Z0, Z0
+	// Taylor series: p = ((((((c8·x + c7)·x + c6)·x + c5)·x + c4)·x + c3)·x + 0.5)·x + 1
+	VBROADCASTSD expc<>+0x40(SB), Z1
+	VBROADCASTSD expc<>+0x38(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x30(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x28(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x20(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x18(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x00(SB), Z4
+	VFMADD213PD Z4, Z0, Z1
+	VBROADCASTSD expc<>+0x08(SB), Z5 // 1
+	VFMADD213PD Z5, Z0, Z1
+	// x = x·p; three times x = x·(x + 2); then x = x·(x + 2) + 1 (fused)
+	VMULPD Z1, Z0, Z0
+	VBROADCASTSD expc<>+0x10(SB), Z4 // 2
+	VADDPD Z4, Z0, Z1
+	VMULPD Z1, Z0, Z0
+	VADDPD Z4, Z0, Z1
+	VMULPD Z1, Z0, Z0
+	VADDPD Z4, Z0, Z1
+	VMULPD Z1, Z0, Z0
+	VADDPD Z4, Z0, Z1
+	VFMADD213PD Z5, Z1, Z0
+	// times 2^k: e << 52 as bits
+	VPSLLQ $52, Z3, Z3
+	VMULPD Z3, Z0, Z0
+	VMOVUPD Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	INCQ AX
+	JMP e8group
+e8done:
+	MOVQ AX, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// The kernels of extrapolate (accel.go) in AVX-512F, eight entries an
+// instruction: each entry's operations are the scalar loop's (VMULPD,
+// VADDPD, VSUBPD, VDIVPD, no FMA), the masks its branches (a2 > 0 is
+// GT_OQ, false on NaN as Go's >; != is NEQ_UQ, true on NaN as Go's !=),
+// and sums keep their order (per lane in row order across rows; along a
+// row one VADDSD after another), so every value is bitwise the loop's.
+// Lengths n and m are positive multiples of 8.
+
+// func combineAVX512(out, a0, a1, a2, l0, l1 *float64, n int, c *float64) int
+//
+// For q < n, where a2 > 0 and (a0 != a2 or a1 != a2):
+// out = (c[0]·l0 + c[1]·l1) + c[2]·out, each product rounded. It
+// returns the number of q with a0 != a2 or a1 != a2 (whatever a2).
+TEXT ·combineAVX512(SB), NOSPLIT, $0-72
+	MOVQ out+0(FP), DI
+	MOVQ a0+8(FP), R8
+	MOVQ a1+16(FP), R9
+	MOVQ a2+24(FP), R10
+	MOVQ l0+32(FP), R11
+	MOVQ l1+40(FP), R12
+	MOVQ n+48(FP), CX
+	MOVQ c+56(FP), DX
+	VBROADCASTSD 0(DX), Z20
+	VBROADCASTSD 8(DX), Z21
+	VBROADCASTSD 16(DX), Z22
+	VPXORQ Z23, Z23, Z23
+	XORQ AX, AX
+	XORQ BX, BX
+cmbgroup:
+	CMPQ AX, CX
+	JGE cmbdone
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $4, (R8)(AX*8), Z2, K1 // a2 != a0
+	VCMPPD $4, (R9)(AX*8), Z2, K2 // a2 != a1
+	KORB K2, K1, K1
+	KMOVB K1, R13
+	POPCNTL R13, R13
+	ADDQ R13, BX
+	VCMPPD $0x1E, Z23, Z2, K2 // a2 > 0
+	KANDB K2, K1, K1
+	VMULPD (R11)(AX*8), Z20, Z0
+	VMULPD (R12)(AX*8), Z21, Z1
+	VADDPD Z1, Z0, Z0
+	VMULPD (DI)(AX*8), Z22, Z1
+	VADDPD Z1, Z0, Z0
+	VMOVUPD Z0, K1, (DI)(AX*8)
+	ADDQ $8, AX
+	JMP cmbgroup
+cmbdone:
+	MOVQ BX, ret+64(FP)
+	VZEROUPPER
+	RET
+
+// func rowMaxSubAVX512(x, a2 *float64, n int)
+//
+// One row: mx = the maximum of x over the entries with a2 > 0 (−Inf if
+// none), then x = x − mx there and 0 elsewhere. A maximum is the same in
+// any order but for the sign of a zero one, and x − (±0) differs only
+// in the sign of a zero, which the exponential that follows (exp(±0) =
+// 1) does not see. A NaN x (which Go's max would propagate into mx and
+// VMAXPD need not) makes its own entry NaN and through the row's sum
+// every entry of the row with a2 > 0, as Go's NaN maximum does.
+TEXT ·rowMaxSubAVX512(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ a2+8(FP), R10
+	MOVQ n+16(FP), CX
+	VPXORQ Z23, Z23, Z23
+	VBROADCASTSD rmsninf<>(SB), Z1
+	XORQ AX, AX
+rmsmax:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1 // a2 > 0
+	VMAXPD (SI)(AX*8), Z1, K1, Z1
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT rmsmax
+	VEXTRACTF64X4 $1, Z1, Y2
+	VMAXPD Y2, Y1, Y1
+	VEXTRACTF128 $1, Y1, X2
+	VMAXPD X2, X1, X1
+	VPERMILPD $1, X1, X2
+	VMAXPD X2, X1, X1
+	VBROADCASTSD X1, Z1
+	XORQ AX, AX
+rmssub:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD (SI)(AX*8), Z0
+	VSUBPD.Z Z1, Z0, K1, Z0
+	VMOVUPD Z0, (SI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT rmssub
+	VZEROUPPER
+	RET
+
+DATA rmsninf<>+0(SB)/8, $0xFFF0000000000000 // −Inf
+GLOBL rmsninf<>(SB), RODATA|NOPTR, $8
+
+// func rowSumDivAVX512(x, a2 *float64, n int)
+//
+// One row: x = 0 where !(a2 > 0); s = the sum of the other x in order
+// (from 0; adding a 0 for the entries set to 0 leaves every s, never −0,
+// as it is); then x = max(x/s, EntryFloor) where a2 > 0 (VMAXPD with the
+// quotient second: a NaN quotient stays, as Go's max).
+TEXT ·rowSumDivAVX512(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ a2+8(FP), R10
+	MOVQ n+16(FP), CX
+	VPXORQ Z23, Z23, Z23
+	VXORPD X5, X5, X5
+	XORQ AX, AX
+rsdsum:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD.Z (SI)(AX*8), K1, Z0
+	VMOVUPD Z0, (SI)(AX*8)
+	VADDSD 0(SI)(AX*8), X5, X5
+	VADDSD 8(SI)(AX*8), X5, X5
+	VADDSD 16(SI)(AX*8), X5, X5
+	VADDSD 24(SI)(AX*8), X5, X5
+	VADDSD 32(SI)(AX*8), X5, X5
+	VADDSD 40(SI)(AX*8), X5, X5
+	VADDSD 48(SI)(AX*8), X5, X5
+	VADDSD 56(SI)(AX*8), X5, X5
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT rsdsum
+	VBROADCASTSD X5, Z5
+	VBROADCASTSD commitfloor<>(SB), Z6
+	XORQ AX, AX
+rsddiv:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD (SI)(AX*8), Z0
+	VDIVPD Z5, Z0, Z0
+	VMAXPD Z0, Z6, Z0
+	VMOVUPD Z0, K1, (SI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT rsddiv
+	VZEROUPPER
+	RET
+
+// func colMaxAVX512(mx, x, a2 *float64, rows, m int)
+//
+// For rows rows of m entries: mx[l] = max(mx[l], x) over the entries of
+// column l with a2 > 0 (the sign of a zero maximum and a NaN x aside, as
+// rowMaxSubAVX512: a NaN x makes every entry of its column with a2 > 0
+// NaN through the column's sum).
+TEXT ·colMaxAVX512(SB), NOSPLIT, $0-40
+	MOVQ mx+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ a2+16(FP), R10
+	MOVQ rows+24(FP), CX
+	MOVQ m+32(FP), DX
+	VPXORQ Z23, Z23, Z23
+	TESTQ CX, CX
+	JLE cmxdone
+cmxrow:
+	XORQ AX, AX
+cmxgroup:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD (DI)(AX*8), Z1
+	VMAXPD (SI)(AX*8), Z1, K1, Z1
+	VMOVUPD Z1, (DI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT cmxgroup
+	LEAQ (SI)(DX*8), SI
+	LEAQ (R10)(DX*8), R10
+	DECQ CX
+	JNZ cmxrow
+cmxdone:
+	VZEROUPPER
+	RET
+
+// func colSubAVX512(x, a2, mx *float64, rows, m int)
+//
+// For rows rows of m entries: x = x − mx[l] where a2 > 0, else 0.
+TEXT ·colSubAVX512(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ a2+8(FP), R10
+	MOVQ mx+16(FP), DI
+	MOVQ rows+24(FP), CX
+	MOVQ m+32(FP), DX
+	VPXORQ Z23, Z23, Z23
+	TESTQ CX, CX
+	JLE csbdone
+csbrow:
+	XORQ AX, AX
+csbgroup:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD (SI)(AX*8), Z0
+	VSUBPD.Z (DI)(AX*8), Z0, K1, Z0
+	VMOVUPD Z0, (SI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT csbgroup
+	LEAQ (SI)(DX*8), SI
+	LEAQ (R10)(DX*8), R10
+	DECQ CX
+	JNZ csbrow
+csbdone:
+	VZEROUPPER
+	RET
+
+// func colSumAVX512(s, x, a2 *float64, rows, m int)
+//
+// For rows rows of m entries, in row order: s[l] += x where a2 > 0, else
+// x = 0.
+TEXT ·colSumAVX512(SB), NOSPLIT, $0-40
+	MOVQ s+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ a2+16(FP), R10
+	MOVQ rows+24(FP), CX
+	MOVQ m+32(FP), DX
+	VPXORQ Z23, Z23, Z23
+	TESTQ CX, CX
+	JLE csmdone
+csmrow:
+	XORQ AX, AX
+csmgroup:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD.Z (SI)(AX*8), K1, Z0
+	VMOVUPD Z0, (SI)(AX*8)
+	VMOVUPD (DI)(AX*8), Z1
+	VADDPD Z0, Z1, K1, Z1
+	VMOVUPD Z1, (DI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT csmgroup
+	LEAQ (SI)(DX*8), SI
+	LEAQ (R10)(DX*8), R10
+	DECQ CX
+	JNZ csmrow
+csmdone:
+	VZEROUPPER
+	RET
+
+// func colDivAVX512(x, a2, s *float64, rows, m int)
+//
+// For rows rows of m entries: x = max(x/s[l], EntryFloor) where a2 > 0.
+TEXT ·colDivAVX512(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ a2+8(FP), R10
+	MOVQ s+16(FP), DI
+	MOVQ rows+24(FP), CX
+	MOVQ m+32(FP), DX
+	VPXORQ Z23, Z23, Z23
+	VBROADCASTSD commitfloor<>(SB), Z6
+	TESTQ CX, CX
+	JLE cdvdone
+cdvrow:
+	XORQ AX, AX
+cdvgroup:
+	VMOVUPD (R10)(AX*8), Z2
+	VCMPPD $0x1E, Z23, Z2, K1
+	VMOVUPD (SI)(AX*8), Z0
+	VDIVPD (DI)(AX*8), Z0, Z0
+	VMAXPD Z0, Z6, Z0
+	VMOVUPD Z0, K1, (SI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT cdvgroup
+	LEAQ (SI)(DX*8), SI
+	LEAQ (R10)(DX*8), R10
+	DECQ CX
+	JNZ cdvrow
+cdvdone:
+	VZEROUPPER
+	RET
+
+// func divRowAVX512(row, h *float64, n int, add, s float64)
+//
+// mapCommit's row of D (prior.go): row = (h + add)/s for n entries, n a
+// positive multiple of 8, the scalar loop's VADDPD and VDIVPD.
+TEXT ·divRowAVX512(SB), NOSPLIT, $0-40
+	MOVQ row+0(FP), DI
+	MOVQ h+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSD add+24(FP), Z5
+	VBROADCASTSD s+32(FP), Z6
+	XORQ AX, AX
+drgroup:
+	VADDPD (SI)(AX*8), Z5, Z0
+	VDIVPD Z6, Z0, Z0
+	VMOVUPD Z0, (DI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT drgroup
+	VZEROUPPER
+	RET
+
+// func mapKAVX512(kt, kh, base, den, q *float64, rows, m int, pk float64)
+//
+// mapCommit's rows of K^T (prior.go), rows rows of m entries, m a
+// positive multiple of 8: with sq = pk·q[j] for row j, kt = (kh + sq)/den
+// where den > 0, else base (the old rows when the commit carries, kt
+// itself when in place); den holds y + K per column.
+TEXT ·mapKAVX512(SB), NOSPLIT, $0-64
+	MOVQ kt+0(FP), DI
+	MOVQ kh+8(FP), SI
+	MOVQ base+16(FP), R8
+	MOVQ den+24(FP), R9
+	MOVQ q+32(FP), R10
+	MOVQ rows+40(FP), CX
+	MOVQ m+48(FP), DX
+	VMOVSD pk+56(FP), X7
+	VPXORQ Z23, Z23, Z23
+	TESTQ CX, CX
+	JLE mkdone
+mkrow:
+	VMULSD (R10), X7, X4
+	VBROADCASTSD X4, Z4
+	XORQ AX, AX
+mkgroup:
+	VMOVUPD (R9)(AX*8), Z1
+	VCMPPD $0x1E, Z23, Z1, K1 // den > 0
+	VADDPD (SI)(AX*8), Z4, Z0
+	VDIVPD Z1, Z0, Z0
+	VMOVUPD (R8)(AX*8), Z2
+	VMOVAPD Z0, K1, Z2
+	VMOVUPD Z2, (DI)(AX*8)
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT mkgroup
+	LEAQ (DI)(DX*8), DI
+	LEAQ (SI)(DX*8), SI
+	LEAQ (R8)(DX*8), R8
+	ADDQ $8, R10
+	DECQ CX
+	JNZ mkrow
+mkdone:
+	VZEROUPPER
+	RET
+
+// func logRowSumAVX512(dst, src, q *float64, rows, m int, t *float64) int
+//
+// The prior's penalty (penaltyLogs, prior.go) over rows of m entries, m a
+// positive multiple of 8: dst = log(src) as logsAVX512 takes it, and with
+// q nil *t += each logarithm in order (a block of D), else per row j
+// *t += q[j]·x with x the row's logarithms added in order from 0 (a block
+// of K^T): the sum's additions one after another, as the scalar loop's,
+// which run beside the logarithms of the rows that follow. It stops
+// before a row with an entry that is zero, negative, infinite or NaN
+// and returns the number of rows done.
+TEXT ·logRowSumAVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ q+16(FP), R10
+	MOVQ rows+24(FP), CX
+	MOVQ m+32(FP), DX
+	MOVQ t+40(FP), R11
+	VMOVSD (R11), X20
+	VPBROADCASTQ logc<>+0x00(SB), Z16 // mantissa
+	VPBROADCASTQ logc<>+0x08(SB), Z17 // 0.5
+	VPBROADCASTQ logc<>+0x10(SB), Z18 // 0x7FF
+	VPBROADCASTQ logc<>+0x18(SB), Z19 // 0x3FE
+	VPXORQ Z22, Z22, Z22
+	XORQ R12, R12
+lrrow:
+	CMPQ R12, CX
+	JGE lrdone
+	// The row's entries are all ordinary, or the row is left to the caller.
+	XORQ AX, AX
+lrcheck:
+	VMOVUPD (SI)(AX*8), Z0
+	VPSRLQ $52, Z0, Z1
+	VPANDQ Z18, Z1, Z1
+	VPCMPQ $4, Z18, Z1, K1
+	VPCMPGTQ Z22, Z0, K2
+	KANDB K2, K1, K1
+	KMOVB K1, BX
+	CMPL BX, $0xFF
+	JNE lrdone
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT lrcheck
+	VXORPD X21, X21, X21 // x = 0
+	XORQ AX, AX
+lrgroup:
+	VMOVUPD (SI)(AX*8), Z0
+	VPSRLQ $52, Z0, Z1
+	VPANDQ Z18, Z1, Z1
+	VPANDQ Z16, Z0, Z2
+	VPORQ Z17, Z2, Z2
+	VPSUBQ Z19, Z1, Z1
+	VCVTQQ2PD Z1, Z1
+	VBROADCASTSD logc<>+0x20(SB), Z0
+	VCMPPD $5, Z2, Z0, K2
+	VPXORQ Z3, Z3, Z3
+	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
+	VMOVAPD Z4, K2, Z3
+	VSUBPD Z3, Z1, Z1
+	VADDPD Z4, Z3, Z3
+	VMULPD Z3, Z2, Z2
+	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	VMOVUPD Z1, (DI)(AX*8)
+	TESTQ R10, R10
+	JZ lrd
+	VADDSD 0(DI)(AX*8), X21, X21
+	VADDSD 8(DI)(AX*8), X21, X21
+	VADDSD 16(DI)(AX*8), X21, X21
+	VADDSD 24(DI)(AX*8), X21, X21
+	VADDSD 32(DI)(AX*8), X21, X21
+	VADDSD 40(DI)(AX*8), X21, X21
+	VADDSD 48(DI)(AX*8), X21, X21
+	VADDSD 56(DI)(AX*8), X21, X21
+	JMP lrnext
+lrd:
+	VADDSD 0(DI)(AX*8), X20, X20
+	VADDSD 8(DI)(AX*8), X20, X20
+	VADDSD 16(DI)(AX*8), X20, X20
+	VADDSD 24(DI)(AX*8), X20, X20
+	VADDSD 32(DI)(AX*8), X20, X20
+	VADDSD 40(DI)(AX*8), X20, X20
+	VADDSD 48(DI)(AX*8), X20, X20
+	VADDSD 56(DI)(AX*8), X20, X20
+lrnext:
+	ADDQ $8, AX
+	CMPQ AX, DX
+	JLT lrgroup
+	TESTQ R10, R10
+	JZ lrrowdone
+	VMULSD (R10), X21, X21
+	VADDSD X21, X20, X20
+	ADDQ $8, R10
+lrrowdone:
+	LEAQ (SI)(DX*8), SI
+	LEAQ (DI)(DX*8), DI
+	INCQ R12
+	JMP lrrow
+lrdone:
+	VMOVSD X20, (R11)
+	MOVQ R12, ret+48(FP)
+	VZEROUPPER
+	RET
+
+// func lengthSumsAVX512(a0, a1, a2 *float64, n int, sums *float64)
+//
+// squaremLength's sums (accel.go) over n entries, n a positive multiple
+// of 8: with r = a1 − a0 and v = (a2 − 2·a1) + a0 per entry (2·a1 as
+// a1 + a1, exact), sums[0] += r·r and sums[1] += v·v entry after entry
+// in order, the two chains of additions side by side.
+TEXT ·lengthSumsAVX512(SB), NOSPLIT, $0-40
+	MOVQ a0+0(FP), R8
+	MOVQ a1+8(FP), R9
+	MOVQ a2+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ sums+32(FP), R11
+	VMOVSD 0(R11), X20
+	VMOVSD 8(R11), X21
+	XORQ AX, AX
+lsgroup:
+	VMOVUPD (R8)(AX*8), Z0
+	VMOVUPD (R9)(AX*8), Z1
+	VSUBPD Z0, Z1, Z2 // r = a1 − a0
+	VADDPD Z1, Z1, Z3 // 2·a1
+	VMOVUPD (R10)(AX*8), Z4
+	VSUBPD Z3, Z4, Z3 // a2 − 2·a1
+	VADDPD Z0, Z3, Z3 // v
+	VMULPD Z2, Z2, Z2
+	VMULPD Z3, Z3, Z3
+	// Lanes out in order: 0, 1 from the low 128 bits, and so on.
+	VPERMILPD $1, X2, X5
+	VPERMILPD $1, X3, X6
+	VADDSD X2, X20, X20
+	VADDSD X3, X21, X21
+	VADDSD X5, X20, X20
+	VADDSD X6, X21, X21
+	VEXTRACTF64X2 $1, Z2, X7
+	VEXTRACTF64X2 $1, Z3, X8
+	VPERMILPD $1, X7, X5
+	VPERMILPD $1, X8, X6
+	VADDSD X7, X20, X20
+	VADDSD X8, X21, X21
+	VADDSD X5, X20, X20
+	VADDSD X6, X21, X21
+	VEXTRACTF64X2 $2, Z2, X7
+	VEXTRACTF64X2 $2, Z3, X8
+	VPERMILPD $1, X7, X5
+	VPERMILPD $1, X8, X6
+	VADDSD X7, X20, X20
+	VADDSD X8, X21, X21
+	VADDSD X5, X20, X20
+	VADDSD X6, X21, X21
+	VEXTRACTF64X2 $3, Z2, X7
+	VEXTRACTF64X2 $3, Z3, X8
+	VPERMILPD $1, X7, X5
+	VPERMILPD $1, X8, X6
+	VADDSD X7, X20, X20
+	VADDSD X8, X21, X21
+	VADDSD X5, X20, X20
+	VADDSD X6, X21, X21
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT lsgroup
+	VMOVSD X20, 0(R11)
+	VMOVSD X21, 8(R11)
+	VZEROUPPER
+	RET

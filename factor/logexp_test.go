@@ -103,3 +103,112 @@ func TestExpsMatchMathExp(t *testing.T) {
 	r.Shuffle(len(x), func(i, j int) { x[i], x[j] = x[j], x[i] })
 	checkAll(t, "exp", x, expAll, math.Exp)
 }
+
+// kernelAll is apply4 with one kernel of the given width: kern on groups
+// until it stops before one, that group with f alone; the tail with f.
+func kernelAll(width int, kern func(dst, src *float64, groups int) int, f func(float64) float64) func(dst, src []float64) {
+	return func(dst, src []float64) {
+		q := 0
+		for len(src)-q >= width {
+			q += width * kern(&dst[q], &src[q], (len(src)-q)/width)
+			if len(src)-q < width {
+				break
+			}
+			for end := q + width; q < end; q++ {
+				dst[q] = f(src[q])
+			}
+		}
+		for ; q < len(src); q++ {
+			dst[q] = f(src[q])
+		}
+	}
+}
+
+// TestLogExpKernelsMatchMath checks each kernel the machine has (AVX2
+// and AVX-512, whichever apply4 would pick) on its own, bitwise against
+// math.Log and math.Exp on every kind of value, and that each stops
+// before a group holding a value its function treats apart (else every
+// group would pass to math and the test would prove nothing).
+func TestLogExpKernelsMatchMath(t *testing.T) {
+	type kernel struct {
+		name  string
+		have  bool
+		width int
+		kern  func(dst, src *float64, groups int) int
+		f     func(float64) float64
+		// ordinary values, then a group holding a special one
+		ok, special []float64
+	}
+	logOK := []float64{0.3, 1e-200, 7, 0x1p-1022, 1, 2, 3, 4, 0.5, EntryFloor, 1e300, 0x1p-1074, 0.7071067811865476, 1 + 0x1p-52, 1 - 0x1p-53, 1e-310}
+	expOK := []float64{-0.3, -700, 7, 700, 0, 1e-30, -1e-30, 1, -1, -2, -3, -708, 709, 0.5, -50, 1e-300}
+	ks := []kernel{
+		{"logsAVX2", useAVX2(), 4, logsAVX2, math.Log, logOK, []float64{0.5, 0.5, 0, 0.5}},
+		{"logsAVX512", useLogAVX512(), 8, logsAVX512, math.Log, logOK, []float64{0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, math.Inf(1)}},
+		{"logsAVX512-neg", useLogAVX512(), 8, logsAVX512, math.Log, logOK, []float64{-0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}},
+		{"expsAVX2", useExpAVX2(), 4, expsAVX2, math.Exp, expOK, []float64{0, 0, -746, 0}},
+		{"expsAVX512", useExpAVX512(), 8, expsAVX512, math.Exp, expOK, []float64{0, 0, 0, 0, 0, 0, 0, 710}},
+		{"expsAVX512-sub", useExpAVX512(), 8, expsAVX512, math.Exp, expOK, []float64{0, 0, 0, -740, 0, 0, 0, 0}},
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	x := logexpInputs(r, 20000)
+	for range 5000 {
+		x = append(x, 1500*r.Float64()-750, -40*r.Float64(), math.Ldexp(r.Float64(), -r.IntN(60)),
+			math.Float64frombits(r.Uint64N(1<<52)), 1+math.Ldexp(r.Float64()-0.5, -r.IntN(50)))
+	}
+	r.Shuffle(len(x), func(i, j int) { x[i], x[j] = x[j], x[i] })
+	for _, k := range ks {
+		if !k.have {
+			t.Logf("%s: not on this machine (or -tags purego)", k.name)
+			continue
+		}
+		src := append(append([]float64(nil), k.ok...), k.special...)
+		dst := make([]float64, len(src))
+		if got, want := k.kern(&dst[0], &src[0], len(src)/k.width), len(k.ok)/k.width; got != want {
+			t.Fatalf("%s did %d groups, want %d (then a group with a special value)", k.name, got, want)
+		}
+		for q, v := range k.ok {
+			if want := k.f(v); !sameFloat(dst[q], want) {
+				t.Fatalf("%s(%v) = %v, math gives %v", k.name, v, dst[q], want)
+			}
+		}
+		checkAll(t, k.name, x, kernelAll(k.width, k.kern, k.f), k.f)
+	}
+}
+
+// BenchmarkLogExpKernels times each log and exp kernel on one goroutine
+// over 128k entries of a model (a block at the real-data benchmark's
+// size, n = 4000, m = 32): values in (EntryFloor, 1] for the logarithms,
+// their logarithms shifted below 0 for the exponentials.
+func BenchmarkLogExpKernels(b *testing.B) {
+	const size = 4000 * 32
+	r := rand.New(rand.NewPCG(1, 2))
+	x, lx := make([]float64, size), make([]float64, size)
+	for q := range x {
+		x[q] = max(EntryFloor, r.Float64()*r.Float64())
+		lx[q] = math.Log(x[q]) - 3
+	}
+	dst := make([]float64, size)
+	for _, k := range []struct {
+		name  string
+		have  bool
+		width int
+		kern  func(dst, src *float64, groups int) int
+		f     func(float64) float64
+		src   []float64
+	}{
+		{"log/AVX2", useAVX2(), 4, logsAVX2, math.Log, x},
+		{"log/AVX512", useLogAVX512(), 8, logsAVX512, math.Log, x},
+		{"exp/AVX2", useExpAVX2(), 4, expsAVX2, math.Exp, lx},
+		{"exp/AVX512", useExpAVX512(), 8, expsAVX512, math.Exp, lx},
+	} {
+		if !k.have {
+			continue
+		}
+		all := kernelAll(k.width, k.kern, k.f)
+		b.Run(k.name, func(b *testing.B) {
+			for b.Loop() {
+				all(dst, k.src)
+			}
+		})
+	}
+}
