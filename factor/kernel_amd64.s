@@ -1002,6 +1002,49 @@ DATA expc<>+0x80(SB)/8, $0x00000000000003FF // the exponent's bias
 DATA expc<>+0x88(SB)/8, $0x00000000000007FF
 GLOBL expc<>(SB), RODATA|NOPTR, $0x90
 
+// EXPCORE is archExp's avxfma path from the rounded exponent on, on
+// vectors of any width (Y for expsAVX2, Z for expsAVX512): with x in x,
+// k = round(LOG2E·x) as float64 in k and e = k + 0x3FF as int64 lanes
+// in e, it leaves exp(x) in x (p, t and one are scratch):
+// x −= k·LN2U; x −= k·LN2L (fused); x *= 0.0625; the Taylor series
+// p = ((((((c8·x + c7)·x + c6)·x + c5)·x + c4)·x + c3)·x + 0.5)·x + 1
+// with fused multiply-adds; x = x·p; three times x = x·(x + 2); then
+// x = x·(x + 2) + 1 (fused); times 2^k, e << 52 as bits.
+#define EXPCORE(x, p, k, e, t, one) \
+	VBROADCASTSD expc<>+0x50(SB), t; \
+	VFNMADD231PD t, k, x; \
+	VBROADCASTSD expc<>+0x58(SB), t; \
+	VFNMADD231PD t, k, x; \
+	VBROADCASTSD expc<>+0x68(SB), t; \
+	VMULPD t, x, x; \
+	VBROADCASTSD expc<>+0x40(SB), p; \
+	VBROADCASTSD expc<>+0x38(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x30(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x28(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x20(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x18(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x00(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x08(SB), one; \
+	VFMADD213PD one, x, p; \
+	VMULPD p, x, x; \
+	VBROADCASTSD expc<>+0x10(SB), t; \
+	VADDPD t, x, p; \
+	VMULPD p, x, x; \
+	VADDPD t, x, p; \
+	VMULPD p, x, x; \
+	VADDPD t, x, p; \
+	VMULPD p, x, x; \
+	VADDPD t, x, p; \
+	VFMADD213PD one, p, x; \
+	VPSLLQ $52, e, e; \
+	VMULPD e, x, x
+
 // func expsAVX2(dst, src *float64, groups int) int
 //
 // For groups of four x, dst = exp(x) computed by exactly the operations
@@ -1049,43 +1092,7 @@ e2group:
 	VMOVMSKPD Y1, BX
 	CMPQ BX, $15
 	JNE e2done
-	// x −= k·LN2U; x −= k·LN2L (fused); x *= 0.0625
-	VBROADCASTSD expc<>+0x50(SB), Y4
-	VFNMADD231PD Y4, Y2, Y0
-	VBROADCASTSD expc<>+0x58(SB), Y4
-	VFNMADD231PD Y4, Y2, Y0
-	VBROADCASTSD expc<>+0x68(SB), Y4
-	VMULPD Y4, Y0, Y0
-	// Taylor series: p = ((((((c8·x + c7)·x + c6)·x + c5)·x + c4)·x + c3)·x + 0.5)·x + 1
-	VBROADCASTSD expc<>+0x40(SB), Y1
-	VBROADCASTSD expc<>+0x38(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x30(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x28(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x20(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x18(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x00(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x08(SB), Y5 // 1
-	VFMADD213PD Y5, Y0, Y1
-	// x = x·p; three times x = x·(x + 2); then x = x·(x + 2) + 1 (fused)
-	VMULPD Y1, Y0, Y0
-	VBROADCASTSD expc<>+0x10(SB), Y4 // 2
-	VADDPD Y4, Y0, Y1
-	VMULPD Y1, Y0, Y0
-	VADDPD Y4, Y0, Y1
-	VMULPD Y1, Y0, Y0
-	VADDPD Y4, Y0, Y1
-	VMULPD Y1, Y0, Y0
-	VADDPD Y4, Y0, Y1
-	VFMADD213PD Y5, Y1, Y0
-	// times 2^k: e << 52 as bits
-	VPSLLQ $52, Y3, Y3
-	VMULPD Y3, Y0, Y0
+	EXPCORE(Y0, Y1, Y2, Y3, Y4, Y5)
 	VMOVUPD Y0, (DI)
 	ADDQ $32, SI
 	ADDQ $32, DI
@@ -1284,43 +1291,7 @@ e8group:
 	ANDL $0xFF, BX
 	CMPL BX, $0xFF
 	JNE e8done
-	// x −= k·LN2U; x −= k·LN2L (fused); x *= 0.0625
-	VBROADCASTSD expc<>+0x50(SB), Z4
-	VFNMADD231PD Z4, Z2, Z0
-	VBROADCASTSD expc<>+0x58(SB), Z4
-	VFNMADD231PD Z4, Z2, Z0
-	VBROADCASTSD expc<>+0x68(SB), Z4
-	VMULPD Z4, Z0, Z0
-	// Taylor series: p = ((((((c8·x + c7)·x + c6)·x + c5)·x + c4)·x + c3)·x + 0.5)·x + 1
-	VBROADCASTSD expc<>+0x40(SB), Z1
-	VBROADCASTSD expc<>+0x38(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x30(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x28(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x20(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x18(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x00(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x08(SB), Z5 // 1
-	VFMADD213PD Z5, Z0, Z1
-	// x = x·p; three times x = x·(x + 2); then x = x·(x + 2) + 1 (fused)
-	VMULPD Z1, Z0, Z0
-	VBROADCASTSD expc<>+0x10(SB), Z4 // 2
-	VADDPD Z4, Z0, Z1
-	VMULPD Z1, Z0, Z0
-	VADDPD Z4, Z0, Z1
-	VMULPD Z1, Z0, Z0
-	VADDPD Z4, Z0, Z1
-	VMULPD Z1, Z0, Z0
-	VADDPD Z4, Z0, Z1
-	VFMADD213PD Z5, Z1, Z0
-	// times 2^k: e << 52 as bits
-	VPSLLQ $52, Z3, Z3
-	VMULPD Z3, Z0, Z0
+	EXPCORE(Z0, Z1, Z2, Z3, Z4, Z5)
 	VMOVUPD Z0, (DI)
 	ADDQ $64, SI
 	ADDQ $64, DI
