@@ -798,6 +798,28 @@ cend:
 	VMULPD r4, r1, r1; \
 	VSUBPD r0, r1, r1
 
+// LOG512 is math.Log's operations (archLog) on eight lanes after the
+// checks, with fixed registers (logSumAVX512, logsAVX512,
+// logRowSumAVX512): from x in Z0 and its exponent field in Z1, with the
+// mantissa mask, 0.5, 0x7FF and 0x3FE broadcast in Z16–Z19, it leaves
+// log(x) in Z1 (Z0, Z2–Z7 and K2 scratch): f1 = mantissa | 0.5,
+// k = float64(exponent − 0x3FE); if !(sqrt(2)/2 < f1) { k -= 1; f1 *= 2 }
+// else { k -= 0; f1 *= 1 }; then LOGCORE.
+#define LOG512 \
+	VPANDQ Z16, Z0, Z2; \
+	VPORQ Z17, Z2, Z2; \
+	VPSUBQ Z19, Z1, Z1; \
+	VCVTQQ2PD Z1, Z1; \
+	VBROADCASTSD logc<>+0x20(SB), Z0; \
+	VCMPPD $5, Z2, Z0, K2; \
+	VPXORQ Z3, Z3, Z3; \
+	VBROADCASTSD logc<>+0x28(SB), Z4; \
+	VMOVAPD Z4, K2, Z3; \
+	VSUBPD Z3, Z1, Z1; \
+	VADDPD Z4, Z3, Z3; \
+	VMULPD Z3, Z2, Z2; \
+	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+
 // Constants of logSumAVX512 (those of math.Log's amd64 assembly).
 DATA logc<>+0x00(SB)/8, $0x000FFFFFFFFFFFFF // mantissa
 DATA logc<>+0x08(SB)/8, $0x3FE0000000000000 // 0.5
@@ -848,21 +870,7 @@ lgroup:
 	VPCMPEQQ Z18, Z1, K1
 	KORTESTB K1, K1
 	JNZ ldone
-	// f1 = mantissa | 0.5; k = float64(exponent − 0x3FE).
-	VPANDQ Z16, Z0, Z2
-	VPORQ Z17, Z2, Z2
-	VPSUBQ Z19, Z1, Z1
-	VCVTQQ2PD Z1, Z1
-	// if !(sqrt(2)/2 < f1) { k -= 1; f1 *= 2 } else { k -= 0; f1 *= 1 }
-	VBROADCASTSD logc<>+0x20(SB), Z0
-	VCMPPD $5, Z2, Z0, K2
-	VPXORQ Z3, Z3, Z3
-	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
-	VMOVAPD Z4, K2, Z3
-	VSUBPD Z3, Z1, Z1
-	VADDPD Z4, Z3, Z3
-	VMULPD Z3, Z2, Z2
-	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	LOG512
 	// ll += v·log(g), one term after another.
 	VMULPD (DX), Z1, Z1
 	VMOVUPD Z1, 0(SP)
@@ -1220,21 +1228,7 @@ l8group:
 	KMOVB K1, BX
 	CMPL BX, $0xFF
 	JNE l8done
-	// f1 = mantissa | 0.5; k = float64(exponent − 0x3FE).
-	VPANDQ Z16, Z0, Z2
-	VPORQ Z17, Z2, Z2
-	VPSUBQ Z19, Z1, Z1
-	VCVTQQ2PD Z1, Z1
-	// if !(sqrt(2)/2 < f1) { k -= 1; f1 *= 2 } else { k -= 0; f1 *= 1 }
-	VBROADCASTSD logc<>+0x20(SB), Z0
-	VCMPPD $5, Z2, Z0, K2
-	VPXORQ Z3, Z3, Z3
-	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
-	VMOVAPD Z4, K2, Z3
-	VSUBPD Z3, Z1, Z1
-	VADDPD Z4, Z3, Z3
-	VMULPD Z3, Z2, Z2
-	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	LOG512
 	VMOVUPD Z1, (DI)
 	ADDQ $64, SI
 	ADDQ $64, DI
@@ -1690,19 +1684,7 @@ lrgroup:
 	VMOVUPD (SI)(AX*8), Z0
 	VPSRLQ $52, Z0, Z1
 	VPANDQ Z18, Z1, Z1
-	VPANDQ Z16, Z0, Z2
-	VPORQ Z17, Z2, Z2
-	VPSUBQ Z19, Z1, Z1
-	VCVTQQ2PD Z1, Z1
-	VBROADCASTSD logc<>+0x20(SB), Z0
-	VCMPPD $5, Z2, Z0, K2
-	VPXORQ Z3, Z3, Z3
-	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
-	VMOVAPD Z4, K2, Z3
-	VSUBPD Z3, Z1, Z1
-	VADDPD Z4, Z3, Z3
-	VMULPD Z3, Z2, Z2
-	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	LOG512
 	VMOVUPD Z1, (DI)(AX*8)
 	TESTQ R10, R10
 	JZ lrd
