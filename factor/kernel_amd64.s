@@ -798,6 +798,28 @@ cend:
 	VMULPD r4, r1, r1; \
 	VSUBPD r0, r1, r1
 
+// LOG512 is math.Log's operations (archLog) on eight lanes after the
+// checks, with fixed registers (logSumAVX512, logsAVX512,
+// logRowSumAVX512): from x in Z0 and its exponent field in Z1, with the
+// mantissa mask, 0.5, 0x7FF and 0x3FE broadcast in Z16–Z19, it leaves
+// log(x) in Z1 (Z0, Z2–Z7 and K2 scratch): f1 = mantissa | 0.5,
+// k = float64(exponent − 0x3FE); if !(sqrt(2)/2 < f1) { k -= 1; f1 *= 2 }
+// else { k -= 0; f1 *= 1 }; then LOGCORE.
+#define LOG512 \
+	VPANDQ Z16, Z0, Z2; \
+	VPORQ Z17, Z2, Z2; \
+	VPSUBQ Z19, Z1, Z1; \
+	VCVTQQ2PD Z1, Z1; \
+	VBROADCASTSD logc<>+0x20(SB), Z0; \
+	VCMPPD $5, Z2, Z0, K2; \
+	VPXORQ Z3, Z3, Z3; \
+	VBROADCASTSD logc<>+0x28(SB), Z4; \
+	VMOVAPD Z4, K2, Z3; \
+	VSUBPD Z3, Z1, Z1; \
+	VADDPD Z4, Z3, Z3; \
+	VMULPD Z3, Z2, Z2; \
+	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+
 // Constants of logSumAVX512 (those of math.Log's amd64 assembly).
 DATA logc<>+0x00(SB)/8, $0x000FFFFFFFFFFFFF // mantissa
 DATA logc<>+0x08(SB)/8, $0x3FE0000000000000 // 0.5
@@ -848,21 +870,7 @@ lgroup:
 	VPCMPEQQ Z18, Z1, K1
 	KORTESTB K1, K1
 	JNZ ldone
-	// f1 = mantissa | 0.5; k = float64(exponent − 0x3FE).
-	VPANDQ Z16, Z0, Z2
-	VPORQ Z17, Z2, Z2
-	VPSUBQ Z19, Z1, Z1
-	VCVTQQ2PD Z1, Z1
-	// if !(sqrt(2)/2 < f1) { k -= 1; f1 *= 2 } else { k -= 0; f1 *= 1 }
-	VBROADCASTSD logc<>+0x20(SB), Z0
-	VCMPPD $5, Z2, Z0, K2
-	VPXORQ Z3, Z3, Z3
-	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
-	VMOVAPD Z4, K2, Z3
-	VSUBPD Z3, Z1, Z1
-	VADDPD Z4, Z3, Z3
-	VMULPD Z3, Z2, Z2
-	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	LOG512
 	// ll += v·log(g), one term after another.
 	VMULPD (DX), Z1, Z1
 	VMOVUPD Z1, 0(SP)
@@ -1002,6 +1010,49 @@ DATA expc<>+0x80(SB)/8, $0x00000000000003FF // the exponent's bias
 DATA expc<>+0x88(SB)/8, $0x00000000000007FF
 GLOBL expc<>(SB), RODATA|NOPTR, $0x90
 
+// EXPCORE is archExp's avxfma path from the rounded exponent on, on
+// vectors of any width (Y for expsAVX2, Z for expsAVX512): with x in x,
+// k = round(LOG2E·x) as float64 in k and e = k + 0x3FF as int64 lanes
+// in e, it leaves exp(x) in x (p, t and one are scratch):
+// x −= k·LN2U; x −= k·LN2L (fused); x *= 0.0625; the Taylor series
+// p = ((((((c8·x + c7)·x + c6)·x + c5)·x + c4)·x + c3)·x + 0.5)·x + 1
+// with fused multiply-adds; x = x·p; three times x = x·(x + 2); then
+// x = x·(x + 2) + 1 (fused); times 2^k, e << 52 as bits.
+#define EXPCORE(x, p, k, e, t, one) \
+	VBROADCASTSD expc<>+0x50(SB), t; \
+	VFNMADD231PD t, k, x; \
+	VBROADCASTSD expc<>+0x58(SB), t; \
+	VFNMADD231PD t, k, x; \
+	VBROADCASTSD expc<>+0x68(SB), t; \
+	VMULPD t, x, x; \
+	VBROADCASTSD expc<>+0x40(SB), p; \
+	VBROADCASTSD expc<>+0x38(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x30(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x28(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x20(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x18(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x00(SB), t; \
+	VFMADD213PD t, x, p; \
+	VBROADCASTSD expc<>+0x08(SB), one; \
+	VFMADD213PD one, x, p; \
+	VMULPD p, x, x; \
+	VBROADCASTSD expc<>+0x10(SB), t; \
+	VADDPD t, x, p; \
+	VMULPD p, x, x; \
+	VADDPD t, x, p; \
+	VMULPD p, x, x; \
+	VADDPD t, x, p; \
+	VMULPD p, x, x; \
+	VADDPD t, x, p; \
+	VFMADD213PD one, p, x; \
+	VPSLLQ $52, e, e; \
+	VMULPD e, x, x
+
 // func expsAVX2(dst, src *float64, groups int) int
 //
 // For groups of four x, dst = exp(x) computed by exactly the operations
@@ -1049,43 +1100,7 @@ e2group:
 	VMOVMSKPD Y1, BX
 	CMPQ BX, $15
 	JNE e2done
-	// x −= k·LN2U; x −= k·LN2L (fused); x *= 0.0625
-	VBROADCASTSD expc<>+0x50(SB), Y4
-	VFNMADD231PD Y4, Y2, Y0
-	VBROADCASTSD expc<>+0x58(SB), Y4
-	VFNMADD231PD Y4, Y2, Y0
-	VBROADCASTSD expc<>+0x68(SB), Y4
-	VMULPD Y4, Y0, Y0
-	// Taylor series: p = ((((((c8·x + c7)·x + c6)·x + c5)·x + c4)·x + c3)·x + 0.5)·x + 1
-	VBROADCASTSD expc<>+0x40(SB), Y1
-	VBROADCASTSD expc<>+0x38(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x30(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x28(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x20(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x18(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x00(SB), Y4
-	VFMADD213PD Y4, Y0, Y1
-	VBROADCASTSD expc<>+0x08(SB), Y5 // 1
-	VFMADD213PD Y5, Y0, Y1
-	// x = x·p; three times x = x·(x + 2); then x = x·(x + 2) + 1 (fused)
-	VMULPD Y1, Y0, Y0
-	VBROADCASTSD expc<>+0x10(SB), Y4 // 2
-	VADDPD Y4, Y0, Y1
-	VMULPD Y1, Y0, Y0
-	VADDPD Y4, Y0, Y1
-	VMULPD Y1, Y0, Y0
-	VADDPD Y4, Y0, Y1
-	VMULPD Y1, Y0, Y0
-	VADDPD Y4, Y0, Y1
-	VFMADD213PD Y5, Y1, Y0
-	// times 2^k: e << 52 as bits
-	VPSLLQ $52, Y3, Y3
-	VMULPD Y3, Y0, Y0
+	EXPCORE(Y0, Y1, Y2, Y3, Y4, Y5)
 	VMOVUPD Y0, (DI)
 	ADDQ $32, SI
 	ADDQ $32, DI
@@ -1213,21 +1228,7 @@ l8group:
 	KMOVB K1, BX
 	CMPL BX, $0xFF
 	JNE l8done
-	// f1 = mantissa | 0.5; k = float64(exponent − 0x3FE).
-	VPANDQ Z16, Z0, Z2
-	VPORQ Z17, Z2, Z2
-	VPSUBQ Z19, Z1, Z1
-	VCVTQQ2PD Z1, Z1
-	// if !(sqrt(2)/2 < f1) { k -= 1; f1 *= 2 } else { k -= 0; f1 *= 1 }
-	VBROADCASTSD logc<>+0x20(SB), Z0
-	VCMPPD $5, Z2, Z0, K2
-	VPXORQ Z3, Z3, Z3
-	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
-	VMOVAPD Z4, K2, Z3
-	VSUBPD Z3, Z1, Z1
-	VADDPD Z4, Z3, Z3
-	VMULPD Z3, Z2, Z2
-	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	LOG512
 	VMOVUPD Z1, (DI)
 	ADDQ $64, SI
 	ADDQ $64, DI
@@ -1284,43 +1285,7 @@ e8group:
 	ANDL $0xFF, BX
 	CMPL BX, $0xFF
 	JNE e8done
-	// x −= k·LN2U; x −= k·LN2L (fused); x *= 0.0625
-	VBROADCASTSD expc<>+0x50(SB), Z4
-	VFNMADD231PD Z4, Z2, Z0
-	VBROADCASTSD expc<>+0x58(SB), Z4
-	VFNMADD231PD Z4, Z2, Z0
-	VBROADCASTSD expc<>+0x68(SB), Z4
-	VMULPD Z4, Z0, Z0
-	// Taylor series: p = ((((((c8·x + c7)·x + c6)·x + c5)·x + c4)·x + c3)·x + 0.5)·x + 1
-	VBROADCASTSD expc<>+0x40(SB), Z1
-	VBROADCASTSD expc<>+0x38(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x30(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x28(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x20(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x18(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x00(SB), Z4
-	VFMADD213PD Z4, Z0, Z1
-	VBROADCASTSD expc<>+0x08(SB), Z5 // 1
-	VFMADD213PD Z5, Z0, Z1
-	// x = x·p; three times x = x·(x + 2); then x = x·(x + 2) + 1 (fused)
-	VMULPD Z1, Z0, Z0
-	VBROADCASTSD expc<>+0x10(SB), Z4 // 2
-	VADDPD Z4, Z0, Z1
-	VMULPD Z1, Z0, Z0
-	VADDPD Z4, Z0, Z1
-	VMULPD Z1, Z0, Z0
-	VADDPD Z4, Z0, Z1
-	VMULPD Z1, Z0, Z0
-	VADDPD Z4, Z0, Z1
-	VFMADD213PD Z5, Z1, Z0
-	// times 2^k: e << 52 as bits
-	VPSLLQ $52, Z3, Z3
-	VMULPD Z3, Z0, Z0
+	EXPCORE(Z0, Z1, Z2, Z3, Z4, Z5)
 	VMOVUPD Z0, (DI)
 	ADDQ $64, SI
 	ADDQ $64, DI
@@ -1719,19 +1684,7 @@ lrgroup:
 	VMOVUPD (SI)(AX*8), Z0
 	VPSRLQ $52, Z0, Z1
 	VPANDQ Z18, Z1, Z1
-	VPANDQ Z16, Z0, Z2
-	VPORQ Z17, Z2, Z2
-	VPSUBQ Z19, Z1, Z1
-	VCVTQQ2PD Z1, Z1
-	VBROADCASTSD logc<>+0x20(SB), Z0
-	VCMPPD $5, Z2, Z0, K2
-	VPXORQ Z3, Z3, Z3
-	VBROADCASTSD logc<>+0x28(SB), Z4 // 1
-	VMOVAPD Z4, K2, Z3
-	VSUBPD Z3, Z1, Z1
-	VADDPD Z4, Z3, Z3
-	VMULPD Z3, Z2, Z2
-	LOGCORE(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
+	LOG512
 	VMOVUPD Z1, (DI)(AX*8)
 	TESTQ R10, R10
 	JZ lrd
