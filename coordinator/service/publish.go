@@ -138,6 +138,12 @@ func PublishFile(ctx context.Context, nc *nats.Conn, path string, opts PublishOp
 		})
 	}
 	read := opts.Read
+	if read.BatchRows <= 0 {
+		// Batches of whole messages: each batch is cut into messages of
+		// maxRows, so only the file's last message is short, whatever
+		// batch size the reader would choose for the file's size.
+		read.BatchRows = maxRows * max(1, arrowio.DefaultBatchRows/maxRows)
+	}
 	if opts.AutoIDs {
 		read, err = arrowio.ScanAutoIDs(read, pass1)
 	} else {
