@@ -143,11 +143,15 @@ func seedK(kt []float64, n, m int, rows []seedRow, q []float64, rng *rand.Rand) 
 				kt[int(j)*m+l] += p.vals[k] / den
 			}
 		}
+		s := 0.0
 		for j := range n {
 			kt[j*m+l] *= 1 + seedJitter*(rng.Float64()-0.5)
+			s += kt[j*m+l]
+		}
+		for j := range n {
+			kt[j*m+l] /= s
 		}
 	}
-	normalizeCols(kt, n, m)
 }
 
 // seedD sets the rows of D with counts to their tempered posterior under
