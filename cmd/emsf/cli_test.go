@@ -23,8 +23,8 @@ func emsf(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 // plainByDefault adds --plain to a fit that names none of the flags of
-// issue 28 (--plain, --accel, --smooth, --stop, --prior-d, --prior-k,
-// --validation, --patience, --min-gain): the tests written before it pin the bits of
+// issue 28 (--plain, --accel, --smooth, --stop, --start, --prior-d,
+// --prior-k, --validation, --patience, --min-gain): the tests written before it pin the bits of
 // plain EM (fit's defaults now extrapolate, smooth and stop on a
 // validation split); a test of the new defaults names one of the flags
 // (e.g. --stop auto).
@@ -33,7 +33,7 @@ func plainByDefault(args []string) []string {
 		return args
 	}
 	for _, a := range args {
-		for _, f := range []string{"--plain", "--accel", "--smooth", "--stop", "--prior-d", "--prior-k", "--validation", "--patience", "--min-gain"} {
+		for _, f := range []string{"--plain", "--accel", "--smooth", "--stop", "--start", "--prior-d", "--prior-k", "--validation", "--patience", "--min-gain"} {
 			if a == f || strings.HasPrefix(a, f+"=") {
 				return args
 			}

@@ -66,9 +66,11 @@ type fitFlags struct {
 	tieV       factor.Tie
 	precisionV factor.Precision
 	accelV     factor.Accel
-	accelAuto  bool // --accel auto chose accelV
-	priorSet   bool // --prior-d or --prior-k given
-	stopTuned  bool // --patience or --min-gain given
+	start      string // --start
+	seeded     bool   // --start resolved: NewSeeded, else NewRandom
+	accelAuto  bool   // --accel auto chose accelV
+	priorSet   bool   // --prior-d or --prior-k given
+	stopTuned  bool   // --patience or --min-gain given
 	stopV      string
 }
 
@@ -107,14 +109,15 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&f.validation, "validation", 0.1, "fraction of the training transitions held out (seeded by --seed) to choose the smoothing and to stop the fit; used with --smooth auto|background or --stop validation")
 	fs.Float64Var(&f.priorD, "prior-d", defaultPriorD, "Dirichlet prior on the rows of D (MAP-EM): pseudo-counts added to every entry of a row before it is normalized (0: none)")
 	fs.Float64Var(&f.priorK, "prior-k", defaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
-	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: --accel none --smooth none --stop tol --prior-d 0 --prior-k 0, and rows without data left at their random start")
+	fs.StringVar(&f.start, "start", "auto", "EM's start: seeded (the rows of K drawn from the data's rows, in proportion to their counts, and smoothed; each row of D its counts' tempered posterior under them: factor.NewSeeded), random (rows drawn uniformly at random), or auto: seeded for a fit that holds the model with --tie none and not --plain, else random; --seed draws either")
+	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: --accel none --smooth none --stop tol --prior-d 0 --prior-k 0 --start random, and rows without data left at their random start")
 	fs.IntVar(&f.patience, "patience", 5, "with --stop validation: scores in a row without gain before the fit stops")
 	fs.Float64Var(&f.minGain, "min-gain", 1e-4, "with --stop validation: the least rise of the validation score (log-likelihood per validation transition, in nats) over the score of the last gain that counts as a gain (the best iterate is kept whatever it gained)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole command to this file (go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	for _, name := range []string{"accel", "smooth", "stop", "prior-d", "prior-k"} {
+	for _, name := range []string{"accel", "smooth", "stop", "prior-d", "prior-k", "start"} {
 		f.qualityGiven = f.qualityGiven || flagGiven(fs, name)
 	}
 	if f.cpuProfile != "" {
@@ -463,6 +466,8 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 		if warm != nil {
 			md = warm.Model.Clone()
 			md.Smoothing = nil // chosen anew for these data
+		} else if f.seeded {
+			md = factor.NewSeeded(n, m, u, f.tieV, mats, f.seed+uint64(r), f.workers)
 		} else {
 			md = factor.NewRandom(n, m, u, f.tieV, f.seed+uint64(r))
 		}
@@ -621,10 +626,10 @@ func (f *fitFlags) validateQuality() error {
 		f.plain, f.clusterPlain = true, true
 	}
 	if f.plain {
-		if f.priorSet || f.accel != "auto" || f.smooth != smoothAuto || f.stopRule != "auto" {
-			return usagef("--plain sets --accel, --smooth, --stop and the priors itself: give it alone")
+		if f.priorSet || f.accel != "auto" || f.smooth != smoothAuto || f.stopRule != "auto" || f.start != "auto" {
+			return usagef("--plain sets --accel, --smooth, --stop, --start and the priors itself: give it alone")
 		}
-		f.accel, f.smooth, f.stopRule, f.priorD, f.priorK = "none", smoothNone, stopTol, 0, 0
+		f.accel, f.smooth, f.stopRule, f.priorD, f.priorK, f.start = "none", smoothNone, stopTol, 0, 0, "random"
 	}
 	switch f.smooth {
 	case smoothAuto, smoothBackground, smoothNone:
@@ -688,6 +693,22 @@ func (f *fitFlags) validateQuality() error {
 	default:
 		return usagef("--accel %q: want auto, none or squarem", f.accel)
 	}
+	// The seeded start needs the training rows and TieNone (NewSeeded);
+	// a warm start (--init) or --resume has its own.
+	seedable := holds && f.initModel == "" && f.tieV == factor.TieNone
+	switch f.start {
+	case "auto":
+		f.seeded = seedable
+	case "random":
+		f.seeded = false
+	case "seeded":
+		if !seedable {
+			return usagef("--start seeded: starts a batch EMSF fit with --tie none from the training data (not --algorithm %s, --incremental, --resume, --init or --tie %s)", f.algorithm, f.tieV)
+		}
+		f.seeded = true
+	default:
+		return usagef("--start %q: want auto, seeded or random", f.start)
+	}
 	return nil
 }
 
@@ -726,6 +747,9 @@ func (f *fitFlags) params(m int) map[string]string {
 	// stay as they were.
 	if f.accelV != factor.AccelNone {
 		p["accel"] = f.accelV.String()
+	}
+	if f.seeded {
+		p["start"] = "seeded"
 	}
 	if f.priorD > 0 || f.priorK > 0 {
 		p["prior_d"] = strconv.FormatFloat(f.priorD, 'g', -1, 64)

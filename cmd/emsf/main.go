@@ -244,7 +244,7 @@ func flagGroups() []flagGroup {
 		{"Sampling", []string{"transitions", "sampling", "episode-len", "per-row"}},
 		{"Fit", []string{"iters", "tol", "time-limit", "restarts", "workers", "alpha", "precision", "holdout", "shard-nnz", "col-cells", "group-nnz",
 			"incremental", "passes", "eta-max", "commit-every", "online-em", "gamma-exp", "burn-in", "online-em-floor", "mode", "every", "interval"}},
-		{"Quality and speed", []string{"smooth", "stop", "accel", "validation", "patience", "min-gain", "prior-d", "prior-k", "plain", "train", "baselines", "mix"}},
+		{"Quality and speed", []string{"smooth", "stop", "accel", "start", "validation", "patience", "min-gain", "prior-d", "prior-k", "plain", "train", "baselines", "mix"}},
 		{"Analysis", []string{"policy", "top", "cnt"}},
 		{"Experiment", []string{"paper", "runs", "sizes", "bases", "hands", "batch-hands", "batches", "eval-hands", "epsilon", "emsf-init",
 			"observations", "hmm-iters", "hmm-eps", "gen-iters", "epca-iters", "nmf-steps"}},

@@ -141,7 +141,7 @@ func TestEvalKNChosenOnValidation(t *testing.T) {
 }
 
 // TestFitPlainIsAccelNone: --plain is --accel none --smooth none --stop
-// tol --prior-d 0 --prior-k 0, bitwise; the default fit differs from it
+// tol --prior-d 0 --prior-k 0 --start random, bitwise; the default fit differs from it
 // and stops on the validation split.
 func TestFitPlainIsAccelNone(t *testing.T) {
 	dir := t.TempDir()
@@ -150,13 +150,13 @@ func TestFitPlainIsAccelNone(t *testing.T) {
 	a, b, c := filepath.Join(dir, "a.arrow"), filepath.Join(dir, "b.arrow"), filepath.Join(dir, "c.arrow")
 	mustEmsf(t, "fit", "--input", in, "--order", "3", "--iters", "50", "--quiet", "--out", a, "--plain")
 	mustEmsf(t, "fit", "--input", in, "--order", "3", "--iters", "50", "--quiet", "--out", b,
-		"--accel", "none", "--smooth", "none", "--stop", "tol", "--prior-d", "0", "--prior-k", "0")
+		"--accel", "none", "--smooth", "none", "--stop", "tol", "--prior-d", "0", "--prior-k", "0", "--start", "random")
 	out := mustEmsf(t, "fit", "--input", in, "--order", "3", "--iters", "50", "--quiet", "--out", c, "--stop", "auto")
 	ma, _ := arrowio.ReadModel(a)
 	mb, _ := arrowio.ReadModel(b)
 	mc, _ := arrowio.ReadModel(c)
 	if !ma.Model.Equal(mb.Model) || ma.Model.Smoothing != nil {
-		t.Fatal("--plain differs from --accel none --smooth none --stop tol --prior-d 0 --prior-k 0")
+		t.Fatal("--plain differs from --accel none --smooth none --stop tol --prior-d 0 --prior-k 0 --start random")
 	}
 	if ma.Model.Equal(mc.Model) || mc.Model.Smoothing == nil {
 		t.Fatal("the default fit is plain EM")
@@ -168,6 +168,44 @@ func TestFitPlainIsAccelNone(t *testing.T) {
 		{"--patience", "0"}, {"--min-gain", "-1"}, {"--min-gain", "NaN"}, {"--min-gain", "+Inf"}, {"--min-gain", "0.01", "--stop", "tol"}, {"--patience", "3", "--plain"}, {"--prior-d", "-1"}, {"--plain", "--accel", "none"}, {"--accel", "squarem", "--alpha", "0.5"}} {
 		code, _, errs := emsf(t, append([]string{"fit", "--input", in, "--order", "3", "--out", c}, bad...)...)
 		if code == 0 || !strings.Contains(errs, bad[0]) {
+			t.Errorf("fit %v: exit %d, stderr %q", bad, code, errs)
+		}
+	}
+}
+
+// TestFitStart: the default fit starts seeded (--start auto is --start
+// seeded there, bitwise), --start random from NewRandom's start (another
+// model), and --start is refused where no seeded start can be made or
+// --plain sets it.
+func TestFitStart(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "t.csv")
+	mustEmsf(t, "gen", "--states", "40", "--transitions", "1500", "--seed", "8", "--out", in, "--truth", "")
+	fit := func(name string, flags ...string) *factor.Model {
+		t.Helper()
+		out := filepath.Join(dir, name)
+		mustEmsf(t, append([]string{"fit", "--input", in, "--order", "4", "--iters", "40", "--quiet", "--out", out}, flags...)...)
+		mf, err := arrowio.ReadModel(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mf.Model
+	}
+	auto, seeded, random := fit("a.arrow", "--start", "auto"), fit("s.arrow", "--start", "seeded"), fit("r.arrow", "--start", "random")
+	if !auto.Equal(seeded) {
+		t.Fatal("--start auto is not --start seeded for the default fit")
+	}
+	if auto.Equal(random) {
+		t.Fatal("--start random gives the seeded start's model")
+	}
+	if !fit("w.arrow", "--start", "seeded", "--workers", "3").Equal(seeded) {
+		t.Fatal("the seeded fit depends on --workers")
+	}
+	for _, bad := range [][]string{{"--start", "sometimes"}, {"--plain", "--start", "random"},
+		{"--start", "seeded", "--tie", "shared-d"}, {"--start", "seeded", "--init", filepath.Join(dir, "r.arrow")},
+		{"--start", "seeded", "--incremental"}} {
+		code, _, errs := emsf(t, append([]string{"fit", "--input", in, "--order", "4", "--out", filepath.Join(dir, "x.arrow")}, bad...)...)
+		if code == 0 || !strings.Contains(errs, "--start") {
 			t.Errorf("fit %v: exit %d, stderr %q", bad, code, errs)
 		}
 	}
