@@ -1,42 +1,25 @@
-package factor
+package factor_test
 
 import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/emsf/emsf/factor"
 )
 
-// checkStart fails unless every row of D and of K (a column of K^T)
-// of md sums to 1 within tol and every entry is positive and finite.
-func checkStart(t *testing.T, md *Model) {
+// checkStart fails unless md is a start EM can leave: its rows
+// stochastic (checkStochastic) and every entry positive and finite (EM
+// never moves an entry away from 0).
+func checkStart(t *testing.T, md *factor.Model) {
 	t.Helper()
-	n, m := md.N, md.M
-	for b, d := range md.D {
-		for i := range n {
-			s := 0.0
-			for _, v := range d[i*m : i*m+m] {
+	checkStochastic(t, md, "start")
+	for _, part := range [][][]float64{md.D, md.KT} {
+		for b, x := range part {
+			for q, v := range x {
 				if !(v > 0) || math.IsInf(v, 0) {
-					t.Fatalf("D block %d row %d: entry %v", b, i, v)
+					t.Fatalf("block %d entry %d: %v", b, q, v)
 				}
-				s += v
-			}
-			if math.Abs(s-1) > 1e-12 {
-				t.Fatalf("D block %d row %d sums to %v", b, i, s)
-			}
-		}
-	}
-	for b, kt := range md.KT {
-		for l := range m {
-			s := 0.0
-			for j := range n {
-				v := kt[j*m+l]
-				if !(v > 0) || math.IsInf(v, 0) {
-					t.Fatalf("K block %d row %d entry %d: %v", b, l, j, v)
-				}
-				s += v
-			}
-			if math.Abs(s-1) > 1e-12 {
-				t.Fatalf("K block %d row %d sums to %v", b, l, s)
 			}
 		}
 	}
@@ -44,27 +27,27 @@ func checkStart(t *testing.T, md *Model) {
 
 func TestNewSeededIsAStochasticStartOfItsSeed(t *testing.T) {
 	const n, m, u = 300, 8, 2
-	blocks := RandomCounts(n, u, 6, 9, 3)
-	md := NewSeeded(n, m, u, TieNone, blocks, 7, 1)
+	blocks := factor.RandomCounts(n, u, 6, 9, 3)
+	md := factor.NewSeeded(n, m, u, factor.TieNone, blocks, 7, 1)
 	checkStart(t, md)
 	if md.Seed != 7 {
 		t.Fatalf("seed %d recorded, want 7", md.Seed)
 	}
 	for _, w := range []int{2, 3, 8} {
-		if other := NewSeeded(n, m, u, TieNone, blocks, 7, w); !other.Equal(md) {
+		if other := factor.NewSeeded(n, m, u, factor.TieNone, blocks, 7, w); !other.Equal(md) {
 			t.Fatalf("workers %d: another start than with 1 worker", w)
 		}
 	}
-	if NewSeeded(n, m, u, TieNone, blocks, 8, 1).Equal(md) {
+	if factor.NewSeeded(n, m, u, factor.TieNone, blocks, 8, 1).Equal(md) {
 		t.Fatal("seeds 7 and 8 give the same start")
 	}
-	if NewRandom(n, m, u, TieNone, 7).Equal(md) {
-		t.Fatal("the seeded start is NewRandom's")
+	if factor.NewRandom(n, m, u, factor.TieNone, 7).Equal(md) {
+		t.Fatal("the seeded start is factor.NewRandom's")
 	}
 	// Other tie modes start at random.
-	for _, tie := range []Tie{TieSharedD, TieSharedK} {
-		if !NewSeeded(n, m, u, tie, blocks, 7, 2).Equal(NewRandom(n, m, u, tie, 7)) {
-			t.Fatalf("tie %v: not NewRandom's start", tie)
+	for _, tie := range []factor.Tie{factor.TieSharedD, factor.TieSharedK} {
+		if !factor.NewSeeded(n, m, u, tie, blocks, 7, 2).Equal(factor.NewRandom(n, m, u, tie, 7)) {
+			t.Fatalf("tie %v: not factor.NewRandom's start", tie)
 		}
 	}
 }
@@ -74,7 +57,7 @@ func TestNewSeededIsAStochasticStartOfItsSeed(t *testing.T) {
 // own, every row of K peaks at one of those next states, no two at the
 // same (rows are drawn without replacement), and the row of D of a
 // state peaks at the row of K drawn from that state, when it was drawn.
-// With fewer rows than m, the rows of K left over are NewRandom's, as are
+// With fewer rows than m, the rows of K left over are factor.NewRandom's, as are
 // the rows of D without counts.
 func TestNewSeededDrawsRowsOfTheData(t *testing.T) {
 	const n, m = 40, 6
@@ -87,13 +70,13 @@ func TestNewSeededDrawsRowsOfTheData(t *testing.T) {
 			cs = append(cs, 0, int32(20+i))
 			vs = append(vs, 1, 1000)
 		}
-		b, err := NewBlock(0, rs, cs, vs)
+		b, err := factor.NewBlock(0, rs, cs, vs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		md := NewSeeded(n, m, 1, TieNone, []*Block{b}, 5, 2)
+		md := factor.NewSeeded(n, m, 1, factor.TieNone, []*factor.Block{b}, 5, 2)
 		checkStart(t, md)
-		rnd := NewRandom(n, m, 1, TieNone, 5)
+		rnd := factor.NewRandom(n, m, 1, factor.TieNone, 5)
 		kt, d := md.KT[0], md.D[0]
 		drawn := map[int]int{} // the state each row of K was drawn from → row
 		for l := range m {
@@ -105,7 +88,7 @@ func TestNewSeededDrawsRowsOfTheData(t *testing.T) {
 			if l >= rows {
 				for j := range n {
 					if kt[j*m+l] != rnd.KT[0][j*m+l] {
-						t.Fatalf("%d rows: row %d of K is not NewRandom's", rows, l)
+						t.Fatalf("%d rows: row %d of K is not factor.NewRandom's", rows, l)
 					}
 				}
 				continue
@@ -129,7 +112,7 @@ func TestNewSeededDrawsRowsOfTheData(t *testing.T) {
 		}
 		for i := rows; i < n; i++ {
 			if !slices.Equal(d[i*m:i*m+m], rnd.D[0][i*m:i*m+m]) {
-				t.Fatalf("%d rows: row %d of D (no counts) is not NewRandom's", rows, i)
+				t.Fatalf("%d rows: row %d of D (no counts) is not factor.NewRandom's", rows, i)
 			}
 		}
 	}
@@ -139,14 +122,14 @@ func TestNewSeededDrawsRowsOfTheData(t *testing.T) {
 // (shards of one action) is one row of the data, as in one block.
 func TestNewSeededRowsAcrossBlocks(t *testing.T) {
 	const n, m = 30, 4
-	one, err := NewBlock(0, []int32{1, 1, 2, 5, 5}, []int32{3, 9, 4, 0, 7}, []float64{2, 5, 1, 3, 4})
+	one, err := factor.NewBlock(0, []int32{1, 1, 2, 5, 5}, []int32{3, 9, 4, 0, 7}, []float64{2, 5, 1, 3, 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := NewBlock(0, []int32{1, 5}, []int32{3, 0}, []float64{2, 3})
-	b, _ := NewBlock(0, []int32{1, 2, 5}, []int32{9, 4, 7}, []float64{5, 1, 4})
-	want := NewSeeded(n, m, 1, TieNone, []*Block{one}, 11, 1)
-	if got := NewSeeded(n, m, 1, TieNone, []*Block{a, b}, 11, 2); !got.Equal(want) {
+	a, _ := factor.NewBlock(0, []int32{1, 5}, []int32{3, 0}, []float64{2, 3})
+	b, _ := factor.NewBlock(0, []int32{1, 2, 5}, []int32{9, 4, 7}, []float64{5, 1, 4})
+	want := factor.NewSeeded(n, m, 1, factor.TieNone, []*factor.Block{one}, 11, 1)
+	if got := factor.NewSeeded(n, m, 1, factor.TieNone, []*factor.Block{a, b}, 11, 2); !got.Equal(want) {
 		t.Fatal("the rows split over two blocks give another start than in one")
 	}
 }
