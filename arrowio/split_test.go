@@ -61,9 +61,12 @@ func readSplits(t *testing.T, data []byte, format string, cuts []int64, opts Rea
 }
 
 // splitFileName is the name the tests' whole-file reads give a file of
-// format, and so what readSplits names it.
+// format, and so what readSplits names it: one name per test process
+// (errors name the file, and are compared), apart from another
+// process's (two runs of the package's tests at once removed each
+// other's file).
 func splitFileName(format string) string {
-	return filepath.Join(os.TempDir(), "emsf-split-test."+format)
+	return filepath.Join(os.TempDir(), fmt.Sprintf("emsf-split-test-%d.%s", os.Getpid(), format))
 }
 
 // wholeFile reads data as the file splitFileName(format), whole.
