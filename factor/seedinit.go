@@ -63,47 +63,50 @@ func NewSeeded(n, m, u int, tie Tie, blocks []*Block, seed uint64, workers int) 
 	return md
 }
 
-// seedRow is one row of an action's counts: its state and its pieces
-// (a row may lie in several blocks).
+// seedRow is one row of an action's counts: its state, its pieces (a
+// row may lie in several blocks; a subslice of one array for all rows)
+// and its total count.
 type seedRow struct {
 	i      int32
 	pieces []seedPiece
-	x      float64 // the row's total count
+	x      float64
 }
 
+// seedPiece is the part of a row that one block holds.
 type seedPiece struct {
+	i    int32
 	cols []int32
 	vals []float64
+	x    float64 // the piece's total count
 }
 
 // seedRows returns the rows of action a's counts in blocks, in state
-// order.
+// order, their pieces in block order.
 func seedRows(blocks []*Block, a int) []seedRow {
-	var rows []seedRow
+	var ps []seedPiece
 	for _, b := range blocks {
 		if b.Action != a {
 			continue
 		}
 		for r, i := range b.Rows {
-			p := seedPiece{b.Cols[b.Ptr[r]:b.Ptr[r+1]], b.Vals[b.Ptr[r]:b.Ptr[r+1]]}
-			x := 0.0
+			p := seedPiece{i: i, cols: b.Cols[b.Ptr[r]:b.Ptr[r+1]], vals: b.Vals[b.Ptr[r]:b.Ptr[r+1]]}
 			for _, c := range p.vals {
-				x += c
+				p.x += c
 			}
-			rows = append(rows, seedRow{i: i, pieces: []seedPiece{p}, x: x})
+			ps = append(ps, p)
 		}
 	}
-	slices.SortStableFunc(rows, func(p, q seedRow) int { return cmp.Compare(p.i, q.i) })
-	out := rows[:0]
-	for _, r := range rows {
-		if k := len(out) - 1; k >= 0 && out[k].i == r.i {
-			out[k].pieces = append(out[k].pieces, r.pieces...)
-			out[k].x += r.x
-			continue
+	slices.SortStableFunc(ps, func(p, q seedPiece) int { return cmp.Compare(p.i, q.i) })
+	var rows []seedRow
+	for lo := 0; lo < len(ps); {
+		hi, x := lo, 0.0
+		for ; hi < len(ps) && ps[hi].i == ps[lo].i; hi++ {
+			x += ps[hi].x
 		}
-		out = append(out, r)
+		rows = append(rows, seedRow{i: ps[lo].i, pieces: ps[lo:hi], x: x})
+		lo = hi
 	}
-	return out
+	return rows
 }
 
 // seedK sets the rows of K (columns of kt, n×m) to rows drawn from rows
