@@ -148,6 +148,11 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer mw.Close()
+	if e.hugePages && !f.cluster.enabled() {
+		mem, _ := machineMemory()
+		n := hugeHeapBytes(f.in.input, f.in.format, mem)
+		log.Debug("huge pages for the heap", "bytes", n, "granted", hugeHeap(n) != 0)
+	}
 	if f.inc.enabled {
 		return fitIncremental(ctx, e, &f, log)
 	}

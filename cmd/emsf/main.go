@@ -35,6 +35,9 @@ type command struct {
 // env is what every subcommand gets: its output streams.
 type env struct {
 	stdout, stderr io.Writer
+	// hugePages: a local fit asks for huge pages on its heap (hugeHeap);
+	// set by main, so never in a test that calls run.
+	hugePages bool
 }
 
 func commands() []command {
@@ -69,13 +72,17 @@ type exitCode int
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runEnv(os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, hugePages: true}))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	return runEnv(args, &env{stdout: stdout, stderr: stderr})
+}
+
+func runEnv(args []string, e *env) int {
+	stdout, stderr := e.stdout, e.stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e := &env{stdout: stdout, stderr: stderr}
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
 		fmt.Fprintln(stdout, version())
 		return 0
