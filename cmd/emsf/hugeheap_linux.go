@@ -22,12 +22,13 @@ import (
 // MADV_DONTNEED keeps the mark too). Nothing depends on it: with another
 // runtime or kernel the fit only runs as it did without.
 //
-// It does nothing where huge pages are off ("never") or already on for
+// It does nothing for a region of more than a quarter of the address
+// space (a 32-bit process), where huge pages are off ("never") or already on for
 // every mapping ("always"), under GODEBUG=disablethp=1 (Go's own switch
 // against huge pages on the heap), or with a soft memory limit set
 // (GOMEMLIMIT): the free region would count against it.
 func hugeHeap(n int64) uintptr {
-	if n <= 0 || thpMode() != "madvise" || strings.Contains(os.Getenv("GODEBUG"), "disablethp=1") ||
+	if n <= 0 || n > math.MaxInt/4 || thpMode() != "madvise" || strings.Contains(os.Getenv("GODEBUG"), "disablethp=1") ||
 		debug.SetMemoryLimit(-1) != math.MaxInt64 {
 		return 0
 	}
