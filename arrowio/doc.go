@@ -68,6 +68,33 @@
 // From an IPC file only the byte ranges of the converted columns' buffers
 // are read (flatRanges).
 //
+// # Parquet without pqarrow
+//
+// Parquet is read and written over arrow-go's lower-level parquet/file
+// (with parquet/schema and parquet/metadata), not its parquet/pqarrow:
+// pqarrow links arrow/compute, arrow/flight, gRPC and protobuf, whose
+// package initialisers ran in every emsf process, the fit's workers and
+// every CLI call included. A program importing emsf's external packages
+// started in 42 ms with pqarrow and 29 ms without, emsf --help took 39
+// ms with it and 32 ms without (perf stat -r 30, medians of 3), and the
+// binary shrank from 82 to 53 MB. The reader (pqschema.go, pqread.go)
+// reads what emsf's files hold: top-level columns of integers (INT32,
+// INT64 and their integer annotations), floats, strings and binary, with
+// or without nulls, and the three-level LIST of DOUBLE of a model's
+// values (read as list<float64>: the model readers check that each row
+// holds m values), each column with parquet's record reader. Any other
+// column is refused with its name and Parquet type; the Arrow schema a
+// writer stored (ARROW:schema) is verified but not applied. pqwrite.go
+// writes the layout that pqarrow's writer wrote: its Parquet schema,
+// key-value metadata and stored Arrow schema (an IPC schema message from
+// arrow/ipc, base64). pqarrow stays in the tests as the oracle: random
+// files it writes read as the same values through both readers, or are
+// refused by name where emsf does not read a column
+// (TestParquetReaderMatchesPqarrow, TestParquetScanMatchesPqarrow,
+// TestParquetCorruptScanMatchesPqarrow), and the files of the new
+// writers read in pqarrow as the old writers' did
+// (TestParquetWriterMatchesPqarrow, TestParquetTransitionWriterMatchesPqarrow).
+//
 // # Datasets and splits
 //
 // ListDataset lists a dataset: a file, a directory's data files or a

@@ -100,8 +100,9 @@ func FuzzScanArrowStream(f *testing.F) {
 // or delivers only valid rows, in bounded time (its first find: parquet's
 // column chunk reader looped forever on definition levels cut short; see
 // errOptionalPage; the seed testdata/fuzz/FuzzScanParquet/ae2b7ef6b55fb1e3
-// is that file), and that pqColumns and pqarrow's record reader both
-// fail or give the same rows.
+// is that file), and that pqColumns, the record reader (pqread.go) and
+// the scan's old path through pqarrow's record reader all fail or give
+// the same rows.
 func FuzzScanParquet(f *testing.F) {
 	mem := memory.NewGoAllocator()
 	sizes := []int{30, 7, 100}
@@ -120,7 +121,12 @@ func FuzzScanParquet(f *testing.F) {
 				ReadOptions{BatchRows: 3, libraryParquet: library}, got[k].add)
 		}
 		if (errs[0] == nil) != (errs[1] == nil) || errs[0] == nil && !reflect.DeepEqual(got[0], got[1]) {
-			t.Fatalf("pqColumns: %v; pqarrow: %v (or different rows)", errs[0], errs[1])
+			t.Fatalf("pqColumns: %v; record reader: %v (or different rows)", errs[0], errs[1])
+		}
+		want := &collected{}
+		wantErr := scanPqarrow(data, ReadOptions{BatchRows: 3}, want.add)
+		if (errs[1] == nil) != (wantErr == nil) || wantErr == nil && !reflect.DeepEqual(got[1], want) {
+			t.Fatalf("record reader: %v; pqarrow: %v (or different rows)", errs[1], wantErr)
 		}
 	})
 }

@@ -3,7 +3,6 @@ package arrowio
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"math"
@@ -17,7 +16,6 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/ipc"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
-	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
@@ -382,12 +380,8 @@ func newModelWriter(w io.Writer, sc *arrow.Schema, mem memory.Allocator, format 
 		return ipc.NewFileWriter(&posWriter{w: w}, ipc.WithSchema(sc), ipc.WithAllocator(mem))
 	case ModelParquet:
 		props := parquet.NewWriterProperties(parquet.WithAllocator(mem), parquet.WithDictionaryDefault(false))
-		aprops := []pqarrow.WriterOption{pqarrow.WithAllocator(mem)}
-		if sc.NumFields() == len(modelFields(1, false)) {
-			aprops = append(aprops, pqarrow.WithStoreSchema())
-		}
-		// struct{ io.Writer } hides any Close: the caller owns w.
-		return pqarrow.NewFileWriter(sc, struct{ io.Writer }{w}, props, pqarrow.NewArrowWriterProperties(aprops...))
+		// The caller owns w: the writer never closes it.
+		return newPQWriter(w, sc, props, sc.NumFields() == len(modelFields(1, false)))
 	}
 	return nil, fmt.Errorf("unknown model format %q (want arrow or parquet)", format)
 }
@@ -574,17 +568,25 @@ func (r *modelReader) record(rec arrow.Record) error {
 }
 
 func (r *modelReader) parquet(ra parquet.ReaderAtSeeker, size int64, mem memory.Allocator) error {
-	rr, md, err := openParquet(context.Background(), ra, size, capAllocator(mem, size), 1<<16)
+	f, err := openPQ(ra, size, capAllocator(mem, size), 1<<16)
 	if err != nil {
 		return err
 	}
-	defer rr.Release()
-	// The schema metadata is in the file's key-value metadata.
-	if err := r.schema(arrow.NewSchema(rr.Schema().Fields(), &md)); err != nil {
+	sc, err := f.schemaOf(nil)
+	if err != nil {
 		return err
 	}
+	// The schema metadata is in the file's key-value metadata.
+	if err := r.schema(arrow.NewSchema(sc.Fields(), &f.md)); err != nil {
+		return err
+	}
+	rr, err := f.records(nil, nil)
+	if err != nil {
+		return err
+	}
+	defer rr.release()
 	for {
-		rec, err := nextParquet(rr)
+		rec, err := rr.next()
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,6 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
-	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 )
 
 // rowSeg is a range of states [lo, hi) of one block: rows a model file or
@@ -192,26 +191,27 @@ func scanModelFile(ctx context.Context, ra parquet.ReaderAtSeeker, size int64, m
 		}
 	case FormatParquet:
 		mem = capAllocator(mem, size)
-		fr, _, kv, err := openParquetFile(ra, size, mem, 1)
+		f, err := openPQ(ra, size, mem, 1)
 		if err != nil {
 			return err
 		}
 		// The schema metadata is in the file's key-value metadata.
-		sc, err := parquetSchema(fr)
+		sc, err := f.schemaOf(nil)
 		if err != nil {
 			return err
 		}
+		kv := f.md
 		if err := schema(arrow.NewSchema(sc.Fields(), &kv), kv); err != nil {
 			return err
 		}
-		fr.Props.BatchSize = int64(cur.batch)
-		rr, err := recordReader(ctx, fr, nil, nil)
+		f.batch = int64(cur.batch)
+		rr, err := f.records(nil, nil)
 		if err != nil {
 			return err
 		}
-		defer rr.Release()
+		defer rr.release()
 		for {
-			rec, err := nextParquet(rr)
+			rec, err := rr.next()
 			if err != nil {
 				return err
 			}
@@ -226,10 +226,4 @@ func scanModelFile(ctx context.Context, ra parquet.ReaderAtSeeker, size int64, m
 		return fmt.Errorf("neither an Arrow IPC file nor Parquet")
 	}
 	return cur.end()
-}
-
-// parquetSchema is fr's Arrow schema, a panic of the decoder an error.
-func parquetSchema(fr *pqarrow.FileReader) (sc *arrow.Schema, err error) {
-	defer catch(&err)
-	return fr.Schema()
 }

@@ -8,24 +8,24 @@ import (
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/file"
-	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 	"github.com/apache/arrow/go/v15/parquet/schema"
 )
 
-// pqarrow's record reader builds an Arrow array of every column of every
-// batch in freshly allocated and zeroed buffers, through converters for
-// dictionary-encoded pages: for the transitions scan, which converts each
-// batch to int32 columns and keeps nothing, that was most of the cost of
-// reading Parquet (docs/benchmarks.md, section Ingest, round 4: 10M rows
-// in ≈ 0.26 s where the column chunk readers take ≈ 0.06 s). pqColumns
-// reads the common case with parquet's column chunk readers, straight
-// into the batch: every column read is flat (not repeated, at most
-// optional), the indices are INT32 or INT64 and the count DOUBLE, INT32
-// or INT64, each without a logical type or with the signed integer one
-// of its width, and pqarrow reads them as the Arrow types of the same
-// width. Batches, values, row numbers and errors are those of the
-// pqarrow path (TestParquetColumnsMatchLibrary); any other file goes to
-// pqarrow.
+// The record reader (pqread.go, as pqarrow's before it) builds an Arrow
+// array of every column of every batch in freshly allocated and zeroed
+// buffers, through converters for dictionary-encoded pages: for the
+// transitions scan, which converts each batch to int32 columns and keeps
+// nothing, that was most of the cost of reading Parquet
+// (docs/benchmarks.md, section Ingest, round 4: 10M rows in ≈ 0.26 s
+// where the column chunk readers take ≈ 0.06 s). pqColumns reads the
+// common case with parquet's column chunk readers, straight into the
+// batch: every column read is flat (not repeated, at most optional), the
+// indices are INT32 or INT64 and the count DOUBLE, INT32 or INT64, each
+// without a logical type or with the signed integer one of its width,
+// and the record reader reads them as the Arrow types of the same width.
+// Batches, values, row numbers and errors are those of the record reader
+// (TestParquetColumnsMatchLibrary); any other file goes to the record
+// reader.
 
 // pqKind is the physical type pqColumns reads a column as.
 type pqKind int
@@ -39,14 +39,14 @@ const (
 // pqKinds returns how pqColumns reads each of the leaf columns leaves
 // (state, action, next state, then the count if read), or false when it
 // cannot read them all.
-func pqKinds(fr *pqarrow.FileReader, leaves []int) ([]pqKind, bool) {
-	sc := fr.ParquetReader().MetaData().Schema
+func pqKinds(m *pqManifest, leaves []int) ([]pqKind, bool) {
+	sc := m.descr
 	kinds := make([]pqKind, len(leaves))
 	for k, leaf := range leaves {
 		var arrowType arrow.Type = -1
-		for _, f := range fr.Manifest.Fields {
-			if f.ColIndex == leaf && f.IsLeaf() {
-				arrowType = f.Field.Type.ID()
+		for _, c := range m.cols {
+			if c.leaf == leaf && !c.list && c.typ != nil {
+				arrowType = c.typ.ID()
 				break
 			}
 		}
@@ -133,7 +133,7 @@ type pqReader interface {
 
 // pqColumns reads the leaf columns leaves of rdr (state, action, next
 // state and, if read, count, in that order), of kinds as pqKinds says,
-// into batches of s.batchRows rows across row groups, as pqarrow's record
+// into batches of s.batchRows rows across row groups, as the record
 // reader cuts them.
 func (s *scan) pqColumns(ctx context.Context, rdr *file.Reader, ra io.ReaderAt, size int64, leaves []int, kinds []pqKind, groups []int) error {
 	cols := make([]pqColumn, len(leaves))

@@ -118,15 +118,15 @@ func readsColumns(t *testing.T, data []byte, opts ReadOptions) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fr, _, _, err := openParquetFile(bytes.NewReader(data), int64(len(data)), memory.NewGoAllocator(), s.batchRows)
+	f, err := openPQ(bytes.NewReader(data), int64(len(data)), memory.NewGoAllocator(), s.batchRows)
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaves, err := s.leaves(fr.Manifest)
+	leaves, err := s.leaves(f.man)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, ok := pqKinds(fr, leaves)
+	_, ok := pqKinds(f.man, leaves)
 	return ok
 }
 

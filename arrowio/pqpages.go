@@ -53,8 +53,9 @@ type pqValue interface{ int32 | int64 | float64 }
 // pqPages cannot read: it never hands such a chunk over, since parquet's
 // column chunk reader loops forever on definition levels that end early.
 // pqColumns reads a file with optional columns only when pqPages reads
-// each of their pages by its header (pqOptionalPages); pqarrow's record
-// reader, which stops there with an error, reads the others.
+// each of their pages by its header (pqOptionalPages); the record reader
+// (pqread.go, over parquet's record readers), which stops there with an
+// error, reads the others.
 var errOptionalPage = errors.New("parquet: corrupt page in a column that allows nulls (definition levels or values cut short, a level other than 0 and 1, or an index outside the dictionary)")
 
 // pqBatches reads a column chunk of T values in batches, as parquet's

@@ -93,8 +93,9 @@ type ReadOptions struct {
 	// libraryIPC: decode every Arrow record batch with the library,
 	// never with flatRecord (tests compare the two).
 	libraryIPC bool
-	// libraryParquet: read Parquet with pqarrow's record reader, never
-	// with pqColumns (tests compare the two).
+	// libraryParquet: read Parquet with the record reader (pqread.go),
+	// never with pqColumns (tests compare the two, and both with
+	// pqarrow's record reader).
 	libraryParquet bool
 	// libraryPages: read Parquet's column chunks with parquet's column
 	// chunk readers, never with pqPages (tests compare the two).

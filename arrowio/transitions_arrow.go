@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -12,11 +11,8 @@ import (
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
-	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
-	"github.com/apache/arrow/go/v15/parquet/file"
 	"github.com/apache/arrow/go/v15/parquet/metadata"
-	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 )
 
 // ipc reads an Arrow IPC file or stream.
@@ -93,26 +89,27 @@ func (s *scan) parquetSplit(ctx context.Context, ra io.ReaderAt, size, off, end 
 // pick returns (all when pick is nil).
 func (s *scan) parquetGroups(ctx context.Context, ra parquet.ReaderAtSeeker, size int64, pick func(*metadata.FileMetaData) []int) error {
 	mem := capAllocator(s.mem, size)
-	fr, total, _, err := openParquetFile(ra, size, mem, s.batchRows)
+	f, err := openPQ(ra, size, mem, s.batchRows)
 	if err != nil {
 		return s.corrupt("Parquet file", err)
 	}
+	total := f.rdr.NumRows()
 	var groups []int
 	if pick != nil {
-		groups = pick(fr.ParquetReader().MetaData())
+		groups = pick(f.rdr.MetaData())
 		total = 0
 		for _, g := range groups {
-			total += fr.ParquetReader().MetaData().RowGroup(g).NumRows()
+			total += f.rdr.MetaData().RowGroup(g).NumRows()
 		}
 	}
-	leaves, err := s.leaves(fr.Manifest)
+	leaves, err := s.leaves(f.man)
 	if err != nil {
 		return err
 	}
-	if kinds, ok := pqKinds(fr, leaves); ok && !s.anyIDs() && !s.libraryParquet && (s.libraryPages || pqOptionalPages(fr.ParquetReader(), ra, size, leaves, groups)) {
-		err = s.pqColumns(ctx, fr.ParquetReader(), ra, size, leaves, kinds, groups)
+	if kinds, ok := pqKinds(f.man, leaves); ok && !s.anyIDs() && !s.libraryParquet && (s.libraryPages || pqOptionalPages(f.rdr, ra, size, leaves, groups)) {
+		err = s.pqColumns(ctx, f.rdr, ra, size, leaves, kinds, groups)
 	} else {
-		err = s.pqRecords(ctx, fr, leaves, groups)
+		err = s.pqRecords(ctx, f, leaves, groups)
 	}
 	if err != nil {
 		return err
@@ -126,23 +123,28 @@ func (s *scan) parquetGroups(ctx context.Context, ra parquet.ReaderAtSeeker, siz
 	return nil
 }
 
-// pqRecords reads the leaf columns leaves of fr with pqarrow's record
-// reader.
-func (s *scan) pqRecords(ctx context.Context, fr *pqarrow.FileReader, leaves, groups []int) error {
+// pqRecords reads the leaf columns leaves of f as record batches
+// (pqread.go).
+func (s *scan) pqRecords(ctx context.Context, f *pqFile, leaves, groups []int) error {
 	if groups != nil && len(groups) == 0 {
 		return nil
 	}
-	rr, err := recordReader(ctx, fr, leaves, groups)
+	sc, err := f.schemaOf(leaves)
 	if err != nil {
-		return s.corrupt("Parquet file", err)
+		return s.corrupt("Parquet file", &decodeError{err})
 	}
-	defer rr.Release()
-	cols, err := s.columns(rr.Schema())
+	// The types first: the record reader reads only those the scan takes.
+	cols, err := s.columns(sc)
 	if err != nil {
 		return err
 	}
+	rr, err := f.records(leaves, groups)
+	if err != nil {
+		return s.corrupt("Parquet file", err)
+	}
+	defer rr.release()
 	for {
-		rec, err := nextParquet(rr)
+		rec, err := rr.next()
 		if err != nil {
 			return s.corrupt("Parquet file", &decodeError{err})
 		}
@@ -155,103 +157,44 @@ func (s *scan) pqRecords(ctx context.Context, fr *pqarrow.FileReader, leaves, gr
 	}
 }
 
-// leaves returns the Parquet leaf columns that hold the columns to read.
-func (s *scan) leaves(sm *pqarrow.SchemaManifest) ([]int, error) {
+// leaves returns the Parquet leaf columns that hold the columns to read,
+// refusing a column that has no Arrow type here (pqschema.go) or is a
+// list by its Parquet type.
+func (s *scan) leaves(m *pqManifest) ([]int, error) {
 	var present []string
-	for _, f := range sm.Fields {
-		present = append(present, f.Field.Name)
+	for _, c := range m.cols {
+		present = append(present, c.name)
 	}
 	var out []int
 	for k := range numCols {
 		if k == colCount && s.noCount {
 			continue
 		}
-		found := false
-		for _, f := range sm.Fields {
-			if f.Field.Name != s.names[k] {
-				continue
+		var col *pqTop
+		for i := range m.cols {
+			if m.cols[i].name == s.names[k] {
+				col = &m.cols[i]
+				break
 			}
-			if !f.IsLeaf() {
-				return nil, &InputError{File: s.file, Column: s.names[k],
-					Reason: fmt.Sprintf("has type %s; want a numeric column", f.Field.Type)}
-			}
-			out = append(out, f.ColIndex)
-			found = true
-			break
 		}
-		if !found && !(k == colCount && s.countOpt) {
+		switch {
+		case col == nil && k == colCount && s.countOpt:
+			continue
+		case col == nil:
 			return nil, s.missingColumn(k, present)
+		case col.typ == nil || col.list:
+			want := "a numeric column"
+			if k <= colNext && s.ids[k] != nil {
+				want = "a string column (ids)"
+			} else if k <= colNext {
+				want = "a numeric column (integer indices) or a string column (ids)"
+			}
+			return nil, &InputError{File: s.file, Column: s.names[k],
+				Reason: fmt.Sprintf("has Parquet type %s; want %s", col.parquet, want)}
 		}
+		out = append(out, col.leaf)
 	}
 	return out, nil
-}
-
-// openParquet opens a Parquet file and a record reader of all its
-// columns; it also returns the key-value metadata of the file (which holds
-// the Arrow schema metadata). Decoding errors come back as *decodeError.
-func openParquet(ctx context.Context, ra parquet.ReaderAtSeeker, size int64, mem memory.Allocator, batchRows int) (rr pqarrow.RecordReader, md arrow.Metadata, err error) {
-	fr, _, md, err := openParquetFile(ra, size, mem, batchRows)
-	if err != nil {
-		return nil, md, err
-	}
-	rr, err = recordReader(ctx, fr, nil, nil)
-	return rr, md, err
-}
-
-// openParquetFile opens a Parquet file of size bytes for pqarrow, reading
-// in batches of batchRows rows; it also returns the number of rows and the
-// key-value metadata of the file. Decoding errors come back as
-// *decodeError.
-func openParquetFile(ra parquet.ReaderAtSeeker, size int64, mem memory.Allocator, batchRows int) (fr *pqarrow.FileReader, total int64, md arrow.Metadata, err error) {
-	err = func() (err error) {
-		defer catch(&err)
-		// Stream each column chunk through a buffer instead of reading it
-		// whole: memory is then one buffer per column, whatever the size
-		// of the row groups; no larger than the file (the reader grows it
-		// if a page header needs more).
-		props := parquet.NewReaderProperties(mem)
-		props.BufferedStreamEnabled = true
-		props.BufferSize = min(1<<20, max(size, 16<<10))
-		rdr, err := file.NewParquetReader(ra, file.WithReadProps(props))
-		if err != nil {
-			return err
-		}
-		var keys, vals []string
-		for _, kv := range rdr.MetaData().KeyValueMetadata() {
-			if kv.Key == arrowSchemaKey {
-				if err := verifyStoredSchema(kv.Value); err != nil {
-					return err
-				}
-				continue
-			}
-			if kv.Value != nil {
-				keys, vals = append(keys, kv.Key), append(vals, *kv.Value)
-			}
-		}
-		md = arrow.NewMetadata(keys, vals)
-		total = rdr.NumRows()
-		fr, err = pqarrow.NewFileReader(rdr, pqarrow.ArrowReadProperties{BatchSize: int64(batchRows)}, mem)
-		return err
-	}()
-	if err != nil {
-		return nil, 0, md, &decodeError{err}
-	}
-	return fr, total, md, nil
-}
-
-// recordReader returns a record reader of the leaf columns leaves of fr
-// (all when nil), of the row groups groups (all when nil). Decoding
-// errors come back as *decodeError.
-func recordReader(ctx context.Context, fr *pqarrow.FileReader, leaves, groups []int) (rr pqarrow.RecordReader, err error) {
-	err = func() (err error) {
-		defer catch(&err)
-		rr, err = fr.GetRecordReader(ctx, leaves, groups)
-		return err
-	}()
-	if err != nil {
-		return nil, &decodeError{err}
-	}
-	return rr, nil
 }
 
 // arrowSchemaKey is where Parquet writers store the Arrow schema (an IPC
@@ -259,7 +202,7 @@ func recordReader(ctx context.Context, fr *pqarrow.FileReader, leaves, groups []
 const arrowSchemaKey = "ARROW:schema"
 
 // verifyStoredSchema checks the IPC message of a stored Arrow schema
-// before pqarrow decodes it (see fbVerifier).
+// before the IPC reader decodes it (see fbVerifier).
 func verifyStoredSchema(v *string) error {
 	if v == nil {
 		return nil
@@ -276,18 +219,6 @@ func verifyStoredSchema(v *string) error {
 		return fmt.Errorf("%s: %w", arrowSchemaKey, err)
 	}
 	return nil
-}
-
-// nextParquet returns the next record (owned by rr), nil at the end.
-func nextParquet(rr pqarrow.RecordReader) (rec arrow.Record, err error) {
-	defer catch(&err)
-	if rr.Next() {
-		return rr.Record(), nil
-	}
-	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return nil, nil
 }
 
 // columns finds the columns to read in an Arrow schema and checks their

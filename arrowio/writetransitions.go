@@ -3,7 +3,6 @@ package arrowio
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/ipc"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
-	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
 	"github.com/emsf/emsf/shard"
 )
@@ -47,7 +45,7 @@ type TransitionWriter struct {
 	b    *array.RecordBuilder
 	rows int
 	ipcw *ipc.FileWriter
-	pqw  *pqarrow.FileWriter
+	pqw  *pqWriter
 
 	// ids, when not nil, name the states and the actions: the columns are
 	// then strings holding ids[k].ID(index).
@@ -108,8 +106,7 @@ func NewTransitionWriterIDs(path, format string, states, actions *shard.Vocab) (
 		w.ipcw, err = ipc.NewFileWriter(f, ipc.WithSchema(schema), ipc.WithAllocator(mem))
 	case "parquet":
 		w.b = array.NewRecordBuilder(mem, schema)
-		w.pqw, err = pqarrow.NewFileWriter(schema, struct{ io.Writer }{f}, parquet.NewWriterProperties(parquet.WithAllocator(mem)),
-			pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(mem)))
+		w.pqw, err = newPQWriter(f, schema, parquet.NewWriterProperties(parquet.WithAllocator(mem)), false)
 	}
 	if err != nil {
 		w.Abort()
