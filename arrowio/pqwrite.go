@@ -243,8 +243,12 @@ func pqWriteColumn(cw file.ColumnChunkWriter, arr arrow.Array, lo, hi int) error
 	values := arr
 	switch a := arr.(type) {
 	case array.ListLike:
-		// A list of nullable elements: null list maxDef-3, empty list
+		// A nullable list of nullable elements (the only lists emsf
+		// writes: a model's values): null list maxDef-3, empty list
 		// maxDef-2, null element maxDef-1, element maxDef.
+		if maxDef != 3 {
+			return fmt.Errorf("a list column with definition levels up to %d; want a nullable list of nullable elements (3)", maxDef)
+		}
 		values = a.ListValues()
 		for i := lo; i < hi; i++ {
 			if a.IsNull(i) {

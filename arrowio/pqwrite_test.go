@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow/go/v15/arrow"
@@ -292,5 +293,31 @@ func TestParquetTransitionWriterMatchesPqarrow(t *testing.T) {
 		if diff := sameParquetFile(data, oldTransitionsParquet(t, rows, ids)); diff != "" {
 			t.Fatalf("%d rows, ids %v: the new writer's file and pqarrow's differ: %s", n, ids[0] != nil, diff)
 		}
+	}
+}
+
+// TestPQWriterRefusesOtherLists: a list column other than a nullable list
+// of nullable elements is an error, not a file with wrong levels.
+func TestPQWriterRefusesOtherLists(t *testing.T) {
+	item := arrow.Field{Name: "item", Type: arrow.PrimitiveTypes.Float64, Nullable: false}
+	sc := arrow.NewSchema([]arrow.Field{{Name: "values", Type: arrow.ListOfField(item), Nullable: false}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	lb := b.Field(0).(*array.ListBuilder)
+	lb.Append(true)
+	lb.ValueBuilder().(*array.Float64Builder).AppendValues([]float64{0.5, 0.5}, nil)
+	rec := b.NewRecord()
+	defer rec.Release()
+	var buf bytes.Buffer
+	w, err := newPQWriter(&buf, sc, parquet.NewWriterProperties(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Write(rec)
+	if err == nil {
+		err = w.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "nullable list of nullable elements") {
+		t.Fatalf("a required list of required doubles: %v, want the refusal", err)
 	}
 }
