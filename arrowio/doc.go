@@ -166,7 +166,11 @@
 // check the metadata, the shape, the tie mode, that each (factor, block,
 // state) row is present exactly once, and Model.Validate. Floats
 // round-trip bitwise. The record batches are cut by modelBatcher (4 MiB
-// of values each, never across blocks), whoever writes the file.
+// of values each, never across blocks), whoever writes the file; a whole
+// batch's values column refers to the model's own rows instead of a copy
+// (the same bytes: TestModelDirectBatches), so a fit's last step does not
+// touch a second model's worth of memory (the medium job's one-pass fit:
+// peak RSS 727 → 604 MB).
 //
 // # Model datasets
 //

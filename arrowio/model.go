@@ -210,10 +210,7 @@ func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes
 	bs := ShapeOf(md).blocks()
 	for i, vals := range blockValues(md, bs) {
 		b.start(bs[i].factor, bs[i].action, 0)
-		if err := b.add(vals); err != nil {
-			return err
-		}
-		if err := b.flush(); err != nil {
+		if err := b.addBlock(vals); err != nil {
 			return err
 		}
 	}

@@ -103,6 +103,13 @@ func (b *modelBatcher) add(vals []float64) error {
 	}
 	for len(vals) > 0 {
 		k := min(b.per-b.rows, len(vals)/b.m)
+		if b.rows == 0 && k == b.per {
+			if err := b.direct(vals[:k*b.m]); err != nil {
+				return err
+			}
+			vals = vals[k*b.m:]
+			continue
+		}
 		fb := b.rb.Field(0).(*array.StringBuilder)
 		ab := b.rb.Field(1).(*array.Int32Builder)
 		sb := b.rb.Field(2).(*array.Int32Builder)
@@ -138,6 +145,71 @@ func (b *modelBatcher) add(vals []float64) error {
 		}
 	}
 	return nil
+}
+
+// addBlock writes the rows of a whole block (start, no rows held), per
+// rows a batch, the last one shorter: the batches add and flush would
+// write, each with its values straight from vals (direct).
+func (b *modelBatcher) addBlock(vals []float64) error {
+	if b.rows != 0 {
+		panic("arrowio: modelBatcher.addBlock with rows not flushed")
+	}
+	if len(vals)%b.m != 0 {
+		panic("arrowio: modelBatcher.addBlock of a partial row")
+	}
+	for len(vals) > 0 {
+		k := min(b.per, len(vals)/b.m)
+		if err := b.direct(vals[:k*b.m]); err != nil {
+			return err
+		}
+		vals = vals[k*b.m:]
+	}
+	return nil
+}
+
+// direct writes the rows of vals (no rows held) as one record batch whose
+// values column refers to vals instead of a copy: a model's factors are
+// written without a second model's worth of memory, each fresh page of
+// which costs a fault (4 MiB batches, allocated anew each). The file's
+// bytes are those of the builder's batch: its list and values have no
+// nulls, whose bitmaps the IPC and Parquet writers drop.
+func (b *modelBatcher) direct(vals []float64) error {
+	k := len(vals) / b.m
+	fb := b.rb.Field(0).(*array.StringBuilder)
+	ab := b.rb.Field(1).(*array.Int32Builder)
+	sb := b.rb.Field(2).(*array.Int32Builder)
+	fb.Reserve(k)
+	fb.ReserveData(k * len(b.factor))
+	ab.Reserve(k)
+	sb.Reserve(k)
+	for range k {
+		fb.Append(b.factor)
+		ab.UnsafeAppend(b.action)
+		sb.UnsafeAppend(b.state)
+		b.state++
+	}
+	if b.ids {
+		b.rb.Field(4).(*array.StringBuilder).AppendNulls(k)
+	}
+	sc := b.rb.Schema()
+	cols := make([]arrow.Array, sc.NumFields())
+	for i := range cols {
+		if i != 3 {
+			cols[i] = b.rb.Field(i).NewArray()
+		}
+	}
+	values := array.NewData(arrow.PrimitiveTypes.Float64, len(vals),
+		[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Float64Traits.CastToBytes(vals))}, nil, 0, 0)
+	list := array.NewData(sc.Field(3).Type, k, []*memory.Buffer{nil}, []arrow.ArrayData{values}, 0, 0)
+	cols[3] = array.MakeFromData(list)
+	values.Release()
+	list.Release()
+	rec := array.NewRecord(sc, cols, int64(k))
+	for _, c := range cols {
+		c.Release()
+	}
+	defer rec.Release()
+	return b.write(rec)
 }
 
 // vocab writes the rows of a vocabulary (the schema must have the id
