@@ -76,6 +76,27 @@ type EarlyStop struct {
 	MinGain  float64
 }
 
+// The held-out stopping rule's defaults (emsf fit's and emsf serve's
+// --patience and --min-gain; measured in docs/quality.md, rounds 4 and 5).
+const (
+	DefaultPatience = 5
+	DefaultMinGain  = 1e-4
+)
+
+// EarlyStop returns the held-out stopping rule that scores each iterate
+// on v's split: Score re-tunes λ, the weight of the factors (the cheap
+// score), and an iterate that does not gain is rescored with every
+// parameter of the rule re-tuned by a local search (Confirm) before it
+// counts against the patience (with λ alone fits quit at iterates that a
+// re-tuned rule scores better: docs/quality.md, round 3). Functions of
+// the scores' count and the model: the fit stays deterministic.
+func (v *Validation) EarlyStop(patience int, minGain float64, workers int) *EarlyStop {
+	return &EarlyStop{Patience: patience, MinGain: minGain,
+		Score:   func(md *Model) float64 { return v.TuneLambda(md, workers) },
+		Confirm: func(md *Model) float64 { return v.TuneLocal(md, workers) },
+	}
+}
+
 // earlyState follows an EarlyStop through a fit.
 type earlyState struct {
 	es    *EarlyStop

@@ -28,6 +28,13 @@ type Prior struct {
 	D, K float64
 }
 
+// The default prior of emsf fit and emsf serve (measured in
+// docs/quality.md).
+const (
+	DefaultPriorD = 0.3
+	DefaultPriorK = 30
+)
+
 // Active reports whether the prior adds anything.
 func (p *Prior) Active() bool { return p != nil && (p.D > 0 || p.K > 0) }
 

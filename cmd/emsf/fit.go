@@ -108,12 +108,12 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.smooth, "smooth", "auto", "the model's predictive rule beyond D·K, stored in the model and used by eval, trick, serve and queries: auto (the training counts, discounted (d, κ, μ), backed off to D·K interpolated with the next-state and Kneser–Ney continuation frequencies (λ, δ, ρ), all chosen per action on the --validation split; factor.Smoothing), background (λ only: no counts stored, the model stays a factorization, of order m+1), or none (D·K itself)")
 	fs.StringVar(&f.stopRule, "stop", "auto", "stopping rule beside --iters, --tol and --time-limit: validation (stop once the --validation score has not gained for --patience scores, and keep the best iterate), tol (the relative change alone), or auto: validation where the fit holds the model, else tol")
 	fs.Float64Var(&f.validation, "validation", 0.1, "fraction of the training transitions held out (seeded by --seed) to choose the smoothing and to stop the fit; used with --smooth auto|background or --stop validation")
-	fs.Float64Var(&f.priorD, "prior-d", defaultPriorD, "Dirichlet prior on the rows of D (MAP-EM): pseudo-counts added to every entry of a row before it is normalized (0: none)")
-	fs.Float64Var(&f.priorK, "prior-k", defaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
+	fs.Float64Var(&f.priorD, "prior-d", factor.DefaultPriorD, "Dirichlet prior on the rows of D (MAP-EM): pseudo-counts added to every entry of a row before it is normalized (0: none)")
+	fs.Float64Var(&f.priorK, "prior-k", factor.DefaultPriorK, "Dirichlet prior on the rows of K (MAP-EM): pseudo-counts per row, spread as the next-state frequencies, added before it is normalized (0: none)")
 	fs.StringVar(&f.start, "start", "auto", "EM's start: seeded (the rows of K drawn from the data's rows, in proportion to their counts, and smoothed; each row of D its counts' tempered posterior under them: factor.NewSeeded), random (rows drawn uniformly at random), or auto: seeded for a fit that holds the model with --tie none and not --plain, else random; --seed draws either")
 	fs.BoolVar(&f.plain, "plain", false, "plain EM as before issue 28, bitwise: --accel none --smooth none --stop tol --prior-d 0 --prior-k 0 --start random, and rows without data left at their random start")
-	fs.IntVar(&f.patience, "patience", 5, "with --stop validation: scores in a row without gain before the fit stops")
-	fs.Float64Var(&f.minGain, "min-gain", 1e-4, "with --stop validation: the least rise of the validation score (log-likelihood per validation transition, in nats) over the score of the last gain that counts as a gain (the best iterate is kept whatever it gained)")
+	fs.IntVar(&f.patience, "patience", factor.DefaultPatience, "with --stop validation: scores in a row without gain before the fit stops")
+	fs.Float64Var(&f.minGain, "min-gain", factor.DefaultMinGain, "with --stop validation: the least rise of the validation score (log-likelihood per validation transition, in nats) over the score of the last gain that counts as a gain (the best iterate is kept whatever it gained)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole command to this file (go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -500,19 +500,7 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 			opts.Prior = &factor.Prior{D: f.priorD, K: f.priorK}
 		}
 		if f.stopV == stopValidation {
-			opts.EarlyStop = &factor.EarlyStop{Patience: f.patience, MinGain: f.minGain,
-				// Every iterate is scored with λ, the weight of the
-				// factors, re-tuned (the cheap score); one that does not
-				// gain is rescored with every parameter of the rule
-				// re-tuned by a local search before it counts against
-				// the patience (the counts' parameters follow the
-				// factors too: with λ alone the fit quit at iterates
-				// that a re-tuned rule scores better; docs/quality.md,
-				// round 3). Functions of the scores' count and the
-				// model: the fit stays deterministic.
-				Score:   func(md *factor.Model) float64 { return v.TuneLambda(md, f.workers) },
-				Confirm: func(md *factor.Model) float64 { return v.TuneLocal(md, f.workers) },
-			}
+			opts.EarlyStop = v.EarlyStop(f.patience, f.minGain, f.workers)
 		}
 		var res factor.FitResult
 		var err error
@@ -585,13 +573,6 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 	}
 	return best, bestStatus, nil
 }
-
-// The default Dirichlet priors of fit (MAP-EM, factor.Prior): measured
-// in docs/quality.md.
-const (
-	defaultPriorD = 0.3
-	defaultPriorK = 30
-)
 
 // ruleString describes the chosen rule per action for logs.
 func ruleString(rules []factor.RuleParams) string {

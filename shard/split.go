@@ -1,0 +1,110 @@
+package shard
+
+import (
+	"math"
+	"math/rand/v2"
+
+	"github.com/emsf/emsf/factor"
+)
+
+// SplitCounts splits count matrices into a training part and a
+// validation part that holds about frac of every count: the validation
+// split of a count table, whose transitions are counted, not kept (emsf
+// fit splits its input's rows instead; the retraining service its
+// counts, at each refit). Each entry (i, a, j) with count c is cut unit
+// by unit: unit k goes to the validation part when the k-th draw of a
+// stream of the entry's own (a PCG seeded by seed and (a, i, j)) is below
+// frac, the fractional part of c being one more unit, drawn last. An
+// entry of more than SplitUnitsMax units draws its validation share at
+// once (the binomial's normal approximation, rounded and kept within the
+// count). So the split is a function of (seed, entry, count) alone: the
+// same whatever the order or the layout of the counts, bitwise the same
+// at every retrain of the same counts, and as a count grows between
+// retrains the units it had keep their sides (up to SplitUnitsMax). Each
+// block of blocks gives one block of each part (possibly empty), of the
+// same action; the two parts add up to blocks exactly (the counts of a
+// table are below 2^53).
+func SplitCounts(blocks []*factor.Block, frac float64, seed uint64) (train, val []*factor.Block) {
+	train = make([]*factor.Block, len(blocks))
+	val = make([]*factor.Block, len(blocks))
+	for k, b := range blocks {
+		var tr, vr entries
+		for r, i := range b.Rows {
+			for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+				j, c := b.Cols[q], b.Vals[q]
+				t, v := splitCount(c, frac, seed, b.Action, i, j)
+				tr.add(i, j, t)
+				vr.add(i, j, v)
+			}
+		}
+		train[k], val[k] = tr.block(b.Action), vr.block(b.Action)
+	}
+	return train, val
+}
+
+// SplitUnitsMax is the largest count whose units SplitCounts draws one
+// by one.
+const SplitUnitsMax = 1 << 16
+
+// entries collects the nonzeros of one part of a block, in the block's
+// (row, column) order.
+type entries struct {
+	rows, cols []int32
+	vals       []float64
+}
+
+func (e *entries) add(i, j int32, c float64) {
+	if c > 0 {
+		e.rows, e.cols, e.vals = append(e.rows, i), append(e.cols, j), append(e.vals, c)
+	}
+}
+
+func (e *entries) block(a int) *factor.Block {
+	b, err := factor.NewBlock(a, e.rows, e.cols, e.vals)
+	if err != nil {
+		// The entries of a valid block, in its order, with parts of its
+		// positive counts: nothing NewBlock refuses.
+		panic("shard: SplitCounts: " + err.Error())
+	}
+	return b
+}
+
+// splitCount cuts count c of entry (i, a, j) into its training and
+// validation parts (SplitCounts).
+func splitCount(c, frac float64, seed uint64, a int, i, j int32) (train, val float64) {
+	rng := rand.New(rand.NewPCG(seed, entryKey(a, i, j)))
+	whole := math.Floor(c)
+	var held float64 // validation units among the whole ones
+	if whole <= SplitUnitsMax {
+		for range int(whole) {
+			if rng.Float64() < frac {
+				held++
+			}
+		}
+	} else {
+		sd := math.Sqrt(whole * frac * (1 - frac))
+		held = min(max(math.Round(whole*frac+sd*rng.NormFloat64()), 0), whole)
+	}
+	train, val = whole-held, held
+	if part := c - whole; part > 0 {
+		if rng.Float64() < frac {
+			val += part
+		} else {
+			train += part
+		}
+	}
+	return train, val
+}
+
+// entryKey mixes an entry's indices into the second word of its
+// stream's seed (splitmix64's finalizer on each step).
+func entryKey(a int, i, j int32) uint64 {
+	mix := func(x uint64) uint64 {
+		x ^= x >> 30
+		x *= 0xbf58476d1ce4e5b9
+		x ^= x >> 27
+		x *= 0x94d049bb133111eb
+		return x ^ x>>31
+	}
+	return mix(mix(mix(uint64(uint32(a)))^uint64(uint32(i))) ^ uint64(uint32(j)))
+}
