@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"unsafe"
 )
 
@@ -40,6 +41,20 @@ var (
 // (Smoothing): λ, κ, δ, μ, the discount d and ρ.
 type RuleParams struct {
 	Lambda, Kappa, Delta, Mu, Discount, Rho float64
+}
+
+// String describes r for logs and version records.
+func (r RuleParams) String() string {
+	return fmt.Sprintf("λ=%g κ=%g d=%g μ=%g δ=%g ρ=%g", r.Lambda, r.Kappa, r.Discount, r.Mu, r.Delta, r.Rho)
+}
+
+// RulesString describes the rules of the actions: "a0: λ=… ; a1: …".
+func RulesString(rules []RuleParams) string {
+	parts := make([]string, len(rules))
+	for a, r := range rules {
+		parts[a] = fmt.Sprintf("a%d: %v", a, r)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // JMRule is Jelinek–Mercer counting with weight lambda as the rule

@@ -12,11 +12,28 @@ this machine (nothing written by the project):
              reverse Depends edge; from a package without such an edge the
              walk jumps to a uniform random package)
 
+and three more, built after the defaults were chosen on the first three, to
+check that those choices carry over to data nobody tuned on (--only; not
+built by default; docs/quality.md, round 9):
+
+  chars      the character chain of the licenses under /usr/share/common-licenses
+             and the first 400 copyright files under /usr/share/doc
+             (95 most frequent characters + one "other"; 1 action)
+  pytokens   the token chain of the first 1500 modules of Python's standard
+             library (/usr/lib/python3.*; 2999 most frequent tokens + one
+             "other"; the action is the kind of the next token: 0 a name, 1 an
+             operator, 2 a line break or indentation, 3 a literal, 4 any
+             other, which this library never has: 4 actions)
+  manwords   word bigrams of the first 4000 manual pages of section 1
+             (/usr/share/man/man1; 19999 most frequent words + one "other";
+             1 action: a wide, scarce chain)
+
 For each: a fixed test set (test.csv) and nested training sets
 train_1.csv, train_5.csv, train_20.csv, train_100.csv (1 %, 5 %, 20 % and
 100 % of the training transitions), CSV with state,action,next_state.
 
-usage: scripts/realdata.py OUTDIR [--max N] [--only changelog,gotokens,depgraph]   (seeded: the same files every run)
+usage: scripts/realdata.py OUTDIR [--max N] [--only changelog,gotokens,depgraph,chars,pytokens,manwords]
+       (seeded: the same files every run; --max caps each set's transitions, sampled)
 """
 import collections, glob, gzip, os, random, re, subprocess, sys
 
@@ -147,6 +164,67 @@ def depgraph(maxn):
     return trans
 
 
+def sample(trans, maxn, seed):
+    """At most maxn of trans, drawn without replacement (seeded)."""
+    trans = list(trans)
+    if len(trans) > maxn:
+        trans = random.Random(seed).sample(trans, maxn)
+    return trans
+
+
+def chars(maxn):
+    text = []
+    paths = sorted(glob.glob("/usr/share/common-licenses/*")) + sorted(glob.glob("/usr/share/doc/*/copyright"))[:400]
+    for path in paths:
+        try:
+            with open(path, errors="replace") as f:
+                text.append(f.read())
+        except OSError:
+            continue
+    s = "".join(text)
+    vocab = {c: k for k, (c, _) in enumerate(collections.Counter(s).most_common(95))}
+    ids = [vocab.get(c, 95) for c in s]
+    return sample(((a, 0, b) for a, b in zip(ids, ids[1:])), maxn, 7)
+
+
+def pytokens(maxn):
+    import io, tokenize
+    lib = sorted(glob.glob("/usr/lib/python3.[0-9]*/"))[-1]
+    toks = []
+    for path in sorted(glob.glob(lib + "**/*.py", recursive=True))[:1500]:
+        try:
+            with open(path, "rb") as f:
+                for t in tokenize.tokenize(f.readline):
+                    if t.type in (tokenize.ENCODING, tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER):
+                        continue
+                    word = t.string if t.type in (tokenize.NAME, tokenize.OP) else tokenize.tok_name[t.type]
+                    toks.append((word, t.type))
+        except (OSError, SyntaxError, tokenize.TokenError, UnicodeDecodeError):
+            continue
+    vocab = {t: k for k, (t, _) in enumerate(collections.Counter(t for t, _ in toks).most_common(2999))}
+    kind = {tokenize.NAME: 0, tokenize.OP: 1, tokenize.NEWLINE: 2, tokenize.INDENT: 2, tokenize.DEDENT: 2,
+            tokenize.STRING: 3, tokenize.NUMBER: 3}
+    trans = ((vocab.get(a, 2999), kind.get(kb, 4), vocab.get(b, 2999)) for (a, _), (b, kb) in zip(toks, toks[1:]))
+    return sample(trans, maxn, 7)
+
+
+def manwords(maxn):
+    words = re.compile(r"[a-z][a-z]+")
+    seq = []
+    for path in sorted(glob.glob("/usr/share/man/man1/*.gz"))[:4000]:
+        try:
+            with gzip.open(path, "rt", errors="replace") as f:
+                for line in f:
+                    if line.startswith("."):  # a roff request: its arguments only
+                        line = line.split(" ", 1)[1] if " " in line else ""
+                    seq.extend(words.findall(line.lower()))
+        except OSError:
+            continue
+    vocab = {w: k for k, (w, _) in enumerate(collections.Counter(seq).most_common(19999))}
+    ids = [vocab.get(w, 19999) for w in seq]
+    return sample(((a, 0, b) for a, b in zip(ids, ids[1:])), maxn, 7)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -156,7 +234,9 @@ def main():
         maxn = int(sys.argv[sys.argv.index("--max") + 1])
     only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else ["changelog", "gotokens", "depgraph"]
     for name in only:
-        write(outdir, name, {"changelog": changelog, "gotokens": gotokens, "depgraph": depgraph}[name](maxn))
+        sets = {"changelog": changelog, "gotokens": gotokens, "depgraph": depgraph,
+                "chars": chars, "pytokens": pytokens, "manwords": manwords}
+        write(outdir, name, sets[name](maxn))
 
 
 if __name__ == "__main__":

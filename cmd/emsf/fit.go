@@ -555,7 +555,7 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 					return nil, "", err
 				}
 			}
-			log.Info("validation", "order", m, "seed", md.Seed, "loglik_per_transition", score, "rule", ruleString(rules),
+			log.Info("validation", "order", m, "seed", md.Seed, "loglik_per_transition", score, "rule", factor.RulesString(rules),
 				"smooth", f.smooth, "best_iteration", res.BestIteration, "scores", res.Evaluations)
 		}
 		log.Info("fit done", append([]any{"order", m, "seed", md.Seed, "status", status, "iterations", res.Iterations},
@@ -572,15 +572,6 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 		}
 	}
 	return best, bestStatus, nil
-}
-
-// ruleString describes the chosen rule per action for logs.
-func ruleString(rules []factor.RuleParams) string {
-	parts := make([]string, len(rules))
-	for a, r := range rules {
-		parts[a] = fmt.Sprintf("a%d: λ=%g κ=%g d=%g μ=%g δ=%g ρ=%g", a, r.Lambda, r.Kappa, r.Discount, r.Mu, r.Delta, r.Rho)
-	}
-	return strings.Join(parts, "; ")
 }
 
 // Values of --smooth and --stop.

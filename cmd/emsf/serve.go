@@ -99,6 +99,7 @@ type serveFlags struct {
 	mode, tie, useWorkers, purge string
 	accel                        string
 	keepVersions                 int
+	quality                      serveQuality
 	onlineEM                     onlineEMParams
 	cfg                          service.Config
 }
@@ -114,6 +115,85 @@ var serveFieldFlags = map[string]string{
 	"CheckpointEvery": "checkpoint-every", "Replicas": "replicas", "StreamMaxAge": "stream-max-age",
 	"StreamMaxBytes": "stream-max-bytes", "StreamPurge": "stream-purge", "StreamKeep": "stream-keep",
 	"KeepVersions": "keep-versions", "BufferRows": "buffer-rows", "StopTimeout": "stop-timeout", "IngestDelay": "ingest-delay",
+	"Quality.Validation": "validation", "Quality.Smooth": "smooth", "Quality.Patience": "patience", "Quality.MinGain": "min-gain",
+}
+
+// serveQuality holds the flags of a refit's estimate
+// (service.Config.Quality), as emsf fit's of the same names.
+type serveQuality struct {
+	smooth, stop string
+	validation   float64
+	patience     int
+	minGain      float64
+	plain        bool
+}
+
+// serveQualityFlags are the flags --plain sets itself, and that apply to
+// --mode refit only.
+var serveQualityFlags = []string{"smooth", "stop", "validation", "patience", "min-gain"}
+
+func (q *serveQuality) register(fs *flag.FlagSet) {
+	d := service.DefaultQuality()
+	fs.StringVar(&q.smooth, "smooth", string(d.Smooth), "refit: the predictive rule stored with each version and used by every query: auto (the counts, discounted, backed off to D·K interpolated with the next-state frequencies, chosen per action on the --validation split: emsf fit's default), background (λ only: no counts stored) or none (D·K)")
+	fs.StringVar(&q.stop, "stop", "auto", "refit: stopping rule beside --iters and --tol: validation (stop once the --validation score has not gained for --patience scores, and keep the best iterate), tol (the relative change alone), or auto: validation")
+	fs.Float64Var(&q.validation, "validation", d.Validation, "refit: fraction of every count held out (seeded by --seed) to choose the rule and to stop")
+	fs.IntVar(&q.patience, "patience", d.Patience, "refit with --stop validation: scores in a row without gain before it stops")
+	fs.Float64Var(&q.minGain, "min-gain", d.MinGain, "refit with --stop validation: the least rise of the validation score (nats per validation transition) that counts as a gain")
+	fs.BoolVar(&q.plain, "plain", false, "refit as before issue 28, bitwise: plain EM (--accel none) from a random start, no prior, no validation split, no rule, the relative change alone")
+}
+
+// config returns the refit's Quality for mode, and the acceleration
+// --plain implies (accel otherwise).
+func (q *serveQuality) config(fs *flag.FlagSet, mode string, accel factor.Accel) (service.Quality, factor.Accel, error) {
+	given := ""
+	for _, name := range append(serveQualityFlags, "plain") {
+		if flagGiven(fs, name) && given == "" {
+			given = name
+		}
+	}
+	switch {
+	case mode != string(service.ModeRefit):
+		if given != "" {
+			return service.Quality{}, accel, usagef("--%s tunes a refit: it needs --mode refit (not %s)", given, mode)
+		}
+		return service.Quality{}, accel, nil
+	case q.plain:
+		for _, name := range append(serveQualityFlags, "accel") {
+			if flagGiven(fs, name) {
+				return service.Quality{}, accel, usagef("--plain sets --%s itself: give it alone", name)
+			}
+		}
+		return service.Quality{}, factor.AccelNone, nil
+	case !(q.validation > 0 && q.validation < 1):
+		return service.Quality{}, accel, usagef("--validation %v: must be in (0, 1)", q.validation)
+	}
+	c := service.DefaultQuality()
+	c.Validation, c.Patience, c.MinGain = q.validation, q.patience, q.minGain
+	switch q.smooth {
+	case "auto", "background":
+		c.Smooth = service.Smooth(q.smooth)
+	case "none":
+		c.Smooth = service.SmoothNone
+	default:
+		return service.Quality{}, accel, usagef("--smooth %q: want auto, background or none", q.smooth)
+	}
+	switch q.stop {
+	case "auto", "validation":
+	case "tol":
+		if flagGiven(fs, "patience") || flagGiven(fs, "min-gain") {
+			return service.Quality{}, accel, usagef("--patience and --min-gain tune --stop validation, and --stop tol stops on the relative change alone: drop them")
+		}
+		c.Patience = 0
+	default:
+		return service.Quality{}, accel, usagef("--stop %q: want auto, validation or tol", q.stop)
+	}
+	if c.Patience < 1 && q.stop != "tol" {
+		return service.Quality{}, accel, usagef("--patience %d: must be >= 1", q.patience)
+	}
+	if c.Smooth == service.SmoothNone && c.Patience == 0 {
+		c.Validation = 0 // nothing to choose or to stop on: no split
+	}
+	return c, accel, nil
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -128,10 +208,11 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.mode, "mode", string(d.Mode), "retrain mode: refit (batch EM over all counts, warm-started), incremental (commit the new counts with --alpha) or online-em (online EM over the new counts, going on from the latest version's step t; --gamma-exp, --burn-in, --online-em-floor; integer counts only)")
 	fs.IntVar(&c.Order, "order", d.Order, "m, the number of hidden states")
 	fs.StringVar(&f.tie, "tie", d.Tie.String(), "tie mode: none, shared-k or shared-d")
-	fs.Uint64Var(&c.Seed, "seed", d.Seed, "seed of the first version's random init")
+	fs.Uint64Var(&c.Seed, "seed", d.Seed, "seed of the first version's start and of the refit's --validation split")
 	fs.IntVar(&c.MaxIter, "iters", d.MaxIter, "refit: most EM passes (a version whose refit stops here records status \"iteration limit\" and is warned about)")
 	fs.Float64Var(&c.Tol, "tol", d.Tol, "refit: stop when the relative change of the log-likelihood is at most this (0: never, run --iters); emsf fit's rule")
 	fs.StringVar(&f.accel, "accel", "squarem", "refit: squarem (SQUAREM, as emsf fit) or none (plain EM)")
+	f.quality.register(fs)
 	fs.IntVar(&c.Workers, "workers", d.Workers, "refit in this process: goroutines")
 	fs.IntVar(&c.ShardNNZ, "shard-nnz", d.ShardNNZ, "refit: nonzeros per shard")
 	fs.StringVar(&f.useWorkers, "use-workers", string(d.UseWorkers), "refit on emsf workers of the NATS server: auto (when any answer), yes (wait for them) or no")
@@ -201,6 +282,9 @@ func (f *serveFlags) config(fs *flag.FlagSet) (service.Config, error) {
 	c.Name, c.Prefix, c.StateBucket, c.ModelBucket = f.name, f.prefix, f.stateBucket, f.modelBucket
 	c.Mode, c.Tie, c.UseWorkers, c.StreamPurge = service.Mode(f.mode), tie, service.UseWorkers(f.useWorkers), service.Purge(f.purge)
 	c.OnlineEM = f.onlineEM.options()
+	if c.Quality, accel, err = f.quality.config(fs, f.mode, accel); err != nil {
+		return service.Config{}, err
+	}
 	c.Accel, c.Version = accel, semver()
 	c.KeepVersions = f.keepVersions
 	if f.keepVersions == 0 {

@@ -302,6 +302,15 @@ func TestServeCommandsBadFlags(t *testing.T) {
 		{[]string{"serve", "--name", "x", "--embedded", "--metrics-addr", "9464"}, `--metrics-addr "9464"`},
 		{[]string{"serve", "--name", "x", "--embedded", "--tie", "both"}, `--tie "both"`},
 		{[]string{"serve", "--name", "x", "--nats", "nats://h:1", "--store", "/tmp/s"}, "--store"},
+		{[]string{"serve", "--name", "x", "--embedded", "--plain", "--smooth", "none"}, "--plain sets --smooth itself: give it alone"},
+		{[]string{"serve", "--name", "x", "--embedded", "--plain", "--accel", "squarem"}, "--plain sets --accel itself"},
+		{[]string{"serve", "--name", "x", "--embedded", "--mode", "incremental", "--validation", "0.2"}, "--validation tunes a refit: it needs --mode refit (not incremental)"},
+		{[]string{"serve", "--name", "x", "--embedded", "--validation", "0"}, "--validation 0: must be in (0, 1)"},
+		{[]string{"serve", "--name", "x", "--embedded", "--smooth", "kn"}, `--smooth "kn": want auto, background or none`},
+		{[]string{"serve", "--name", "x", "--embedded", "--stop", "maybe"}, `--stop "maybe": want auto, validation or tol`},
+		{[]string{"serve", "--name", "x", "--embedded", "--stop", "tol", "--patience", "3"}, "--patience and --min-gain tune --stop validation"},
+		{[]string{"serve", "--name", "x", "--embedded", "--patience", "0"}, "--patience 0: must be >= 1"},
+		{[]string{"serve", "--name", "x", "--embedded", "--min-gain", "-1"}, "--min-gain -1: must be a number >= 0"},
 		{[]string{"publish", "--name", "x"}, "--input is required"},
 		{[]string{"publish", "--input", "f.csv"}, "--name is required"},
 		{[]string{"publish", "--name", "x", "--input", "f.csv", "--max-rows", "-1"}, "--max-rows -1"},
@@ -379,9 +388,10 @@ func TestServeFlagsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := service.DefaultConfig()
-	// serve's own defaults beside the Config's: SQUAREM refits (the
-	// Config's zero value is plain EM) and the binary's version.
-	want.Name, want.Accel, want.Version = "x", factor.AccelSquarem, semver()
+	// serve's own defaults beside the Config's: SQUAREM refits with emsf
+	// fit's quality (the Config's zero values are plain EM, no rule) and
+	// the binary's version.
+	want.Name, want.Accel, want.Version, want.Quality = "x", factor.AccelSquarem, semver(), service.DefaultQuality()
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("serve's Config with default flags:\n%+v\nwant service.DefaultConfig():\n%+v", got, want)
 	}

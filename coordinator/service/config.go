@@ -75,6 +75,14 @@ type Config struct {
 	MaxIter int
 	Tol     float64
 	Accel   factor.Accel
+	// Quality is what a refit estimates beside its stopping (ModeRefit
+	// only). The zero value is maximum-likelihood EM from NewRandom, each
+	// version served as its D·K; emsf serve's default is emsf fit's
+	// (DefaultQuality; the factor package doc): a validation split of the
+	// counts, MAP-EM, the first version started from the counts, the
+	// held-out stopping rule, and a predictive rule tuned on the split and
+	// stored with each version, which every query then answers with.
+	Quality Quality
 	// Workers is the number of goroutines of an in-process refit
 	// (default GOMAXPROCS); ShardNNZ the shard size (default shard.DefaultTargetNNZ).
 	Workers  int
@@ -162,6 +170,52 @@ type Config struct {
 	// mid-stream).
 	IngestDelay time.Duration
 }
+
+// Quality configures what a refit estimates as emsf fit does (the factor
+// package doc); the zero value is none of it.
+type Quality struct {
+	// Validation is the fraction of every count held out of the refit to
+	// choose the predictive rule and to stop (shard.SplitCounts, seeded by
+	// Config.Seed); 0: no split, so neither.
+	Validation float64
+	// Smooth is the predictive rule each version stores: SmoothAuto (the
+	// counts backed off to D·K, factor.Smoothing, chosen on the split),
+	// SmoothBackground (D·K interpolated with the next-state frequencies
+	// only: no counts stored), or SmoothNone (D·K). A version whose
+	// counts would take its model file beyond MaxModelBytes stores the
+	// background rule instead (the log says so).
+	Smooth Smooth
+	// Patience and MinGain are the held-out stopping rule's
+	// (factor.EarlyStop): a refit stops once Patience scores on the split
+	// in a row have not gained MinGain, beside MaxIter and Tol, and keeps
+	// its best iterate; Patience 0: the relative change alone.
+	Patience int
+	MinGain  float64
+	// Prior is MAP-EM's Dirichlet prior (zero: none).
+	Prior factor.Prior
+	// Seeded starts the first version from the counts (factor.NewSeeded)
+	// rather than from NewRandom.
+	Seeded bool
+}
+
+// Smooth is Quality.Smooth.
+type Smooth string
+
+// The rules a version can store.
+const (
+	SmoothNone       Smooth = ""
+	SmoothAuto       Smooth = "auto"
+	SmoothBackground Smooth = "background"
+)
+
+// DefaultQuality is emsf fit's defaults, for a refit: emsf serve's.
+func DefaultQuality() Quality {
+	return Quality{Validation: 0.1, Smooth: SmoothAuto, Patience: factor.DefaultPatience, MinGain: factor.DefaultMinGain,
+		Prior: factor.Prior{D: factor.DefaultPriorD, K: factor.DefaultPriorK}, Seeded: true}
+}
+
+// split reports whether a refit holds counts out.
+func (q Quality) split() bool { return q.Validation > 0 }
 
 // Purge says what becomes of the stream's messages a checkpoint holds.
 type Purge string
@@ -339,6 +393,22 @@ func (c *Config) Validate() error {
 		return bad("OnlineEM.BurnIn", c.OnlineEM.BurnIn, "must be >= 1")
 	case !(c.OnlineEM.Floor > 0 && c.OnlineEM.Floor < 1):
 		return bad("OnlineEM.Floor", c.OnlineEM.Floor, "must be in (0, 1) (a transition of probability 0 would fail every retrain)")
+	case !(c.Quality.Validation >= 0 && c.Quality.Validation < 1):
+		return bad("Quality.Validation", c.Quality.Validation, "must be in [0, 1)")
+	case c.Quality.Smooth != SmoothNone && c.Quality.Smooth != SmoothAuto && c.Quality.Smooth != SmoothBackground:
+		return bad("Quality.Smooth", c.Quality.Smooth, "want auto, background or none")
+	case c.Quality.Patience < 0:
+		return bad("Quality.Patience", c.Quality.Patience, "must be >= 0")
+	case !(c.Quality.MinGain >= 0 && c.Quality.MinGain < math.Inf(1)):
+		return bad("Quality.MinGain", c.Quality.MinGain, "must be a number >= 0")
+	case !(c.Quality.Prior.D >= 0 && c.Quality.Prior.D < math.Inf(1)):
+		return bad("Quality.Prior.D", c.Quality.Prior.D, "must be a number >= 0")
+	case !(c.Quality.Prior.K >= 0 && c.Quality.Prior.K < math.Inf(1)):
+		return bad("Quality.Prior.K", c.Quality.Prior.K, "must be a number >= 0")
+	case !c.Quality.split() && (c.Quality.Smooth != SmoothNone || c.Quality.Patience > 0):
+		return bad("Quality.Validation", c.Quality.Validation, "a rule to choose or a held-out stop needs a validation fraction > 0")
+	case c.Mode != ModeRefit && c.Quality != (Quality{}):
+		return bad("Mode", c.Mode, "the refit's quality settings (validation split, rule, held-out stop, prior, seeded start) apply to mode refit only")
 	case c.Policy.Every < 0:
 		return bad("Policy.Every", c.Policy.Every, "must be >= 0")
 	case c.Policy.Interval < 0:

@@ -116,7 +116,20 @@
 // Mode refit runs batch EM (factor.Fit, or coordinator.Fit on the
 // cluster's workers when emsf workers answer on the connection) over all
 // counts, warm-started from the latest version; the shard layout is
-// shard.Split's, so the two give bitwise the same model. Mode incremental
+// shard.Split's, so the two give bitwise the same model. With
+// Config.Quality (emsf serve's default: DefaultQuality, emsf fit's
+// defaults) it estimates as emsf fit does: shard.SplitCounts holds a
+// fraction of every count out, unit by unit from a stream of the entry's
+// own seeded by Seed, so a retrain of the same counts splits them alike
+// and a count that grows keeps the sides of its units (emsf fit splits
+// its input's rows; a count table has none). The refit runs on the rest:
+// the first version from factor.NewSeeded, MAP-EM (Quality.Prior) with
+// the held-out stopping rule on the split (Validation.EarlyStop; the
+// coordinator holds the model, so on workers too, bitwise); rows without
+// counts get the marginal (SetUnseenRows), and the rule tuned on the
+// split is stored with all the counts (NewSmoothing), so queries answer
+// with it. The version records how the refit ended, the iterate kept,
+// the validation score and the rule. Mode incremental
 // commits the counts that arrived since the latest version with learning
 // rate Alpha (one commit of factor.Incremental): old data is not revisited.
 // Mode online-em feeds them to online EM (factor.OnlineEM with
@@ -139,7 +152,8 @@
 // move by at most the floor). The floor must be > 0 here: with 0, a
 // transition the model gives probability 0 would fail the retrain and,
 // staying pending, every later one.
-// The first version starts from factor.NewRandom with Seed; later ones
+// The first version starts from factor.NewRandom with Seed (from
+// factor.NewSeeded with Quality.Seeded); later ones
 // from the latest version, grown if needed and mixed with the uniform
 // distribution with weight WarmSmoothing (factor.Model.Smooth), so that a
 // transition the latest version gives probability 0 can still be learnt.

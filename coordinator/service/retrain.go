@@ -216,27 +216,50 @@ const WarmSmoothing = 1e-9
 // executor (which only fits use).
 func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 	v := job.v
+	q := s.cfg.Quality
+	train, val := job.blocks, []*factor.Block(nil)
+	if s.cfg.Mode == ModeRefit && q.split() {
+		train, val = s.splitCounts(job.blocks)
+	}
 	var md *factor.Model
-	if job.base != nil {
+	switch {
+	case job.base != nil:
 		var err error
 		if md, err = job.base.Grow(v.N, v.U); err != nil {
 			return nil, err
 		}
+		md.Smoothing = nil // chosen anew for these counts
 		if err := md.Smooth(WarmSmoothing); err != nil {
 			return nil, err
 		}
-	} else {
+	case q.Seeded:
+		md = factor.NewSeeded(v.N, s.cfg.Order, v.U, s.cfg.Tie, train, s.cfg.Seed, s.cfg.Workers)
+	default:
 		md = factor.NewRandom(v.N, s.cfg.Order, v.U, s.cfg.Tie, s.cfg.Seed)
 	}
 	v.M = md.M
 	switch s.cfg.Mode {
 	case ModeRefit:
-		shards, man := shard.Split(job.blocks, v.N, s.cfg.ShardNNZ)
+		shards, man := shard.Split(train, v.N, s.cfg.ShardNNZ)
 		tol := s.cfg.Tol
 		if tol == TolNever {
 			tol = 0 // the Converger's "never"
 		}
 		opts := factor.FitOptions{Workers: s.cfg.Workers, Converger: factor.Converger{MaxIter: s.cfg.MaxIter, Tol: tol}, Accel: s.cfg.Accel}
+		if q.Prior.Active() {
+			opts.Prior = &q.Prior
+		}
+		var vs *factor.Validation
+		if val != nil {
+			var err error
+			if vs, err = factor.NewValidation(v.N, v.U, s.cfg.Tie, train, val); err != nil {
+				return nil, err
+			}
+			vs.NoCounts = s.ruleWithoutCounts(v, job.blocks)
+			if q.Patience > 0 {
+				opts.EarlyStop = vs.EarlyStop(q.Patience, q.MinGain, s.cfg.Workers)
+			}
+		}
 		exec, err := s.executor(ctx)
 		if err != nil {
 			return nil, err
@@ -248,6 +271,8 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 				Params:      map[string]string{"m": strconv.Itoa(md.M), "tie": md.Tie.String(), "model": s.cfg.Name},
 				Converger:   opts.Converger,
 				Accel:       opts.Accel,
+				EarlyStop:   opts.EarlyStop,
+				Prior:       opts.Prior,
 				TaskTimeout: s.cfg.WorkerTimeout,
 				Verify:      s.cfg.Verify,
 				MinWorkers:  1,
@@ -261,10 +286,26 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 		if err != nil {
 			return nil, err
 		}
-		v.Iterations, v.Status = res.Iterations, res.Status.String()
+		v.Iterations, v.Status, v.BestIteration = res.Iterations, res.Status.String(), res.BestIteration
 		if res.Status.Early() {
 			s.log.Warn("the refit stopped before converging: raise --iters", "version", v.Version, "status", v.Status,
 				"iterations", v.Iterations, "tol", s.cfg.Tol)
+		}
+		if q != (Quality{}) {
+			// A state without counts is predicted like the average state,
+			// never by the row it started from (emsf fit's default).
+			md.SetUnseenRows(train)
+		}
+		if vs != nil {
+			score, rules := vs.Tune(md, s.cfg.Workers)
+			v.HeldOut = score
+			if q.Smooth != SmoothNone {
+				var err error
+				if md.Smoothing, err = factor.NewSmoothing(v.N, v.U, job.blocks, rules); err != nil {
+					return nil, err
+				}
+				v.Rule = factor.RulesString(rules)
+			}
 		}
 	case ModeIncremental:
 		inc, err := factor.NewIncremental(md, factor.IncrementalOptions{EtaMax: s.cfg.EtaMax, Alpha: s.cfg.Alpha})
@@ -305,6 +346,46 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 	}
 	md.LogLik, md.WKL = v.LogLik, v.WKL
 	return md, nil
+}
+
+// splitCounts is the refit's validation split of the counts
+// (Quality.Validation, seeded by Seed: shard.SplitCounts). Counts too few
+// to leave both parts some are not split: the version is then fitted on
+// all of them, stops on the relative change and stores no rule (the log
+// says so).
+func (s *Service) splitCounts(blocks []*factor.Block) (train, val []*factor.Block) {
+	train, val = shard.SplitCounts(blocks, s.cfg.Quality.Validation, s.cfg.Seed)
+	if nnzOf(train) == 0 || nnzOf(val) == 0 {
+		s.log.Warn("too few counts to hold some out: this version has no held-out stop and no rule",
+			"validation", s.cfg.Quality.Validation, "nonzeros", nnzOf(blocks))
+		return blocks, nil
+	}
+	return train, val
+}
+
+func nnzOf(blocks []*factor.Block) int {
+	n := 0
+	for _, b := range blocks {
+		n += b.NNZ()
+	}
+	return n
+}
+
+// ruleWithoutCounts reports whether version v stores the background rule
+// (no counts): asked for (SmoothBackground), or the counts (24 bytes a
+// nonzero, and q: 8 bytes a state and action) would take its model file
+// beyond MaxModelBytes.
+func (s *Service) ruleWithoutCounts(v *Version, blocks []*factor.Block) bool {
+	if s.cfg.Quality.Smooth != SmoothAuto {
+		return s.cfg.Quality.Smooth == SmoothBackground
+	}
+	bytes := factor.ModelBytes(v.N, s.cfg.Order, v.U, s.cfg.Tie) + 24*int64(nnzOf(blocks)) + 8*int64(v.N)*int64(v.U)
+	if bytes > s.cfg.MaxModelBytes {
+		s.log.Warn("the rule's counts would take the model beyond --max-model-bytes: this version stores the background rule (no counts)",
+			"version", v.Version, "bytes", bytes, "max_model_bytes", s.cfg.MaxModelBytes)
+		return true
+	}
+	return false
 }
 
 // onlineEM is the online-em retrain: online EM goes on from md (the

@@ -51,6 +51,14 @@ type Version struct {
 	// Status says how the refit ended (factor.Status: "converged",
 	// "iteration limit", ...); empty in the other modes.
 	Status string `json:"status,omitempty"`
+	// Refits with a validation split (Config.Quality): BestIteration is
+	// the pass of the iterate the held-out rule kept (0: the last),
+	// HeldOut the validation log-likelihood per transition under the
+	// version's rule (chosen on the split, also with SmoothNone), and
+	// Rule that rule per action ("" with none stored).
+	BestIteration int     `json:"best_iteration,omitempty"`
+	HeldOut       float64 `json:"heldout,omitempty"`
+	Rule          string  `json:"rule,omitempty"`
 	// Units is, in online-em mode, the number of unit transitions the
 	// online EM rule has taken up to this version: its step counter t,
 	// from which the next retrain goes on (0 in the other modes).
