@@ -214,15 +214,7 @@ func emitModel(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBytes
 			return err
 		}
 	}
-	if mf.States != nil {
-		if err := b.vocab(factorStates, mf.States); err != nil {
-			return err
-		}
-	}
-	if mf.Actions != nil {
-		return b.vocab(factorAction, mf.Actions)
-	}
-	return nil
+	return b.vocabs(mf)
 }
 
 // blockValues returns the rows of md's blocks bs (ShapeOf(md).blocks()),

@@ -124,19 +124,8 @@ func (b *modelBatcher) add(vals []float64) error {
 			lb.Reserve(b.per)
 			lb.ValueBuilder().Reserve(b.per * b.m)
 		}
-		fb.Reserve(k)
-		ab.Reserve(k)
-		sb.Reserve(k)
-		for range k {
-			fb.Append(b.factor)
-			ab.UnsafeAppend(b.action)
-			sb.UnsafeAppend(b.state)
-			b.state++
-		}
+		b.keys(k)
 		appendRows(lb, vals[:k*b.m], k)
-		if b.ids {
-			b.rb.Field(4).(*array.StringBuilder).AppendNulls(k)
-		}
 		vals = vals[k*b.m:]
 		if b.rows += k; b.rows == b.per {
 			if err := b.flush(); err != nil {
@@ -175,22 +164,8 @@ func (b *modelBatcher) addBlock(vals []float64) error {
 // nulls, whose bitmaps the IPC and Parquet writers drop.
 func (b *modelBatcher) direct(vals []float64) error {
 	k := len(vals) / b.m
-	fb := b.rb.Field(0).(*array.StringBuilder)
-	ab := b.rb.Field(1).(*array.Int32Builder)
-	sb := b.rb.Field(2).(*array.Int32Builder)
-	fb.Reserve(k)
-	fb.ReserveData(k * len(b.factor))
-	ab.Reserve(k)
-	sb.Reserve(k)
-	for range k {
-		fb.Append(b.factor)
-		ab.UnsafeAppend(b.action)
-		sb.UnsafeAppend(b.state)
-		b.state++
-	}
-	if b.ids {
-		b.rb.Field(4).(*array.StringBuilder).AppendNulls(k)
-	}
+	b.rb.Field(0).(*array.StringBuilder).ReserveData(k * len(b.factor))
+	b.keys(k)
 	sc := b.rb.Schema()
 	cols := make([]arrow.Array, sc.NumFields())
 	for i := range cols {
@@ -210,6 +185,40 @@ func (b *modelBatcher) direct(vals []float64) error {
 	}
 	defer rec.Release()
 	return b.write(rec)
+}
+
+// keys appends the next k rows' factor, action and state (and null ids)
+// to the builders, all but the values.
+func (b *modelBatcher) keys(k int) {
+	fb := b.rb.Field(0).(*array.StringBuilder)
+	ab := b.rb.Field(1).(*array.Int32Builder)
+	sb := b.rb.Field(2).(*array.Int32Builder)
+	fb.Reserve(k)
+	ab.Reserve(k)
+	sb.Reserve(k)
+	for range k {
+		fb.Append(b.factor)
+		ab.UnsafeAppend(b.action)
+		sb.UnsafeAppend(b.state)
+		b.state++
+	}
+	if b.ids {
+		b.rb.Field(4).(*array.StringBuilder).AppendNulls(k)
+	}
+}
+
+// vocabs writes the vocabularies of mf, states then actions (each, if
+// any, after the rows held).
+func (b *modelBatcher) vocabs(mf *ModelFile) error {
+	if mf.States != nil {
+		if err := b.vocab(factorStates, mf.States); err != nil {
+			return err
+		}
+	}
+	if mf.Actions != nil {
+		return b.vocab(factorAction, mf.Actions)
+	}
+	return nil
 }
 
 // vocab writes the rows of a vocabulary (the schema must have the id

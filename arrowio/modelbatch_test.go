@@ -33,15 +33,7 @@ func emitRowByRow(mf *ModelFile, sc *arrow.Schema, mem memory.Allocator, batchBy
 			return err
 		}
 	}
-	if mf.States != nil {
-		if err := b.vocab(factorStates, mf.States); err != nil {
-			return err
-		}
-	}
-	if mf.Actions != nil {
-		return b.vocab(factorAction, mf.Actions)
-	}
-	return nil
+	return b.vocabs(mf)
 }
 
 // TestModelDirectBatches: a model file whose values columns refer to the
