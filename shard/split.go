@@ -28,13 +28,27 @@ func SplitCounts(blocks []*factor.Block, frac float64, seed uint64) (train, val 
 	train = make([]*factor.Block, len(blocks))
 	val = make([]*factor.Block, len(blocks))
 	for k, b := range blocks {
-		var tr, vr entries
+		// The validation parts first, then both parts at their sizes.
+		held := make([]float64, len(b.Vals))
+		nt, nv := 0, 0
 		for r, i := range b.Rows {
 			for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
-				j, c := b.Cols[q], b.Vals[q]
-				t, v := splitCount(c, frac, seed, b.Action, i, j)
-				tr.add(i, j, t)
-				vr.add(i, j, v)
+				t, v := splitCount(b.Vals[q], frac, seed, b.Action, i, b.Cols[q])
+				held[q] = v
+				if t > 0 {
+					nt++
+				}
+				if v > 0 {
+					nv++
+				}
+			}
+		}
+		tr, vr := newEntries(nt), newEntries(nv)
+		for r, i := range b.Rows {
+			for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+				v := held[q]
+				tr.add(i, b.Cols[q], b.Vals[q]-v)
+				vr.add(i, b.Cols[q], v)
 			}
 		}
 		train[k], val[k] = tr.block(b.Action), vr.block(b.Action)
@@ -51,6 +65,10 @@ const SplitUnitsMax = 1 << 16
 type entries struct {
 	rows, cols []int32
 	vals       []float64
+}
+
+func newEntries(n int) entries {
+	return entries{make([]int32, 0, n), make([]int32, 0, n), make([]float64, 0, n)}
 }
 
 func (e *entries) add(i, j int32, c float64) {
@@ -72,22 +90,24 @@ func (e *entries) block(a int) *factor.Block {
 // splitCount cuts count c of entry (i, a, j) into its training and
 // validation parts (SplitCounts).
 func splitCount(c, frac float64, seed uint64, a int, i, j int32) (train, val float64) {
-	rng := rand.New(rand.NewPCG(seed, entryKey(a, i, j)))
+	var pcg rand.PCG // on the stack: a table has millions of entries
+	pcg.Seed(seed, entryKey(a, i, j))
 	whole := math.Floor(c)
 	var held float64 // validation units among the whole ones
 	if whole <= SplitUnitsMax {
 		for range int(whole) {
-			if rng.Float64() < frac {
+			if unit(&pcg) < frac {
 				held++
 			}
 		}
 	} else {
 		sd := math.Sqrt(whole * frac * (1 - frac))
-		held = min(max(math.Round(whole*frac+sd*rng.NormFloat64()), 0), whole)
+		big := pcg // a copy only here, where it escapes into rand.New
+		held = min(max(math.Round(whole*frac+sd*rand.New(&big).NormFloat64()), 0), whole)
 	}
 	train, val = whole-held, held
 	if part := c - whole; part > 0 {
-		if rng.Float64() < frac {
+		if unit(&pcg) < frac {
 			val += part
 		} else {
 			train += part
@@ -95,6 +115,9 @@ func splitCount(c, frac float64, seed uint64, a int, i, j int32) (train, val flo
 	}
 	return train, val
 }
+
+// unit is a draw in [0, 1) from src (53 random bits: rand.Float64's).
+func unit(src *rand.PCG) float64 { return float64(src.Uint64()<<11>>11) / (1 << 53) }
 
 // entryKey mixes an entry's indices into the second word of its
 // stream's seed (splitmix64's finalizer on each step).

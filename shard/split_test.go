@@ -130,3 +130,18 @@ func same(a, b map[[3]int32]float64) bool {
 	}
 	return true
 }
+
+// BenchmarkSplitCounts splits a table of 10^6 entries of counts 1–9 (the
+// service does at every quality refit).
+func BenchmarkSplitCounts(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var ct Counter
+	for range 1_000_000 {
+		_ = ct.Add(rng.IntN(100_000), 0, rng.IntN(100_000), float64(1+rng.IntN(9)))
+	}
+	blocks := ct.Matrices(1)
+	b.ResetTimer()
+	for range b.N {
+		SplitCounts(blocks, 0.1, 7)
+	}
+}
