@@ -1,6 +1,7 @@
 package service
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -205,6 +206,33 @@ func TestServeQualityEdges(t *testing.T) {
 	md := fetch(t, nc, "bg", 1)
 	if md.Smoothing == nil || md.Smoothing.Counts != nil || !strings.Contains(v.Rule, "κ=+Inf") {
 		t.Fatalf("version %+v: want the background rule (no counts)", v)
+	}
+}
+
+// Tied factors and counts that are fractional or beyond SplitUnitsMax
+// refit with the rule too (shard.SplitCounts cuts them; NewSeeded starts
+// a tied model at random).
+func TestServeQualityTiesAndCounts(t *testing.T) {
+	nc, _ := server(t)
+	var b strings.Builder
+	b.WriteString("state,action,next_state,count\n")
+	rng := rand.New(rand.NewPCG(5, 5))
+	for range 600 {
+		fmt.Fprintf(&b, "%d,%d,%d,%d\n", rng.IntN(20), rng.IntN(2), rng.IntN(20), 1+rng.IntN(4))
+	}
+	b.WriteString("3,0,4,0.5\n5,1,6,1e12\n7,0,8,2.75\n")
+	for _, tie := range []factor.Tie{factor.TieSharedK, factor.TieSharedD} {
+		name := "tie-" + tie.String()
+		start(t, nc, Config{Name: name, Order: 3, Tie: tie, UseWorkers: WorkersNever, Accel: factor.AccelSquarem, Quality: DefaultQuality()})
+		waitSeq(t, nc, name, publish(t, nc, name, []byte(b.String())))
+		v, err := retrain(t, nc, name)
+		if err != nil || v.Rule == "" {
+			t.Fatalf("%s: %+v, %v; want a version with a rule", tie, v, err)
+		}
+		md := fetch(t, nc, name, 1)
+		if md.Smoothing == nil || md.Tie != tie || !(md.Prob(1, 5, 6) > 0.9) {
+			t.Fatalf("%s: the rule %v, P(6 | 5, 1) = %v after 10^12 counts of it", tie, md.Smoothing != nil, md.Prob(1, 5, 6))
+		}
 	}
 }
 
