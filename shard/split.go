@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"gonum.org/v1/gonum/stat/distuv"
+
 	"github.com/emsf/emsf/factor"
 )
 
@@ -16,8 +18,10 @@ import (
 // stream of the entry's own (a PCG seeded by seed and (a, i, j)) is below
 // frac, the fractional part of c being one more unit, drawn last. An
 // entry of more than SplitUnitsMax units draws its validation share at
-// once (the binomial's normal approximation, rounded and kept within the
-// count). So the split is a function of (seed, entry, count) alone: the
+// once from the same stream (the binomial, exactly: gonum's
+// distuv.Binomial, a rejection method of bounded expected cost), so a
+// split costs at most SplitUnitsMax draws an entry whatever a client
+// counted. So the split is a function of (seed, entry, count) alone: the
 // same whatever the order or the layout of the counts, bitwise the same
 // at every retrain of the same counts, and as a count grows between
 // retrains the units it had keep their sides (up to SplitUnitsMax). Each
@@ -58,7 +62,7 @@ func SplitCounts(blocks []*factor.Block, frac float64, seed uint64) (train, val 
 
 // SplitUnitsMax is the largest count whose units SplitCounts draws one
 // by one.
-const SplitUnitsMax = 1 << 16
+const SplitUnitsMax = 64
 
 // entries collects the nonzeros of one part of a block, in the block's
 // (row, column) order.
@@ -101,9 +105,8 @@ func splitCount(c, frac float64, seed uint64, a int, i, j int32) (train, val flo
 			}
 		}
 	} else {
-		sd := math.Sqrt(whole * frac * (1 - frac))
-		big := pcg // a copy only here, where it escapes into rand.New
-		held = min(max(math.Round(whole*frac+sd*rand.New(&big).NormFloat64()), 0), whole)
+		big := pcg // a copy only here, where it escapes
+		held = min(distuv.Binomial{N: whole, P: frac, Src: &big}.Rand(), whole)
 	}
 	train, val = whole-held, held
 	if part := c - whole; part > 0 {

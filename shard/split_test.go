@@ -131,17 +131,28 @@ func same(a, b map[[3]int32]float64) bool {
 	return true
 }
 
-// BenchmarkSplitCounts splits a table of 10^6 entries of counts 1–9 (the
-// service does at every quality refit).
+// BenchmarkSplitCounts splits a table of 10^6 entries (the service does
+// at every quality refit): counts 1–9, unit by unit; and counts of 2^40,
+// each share drawn at once (what a client's huge counts cost).
 func BenchmarkSplitCounts(b *testing.B) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	var ct Counter
-	for range 1_000_000 {
-		_ = ct.Add(rng.IntN(100_000), 0, rng.IntN(100_000), float64(1+rng.IntN(9)))
-	}
-	blocks := ct.Matrices(1)
-	b.ResetTimer()
-	for range b.N {
-		SplitCounts(blocks, 0.1, 7)
+	for _, c := range []struct {
+		name  string
+		count func(*rand.Rand) float64
+	}{
+		{"counts1-9", func(rng *rand.Rand) float64 { return float64(1 + rng.IntN(9)) }},
+		{"counts2^40", func(*rand.Rand) float64 { return 1 << 40 }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			var ct Counter
+			for range 1_000_000 {
+				_ = ct.Add(rng.IntN(100_000), 0, rng.IntN(100_000), c.count(rng))
+			}
+			blocks := ct.Matrices(1)
+			b.ResetTimer()
+			for range b.N {
+				SplitCounts(blocks, 0.1, 7)
+			}
+		})
 	}
 }
