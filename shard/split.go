@@ -96,31 +96,69 @@ func (e *entries) block(a int) *factor.Block {
 func splitCount(c, frac float64, seed uint64, a int, i, j int32) (train, val float64) {
 	var pcg rand.PCG // on the stack: a table has millions of entries
 	pcg.Seed(seed, entryKey(a, i, j))
+	val = splitUnits(c, frac, &pcg)
+	return c - val, val
+}
+
+// splitUnits draws the part of count c that goes to a split of fraction
+// frac from src: unit by unit up to SplitUnitsMax whole units, else the
+// binomial at once, then the fractional part as one more unit. The part
+// is a whole number of units (and the fraction), so c minus it is exact.
+func splitUnits(c, frac float64, src *rand.PCG) float64 {
 	whole := math.Floor(c)
-	var held float64 // validation units among the whole ones
+	var part float64 // the split's units among the whole ones
 	if whole <= SplitUnitsMax {
 		for range int(whole) {
-			if unit(&pcg) < frac {
-				held++
+			if unit(src) < frac {
+				part++
 			}
 		}
 	} else {
-		big := pcg // a copy only here, where it escapes
-		held = min(distuv.Binomial{N: whole, P: frac, Src: &big}.Rand(), whole)
+		big := *src // a copy only here, where it escapes
+		part = min(distuv.Binomial{N: whole, P: frac, Src: &big}.Rand(), whole)
 	}
-	train, val = whole-held, held
-	if part := c - whole; part > 0 {
-		if unit(&pcg) < frac {
-			val += part
-		} else {
-			train += part
-		}
+	if rest := c - whole; rest > 0 && unit(src) < frac {
+		part += rest
 	}
-	return train, val
+	return part
 }
 
+// SplitRow is the part of a row's count c that goes to a split of
+// fraction frac (emsf fit's --holdout and --validation, the distributed
+// ingest's holdout), given the row's one draw x from the split's stream:
+// one draw a row whatever its count, so that the split of a file's rows
+// can start its stream at any row (factor.PCGAt). A count of at most one
+// unit goes whole, when x is below frac as a draw in [0, 1) (a row of
+// unit count goes as it always went: a file of such rows splits as
+// before); a larger count is cut unit by unit, from a stream seeded by x,
+// as SplitCounts cuts an entry: a row of count 7 splits as 7 rows of
+// count 1 would, not whole (a file of counts held out whole rows, each a
+// pair the training part never saw, and chose the rule for unseen pairs:
+// docs/quality.md, round 9). A count that is not one (not finite and
+// > 0) goes to no split: 0, for the caller's check to refuse.
+func SplitRow(c, frac float64, x uint64) float64 {
+	if !(c > 0 && c <= math.MaxFloat64) {
+		return 0
+	}
+	if c <= 1 {
+		if toUnit(x) < frac {
+			return c
+		}
+		return 0
+	}
+	var pcg rand.PCG
+	pcg.Seed(x, rowUnitsSeed)
+	return splitUnits(c, frac, &pcg)
+}
+
+// rowUnitsSeed is the second word of a row's units stream (SplitRow).
+const rowUnitsSeed = 0x756e697473 // "units"
+
 // unit is a draw in [0, 1) from src (53 random bits: rand.Float64's).
-func unit(src *rand.PCG) float64 { return float64(src.Uint64()<<11>>11) / (1 << 53) }
+func unit(src *rand.PCG) float64 { return toUnit(src.Uint64()) }
+
+// toUnit is the draw in [0, 1) that rand.Float64 makes of x.
+func toUnit(x uint64) float64 { return float64(x<<11>>11) / (1 << 53) }
 
 // entryKey mixes an entry's indices into the second word of its
 // stream's seed (splitmix64's finalizer on each step).

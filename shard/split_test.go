@@ -156,3 +156,44 @@ func BenchmarkSplitCounts(b *testing.B) {
 		})
 	}
 }
+
+// TestSplitRow: a row of at most one unit goes whole by its draw, as
+// rand.Float64 of the draw against the fraction (so files of unit counts
+// split as they always did); a larger count is cut unit by unit, its
+// parts whole units (plus the fraction) that add up to it, about frac of
+// it over many rows; a count that is not one goes to no split.
+func TestSplitRow(t *testing.T) {
+	src := rand.NewPCG(4, 4)
+	rng := rand.New(rand.NewPCG(4, 4))
+	for range 1000 {
+		x := src.Uint64()
+		want := 0.0
+		if rng.Float64() < 0.3 {
+			want = 1
+		}
+		if got := SplitRow(1, 0.3, x); got != want {
+			t.Fatalf("a unit row with draw %#x: part %v, want %v (rand.Float64's comparison)", x, got, want)
+		}
+		if got := SplitRow(0.5, 0.3, x); got != want/2 {
+			t.Fatalf("a row of count 0.5 with draw %#x: part %v, want %v", x, got, want/2)
+		}
+	}
+	var total, part float64
+	for k := range 20000 {
+		c := float64(2+k%9) + []float64{0, 0.25}[k%2]
+		p := SplitRow(c, 0.3, src.Uint64())
+		if p < 0 || p > c || p-math.Floor(p) != 0 && p-math.Floor(p) != 0.25 || c-p+p != c {
+			t.Fatalf("count %v: part %v", c, p)
+		}
+		total += c
+		part += p
+	}
+	if math.Abs(part/total-0.3) > 0.01 {
+		t.Errorf("rows of counts 2–10 gave %.4f of their units, want about 0.3", part/total)
+	}
+	for _, c := range []float64{0, -2, math.NaN(), math.Inf(1)} {
+		if p := SplitRow(c, 0.3, 1); p != 0 {
+			t.Errorf("count %v: part %v, want 0", c, p)
+		}
+	}
+}

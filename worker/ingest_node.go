@@ -440,9 +440,9 @@ func (b *segBuilder) reset() {
 func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 	p := j.plan
 	f := p.Files[sp.File]
-	var rng *rand.Rand
+	var hold *rand.PCG // one draw a row (shard.SplitRow), from row First on
 	if p.Holdout > 0 {
-		rng = rand.New(factor.PCGAt(p.Seed, holdSeed, uint64(sp.First)))
+		hold = factor.PCGAt(p.Seed, holdSeed, uint64(sp.First))
 	}
 	sets := len(p.Sets())
 	builders := make([]segBuilder, len(p.Workers)*sets)
@@ -472,10 +472,6 @@ func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 		rows += int64(b.Len())
 		for k, i := range b.State {
 			a := b.Action[k]
-			set := ingestwire.SetTrain
-			if rng != nil && rng.Float64() < p.Holdout {
-				set = ingestwire.SetHeld
-			}
 			bk := j.router.Bucket(a, i)
 			if bk < 0 {
 				return fmt.Errorf("worker: ingest: action %d of %s has no bucket (pass 1 saw no transition of it)", a, f.Name)
@@ -485,11 +481,23 @@ func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 			if b.Count != nil {
 				c = b.Count[k]
 			}
-			sb := &builders[r*sets+set]
-			sb.add(a, i, b.Next[k], c)
-			if sb.seg.Len() >= perSeg {
-				if err := emit(r, set); err != nil {
-					return err
+			held := 0.0
+			if hold != nil {
+				held = shard.SplitRow(c, p.Holdout, hold.Uint64())
+			}
+			for _, part := range [...]struct {
+				set int
+				c   float64
+			}{{ingestwire.SetTrain, c - held}, {ingestwire.SetHeld, held}} {
+				if part.c == 0 {
+					continue
+				}
+				sb := &builders[r*sets+part.set]
+				sb.add(a, i, b.Next[k], part.c)
+				if sb.seg.Len() >= perSeg {
+					if err := emit(r, part.set); err != nil {
+						return err
+					}
 				}
 			}
 		}

@@ -344,9 +344,12 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 	gcPercent := debug.SetGCPercent(smallReadGCPercent)
 	defer debug.SetGCPercent(gcPercent)
 	read := 0 // rows read while at smallReadGCPercent (the first callback's goroutine)
+	rows := 0 // rows read (a row split between the sets is one transition)
 	var train, held, val shard.Counter
-	rng := rand.New(rand.NewPCG(seed, 0x686f6c64)) // "hold"
-	vrng := rand.New(rand.NewPCG(seed, 0x76616c))  // "val"
+	// One draw a row from each split's stream (a row of count c > 1 is
+	// cut unit by unit from a stream of its draw's own: shard.SplitRow).
+	hold := rand.NewPCG(seed, 0x686f6c64) // "hold"
+	vsrc := rand.NewPCG(seed, 0x76616c)   // "val"
 	h := newFingerprint()
 	known := knownRows{n: base.states.Len(), u: base.actions.Len(), ids: ids}
 	err = scanPipelined(ctx, src, opts, func(b *arrowio.TransitionBatch) error {
@@ -358,6 +361,7 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 		if policy == idsKnown && ids.any() {
 			b = known.filter(b)
 		}
+		rows += b.Len()
 		if holdout == 0 && validation == 0 {
 			k, err := train.AddBatch(b.State, b.Action, b.Next, b.Count)
 			if err != nil {
@@ -366,14 +370,30 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 			return nil
 		}
 		for k := range b.State {
-			ct := &train
-			if holdout > 0 && rng.Float64() < holdout {
-				ct = &held
-			} else if validation > 0 && vrng.Float64() < validation {
-				ct = &val
+			i, a, j, c := int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]
+			if !(c > 0 && c <= math.MaxFloat64) {
+				// Not a count to split: Add says what is wrong with it.
+				if err := train.Add(i, a, j, c); err != nil {
+					return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
+				}
 			}
-			if err := ct.Add(int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]); err != nil {
-				return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
+			var h, v float64
+			if holdout > 0 {
+				h = shard.SplitRow(c, holdout, hold.Uint64())
+			}
+			if rest := c - h; validation > 0 && rest > 0 {
+				v = shard.SplitRow(rest, validation, vsrc.Uint64())
+			}
+			for _, p := range [...]struct {
+				ct *shard.Counter
+				c  float64
+			}{{&held, h}, {&val, v}, {&train, c - h - v}} {
+				if p.c == 0 {
+					continue
+				}
+				if err := p.ct.Add(i, a, j, p.c); err != nil {
+					return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
+				}
 			}
 		}
 		return nil
@@ -400,7 +420,7 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 	n1, u1 := train.Dims()
 	n2, u2 := held.Dims()
 	n3, u3 := val.Dims()
-	d := &dataset{file: f.name(), n: max(n1, n2, n3), u: max(u1, u2, u3), transitions: train.Len() + held.Len() + val.Len(),
+	d := &dataset{file: f.name(), n: max(n1, n2, n3), u: max(u1, u2, u3), transitions: rows,
 		fingerprint: h.sum(), ids: ids, unseen: known.unseen}
 	if policy == idsKnown {
 		d.ids = base

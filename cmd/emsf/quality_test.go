@@ -244,3 +244,46 @@ func TestFitOwnersAccel(t *testing.T) {
 		t.Fatal("the owners fit's smoothing differs from the local one's")
 	}
 }
+
+// TestSplitCountsFileByUnits: a file of counts splits its units as the
+// file of its unit rows would, not whole rows (a row held out whole is a
+// pair the training part never sees, and the rule chosen on such a split
+// is chosen for unseen pairs): a row of count 1000 leaves about 100 units
+// to the validation part and the rest to training; one of count 2.5
+// keeps its fraction on one side; unit rows split as they always did.
+func TestSplitCountsFileByUnits(t *testing.T) {
+	dir := t.TempDir()
+	counts := writeFile(t, dir, "counts.csv", "state,action,next_state,count\n0,0,1,1000\n1,0,0,2.5\n2,0,2,1\n")
+	d, err := loadDataVal(t.Context(), &inputFlags{input: counts, ids: idsAuto}, 0.2, 0.1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := func(bs []*factor.Block) map[[2]int32]float64 {
+		m := map[[2]int32]float64{}
+		for _, b := range bs {
+			for r, i := range b.Rows {
+				for q := b.Ptr[r]; q < b.Ptr[r+1]; q++ {
+					m[[2]int32{i, b.Cols[q]}] += b.Vals[q]
+				}
+			}
+		}
+		return m
+	}
+	tr, ho, va := parts(d.train), parts(d.holdout), parts(d.val)
+	big := [2]int32{0, 1}
+	if tr[big]+ho[big]+va[big] != 1000 || math.Abs(ho[big]-200) > 60 || math.Abs(va[big]-80) > 45 {
+		t.Errorf("the row of count 1000: training %v, held out %v, validation %v; want about 720, 200, 80", tr[big], ho[big], va[big])
+	}
+	frac := [2]int32{1, 0}
+	if got := tr[frac] + ho[frac] + va[frac]; got != 2.5 {
+		t.Errorf("the row of count 2.5: parts add up to %v", got)
+	}
+	for _, p := range []float64{tr[frac], ho[frac], va[frac]} {
+		if f := p - math.Floor(p); f != 0 && f != 0.5 {
+			t.Errorf("the row of count 2.5: a part %v that is neither whole units nor units and the fraction", p)
+		}
+	}
+	if got := tr[[2]int32{2, 2}] + ho[[2]int32{2, 2}] + va[[2]int32{2, 2}]; got != 1 {
+		t.Errorf("the unit row: %v in all", got)
+	}
+}

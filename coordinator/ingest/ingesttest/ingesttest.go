@@ -41,7 +41,8 @@ type Local struct {
 func LocalShards(t testing.TB, files []arrowio.DataFile, read arrowio.ReadOptions, holdout float64, seed uint64, target, q int) *Local {
 	t.Helper()
 	var train, held shard.Counter
-	rng := rand.New(rand.NewPCG(seed, 0x686f6c64))
+	hold := rand.NewPCG(seed, 0x686f6c64)
+	rows := 0 // a row split in two is one transition (row) still
 	var fp shard.FingerprintHash
 	for _, f := range files {
 		opts := read
@@ -50,13 +51,22 @@ func LocalShards(t testing.TB, files []arrowio.DataFile, read arrowio.ReadOption
 			// (The callback runs where the vocabularies grow: a view
 			// now holds every id of b.)
 			fp.AddIDRows(b.State, b.Action, b.Next, b.Count, read.StateIDs.View(), read.ActionIDs.View())
+			rows += b.Len()
 			for k := range b.State {
-				ct := &train
-				if holdout > 0 && rng.Float64() < holdout {
-					ct = &held
+				c, h := b.Count[k], 0.0
+				if holdout > 0 {
+					h = shard.SplitRow(c, holdout, hold.Uint64())
 				}
-				if err := ct.Add(int(b.State[k]), int(b.Action[k]), int(b.Next[k]), b.Count[k]); err != nil {
-					return err
+				for _, p := range [...]struct {
+					ct *shard.Counter
+					c  float64
+				}{{&train, c - h}, {&held, h}} {
+					if p.c == 0 {
+						continue
+					}
+					if err := p.ct.Add(int(b.State[k]), int(b.Action[k]), int(b.Next[k]), p.c); err != nil {
+						return err
+					}
 				}
 			}
 			return nil
@@ -75,7 +85,7 @@ func LocalShards(t testing.TB, files []arrowio.DataFile, read arrowio.ReadOption
 	held.Remap(perm[0], perm[1])
 	n1, u1 := train.Dims()
 	n2, u2 := held.Dims()
-	d := &Local{N: max(n1, n2), U: max(u1, u2), Transitions: int64(train.Len() + held.Len()), Fingerprint: fp.Sum().Fingerprint()}
+	d := &Local{N: max(n1, n2), U: max(u1, u2), Transitions: int64(rows), Fingerprint: fp.Sum().Fingerprint()}
 	if read.States > 0 {
 		d.N = read.States
 	}
