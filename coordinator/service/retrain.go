@@ -123,8 +123,15 @@ func (s *Service) finish(ctx context.Context, r fitResult) {
 		switch {
 		case err == nil:
 			s.m.retrain.Observe(v.Seconds)
-			s.log.Info("new version", "version", v.Version, "reason", job.reason, "loglik", v.LogLik, "transitions", v.Transitions,
-				"seq", v.StreamSeq, "n", v.N, "u", v.U, "iterations", v.Iterations, "seconds", v.Seconds)
+			fields := []any{"version", v.Version, "reason", job.reason, "loglik", v.LogLik, "transitions", v.Transitions,
+				"seq", v.StreamSeq, "n", v.N, "u", v.U, "iterations", v.Iterations, "seconds", v.Seconds}
+			if v.Status != "" {
+				fields = append(fields, "status", v.Status)
+			}
+			if v.Rule != "" {
+				fields = append(fields, "best_iteration", v.BestIteration, "heldout", v.HeldOut, "rule", v.Rule)
+			}
+			s.log.Info("new version", fields...)
 		case ctx.Err() != nil && s.latest != v:
 			// Stopping while the model was stored: the version is not
 			// made, and the requests are told so (not a failure).
