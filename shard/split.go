@@ -19,9 +19,9 @@ import (
 // frac, the fractional part of c being one more unit, drawn last. An
 // entry of more than SplitUnitsMax units draws its validation share at
 // once from the same stream (the binomial, exactly: gonum's
-// distuv.Binomial, a rejection method of bounded expected cost), so a
-// split costs at most SplitUnitsMax draws an entry whatever a client
-// counted. So the split is a function of (seed, entry, count) alone: the
+// distuv.Binomial, a rejection method of bounded expected cost; above
+// 2^50 units its mean, rounded), so a split costs at most SplitUnitsMax
+// draws an entry whatever a client counted. So the split is a function of (seed, entry, count) alone: the
 // same whatever the order or the layout of the counts, bitwise the same
 // at every retrain of the same counts, and as a count grows between
 // retrains the units it had keep their sides (up to SplitUnitsMax). Each
@@ -63,6 +63,10 @@ func SplitCounts(blocks []*factor.Block, frac float64, seed uint64) (train, val 
 // SplitUnitsMax is the largest count whose units SplitCounts draws one
 // by one.
 const SplitUnitsMax = 64
+
+// splitBinomialMax is the largest count whose share splitUnits draws from
+// the binomial; a larger count gives the binomial's mean.
+const splitBinomialMax = 1 << 50
 
 // entries collects the nonzeros of one part of a block, in the block's
 // (row, column) order.
@@ -113,9 +117,14 @@ func splitUnits(c, frac float64, src *rand.PCG) float64 {
 				part++
 			}
 		}
-	} else {
+	} else if whole <= splitBinomialMax {
 		big := *src // a copy only here, where it escapes
 		part = min(distuv.Binomial{N: whole, P: frac, Src: &big}.Rand(), whole)
+	} else {
+		// Beyond, the binomial's spread is below a part in 10^7 of its
+		// mean, and its sampler, in float64, may never end (a count of
+		// 1e300 is a count): the mean, in whole units.
+		part = min(math.Round(whole*frac), whole)
 	}
 	if rest := c - whole; rest > 0 && unit(src) < frac {
 		part += rest

@@ -197,3 +197,19 @@ func TestSplitRow(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitHugeCounts: counts far beyond 2^53 (valid counts of a file:
+// finite and positive) split at once into about frac of them, the parts
+// adding up to the count (distuv.Binomial's sampler never ended on 1e300).
+func TestSplitHugeCounts(t *testing.T) {
+	for _, c := range []float64{1 << 50, 1<<50 + 2, 1e17, 1e300, math.MaxFloat64} {
+		p := SplitRow(c, 0.1, 12345)
+		if !(math.Abs(p-0.1*c) <= 1e-6*c) || p > c || p < 0 {
+			t.Errorf("count %g: part %g, want about %g", c, p, 0.1*c)
+		}
+		tr, v := splitCount(c, 0.1, 3, 0, 1, 2)
+		if !(math.Abs(v-0.1*c) <= 1e-6*c) || tr < 0 {
+			t.Errorf("entry of count %g: training %g, validation %g", c, tr, v)
+		}
+	}
+}
