@@ -56,6 +56,15 @@ func NewBlock(action int, rows, cols []int32, vals []float64) (*Block, error) {
 	return b, nil
 }
 
+// NNZ returns the number of nonzeros of blocks.
+func NNZ(blocks []*Block) int {
+	n := 0
+	for _, b := range blocks {
+		n += b.NNZ()
+	}
+	return n
+}
+
 // NNZ returns the number of nonzeros.
 func (b *Block) NNZ() int {
 	if b.Vals == nil && b.nnz > 0 {

@@ -88,7 +88,7 @@ func fitBaseline(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) err
 		return err
 	}
 	log.Info("data", "file", f.in.name(), "transitions", data.transitions, "states", data.n, "actions", data.u,
-		"nonzeros", nnz(data.train), "held_out", f.holdout > 0)
+		"nonzeros", factor.NNZ(data.train), "held_out", f.holdout > 0)
 	if err := f.checkMemory(data); err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func reportCNT(e *env, data *dataset) error {
 	}
 	w := e.stdout
 	fmt.Fprintf(w, "CNT (counting) n=%d u=%d: %d nonzero entries of P̂ from total count %g; %d of %d (state, action) rows seen (unseen rows are uniform)\n",
-		data.n, data.u, nnz(data.train), total, seen, data.n*data.u)
+		data.n, data.u, factor.NNZ(data.train), total, seen, data.n*data.u)
 	fmt.Fprintf(w, "  training log-likelihood %.8g, per transition %.8g (WKL 0: P̂ is the maximum-likelihood estimate)\n", ll, ll/total)
 	if data.holdout != nil {
 		// The rule of every method's held-out score (EMSF orders too).

@@ -79,7 +79,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	mats := factor.RandomCounts(n, u, perRow, 4, seed) // as BenchmarkIteration
 	shards, man := shard.Split(mats, n, shardNNZ)
 	blocks := shard.Blocks(shards)
-	nz := nnz(blocks)
+	nz := factor.NNZ(blocks)
 	fmt.Fprintf(e.stdout, "emsf bench: n=%d m=%d u=%d nnz=%d shards=%d precision=%s GOMAXPROCS=%d %s/%s\n",
 		n, m, u, nz, len(blocks), prec, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(e.stdout, "%-8s %-8s %12s %12s %12s\n", "workers", "loglik", "s/iter", "ns/nonzero", "iter/s")

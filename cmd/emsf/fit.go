@@ -219,7 +219,7 @@ func runFit(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	log.Info("data", "file", f.in.name(), "transitions", data.transitions, "states", data.n, "actions", data.u,
-		"nonzeros", nnz(data.train), "held_out", f.holdout > 0, "validation_nonzeros", nnz(data.val))
+		"nonzeros", factor.NNZ(data.train), "held_out", f.holdout > 0, "validation_nonzeros", factor.NNZ(data.val))
 
 	bestM := 0
 	if len(f.orders) > 1 || f.holdout > 0 {
@@ -787,14 +787,6 @@ func (f *fitFlags) validatePrecision() error {
 		return usagef("--precision %s needs --alpha >= %v (rounding drifts row sums by up to 6e-8/alpha), got %v", p, factor.MinAlpha32, f.alpha)
 	}
 	return nil
-}
-
-func nnz(bs []*factor.Block) int {
-	n := 0
-	for _, b := range bs {
-		n += b.NNZ()
-	}
-	return n
 }
 
 // The stopping rule of fit and demo. The defaults converge (reach --tol)

@@ -76,7 +76,7 @@ func fitMU(ctx context.Context, e *env, f *fitFlags, log hclog.Logger) error {
 		return err
 	}
 	log.Info("data", "file", f.in.name(), "transitions", data.transitions, "states", data.n, "actions", data.u,
-		"nonzeros", nnz(data.train))
+		"nonzeros", factor.NNZ(data.train))
 	shards, man := shard.SplitGrid(data.train, data.n, f.shardNNZ, f.colCells)
 	blocks := shard.Blocks(shards)
 	params := f.params(m)

@@ -362,20 +362,12 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 // says so).
 func (s *Service) splitCounts(blocks []*factor.Block) (train, val []*factor.Block) {
 	train, val = shard.SplitCounts(blocks, s.cfg.Quality.Validation, s.cfg.Seed)
-	if nnzOf(train) == 0 || nnzOf(val) == 0 {
+	if factor.NNZ(train) == 0 || factor.NNZ(val) == 0 {
 		s.log.Warn("too few counts to hold some out: this version has no held-out stop and no rule",
-			"validation", s.cfg.Quality.Validation, "nonzeros", nnzOf(blocks))
+			"validation", s.cfg.Quality.Validation, "nonzeros", factor.NNZ(blocks))
 		return blocks, nil
 	}
 	return train, val
-}
-
-func nnzOf(blocks []*factor.Block) int {
-	n := 0
-	for _, b := range blocks {
-		n += b.NNZ()
-	}
-	return n
 }
 
 // ruleWithoutCounts reports whether version v stores the background rule
@@ -386,7 +378,7 @@ func (s *Service) ruleWithoutCounts(v *Version, blocks []*factor.Block) bool {
 	if s.cfg.Quality.Smooth != SmoothAuto {
 		return s.cfg.Quality.Smooth == SmoothBackground
 	}
-	bytes := factor.ModelBytes(v.N, s.cfg.Order, v.U, s.cfg.Tie) + 24*int64(nnzOf(blocks)) + 8*int64(v.N)*int64(v.U)
+	bytes := factor.ModelBytes(v.N, s.cfg.Order, v.U, s.cfg.Tie) + 24*int64(factor.NNZ(blocks)) + 8*int64(v.N)*int64(v.U)
 	if bytes > s.cfg.MaxModelBytes {
 		s.log.Warn("the rule's counts would take the model beyond --max-model-bytes: this version stores the background rule (no counts)",
 			"version", v.Version, "bytes", bytes, "max_model_bytes", s.cfg.MaxModelBytes)
