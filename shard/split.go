@@ -160,6 +160,23 @@ func SplitRow(c, frac float64, x uint64) float64 {
 	return splitUnits(c, frac, &pcg)
 }
 
+// SplitRowSets cuts a row's count c between training, the holdout and
+// the validation split, as emsf fit's read and the distributed ingest
+// draw them: the holdout's part first (SplitRow with one draw of hold,
+// when holdout > 0), then the validation's part of the rest (one draw of
+// val, when validation > 0 and something is left); the rest trains. The
+// parts add up to c exactly. hold and val may be nil where their
+// fraction is 0.
+func SplitRowSets(c, holdout float64, hold *rand.PCG, validation float64, val *rand.PCG) (train, held, valid float64) {
+	if holdout > 0 {
+		held = SplitRow(c, holdout, hold.Uint64())
+	}
+	if rest := c - held; validation > 0 && rest > 0 {
+		valid = SplitRow(rest, validation, val.Uint64())
+	}
+	return c - held - valid, held, valid
+}
+
 // rowUnitsSeed is the second word of a row's units stream (SplitRow).
 const rowUnitsSeed = 0x756e697473 // "units"
 

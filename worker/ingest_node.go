@@ -481,14 +481,11 @@ func (n *IngestNode) mapSplit(j *ingestJob, sp *ingestwire.MapSplit) error {
 			if b.Count != nil {
 				c = b.Count[k]
 			}
-			held := 0.0
-			if hold != nil {
-				held = shard.SplitRow(c, p.Holdout, hold.Uint64())
-			}
+			train, held, _ := shard.SplitRowSets(c, p.Holdout, hold, 0, nil)
 			for _, part := range [...]struct {
 				set int
 				c   float64
-			}{{ingestwire.SetTrain, c - held}, {ingestwire.SetHeld, held}} {
+			}{{ingestwire.SetTrain, train}, {ingestwire.SetHeld, held}} {
 				if part.c == 0 {
 					continue
 				}

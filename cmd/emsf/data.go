@@ -347,7 +347,7 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 	rows := 0 // rows read (a row split between the sets is one transition)
 	var train, held, val shard.Counter
 	// One draw a row from each split's stream (a row of count c > 1 is
-	// cut unit by unit from a stream of its draw's own: shard.SplitRow).
+	// cut unit by unit from a stream of its draw's own: shard.SplitRowSets).
 	hold := rand.NewPCG(seed, 0x686f6c64) // "hold"
 	vsrc := rand.NewPCG(seed, 0x76616c)   // "val"
 	h := newFingerprint()
@@ -377,17 +377,11 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 					return fmt.Errorf("%s: row %d: %w", f.name(), b.FirstRow+k, err)
 				}
 			}
-			var h, v float64
-			if holdout > 0 {
-				h = shard.SplitRow(c, holdout, hold.Uint64())
-			}
-			if rest := c - h; validation > 0 && rest > 0 {
-				v = shard.SplitRow(rest, validation, vsrc.Uint64())
-			}
+			t, h, v := shard.SplitRowSets(c, holdout, hold, validation, vsrc)
 			for _, p := range [...]struct {
 				ct *shard.Counter
 				c  float64
-			}{{&held, h}, {&val, v}, {&train, c - h - v}} {
+			}{{&held, h}, {&val, v}, {&train, t}} {
 				if p.c == 0 {
 					continue
 				}

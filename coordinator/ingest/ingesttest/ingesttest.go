@@ -53,14 +53,11 @@ func LocalShards(t testing.TB, files []arrowio.DataFile, read arrowio.ReadOption
 			fp.AddIDRows(b.State, b.Action, b.Next, b.Count, read.StateIDs.View(), read.ActionIDs.View())
 			rows += b.Len()
 			for k := range b.State {
-				c, h := b.Count[k], 0.0
-				if holdout > 0 {
-					h = shard.SplitRow(c, holdout, hold.Uint64())
-				}
+				tr, h, _ := shard.SplitRowSets(b.Count[k], holdout, hold, 0, nil)
 				for _, p := range [...]struct {
 					ct *shard.Counter
 					c  float64
-				}{{&train, c - h}, {&held, h}} {
+				}{{&train, tr}, {&held, h}} {
 					if p.c == 0 {
 						continue
 					}
