@@ -18,14 +18,15 @@ import "fmt"
 //     what a fresh fit of that size would start from.
 //
 // Iteration and Seed are kept; LogLik and WKL become NaN (no pass has
-// computed them for the new shape). Grow with the same size returns a
-// clone.
+// computed them for the new shape). The grown model carries no smoothing
+// rule (the rule's counts are the old data's: a fit chooses its own).
+// Grow with the same size returns a copy of the factors (CloneFactors).
 func (md *Model) Grow(n, u int) (*Model, error) {
 	if n < md.N || u < md.U {
 		return nil, fmt.Errorf("factor: grow %dx%d model to n=%d u=%d: a model never shrinks", md.N, md.U, n, u)
 	}
 	if n == md.N && u == md.U {
-		return md.Clone(), nil
+		return md.CloneFactors(), nil
 	}
 	m := md.M
 	out := NewModel(n, m, u, md.Tie)

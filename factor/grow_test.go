@@ -68,6 +68,28 @@ func TestGrow(t *testing.T) {
 			t.Errorf("tie %s: Grow to the same size changed the model (err %v)", tie, err)
 		}
 	}
+	// A model with a rule: Grow (same size or larger) and CloneFactors
+	// carry none, Clone does, and the model itself keeps its own.
+	md := NewRandom(5, 3, 2, TieNone, 1)
+	blk, err := NewBlock(0, []int32{0, 1}, []int32{1, 2}, []float64{3, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Smoothing, err = NewSmoothing(5, 2, []*Block{blk}, []RuleParams{KNRule(0.5, QHalf), KNRule(0.5, QHalf)}); err != nil {
+		t.Fatal(err)
+	}
+	for what, c := range map[string]func() (*Model, error){
+		"Grow(5, 2)":   func() (*Model, error) { return md.Grow(5, 2) },
+		"Grow(7, 3)":   func() (*Model, error) { return md.Grow(7, 3) },
+		"CloneFactors": func() (*Model, error) { return md.CloneFactors(), nil },
+	} {
+		if g, err := c(); err != nil || g.Smoothing != nil {
+			t.Errorf("%s of a model with a rule: rule %v (err %v), want none", what, g != nil && g.Smoothing != nil, err)
+		}
+	}
+	if md.Smoothing == nil || md.Clone().Smoothing == nil {
+		t.Error("the model lost its rule, or Clone did not copy it")
+	}
 	if _, err := NewRandom(5, 3, 2, TieNone, 1).Grow(4, 2); err == nil {
 		t.Error("Grow to fewer states: no error")
 	}

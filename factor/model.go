@@ -189,6 +189,15 @@ func normalizeCols(x []float64, n, m int) {
 
 // Clone returns a deep copy.
 func (md *Model) Clone() *Model {
+	c := md.CloneFactors()
+	c.Smoothing = md.Smoothing.Clone()
+	return c
+}
+
+// CloneFactors returns a deep copy without the smoothing rule: the start
+// of a fit that chooses its rule anew (a warm start), without copying the
+// counts the old rule holds.
+func (md *Model) CloneFactors() *Model {
 	c := *md
 	c.D = make([][]float64, len(md.D))
 	for b := range md.D {
@@ -198,7 +207,7 @@ func (md *Model) Clone() *Model {
 	for b := range md.KT {
 		c.KT[b] = cloneFloats(md.KT[b])
 	}
-	c.Smoothing = md.Smoothing.Clone()
+	c.Smoothing = nil
 	c.kt32 = nil
 	if md.kt32 != nil {
 		c.kt32 = make([][]float32, len(md.kt32))

@@ -470,8 +470,7 @@ func (f *fitFlags) fitOrder(ctx context.Context, log hclog.Logger, mats, val []*
 	for r := range f.restarts {
 		var md *factor.Model
 		if warm != nil {
-			md = warm.Model.Clone()
-			md.Smoothing = nil // chosen anew for these data
+			md = warm.Model.CloneFactors() // the rule is chosen anew for these data
 		} else if f.seeded {
 			md = factor.NewSeeded(n, m, u, f.tieV, mats, f.seed+uint64(r), f.workers)
 		} else {

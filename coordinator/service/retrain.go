@@ -235,7 +235,6 @@ func (s *Service) fit(ctx context.Context, job *fitJob) (*factor.Model, error) {
 		if md, err = job.base.Grow(v.N, v.U); err != nil {
 			return nil, err
 		}
-		md.Smoothing = nil // chosen anew for these counts
 		if err := md.Smooth(WarmSmoothing); err != nil {
 			return nil, err
 		}
