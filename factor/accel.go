@@ -71,9 +71,19 @@ type EarlyStop struct {
 	// re-tunes every parameter of the rule, Validation.TuneLocal, where
 	// Score re-tunes λ only); the iterate counts against the patience
 	// only when Confirm does not gain either.
-	Confirm  func(md *Model) float64
-	Patience int
-	MinGain  float64
+	Confirm func(md *Model) float64
+	// ScoreOf and ConfirmOf, when set with Counted and Share, are Score
+	// and Confirm of one action's validation transitions (its
+	// log-likelihood per transition) under md's factors of that action:
+	// a SQUAREM fit of a model without ties then stops each action at
+	// its own optimum (squaremLoop's components). Counted reports
+	// whether an action has validation counts; Share is its share of
+	// them (the weight of its score in Score's).
+	ScoreOf, ConfirmOf func(md *Model, action int) float64
+	Counted            func(action int) bool
+	Share              func(action int) float64
+	Patience           int
+	MinGain            float64
 }
 
 // The held-out stopping rule's defaults (emsf fit's and emsf serve's
@@ -92,14 +102,24 @@ const (
 // the scores' count and the model: the fit stays deterministic.
 func (v *Validation) EarlyStop(patience int, minGain float64, workers int) *EarlyStop {
 	return &EarlyStop{Patience: patience, MinGain: minGain,
-		Score:   func(md *Model) float64 { return v.TuneLambda(md, workers) },
-		Confirm: func(md *Model) float64 { return v.TuneLocal(md, workers) },
+		Score:     func(md *Model) float64 { return v.TuneLambda(md, workers) },
+		Confirm:   func(md *Model) float64 { return v.TuneLocal(md, workers) },
+		ScoreOf:   func(md *Model, a int) float64 { return v.TuneLambdaOf(md, a, workers) },
+		ConfirmOf: func(md *Model, a int) float64 { return v.TuneLocalOf(md, a, workers) },
+		Counted:   func(a int) bool { return v.tot[a] > 0 },
+		Share:     func(a int) float64 { return v.tot[a] / v.total },
 	}
 }
 
 // earlyState follows an EarlyStop through a fit.
 type earlyState struct {
-	es    *EarlyStop
+	es *EarlyStop
+	// one: the rule of action act's component, scored with ScoreOf on
+	// the fit's model full (squaremLoop's components).
+	one  bool
+	act  int
+	full *Model
+
 	best  float64 // the best score, kept's
 	ref   float64 // the score of the last gain
 	bad   int
@@ -135,9 +155,17 @@ func (e *earlyState) observe(md *Model, iter int) bool {
 // iterate is kept whatever it gained.
 func (e *earlyState) judge(md *Model, iter int) (keep, stop bool) {
 	gains := func(s float64) bool { return e.kept == nil || s > e.ref+e.es.MinGain }
-	s := e.es.Score(md)
-	if !gains(s) && e.es.Confirm != nil {
-		s = e.es.Confirm(md)
+	var s float64
+	if e.one {
+		s = e.es.ScoreOf(e.full, e.act)
+		if !gains(s) && e.es.ConfirmOf != nil {
+			s = e.es.ConfirmOf(e.full, e.act)
+		}
+	} else {
+		s = e.es.Score(md)
+		if !gains(s) && e.es.Confirm != nil {
+			s = e.es.Confirm(md)
+		}
 	}
 	e.evals++
 	e.last = s
@@ -162,7 +190,7 @@ func (e *earlyState) keepMeta(md *Model) {
 
 // restore puts the best iterate back into md.
 func (e *earlyState) restore(md *Model) {
-	if e.kept == nil {
+	if e == nil || e.kept == nil {
 		return
 	}
 	copyFactors(md, e.kept)
@@ -572,6 +600,32 @@ func swapFactors(a, b *Model) {
 	a.kt32, b.kt32 = b.kt32, a.kt32
 }
 
+// blockView returns a one-action model of action a's blocks of md, a
+// model without ties: the same D and K^T blocks (and float32 copy), not
+// copied, in slices of its own (a view's factors can be swapped without
+// touching md's; setBlock puts them back).
+func (md *Model) blockView(a int) *Model {
+	v := *md
+	v.U, v.Tie, v.Smoothing = 1, TieNone, nil
+	v.D, v.KT = [][]float64{md.D[a]}, [][]float64{md.KT[a]}
+	v.kt32 = nil
+	if len(md.kt32) == len(md.KT) {
+		v.kt32 = [][]float32{md.kt32[a]}
+	}
+	return &v
+}
+
+// setBlock makes action a's blocks of md those of v (a blockView's).
+func (md *Model) setBlock(a int, v *Model) {
+	md.D[a], md.KT[a] = v.D[0], v.KT[0]
+	if v.kt32 != nil {
+		if len(md.kt32) != len(md.KT) {
+			md.kt32 = make([][]float32, len(md.KT))
+		}
+		md.kt32[a] = v.kt32[0]
+	}
+}
+
 // squaremBufs are the models that hold SQUAREM's points besides the fit's
 // own: made as the cycle first needs them (clones of the fit's model, so
 // of its shape and precision), reused afterwards.
@@ -622,32 +676,42 @@ func (s *squaremBufs) take(live ...*Model) *Model {
 // buffer (commitFrom, mapCommit), so no point is copied. x2 is the
 // buffer back; with t = 1 the proposal is x2 itself, and the buffer that
 // keeps the proposal through its pass is back.
+//
+// Components. A model whose actions share no factor (TieNone, u > 1) is
+// u independent fits: the likelihood, the prior and the validation score
+// are sums over the actions, and each action's EM step reads and writes
+// its own blocks only. Each action is then a component with its own
+// cycle (its step length, its safeguard, its rejections) and its own
+// held-out rule (EarlyStop.ScoreOf: its validation transitions), driven
+// by the same passes: an action stops at its own optimum, and once it
+// stopped the local stepper leaves its blocks out of the passes. One
+// joint cycle would take one step length for all actions and run every
+// action until the last one stops (on the dependency graph of issue 28
+// the actions' own optima came after 37, 22 and 82 passes; the joint
+// fit ran 140 passes of all three). The converger's iteration and time
+// limits, and its relative change (of the sum of the components' last
+// objectives), stay joint. Each component's point is bitwise what the
+// fit of its action alone (a one-action model of its blocks) reaches in
+// as many passes, whatever the other components do, so the fit is the
+// same with a stepper that computes every block (a cluster's). Tied
+// models and one-action models are one component: the cycle above.
 func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts FitOptions, hooks LoopHooks, acc *Accumulator, total, dataTerm float64, priorQs [][]float64) (FitResult, error) {
 	conv := opts.Converger
-	var early *earlyState
-	if opts.EarlyStop != nil {
-		early = &earlyState{es: opts.EarlyStop}
+	comps := squaremComps(md, blocks, opts, total, dataTerm, priorQs)
+	whole := comps[0].act < 0
+	tol := conv.Tol
+	if !whole {
+		// Each component watches its own change (sqComp.ends); the
+		// limits stay the fit's.
+		conv.Tol = 0
 	}
-	bufs := &squaremBufs{md: md}
-	var x0, x1, back *Model // back: x2, where the fit goes back to
-	kept := func() *Model {
-		if early == nil {
-			return nil
-		}
-		return early.kept
+	setter, _ := step.(activeSetter)
+	active := make([]bool, md.U)
+	// The penalty of a proposal x' is used only when the fit may end on
+	// its pass (an iteration or time limit).
+	proposalPenalty := func(iter int) bool {
+		return conv.TimeLimit > 0 || conv.MaxIter > 0 && iter >= conv.MaxIter
 	}
-	var lg0, lg1 *extrapLogs // log x0 and log x1, taken by the penalty
-	if priorQs != nil {
-		lg0, lg1 = opts.Prior.newExtrapLogs(md), opts.Prior.newExtrapLogs(md)
-	}
-	stepMax := squaremStepMax0
-	const (
-		atX0 = iota // the pass is on an accepted point (or on x_new, pending)
-		atX1
-		atProposal
-	)
-	phase, pending := atX0, false
-	var l1 float64 // L(x1) of the cycle whose x_new is pending
 	base := md.Iteration
 	start := time.Now()
 	prev := math.NaN()
@@ -657,103 +721,74 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 		if err := step.Step(ctx, iter, md, acc, true); err != nil {
 			return res, err
 		}
-		if err := CheckSumX(acc.SumX, total); err != nil {
-			return res, err
+		if whole {
+			if err := CheckSumX(acc.SumX, total); err != nil {
+				return res, err
+			}
 		}
 		if math.IsNaN(acc.LogLik) {
 			return res, fmt.Errorf("factor: iteration %d: the log-likelihood is NaN", iter)
 		}
-		ll := acc.LogLik // the objective: with a prior, penalized
-		if priorQs != nil && (phase != atProposal || conv.TimeLimit > 0 || conv.MaxIter > 0 && iter >= conv.MaxIter) {
-			// The penalty of a proposal x' is used only when the fit
-			// ends on its pass (below: an iteration or time limit).
-			// Those of x0 and x1 keep their logarithms for extrapolate.
-			var logs *extrapLogs
-			switch phase {
-			case atX0:
-				logs = lg0
-			case atX1:
-				logs = lg1
+		seen, stop, anySeen := math.NaN(), false, false
+		for _, c := range comps {
+			if c.done {
+				continue
 			}
-			ll += opts.Prior.penaltyLogs(md, priorQs, logs, opts.Workers)
-		}
-		// commit moves md's point (the pass's) to a buffer that is none
-		// of live, commits its pass into md and returns the buffer; with
-		// best, the buffer is the held-out rule's best iterate too.
-		commit := func(best bool, live ...*Model) *Model {
-			p := bufs.take(live...)
-			swapFactors(md, p)
-			if best {
-				early.kept = p
-				early.keepMeta(md)
+			av := acc
+			if !whole {
+				av = acc.blockView(c.act)
+				if err := CheckSumX(av.SumX, c.total); err != nil {
+					return res, fmt.Errorf("factor: action %d: %w", c.act, err)
+				}
 			}
-			if priorQs != nil {
-				mapCommit(md, p, acc, opts.Prior, priorQs, dataTerm, opts.Workers)
-			} else {
-				acc.commitFrom(md, p, 1, dataTerm, opts.Workers)
+			s, st := c.step(iter, av, opts, proposalPenalty(iter))
+			if whole {
+				seen, stop = s, st
+				md.Iteration = base + iter
+				md.LogLik = acc.LogLik
+				md.WKL = math.NaN()
+				if acc.SumX > 0 {
+					md.WKL = (dataTerm - acc.LogLik) / acc.SumX
+				}
+				continue
 			}
-			return p
-		}
-		seen := ll // what the converger sees: NaN for points not kept
-		stop := false
-		switch phase {
-		case atX0:
-			if pending && ll < l1 {
-				// x_new is worse than the EM step it replaced: back to x2.
-				swapFactors(md, back)
-				back = nil
-				stepMax = max(squaremStepMax0, stepMax/squaremGrow)
-				res.Rejected++
-				seen = math.NaN()
-				pending = false
-				break
+			c.vm.Iteration = base + iter
+			c.seen, c.stop = s, st
+			if !math.IsNaN(s) {
+				c.last, anySeen = s, true
 			}
-			pending, back = false, nil
-			keep := false
-			if early != nil && iter > 1 {
-				// Not the start: as in plain EM's loop, the held-out
-				// rule chooses among the fit's iterates (a random start
-				// kept would make the model a function of the seed).
-				keep, stop = early.judge(md, iter-1)
-			}
-			if keep {
-				// x0 is the best iterate too: one buffer is both (the
-				// one kept before is none of the live points).
-				x0 = commit(true)
-			} else {
-				x0 = commit(false, kept())
-			}
-			phase = atX1
-		case atX1:
-			l1 = ll
-			x1 = commit(false, x0, kept())
-			t := squaremLength(x0, x1, md, opts.Workers)
-			t = max(1, min(t, stepMax))
-			if t == stepMax {
-				stepMax *= squaremGrow
-			}
-			if t > 1 {
-				back = bufs.take(x0, x1, kept())
-				swapFactors(md, back)
-				extrapolate(md, x0, x1, back, t, opts.Workers, lg0, lg1)
-			}
-			x0, x1 = nil, nil
-			phase = atProposal
-		case atProposal:
-			seen = math.NaN()
-			p := commit(false, back, kept())
-			if back == nil {
-				back = p // x' = x2 (t = 1)
-			}
-			pending, phase = true, atX0
-		}
-		md.Iteration = base + iter
-		md.LogLik = acc.LogLik
-		md.WKL = math.NaN()
-		if acc.SumX > 0 {
-			md.WKL = (dataTerm - acc.LogLik) / acc.SumX
 		}
 		now := time.Now()
+		if !whole {
+			if anySeen {
+				seen = 0
+				for _, c := range comps {
+					seen += c.last
+				}
+			}
+			for _, c := range comps {
+				if !c.done && c.ends(seen, tol) {
+					// This action's end: its last proposal checked, its
+					// best iterate back, its blocks out of the passes
+					// from now on.
+					c.end()
+					c.early.restore(c.vm)
+					c.done = true
+				}
+			}
+			// md holds the point of the next pass (what a checkpoint of
+			// this iteration stores, hooks.Committed), and the passes
+			// leave out the actions that stopped.
+			for _, c := range comps {
+				md.setBlock(c.act, c.vm)
+				active[c.act] = !c.done
+			}
+			if setter != nil {
+				setter.setActive(active)
+			}
+			md.Iteration = base + iter
+			md.LogLik, md.WKL = compsLogLik(comps, dataTerm, total)
+		}
 		st := IterStats{Iteration: iter, LogLik: seen, RelChange: math.NaN(),
 			IterTime: now.Sub(t0), Elapsed: now.Sub(start), NNZ: acc.NNZ, SumX: acc.SumX}
 		if !math.IsNaN(seen) {
@@ -766,18 +801,34 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 		res.Iterations = iter
 		res.Elapsed = st.Elapsed
 		status := conv.Check(iter, seen, st.Elapsed)
+		if !whole {
+			stop = compsStopped(comps)
+			if status == NotTerminated && stop && compsConverged(comps) {
+				status = Converged
+			}
+		}
 		if stop && status == NotTerminated {
 			status = HeldOutOptimum
 		}
 		st.HeldOut = math.NaN()
-		early.stats(&st)
-		if status != NotTerminated && pending {
-			// The fit ends on x_new = F(x'), unchecked: keep it only
-			// when x' itself was no worse than x1 (then L(x_new) ≥ L(x')
-			// ≥ L(x1)); else end on x2.
-			if ll < l1 {
-				swapFactors(md, back)
+		if whole {
+			comps[0].early.stats(&st)
+		} else {
+			compsStats(comps, opts.EarlyStop, &st)
+		}
+		if status != NotTerminated {
+			for _, c := range comps {
+				if !c.done {
+					c.end()
+				}
 			}
+		}
+		if status != NotTerminated && !whole {
+			for _, c := range comps {
+				c.early.restore(c.vm)
+				md.setBlock(c.act, c.vm)
+			}
+			compsFinish(md, comps, opts.EarlyStop, dataTerm, total, &res)
 		}
 		if hooks.Committed != nil {
 			if err := hooks.Committed(ctx, st, status); err != nil {
@@ -789,8 +840,330 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 		}
 		if status != NotTerminated {
 			res.Status = status
-			early.finish(md, &res)
+			for _, c := range comps {
+				res.Rejected += c.rejected
+			}
+			if whole {
+				comps[0].early.finish(md, &res)
+			}
 			return res, nil
 		}
 	}
+}
+
+// The phases of a SQUAREM cycle: the pass is on an accepted point (or
+// on x_new, pending), on x1, on the proposal x'.
+const (
+	atX0 = iota
+	atX1
+	atProposal
+)
+
+// sqComp is a component of a SQUAREM fit (squaremLoop): the whole model
+// (act < 0; vm is the fit's model) or one action of a model without ties
+// (vm a view of its blocks, Model.blockView), with its cycle's state.
+type sqComp struct {
+	act   int
+	vm    *Model
+	bufs  *squaremBufs
+	early *earlyState // nil: no held-out rule (none, or no validation counts)
+	// lg0 and lg1 hold log x0 and log x1, taken by the penalty; q is
+	// the prior's q of the component's K blocks (nil: no prior).
+	lg0, lg1        *extrapLogs
+	prior           *Prior
+	q               [][]float64
+	total, dataTerm float64
+	workers         int
+	stepMax         float64
+	phase           int
+	pending         bool
+	l1, ll          float64 // L(x1) of the pending cycle; the last pass's objective
+	x0, x1, back    *Model  // back: x2, where the cycle goes back to
+	// last is the last objective of the component the converger saw
+	// (components of several); done, status: the component stopped.
+	last     float64
+	done     bool
+	status   Status
+	rejected int
+	// seen and stop are the last pass's objective and held-out verdict
+	// (step's); prevTol the component's last objective that ends
+	// compared.
+	seen, prevTol float64
+	stop          bool
+}
+
+// ends reports whether a component of several ends after its pass: its
+// held-out rule stopped it, or its objective changed by at most tol
+// relative to the fit's (total, the sum of the components' last): the
+// part of the fit's relative change that is its own, so that the
+// components run at least as long as the fit would by the same
+// tolerance.
+func (c *sqComp) ends(total, tol float64) bool {
+	if c.stop {
+		c.status = HeldOutOptimum
+		return true
+	}
+	if tol <= 0 || math.IsNaN(c.seen) || c.phase != atX1 {
+		return false
+	}
+	prev := c.prevTol
+	c.prevTol = c.seen
+	if !math.IsNaN(prev) && math.Abs(c.seen-prev)/math.Max(math.Abs(c.seen), math.SmallestNonzeroFloat64) <= tol {
+		c.status = Converged
+		return true
+	}
+	return false
+}
+
+// squaremComps returns the components of a SQUAREM fit of md (see
+// squaremLoop): one per action where md has no ties, several actions and,
+// with a held-out rule, one that scores actions apart (ScoreOf); else
+// the whole model.
+func squaremComps(md *Model, blocks []*Block, opts FitOptions, total, dataTerm float64, priorQs [][]float64) []*sqComp {
+	newComp := func(act int, vm *Model, q [][]float64, total, dataTerm float64) *sqComp {
+		c := &sqComp{act: act, vm: vm, bufs: &squaremBufs{md: vm}, prior: opts.Prior, q: q,
+			total: total, dataTerm: dataTerm, workers: opts.Workers, stepMax: squaremStepMax0, last: math.NaN(), prevTol: math.NaN()}
+		if es := opts.EarlyStop; es != nil && (act < 0 || es.Counted(act)) {
+			c.early = &earlyState{es: es, one: act >= 0, act: act, full: md}
+		}
+		if q != nil {
+			c.lg0, c.lg1 = opts.Prior.newExtrapLogs(vm), opts.Prior.newExtrapLogs(vm)
+		}
+		return c
+	}
+	es := opts.EarlyStop
+	if md.Tie != TieNone || md.U < 2 || es != nil && (es.ScoreOf == nil || es.Counted == nil) {
+		return []*sqComp{newComp(-1, md, priorQs, total, dataTerm)}
+	}
+	totals := make([]float64, md.U)
+	byAction := make([][]*Block, md.U)
+	for _, b := range blocks {
+		byAction[b.Action] = append(byAction[b.Action], b)
+	}
+	comps := make([]*sqComp, md.U)
+	for a := range md.U {
+		totals[a] = TotalCount(byAction[a])
+		var q [][]float64
+		if priorQs != nil {
+			q = [][]float64{priorQs[a]}
+		}
+		comps[a] = newComp(a, md.blockView(a), q, totals[a], DataTerm(byAction[a]))
+	}
+	return comps
+}
+
+// step moves the component's cycle on after the pass on its point, whose
+// statistics are av: it returns the objective the converger sees (NaN
+// for points not kept) and whether the held-out rule stops the
+// component. withProposal: take the penalty of a proposal too (the fit
+// may end on its pass).
+func (c *sqComp) step(iter int, av *Accumulator, opts FitOptions, withProposal bool) (seen float64, stop bool) {
+	md := c.vm
+	ll := av.LogLik // the objective: with a prior, penalized
+	if c.q != nil && (c.phase != atProposal || withProposal) {
+		// Those of x0 and x1 keep their logarithms for extrapolate.
+		var logs *extrapLogs
+		switch c.phase {
+		case atX0:
+			logs = c.lg0
+		case atX1:
+			logs = c.lg1
+		}
+		ll += c.prior.penaltyLogs(md, c.q, logs, c.workers)
+	}
+	c.ll = ll
+	kept := func() *Model {
+		if c.early == nil {
+			return nil
+		}
+		return c.early.kept
+	}
+	// commit moves md's point (the pass's) to a buffer that is none of
+	// live, commits its pass into md and returns the buffer; with best,
+	// the buffer is the held-out rule's best iterate too.
+	commit := func(best bool, live ...*Model) *Model {
+		p := c.bufs.take(live...)
+		swapFactors(md, p)
+		if best {
+			c.early.kept = p
+			c.early.keepMeta(md)
+		}
+		if c.q != nil {
+			mapCommit(md, p, av, c.prior, c.q, c.dataTerm, c.workers)
+		} else {
+			av.commitFrom(md, p, 1, c.dataTerm, c.workers)
+		}
+		return p
+	}
+	seen = ll
+	switch c.phase {
+	case atX0:
+		if c.pending && ll < c.l1 {
+			// x_new is worse than the EM step it replaced: back to x2.
+			swapFactors(md, c.back)
+			c.back = nil
+			c.stepMax = max(squaremStepMax0, c.stepMax/squaremGrow)
+			c.rejected++
+			seen = math.NaN()
+			c.pending = false
+			break
+		}
+		c.pending, c.back = false, nil
+		keep := false
+		if c.early != nil && iter > 1 {
+			// Not the start: as in plain EM's loop, the held-out rule
+			// chooses among the fit's iterates (a random start kept
+			// would make the model a function of the seed).
+			keep, stop = c.early.judge(md, iter-1)
+		}
+		if keep {
+			// x0 is the best iterate too: one buffer is both (the one
+			// kept before is none of the live points).
+			c.x0 = commit(true)
+		} else {
+			c.x0 = commit(false, kept())
+		}
+		c.phase = atX1
+	case atX1:
+		c.l1 = ll
+		c.x1 = commit(false, c.x0, kept())
+		t := squaremLength(c.x0, c.x1, md, c.workers)
+		t = max(1, min(t, c.stepMax))
+		if t == c.stepMax {
+			c.stepMax *= squaremGrow
+		}
+		if t > 1 {
+			c.back = c.bufs.take(c.x0, c.x1, kept())
+			swapFactors(md, c.back)
+			extrapolate(md, c.x0, c.x1, c.back, t, c.workers, c.lg0, c.lg1)
+		}
+		c.x0, c.x1 = nil, nil
+		c.phase = atProposal
+	case atProposal:
+		seen = math.NaN()
+		p := commit(false, c.back, kept())
+		if c.back == nil {
+			c.back = p // x' = x2 (t = 1)
+		}
+		c.pending, c.phase = true, atX0
+	}
+	return seen, stop
+}
+
+// end is the component's end when the fit stops on a pass that left a
+// proposal's x_new = F(x') unchecked: it is kept only when x' itself was
+// no worse than x1 (then L(x_new) ≥ L(x') ≥ L(x1)); else the component
+// ends on x2.
+func (c *sqComp) end() {
+	if c.pending && c.ll < c.l1 {
+		swapFactors(c.vm, c.back)
+	}
+}
+
+// compsLogLik returns the log-likelihood and WKL of the components'
+// points: the sums of their last passes' (each view's LogLik).
+func compsLogLik(comps []*sqComp, dataTerm, total float64) (ll, wkl float64) {
+	for _, c := range comps {
+		ll += c.vm.LogLik
+	}
+	return ll, (dataTerm - ll) / total
+}
+
+// compsStopped reports whether every component stopped, or every one
+// with a held-out rule did while some has one (the others, which have no
+// validation counts, then stop with them).
+func compsStopped(comps []*sqComp) bool {
+	all, scored := true, false
+	for _, c := range comps {
+		all = all && c.done
+		if c.early != nil {
+			scored = true
+			if !c.done {
+				return false
+			}
+		}
+	}
+	return all || scored
+}
+
+// compsConverged reports whether every component that stopped stopped
+// at its relative change (the fit's status then is Converged; else
+// HeldOutOptimum).
+func compsConverged(comps []*sqComp) bool {
+	for _, c := range comps {
+		if c.done && c.status != Converged {
+			return false
+		}
+	}
+	return true
+}
+
+// compsStats records the components' held-out rules in st: the
+// validation score of their last scores together (each action's weighed
+// by its share of the validation counts) when one scored this pass, the
+// most scores without gain of a component still running, and the
+// latest best iteration.
+func compsStats(comps []*sqComp, es *EarlyStop, st *IterStats) {
+	if es == nil {
+		return
+	}
+	scored := false
+	st.HeldOutPatience = es.Patience
+	for _, c := range comps {
+		e := c.early
+		if e == nil {
+			continue
+		}
+		if e.evals > e.seen {
+			scored, e.seen = true, e.evals
+		}
+		if !c.done {
+			st.HeldOutBad = max(st.HeldOutBad, e.bad)
+		}
+		st.HeldOutBest = max(st.HeldOutBest, e.iter)
+	}
+	if scored {
+		st.HeldOut = compsScore(comps, es, func(e *earlyState) float64 { return e.last })
+	}
+}
+
+// compsScore returns the components' scores (score of each held-out
+// rule) weighed by their shares of the validation counts.
+func compsScore(comps []*sqComp, es *EarlyStop, score func(e *earlyState) float64) float64 {
+	s := 0.0
+	for _, c := range comps {
+		if c.early != nil && c.early.evals > 0 {
+			s += es.Share(c.act) * score(c.early)
+		}
+	}
+	return s
+}
+
+// compsFinish records the end of a fit of several components in md and
+// res: md's iteration is the latest of the components' kept iterates,
+// its log-likelihood their sum; the held-out results are those of the
+// components together.
+func compsFinish(md *Model, comps []*sqComp, es *EarlyStop, dataTerm, total float64, res *FitResult) {
+	md.Iteration = 0
+	for _, c := range comps {
+		md.Iteration = max(md.Iteration, c.vm.Iteration)
+	}
+	md.LogLik, md.WKL = compsLogLik(comps, dataTerm, total)
+	if es == nil {
+		return
+	}
+	res.HeldOut = compsScore(comps, es, func(e *earlyState) float64 { return e.best })
+	for _, c := range comps {
+		if e := c.early; e != nil {
+			res.BestIteration = max(res.BestIteration, e.iter)
+			res.Evaluations += e.evals
+		}
+	}
+}
+
+// activeSetter is a Stepper that can leave out the blocks of the actions
+// whose components stopped (the local stepper; a cluster's computes
+// every block, the same sums for the others).
+type activeSetter interface {
+	setActive(active []bool)
 }

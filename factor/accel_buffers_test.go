@@ -14,6 +14,11 @@ import (
 // all its mass there, so it gets no weight (y = 0: without a prior on K
 // its row of K is kept) while its entries of D may live.
 func holeyData(n, u, m int, seed uint64) (*Model, []*Block) {
+	return holeyDataTie(n, u, m, seed, TieNone)
+}
+
+// holeyDataTie is holeyData with the model's tie mode.
+func holeyDataTie(n, u, m int, seed uint64, tie Tie) (*Model, []*Block) {
 	unseen := n - n/10
 	var blocks []*Block
 	for _, b := range RandomCounts(n, u, 5, 7, seed) {
@@ -35,7 +40,7 @@ func holeyData(n, u, m int, seed uint64) (*Model, []*Block) {
 		}
 		blocks = append(blocks, nb)
 	}
-	md := NewRandom(n, m, u, TieNone, seed+1)
+	md := NewRandom(n, m, u, tie, seed+1)
 	for _, kt := range md.KT {
 		for j := range unseen {
 			kt[j*m+m-1] = 0
@@ -194,13 +199,16 @@ func TestSquaremBuffersBitwise(t *testing.T) {
 								}
 								return o
 							}
-							want, blocks := holeyData(size.n, size.u, size.m, 4)
+							// K shared: one cycle over the whole model (a
+							// model without ties runs a cycle per action,
+							// TestSquaremComponents).
+							want, blocks := holeyDataTie(size.n, size.u, size.m, 4, TieSharedK)
 							want.SetPrecision(prec)
 							wres, wseen, err := fitCopies(want, blocks, opts())
 							if err != nil {
 								t.Fatal(err)
 							}
-							got, _ := holeyData(size.n, size.u, size.m, 4)
+							got, _ := holeyDataTie(size.n, size.u, size.m, 4, TieSharedK)
 							got.SetPrecision(prec)
 							var gseen []float64
 							o := opts()

@@ -536,6 +536,41 @@ type Accumulator struct {
 	// SumX is Σ of the partials' SumX: the total count seen this pass.
 	SumX float64
 	NNZ  int
+	// KLogLik, KSumX and KNNZ are LogLik, SumX and NNZ per K block: the
+	// sums of the partials of that block's actions, each in the order
+	// of the block's reduction tree (Reducer) or of the merges, so a K
+	// block's sums do not depend on the other blocks of the pass, or on
+	// whether they were computed at all (squaremLoop's components).
+	KLogLik, KSumX []float64
+	KNNZ           []int
+	// idle, when set, marks the actions of a model without ties whose
+	// blocks the passes leave out (localStepper.setActive): reset leaves
+	// their sums as they are, which no one reads.
+	idle []bool
+}
+
+// addK adds a partial's (or a reduction tree's) scalars to K block kb's.
+func (a *Accumulator) addK(kb int, ll, sx float64, nnz int) {
+	if k := NumK(a.U, a.Tie); len(a.KLogLik) < k {
+		a.KLogLik, a.KSumX, a.KNNZ = make([]float64, k), make([]float64, k), make([]int, k)
+	}
+	a.KLogLik[kb] += ll
+	a.KSumX[kb] += sx
+	a.KNNZ[kb] += nnz
+}
+
+// blockView returns an accumulator of the statistics of action a alone,
+// of a model without ties (TieNone): its D and K blocks' sums and
+// scalars, shared with a (not copied), shaped as a one-action model's
+// (Model.blockView).
+func (a *Accumulator) blockView(act int) *Accumulator {
+	v := &Accumulator{N: a.N, M: a.M, U: 1, Tie: TieNone,
+		Dh: [][]float64{a.Dh[act]}, X: [][]float64{a.X[act]}, KhT: [][]float64{a.KhT[act]}, Y: [][]float64{a.Y[act]}}
+	if act < len(a.KLogLik) {
+		v.LogLik, v.SumX, v.NNZ = a.KLogLik[act], a.KSumX[act], a.KNNZ[act]
+	}
+	v.KLogLik, v.KSumX, v.KNNZ = []float64{v.LogLik}, []float64{v.SumX}, []int{v.NNZ}
+	return v
 }
 
 // NewScalarAccumulator returns an accumulator of a pass's Y, loglik, Σx
@@ -576,6 +611,15 @@ const resetParMin = 64 << 20
 // taking its part of every array, where they are big enough to gain.
 func (a *Accumulator) reset(workers int) {
 	big := slices.Concat(a.Dh, a.KhT)
+	small := slices.Concat(a.X, a.Y)
+	if a.idle != nil && a.Tie == TieNone {
+		big, small = big[:0], small[:0]
+		for b, idle := range a.idle {
+			if !idle {
+				big, small = append(big, a.Dh[b], a.KhT[b]), append(small, a.X[b], a.Y[b])
+			}
+		}
+	}
 	if workers > 1 && len(big)*a.N*a.M*8 >= resetParMin {
 		var wg sync.WaitGroup
 		for w := range workers {
@@ -593,10 +637,13 @@ func (a *Accumulator) reset(workers int) {
 			clear(x)
 		}
 	}
-	for _, x := range slices.Concat(a.X, a.Y) {
+	for _, x := range small {
 		clear(x)
 	}
 	a.LogLik, a.SumX, a.NNZ = 0, 0, 0
+	clear(a.KLogLik)
+	clear(a.KSumX)
+	clear(a.KNNZ)
 }
 
 // Merge adds a partial. It checks the partial's dimensions, indices and
@@ -647,6 +694,7 @@ func (a *Accumulator) add(p *Partial) {
 	a.LogLik += p.LogLik
 	a.SumX += p.SumX
 	a.NNZ += p.NNZ
+	a.addK(kb, p.LogLik, p.SumX, p.NNZ)
 }
 
 // addRows adds a checked partial's x and, withDh, its rows of D̂ (a

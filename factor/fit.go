@@ -407,10 +407,43 @@ type localStepper struct {
 	blocks  []*Block
 	workers int
 	ps      Passer
+	// active, when set, are the actions whose blocks the passes compute
+	// (setActive); sub holds those blocks.
+	active, idle []bool
+	sub          []*Block
 }
 
 func (l *localStepper) Step(ctx context.Context, _ int, md *Model, acc *Accumulator, withLogLik bool) error {
-	return l.ps.Pass(ctx, md, l.blocks, acc, l.workers, withLogLik)
+	blocks := l.blocks
+	acc.idle = nil
+	if l.active != nil {
+		blocks, acc.idle = l.sub, l.idle
+	}
+	return l.ps.Pass(ctx, md, blocks, acc, l.workers, withLogLik)
+}
+
+// setActive leaves the blocks of the actions not active out of the
+// passes from now on (nil: every block). Each K block's sums are those
+// of its own blocks in its own reduction tree, so the active actions'
+// statistics are bitwise what a pass of every block gives.
+func (l *localStepper) setActive(active []bool) {
+	if slices.Equal(active, l.active) {
+		return
+	}
+	if !slices.Contains(active, false) {
+		l.active, l.idle, l.sub = nil, nil, nil
+		return
+	}
+	l.active, l.sub = slices.Clone(active), l.sub[:0]
+	l.idle = make([]bool, len(active))
+	for a, on := range active {
+		l.idle[a] = !on
+	}
+	for _, b := range l.blocks {
+		if active[b.Action] {
+			l.sub = append(l.sub, b)
+		}
+	}
 }
 
 // Loop is the EM loop of every batch fit, local or cluster: it checks the

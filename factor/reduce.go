@@ -209,6 +209,7 @@ func (r *Reducer) settle() bool {
 	a.LogLik += root.ll
 	a.SumX += root.sx
 	a.NNZ += root.nnz
+	a.addK(t.KBlock, root.ll, root.sx, root.nnz)
 	r.tree++
 	return true
 }

@@ -107,8 +107,11 @@ type Validation struct {
 	fit *CNT
 	// last is the last choice, where the next Tune starts.
 	last []RuleParams
-	// tuned reports whether Tune ran (TuneLambda needs its choice).
-	tuned bool
+	// tuned reports whether Tune ran (TuneLambda needs its choice);
+	// tunedAct[a] whether it ran, or TuneLambdaOf's first choice, for
+	// action a.
+	tuned    bool
+	tunedAct []bool
 	// NoCounts keeps κ at +Inf: the rule without counts (a stochastic
 	// factorization of order m+1).
 	NoCounts bool
@@ -279,10 +282,20 @@ func (v *Validation) FitCounts() *CNT { return v.fit }
 // the nonzeros 8 ahead are prefetched (their columns are scattered: at
 // the dependency graph's size, K is a cache miss).
 func (v *Validation) factorProbs(md *Model, workers int) {
-	pis := v.marginals(md, workers)
+	v.factorProbsOf(md, -1, workers)
+}
+
+// factorProbsOf is factorProbs for action only's nonzeros alone (every
+// action's when only < 0): the others' v.g and scores are left as they
+// were (each nonzero's value and each score its own).
+func (v *Validation) factorProbsOf(md *Model, only, workers int) {
+	pis := v.marginals(md, only, workers)
 	start := make([]int, v.u+1) // the first span of each action
 	for a := range v.u {
-		start[a+1] = start[a] + (len(v.g[a])+spanRows-1)/spanRows
+		start[a+1] = start[a]
+		if only < 0 || a == only {
+			start[a+1] += (len(v.g[a]) + spanRows - 1) / spanRows
+		}
 	}
 	spread(start[v.u], workers, func(t int) {
 		a, _ := slices.BinarySearch(start, t+1)
@@ -310,8 +323,10 @@ func (v *Validation) factorProbs(md *Model, workers int) {
 			g[k] = dot(row(k), md.KCol(a, int(js[k])))
 		}
 	})
-	for _, memo := range v.memo {
-		clear(memo)
+	for a, memo := range v.memo {
+		if only < 0 || a == only {
+			clear(memo)
+		}
 	}
 }
 
@@ -320,12 +335,12 @@ func (v *Validation) factorProbs(md *Model, workers int) {
 // marginal π_l = Σ_i x_i D_il / Σ_i x_i over the rows with fit counts,
 // each π_l summed in row order (SetUnseenRows' sums): spans of 8 of the
 // m coordinates, of every block, on up to workers goroutines.
-func (v *Validation) marginals(md *Model, workers int) [][]float64 {
+func (v *Validation) marginals(md *Model, only, workers int) [][]float64 {
 	m := md.M
 	pis := make([][]float64, len(md.D))
 	var need []int
 	for a, un := range v.unseen {
-		if b := md.DBlock(a); un && pis[b] == nil {
+		if b := md.DBlock(a); un && pis[b] == nil && (only < 0 || a == only) {
 			pis[b] = make([]float64, m)
 			need = append(need, b)
 		}
@@ -723,59 +738,69 @@ func (v *Validation) Tune(md *Model, workers int) (perTransition float64, rules 
 		if v.tot[a] == 0 {
 			continue
 		}
-		cands := []RuleParams{v.last[a]}
-		if !v.NoCounts {
-			for _, l := range JMGrid {
-				cands = append(cands, JMRule(l))
-			}
-			for _, b := range AddBetaGrid {
-				cands = append(cands, AddBetaRule(v.n, b))
-			}
-			for _, d := range DiscountGrid {
-				for _, delta := range DeltaGrid {
-					cands = append(cands, KNRule(d, delta))
-				}
-			}
-		}
-		ss := v.scores(a, cands, workers)
-		p, best := cands[0], ss[0]
-		for k, c := range cands[1:] {
-			if s := ss[k+1]; s > best {
-				p, best = c, s
-			}
-		}
-		for range 8 {
-			changed := false
-			for _, c := range v.coords(&p) {
-				// The scan along c's grid, its rules scored together:
-				// which rules it scores does not depend on their scores.
-				// It skips c's value x0 at its start, whose score is best
-				// there (best is always p's score) and so never gains.
-				keep := *c.at
-				var xs []float64
-				var rules []RuleParams
-				for _, x := range c.grid {
-					if x != keep {
-						*c.at = x
-						xs, rules = append(xs, x), append(rules, p)
-					}
-				}
-				for k, s := range v.scores(a, rules, workers) {
-					if s > best {
-						best, keep, changed = s, xs[k], true
-					}
-				}
-				*c.at = keep
-			}
-			if !changed {
-				break
-			}
-		}
-		v.last[a] = p
-		ll += best
+		ll += v.tuneAction(a, workers)
 	}
 	v.tuned = true
 	return ll / v.total, slices.Clone(v.last)
+}
+
+// tuneAction is Tune's choice for action a (on the factors' probabilities
+// v.g already set): it sets v.last[a] and returns the choice's score.
+func (v *Validation) tuneAction(a, workers int) float64 {
+	cands := []RuleParams{v.last[a]}
+	if !v.NoCounts {
+		for _, l := range JMGrid {
+			cands = append(cands, JMRule(l))
+		}
+		for _, b := range AddBetaGrid {
+			cands = append(cands, AddBetaRule(v.n, b))
+		}
+		for _, d := range DiscountGrid {
+			for _, delta := range DeltaGrid {
+				cands = append(cands, KNRule(d, delta))
+			}
+		}
+	}
+	ss := v.scores(a, cands, workers)
+	p, best := cands[0], ss[0]
+	for k, c := range cands[1:] {
+		if s := ss[k+1]; s > best {
+			p, best = c, s
+		}
+	}
+	for range 8 {
+		changed := false
+		for _, c := range v.coords(&p) {
+			// The scan along c's grid, its rules scored together:
+			// which rules it scores does not depend on their scores.
+			// It skips c's value x0 at its start, whose score is best
+			// there (best is always p's score) and so never gains.
+			keep := *c.at
+			var xs []float64
+			var rules []RuleParams
+			for _, x := range c.grid {
+				if x != keep {
+					*c.at = x
+					xs, rules = append(xs, x), append(rules, p)
+				}
+			}
+			for k, s := range v.scores(a, rules, workers) {
+				if s > best {
+					best, keep, changed = s, xs[k], true
+				}
+			}
+			*c.at = keep
+		}
+		if !changed {
+			break
+		}
+	}
+	v.last[a] = p
+	if v.tunedAct == nil {
+		v.tunedAct = make([]bool, v.u)
+	}
+	v.tunedAct[a] = true
+	return best
 }
 
 // coord is one parameter of the rule that Tune and TuneLocal choose: its
@@ -833,7 +858,17 @@ func (v *Validation) climb(a int, p *RuleParams, c coord, best *float64, workers
 // never ran. It returns the validation log-likelihood per transition,
 // at least that of the last choice.
 func (v *Validation) TuneLocal(md *Model, workers int) float64 {
-	return v.retune(md, workers, func(a int, p *RuleParams, best *float64) {
+	return v.retune(md, workers, v.localSearch(workers))
+}
+
+// TuneLocalOf is TuneLocal for action a alone (TuneLambdaOf).
+func (v *Validation) TuneLocalOf(md *Model, a, workers int) float64 {
+	return v.retuneOf(md, a, workers, v.localSearch(workers))
+}
+
+// localSearch is TuneLocal's search of an action's rule.
+func (v *Validation) localSearch(workers int) func(a int, p *RuleParams, best *float64) {
+	return func(a int, p *RuleParams, best *float64) {
 		cs := v.coords(p)
 		for range 8 {
 			changed := false
@@ -846,7 +881,7 @@ func (v *Validation) TuneLocal(md *Model, workers int) float64 {
 				break
 			}
 		}
-	})
+	}
 }
 
 // TuneLambda scores md's factors on the validation split with the last
@@ -856,9 +891,38 @@ func (v *Validation) TuneLocal(md *Model, workers int) float64 {
 // in λ (the rule is affine in it). It runs Tune when Tune never ran. It
 // returns the validation log-likelihood per transition.
 func (v *Validation) TuneLambda(md *Model, workers int) float64 {
-	return v.retune(md, workers, func(a int, p *RuleParams, best *float64) {
+	return v.retune(md, workers, v.lambdaSearch(workers))
+}
+
+// TuneLambdaOf is TuneLambda for action a alone: the validation
+// log-likelihood per transition of a's validation counts under md's
+// factors of action a, λ of a's rule chosen anew from its last choice
+// (Tune's choice for a, where a never had one). The other actions'
+// factors are not read, nor their choices or scores changed: the
+// held-out rule of a SQUAREM fit's component (EarlyStop.ScoreOf).
+func (v *Validation) TuneLambdaOf(md *Model, a, workers int) float64 {
+	return v.retuneOf(md, a, workers, v.lambdaSearch(workers))
+}
+
+// lambdaSearch is TuneLambda's search of an action's rule.
+func (v *Validation) lambdaSearch(workers int) func(a int, p *RuleParams, best *float64) {
+	return func(a int, p *RuleParams, best *float64) {
 		v.climb(a, p, coord{LambdaGrid, &p.Lambda}, best, workers)
-	})
+	}
+}
+
+// retuneOf is retune for action a alone (TuneLambdaOf), which must have
+// validation counts.
+func (v *Validation) retuneOf(md *Model, a, workers int, search func(a int, p *RuleParams, best *float64)) float64 {
+	v.factorProbsOf(md, a, workers)
+	if v.tunedAct == nil || !v.tunedAct[a] {
+		return v.tuneAction(a, workers) / v.tot[a]
+	}
+	p := v.last[a]
+	best := v.score(a, p, workers)
+	search(a, &p, &best)
+	v.last[a] = p
+	return best / v.tot[a]
 }
 
 // retune is TuneLocal and TuneLambda: md's factors scored on the

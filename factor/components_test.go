@@ -1,0 +1,175 @@
+package factor
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+)
+
+// actionBlocks returns the blocks of action a among blocks, relabeled as
+// action 0 (the data of a one-action model).
+func actionBlocks(t *testing.T, blocks []*Block, a int) []*Block {
+	t.Helper()
+	var out []*Block
+	for _, b := range blocks {
+		if b.Action != a {
+			continue
+		}
+		var rows, cols []int32
+		var vals []float64
+		for r, i := range b.Rows {
+			for k := b.Ptr[r]; k < b.Ptr[r+1]; k++ {
+				rows, cols, vals = append(rows, i), append(cols, b.Cols[k]), append(vals, b.Vals[k])
+			}
+		}
+		nb, err := NewBlock(0, rows, cols, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, nb)
+	}
+	return out
+}
+
+// everyBlock is a stepper that computes every block in every pass, as a
+// cluster's does: it has no setActive. It checks that each pass runs on
+// the model the last iteration's Committed hook saw (a cluster's
+// checkpoint stores that model, and the pass after it runs on what was
+// stored): committed is that model's copy.
+type everyBlock struct {
+	l         *localStepper
+	committed **Model
+}
+
+func (e everyBlock) Step(ctx context.Context, iter int, md *Model, acc *Accumulator, withLogLik bool) error {
+	if c := *e.committed; c != nil && (!c.Equal(md) || !same32(c, md)) {
+		return fmt.Errorf("pass %d runs on another model than iteration %d committed", iter, iter-1)
+	}
+	return e.l.Step(ctx, iter, md, acc, withLogLik)
+}
+
+// TestSquaremComponents: a SQUAREM fit of a model without ties, with the
+// prior and the held-out rule, is a fit per action. Each action's
+// factors are bitwise those of the fit of a one-action model of that
+// action's blocks alone (its data, its validation counts, its start),
+// whatever the other actions do; the fit runs as many passes as the
+// slowest action's fit, rejects the cycles they reject together, and
+// its best iteration and scores are theirs; its log-likelihood is the
+// sum of theirs, its iteration the latest of their kept iterates. A stepper that computes
+// every block in every pass (a cluster's) gives the same fit bitwise:
+// leaving out the blocks of actions that stopped changes no sum; and each
+// pass runs on the model the iteration before it committed (what a
+// cluster's checkpoint stores). For 1
+// and 3 workers, float64 and float32, with and without the prior.
+func TestSquaremComponents(t *testing.T) {
+	const n, u, m = 150, 3, 6
+	for _, p := range []*Prior{nil, {D: DefaultPriorD, K: DefaultPriorK}} {
+		for _, prec := range []Precision{Float64, Float32} {
+			for _, w := range []int{1, 3} {
+				name := fmt.Sprintf("prior=%+v %s workers=%d", p, prec, w)
+				start, blocks := holeyData(n, u, m, 11)
+				start.SetPrecision(prec)
+				// The validation counts: action 2 has rows the fit part
+				// never saw (every third row of RandomCounts' is new).
+				val := RandomCounts(n, u, 2, 3, 12)
+				opts := func(v *Validation) FitOptions {
+					return FitOptions{Accel: AccelSquarem, Workers: w, Prior: p, Converger: Converger{MaxIter: 400},
+						EarlyStop: v.EarlyStop(3, 1e-4, w)}
+				}
+				fit := func(md *Model, blocks, val []*Block, u int, every bool) FitResult {
+					t.Helper()
+					v, err := NewValidation(n, u, TieNone, blocks, val)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var res FitResult
+					if every {
+						var committed *Model
+						res, err = Loop(context.Background(), md, blocks, everyBlock{&localStepper{blocks: blocks, workers: w}, &committed}, opts(v),
+							LoopHooks{Committed: func(_ context.Context, _ IterStats, _ Status) error {
+								committed = md.Clone()
+								return nil
+							}})
+					} else {
+						res, err = Fit(context.Background(), md, blocks, opts(v))
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					return res
+				}
+				got := start.Clone()
+				res := fit(got, blocks, val, u, false)
+				every := start.Clone()
+				eres := fit(every, blocks, val, u, true)
+				res.Elapsed, eres.Elapsed = 0, 0
+				if !every.Equal(got) || !same32(every, got) || eres != res || every.Iteration != got.Iteration || !sameFloat(every.LogLik, got.LogLik) {
+					t.Fatalf("%s: the fit of a stepper of every block differs: %+v, %+v", name, eres, res)
+				}
+				var want FitResult
+				ends := map[int]bool{}
+				ll, iter := 0.0, 0
+				for a := range u {
+					one := start.blockView(a).Clone()
+					r := fit(one, actionBlocks(t, blocks, a), actionBlocks(t, val, a), 1, false)
+					if !sameFloats(got.D[a], one.D[0]) || !sameFloats(got.KT[a], one.KT[0]) {
+						t.Fatalf("%s: action %d's factors differ from its own fit's (%+v)", name, a, r)
+					}
+					if prec == Float32 && !sameFloat32s(got.kt32[a], one.kt32[0]) {
+						t.Fatalf("%s: action %d's float32 K differs from its own fit's", name, a)
+					}
+					if r.Status != HeldOutOptimum {
+						t.Fatalf("%s: action %d's own fit ended by %v: the test wants held-out optima", name, a, r.Status)
+					}
+					ll += one.LogLik
+					iter = max(iter, one.Iteration)
+					want.Iterations = max(want.Iterations, r.Iterations)
+					want.BestIteration = max(want.BestIteration, r.BestIteration)
+					want.Rejected += r.Rejected
+					want.Evaluations += r.Evaluations
+					ends[r.Iterations] = true
+				}
+				if len(ends) < 2 {
+					t.Fatalf("%s: every action stopped after %v passes: the test wants them apart", name, ends)
+				}
+				if res.Status != HeldOutOptimum || res.Iterations != want.Iterations || res.BestIteration != want.BestIteration ||
+					res.Rejected != want.Rejected || res.Evaluations != want.Evaluations {
+					t.Fatalf("%s: result %+v, the actions' fits together %+v", name, res, want)
+				}
+				if !sameFloat(got.LogLik, ll) || got.Iteration != iter {
+					t.Fatalf("%s: log-likelihood %v, iteration %d; the actions' fits' %v, %d", name, got.LogLik, got.Iteration, ll, iter)
+				}
+				if err := got.Validate(); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+		}
+	}
+}
+
+// sameFloats reports whether a and b are bitwise equal.
+func sameFloats(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if math.Float64bits(a[k]) != math.Float64bits(b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameFloat32s reports whether a and b are bitwise equal.
+func sameFloat32s(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if math.Float32bits(a[k]) != math.Float32bits(b[k]) {
+			return false
+		}
+	}
+	return true
+}
