@@ -154,7 +154,14 @@ func (e *earlyState) observe(md *Model, iter int) bool {
 // add up to more within the patience still reset it; the best-scoring
 // iterate is kept whatever it gained.
 func (e *earlyState) judge(md *Model, iter int) (keep, stop bool) {
-	gains := func(s float64) bool { return e.kept == nil || s > e.ref+e.es.MinGain }
+	minGain := e.es.MinGain
+	if e.one {
+		// A component's gain counts where it raises the fit's score
+		// (its share of the validation counts times its own) by
+		// MinGain, as in one score of every action.
+		minGain /= e.es.Share(e.act)
+	}
+	gains := func(s float64) bool { return e.kept == nil || s > e.ref+minGain }
 	var s float64
 	if e.one {
 		s = e.es.ScoreOf(e.full, e.act)

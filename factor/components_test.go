@@ -52,7 +52,8 @@ func (e everyBlock) Step(ctx context.Context, iter int, md *Model, acc *Accumula
 // TestSquaremComponents: a SQUAREM fit of a model without ties, with the
 // prior and the held-out rule, is a fit per action. Each action's
 // factors are bitwise those of the fit of a one-action model of that
-// action's blocks alone (its data, its validation counts, its start),
+// action's blocks alone (its data, its validation counts, its start, the
+// least gain over its share of the validation counts),
 // whatever the other actions do; the fit runs as many passes as the
 // slowest action's fit, rejects the cycles they reject together, and
 // its best iteration and scores are theirs; its log-likelihood is the
@@ -73,26 +74,34 @@ func TestSquaremComponents(t *testing.T) {
 				// The validation counts: action 2 has rows the fit part
 				// never saw (every third row of RandomCounts' is new).
 				val := RandomCounts(n, u, 2, 3, 12)
-				opts := func(v *Validation) FitOptions {
+				opts := func(v *Validation, minGain float64) FitOptions {
 					return FitOptions{Accel: AccelSquarem, Workers: w, Prior: p, Converger: Converger{MaxIter: 400},
-						EarlyStop: v.EarlyStop(3, 1e-4, w)}
+						EarlyStop: v.EarlyStop(3, minGain, w)}
 				}
-				fit := func(md *Model, blocks, val []*Block, u int, every bool) FitResult {
+				// fit fits md; a one-action fit's least gain is the fit's
+				// over its action's share of the validation counts (a
+				// component's gain counts where it raises the fit's score
+				// by the least gain).
+				var share func(a int) float64
+				fit := func(md *Model, blocks, val []*Block, u int, every bool, minGain float64) FitResult {
 					t.Helper()
 					v, err := NewValidation(n, u, TieNone, blocks, val)
 					if err != nil {
 						t.Fatal(err)
 					}
+					if u > 1 {
+						share = v.EarlyStop(1, 0, 1).Share
+					}
 					var res FitResult
 					if every {
 						var committed *Model
-						res, err = Loop(context.Background(), md, blocks, everyBlock{&localStepper{blocks: blocks, workers: w}, &committed}, opts(v),
+						res, err = Loop(context.Background(), md, blocks, everyBlock{&localStepper{blocks: blocks, workers: w}, &committed}, opts(v, minGain),
 							LoopHooks{Committed: func(_ context.Context, _ IterStats, _ Status) error {
 								committed = md.Clone()
 								return nil
 							}})
 					} else {
-						res, err = Fit(context.Background(), md, blocks, opts(v))
+						res, err = Fit(context.Background(), md, blocks, opts(v, minGain))
 					}
 					if err != nil {
 						t.Fatal(err)
@@ -100,9 +109,10 @@ func TestSquaremComponents(t *testing.T) {
 					return res
 				}
 				got := start.Clone()
-				res := fit(got, blocks, val, u, false)
+				const minGain = 1e-4
+				res := fit(got, blocks, val, u, false, minGain)
 				every := start.Clone()
-				eres := fit(every, blocks, val, u, true)
+				eres := fit(every, blocks, val, u, true, minGain)
 				res.Elapsed, eres.Elapsed = 0, 0
 				if !every.Equal(got) || !same32(every, got) || eres != res || every.Iteration != got.Iteration || !sameFloat(every.LogLik, got.LogLik) {
 					t.Fatalf("%s: the fit of a stepper of every block differs: %+v, %+v", name, eres, res)
@@ -112,7 +122,7 @@ func TestSquaremComponents(t *testing.T) {
 				ll, iter := 0.0, 0
 				for a := range u {
 					one := start.blockView(a).Clone()
-					r := fit(one, actionBlocks(t, blocks, a), actionBlocks(t, val, a), 1, false)
+					r := fit(one, actionBlocks(t, blocks, a), actionBlocks(t, val, a), 1, false, minGain/share(a))
 					if !sameFloats(got.D[a], one.D[0]) || !sameFloats(got.KT[a], one.KT[0]) {
 						t.Fatalf("%s: action %d's factors differ from its own fit's (%+v)", name, a, r)
 					}
