@@ -183,3 +183,71 @@ func sameFloat32s(a, b []float32) bool {
 	}
 	return true
 }
+
+// TestSquaremComponentsEdges: a fit of a model without ties whose actions
+// lack data. An action without training data but with validation counts
+// is scored and stops like the others; an action without validation
+// counts has no held-out rule and ends with the last action that has
+// one; an action with neither keeps its start's factors. The fit is the
+// same with a stepper of every block, and its model is valid.
+func TestSquaremComponentsEdges(t *testing.T) {
+	const n, u, m = 120, 4, 6
+	all := RandomCounts(n, u, 5, 7, 21)
+	val := RandomCounts(n, u, 2, 3, 22)
+	// Training data for actions 0, 1 and 3; validation counts for 0, 1
+	// and 2.
+	var blocks, vblocks []*Block
+	for _, b := range all {
+		if b.Action != 2 {
+			blocks = append(blocks, b)
+		}
+	}
+	for _, b := range val {
+		if b.Action != 3 {
+			vblocks = append(vblocks, b)
+		}
+	}
+	for _, p := range []*Prior{nil, {D: DefaultPriorD, K: DefaultPriorK}} {
+		start := NewRandom(n, m, u, TieNone, 23)
+		run := func(every bool) (*Model, FitResult) {
+			md := start.Clone()
+			v, err := NewValidation(n, u, TieNone, blocks, vblocks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := FitOptions{Accel: AccelSquarem, Prior: p, Converger: Converger{MaxIter: 300, Tol: 1e-9}, EarlyStop: v.EarlyStop(2, 1e-4, 1)}
+			var res FitResult
+			if every {
+				var committed *Model
+				res, err = Loop(context.Background(), md, blocks, everyBlock{&localStepper{blocks: blocks, workers: 1}, &committed}, opts, LoopHooks{})
+			} else {
+				res, err = Fit(context.Background(), md, blocks, opts)
+			}
+			if err != nil {
+				t.Fatalf("prior %+v: %v", p, err)
+			}
+			res.Elapsed = 0
+			return md, res
+		}
+		got, res := run(false)
+		every, eres := run(true)
+		if !got.Equal(every) || res != eres {
+			t.Fatalf("prior %+v: the fit of a stepper of every block differs: %+v, %+v", p, eres, res)
+		}
+		if res.Status != HeldOutOptimum || res.Iterations >= 300 {
+			t.Fatalf("prior %+v: the fit ended by %v after %d passes: the actions with validation counts stop it", p, res.Status, res.Iterations)
+		}
+		if err := got.Validate(); err != nil {
+			t.Fatalf("prior %+v: %v", p, err)
+		}
+		// Action 3 (training data, no validation counts) was fitted: its
+		// factors left the start.
+		if sameFloats(got.KT[3], start.KT[3]) {
+			t.Fatalf("prior %+v: action 3 was not fitted", p)
+		}
+		if p == nil && (!sameFloats(got.D[2], start.D[2])) {
+			// Without a prior nothing moves a row without data.
+			t.Fatalf("prior %+v: action 2's D (no training data) moved", p)
+		}
+	}
+}
