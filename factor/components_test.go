@@ -215,7 +215,7 @@ func TestSquaremComponentsEdges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts := FitOptions{Accel: AccelSquarem, Prior: p, Converger: Converger{MaxIter: 300, Tol: 1e-9}, EarlyStop: v.EarlyStop(2, 1e-4, 1)}
+			opts := FitOptions{Accel: AccelSquarem, Prior: p, Converger: Converger{MaxIter: 300}, EarlyStop: v.EarlyStop(2, 1e-4, 1)}
 			var res FitResult
 			if every {
 				var committed *Model
