@@ -3,7 +3,6 @@ package factor
 import (
 	"context"
 	"fmt"
-	"math"
 	"testing"
 )
 
@@ -123,10 +122,10 @@ func TestSquaremComponents(t *testing.T) {
 				for a := range u {
 					one := start.blockView(a).Clone()
 					r := fit(one, actionBlocks(t, blocks, a), actionBlocks(t, val, a), 1, false, minGain/share(a))
-					if !sameFloats(got.D[a], one.D[0]) || !sameFloats(got.KT[a], one.KT[0]) {
+					if !sameBits(got.D[a], one.D[0]) || !sameBits(got.KT[a], one.KT[0]) {
 						t.Fatalf("%s: action %d's factors differ from its own fit's (%+v)", name, a, r)
 					}
-					if prec == Float32 && !sameFloat32s(got.kt32[a], one.kt32[0]) {
+					if !same32(got.blockView(a), one) {
 						t.Fatalf("%s: action %d's float32 K differs from its own fit's", name, a)
 					}
 					if r.Status != HeldOutOptimum {
@@ -156,32 +155,6 @@ func TestSquaremComponents(t *testing.T) {
 			}
 		}
 	}
-}
-
-// sameFloats reports whether a and b are bitwise equal.
-func sameFloats(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if math.Float64bits(a[k]) != math.Float64bits(b[k]) {
-			return false
-		}
-	}
-	return true
-}
-
-// sameFloat32s reports whether a and b are bitwise equal.
-func sameFloat32s(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if math.Float32bits(a[k]) != math.Float32bits(b[k]) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestSquaremComponentsEdges: a fit of a model without ties whose actions
@@ -242,10 +215,10 @@ func TestSquaremComponentsEdges(t *testing.T) {
 		}
 		// Action 3 (training data, no validation counts) was fitted: its
 		// factors left the start.
-		if sameFloats(got.KT[3], start.KT[3]) {
+		if sameBits(got.KT[3], start.KT[3]) {
 			t.Fatalf("prior %+v: action 3 was not fitted", p)
 		}
-		if p == nil && (!sameFloats(got.D[2], start.D[2])) {
+		if p == nil && (!sameBits(got.D[2], start.D[2])) {
 			// Without a prior nothing moves a row without data.
 			t.Fatalf("prior %+v: action 2's D (no training data) moved", p)
 		}
