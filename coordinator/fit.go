@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -197,7 +198,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 		}
 	}
 
-	p := &pass{exec: exec, opts: &opts, log: log, man: man, plan: plan, alpha: alpha, alive: alive, shards: shards}
+	p := &pass{exec: exec, opts: &opts, log: log, man: man, plan: plan, cur: plan, alpha: alpha, alive: alive, shards: shards}
 	if _, ok := exec.(Quarantiner); ok {
 		if p.verify, err = newVerifier(opts.Verify, opts.VerifyLast, opts.VerifySalt); err != nil {
 			return factor.FitResult{}, err
@@ -281,7 +282,10 @@ type pass struct {
 	log  hclog.Logger
 	man  *shard.Manifest
 	plan *factor.ReducePlan
-	red  factor.Reducer
+	// cur is the plan of the passes: plan, or its trees of the actions
+	// still fitted (SetActive).
+	cur *factor.ReducePlan
+	red factor.Reducer
 	// alpha is the learning rate of the commits (tasks carry it).
 	alpha float64
 	// alive is the number of workers at the last count.
@@ -320,7 +324,7 @@ func (p *pass) Step(ctx context.Context, iter int, md *factor.Model, acc *factor
 	tg := time.Now()
 	p.md = md
 	for {
-		p.red.Reset(acc, p.plan)
+		p.red.Reset(acc, p.cur)
 		err := p.run(ctx, iter, withLL, p.alive, rep)
 		if isRedo(err) && rep.Redone < maxRedos {
 			rep.Redone++
@@ -343,6 +347,19 @@ func (p *pass) Step(ctx context.Context, iter int, md *factor.Model, acc *factor
 	rep.Transfer = time.Since(p.t0) - rep.Reduce - rep.Compute
 	p.passEnd = time.Now()
 	return nil
+}
+
+// SetActive leaves the shards of the actions not active out of the
+// passes from now on (factor.ActionFilter): a SQUAREM fit of a model
+// without ties no longer reads the statistics of an action that
+// stopped. The plan keeps the other actions' trees as they were, so
+// their sums are bitwise those of a pass of every shard.
+func (p *pass) SetActive(active []bool) {
+	if !slices.Contains(active, false) {
+		p.cur = p.plan
+		return
+	}
+	p.cur = p.plan.Only(func(kb int) bool { return kb >= len(active) || active[kb] })
 }
 
 // run computes one pass: every shard handed out in the plan's order,

@@ -76,8 +76,13 @@ type scheduler struct {
 // newScheduler prepares the pass of iteration iter over p's plan with
 // alive workers; ctx bounds every task it hands out.
 func newScheduler(ctx context.Context, p *pass, iter int, withLL bool, alive int, rep *IterReport) *scheduler {
-	order := p.plan.Order
-	posOf := make([]int, len(order))
+	order := p.cur.Order
+	// Shards the plan leaves out (SetActive) have no position: their
+	// results are dropped as late.
+	posOf := make([]int, len(p.shards))
+	for k := range posOf {
+		posOf[k] = -1
+	}
 	for pos, k := range order {
 		posOf[k] = pos
 	}
@@ -90,7 +95,7 @@ func newScheduler(ctx context.Context, p *pass, iter int, withLL bool, alive int
 		order: order, posOf: posOf, window: window,
 		results:  make(chan wire.Result, window),
 		leases:   make(map[int]*lease),
-		attempts: make([]int, len(order)),
+		attempts: make([]int, len(p.shards)),
 		held:     make(map[int]wire.Result), // by position, at most window
 		checks:   make(map[int]*check),
 		last:     make(map[string]accepted),
@@ -233,7 +238,7 @@ func (s *scheduler) expire(now time.Time) error {
 func (s *scheduler) receive(r wire.Result) error {
 	opts, rep, log, iter := s.p.opts, s.rep, s.p.log, s.iter
 	k := r.Task.Shard
-	if r.Task.Job == opts.Job && r.Task.Iteration == iter && k >= 0 && k < len(s.order) {
+	if r.Task.Job == opts.Job && r.Task.Iteration == iter && k >= 0 && k < len(s.posOf) {
 		if l := s.leases[k]; l != nil && l.verify {
 			if l.attempt == r.Task.Attempt {
 				rep.Bytes += r.Bytes
@@ -244,7 +249,7 @@ func (s *scheduler) receive(r wire.Result) error {
 			return nil
 		}
 	}
-	if r.Task.Job != opts.Job || r.Task.Iteration != iter || k < 0 || k >= len(s.order) || s.posOf[k] < s.next || s.posOf[k] >= s.sent {
+	if r.Task.Job != opts.Job || r.Task.Iteration != iter || k < 0 || k >= len(s.posOf) || s.posOf[k] < s.next || s.posOf[k] >= s.sent {
 		rep.Dropped++
 		log.Debug("late partial dropped", "iter", iter, "task_iter", r.Task.Iteration, "shard", k, "worker", r.Worker)
 		return nil

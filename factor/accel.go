@@ -712,7 +712,7 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 		// limits stay the fit's.
 		conv.Tol = 0
 	}
-	setter, _ := step.(activeSetter)
+	setter, _ := step.(ActionFilter)
 	active := make([]bool, md.U)
 	// The penalty of a proposal x' is used only when the fit may end on
 	// its pass (an iteration or time limit).
@@ -791,7 +791,7 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 				active[c.act] = !c.done
 			}
 			if setter != nil {
-				setter.setActive(active)
+				setter.SetActive(active)
 			}
 			md.Iteration = base + iter
 			md.LogLik, md.WKL = compsLogLik(comps, dataTerm, total)
@@ -1168,9 +1168,13 @@ func compsFinish(md *Model, comps []*sqComp, es *EarlyStop, dataTerm, total floa
 	}
 }
 
-// activeSetter is a Stepper that can leave out the blocks of the actions
-// whose components stopped (the local stepper; a cluster's computes
-// every block, the same sums for the others).
-type activeSetter interface {
-	setActive(active []bool)
+// ActionFilter is a Stepper that can leave the blocks of some actions
+// out of its passes: a SQUAREM fit of a model without ties calls
+// SetActive after every iteration with active[a] false for each action
+// whose component stopped (squaremLoop), and no longer reads those
+// actions' statistics. The local stepper and a cluster's coordinator
+// leave them out; a stepper that computes them anyway gives the same fit
+// (each K block's sums are those of its own reduction tree).
+type ActionFilter interface {
+	SetActive(active []bool)
 }

@@ -544,7 +544,7 @@ type Accumulator struct {
 	KLogLik, KSumX []float64
 	KNNZ           []int
 	// idle, when set, marks the actions of a model without ties whose
-	// blocks the passes leave out (localStepper.setActive): reset leaves
+	// blocks the passes leave out (localStepper.SetActive): reset leaves
 	// their sums as they are, which no one reads.
 	idle []bool
 }

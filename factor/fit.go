@@ -408,7 +408,7 @@ type localStepper struct {
 	workers int
 	ps      Passer
 	// active, when set, are the actions whose blocks the passes compute
-	// (setActive); sub holds those blocks.
+	// (SetActive); sub holds those blocks.
 	active, idle []bool
 	sub          []*Block
 }
@@ -422,11 +422,11 @@ func (l *localStepper) Step(ctx context.Context, _ int, md *Model, acc *Accumula
 	return l.ps.Pass(ctx, md, blocks, acc, l.workers, withLogLik)
 }
 
-// setActive leaves the blocks of the actions not active out of the
+// SetActive leaves the blocks of the actions not active out of the
 // passes from now on (nil: every block). Each K block's sums are those
 // of its own blocks in its own reduction tree, so the active actions'
 // statistics are bitwise what a pass of every block gives.
-func (l *localStepper) setActive(active []bool) {
+func (l *localStepper) SetActive(active []bool) {
 	if slices.Equal(active, l.active) {
 		return
 	}

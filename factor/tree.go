@@ -125,6 +125,26 @@ func PlanReduce(actions, nnz []int, tie Tie, groupNNZ int) *ReducePlan {
 	return pl
 }
 
+// Only returns the plan of the trees of pl whose K block keep accepts:
+// their blocks in the same order, their groups the same, so each tree's
+// sums are bitwise pl's (a pass of some actions only: ActionFilter).
+func (pl *ReducePlan) Only(keep func(kblock int) bool) *ReducePlan {
+	out := &ReducePlan{GroupNNZ: pl.GroupNNZ}
+	for _, t := range pl.Trees {
+		if !keep(t.KBlock) {
+			continue
+		}
+		lo, hi := t.Start[0], t.Start[len(t.Start)-1]
+		nt := ReduceTree{KBlock: t.KBlock, Start: make([]int, len(t.Start))}
+		for g, st := range t.Start {
+			nt.Start[g] = st - lo + len(out.Order)
+		}
+		out.Order = append(out.Order, pl.Order[lo:hi]...)
+		out.Trees = append(out.Trees, nt)
+	}
+	return out
+}
+
 // PlanBlocks is PlanReduce for blocks in memory.
 func PlanBlocks(blocks []*Block, tie Tie, groupNNZ int) *ReducePlan {
 	actions, nnz := make([]int, len(blocks)), make([]int, len(blocks))

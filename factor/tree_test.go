@@ -321,3 +321,34 @@ func TestReducerRejectsWrongBlock(t *testing.T) {
 		t.Fatal("rejected partial changed the reducer")
 	}
 }
+
+// TestPlanOnly: the plan of some K blocks' trees (ReducePlan.Only) is
+// the plan of those blocks alone: the same trees, groups and order, its
+// block indices those of the whole plan.
+func TestPlanOnly(t *testing.T) {
+	blocks, _ := treeCase(t, 3, TieNone)
+	blocks = append(blocks, RandomCounts(40, 3, 4, 5, 9)...)
+	plan := PlanBlocks(blocks, TieNone, 20)
+	for _, keep := range [][]bool{{true, false, true}, {false, true, false}, {false, false, true}, {true, true, true}, {false, false, false}} {
+		var sub []*Block
+		var idx []int
+		for k, b := range blocks {
+			if keep[b.Action] {
+				sub, idx = append(sub, b), append(idx, k)
+			}
+		}
+		want := PlanBlocks(sub, TieNone, 20)
+		for pos, k := range want.Order {
+			want.Order[pos] = idx[k]
+		}
+		got := plan.Only(func(kb int) bool { return keep[kb] })
+		if !slices.Equal(got.Order, want.Order) || got.GroupNNZ != want.GroupNNZ || len(got.Trees) != len(want.Trees) {
+			t.Fatalf("keep %v: plan %+v, want %+v", keep, got, want)
+		}
+		for i := range got.Trees {
+			if got.Trees[i].KBlock != want.Trees[i].KBlock || !slices.Equal(got.Trees[i].Start, want.Trees[i].Start) {
+				t.Fatalf("keep %v: tree %d %+v, want %+v", keep, i, got.Trees[i], want.Trees[i])
+			}
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package coordinator_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/emsf/emsf/coordinator"
+	"github.com/emsf/emsf/coordinator/coordtest"
+	"github.com/emsf/emsf/factor"
+	"github.com/emsf/emsf/shard"
+	"github.com/emsf/emsf/worker"
+	"github.com/emsf/emsf/worker/wire"
+)
+
+// handedOut records the shards each iteration handed out (every
+// attempt).
+type handedOut struct {
+	coordinator.Executor
+	mu     sync.Mutex
+	shards map[int][]int
+}
+
+func (h *handedOut) Submit(ctx context.Context, t wire.Task, deliver func(wire.Result)) {
+	h.mu.Lock()
+	h.shards[t.Iteration] = append(h.shards[t.Iteration], t.Shard)
+	h.mu.Unlock()
+	h.Executor.Submit(ctx, t, deliver)
+}
+
+// TestFitComponents: a cluster fit of a model without ties with SQUAREM,
+// the prior and the held-out rule (each action its own fit, stopping at
+// its own optimum) hands out, once an action stopped, only the shards of
+// the actions still fitted, every shard of each; and its model, result
+// and progress are bitwise factor.Fit's, also with a duplicated and a
+// corrupted partial in an iteration that leaves an action out.
+func TestFitComponents(t *testing.T) {
+	// Three actions unlike each other (their data, their spread), so
+	// that they stop apart; validation counts drawn alike.
+	const n, u = 200, 3
+	draw := func(seed uint64, scale int) *shard.Counter {
+		rng := rand.New(rand.NewPCG(seed, 5))
+		var ct shard.Counter
+		for a, nnz := range []int{3000, 800, 200} {
+			for range nnz * scale / 10 {
+				i := rng.IntN(n)
+				if err := ct.Add(i, a, (i+rng.IntN(8*(a+1)))%n, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return &ct
+	}
+	shards, man := shard.Split(draw(7, 10).Matrices(u), n, 300)
+	blocks := shard.Blocks(shards)
+	vs, _ := shard.Split(draw(8, 3).Matrices(u), n, 1<<20)
+	val := shard.Blocks(vs)
+	init := factor.NewRandom(man.N, 4, man.U, factor.TieNone, 3)
+	conv := factor.Converger{MaxIter: 300}
+	prior := &factor.Prior{D: factor.DefaultPriorD, K: factor.DefaultPriorK}
+	rule := func() *factor.EarlyStop {
+		v, err := factor.NewValidation(man.N, man.U, factor.TieNone, blocks, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.EarlyStop(3, 1e-4, 1)
+	}
+	var wantS []factor.IterStats
+	want := init.Clone()
+	wres, err := factor.Fit(context.Background(), want, blocks, factor.FitOptions{Accel: factor.AccelSquarem, Prior: prior, EarlyStop: rule(),
+		Converger: conv, GroupNNZ: testGroupNNZ, Workers: 2, Progress: func(s factor.IterStats) { wantS = append(wantS, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wres.Elapsed = 0
+	action := func(k int) int { return shards[k].Block.Action }
+	run := func(exec coordinator.Executor) (*handedOut, []coordinator.IterReport) {
+		t.Helper()
+		h := &handedOut{Executor: exec, shards: map[int][]int{}}
+		md := init.Clone()
+		var stats []factor.IterStats
+		var reps []coordinator.IterReport
+		ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
+		defer cancel()
+		res, err := coordinator.Fit(ctx, h, shards, man, md, coordinator.Options{Job: "components", GroupNNZ: testGroupNNZ,
+			Converger: conv, TaskTimeout: time.Minute, Accel: factor.AccelSquarem, Prior: prior, EarlyStop: rule(),
+			Progress: func(s factor.IterStats) { stats = append(stats, s) },
+			Report:   func(r coordinator.IterReport) { reps = append(reps, r) },
+			Logger:   hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Elapsed = 0
+		if !md.Equal(want) || res != wres || md.Iteration != want.Iteration || md.LogLik != want.LogLik {
+			t.Fatalf("cluster fit %+v differs from factor.Fit's %+v", res, wres)
+		}
+		if len(stats) != len(wantS) {
+			t.Fatalf("%d progress calls, want %d", len(stats), len(wantS))
+		}
+		for k, s := range stats {
+			w := wantS[k]
+			s.IterTime, s.Elapsed, w.IterTime, w.Elapsed = 0, 0, 0, 0
+			if s.Iteration != w.Iteration || s.LogLik != w.LogLik && !(s.LogLik != s.LogLik && w.LogLik != w.LogLik) || s.NNZ != w.NNZ || s.SumX != w.SumX {
+				t.Fatalf("progress %d = %+v, want %+v", k, s, w)
+			}
+		}
+		// Each iteration hands out every shard of the actions it fits, no
+		// other; the actions fitted only shrink, and some action stopped
+		// before the end.
+		prev := []bool{true, true, true}
+		fewer := false
+		for it := 1; it <= res.Iterations; it++ {
+			on := make([]bool, man.U)
+			for _, k := range h.shards[it] {
+				on[action(k)] = true
+			}
+			for k := range shards {
+				if on[action(k)] && !slices.Contains(h.shards[it], k) {
+					t.Fatalf("iteration %d fits action %d without its shard %d", it, action(k), k)
+				}
+			}
+			for a := range on {
+				if on[a] && !prev[a] {
+					t.Fatalf("iteration %d fits action %d again after it stopped", it, a)
+				}
+			}
+			fewer = fewer || slices.Contains(on, false)
+			prev = on
+		}
+		if !fewer {
+			t.Fatalf("every action ran all %d iterations: the test wants one to stop early", res.Iterations)
+		}
+		return h, reps
+	}
+	exec := worker.NewLocal(3)
+	defer exec.Close()
+	h, _ := run(exec)
+
+	// Faults in the first iteration that leaves an action out, on two
+	// neighbouring shards it hands out.
+	it, dup := 0, -1
+	for i := 1; it == 0; i++ {
+		if len(h.shards[i]) < len(shards) {
+			it = i
+		}
+	}
+	for _, k := range h.shards[it] {
+		if slices.Contains(h.shards[it], k+1) && action(k) == action(k+1) {
+			dup = k
+			break
+		}
+	}
+	if dup < 0 {
+		t.Fatalf("iteration %d hands out no two neighbouring shards", it)
+	}
+	bad := h.shards[it][len(h.shards[it])-1]
+	f := &faulty{Executor: exec, dupIter: it, dupShard: dup, badIter: it, badShard: bad}
+	_, reps := run(f)
+	checkFaults(t, f, reps)
+}
