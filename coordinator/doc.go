@@ -46,7 +46,10 @@
 //   - The EM loop (iterations, Σx check, commit, convergence) is
 //     factor.Loop; the coordinator is its Stepper (publish the model, run
 //     the pass over the executor) and adds checkpoints, reports and resume
-//     through factor.LoopHooks.
+//     through factor.LoopHooks. It is a factor.ActionFilter: once an
+//     action of a SQUAREM fit without ties stopped, its shards are no
+//     longer handed out (the plan's other trees, ReducePlan.Only, as
+//     they were: the same bits).
 //   - Each (job, iteration, shard) is reduced at most once: a partial for
 //     another iteration, for a shard already merged or already held is
 //     dropped (counted in IterReport.Dropped).

@@ -277,16 +277,20 @@
 // raises the fit's score by MinGain, i.e. its own gain over its share of
 // the validation counts) and its own relative change (of its objective,
 // between accepted points). An action that stopped keeps its best
-// iterate and leaves the passes (the local stepper computes only the
-// other actions' blocks; Accumulator.reset leaves its sums); the fit
-// ends when every action with validation counts stopped, or at the
-// converger's iteration or time limit. Each action's factors are bitwise
-// those of the fit of its blocks alone as a one-action model
-// (TestSquaremComponents), whatever the others do, so a cluster's
-// stepper, which computes every block, gives the same fit: the
-// accumulator keeps each K block's log-likelihood, Σx and nonzeros as
-// the sums of its own reduction tree (Accumulator.KLogLik, KSumX,
-// KNNZ). One joint cycle took one step length for all actions and ran
+// iterate and leaves the passes (ActionFilter: the local stepper
+// computes only the other actions' blocks, Accumulator.reset leaves its
+// sums; a cluster's coordinator hands out only the other actions'
+// shards, ReducePlan.Only); the fit ends when every action with
+// validation counts stopped, or at the converger's iteration or time
+// limit. Each action's factors are bitwise those of the fit of its
+// blocks alone as a one-action model (TestSquaremComponents), whatever
+// the others do, so a stepper that computes every block gives the same
+// fit: the accumulator keeps each K block's log-likelihood, Σx and
+// nonzeros as the sums of its own reduction tree (Accumulator.KLogLik,
+// KSumX, KNNZ). On one machine (`emsf fit --embedded --exchange
+// coordinator`, the dependency graph at 20 %, --shard-nnz 5000) the
+// cluster fit took 4.97 s against 6.71 s with every shard handed out and
+// 6.87 s with one cycle, the model the local fit's byte for byte. One joint cycle took one step length for all actions and ran
 // all of them until the last one's optimum: on the dependency graph at
 // 20 % the actions' own optima came after 6, 60 and 125 passes (they
 // stopped after 22, 61 and 138), where the joint fit ran 140 passes of
