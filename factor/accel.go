@@ -774,7 +774,7 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 				}
 			}
 			for _, c := range comps {
-				if !c.done && c.ends(seen, tol) {
+				if !c.done && c.ends(tol) {
 					// This action's end: its last proposal checked, its
 					// best iterate back, its blocks out of the passes
 					// from now on.
@@ -901,11 +901,11 @@ type sqComp struct {
 
 // ends reports whether a component of several ends after its pass: its
 // held-out rule stopped it, or its objective changed by at most tol
-// relative to the fit's (total, the sum of the components' last): the
-// part of the fit's relative change that is its own, so that the
-// components run at least as long as the fit would by the same
-// tolerance.
-func (c *sqComp) ends(total, tol float64) bool {
+// (relative) from its last accepted point to this one (its own fit's
+// rule, between the points a cycle accepts: a pass on x1 moves by one EM
+// step, which on these problems is far less than a cycle's progress and
+// stopped actions whose held-out score still rose).
+func (c *sqComp) ends(tol float64) bool {
 	if c.stop {
 		c.status = HeldOutOptimum
 		return true

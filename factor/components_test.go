@@ -224,3 +224,47 @@ func TestSquaremComponentsEdges(t *testing.T) {
 		}
 	}
 }
+
+// TestSquaremComponentsTol: without a held-out rule, each action of a
+// model without ties stops at its own relative change (between the
+// points its cycle accepts) and the fit ends converged when the last one
+// does, before the iteration limit; actions stop apart, and a stepper of
+// every block gives the same fit.
+func TestSquaremComponentsTol(t *testing.T) {
+	start, blocks := holeyData(150, 3, 6, 31)
+	run := func(every bool) (*Model, FitResult, []IterStats) {
+		md := start.Clone()
+		var stats []IterStats
+		opts := FitOptions{Accel: AccelSquarem, Prior: &Prior{D: DefaultPriorD, K: DefaultPriorK}, Converger: Converger{Tol: 1e-6, MaxIter: 2000},
+			Progress: func(s IterStats) { stats = append(stats, s) }}
+		var res FitResult
+		var err error
+		if every {
+			var committed *Model
+			res, err = Loop(context.Background(), md, blocks, everyBlock{&localStepper{blocks: blocks, workers: 1}, &committed}, opts, LoopHooks{})
+		} else {
+			res, err = Fit(context.Background(), md, blocks, opts)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Elapsed = 0
+		return md, res, stats
+	}
+	got, res, stats := run(false)
+	every, eres, _ := run(true)
+	if !got.Equal(every) || res != eres {
+		t.Fatalf("the fit of a stepper of every block differs: %+v, %+v", eres, res)
+	}
+	if res.Status != Converged || res.Iterations >= 2000 {
+		t.Fatalf("the fit ended by %v after %d passes, want converged", res.Status, res.Iterations)
+	}
+	// The passes' nonzeros fall as actions stop.
+	nnz := map[int]bool{}
+	for _, s := range stats {
+		nnz[s.NNZ] = true
+	}
+	if len(nnz) < 3 {
+		t.Fatalf("the passes saw %d distinct nonzero counts, want the actions to stop apart", len(nnz))
+	}
+}
