@@ -822,6 +822,12 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 			comps[0].early.stats(&st)
 		} else {
 			compsStats(comps, opts.EarlyStop, &st)
+			st.Actions = len(comps)
+			for _, c := range comps {
+				if !c.done {
+					st.Running++
+				}
+			}
 		}
 		if status != NotTerminated {
 			for _, c := range comps {

@@ -259,10 +259,17 @@ func TestSquaremComponentsTol(t *testing.T) {
 	if res.Status != Converged || res.Iterations >= 2000 {
 		t.Fatalf("the fit ended by %v after %d passes, want converged", res.Status, res.Iterations)
 	}
-	// The passes' nonzeros fall as actions stop.
+	// The passes' nonzeros fall as actions stop, and the progress counts
+	// the actions still running down to none.
 	nnz := map[int]bool{}
-	for _, s := range stats {
+	for k, s := range stats {
 		nnz[s.NNZ] = true
+		if s.Actions != 3 || s.Running > 3 || k > 0 && s.Running > stats[k-1].Running {
+			t.Fatalf("iteration %d: %d of %d actions running after %d", s.Iteration, s.Running, s.Actions, stats[max(k-1, 0)].Running)
+		}
+	}
+	if last := stats[len(stats)-1]; last.Running != 0 || stats[0].Running != 3 {
+		t.Fatalf("%d actions running after the first iteration, %d after the last", stats[0].Running, last.Running)
 	}
 	if len(nnz) < 3 {
 		t.Fatalf("the passes saw %d distinct nonzero counts, want the actions to stop apart", len(nnz))

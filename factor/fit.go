@@ -232,6 +232,10 @@ type IterStats struct {
 	HeldOut                     float64
 	HeldOutBad, HeldOutPatience int
 	HeldOutBest                 int
+	// Running of Actions are still fitted after this iteration, in a
+	// SQUAREM fit whose actions stop apart (squaremLoop's components;
+	// both 0 in any other fit).
+	Running, Actions int
 }
 
 // FitOptions configures Fit. The zero value is not usable: set at least a

@@ -144,6 +144,11 @@ func (p *progress) iterations(maxIter int, fields ...any) func(factor.IterStats)
 				args = append(args, "heldout", fmt.Sprintf("%.8g", s.HeldOut))
 			}
 		}
+		if s.Actions > 0 {
+			// Actions that stopped at their own optimum leave the passes.
+			fmt.Fprintf(&line, "  actions running %d/%d", s.Running, s.Actions)
+			args = append(args, "actions_running", s.Running)
+		}
 		elapsed := s.Elapsed.Round(time.Millisecond)
 		fmt.Fprintf(&line, "  %.3g it/s  elapsed %s", rate, roundDuration(s.Elapsed))
 		if maxIter > 0 && rate > 0 {
