@@ -284,8 +284,9 @@ type pass struct {
 	plan *factor.ReducePlan
 	// cur is the plan of the passes: plan, or its trees of the actions
 	// still fitted (SetActive).
-	cur *factor.ReducePlan
-	red factor.Reducer
+	cur    *factor.ReducePlan
+	active []bool
+	red    factor.Reducer
 	// alpha is the learning rate of the commits (tasks carry it).
 	alpha float64
 	// alive is the number of workers at the last count.
@@ -355,6 +356,10 @@ func (p *pass) Step(ctx context.Context, iter int, md *factor.Model, acc *factor
 // stopped. The plan keeps the other actions' trees as they were, so
 // their sums are bitwise those of a pass of every shard.
 func (p *pass) SetActive(active []bool) {
+	if slices.Equal(active, p.active) {
+		return // called after every iteration: the plan only changes when an action stops
+	}
+	p.active = slices.Clone(active)
 	if !slices.Contains(active, false) {
 		p.cur = p.plan
 		return

@@ -48,6 +48,21 @@ func (e everyBlock) Step(ctx context.Context, iter int, md *Model, acc *Accumula
 	return e.l.Step(ctx, iter, md, acc, withLogLik)
 }
 
+// fitWith is Fit, or with every the same loop on a stepper of every
+// block (everyBlock) that checks each pass runs on the model the
+// iteration before it committed.
+func fitWith(md *Model, blocks []*Block, opts FitOptions, every bool) (FitResult, error) {
+	if !every {
+		return Fit(context.Background(), md, blocks, opts)
+	}
+	var committed *Model
+	return Loop(context.Background(), md, blocks, everyBlock{&localStepper{blocks: blocks, workers: opts.Workers}, &committed}, opts,
+		LoopHooks{Committed: func(_ context.Context, _ IterStats, _ Status) error {
+			committed = md.Clone()
+			return nil
+		}})
+}
+
 // TestSquaremComponents: a SQUAREM fit of a model without ties, with the
 // prior and the held-out rule, is a fit per action. Each action's
 // factors are bitwise those of the fit of a one-action model of that
@@ -91,17 +106,7 @@ func TestSquaremComponents(t *testing.T) {
 					if u > 1 {
 						share = v.EarlyStop(1, 0, 1).Share
 					}
-					var res FitResult
-					if every {
-						var committed *Model
-						res, err = Loop(context.Background(), md, blocks, everyBlock{&localStepper{blocks: blocks, workers: w}, &committed}, opts(v, minGain),
-							LoopHooks{Committed: func(_ context.Context, _ IterStats, _ Status) error {
-								committed = md.Clone()
-								return nil
-							}})
-					} else {
-						res, err = Fit(context.Background(), md, blocks, opts(v, minGain))
-					}
+					res, err := fitWith(md, blocks, opts(v, minGain), every)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -189,13 +194,7 @@ func TestSquaremComponentsEdges(t *testing.T) {
 				t.Fatal(err)
 			}
 			opts := FitOptions{Accel: AccelSquarem, Prior: p, Converger: Converger{MaxIter: 300}, EarlyStop: v.EarlyStop(2, 1e-4, 1)}
-			var res FitResult
-			if every {
-				var committed *Model
-				res, err = Loop(context.Background(), md, blocks, everyBlock{&localStepper{blocks: blocks, workers: 1}, &committed}, opts, LoopHooks{})
-			} else {
-				res, err = Fit(context.Background(), md, blocks, opts)
-			}
+			res, err := fitWith(md, blocks, opts, every)
 			if err != nil {
 				t.Fatalf("prior %+v: %v", p, err)
 			}
@@ -237,14 +236,7 @@ func TestSquaremComponentsTol(t *testing.T) {
 		var stats []IterStats
 		opts := FitOptions{Accel: AccelSquarem, Prior: &Prior{D: DefaultPriorD, K: DefaultPriorK}, Converger: Converger{Tol: 1e-6, MaxIter: 2000},
 			Progress: func(s IterStats) { stats = append(stats, s) }}
-		var res FitResult
-		var err error
-		if every {
-			var committed *Model
-			res, err = Loop(context.Background(), md, blocks, everyBlock{&localStepper{blocks: blocks, workers: 1}, &committed}, opts, LoopHooks{})
-		} else {
-			res, err = Fit(context.Background(), md, blocks, opts)
-		}
+		res, err := fitWith(md, blocks, opts, every)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -918,11 +918,18 @@ func (v *Validation) retuneOf(md *Model, a, workers int, search func(a int, p *R
 	if v.tunedAct == nil || !v.tunedAct[a] {
 		return v.tuneAction(a, workers) / v.tot[a]
 	}
+	return v.searchAction(a, workers, search) / v.tot[a]
+}
+
+// searchAction re-tunes action a's rule by search from its last choice
+// on the factors' probabilities v.g already set, keeps the result as the
+// last choice and returns its score (retune's and retuneOf's step).
+func (v *Validation) searchAction(a, workers int, search func(a int, p *RuleParams, best *float64)) float64 {
 	p := v.last[a]
 	best := v.score(a, p, workers)
 	search(a, &p, &best)
 	v.last[a] = p
-	return best / v.tot[a]
+	return best
 }
 
 // retune is TuneLocal and TuneLambda: md's factors scored on the
@@ -941,11 +948,7 @@ func (v *Validation) retune(md *Model, workers int, search func(a int, p *RulePa
 		if v.tot[a] == 0 {
 			continue
 		}
-		p := v.last[a]
-		best := v.score(a, p, workers)
-		search(a, &p, &best)
-		v.last[a] = p
-		ll += best
+		ll += v.searchAction(a, workers, search)
 	}
 	return ll / v.total
 }
