@@ -2,6 +2,8 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/coordtest"
+	"github.com/emsf/emsf/coordinator/natsexec"
 	"github.com/emsf/emsf/factor"
 	"github.com/emsf/emsf/shard"
 	"github.com/emsf/emsf/worker"
@@ -33,15 +36,23 @@ func (h *handedOut) Submit(ctx context.Context, t wire.Task, deliver func(wire.R
 	h.Executor.Submit(ctx, t, deliver)
 }
 
-// TestFitComponents: a cluster fit of a model without ties with SQUAREM,
-// the prior and the held-out rule (each action its own fit, stopping at
-// its own optimum) hands out, once an action stopped, only the shards of
-// the actions still fitted, every shard of each; and its model, result
-// and progress are bitwise factor.Fit's, also with a duplicated and a
-// corrupted partial in an iteration that leaves an action out.
-func TestFitComponents(t *testing.T) {
-	// Three actions unlike each other (their data, their spread), so
-	// that they stop apart; validation counts drawn alike.
+// componentsCase is the data and the local fit of TestFitComponents:
+// three actions unlike each other (their data, their spread), so that
+// they stop apart; validation counts drawn alike.
+type componentsCase struct {
+	shards []*shard.Shard
+	man    *shard.Manifest
+	init   *factor.Model
+	conv   factor.Converger
+	prior  *factor.Prior
+	rule   func() *factor.EarlyStop
+	want   *factor.Model
+	wres   factor.FitResult
+	wantS  []factor.IterStats
+}
+
+func newComponentsCase(t *testing.T) *componentsCase {
+	t.Helper()
 	const n, u = 200, 3
 	draw := func(seed uint64, scale int) *shard.Counter {
 		rng := rand.New(rand.NewPCG(seed, 5))
@@ -56,28 +67,40 @@ func TestFitComponents(t *testing.T) {
 		}
 		return &ct
 	}
-	shards, man := shard.Split(draw(7, 10).Matrices(u), n, 300)
-	blocks := shard.Blocks(shards)
+	cc := &componentsCase{conv: factor.Converger{MaxIter: 300}, prior: &factor.Prior{D: factor.DefaultPriorD, K: factor.DefaultPriorK}}
+	cc.shards, cc.man = shard.Split(draw(7, 10).Matrices(u), n, 300)
+	blocks := shard.Blocks(cc.shards)
 	vs, _ := shard.Split(draw(8, 3).Matrices(u), n, 1<<20)
 	val := shard.Blocks(vs)
-	init := factor.NewRandom(man.N, 4, man.U, factor.TieNone, 3)
-	conv := factor.Converger{MaxIter: 300}
-	prior := &factor.Prior{D: factor.DefaultPriorD, K: factor.DefaultPriorK}
-	rule := func() *factor.EarlyStop {
-		v, err := factor.NewValidation(man.N, man.U, factor.TieNone, blocks, val)
+	cc.init = factor.NewRandom(cc.man.N, 4, cc.man.U, factor.TieNone, 3)
+	cc.rule = func() *factor.EarlyStop {
+		v, err := factor.NewValidation(cc.man.N, cc.man.U, factor.TieNone, blocks, val)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return v.EarlyStop(3, 1e-4, 1)
 	}
-	var wantS []factor.IterStats
-	want := init.Clone()
-	wres, err := factor.Fit(context.Background(), want, blocks, factor.FitOptions{Accel: factor.AccelSquarem, Prior: prior, EarlyStop: rule(),
-		Converger: conv, GroupNNZ: testGroupNNZ, Workers: 2, Progress: func(s factor.IterStats) { wantS = append(wantS, s) }})
+	cc.want = cc.init.Clone()
+	var err error
+	cc.wres, err = factor.Fit(context.Background(), cc.want, blocks, factor.FitOptions{Accel: factor.AccelSquarem, Prior: cc.prior, EarlyStop: cc.rule(),
+		Converger: cc.conv, GroupNNZ: testGroupNNZ, Workers: 2, Progress: func(s factor.IterStats) { cc.wantS = append(cc.wantS, s) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wres.Elapsed = 0
+	cc.wres.Elapsed = 0
+	return cc
+}
+
+// TestFitComponents: a cluster fit of a model without ties with SQUAREM,
+// the prior and the held-out rule (each action its own fit, stopping at
+// its own optimum) hands out, once an action stopped, only the shards of
+// the actions still fitted, every shard of each; and its model, result
+// and progress are bitwise factor.Fit's, also with a duplicated and a
+// corrupted partial in an iteration that leaves an action out.
+func TestFitComponents(t *testing.T) {
+	cc := newComponentsCase(t)
+	shards, man, conv, prior, rule, init := cc.shards, cc.man, cc.conv, cc.prior, cc.rule, cc.init
+	want, wres, wantS := cc.want, cc.wres, cc.wantS
 	action := func(k int) int { return shards[k].Block.Action }
 	run := func(exec coordinator.Executor) (*handedOut, []coordinator.IterReport) {
 		t.Helper()
@@ -162,4 +185,69 @@ func TestFitComponents(t *testing.T) {
 	f := &faulty{Executor: exec, dupIter: it, dupShard: dup, badIter: it, badShard: bad}
 	_, reps := run(f)
 	checkFaults(t, f, reps)
+}
+
+// TestResumeComponents: a cluster fit with SQUAREM, the prior and the
+// held-out rule (one component per action) whose coordinator stops after
+// iteration k, resumed by another coordinator from the checkpoint (the
+// committed model and the loop state: the cycles' points, the best
+// iterates, the rule's choices), ends bitwise where factor.Fit ends:
+// model, result and the progress of every iteration after k. For k in a
+// cycle's every phase, before and after an action stopped.
+func TestResumeComponents(t *testing.T) {
+	cc := newComponentsCase(t)
+	s := startServer(t, 0)
+	startWorkers(t, s, 2)
+	stopped := 0 // the first iteration after which an action is out
+	for k, st := range cc.wantS {
+		if st.Running < st.Actions && stopped == 0 {
+			stopped = k + 1
+		}
+	}
+	if stopped == 0 || stopped+2 >= len(cc.wantS) {
+		t.Fatalf("no action stops early (%d iterations, first stop after %d)", len(cc.wantS), stopped)
+	}
+	for _, k := range []int{1, 2, 3, 7, stopped, stopped + 1, stopped + 2} {
+		job := fmt.Sprintf("resume-components-%d", k)
+		fit := func(exec *natsexec.Executor, stopAt int) (*factor.Model, factor.FitResult, []factor.IterStats, error) {
+			md := cc.init.Clone()
+			var stats []factor.IterStats
+			ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
+			defer cancel()
+			res, err := coordinator.Fit(ctx, exec, cc.shards, cc.man, md, coordinator.Options{Job: job, GroupNNZ: testGroupNNZ,
+				Converger: cc.conv, TaskTimeout: time.Minute, Accel: factor.AccelSquarem, Prior: cc.prior, EarlyStop: cc.rule(),
+				Checkpoint: exec, Resume: true,
+				Progress: func(s factor.IterStats) {
+					stats = append(stats, s)
+					if s.Iteration == stopAt {
+						cancel() // the coordinator stops after committing stopAt
+					}
+				},
+				Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
+			res.Elapsed = 0
+			return md, res, stats, err
+		}
+		a := newNATSExec(t, s)
+		if _, _, first, err := fit(a, k); err == nil || len(first) != k {
+			t.Fatalf("k=%d: the first coordinator ran %d iterations (%v), want %d and an error", k, len(first), err, k)
+		}
+		a.Close() // its last commit stored
+		md, res, second, err := fit(newNATSExec(t, s), -1)
+		if err != nil {
+			t.Fatalf("k=%d: resumed fit: %v", k, err)
+		}
+		if len(second) == 0 || second[0].Iteration != k+1 || len(second) != len(cc.wantS)-k {
+			t.Fatalf("k=%d: resumed at iteration %v, ran %d, want %d then %d", k, second, len(second), k+1, len(cc.wantS)-k)
+		}
+		if !md.Equal(cc.want) || res != cc.wres || md.Iteration != cc.want.Iteration || md.LogLik != cc.want.LogLik {
+			t.Fatalf("k=%d: resumed fit %+v differs from factor.Fit's %+v", k, res, cc.wres)
+		}
+		for j, s := range second {
+			w := cc.wantS[k+j]
+			if s.Iteration != w.Iteration || math.Float64bits(s.LogLik) != math.Float64bits(w.LogLik) ||
+				math.Float64bits(s.HeldOut) != math.Float64bits(w.HeldOut) || s.Running != w.Running || s.HeldOutBest != w.HeldOutBest {
+				t.Fatalf("k=%d: resumed progress %+v, want %+v", k, s, w)
+			}
+		}
+	}
 }

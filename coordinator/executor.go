@@ -57,6 +57,22 @@ type JobState struct {
 	// Owners is the last checkpoint of a job of the owners exchange
 	// (natsexec.FitOwners); nil for the coordinator exchange.
 	Owners *OwnersCheckpoint `json:"owners,omitempty"`
+	// Loop is the loop state of the committed iteration (factor.
+	// LoopState) of a fit with acceleration or a held-out rule; nil for
+	// plain EM, whose state is the model.
+	Loop *LoopCheckpoint `json:"loop,omitempty"`
+}
+
+// LoopCheckpoint is where a Checkpointer keeps a factor.LoopState: its
+// scalars inline (factor's encoding, opaque here) and its points as
+// model objects, each named with its SHA-256 digest (hex), or empty
+// where the state has none.
+type LoopCheckpoint struct {
+	State       []byte `json:"state"`
+	CycleObject string `json:"cycle_object,omitempty"`
+	CycleDigest string `json:"cycle_digest,omitempty"`
+	BestObject  string `json:"best_object,omitempty"`
+	BestDigest  string `json:"best_digest,omitempty"`
 }
 
 // OwnersCheckpoint is where a job of the owners exchange can go on from:
@@ -105,9 +121,10 @@ type OwnersPrevious struct {
 
 // Checkpointer records job state durably. Begin is called once before the
 // first iteration, Commit after every committed iteration (md is the new
-// model; st.Iteration says which). Commit must fail when another
-// coordinator committed the job since this one's last call.
+// model; st.Iteration says which; ls the loop's state beyond md, or nil:
+// its points are valid only during the call). Commit must fail when
+// another coordinator committed the job since this one's last call.
 type Checkpointer interface {
 	Begin(ctx context.Context, st *JobState) error
-	Commit(ctx context.Context, st *JobState, md *factor.Model) error
+	Commit(ctx context.Context, st *JobState, md *factor.Model, ls *factor.LoopState) error
 }

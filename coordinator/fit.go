@@ -30,7 +30,8 @@ type Options struct {
 	Converger factor.Converger
 	// Accel and EarlyStop are factor.FitOptions': the coordinator holds
 	// the model, so SQUAREM and the held-out rule run here as in a local
-	// fit, bitwise (not with Resume: their state is not checkpointed).
+	// fit, bitwise, and a Checkpoint keeps their state (factor.
+	// LoopState) with every commit: Resume goes on from it, bitwise.
 	Accel     factor.Accel
 	EarlyStop *factor.EarlyStop
 	Prior     *factor.Prior
@@ -187,8 +188,9 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 	st := &JobState{Job: opts.Job, Params: opts.Params, Manifest: man, ModelIteration: md.Iteration, Status: "running",
 		ReduceOrder: factor.ReduceOrder, GroupNNZ: plan.GroupNNZ}
 	first := 1
+	var ls *factor.LoopState
 	if opts.Resume {
-		if first, err = resume(ctx, opts, man, md, st, log); err != nil {
+		if first, ls, err = resume(ctx, opts, man, md, st, log); err != nil {
 			return factor.FitResult{}, err
 		}
 	}
@@ -204,7 +206,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 			return factor.FitResult{}, err
 		}
 	}
-	committed := func(ctx context.Context, is factor.IterStats, status factor.Status) error {
+	committed := func(ctx context.Context, is factor.IterStats, status factor.Status, ls *factor.LoopState) error {
 		iter, rep := is.Iteration, &p.rep
 		if opts.Checkpoint != nil {
 			st.Iteration, st.ModelIteration, st.SumX, st.Updated = iter, md.Iteration, is.SumX, time.Now()
@@ -215,7 +217,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 			if status != factor.NotTerminated {
 				st.Status = status.String()
 			}
-			if err := opts.Checkpoint.Commit(ctx, st, md); err != nil {
+			if err := opts.Checkpoint.Commit(ctx, st, md, ls); err != nil {
 				return fmt.Errorf("coordinator: checkpoint iteration %d: %w", iter, err)
 			}
 		}
@@ -238,7 +240,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 	}
 	return factor.Loop(ctx, md, blocks, p, factor.FitOptions{Alpha: opts.Alpha, Converger: opts.Converger, Commit: opts.Commit,
 		Accel: opts.Accel, EarlyStop: opts.EarlyStop, Prior: opts.Prior},
-		factor.LoopHooks{Start: first, Committed: committed})
+		factor.LoopHooks{Start: first, Resume: ls, Committed: committed, SaveState: opts.Checkpoint != nil})
 }
 
 // waitWorkers polls exec until MinWorkers workers are alive.
@@ -403,35 +405,35 @@ func checkPartial(pt *factor.Partial, in shard.Info) error {
 // Resumer is a Checkpointer that can load a job's last checkpoint.
 type Resumer interface {
 	Checkpointer
-	// Resume returns the job's state and committed model, or a nil state
-	// when the job has no checkpoint.
-	Resume(ctx context.Context, job string) (*JobState, *factor.Model, error)
+	// Resume returns the job's state, committed model and loop state
+	// (nil for plain EM), or a nil state when the job has no checkpoint.
+	Resume(ctx context.Context, job string) (*JobState, *factor.Model, *factor.LoopState, error)
 }
 
 // resume loads the job's checkpoint into md and st and returns the first
-// iteration to run.
-func resume(ctx context.Context, opts Options, man *shard.Manifest, md *factor.Model, st *JobState, log hclog.Logger) (int, error) {
+// iteration to run and the loop state to go on from.
+func resume(ctx context.Context, opts Options, man *shard.Manifest, md *factor.Model, st *JobState, log hclog.Logger) (int, *factor.LoopState, error) {
 	r, ok := opts.Checkpoint.(Resumer)
 	if !ok {
-		return 0, fmt.Errorf("coordinator: resume needs a checkpointer that can load checkpoints")
+		return 0, nil, fmt.Errorf("coordinator: resume needs a checkpointer that can load checkpoints")
 	}
-	old, m0, err := r.Resume(ctx, opts.Job)
+	old, m0, ls, err := r.Resume(ctx, opts.Job)
 	if err != nil {
-		return 0, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
+		return 0, nil, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
 	}
 	if old == nil || old.Iteration == 0 || m0 == nil {
 		log.Info("no checkpoint to resume from: starting afresh")
-		return 1, nil
+		return 1, nil, nil
 	}
 	if err := CheckResume(old, opts.Params, man); err != nil {
-		return 0, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
+		return 0, nil, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
 	}
 	if old.ReduceOrder != st.ReduceOrder || old.GroupNNZ != st.GroupNNZ {
-		return 0, fmt.Errorf("coordinator: resume job %s: its checkpoint was reduced in order %q with group nnz %d, this fit uses %q with %d",
+		return 0, nil, fmt.Errorf("coordinator: resume job %s: its checkpoint was reduced in order %q with group nnz %d, this fit uses %q with %d",
 			opts.Job, old.ReduceOrder, old.GroupNNZ, st.ReduceOrder, st.GroupNNZ)
 	}
 	if err := m0.CheckCompatible(md.N, md.M, md.U, md.Tie); err != nil {
-		return 0, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
+		return 0, nil, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
 	}
 	for b := range md.D {
 		copy(md.D[b], m0.D[b])
@@ -442,5 +444,5 @@ func resume(ctx context.Context, opts Options, man *shard.Manifest, md *factor.M
 	md.Iteration, md.LogLik, md.WKL, md.Seed = m0.Iteration, m0.LogLik, m0.WKL, m0.Seed
 	st.Iteration, st.ModelIteration = old.Iteration, md.Iteration
 	log.Info("resuming", "from_iteration", old.Iteration, "model", old.ModelObject)
-	return old.Iteration + 1, nil
+	return old.Iteration + 1, ls, nil
 }

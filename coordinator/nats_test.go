@@ -280,14 +280,14 @@ func TestCheckpointCAS(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Iteration = 1
-	if err := a.Commit(ctx, st, md); err != nil {
+	if err := a.Commit(ctx, st, md, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Begin(ctx, &coordinator.JobState{Job: "cas", Status: "running"}); err != nil {
 		t.Fatal(err)
 	}
 	st.Iteration = 2
-	err := a.Commit(ctx, st, md)
+	err := a.Commit(ctx, st, md, nil)
 	if !errors.Is(err, wire.ErrLostRace) || !strings.Contains(err.Error(), "another coordinator") {
 		t.Fatalf("stale commit: err = %v, want a compare-and-set failure", err)
 	}
@@ -318,7 +318,7 @@ func TestCorruptJobRecord(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Job != "bad" || !strings.Contains(err.Error(), "is corrupt") || !strings.Contains(err.Error(), "nats kv del "+wire.DefaultKVBucket+" bad") {
 		t.Fatalf("State of a corrupt record: %v", err)
 	}
-	if _, _, err := exec.Resume(ctx, "bad"); !errors.As(err, &ce) {
+	if _, _, _, err := exec.Resume(ctx, "bad"); !errors.As(err, &ce) {
 		t.Fatalf("Resume of a corrupt record: %v", err)
 	}
 }

@@ -84,6 +84,12 @@ type EarlyStop struct {
 	Share              func(action int) float64
 	Patience           int
 	MinGain            float64
+	// SaveRules and LoadRules, when set, take and put back the state
+	// that Score and Confirm carry from one score to the next (the
+	// smoothing rule's last choices): a resumed fit's rule goes on from
+	// it (LoopState).
+	SaveRules func() RuleState
+	LoadRules func(RuleState) error
 }
 
 // The held-out stopping rule's defaults (emsf fit's and emsf serve's
@@ -108,6 +114,8 @@ func (v *Validation) EarlyStop(patience int, minGain float64, workers int) *Earl
 		ConfirmOf: func(md *Model, a int) float64 { return v.TuneLocalOf(md, a, workers) },
 		Counted:   func(a int) bool { return v.tot[a] > 0 },
 		Share:     func(a int) float64 { return v.tot[a] / v.total },
+		SaveRules: v.RuleState,
+		LoadRules: v.SetRuleState,
 	}
 }
 
@@ -719,11 +727,45 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 	proposalPenalty := func(iter int) bool {
 		return conv.TimeLimit > 0 || conv.MaxIter > 0 && iter >= conv.MaxIter
 	}
-	base := md.Iteration
+	first := max(hooks.Start, 1)
+	base := md.Iteration - (first - 1)
 	start := time.Now()
 	prev := math.NaN()
 	res := FitResult{LogLik: math.NaN()}
-	for iter := 1; ; iter++ {
+	if hooks.Resume != nil {
+		s, err := decodeLoopSave(hooks.Resume, first-1)
+		if err == nil {
+			err = restoreComps(comps, s, hooks.Resume, md, opts.EarlyStop)
+		}
+		if err != nil {
+			return res, err
+		}
+		prev, res.LogLik = s.Prev, s.LogLik
+		conv.prev, conv.seen = s.ConvPrev, s.ConvSeen
+		if s.Status != NotTerminated {
+			// The checkpoint is of the fit's last iteration: its end
+			// again.
+			res.Status, res.Iterations = s.Status, first-1
+			for _, c := range comps {
+				res.Rejected += c.rejected
+			}
+			if whole {
+				comps[0].early.finish(md, &res)
+			} else {
+				compsFinish(md, comps, opts.EarlyStop, dataTerm, total, &res)
+			}
+			return res, nil
+		}
+		if !whole {
+			for _, c := range comps {
+				active[c.act] = !c.done
+			}
+			if setter != nil {
+				setter.SetActive(active)
+			}
+		}
+	}
+	for iter := first; ; iter++ {
 		t0 := time.Now()
 		if err := step.Step(ctx, iter, md, acc, true); err != nil {
 			return res, err
@@ -844,7 +886,15 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 			compsFinish(md, comps, opts.EarlyStop, dataTerm, total, &res)
 		}
 		if hooks.Committed != nil {
-			if err := hooks.Committed(ctx, st, status); err != nil {
+			var ls *LoopState
+			if hooks.SaveState {
+				var err error
+				ls, err = saveComps(comps, md, iter, status, prev, res.LogLik, conv, opts.EarlyStop)
+				if err != nil {
+					return res, err
+				}
+			}
+			if err := hooks.Committed(ctx, st, status, ls); err != nil {
 				return res, err
 			}
 		}

@@ -57,7 +57,7 @@ func fitWith(md *Model, blocks []*Block, opts FitOptions, every bool) (FitResult
 	}
 	var committed *Model
 	return Loop(context.Background(), md, blocks, everyBlock{&localStepper{blocks: blocks, workers: opts.Workers}, &committed}, opts,
-		LoopHooks{Committed: func(_ context.Context, _ IterStats, _ Status) error {
+		LoopHooks{Committed: func(_ context.Context, _ IterStats, _ Status, _ *LoopState) error {
 			committed = md.Clone()
 			return nil
 		}})

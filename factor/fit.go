@@ -371,10 +371,19 @@ type LoopHooks struct {
 	// that iteration's model, and md.LogLik its last evaluation, from
 	// which the converger and the relative change go on.
 	Start int
+	// Resume, with Start > 1, is the loop state that a checkpoint of
+	// iteration Start−1 kept (Committed's ls): a fit with acceleration
+	// or a held-out rule goes on from it bitwise, and resumes only with
+	// it. Nil for plain EM without a held-out rule.
+	Resume *LoopState
 	// Committed, if set, is called after every commit, with the
 	// iteration's stats and the converger's verdict, before
-	// FitOptions.Progress; an error stops the fit.
-	Committed func(ctx context.Context, st IterStats, status Status) error
+	// FitOptions.Progress; an error stops the fit. ls is the loop's
+	// state after the iteration when SaveState is set and the fit has
+	// state beyond md (LoopState), else nil.
+	Committed func(ctx context.Context, st IterStats, status Status, ls *LoopState) error
+	// SaveState asks for the loop state in Committed.
+	SaveState bool
 	// Commit, if set, commits each pass in place of acc.Commit(md, α,
 	// dataTerm): a cluster whose nodes hold the factors commits them
 	// there. It must record the pass in md (Accumulator.RecordPass).
@@ -517,7 +526,22 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	prev := math.NaN()
 	res := FitResult{LogLik: math.NaN()}
 	first := max(hooks.Start, 1)
-	if first > 1 {
+	if first > 1 && hooks.Resume != nil {
+		s, err := decodeLoopSave(hooks.Resume, first-1)
+		if err == nil {
+			err = restoreEarly(early, s, hooks.Resume, md, opts.EarlyStop)
+		}
+		if err != nil {
+			return res, err
+		}
+		prev, res.LogLik = s.Prev, s.LogLik
+		conv.prev, conv.seen = s.ConvPrev, s.ConvSeen
+		if s.Status != NotTerminated {
+			res.Status, res.Iterations = s.Status, first-1
+			early.finish(md, &res)
+			return res, nil
+		}
+	} else if first > 1 {
 		// A resumed fit that reached its limit already stops at once.
 		prev = md.LogLik
 		if status := conv.Check(first-1, md.LogLik, 0); status == IterationLimit {
@@ -574,7 +598,14 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 		}
 		early.stats(&st)
 		if hooks.Committed != nil {
-			if err := hooks.Committed(ctx, st, status); err != nil {
+			var ls *LoopState
+			if hooks.SaveState && early != nil {
+				var err error
+				if ls, err = saveEarly(early, md, iter, status, prev, res.LogLik, conv); err != nil {
+					return res, err
+				}
+			}
+			if err := hooks.Committed(ctx, st, status, ls); err != nil {
 				return res, err
 			}
 		}
@@ -616,8 +647,12 @@ func checkAccel(opts FitOptions, hooks LoopHooks, alpha float64) error {
 	if es := opts.EarlyStop; es != nil && (es.Score == nil || es.Patience < 1 || !(es.MinGain >= 0)) {
 		return fmt.Errorf("factor: held-out stopping needs a score, a patience >= 1 and a gain >= 0 (patience %d, gain %v)", es.Patience, es.MinGain)
 	}
-	if opts.EarlyStop != nil && (hooks.Commit != nil || hooks.Start > 1) {
-		return fmt.Errorf("factor: held-out stopping needs the loop to hold the model and does not resume a fit (its best iterate is not checkpointed)")
+	resumed := hooks.Start > 1
+	if resumed && hooks.Resume == nil && (opts.EarlyStop != nil || opts.Accel != AccelNone) {
+		return fmt.Errorf("factor: a fit with acceleration %s or held-out stopping resumes from its loop state (LoopHooks.Resume), which is missing", opts.Accel)
+	}
+	if opts.EarlyStop != nil && hooks.Commit != nil {
+		return fmt.Errorf("factor: held-out stopping needs the loop to hold the model")
 	}
 	if err := opts.Prior.check(); err != nil {
 		return err
@@ -639,8 +674,6 @@ func checkAccel(opts FitOptions, hooks LoopHooks, alpha float64) error {
 		return fmt.Errorf("factor: acceleration %s runs EMSF's commit, not a fit's own commit rule", opts.Accel)
 	case hooks.Commit != nil:
 		return fmt.Errorf("factor: acceleration %s needs the loop to hold the model (the nodes commit it here)", opts.Accel)
-	case hooks.Start > 1:
-		return fmt.Errorf("factor: acceleration %s does not resume a fit (its cycle state is not checkpointed)", opts.Accel)
 	}
 	return nil
 }

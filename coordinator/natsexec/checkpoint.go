@@ -78,13 +78,18 @@ func (e *Executor) Begin(ctx context.Context, st *coordinator.JobState) error {
 // status) stores before it returns, so commits stay in order and the job
 // state never names a model that is not stored. A coordinator that dies
 // meanwhile resumes from the last stored commit.
-func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *factor.Model) error {
+func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *factor.Model, ls *factor.LoopState) error {
 	if err := e.waitCommit(st.Job); err != nil {
 		return err
 	}
+	// ls's points live in the loop's buffers: encoded now.
+	lp, err := encodeLoop(ls)
+	if err != nil {
+		return fmt.Errorf("natsexec: commit job %s iteration %d: %w", st.Job, st.Iteration, err)
+	}
 	snap := e.serveModel(st.Job, st.Iteration, md)
 	if st.Status != "running" {
-		return e.persistCommit(ctx, st, snap)
+		return e.persistCommit(ctx, st, snap, lp)
 	}
 	// The caller changes st and md after Commit returns: store copies.
 	stc := *st
@@ -93,7 +98,7 @@ func (e *Executor) Commit(ctx context.Context, st *coordinator.JobState, md *fac
 	e.commits[st.Job] = pc
 	e.mu.Unlock()
 	persist := func() {
-		pc.err = e.persistCommit(context.WithoutCancel(ctx), &stc, snap)
+		pc.err = e.persistCommit(context.WithoutCancel(ctx), &stc, snap, lp)
 		close(pc.done)
 	}
 	if !e.goRoutine(persist) {
@@ -119,12 +124,15 @@ func (e *Executor) waitCommit(job string) error {
 // persistCommit stores a committed model (md, version st.Iteration), then
 // the job state with compare-and-set on the revision of this executor's
 // last write, then announces the commit.
-func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, md *factor.Model) error {
+func (e *Executor) persistCommit(ctx context.Context, st *coordinator.JobState, md *factor.Model, lp *loopPoints) error {
 	name, digest, _, err := e.persistModel(ctx, st.Job, st.Iteration, md, st.Params)
 	if err != nil {
 		return err
 	}
 	st.ModelObject, st.ModelDigest = name, digest
+	if st.Loop, err = e.persistLoop(ctx, st.Job, st.Iteration, lp); err != nil {
+		return err
+	}
 	body, err := stateJSON(st)
 	if err != nil {
 		return err
@@ -215,34 +223,137 @@ func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState
 
 // Resume returns the job's state and its committed model from the
 // buckets, or a nil state when the job has none.
-func (e *Executor) Resume(ctx context.Context, job string) (*coordinator.JobState, *factor.Model, error) {
+func (e *Executor) Resume(ctx context.Context, job string) (*coordinator.JobState, *factor.Model, *factor.LoopState, error) {
 	st, _, err := e.State(ctx, job)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if st.ModelObject == "" {
-		return st, nil, nil
+		return st, nil, nil, nil
 	}
-	data, err := e.obs.GetBytes(ctx, st.ModelObject)
+	md, data, err := e.loadModel(ctx, job, "model", st.ModelObject, st.ModelDigest)
 	if err != nil {
-		return nil, nil, fmt.Errorf("natsexec: job %s: model %s: %w", job, st.ModelObject, err)
+		return nil, nil, nil, err
 	}
-	sum := sha256.Sum256(data)
-	if d := hex.EncodeToString(sum[:]); d != st.ModelDigest {
-		return nil, nil, fmt.Errorf("natsexec: job %s: model %s has digest %s, state says %s", job, st.ModelObject, d, st.ModelDigest)
-	}
-	mf, err := arrowio.DecodeModel(data)
+	ls, err := e.loadLoop(ctx, job, st)
 	if err != nil {
-		return nil, nil, fmt.Errorf("natsexec: job %s: %w", job, err)
+		return nil, nil, nil, err
 	}
 	// The next iteration runs on this version: no need to store it again.
 	e.mu.Lock()
 	e.models[job] = objRef{name: st.ModelObject, digest: st.ModelDigest, version: st.Iteration, size: int64(len(data))}
 	e.mu.Unlock()
-	return st, mf.Model, nil
+	return st, md, ls, nil
+}
+
+// loadModel reads the model object name of a job's checkpoint (what it
+// is: "model", "loop point") and checks its digest.
+func (e *Executor) loadModel(ctx context.Context, job, what, name, digest string) (*factor.Model, []byte, error) {
+	data, err := e.obs.GetBytes(ctx, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("natsexec: job %s: %s %s: %w", job, what, name, err)
+	}
+	sum := sha256.Sum256(data)
+	if d := hex.EncodeToString(sum[:]); d != digest {
+		return nil, nil, fmt.Errorf("natsexec: job %s: %s %s has digest %s, state says %s", job, what, name, d, digest)
+	}
+	mf, err := arrowio.DecodeModel(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("natsexec: job %s: %s %s: %w", job, what, name, err)
+	}
+	return mf.Model, data, nil
+}
+
+// loopPoints is a factor.LoopState encoded for storing: its scalars and
+// its points as Arrow model files (nil where it has none).
+type loopPoints struct {
+	state       []byte
+	cycle, best []byte
+}
+
+// encodeLoop encodes ls's points (nil for nil).
+func encodeLoop(ls *factor.LoopState) (*loopPoints, error) {
+	if ls == nil {
+		return nil, nil
+	}
+	lp := &loopPoints{state: ls.State}
+	for _, p := range []struct {
+		md  *factor.Model
+		out *[]byte
+	}{{ls.Cycle, &lp.cycle}, {ls.Best, &lp.best}} {
+		if p.md == nil {
+			continue
+		}
+		data, err := arrowio.EncodeModel(&arrowio.ModelFile{Model: p.md})
+		if err != nil {
+			return nil, fmt.Errorf("encode loop state: %w", err)
+		}
+		*p.out = data
+	}
+	return lp, nil
+}
+
+// loopObject names a point of the loop state of version v of a job's
+// model (beside wire.ModelObject's).
+func loopObject(job string, v int, point string) string {
+	return wire.ModelObject(job, v) + "." + point
+}
+
+// persistLoop stores lp's points as the objects of version v of the job
+// (deleting version v-2's, as persistModel does models) and returns the
+// record that names them; nil for nil.
+func (e *Executor) persistLoop(ctx context.Context, job string, v int, lp *loopPoints) (*coordinator.LoopCheckpoint, error) {
+	if v >= 2 {
+		for _, point := range []string{"cycle", "best"} {
+			if err := e.obs.Delete(ctx, loopObject(job, v-2, point)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+				e.log.Warn("delete old loop state", "object", loopObject(job, v-2, point), "error", err)
+			}
+		}
+	}
+	if lp == nil {
+		return nil, nil
+	}
+	lc := &coordinator.LoopCheckpoint{State: lp.state}
+	for _, p := range []struct {
+		point        string
+		data         []byte
+		name, digest *string
+	}{{"cycle", lp.cycle, &lc.CycleObject, &lc.CycleDigest}, {"best", lp.best, &lc.BestObject, &lc.BestDigest}} {
+		if p.data == nil {
+			continue
+		}
+		name := loopObject(job, v, p.point)
+		if err := e.putBytes(ctx, name, p.data); err != nil {
+			return nil, fmt.Errorf("natsexec: store loop state: %w", err)
+		}
+		sum := sha256.Sum256(p.data)
+		*p.name, *p.digest = name, hex.EncodeToString(sum[:])
+	}
+	return lc, nil
+}
+
+// loadLoop reads the loop state a job's checkpoint names (nil: none).
+func (e *Executor) loadLoop(ctx context.Context, job string, st *coordinator.JobState) (*factor.LoopState, error) {
+	lc := st.Loop
+	if lc == nil {
+		return nil, nil
+	}
+	ls := &factor.LoopState{Iteration: st.Iteration, State: lc.State}
+	var err error
+	if lc.CycleObject != "" {
+		if ls.Cycle, _, err = e.loadModel(ctx, job, "loop point", lc.CycleObject, lc.CycleDigest); err != nil {
+			return nil, err
+		}
+	}
+	if lc.BestObject != "" {
+		if ls.Best, _, err = e.loadModel(ctx, job, "loop point", lc.BestObject, lc.BestDigest); err != nil {
+			return nil, err
+		}
+	}
+	return ls, nil
 }
 
 // stateJSON is the KV value of a job state: without the manifest when it

@@ -220,7 +220,7 @@ func Run(ctx context.Context, cl Cluster, store Store, model Model, job *Job, hd
 		Commit:      s.commit,
 		Rounds:      true, // the owners round a float32 model's rows (Request.Precision)
 		Sums:        &s.sums,
-		Committed: func(ctx context.Context, st factor.IterStats, _ factor.Status) error {
+		Committed: func(ctx context.Context, st factor.IterStats, _ factor.Status, _ *factor.LoopState) error {
 			if opt.Report != nil {
 				b := cl.Bytes()
 				now := s.clock.Now()
