@@ -192,8 +192,9 @@ func TestFitComponents(t *testing.T) {
 // iteration k, resumed by another coordinator from the checkpoint (the
 // committed model and the loop state: the cycles' points, the best
 // iterates, the rule's choices), ends bitwise where factor.Fit ends:
-// model, result and the progress of every iteration after k. For k in a
-// cycle's every phase, before and after an action stopped.
+// model, result and the progress of every iteration after its last
+// resume point (at most k). For k in a cycle's every phase, before and
+// after an action stopped.
 func TestResumeComponents(t *testing.T) {
 	cc := newComponentsCase(t)
 	s := startServer(t, 0)
@@ -207,8 +208,15 @@ func TestResumeComponents(t *testing.T) {
 	if stopped == 0 || stopped+2 >= len(cc.wantS) {
 		t.Fatalf("no action stops early (%d iterations, first stop after %d)", len(cc.wantS), stopped)
 	}
-	for _, k := range []int{1, 2, 3, 7, stopped, stopped + 1, stopped + 2} {
-		job := fmt.Sprintf("resume-components-%d", k)
+	// A resume point at every commit: each k is one; then as the cost
+	// allows.
+	ks := []int{1, 2, 3, 7, stopped, stopped + 1, stopped + 2, -7, -(stopped + 2)}
+	for _, k := range ks {
+		every := -1.0
+		if k < 0 {
+			k, every = -k, 0
+		}
+		job := fmt.Sprintf("resume-components-%d-%v", k, every)
 		fit := func(exec *natsexec.Executor, stopAt int) (*factor.Model, factor.FitResult, []factor.IterStats, error) {
 			md := cc.init.Clone()
 			var stats []factor.IterStats
@@ -227,23 +235,29 @@ func TestResumeComponents(t *testing.T) {
 			res.Elapsed = 0
 			return md, res, stats, err
 		}
-		a := newNATSExec(t, s)
+		a := newNATSExecConfig(t, s, natsexec.Config{ResumeEvery: every})
 		if _, _, first, err := fit(a, k); err == nil || len(first) != k {
 			t.Fatalf("k=%d: the first coordinator ran %d iterations (%v), want %d and an error", k, len(first), err, k)
 		}
 		a.Close() // its last commit stored
-		md, res, second, err := fit(newNATSExec(t, s), -1)
+		md, res, second, err := fit(newNATSExecConfig(t, s, natsexec.Config{ResumeEvery: every}), -1)
 		if err != nil {
 			t.Fatalf("k=%d: resumed fit: %v", k, err)
 		}
-		if len(second) == 0 || second[0].Iteration != k+1 || len(second) != len(cc.wantS)-k {
-			t.Fatalf("k=%d: resumed at iteration %v, ran %d, want %d then %d", k, second, len(second), k+1, len(cc.wantS)-k)
+		// It goes on from its last resume point r <= k (natsexec takes
+		// them as their cost allows; the first at iteration 1).
+		if len(second) == 0 {
+			t.Fatalf("k=%d: the resumed fit ran no iteration", k)
+		}
+		r := second[0].Iteration - 1
+		if r < 1 || r > k || every < 0 && r != k || len(second) != len(cc.wantS)-r {
+			t.Fatalf("k=%d: resumed after iteration %d and ran %d, want after 1..%d and the rest of %d", k, r, len(second), k, len(cc.wantS))
 		}
 		if !md.Equal(cc.want) || res != cc.wres || md.Iteration != cc.want.Iteration || md.LogLik != cc.want.LogLik {
 			t.Fatalf("k=%d: resumed fit %+v differs from factor.Fit's %+v", k, res, cc.wres)
 		}
 		for j, s := range second {
-			w := cc.wantS[k+j]
+			w := cc.wantS[r+j]
 			if s.Iteration != w.Iteration || math.Float64bits(s.LogLik) != math.Float64bits(w.LogLik) ||
 				math.Float64bits(s.HeldOut) != math.Float64bits(w.HeldOut) || s.Running != w.Running || s.HeldOutBest != w.HeldOutBest {
 				t.Fatalf("k=%d: resumed progress %+v, want %+v", k, s, w)

@@ -57,22 +57,32 @@ type JobState struct {
 	// Owners is the last checkpoint of a job of the owners exchange
 	// (natsexec.FitOwners); nil for the coordinator exchange.
 	Owners *OwnersCheckpoint `json:"owners,omitempty"`
-	// Loop is the loop state of the committed iteration (factor.
-	// LoopState) of a fit with acceleration or a held-out rule; nil for
-	// plain EM, whose state is the model.
+	// Loop is the last resume point of a fit with acceleration or a
+	// held-out rule (its loop state, factor.LoopState); nil for plain
+	// EM, which resumes from the last committed model.
 	Loop *LoopCheckpoint `json:"loop,omitempty"`
 }
 
-// LoopCheckpoint is where a Checkpointer keeps a factor.LoopState: its
-// scalars inline (factor's encoding, opaque here) and its points as
+// LoopCheckpoint is where a fit with loop state (factor.LoopState) can
+// resume from: a committed iteration (a resume point) whose model
+// object the Checkpointer keeps, with the loop state of that iteration:
+// its scalars inline (factor's encoding, opaque here) and its points as
 // model objects, each named with its SHA-256 digest (hex), or empty
-// where the state has none.
+// where the state has none. A Checkpointer may take resume points at
+// some iterations only (the points cost as much to store as the model):
+// a resumed fit then redoes the iterations after the last, bitwise.
 type LoopCheckpoint struct {
-	State       []byte `json:"state"`
-	CycleObject string `json:"cycle_object,omitempty"`
-	CycleDigest string `json:"cycle_digest,omitempty"`
-	BestObject  string `json:"best_object,omitempty"`
-	BestDigest  string `json:"best_digest,omitempty"`
+	Iteration      int      `json:"iteration"`
+	ModelIteration int      `json:"model_iteration"`
+	ModelObject    string   `json:"model_object"`
+	ModelDigest    string   `json:"model_digest"`
+	LogLik         *float64 `json:"loglik,omitempty"`
+	SumX           float64  `json:"sum_x"`
+	State          []byte   `json:"state"`
+	CycleObject    string   `json:"cycle_object,omitempty"`
+	CycleDigest    string   `json:"cycle_digest,omitempty"`
+	BestObject     string   `json:"best_object,omitempty"`
+	BestDigest     string   `json:"best_digest,omitempty"`
 }
 
 // OwnersCheckpoint is where a job of the owners exchange can go on from:

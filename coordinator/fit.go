@@ -435,6 +435,12 @@ func resume(ctx context.Context, opts Options, man *shard.Manifest, md *factor.M
 	if err := m0.CheckCompatible(md.N, md.M, md.U, md.Tie); err != nil {
 		return 0, nil, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
 	}
+	if ls == nil && (opts.Accel != factor.AccelNone || opts.EarlyStop != nil) {
+		// Its loop state was never stored (the coordinator stopped
+		// before its first resume point was).
+		log.Info("no resume point of the fit's loop state: starting afresh", "last_iteration", old.Iteration)
+		return 1, nil, nil
+	}
 	for b := range md.D {
 		copy(md.D[b], m0.D[b])
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/emsf/emsf/shard"
@@ -13,14 +14,38 @@ import (
 // asks to resume a job differs from the job's checkpoint old, and the data
 // when the run's shards (man) are not the checkpoint's; nil when they
 // agree. Parameters are compared where both name them (a checkpoint of an
-// older release records fewer). A resumed run must be the run that was
-// interrupted: anything else would continue one fit with another's
-// settings, or silently start afresh.
+// older release records fewer), and those of how the fit estimates
+// (qualityParams) also where one side names them: a plain fit records
+// none. A resumed run must be the run that was interrupted: anything
+// else would continue one fit with another's settings, or silently start
+// afresh.
 func CheckResume(old *JobState, params map[string]string, man *shard.Manifest) error {
 	var diffs []string
-	for _, k := range slices.Sorted(maps.Keys(params)) {
-		if was, ok := old.Params[k]; ok && was != params[k] {
-			diffs = append(diffs, fmt.Sprintf("%s (%q in the checkpoint, %q now)", k, was, params[k]))
+	keys := slices.Sorted(maps.Keys(params))
+	quality := qualityParams()
+	for _, k := range quality {
+		if _, ok := params[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		was, wasOK := old.Params[k]
+		now, nowOK := params[k]
+		switch {
+		case wasOK && nowOK && was != now:
+			diffs = append(diffs, fmt.Sprintf("%s (%q in the checkpoint, %q now)", k, was, now))
+		case wasOK != nowOK && slices.Contains(quality, k):
+			if !wasOK {
+				was = "not set"
+			} else {
+				was = strconv.Quote(was)
+			}
+			if !nowOK {
+				now = "not set"
+			} else {
+				now = strconv.Quote(now)
+			}
+			diffs = append(diffs, fmt.Sprintf("%s (%s in the checkpoint, %s now)", k, was, now))
 		}
 	}
 	if d := manifestDiff(old.Manifest, man); d != "" {
@@ -31,6 +56,13 @@ func CheckResume(old *JobState, params map[string]string, man *shard.Manifest) e
 	}
 	return fmt.Errorf("coordinator: resume job %s: this run differs from its checkpoint (iteration %d) in %s; "+
 		"run without --resume to start afresh", old.Job, old.Iteration, strings.Join(diffs, ", "))
+}
+
+// qualityParams returns the job parameters of how a fit estimates (emsf
+// fit's --accel, --start, the priors, --smooth, --stop and the held-out
+// rule's): a plain EM fit records none of them.
+func qualityParams() []string {
+	return []string{"accel", "start", "prior_d", "prior_k", "smooth", "stop", "validation", "patience", "min_gain"}
 }
 
 // manifestDiff says how two manifests' shards differ, or "" when they do

@@ -136,6 +136,10 @@ type clusterFlags struct {
 	// accelExplicit and stopExplicit: --accel squarem and --stop
 	// validation were asked for (not chosen by auto).
 	accelExplicit, stopExplicit, priorExplicit bool
+	// plainDefault: the fit is plain because the exchange is not the
+	// coordinator's and no flag of how it estimates was given
+	// (fitFlags.clusterPlainDefault).
+	plainDefault bool
 	// report, when set, is the fit's progress: it rate-limits the line
 	// logged per cluster iteration (iterationLine).
 	report *progress
@@ -366,6 +370,12 @@ func fitCluster(ctx context.Context, c *clusterFlags, logger hclog.Logger, shard
 		if c.resume {
 			if st, _, err := exec.State(ctx, job); err == nil && (st.Params["exchange"] == "owners" || st.Params["exchange"] == "coordinator") {
 				c.exchange = st.Params["exchange"]
+				if _, smoothed := st.Params["accel"]; smoothed && c.exchange == "coordinator" && c.plainDefault {
+					// This run was resolved as the owners' plain EM (the
+					// data read without a validation part): not the job.
+					return factor.FitResult{}, usagef("--resume: job %s ran the coordinator exchange with SQUAREM, MAP-EM and the held-out rule (accel %s in its checkpoint); resume it with the command that started it, --exchange coordinator included",
+						job, st.Params["accel"])
+				}
 			}
 		}
 	}
@@ -483,6 +493,13 @@ func (c *clusterFlags) jobParams(md *factor.Model, opts factor.FitOptions) map[s
 	p["exchange"] = c.exchange
 	if c.exchange == "owners" {
 		p["col_blocks"] = strconv.Itoa(c.colBlocks)
+		// The owners run plain EM to the relative change, whichever
+		// path read the data (fitIngested, or this coordinator for
+		// --resume): one record of it.
+		delete(p, "accel")
+		delete(p, "prior_d")
+		delete(p, "prior_k")
+		p["stop"] = "tol"
 	}
 	p["order"] = strconv.Itoa(md.M)
 	p["tie"] = md.Tie.String()

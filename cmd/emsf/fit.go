@@ -607,7 +607,7 @@ func (f *fitFlags) validateQuality() error {
 		// validation split and the start of unseen rows need the data in
 		// one place; so it is --plain, and the coordinator need not read
 		// the data (ingestedPath). The model is the local --plain fit's.
-		f.plain, f.clusterPlain = true, true
+		f.plain, f.clusterPlain, f.cluster.plainDefault = true, true, true
 	}
 	if f.plain {
 		if f.priorSet || f.accel != "auto" || f.smooth != smoothAuto || f.stopRule != "auto" || f.start != "auto" {
@@ -627,7 +627,7 @@ func (f *fitFlags) validateQuality() error {
 		return usagef("--prior-d %v, --prior-k %v: must be finite and >= 0", f.priorD, f.priorK)
 	}
 	f.cluster.priorExplicit = f.priorSet && (f.priorD > 0 || f.priorK > 0)
-	if (f.priorD > 0 || f.priorK > 0) && (f.algorithm != algEMSF || f.inc.enabled || f.alpha != 1 || f.cluster.resume) {
+	if (f.priorD > 0 || f.priorK > 0) && (f.algorithm != algEMSF || f.inc.enabled || f.alpha != 1) {
 		if f.priorSet {
 			return usagef("--prior-d/--prior-k: MAP-EM runs a batch EMSF fit with --alpha 1 that holds the model (not --algorithm %s, --incremental, --alpha %v or --exchange owners)", f.algorithm, f.alpha)
 		}
@@ -639,7 +639,9 @@ func (f *fitFlags) validateQuality() error {
 	if !(f.minGain >= 0) || math.IsInf(f.minGain, 1) {
 		return usagef("--min-gain %v: must be a number >= 0 (nats per validation transition)", f.minGain)
 	}
-	holds := f.algorithm == algEMSF && !f.inc.enabled && !f.cluster.resume
+	// A resumed fit too: its checkpoint keeps the loop's state
+	// (factor.LoopState) beside the model.
+	holds := f.algorithm == algEMSF && !f.inc.enabled
 	switch f.stopRule {
 	case "auto":
 		f.stopV = stopTol
@@ -648,7 +650,7 @@ func (f *fitFlags) validateQuality() error {
 		}
 	case stopValidation:
 		if !holds {
-			return usagef("--stop validation: stops a batch EMSF fit that runs from its start (not --algorithm %s, --incremental or --resume)", f.algorithm)
+			return usagef("--stop validation: stops a batch EMSF fit (not --algorithm %s or --incremental)", f.algorithm)
 		}
 		f.stopV = stopValidation
 	case stopTol:
@@ -657,7 +659,7 @@ func (f *fitFlags) validateQuality() error {
 		return usagef("--stop %q: want auto, validation or tol", f.stopRule)
 	}
 	if f.stopTuned && f.stopV != stopValidation {
-		return usagef("--patience and --min-gain tune --stop validation, and this fit stops on the relative change alone (--stop tol, --plain, an --algorithm other than emsf, --incremental, --resume, or a cluster fit's default): drop them, or use --stop validation")
+		return usagef("--patience and --min-gain tune --stop validation, and this fit stops on the relative change alone (--stop tol, --plain, an --algorithm other than emsf, --incremental, or a cluster fit's default): drop them, or use --stop validation")
 	}
 	f.cluster.stopExplicit = f.stopRule == stopValidation
 	f.cluster.accelExplicit = f.accel == "squarem"
@@ -671,14 +673,15 @@ func (f *fitFlags) validateQuality() error {
 		f.accelV = factor.AccelNone
 	case "squarem":
 		if !holds || f.alpha != 1 {
-			return usagef("--accel squarem: accelerates a batch EMSF fit with --alpha 1 that runs from its start (not --algorithm %s, --incremental, --alpha %v or --resume)", f.algorithm, f.alpha)
+			return usagef("--accel squarem: accelerates a batch EMSF fit with --alpha 1 (not --algorithm %s, --incremental or --alpha %v)", f.algorithm, f.alpha)
 		}
 		f.accelV = factor.AccelSquarem
 	default:
 		return usagef("--accel %q: want auto, none or squarem", f.accel)
 	}
 	// The seeded start needs the training rows and TieNone (NewSeeded);
-	// a warm start (--init) or --resume has its own.
+	// a warm start (--init) has its own (a resumed fit starts from its
+	// checkpoint, and records the start of the run it resumes).
 	seedable := holds && f.initModel == "" && f.tieV == factor.TieNone
 	switch f.start {
 	case "auto":
@@ -687,7 +690,7 @@ func (f *fitFlags) validateQuality() error {
 		f.seeded = false
 	case "seeded":
 		if !seedable {
-			return usagef("--start seeded: starts a batch EMSF fit with --tie none from the training data (not --algorithm %s, --incremental, --resume, --init or --tie %s)", f.algorithm, f.tieV)
+			return usagef("--start seeded: starts a batch EMSF fit with --tie none from the training data (not --algorithm %s, --incremental, --init or --tie %s)", f.algorithm, f.tieV)
 		}
 		f.seeded = true
 	default:

@@ -50,6 +50,10 @@ type Config struct {
 	SlowLink float64
 	// Logger receives the executor's logs (default: none).
 	Logger hclog.Logger
+	// ResumeEvery is how many times its cost a fit with loop state
+	// (factor.LoopState: SQUAREM, the held-out rule) runs between two
+	// resume points (0: resumeEvery); negative takes one at every commit.
+	ResumeEvery float64
 }
 
 func (c *Config) defaults() error {

@@ -33,6 +33,10 @@ type Executor struct {
 	models  map[string]objRef   // by job: the latest stored version
 	kvRev   map[string]uint64
 	commits map[string]*pendingCommit // by job: the commit being stored
+	// resumes are by job the last resume point of a fit with loop
+	// state (coordinator.LoopCheckpoint), whose model version stays
+	// stored until the next.
+	resumes map[string]*resumePoint
 	census  censusState
 	memory  map[string]int64 // by worker id: the memory it announced
 	links   links
@@ -97,7 +101,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Executor, error) {
 	stopped, stop := context.WithCancel(context.Background())
 	return &Executor{nc: nc, js: js, obs: obs, kv: kv, cfg: cfg, log: cfg.Logger.Named("natsexec"), blobs: blobs,
 		shards: map[string][]objRef{}, models: map[string]objRef{}, kvRev: map[string]uint64{},
-		commits: map[string]*pendingCommit{}, memory: map[string]int64{}, stopped: stopped, stop: stop}, nil
+		commits: map[string]*pendingCommit{}, resumes: map[string]*resumePoint{}, memory: map[string]int64{}, stopped: stopped, stop: stop}, nil
 }
 
 // goRoutine runs f in a goroutine that Close waits for, or returns false

@@ -163,8 +163,9 @@ func (e *Executor) persistModel(ctx context.Context, job string, v int, md *fact
 		s := sha256.Sum256(data)
 		sum = s[:]
 	}
-	if v >= 2 {
-		// Keep the previous version for stragglers; older ones go.
+	if v >= 2 && !e.keptForResume(job, v-2) {
+		// Keep the previous version for stragglers; older ones go, but
+		// for the resume point's (dropResume deletes it).
 		if err := e.obs.Delete(ctx, wire.ModelObject(job, v-2)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			e.log.Warn("delete old model", "object", wire.ModelObject(job, v-2), "error", err)
 		}
