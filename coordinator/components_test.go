@@ -224,7 +224,7 @@ func TestResumeComponents(t *testing.T) {
 			defer cancel()
 			res, err := coordinator.Fit(ctx, exec, cc.shards, cc.man, md, coordinator.Options{Job: job, GroupNNZ: testGroupNNZ,
 				Converger: cc.conv, TaskTimeout: time.Minute, Accel: factor.AccelSquarem, Prior: cc.prior, EarlyStop: cc.rule(),
-				Checkpoint: exec, Resume: true,
+				Checkpoint: exec, SaveLoopState: true, Resume: true,
 				Progress: func(s factor.IterStats) {
 					stats = append(stats, s)
 					if s.Iteration == stopAt {

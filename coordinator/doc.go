@@ -63,5 +63,9 @@
 //     is an error naming worker and shard; the shard is handed out again
 //     (IterReport.Rejected) and the pass goes on.
 //   - After each commit a Checkpointer (optional) records the job state;
-//     the NATS one commits with compare-and-set on the KV revision.
+//     the NATS one commits with compare-and-set on the KV revision. A fit
+//     with SQUAREM or the held-out rule hands it its loop state
+//     (factor.LoopState; Options.SaveLoopState), which it keeps at
+//     resume points (LoopCheckpoint); Resume goes on from the last one,
+//     bitwise.
 package coordinator

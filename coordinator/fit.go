@@ -30,8 +30,8 @@ type Options struct {
 	Converger factor.Converger
 	// Accel and EarlyStop are factor.FitOptions': the coordinator holds
 	// the model, so SQUAREM and the held-out rule run here as in a local
-	// fit, bitwise, and a Checkpoint keeps their state (factor.
-	// LoopState) with every commit: Resume goes on from it, bitwise.
+	// fit, bitwise; a Checkpoint keeps their state (factor.LoopState,
+	// with SaveLoopState), and Resume goes on from it, bitwise.
 	Accel     factor.Accel
 	EarlyStop *factor.EarlyStop
 	Prior     *factor.Prior
@@ -57,6 +57,10 @@ type Options struct {
 	WaitWorkers time.Duration
 	// Checkpoint, if set, records the job state after every commit.
 	Checkpoint Checkpointer
+	// SaveLoopState hands the Checkpoint the loop state of a fit with
+	// Accel or EarlyStop (factor.LoopState), for a later Resume of the
+	// job: emsf fit's. Without it such a fit resumes from its start.
+	SaveLoopState bool
 	// Resume continues the job from its last checkpoint (Checkpoint must
 	// be a Resumer) when one exists for the same shards and model shape:
 	// md is overwritten with the checkpointed model and the fit goes on
@@ -240,7 +244,7 @@ func Fit(ctx context.Context, exec Executor, shards []*shard.Shard, man *shard.M
 	}
 	return factor.Loop(ctx, md, blocks, p, factor.FitOptions{Alpha: opts.Alpha, Converger: opts.Converger, Commit: opts.Commit,
 		Accel: opts.Accel, EarlyStop: opts.EarlyStop, Prior: opts.Prior},
-		factor.LoopHooks{Start: first, Resume: ls, Committed: committed, SaveState: opts.Checkpoint != nil})
+		factor.LoopHooks{Start: first, Resume: ls, Committed: committed, SaveState: opts.Checkpoint != nil && opts.SaveLoopState})
 }
 
 // waitWorkers polls exec until MinWorkers workers are alive.

@@ -302,6 +302,21 @@
 // component, bitwise as before; plain EM's loop with the held-out rule
 // (--accel none) stays joint.
 //
+// A resumed fit. What SQUAREM and the held-out rule carry between
+// iterations beyond the committed model is a LoopState: each
+// component's phase, step-length bound, pending check and rejections,
+// the point its cycle goes back to or extrapolates from (x0 or x2), its
+// best iterate and score, the patience spent, the smoothing rule's last
+// choices (Validation.RuleState), the converger's last value. Loop hands
+// it to LoopHooks.Committed (SaveState) and goes on from it
+// (LoopHooks.Resume, with Start) bitwise: a fit resumed after any
+// iteration ends where the uninterrupted one does, model, result and
+// progress (TestLoopStateResume, every iteration of nine kinds of fit).
+// The logarithms of x0 that the prior's penalty took for the
+// extrapolation are taken again from x0 (the same function, the same
+// values). A fit with acceleration or a held-out rule refuses Start > 1
+// without its state.
+//
 // # Related methods
 //
 // Beside EMSF the package has the methods of three related papers

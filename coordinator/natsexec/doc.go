@@ -69,6 +69,15 @@
 // was paused while another took over the job fails instead of committing
 // twice. Committed iterations are announced on <prefix>.jobs.<job>.committed.
 //
+// Resume points: a fit with loop state (factor.LoopState: SQUAREM, the
+// held-out rule) hands it to every Commit; it is encoded and stored only
+// at the job's first commit, its last, and when the fit has run
+// resumeEvery (20) times the last point's cost since (Config.ResumeEvery),
+// as objects models/<job>/<v>.cycle and .best beside the version's
+// model, which then stays until the next point (persistModel keeps it;
+// dropResume removes a point's objects once a newer one is recorded).
+// The record names the last point (JobState.Loop); Resume goes on from it.
+//
 // Files by concern: config.go (Config), exec.go (Executor, New, Close),
 // storage.go (shards and model versions: Object Store and served blobs),
 // census.go (which workers are alive), dispatch.go (tasks out, partials
