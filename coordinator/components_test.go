@@ -6,11 +6,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/coordinator"
 	"github.com/emsf/emsf/coordinator/coordtest"
@@ -262,6 +264,80 @@ func TestResumeComponents(t *testing.T) {
 				math.Float64bits(s.HeldOut) != math.Float64bits(w.HeldOut) || s.Running != w.Running || s.HeldOutBest != w.HeldOutBest {
 				t.Fatalf("k=%d: resumed progress %+v, want %+v", k, s, w)
 			}
+		}
+	}
+}
+
+// TestResumeLostPoint: a resume point whose object is corrupt or gone
+// (the cycle point overwritten, the best iterate deleted, the model
+// overwritten) is logged and the job starts afresh, ending bitwise at
+// factor.Fit's model and result: no person needed.
+func TestResumeLostPoint(t *testing.T) {
+	cc := newComponentsCase(t)
+	s := startServer(t, 0)
+	startWorkers(t, s, 2)
+	js, err := jetstream.New(connect(t, s, "vandal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var obs jetstream.ObjectStore // the executors make the bucket
+	const k = 7
+	for _, c := range []struct {
+		name string
+		harm func(job string) error
+	}{
+		{"cycle overwritten", func(job string) error {
+			_, err := obs.PutBytes(ctx, wire.ModelObject(job, k)+".cycle", []byte("not a model"))
+			return err
+		}},
+		{"best deleted", func(job string) error { return obs.Delete(ctx, wire.ModelObject(job, k)+".best") }},
+		{"model overwritten", func(job string) error {
+			_, err := obs.PutBytes(ctx, wire.ModelObject(job, k), []byte("not a model either"))
+			return err
+		}},
+	} {
+		job := "lost-" + strings.ReplaceAll(c.name, " ", "-")
+		fit := func(exec *natsexec.Executor, stopAt int) (*factor.Model, factor.FitResult, []factor.IterStats, error) {
+			md := cc.init.Clone()
+			var stats []factor.IterStats
+			ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
+			defer cancel()
+			res, err := coordinator.Fit(ctx, exec, cc.shards, cc.man, md, coordinator.Options{Job: job, GroupNNZ: testGroupNNZ,
+				Converger: cc.conv, TaskTimeout: time.Minute, Accel: factor.AccelSquarem, Prior: cc.prior, EarlyStop: cc.rule(),
+				Checkpoint: exec, SaveLoopState: true, Resume: true,
+				Progress: func(s factor.IterStats) {
+					stats = append(stats, s)
+					if s.Iteration == stopAt {
+						cancel()
+					}
+				},
+				Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
+			res.Elapsed = 0
+			return md, res, stats, err
+		}
+		a := newNATSExecConfig(t, s, natsexec.Config{ResumeEvery: -1})
+		if _, _, _, err := fit(a, k); err == nil {
+			t.Fatalf("%s: the first coordinator did not stop", c.name)
+		}
+		a.Close()
+		if obs == nil {
+			if obs, err = js.ObjectStore(ctx, wire.DefaultObjectBucket); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.harm(job); err != nil {
+			t.Fatal(err)
+		}
+		md, res, second, err := fit(newNATSExecConfig(t, s, natsexec.Config{ResumeEvery: -1}), -1)
+		if err != nil {
+			t.Fatalf("%s: resumed fit: %v", c.name, err)
+		}
+		if len(second) != len(cc.wantS) || second[0].Iteration != 1 {
+			t.Fatalf("%s: the job ran %d iterations from %d, want all %d from 1", c.name, len(second), second[0].Iteration, len(cc.wantS))
+		}
+		if !md.Equal(cc.want) || res != cc.wres {
+			t.Fatalf("%s: fit %+v differs from factor.Fit's %+v", c.name, res, cc.wres)
 		}
 	}
 }

@@ -425,12 +425,16 @@ func resume(ctx context.Context, opts Options, man *shard.Manifest, md *factor.M
 	if err != nil {
 		return 0, nil, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
 	}
-	if old == nil || old.Iteration == 0 || m0 == nil {
+	if old == nil || old.Iteration == 0 {
 		log.Info("no checkpoint to resume from: starting afresh")
 		return 1, nil, nil
 	}
 	if err := CheckResume(old, opts.Params, man); err != nil {
 		return 0, nil, fmt.Errorf("coordinator: resume job %s: %w", opts.Job, err)
+	}
+	if m0 == nil {
+		log.Info("no committed model to resume from: starting afresh", "last_iteration", old.Iteration)
+		return 1, nil, nil
 	}
 	if old.ReduceOrder != st.ReduceOrder || old.GroupNNZ != st.GroupNNZ {
 		return 0, nil, fmt.Errorf("coordinator: resume job %s: its checkpoint was reduced in order %q with group nnz %d, this fit uses %q with %d",

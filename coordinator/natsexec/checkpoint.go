@@ -252,7 +252,11 @@ func (e *Executor) State(ctx context.Context, job string) (*coordinator.JobState
 }
 
 // Resume returns the job's state and its committed model from the
-// buckets, or a nil state when the job has none.
+// buckets, or a nil state when the job has none. A checkpoint whose
+// objects are gone, fail their digest or do not decode is logged and
+// returned without a model: the job starts afresh, and since a fit is a
+// function of its data and parameters it ends bitwise where the lost one
+// would have (a read that fails otherwise, e.g. a timeout, is an error).
 func (e *Executor) Resume(ctx context.Context, job string) (*coordinator.JobState, *factor.Model, *factor.LoopState, error) {
 	st, _, err := e.State(ctx, job)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -265,17 +269,24 @@ func (e *Executor) Resume(ctx context.Context, job string) (*coordinator.JobStat
 		return st, nil, nil, nil
 	}
 	var ls *factor.LoopState
+	lost := func(err error) (*coordinator.JobState, *factor.Model, *factor.LoopState, error) {
+		if !errors.Is(err, errUnreadable) {
+			return nil, nil, nil, err
+		}
+		e.log.Warn("the job's checkpoint does not read: it starts afresh (to the same bits)", "job", job, "error", err)
+		return st, nil, nil, nil
+	}
 	if lc := st.Loop; lc != nil {
 		// A fit with loop state goes on from its last resume point.
 		if ls, err = e.loadLoop(ctx, job, lc); err != nil {
-			return nil, nil, nil, err
+			return lost(err)
 		}
 		st.Iteration, st.ModelIteration, st.ModelObject, st.ModelDigest = lc.Iteration, lc.ModelIteration, lc.ModelObject, lc.ModelDigest
 		st.LogLik, st.SumX = lc.LogLik, lc.SumX
 	}
 	md, data, err := e.loadModel(ctx, job, "model", st.ModelObject, st.ModelDigest)
 	if err != nil {
-		return nil, nil, nil, err
+		return lost(err)
 	}
 	// The next iteration runs on this version: no need to store it again.
 	e.mu.Lock()
@@ -292,19 +303,26 @@ func (e *Executor) Resume(ctx context.Context, job string) (*coordinator.JobStat
 // is: "model", "loop point") and checks its digest.
 func (e *Executor) loadModel(ctx context.Context, job, what, name, digest string) (*factor.Model, []byte, error) {
 	data, err := e.obs.GetBytes(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		err = fmt.Errorf("%w: %w", errUnreadable, err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("natsexec: job %s: %s %s: %w", job, what, name, err)
 	}
 	sum := sha256.Sum256(data)
 	if d := hex.EncodeToString(sum[:]); d != digest {
-		return nil, nil, fmt.Errorf("natsexec: job %s: %s %s has digest %s, state says %s", job, what, name, d, digest)
+		return nil, nil, fmt.Errorf("natsexec: job %s: %w: %s %s has digest %s, state says %s", job, errUnreadable, what, name, d, digest)
 	}
 	mf, err := arrowio.DecodeModel(data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("natsexec: job %s: %s %s: %w", job, what, name, err)
+		return nil, nil, fmt.Errorf("natsexec: job %s: %w: %s %s: %w", job, errUnreadable, what, name, err)
 	}
 	return mf.Model, data, nil
 }
+
+// errUnreadable marks a checkpoint object that is gone, fails its digest
+// or does not decode (Resume then starts the job afresh).
+var errUnreadable = errors.New("the checkpoint object is lost or corrupt")
 
 // loopPoints is a factor.LoopState encoded for storing: its scalars and
 // its points as Arrow model files (nil where it has none), and when
