@@ -51,6 +51,7 @@ type componentsCase struct {
 	want   *factor.Model
 	wres   factor.FitResult
 	wantS  []factor.IterStats
+	log    hclog.Logger
 }
 
 func newComponentsCase(t *testing.T) *componentsCase {
@@ -69,7 +70,8 @@ func newComponentsCase(t *testing.T) *componentsCase {
 		}
 		return &ct
 	}
-	cc := &componentsCase{conv: factor.Converger{MaxIter: 300}, prior: &factor.Prior{D: factor.DefaultPriorD, K: factor.DefaultPriorK}}
+	cc := &componentsCase{conv: factor.Converger{MaxIter: 300}, prior: &factor.Prior{D: factor.DefaultPriorD, K: factor.DefaultPriorK},
+		log: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})}
 	cc.shards, cc.man = shard.Split(draw(7, 10).Matrices(u), n, 300)
 	blocks := shard.Blocks(cc.shards)
 	vs, _ := shard.Split(draw(8, 3).Matrices(u), n, 1<<20)
@@ -219,30 +221,12 @@ func TestResumeComponents(t *testing.T) {
 			k, every = -k, 0
 		}
 		job := fmt.Sprintf("resume-components-%d-%v", k, every)
-		fit := func(exec *natsexec.Executor, stopAt int) (*factor.Model, factor.FitResult, []factor.IterStats, error) {
-			md := cc.init.Clone()
-			var stats []factor.IterStats
-			ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
-			defer cancel()
-			res, err := coordinator.Fit(ctx, exec, cc.shards, cc.man, md, coordinator.Options{Job: job, GroupNNZ: testGroupNNZ,
-				Converger: cc.conv, TaskTimeout: time.Minute, Accel: factor.AccelSquarem, Prior: cc.prior, EarlyStop: cc.rule(),
-				Checkpoint: exec, SaveLoopState: true, Resume: true,
-				Progress: func(s factor.IterStats) {
-					stats = append(stats, s)
-					if s.Iteration == stopAt {
-						cancel() // the coordinator stops after committing stopAt
-					}
-				},
-				Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
-			res.Elapsed = 0
-			return md, res, stats, err
-		}
 		a := newNATSExecConfig(t, s, natsexec.Config{ResumeEvery: every})
-		if _, _, first, err := fit(a, k); err == nil || len(first) != k {
+		if _, _, first, err := cc.fitResumable(a, job, k); err == nil || len(first) != k {
 			t.Fatalf("k=%d: the first coordinator ran %d iterations (%v), want %d and an error", k, len(first), err, k)
 		}
 		a.Close() // its last commit stored
-		md, res, second, err := fit(newNATSExecConfig(t, s, natsexec.Config{ResumeEvery: every}), -1)
+		md, res, second, err := cc.fitResumable(newNATSExecConfig(t, s, natsexec.Config{ResumeEvery: every}), job, -1)
 		if err != nil {
 			t.Fatalf("k=%d: resumed fit: %v", k, err)
 		}
@@ -298,26 +282,8 @@ func TestResumeLostPoint(t *testing.T) {
 		}},
 	} {
 		job := "lost-" + strings.ReplaceAll(c.name, " ", "-")
-		fit := func(exec *natsexec.Executor, stopAt int) (*factor.Model, factor.FitResult, []factor.IterStats, error) {
-			md := cc.init.Clone()
-			var stats []factor.IterStats
-			ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
-			defer cancel()
-			res, err := coordinator.Fit(ctx, exec, cc.shards, cc.man, md, coordinator.Options{Job: job, GroupNNZ: testGroupNNZ,
-				Converger: cc.conv, TaskTimeout: time.Minute, Accel: factor.AccelSquarem, Prior: cc.prior, EarlyStop: cc.rule(),
-				Checkpoint: exec, SaveLoopState: true, Resume: true,
-				Progress: func(s factor.IterStats) {
-					stats = append(stats, s)
-					if s.Iteration == stopAt {
-						cancel()
-					}
-				},
-				Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
-			res.Elapsed = 0
-			return md, res, stats, err
-		}
 		a := newNATSExecConfig(t, s, natsexec.Config{ResumeEvery: -1})
-		if _, _, _, err := fit(a, k); err == nil {
+		if _, _, _, err := cc.fitResumable(a, job, k); err == nil {
 			t.Fatalf("%s: the first coordinator did not stop", c.name)
 		}
 		a.Close()
@@ -329,7 +295,7 @@ func TestResumeLostPoint(t *testing.T) {
 		if err := c.harm(job); err != nil {
 			t.Fatal(err)
 		}
-		md, res, second, err := fit(newNATSExecConfig(t, s, natsexec.Config{ResumeEvery: -1}), -1)
+		md, res, second, err := cc.fitResumable(newNATSExecConfig(t, s, natsexec.Config{ResumeEvery: -1}), job, -1)
 		if err != nil {
 			t.Fatalf("%s: resumed fit: %v", c.name, err)
 		}
@@ -340,4 +306,25 @@ func TestResumeLostPoint(t *testing.T) {
 			t.Fatalf("%s: fit %+v differs from factor.Fit's %+v", c.name, res, cc.wres)
 		}
 	}
+}
+
+// fitResumable runs the case's cluster fit as job on exec, with resume
+// points and Resume, stopping it (an error) after iteration stopAt.
+func (cc *componentsCase) fitResumable(exec *natsexec.Executor, job string, stopAt int) (*factor.Model, factor.FitResult, []factor.IterStats, error) {
+	md := cc.init.Clone()
+	var stats []factor.IterStats
+	ctx, cancel := context.WithTimeout(context.Background(), coordtest.Patience)
+	defer cancel()
+	res, err := coordinator.Fit(ctx, exec, cc.shards, cc.man, md, coordinator.Options{Job: job, GroupNNZ: testGroupNNZ,
+		Converger: cc.conv, TaskTimeout: time.Minute, Accel: factor.AccelSquarem, Prior: cc.prior, EarlyStop: cc.rule(),
+		Checkpoint: exec, SaveLoopState: true, Resume: true,
+		Progress: func(s factor.IterStats) {
+			stats = append(stats, s)
+			if s.Iteration == stopAt {
+				cancel() // the coordinator stops after committing stopAt
+			}
+		},
+		Logger: cc.log})
+	res.Elapsed = 0
+	return md, res, stats, err
 }

@@ -733,19 +733,15 @@ func squaremLoop(ctx context.Context, md *Model, blocks []*Block, step Stepper, 
 	prev := math.NaN()
 	res := FitResult{LogLik: math.NaN()}
 	if hooks.Resume != nil {
-		s, err := decodeLoopSave(hooks.Resume, first-1)
-		if err == nil {
-			err = restoreComps(comps, s, hooks.Resume, md, opts.EarlyStop)
-		}
+		status, err := resumeLoop(hooks.Resume, first, func(s *loopSave) error {
+			return restoreComps(comps, s, hooks.Resume, md, opts.EarlyStop)
+		}, &prev, &res, &conv)
 		if err != nil {
 			return res, err
 		}
-		prev, res.LogLik = s.Prev, s.LogLik
-		conv.prev, conv.seen = s.ConvPrev, s.ConvSeen
-		if s.Status != NotTerminated {
+		if status != NotTerminated {
 			// The checkpoint is of the fit's last iteration: its end
 			// again.
-			res.Status, res.Iterations = s.Status, first-1
 			for _, c := range comps {
 				res.Rejected += c.rejected
 			}

@@ -527,17 +527,13 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 	res := FitResult{LogLik: math.NaN()}
 	first := max(hooks.Start, 1)
 	if first > 1 && hooks.Resume != nil {
-		s, err := decodeLoopSave(hooks.Resume, first-1)
-		if err == nil {
-			err = restoreEarly(early, s, hooks.Resume, md, opts.EarlyStop)
-		}
+		status, err := resumeLoop(hooks.Resume, first, func(s *loopSave) error {
+			return restoreEarly(early, s, hooks.Resume, md, opts.EarlyStop)
+		}, &prev, &res, &conv)
 		if err != nil {
 			return res, err
 		}
-		prev, res.LogLik = s.Prev, s.LogLik
-		conv.prev, conv.seen = s.ConvPrev, s.ConvSeen
-		if s.Status != NotTerminated {
-			res.Status, res.Iterations = s.Status, first-1
+		if status != NotTerminated {
 			early.finish(md, &res)
 			return res, nil
 		}
@@ -601,7 +597,7 @@ func Loop(ctx context.Context, md *Model, blocks []*Block, step Stepper, opts Fi
 			var ls *LoopState
 			if hooks.SaveState && early != nil {
 				var err error
-				if ls, err = saveEarly(early, md, iter, status, prev, res.LogLik, conv); err != nil {
+				if ls, err = saveEarly(early, iter, status, prev, res.LogLik, conv); err != nil {
 					return res, err
 				}
 			}

@@ -130,6 +130,34 @@ func (v *Validation) SetRuleState(s RuleState) error {
 	return nil
 }
 
+// newLoopSave returns the state that every loop saves after iteration
+// iter: its verdict, its and the converger's last values, the smoothing
+// rule's choices.
+func newLoopSave(iter int, status Status, prev, logLik float64, conv Converger, es *EarlyStop) *loopSave {
+	return &loopSave{Version: loopStateVersion, Iteration: iter, Status: status, Prev: prev, LogLik: logLik,
+		ConvPrev: conv.prev, ConvSeen: conv.seen, Rules: saveRules(es)}
+}
+
+// resumeLoop decodes ls (the state after iteration first−1), puts it
+// back with restore and into prev, res and conv, and returns the state's
+// verdict: NotTerminated but for a checkpoint of the fit's last
+// iteration (res then says how it ended).
+func resumeLoop(ls *LoopState, first int, restore func(s *loopSave) error, prev *float64, res *FitResult, conv *Converger) (Status, error) {
+	s, err := decodeLoopSave(ls, first-1)
+	if err == nil {
+		err = restore(s)
+	}
+	if err != nil {
+		return NotTerminated, err
+	}
+	*prev, res.LogLik = s.Prev, s.LogLik
+	conv.prev, conv.seen = s.ConvPrev, s.ConvSeen
+	if s.Status != NotTerminated {
+		res.Status, res.Iterations = s.Status, first-1
+	}
+	return s.Status, nil
+}
+
 func encodeLoopSave(s *loopSave) ([]byte, error) {
 	var buf bytes.Buffer
 	if err := gob.NewEncoder(&buf).Encode(s); err != nil {
@@ -267,8 +295,7 @@ func pointView(p *Model, a int) *Model {
 // (squaremLoop): its components' cycles and held-out rules, the loop's
 // and the converger's last values, the smoothing rule's choices.
 func saveComps(comps []*sqComp, md *Model, iter int, status Status, prev, logLik float64, conv Converger, es *EarlyStop) (*LoopState, error) {
-	s := &loopSave{Version: loopStateVersion, Iteration: iter, Status: status, Prev: prev, LogLik: logLik,
-		ConvPrev: conv.prev, ConvSeen: conv.seen, Rules: saveRules(es)}
+	s := newLoopSave(iter, status, prev, logLik, conv, es)
 	cycle := func(c *sqComp) *Model {
 		switch {
 		case c.done:
@@ -374,9 +401,9 @@ func restoreComps(comps []*sqComp, s *loopSave, ls *LoopState, md *Model, es *Ea
 
 // saveEarly returns the state of plain EM's loop with a held-out rule
 // after iteration iter.
-func saveEarly(e *earlyState, md *Model, iter int, status Status, prev, logLik float64, conv Converger) (*LoopState, error) {
-	s := &loopSave{Version: loopStateVersion, Iteration: iter, Status: status, Prev: prev, LogLik: logLik,
-		ConvPrev: conv.prev, ConvSeen: conv.seen, Early: e.save(), Rules: saveRules(e.es)}
+func saveEarly(e *earlyState, iter int, status Status, prev, logLik float64, conv Converger) (*LoopState, error) {
+	s := newLoopSave(iter, status, prev, logLik, conv, e.es)
+	s.Early = e.save()
 	b, err := encodeLoopSave(s)
 	if err != nil {
 		return nil, err

@@ -185,6 +185,18 @@ func (c *ownersCase) check(t *testing.T, out, what string, log string) {
 // least version v, while coord runs.
 func waitCheckpoint(t *testing.T, nc *nats.Conn, job string, v int, coord *proc) {
 	t.Helper()
+	waitJobState(t, nc, job, coord, func(st *coordinator.JobState) error {
+		if st.Owners == nil || st.Owners.Version < v {
+			return fmt.Errorf("checkpoint %+v, want version %d", st.Owners, v)
+		}
+		return nil
+	})
+}
+
+// waitJobState waits until job's state in KV passes ok, while coord
+// runs.
+func waitJobState(t *testing.T, nc *nats.Conn, job string, coord *proc, ok func(st *coordinator.JobState) error) {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -205,10 +217,7 @@ func waitCheckpoint(t *testing.T, nc *nats.Conn, job string, v int, coord *proc)
 		if err := json.Unmarshal(e.Value(), &st); err != nil {
 			return err
 		}
-		if st.Owners == nil || st.Owners.Version < v {
-			return fmt.Errorf("checkpoint %+v, want version %d", st.Owners, v)
-		}
-		return nil
+		return ok(&st)
 	})
 }
 

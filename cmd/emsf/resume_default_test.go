@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,13 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/emsf/emsf/coordinator"
-	"github.com/emsf/emsf/coordinator/coordtest"
-	"github.com/emsf/emsf/worker/wire"
 )
 
 // TestCoordinatorKillResumeDefault: a cluster fit with fit's defaults
@@ -43,27 +36,8 @@ func TestCoordinatorKillResumeDefault(t *testing.T) {
 	out := filepath.Join(dir, "cluster.arrow")
 	args := append(fit, "--out", out, "--nats", url, "--min-workers", "2", "--exchange", "coordinator", "--job", "default-resume")
 	coord := startProc(t, "coordinator", bin, args...)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var at int
-	coordtest.CheckFor(t, coordtest.Patience, func() error {
-		coord.alive(t, "coordinator")
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		kv, err := js.KeyValue(ctx, wire.DefaultKVBucket)
-		if err != nil {
-			return err
-		}
-		e, err := kv.Get(ctx, "default-resume")
-		if err != nil {
-			return err
-		}
-		var st coordinator.JobState
-		if err := json.Unmarshal(e.Value(), &st); err != nil {
-			return err
-		}
+	waitJobState(t, nc, "default-resume", coord, func(st *coordinator.JobState) error {
 		if st.Loop == nil || st.Loop.Iteration < 5 || st.Loop.CycleObject == "" {
 			return fmt.Errorf("no resume point past iteration 4 with a cycle point yet: %+v", st.Loop)
 		}
