@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -254,7 +255,8 @@ func TestResumeComponents(t *testing.T) {
 
 // TestResumeLostPoint: a resume point whose object is corrupt or gone
 // (the cycle point overwritten, the best iterate deleted, the model
-// overwritten) is logged and the job starts afresh, ending bitwise at
+// overwritten), or whose loop state in the job record does not decode, is
+// logged and the job starts afresh, ending bitwise at
 // factor.Fit's model and result: no person needed.
 func TestResumeLostPoint(t *testing.T) {
 	cc := newComponentsCase(t)
@@ -278,6 +280,27 @@ func TestResumeLostPoint(t *testing.T) {
 		{"best deleted", func(job string) error { return obs.Delete(ctx, wire.ModelObject(job, k)+".best") }},
 		{"model overwritten", func(job string) error {
 			_, err := obs.PutBytes(ctx, wire.ModelObject(job, k), []byte("not a model either"))
+			return err
+		}},
+		{"state garbled", func(job string) error {
+			kv, err := js.KeyValue(ctx, wire.DefaultKVBucket)
+			if err != nil {
+				return err
+			}
+			e, err := kv.Get(ctx, job)
+			if err != nil {
+				return err
+			}
+			var st coordinator.JobState
+			if err := json.Unmarshal(e.Value(), &st); err != nil {
+				return err
+			}
+			st.Loop.State = []byte("not a loop state")
+			b, err := json.Marshal(&st)
+			if err != nil {
+				return err
+			}
+			_, err = kv.Put(ctx, job, b)
 			return err
 		}},
 	} {

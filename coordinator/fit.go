@@ -449,6 +449,15 @@ func resume(ctx context.Context, opts Options, man *shard.Manifest, md *factor.M
 		log.Info("no resume point of the fit's loop state: starting afresh", "last_iteration", old.Iteration)
 		return 1, nil, nil
 	}
+	if ls != nil {
+		if err := ls.Check(md, old.Iteration); err != nil {
+			// Damaged (the objects passed their digests: the record
+			// itself): the fit is a function of its data and
+			// parameters, so afresh ends on the same bits.
+			log.Warn("the resume point's loop state does not read: starting afresh", "iteration", old.Iteration, "error", err)
+			return 1, nil, nil
+		}
+	}
 	for b := range md.D {
 		copy(md.D[b], m0.D[b])
 	}

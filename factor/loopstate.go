@@ -166,6 +166,21 @@ func encodeLoopSave(s *loopSave) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Check reports whether ls can resume a fit of md's shape after
+// iteration after: its scalars decode, are of this build's version and
+// of that iteration, and its points have md's shape. (What the fit
+// itself checks besides, that the state is of its kind of fit, needs
+// its options.)
+func (ls *LoopState) Check(md *Model, after int) error {
+	if _, err := decodeLoopSave(ls, after); err != nil {
+		return err
+	}
+	if err := checkPoint(ls.Cycle, md, "cycle"); err != nil {
+		return err
+	}
+	return checkPoint(ls.Best, md, "best")
+}
+
 // decodeLoopSave decodes ls's scalars and checks them against the
 // iteration the fit resumes after.
 func decodeLoopSave(ls *LoopState, after int) (*loopSave, error) {
