@@ -2,7 +2,6 @@ package coordinator_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -283,24 +282,7 @@ func TestResumeLostPoint(t *testing.T) {
 			return err
 		}},
 		{"state garbled", func(job string) error {
-			kv, err := js.KeyValue(ctx, wire.DefaultKVBucket)
-			if err != nil {
-				return err
-			}
-			e, err := kv.Get(ctx, job)
-			if err != nil {
-				return err
-			}
-			var st coordinator.JobState
-			if err := json.Unmarshal(e.Value(), &st); err != nil {
-				return err
-			}
-			st.Loop.State = []byte("not a loop state")
-			b, err := json.Marshal(&st)
-			if err != nil {
-				return err
-			}
-			_, err = kv.Put(ctx, job, b)
+			_, err := obs.PutBytes(ctx, wire.ModelObject(job, k)+".state", []byte("not a loop state"))
 			return err
 		}},
 	} {

@@ -66,9 +66,9 @@ type JobState struct {
 // LoopCheckpoint is where a fit with loop state (factor.LoopState) can
 // resume from: a committed iteration (a resume point) whose model
 // object the Checkpointer keeps, with the loop state of that iteration:
-// its scalars inline (factor's encoding, opaque here) and its points as
-// model objects, each named with its SHA-256 digest (hex), or empty
-// where the state has none. A Checkpointer may take resume points at
+// its scalars (factor's encoding, opaque here; an object, since they grow
+// with the actions) and its points as model objects, each named with its
+// SHA-256 digest (hex), the points' empty where the state has none. A Checkpointer may take resume points at
 // some iterations only (the points cost as much to store as the model):
 // a resumed fit then redoes the iterations after the last, bitwise.
 type LoopCheckpoint struct {
@@ -78,7 +78,8 @@ type LoopCheckpoint struct {
 	ModelDigest    string   `json:"model_digest"`
 	LogLik         *float64 `json:"loglik,omitempty"`
 	SumX           float64  `json:"sum_x"`
-	State          []byte   `json:"state"`
+	StateObject    string   `json:"state_object"`
+	StateDigest    string   `json:"state_digest"`
 	CycleObject    string   `json:"cycle_object,omitempty"`
 	CycleDigest    string   `json:"cycle_digest,omitempty"`
 	BestObject     string   `json:"best_object,omitempty"`

@@ -171,6 +171,30 @@ func TestLoopStateRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Check: what a checkpointer can check before a fit runs.
+	ls := cps[3].ls
+	if err := ls.Check(cps[3].md, 4); err != nil {
+		t.Errorf("Check of a good state: %v", err)
+	}
+	other := NewRandom(n+1, m, 2, TieNone, 1)
+	for _, c := range []struct {
+		name string
+		ls   *LoopState
+		md   *Model
+		want string
+	}{
+		{"garbage", &LoopState{Iteration: 4, State: []byte("x")}, cps[3].md, "loop state"},
+		{"another iteration", ls, cps[3].md, "resumes after 5"},
+		{"another shape", ls, other, "point of shape"},
+	} {
+		after := 4
+		if c.name == "another iteration" {
+			after = 5
+		}
+		if err := c.ls.Check(c.md, after); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Check, %s: %v, want an error with %q", c.name, err, c.want)
+		}
+	}
 	for _, c := range []struct {
 		name  string
 		accel Accel

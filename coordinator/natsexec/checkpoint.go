@@ -302,22 +302,32 @@ func (e *Executor) Resume(ctx context.Context, job string) (*coordinator.JobStat
 // loadModel reads the model object name of a job's checkpoint (what it
 // is: "model", "loop point") and checks its digest.
 func (e *Executor) loadModel(ctx context.Context, job, what, name, digest string) (*factor.Model, []byte, error) {
-	data, err := e.obs.GetBytes(ctx, name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		err = fmt.Errorf("%w: %w", errUnreadable, err)
-	}
+	data, err := e.loadObject(ctx, job, what, name, digest)
 	if err != nil {
-		return nil, nil, fmt.Errorf("natsexec: job %s: %s %s: %w", job, what, name, err)
-	}
-	sum := sha256.Sum256(data)
-	if d := hex.EncodeToString(sum[:]); d != digest {
-		return nil, nil, fmt.Errorf("natsexec: job %s: %w: %s %s has digest %s, state says %s", job, errUnreadable, what, name, d, digest)
+		return nil, nil, err
 	}
 	mf, err := arrowio.DecodeModel(data)
 	if err != nil {
 		return nil, nil, fmt.Errorf("natsexec: job %s: %w: %s %s: %w", job, errUnreadable, what, name, err)
 	}
 	return mf.Model, data, nil
+}
+
+// loadObject reads the object name of a job's checkpoint (what it is)
+// and checks its digest.
+func (e *Executor) loadObject(ctx context.Context, job, what, name, digest string) ([]byte, error) {
+	data, err := e.obs.GetBytes(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		err = fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("natsexec: job %s: %s %s: %w", job, what, name, err)
+	}
+	sum := sha256.Sum256(data)
+	if d := hex.EncodeToString(sum[:]); d != digest {
+		return nil, fmt.Errorf("natsexec: job %s: %w: %s %s has digest %s, state says %s", job, errUnreadable, what, name, d, digest)
+	}
+	return data, nil
 }
 
 // errUnreadable marks a checkpoint object that is gone, fails its digest
@@ -396,12 +406,12 @@ func loopObject(job string, v int, point string) string {
 func (e *Executor) persistLoop(ctx context.Context, st *coordinator.JobState, lp *loopPoints) (*resumePoint, error) {
 	t0 := time.Now()
 	lc := &coordinator.LoopCheckpoint{Iteration: st.Iteration, ModelIteration: st.ModelIteration, ModelObject: st.ModelObject,
-		ModelDigest: st.ModelDigest, LogLik: st.LogLik, SumX: st.SumX, State: lp.state}
+		ModelDigest: st.ModelDigest, LogLik: st.LogLik, SumX: st.SumX}
 	for _, p := range []struct {
 		point        string
 		data         []byte
 		name, digest *string
-	}{{"cycle", lp.cycle, &lc.CycleObject, &lc.CycleDigest}, {"best", lp.best, &lc.BestObject, &lc.BestDigest}} {
+	}{{"state", lp.state, &lc.StateObject, &lc.StateDigest}, {"cycle", lp.cycle, &lc.CycleObject, &lc.CycleDigest}, {"best", lp.best, &lc.BestObject, &lc.BestDigest}} {
 		if p.data == nil {
 			continue
 		}
@@ -422,7 +432,7 @@ func (e *Executor) persistLoop(ctx context.Context, st *coordinator.JobState, lp
 // unless a straggler may still read it (versions v and v-1 stay, as
 // persistModel keeps them).
 func (e *Executor) dropResume(ctx context.Context, job string, old *coordinator.LoopCheckpoint, v int) {
-	names := []string{old.CycleObject, old.BestObject}
+	names := []string{old.StateObject, old.CycleObject, old.BestObject}
 	if old.Iteration <= v-2 {
 		names = append(names, old.ModelObject)
 	}
@@ -447,8 +457,11 @@ func (e *Executor) keptForResume(job string, v int) bool {
 
 // loadLoop reads the loop state of a job's resume point.
 func (e *Executor) loadLoop(ctx context.Context, job string, lc *coordinator.LoopCheckpoint) (*factor.LoopState, error) {
-	ls := &factor.LoopState{Iteration: lc.Iteration, State: lc.State}
+	ls := &factor.LoopState{Iteration: lc.Iteration}
 	var err error
+	if ls.State, err = e.loadObject(ctx, job, "loop state", lc.StateObject, lc.StateDigest); err != nil {
+		return nil, err
+	}
 	if lc.CycleObject != "" {
 		if ls.Cycle, _, err = e.loadModel(ctx, job, "loop point", lc.CycleObject, lc.CycleDigest); err != nil {
 			return nil, err

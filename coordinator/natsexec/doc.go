@@ -73,7 +73,7 @@
 // held-out rule) hands it to every Commit; it is encoded and stored only
 // at the job's first commit, its last, and when the fit has run
 // resumeEvery (20) times the last point's cost since (Config.ResumeEvery),
-// as objects models/<job>/<v>.cycle and .best beside the version's
+// as objects models/<job>/<v>.state, .cycle and .best beside the version's
 // model, which then stays until the next point (persistModel keeps it;
 // dropResume removes a point's objects once a newer one is recorded).
 // The record names the last point (JobState.Loop); Resume goes on from it.
