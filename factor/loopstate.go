@@ -63,12 +63,12 @@ type loopSave struct {
 // earlySave is an earlyState's scalars; Kept reports whether it keeps an
 // iterate (then LoopState.Best, or its block, holds it).
 type earlySave struct {
-	Best, Ref, Last    float64
-	Bad, Evals, Iter   int
-	Seen               int
-	Kept               bool
-	KeptIteration      int
-	KeptLogLik, KeptWK float64
+	Best, Ref, Last     float64
+	Bad, Evals, Iter    int
+	Seen                int
+	Kept                bool
+	KeptIteration       int
+	KeptLogLik, KeptWKL float64
 }
 
 // compSave is an sqComp's scalars. Point says which point of the cycle
@@ -204,7 +204,7 @@ func (e *earlyState) save() *earlySave {
 	}
 	s := &earlySave{Best: e.best, Ref: e.ref, Last: e.last, Bad: e.bad, Evals: e.evals, Iter: e.iter, Seen: e.seen, Kept: e.kept != nil}
 	if e.kept != nil {
-		s.KeptIteration, s.KeptLogLik, s.KeptWK = e.kept.Iteration, e.kept.LogLik, e.kept.WKL
+		s.KeptIteration, s.KeptLogLik, s.KeptWKL = e.kept.Iteration, e.kept.LogLik, e.kept.WKL
 	}
 	return s
 }
@@ -223,7 +223,7 @@ func (e *earlyState) load(s *earlySave, kept *Model, into func() *Model) error {
 		}
 		e.kept = into()
 		copyFactors(e.kept, kept)
-		e.kept.Iteration, e.kept.LogLik, e.kept.WKL = s.KeptIteration, s.KeptLogLik, s.KeptWK
+		e.kept.Iteration, e.kept.LogLik, e.kept.WKL = s.KeptIteration, s.KeptLogLik, s.KeptWKL
 	}
 	return nil
 }
