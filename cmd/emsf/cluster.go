@@ -178,7 +178,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.verify, "verify", 0.02, "cluster mode: the fraction of tasks computed again on another worker and compared bit for bit. --exchange coordinator: a worker whose partial differs from the coordinator's own is quarantined and the iteration's pass runs again; --exchange owners: on a mismatch a third worker computes the task, the one the other two disagree with is quarantined, and its work since its last verified answer is redone from a checkpoint (0: check nothing)")
 	fs.BoolVar(&c.verifyLast, "verify-last", false, "with --exchange coordinator: also check each worker's last task of every iteration before its commit, so that a worker caught never leaves an unchecked partial in an earlier iteration (costs 30-40 % of the wall time: scripts/verify_cost.sh)")
 	fs.IntVar(&c.checkpointEvery, "checkpoint-every", 10, "with --exchange owners: iterations between checkpoints of the owners' blocks (a lost worker costs a replay of at most this many)")
-	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket; refuses, naming what differs, when the data or parameters are not the job's")
+	fs.BoolVar(&c.resume, "resume", false, "cluster mode: continue the job from its last committed iteration in the KV bucket (a fit with SQUAREM or the held-out rule, --exchange coordinator: from its last resume point), bitwise; refuses, naming what differs, when the data or parameters are not the job's")
 }
 
 // registerSlowLink registers --slow-link (fit and data ingest).
