@@ -18,8 +18,8 @@
 # SQUAREM without the prior (--accel squarem --prior-d 0 --prior-k 0),
 # the prior on D only (--prior-k 0: hidden states that die keep their
 # entries of K) and on K only (--prior-d 0: rows of D without data
-# keep theirs). --resume is a cluster fit's, which SQUAREM and the held-out
-# rule refuse: the cluster's tests cover it.
+# keep theirs). --resume is a cluster fit's: the cluster's tests cover it
+# (TestResumeComponents, TestCoordinatorKillResumeDefault).
 set -u
 a=${1:?usage: scripts/bitwise_fits.sh BIN_A BIN_B DATADIR [OUTDIR]}
 b=${2:?usage: scripts/bitwise_fits.sh BIN_A BIN_B DATADIR [OUTDIR]}
