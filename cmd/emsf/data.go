@@ -449,13 +449,20 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 		}
 		d.holdout = held.Matrices(d.u)
 	}
-	if validation > 0 {
-		if val.Len() == 0 {
-			return nil, usagef("--validation %v drew no validation transitions out of %d: use a larger fraction", validation, d.transitions)
-		}
+	if validation > 0 && val.Len() > 0 {
 		d.val = val.Matrices(d.u)
 	}
 	return d, nil
+}
+
+// checkValidation returns the error of a validation split (fraction
+// validation > 0) that drew no transition: a caller that needs one
+// refuses the input with it (fit degrades its automatic choices instead).
+func (d *dataset) checkValidation(validation float64) error {
+	if validation > 0 && d.val == nil {
+		return usagef("--validation %v drew no validation transitions out of %d: use a larger fraction", validation, d.transitions)
+	}
+	return nil
 }
 
 // size checks that d has transitions and sets its n and u from the flags,

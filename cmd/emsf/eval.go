@@ -111,7 +111,10 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		tin.input = trainPath
 		tin.format = ""
 		var err error
-		if train, err = loadDataIDs(ctx, &tin, 0, validation, seed, base, policy); err != nil {
+		if train, err = loadDataIDs(ctx, &tin, 0, validation, seed, base, policy); err == nil {
+			err = train.checkValidation(validation)
+		}
+		if err != nil {
 			return fmt.Errorf("--train: %w", err)
 		}
 		if train.unseen > 0 {

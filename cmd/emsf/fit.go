@@ -72,7 +72,12 @@ type fitFlags struct {
 	accelAuto  bool   // --accel auto chose accelV
 	priorSet   bool   // --prior-d or --prior-k given
 	stopTuned  bool   // --patience or --min-gain given
-	stopV      string
+	// valAuto: no flag that needs the validation split was given
+	// (--smooth, --stop, --validation, --patience, --min-gain): an input
+	// too small to hold some out then falls back to --stop tol --smooth
+	// none instead of failing.
+	valAuto bool
+	stopV   string
 }
 
 func runFit(ctx context.Context, e *env, args []string) error {
@@ -121,6 +126,8 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	for _, name := range []string{"accel", "smooth", "stop", "prior-d", "prior-k", "start"} {
 		f.qualityGiven = f.qualityGiven || flagGiven(fs, name)
 	}
+	f.valAuto = !flagGiven(fs, "smooth") && !flagGiven(fs, "stop") && !flagGiven(fs, "validation") &&
+		!flagGiven(fs, "patience") && !flagGiven(fs, "min-gain")
 	if f.cpuProfile != "" {
 		stop, err := startCPUProfile(f.cpuProfile)
 		if err != nil {
@@ -197,6 +204,17 @@ func runFit(ctx context.Context, e *env, args []string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if err := data.checkValidation(valFrac); err != nil {
+		if !f.valAuto {
+			return err
+		}
+		// Too few transitions to hold some out, and the user named no
+		// flag that needs them: the automatic choices fall back to what
+		// needs no validation part.
+		log.Warn("too few transitions to hold out a validation part: the fit stops on the relative change and stores no smoothing rule (--stop tol --smooth none); a larger --validation, or more data, uses them",
+			"validation", f.validation, "transitions", data.transitions)
+		f.stopV, f.smooth = stopTol, smoothNone
 	}
 	mw.Phase("fit")
 	for _, m := range f.orders {

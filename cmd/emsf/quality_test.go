@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -169,6 +170,39 @@ func TestFitPlainIsAccelNone(t *testing.T) {
 		code, _, errs := emsf(t, append([]string{"fit", "--input", in, "--order", "3", "--out", c}, bad...)...)
 		if code == 0 || !strings.Contains(errs, bad[0]) {
 			t.Errorf("fit %v: exit %d, stderr %q", bad, code, errs)
+		}
+	}
+}
+
+// TestFitTinyInput: an input too small for the validation split (2
+// transitions: --validation 0.1 draws none) fits with fit's defaults,
+// falling back to --stop tol --smooth none with a WARN that says so; a
+// fit that names a flag needing the split (--stop validation, --smooth
+// auto, --validation, --patience) is refused, naming --validation.
+func TestFitTinyInput(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "t.csv")
+	if err := os.WriteFile(in, []byte("state,action,next_state\n0,0,1\n1,0,0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "m.arrow")
+	// --accel auto: fit's defaults (emsf() adds --plain to a fit that
+	// names no flag of issue 28).
+	code, _, errs := emsf(t, "fit", "--input", in, "--order", "1", "--out", out, "--accel", "auto")
+	if code != 0 || !strings.Contains(errs, "too few transitions to hold out a validation part") {
+		t.Fatalf("default fit of 2 transitions: exit %d, stderr:\n%s", code, errs)
+	}
+	mf, err := arrowio.ReadModel(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mf.Model.Smoothing != nil || mf.Status != "converged" {
+		t.Fatalf("model: rule %v, status %q; want none, converged", mf.Model.Smoothing, mf.Status)
+	}
+	for _, named := range [][]string{{"--stop", "validation"}, {"--smooth", "auto"}, {"--validation", "0.2"}, {"--patience", "3"}} {
+		code, _, errs := emsf(t, append([]string{"fit", "--input", in, "--order", "1", "--out", out}, named...)...)
+		if code == 0 || !strings.Contains(errs, "drew no validation transitions out of 2") {
+			t.Errorf("fit %v of 2 transitions: exit %d, stderr %q", named, code, errs)
 		}
 	}
 }
