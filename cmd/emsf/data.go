@@ -429,6 +429,12 @@ func countData(ctx context.Context, f *inputFlags, opts arrowio.ReadOptions, hol
 		return nil, err
 	}
 	if train.Len() == 0 {
+		switch {
+		case validation > 0 && holdout > 0:
+			return nil, usagef("--holdout %v and --validation %v left no training transitions out of %d: use smaller fractions", holdout, validation, d.transitions)
+		case validation > 0:
+			return nil, usagef("--validation %v left no training transitions out of %d: use a smaller fraction", validation, d.transitions)
+		}
 		return nil, usagef("--holdout %v left no training transitions out of %d", holdout, d.transitions)
 	}
 	if d.transitions >= largeIngestTransitions {

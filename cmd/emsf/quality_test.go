@@ -199,6 +199,11 @@ func TestFitTinyInput(t *testing.T) {
 	if mf.Model.Smoothing != nil || mf.Status != "converged" {
 		t.Fatalf("model: rule %v, status %q; want none, converged", mf.Model.Smoothing, mf.Status)
 	}
+	// A split that takes every transition names --validation.
+	if code, _, errs := emsf(t, "fit", "--input", in, "--order", "1", "--out", out, "--validation", "0.99", "--accel", "auto"); code == 0 ||
+		!strings.Contains(errs, "--validation 0.99 left no training transitions out of 2") {
+		t.Errorf("--validation 0.99 of 2 transitions: exit %d, stderr %q", code, errs)
+	}
 	for _, named := range [][]string{{"--stop", "validation"}, {"--smooth", "auto"}, {"--validation", "0.2"}, {"--patience", "3"}} {
 		code, _, errs := emsf(t, append([]string{"fit", "--input", in, "--order", "1", "--out", out}, named...)...)
 		if code == 0 || !strings.Contains(errs, "drew no validation transitions out of 2") {
