@@ -416,11 +416,11 @@ func (e *Executor) persistLoop(ctx context.Context, st *coordinator.JobState, lp
 			continue
 		}
 		name := loopObject(st.Job, st.Iteration, p.point)
-		if err := e.putBytes(ctx, name, p.data); err != nil {
+		digest, err := e.putDigest(ctx, name, p.data)
+		if err != nil {
 			return nil, fmt.Errorf("natsexec: store loop state: %w", err)
 		}
-		sum := sha256.Sum256(p.data)
-		*p.name, *p.digest = name, hex.EncodeToString(sum[:])
+		*p.name, *p.digest = name, digest
 	}
 	rp := &resumePoint{rec: lc, at: lp.at, cost: lp.encode + time.Since(t0)}
 	e.log.Debug("resume point stored", "job", st.Job, "iteration", st.Iteration, "encode", lp.encode, "cost", rp.cost)

@@ -152,16 +152,9 @@ func (e *Executor) persistModel(ctx context.Context, job string, v int, md *fact
 		return "", "", 0, fmt.Errorf("natsexec: encode model: %w", err)
 	}
 	name := wire.ModelObject(job, v)
-	info, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data)
+	digest, err := e.putDigest(ctx, name, data)
 	if err != nil {
-		return "", "", 0, fmt.Errorf("natsexec: store model: %w", e.storeErr(ctx, wire.OpStore, wire.KindObjects, name, err))
-	}
-	// The Object Store hashed the bytes with SHA-256 as it stored them:
-	// its digest is ours (hex), no second pass over 10 MB per iteration.
-	sum, err := jetstream.DecodeObjectDigest(info.Digest)
-	if err != nil || len(sum) != sha256.Size {
-		s := sha256.Sum256(data)
-		sum = s[:]
+		return "", "", 0, fmt.Errorf("natsexec: store model: %w", err)
 	}
 	if v >= 2 && !e.keptForResume(job, v-2) {
 		// Keep the previous version for stragglers; older ones go, but
@@ -170,5 +163,21 @@ func (e *Executor) persistModel(ctx context.Context, job string, v int, md *fact
 			e.log.Warn("delete old model", "object", wire.ModelObject(job, v-2), "error", err)
 		}
 	}
-	return name, hex.EncodeToString(sum[:]), int64(len(data)), nil
+	return name, digest, int64(len(data)), nil
+}
+
+// putDigest stores data as the object name and returns its SHA-256
+// digest (hex): the Object Store hashed the bytes as it stored them, so
+// its digest is ours, no second pass over a model's bytes.
+func (e *Executor) putDigest(ctx context.Context, name string, data []byte) (string, error) {
+	info, err := wire.PutObject(ctx, e.obs, e.nc.MaxPayload(), name, data)
+	if err != nil {
+		return "", e.storeErr(ctx, wire.OpStore, wire.KindObjects, name, err)
+	}
+	sum, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil || len(sum) != sha256.Size {
+		s := sha256.Sum256(data)
+		sum = s[:]
+	}
+	return hex.EncodeToString(sum), nil
 }
